@@ -1,0 +1,26 @@
+"""Engine error tree.
+
+PlangateError
+├── Refusal-carrying errors live in their machines (plan, goal) as values, not exceptions
+├── AppendConflict      a compare-and-set append lost the race (goal revision taken)
+├── CorruptState        a stored log or file that does not fold; fails loudly
+└── ConfigError         a setting that is missing or malformed
+"""
+
+from __future__ import annotations
+
+
+class PlangateError(Exception):
+    """Base of plangate's own exceptions."""
+
+
+class AppendConflict(PlangateError):
+    """An append carried a goal revision that is already taken: the caller's ref is stale."""
+
+
+class CorruptState(PlangateError):
+    """Durable state that cannot be folded (a bug or a hand edit); never silently repaired."""
+
+
+class ConfigError(PlangateError):
+    """A setting that is missing or malformed; the message names it."""

@@ -1,0 +1,186 @@
+"""The session event log's vocabulary (DESIGN.md §3).
+
+Events are a pydantic discriminated union on ``type``. Storage keeps each as
+``(session_id, seq, type, at, payload)``; :class:`StoredEvent` is that row seen by the engine.
+The append is the commit point: an event that is not in the log did not happen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from engine.goal.types import GoalSnapshot, GoalTombstone
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# --- user message sources -------------------------------------------------------------------
+
+
+class HumanSource(_Event):
+    kind: Literal["human"] = "human"
+    user_id: int | None = None
+    message_id: int | None = None
+
+
+class GoalRoundSource(_Event):
+    kind: Literal["goal"] = "goal"
+    goal_id: str
+    revision: int
+    round: int
+
+
+class SeedSource(_Event):
+    """The execution turn queued by an approval (or the model-driven seed fallback)."""
+
+    kind: Literal["seed"] = "seed"
+    plan_id: str | None = None
+
+
+class FeedbackSource(_Event):
+    """The owner's answer after Keep planning or Revise."""
+
+    kind: Literal["feedback"] = "feedback"
+    user_id: int | None = None
+    message_id: int | None = None
+
+
+MessageSource = Annotated[
+    HumanSource | GoalRoundSource | SeedSource | FeedbackSource, Field(discriminator="kind")
+]
+
+
+# --- events ---------------------------------------------------------------------------------
+
+
+class UserMessage(_Event):
+    type: Literal["user/message"] = "user/message"
+    text: str
+    source: MessageSource = Field(default_factory=HumanSource)
+
+
+class AssistantMessage(_Event):
+    type: Literal["assistant/message"] = "assistant/message"
+    text: str = ""
+
+
+class ToolCall(_Event):
+    type: Literal["tool/call"] = "tool/call"
+    call_id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolResult(_Event):
+    type: Literal["tool/result"] = "tool/result"
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+    interrupted: bool = False
+
+
+class TurnStart(_Event):
+    type: Literal["turn/start"] = "turn/start"
+    turn_id: str
+
+
+TurnOutcome = Literal["completed", "cancelled", "failed", "interrupted", "max_steps"]
+
+
+class TurnEnd(_Event):
+    type: Literal["turn/end"] = "turn/end"
+    turn_id: str
+    outcome: TurnOutcome
+    detail: str = ""
+
+
+class CommandRun(_Event):
+    """A command-plane action (slash command or button), logged without opening a turn."""
+
+    type: Literal["command/run"] = "command/run"
+    name: str
+    args: str = ""
+    actor: int | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class PlanMode(_Event):
+    """Plan mode committed: ``active`` means Editing (DESIGN.md §14)."""
+
+    type: Literal["plan/mode"] = "plan/mode"
+    active: bool
+
+
+class PlanChanged(_Event):
+    type: Literal["plan/changed"] = "plan/changed"
+    status: str
+    revision: int
+    plan_id: str | None = None
+    reason: str = ""
+
+
+class GoalChange(_Event):
+    """A goal revision: a full snapshot, or a tombstone when cleared (exactly one is set)."""
+
+    type: Literal["goal/change"] = "goal/change"
+    snapshot: GoalSnapshot | None = None
+    tombstone: GoalTombstone | None = None
+
+
+TodoStatus = Literal["pending", "in_progress", "completed"]
+
+
+class TodoItem(_Event):
+    content: str
+    status: TodoStatus
+
+
+class TodoWrite(_Event):
+    type: Literal["todo/write"] = "todo/write"
+    todos: list[TodoItem]
+
+
+SessionEvent = Annotated[
+    UserMessage
+    | AssistantMessage
+    | ToolCall
+    | ToolResult
+    | TurnStart
+    | TurnEnd
+    | CommandRun
+    | PlanMode
+    | PlanChanged
+    | GoalChange
+    | TodoWrite,
+    Field(discriminator="type"),
+]
+
+SESSION_EVENT_ADAPTER: TypeAdapter[SessionEvent] = TypeAdapter(SessionEvent)
+
+
+def parse_event(type_: str, payload: dict[str, Any]) -> SessionEvent:
+    """Rebuild an event from its stored ``type`` and payload; raises ``ValidationError``."""
+    return SESSION_EVENT_ADAPTER.validate_python({**payload, "type": type_})
+
+
+def event_payload(event: SessionEvent) -> dict[str, Any]:
+    """The JSON-ready payload of an event, without its ``type``."""
+    data = event.model_dump(mode="json")
+    data.pop("type", None)
+    return data
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """An event as committed to a session's log."""
+
+    session_id: str
+    seq: int
+    at: float
+    event: SessionEvent

@@ -1,0 +1,78 @@
+"""Goal state machine types (spec/plan-goal-todo.md §6-11).
+
+A goal keeps a stable ``id`` across revisions; ``GoalRef {id, revision}`` names one exact
+version and every mutation presents one (compare-and-set).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+GoalPhase = Literal["active", "paused", "blocked", "complete"]
+GoalSource = Literal["user", "model", "task"]
+BlockedCode = Literal["round-limit", "model-reported", "user"]
+
+
+class GoalRef(BaseModel):
+    """One exact version of one goal."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    revision: int
+
+
+class GoalBlocked(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    code: str
+    message: str
+
+
+class GoalSnapshot(BaseModel):
+    """The durable state of a goal at one revision; ``blocked`` is set only in phase blocked."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    revision: int
+    objective: str
+    phase: GoalPhase
+    max_goal_rounds: int
+    rounds_started: int = 0
+    blocked: GoalBlocked | None = None
+    source: GoalSource = "user"
+    # Seconds between scheduled rounds; None means "next round when idle".
+    schedule_s: int | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+    @property
+    def ref(self) -> GoalRef:
+        return GoalRef(id=self.id, revision=self.revision)
+
+    @property
+    def rounds_left(self) -> int:
+        return max(0, self.max_goal_rounds - self.rounds_started)
+
+
+class GoalTombstone(BaseModel):
+    """A cleared goal: the ref of the revision that clearing wrote."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    revision: int
+
+
+__all__ = [
+    "BlockedCode",
+    "GoalBlocked",
+    "GoalPhase",
+    "GoalRef",
+    "GoalSnapshot",
+    "GoalSource",
+    "GoalTombstone",
+]

@@ -1,0 +1,63 @@
+"""The ports the engine needs from the outside, as Protocols (DESIGN.md §1).
+
+``storage/`` implements the stores; ``bot/`` implements the channel. The engine is tested
+against in-memory fakes of the same protocols (``engine.testing``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from engine.events import SessionEvent, StoredEvent
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """One conversation bound to one workspace."""
+
+    id: str
+    workspace: str
+    profile: str | None
+    created_at: float
+    parent_id: str | None = None
+
+
+class EventLog(Protocol):
+    """The append-only per-session log."""
+
+    async def append(self, session_id: str, events: Sequence[SessionEvent]) -> list[StoredEvent]:
+        """Commit ``events`` in one transaction with dense ``seq`` values and return them.
+
+        Raises ``AppendConflict`` (and commits nothing) when a ``goal/change`` carries a
+        ``(goal id, revision)`` that the session's log already holds: that is the goal
+        compare-and-set, and it holds across processes sharing one database.
+        """
+        ...
+
+    async def read(self, session_id: str, *, after_seq: int = 0) -> list[StoredEvent]:
+        """Events with ``seq > after_seq`` in order."""
+        ...
+
+
+class SessionStore(Protocol):
+    """Sessions and the chat keys bound to them."""
+
+    async def create_session(
+        self, *, workspace: str, profile: str | None = None, parent_id: str | None = None
+    ) -> SessionRecord: ...
+
+    async def get_session(self, session_id: str) -> SessionRecord | None: ...
+
+    async def bind_chat(self, chat_id: int, thread_id: int, session_id: str) -> None:
+        """Point the chat key ``(chat_id, thread_id or 0)`` at ``session_id``."""
+        ...
+
+    async def session_for_chat(self, chat_id: int, thread_id: int) -> str | None: ...
+
+    async def fork(self, session_id: str, *, upto_seq: int | None = None) -> SessionRecord:
+        """A new session whose log is a copy of ``session_id``'s prefix up to ``upto_seq``."""
+        ...

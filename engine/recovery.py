@@ -1,0 +1,44 @@
+"""Closing what a dead process left open (DESIGN.md §3, §14).
+
+A pure function over a session's log: each ``tool/call`` without a ``tool/result`` gets a
+synthetic interrupted result (so the history stays valid for the model), and a turn left open
+gets ``turn/end {interrupted}``. Storage appends what this returns when a session is loaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from engine.events import SessionEvent, ToolCall, ToolResult, TurnEnd, TurnStart
+
+INTERRUPTED_TOOL_TEXT = "interrupted: the process stopped before this tool finished"
+
+
+def interrupted_closures(events: Iterable[SessionEvent]) -> list[SessionEvent]:
+    """The events that close an interrupted turn, or ``[]`` when nothing is open."""
+    open_turn: str | None = None
+    pending: dict[str, ToolCall] = {}
+    for event in events:
+        if isinstance(event, TurnStart):
+            open_turn = event.turn_id
+            pending.clear()
+        elif isinstance(event, TurnEnd):
+            open_turn = None
+            pending.clear()
+        elif isinstance(event, ToolCall):
+            pending[event.call_id] = event
+        elif isinstance(event, ToolResult):
+            pending.pop(event.call_id, None)
+    closures: list[SessionEvent] = [
+        ToolResult(
+            call_id=call.call_id,
+            name=call.name,
+            content=INTERRUPTED_TOOL_TEXT,
+            is_error=True,
+            interrupted=True,
+        )
+        for call in pending.values()
+    ]
+    if open_turn is not None:
+        closures.append(TurnEnd(turn_id=open_turn, outcome="interrupted"))
+    return closures

@@ -1,0 +1,95 @@
+"""In-memory fakes of the engine's ports, for tests and the offline demo.
+
+They keep the same contracts as ``storage/`` (one contract test runs against both).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Sequence
+
+from engine.errors import AppendConflict
+from engine.events import GoalChange, SessionEvent, StoredEvent
+from engine.ports import Clock, SessionRecord
+
+
+class InMemoryEventLog:
+    """An :class:`engine.ports.EventLog` in a dict, with the goal compare-and-set."""
+
+    def __init__(self, *, clock: Clock = time.time) -> None:
+        self._clock = clock
+        self._events: dict[str, list[StoredEvent]] = {}
+        self._goal_revisions: set[tuple[str, str, int]] = set()
+        self._lock = asyncio.Lock()
+
+    async def append(self, session_id: str, events: Sequence[SessionEvent]) -> list[StoredEvent]:
+        async with self._lock:
+            keys: list[tuple[str, str, int]] = []
+            for event in events:
+                if isinstance(event, GoalChange):
+                    ref = event.snapshot or event.tombstone
+                    assert ref is not None
+                    key = (session_id, ref.id, ref.revision)
+                    if key in self._goal_revisions or key in keys:
+                        raise AppendConflict(f"goal {ref.id} revision {ref.revision} is taken")
+                    keys.append(key)
+            log = self._events.setdefault(session_id, [])
+            at = self._clock()
+            stored = [
+                StoredEvent(session_id=session_id, seq=len(log) + i + 1, at=at, event=event)
+                for i, event in enumerate(events)
+            ]
+            log.extend(stored)
+            self._goal_revisions.update(keys)
+            return stored
+
+    async def read(self, session_id: str, *, after_seq: int = 0) -> list[StoredEvent]:
+        return [e for e in self._events.get(session_id, []) if e.seq > after_seq]
+
+
+class InMemorySessionStore:
+    """An :class:`engine.ports.SessionStore` over an :class:`InMemoryEventLog`."""
+
+    def __init__(self, log: InMemoryEventLog, *, clock: Clock = time.time) -> None:
+        self._log = log
+        self._clock = clock
+        self._sessions: dict[str, SessionRecord] = {}
+        self._bindings: dict[tuple[int, int], str] = {}
+
+    async def create_session(
+        self, *, workspace: str, profile: str | None = None, parent_id: str | None = None
+    ) -> SessionRecord:
+        record = SessionRecord(
+            id=uuid.uuid4().hex,
+            workspace=workspace,
+            profile=profile,
+            created_at=self._clock(),
+            parent_id=parent_id,
+        )
+        self._sessions[record.id] = record
+        return record
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        return self._sessions.get(session_id)
+
+    async def bind_chat(self, chat_id: int, thread_id: int, session_id: str) -> None:
+        self._bindings[(chat_id, thread_id)] = session_id
+
+    async def session_for_chat(self, chat_id: int, thread_id: int) -> str | None:
+        return self._bindings.get((chat_id, thread_id))
+
+    async def fork(self, session_id: str, *, upto_seq: int | None = None) -> SessionRecord:
+        parent = self._sessions[session_id]
+        child = await self.create_session(
+            workspace=parent.workspace, profile=parent.profile, parent_id=parent.id
+        )
+        prefix = [
+            e.event
+            for e in await self._log.read(session_id)
+            if upto_seq is None or e.seq <= upto_seq
+        ]
+        if prefix:
+            await self._log.append(child.id, prefix)
+        return child

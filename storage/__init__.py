@@ -1,0 +1,1 @@
+"""Durable bytes: the SQLite event log and session rows, and the plan sidecar files."""
