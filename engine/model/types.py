@@ -1,0 +1,57 @@
+"""Model-provider vocabulary: what the agent sends a model and what comes back.
+
+Messages are in OpenAI chat-completions format (``system``/``user``/``assistant``
+with ``tool_calls``/``tool`` with ``tool_call_id``); tools are OpenAI function-tool
+specs. Every provider (OpenAI-compatible HTTP, scripted) speaks this vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from engine.errors import PlangateError
+
+
+@dataclass(frozen=True, slots=True)
+class ModelToolCall:
+    """One tool call the model asked for.
+
+    When the model sent argument text that is not a JSON object, ``arguments`` is
+    ``{}`` and ``raw_arguments`` keeps the text so the agent can tell the model.
+    """
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    raw_arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReply:
+    """One assistant reply: text (possibly empty) and the tool calls, in order."""
+
+    text: str
+    tool_calls: tuple[ModelToolCall, ...] = ()
+
+
+class ModelProvider(Protocol):
+    """Something that completes a chat: one request, one reply."""
+
+    async def complete(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]
+    ) -> ModelReply:
+        """Send the conversation and tool specs; return the assistant reply.
+
+        Raises ModelError (or ModelAuthError) when no reply can be had.
+        """
+        ...
+
+
+class ModelError(PlangateError):
+    """The model gave no reply (unreachable, refused, malformed); the message says why."""
+
+
+class ModelAuthError(ModelError):
+    """The model server refused the API key."""
