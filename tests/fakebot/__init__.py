@@ -1,0 +1,1 @@
+"""A small, honest fake of the Telegram Bot API for tests (aiohttp on loopback)."""
