@@ -1,0 +1,155 @@
+"""The engine as a front end sees it: one facade, decisions returned as values.
+
+``bot/`` (Telegram) and the console demo call :class:`EngineApi`; they never reach into the
+plan, goal or agent services. Commands and button presses are decided here and returned as
+outcomes ("decide first, act second"): the front end only renders them. Everything the
+engine says on its own (turn replies, questions, card changes) goes through
+``engine.agent.channel.Channel``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from engine.goal.types import GoalSnapshot
+from engine.plan.types import PlanSidecar
+
+# The typed command names; `/show-plan`, `/show_plan` and `/show-plan@bot` all arrive as
+# "show_plan", and `/start` as "help".
+CommandName = Literal[
+    "plan", "show_plan", "execute", "discard", "goal", "stop", "new", "status", "help"
+]
+READ_ONLY_COMMANDS: frozenset[str] = frozenset({"show_plan", "status", "help"})
+
+# How the plan card should look after an outcome. ``review`` is the card with Approve /
+# Keep planning / Discard; ``revise_offer`` carries Revise plan / Cancel; ``confirm_discard``
+# swaps the keyboard for Yes, discard / Cancel (bound to the same revision).
+PlanCardState = Literal[
+    "none",
+    "planning",
+    "written",
+    "review",
+    "active",
+    "revise_offer",
+    "confirm_discard",
+    "done",
+]
+GoalCardState = Literal["none", "live", "confirm_clear"]
+CardAction = Literal["refresh", "restick"]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanCardData:
+    """Everything the plan card is drawn from."""
+
+    state: PlanCardState
+    sidecar: PlanSidecar | None
+    busy: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GoalCardData:
+    """Everything the goal card is drawn from; ``armed`` is process-local."""
+
+    state: GoalCardState
+    goal: GoalSnapshot | None
+    armed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a command or a press decided. ``reply`` is plain text (the front end escapes it).
+
+    ``plan_card`` / ``goal_card``: redraw the card in place (``refresh``) or post it anew at
+    the bottom and strip the old keyboard (``restick``); ``plan_card_state`` /
+    ``goal_card_state`` override the derived card state for that drawing (confirmation and
+    Revise offer keyboards). ``await_feedback``: the owner's next message in this session is
+    feedback for the planner (Keep planning, Revise). ``alert``: answer a button press with
+    an alert rather than a toast.
+    """
+
+    reply: str | None = None
+    plan_card: CardAction | None = None
+    plan_card_state: PlanCardState | None = None
+    goal_card: CardAction | None = None
+    goal_card_state: GoalCardState | None = None
+    await_feedback: bool = False
+    alert: bool = False
+    dropped: Sequence[str] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, slots=True)
+class RestoredGoal:
+    """A live goal found at start-up: it comes up disarmed, and the owner gets Resume."""
+
+    session_id: str
+    goal: GoalSnapshot
+
+
+class EngineApi(Protocol):
+    async def session_for_chat(self, chat_id: int, thread_id: int) -> str:
+        """The session bound to the chat key, created and bound on first use."""
+        ...
+
+    async def new_session(self, chat_id: int, thread_id: int, *, actor: int) -> Outcome:
+        """``/new``: end the key's session (cancel, disarm, archive), bind a fresh one."""
+        ...
+
+    async def user_message(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        actor: int | None,
+        message_id: int | None,
+        feedback: bool = False,
+    ) -> None:
+        """Queue a message for the agent and return at once (never waits for the turn)."""
+        ...
+
+    async def command(
+        self, session_id: str, name: CommandName, args: str, *, actor: int | None
+    ) -> Outcome:
+        """Run a command in the command plane (logged as ``command/run``; opens no turn)."""
+        ...
+
+    async def press(
+        self,
+        session_id: str,
+        *,
+        kind: Literal["p", "g"],
+        action: str,
+        short_id: str,
+        revision: int,
+        actor: int | None,
+    ) -> Outcome:
+        """A button press, bound to the plan or goal revision it was drawn for.
+
+        A stale press (id or revision no longer current, or the action not allowed now) is
+        answered "This card is out of date." and changes nothing.
+        """
+        ...
+
+    async def plan_card(self, session_id: str) -> PlanCardData: ...
+
+    async def goal_card(self, session_id: str) -> GoalCardData: ...
+
+    async def set_plan_flow(
+        self,
+        session_id: str,
+        *,
+        chat_id: int,
+        thread_id: int | None,
+        card_id: int | None,
+        review_ids: Sequence[int] | None = None,
+    ) -> None:
+        """Remember the plan card's (and plan-text messages') ids in the sidecar's ``flow``."""
+        ...
+
+    async def start(self) -> list[RestoredGoal]:
+        """Start the scheduler; return the live goals that came up disarmed."""
+        ...
+
+    async def shutdown(self) -> None: ...
