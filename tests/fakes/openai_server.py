@@ -1,0 +1,273 @@
+"""A fake OpenAI chat-completions server on loopback, for the real openai SDK to talk to.
+
+It implements ``POST /v1/chat/completions`` (non-streaming) and ``GET /v1/models``, checks
+each request like the real API (engine.model.validate: roles, tool-call pairing, tool specs,
+and the model name), answers from a ``Script``, and records every request. Faults on demand::
+
+    server.fail_next(429, retry_after=2)     # then the script answers as usual
+    server.fail_next(500, times=2)
+    server.fail_next(401)
+
+Use the ``fake_openai`` fixture (import it into a conftest.py), or
+``async with FakeOpenAIServer(script) as server:``; point a client at ``server.base_url``.
+A request the script does not fit (an ``expect`` mismatch, a tool not offered) is answered
+with HTTP 400 and its text is kept in ``server.errors``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest_asyncio
+from aiohttp import web
+
+from engine.model.script import Script, ScriptStep
+from engine.model.types import ModelError, ModelReply
+from engine.model.validate import validate_request
+
+FAKE_MODEL = "fake-model"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    """One request as the server saw it (headers lower-cased; body parsed JSON or None)."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+@dataclass(slots=True)
+class _Fault:
+    status: int
+    retry_after: str | None
+    message: str | None
+    times: int
+
+
+@dataclass(slots=True)
+class FakeOpenAIServer:
+    """The fake server; ``script`` may be replaced between requests."""
+
+    script: Script = field(default_factory=lambda: Script([]))
+    models: tuple[str, ...] = (FAKE_MODEL,)
+    # When set, a request without ``Authorization: Bearer <api_key>`` gets 401.
+    api_key: str | None = None
+    requests: list[RecordedRequest] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    _faults: list[_Fault] = field(default_factory=list)
+    _runner: web.AppRunner | None = None
+    _port: int = 0
+    _counter: int = 0
+
+    @property
+    def base_url(self) -> str:
+        """The URL to give the SDK (ends in ``/v1``)."""
+        if not self._port:
+            raise RuntimeError("the fake model server is not started")
+        return f"http://127.0.0.1:{self._port}/v1"
+
+    @property
+    def chat_requests(self) -> list[dict[str, Any]]:
+        """The JSON bodies of every chat-completions request, in order (faulted ones too)."""
+        return [
+            r.body
+            for r in self.requests
+            if r.path.endswith("/chat/completions") and isinstance(r.body, dict)
+        ]
+
+    def play(self, steps: Script | Sequence[ScriptStep]) -> None:
+        """Answer the next chat requests from these steps."""
+        self.script = steps if isinstance(steps, Script) else Script(steps)
+
+    def fail_next(
+        self,
+        status: int,
+        *,
+        retry_after: float | str | None = None,
+        message: str | None = None,
+        times: int = 1,
+    ) -> None:
+        """Answer the next ``times`` requests with HTTP ``status`` (queued after earlier faults)."""
+        shown = None if retry_after is None else str(retry_after)
+        self._faults.append(_Fault(status, shown, message, times))
+
+    async def start(self) -> None:
+        """Listen on 127.0.0.1, on a free port."""
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self._port = int(self._runner.addresses[0][1])
+
+    async def stop(self) -> None:
+        """Stop listening and close open connections."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeOpenAIServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _record(self, request: web.Request) -> RecordedRequest:
+        raw = await request.read()
+        body: Any = None
+        if raw:
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                body = None
+        recorded = RecordedRequest(
+            request.method,
+            request.path,
+            {k.lower(): v for k, v in request.headers.items()},
+            body,
+        )
+        self.requests.append(recorded)
+        return recorded
+
+    def _refusal(self, recorded: RecordedRequest) -> web.Response | None:
+        if self._faults:
+            fault = self._faults[0]
+            fault.times -= 1
+            if fault.times <= 0:
+                self._faults.pop(0)
+            headers = {} if fault.retry_after is None else {"retry-after": fault.retry_after}
+            kind, code = _ERROR_KINDS.get(fault.status, ("server_error", None))
+            message = fault.message or f"fake failure {fault.status}"
+            return _error(fault.status, message, kind, code, headers=headers)
+        if self.api_key is not None and (
+            recorded.headers.get("authorization") != f"Bearer {self.api_key}"
+        ):
+            return _error(
+                401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key"
+            )
+        return None
+
+    async def _models(self, request: web.Request) -> web.Response:
+        recorded = await self._record(request)
+        refusal = self._refusal(recorded)
+        if refusal is not None:
+            return refusal
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in self.models]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        recorded = await self._record(request)
+        refusal = self._refusal(recorded)
+        if refusal is not None:
+            return refusal
+        body = recorded.body
+        if not isinstance(body, dict):
+            return self._bad_request("We could not parse the JSON body of your request.")
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            return self._bad_request("you must provide a model parameter")
+        if body.get("stream"):
+            return self._bad_request("the fake model server does not stream")
+        problems = validate_request(
+            body.get("messages"), body.get("tools"), body.get("tool_choice")
+        )
+        if problems:
+            return self._bad_request("; ".join(problems))
+        if model not in self.models:
+            return _error(
+                404,
+                f"The model `{model}` does not exist or you do not have access to it.",
+                "invalid_request_error",
+                "model_not_found",
+            )
+        offered = {
+            str(spec["function"]["name"]) for spec in body.get("tools") or () if "function" in spec
+        }
+        try:
+            reply = self.script.next_reply(body["messages"], offered=offered)
+        except ModelError as exc:
+            return self._bad_request(f"script divergence: {exc}")
+        self._counter += 1
+        return web.json_response(_completion(reply, model=model, number=self._counter))
+
+    def _bad_request(self, message: str) -> web.Response:
+        self.errors.append(message)
+        return _error(400, message, "invalid_request_error", None)
+
+
+_ERROR_KINDS: dict[int, tuple[str, str | None]] = {
+    400: ("invalid_request_error", None),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("invalid_request_error", "unsupported_country_region_territory"),
+    404: ("invalid_request_error", "model_not_found"),
+    429: ("requests", "rate_limit_exceeded"),
+}
+
+
+def _error(
+    status: int,
+    message: str,
+    kind: str,
+    code: str | None,
+    *,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    # x-should-retry: false keeps the SDK from retrying on its own if a client left retries on.
+    return web.json_response(
+        body, status=status, headers={"x-should-retry": "false", **(headers or {})}
+    )
+
+
+def _completion(reply: ModelReply, *, model: str, number: int) -> dict[str, Any]:
+    tool_calls = [
+        {
+            "id": c.id,
+            "type": "function",
+            "function": {
+                "name": c.name,
+                "arguments": c.raw_arguments if c.raw_arguments else json.dumps(c.arguments),
+            },
+        }
+        for c in reply.tool_calls
+    ]
+    message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    elif message["content"] is None:
+        message["content"] = ""
+    return {
+        "id": f"chatcmpl-fake-{number}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if tool_calls else "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+
+
+@pytest_asyncio.fixture
+async def fake_openai() -> AsyncIterator[FakeOpenAIServer]:
+    """A started FakeOpenAIServer with an empty script; stopped after the test."""
+    server = FakeOpenAIServer()
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
