@@ -1,0 +1,332 @@
+"""Markdown to Telegram HTML, and splitting HTML into messages (DESIGN.md §7).
+
+Telegram's HTML subset: ``b i u s code pre a blockquote`` (``pre`` may hold one
+``<code class="language-x">``). Everything else is text: escaped with
+``html.escape(..., quote=False)`` outside tags, attributes double-quoted and fully escaped.
+Headings become bold lines, lists become text bullets or numbers, tables become ``pre``.
+
+``split_html`` cuts at block boundaries (blank lines) and never inside a tag; a block that
+is itself too long is cut inside, closing the open tags at the end of one chunk and
+reopening them at the start of the next. The limit counts UTF-16 code units of the visible
+text, as Telegram does.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import mistune
+
+TELEGRAM_TEXT_LIMIT = 4096
+_BLOCK_SEP = "\n\n"
+
+
+def escape(text: str) -> str:
+    """Escape text for Telegram HTML (``& < >``; quotes stay as they are)."""
+    return html.escape(text, quote=False)
+
+
+def _attr(value: str) -> str:
+    return html.escape(value, quote=True)
+
+
+def utf16_len(text: str) -> int:
+    """Length in UTF-16 code units, the unit Telegram's limits count in."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+_SAFE_SCHEMES = ("http://", "https://", "tg://", "mailto:")
+
+
+class TelegramHTMLRenderer(mistune.BaseRenderer):  # type: ignore[misc]
+    """A mistune 3 renderer that emits only Telegram's HTML subset.
+
+    Top-level blocks are joined by a blank line, which is where ``split_html`` prefers to cut.
+    """
+
+    NAME = "telegram_html"
+
+    def render_token(self, token: dict[str, Any], state: Any) -> str:
+        kind = token["type"]
+        method = getattr(self, "_" + kind, None)
+        if method is not None:
+            return str(method(token, state))
+        # Unknown token types (from plugins) fall back to their text, escaped.
+        if "children" in token:
+            return self.render_tokens(token["children"], state)
+        return escape(str(token.get("raw", "")))
+
+    def __call__(self, tokens: Any, state: Any) -> str:
+        blocks = [self.render_token(t, state) for t in tokens]
+        return _BLOCK_SEP.join(b.strip("\n") for b in blocks if b.strip())
+
+    def _children(self, token: dict[str, Any], state: Any) -> str:
+        return self.render_tokens(token.get("children", []), state)
+
+    # ---- inline ----
+    def _text(self, token: dict[str, Any], state: Any) -> str:
+        return escape(token["raw"])
+
+    def _emphasis(self, token: dict[str, Any], state: Any) -> str:
+        return "<i>" + self._children(token, state) + "</i>"
+
+    def _strong(self, token: dict[str, Any], state: Any) -> str:
+        return "<b>" + self._children(token, state) + "</b>"
+
+    def _strikethrough(self, token: dict[str, Any], state: Any) -> str:
+        return "<s>" + self._children(token, state) + "</s>"
+
+    def _codespan(self, token: dict[str, Any], state: Any) -> str:
+        return "<code>" + escape(token["raw"]) + "</code>"
+
+    def _link(self, token: dict[str, Any], state: Any) -> str:
+        url = str(token.get("attrs", {}).get("url", ""))
+        text = self._children(token, state)
+        if not url.lower().startswith(_SAFE_SCHEMES):
+            return text  # a relative or unsafe link is shown as its text
+        return f'<a href="{_attr(url)}">{text}</a>'
+
+    def _image(self, token: dict[str, Any], state: Any) -> str:
+        alt = self._children(token, state)
+        url = str(token.get("attrs", {}).get("url", ""))
+        if url.lower().startswith(_SAFE_SCHEMES):
+            return f'<a href="{_attr(url)}">{alt or escape(url)}</a>'
+        return alt
+
+    def _linebreak(self, token: dict[str, Any], state: Any) -> str:
+        return "\n"
+
+    def _softbreak(self, token: dict[str, Any], state: Any) -> str:
+        return "\n"
+
+    def _inline_html(self, token: dict[str, Any], state: Any) -> str:
+        return escape(token["raw"])
+
+    # ---- blocks ----
+    def _paragraph(self, token: dict[str, Any], state: Any) -> str:
+        return self._children(token, state)
+
+    def _block_text(self, token: dict[str, Any], state: Any) -> str:
+        return self._children(token, state)
+
+    def _heading(self, token: dict[str, Any], state: Any) -> str:
+        return "<b>" + self._children(token, state) + "</b>"
+
+    def _blank_line(self, token: dict[str, Any], state: Any) -> str:
+        return ""
+
+    def _thematic_break(self, token: dict[str, Any], state: Any) -> str:
+        return "———"
+
+    def _block_code(self, token: dict[str, Any], state: Any) -> str:
+        code = escape(token["raw"].rstrip("\n")) or " "
+        info = str(token.get("attrs", {}).get("info") or "").strip()
+        lang = info.split(None, 1)[0] if info else ""
+        if lang and re.fullmatch(r"[A-Za-z0-9_+#.-]{1,32}", lang):
+            return f'<pre><code class="language-{_attr(lang)}">{code}</code></pre>'
+        return f"<pre>{code}</pre>"
+
+    def _block_quote(self, token: dict[str, Any], state: Any) -> str:
+        parts = [self.render_token(c, state) for c in token.get("children", [])]
+        inner = "\n".join(p.strip("\n") for p in parts if p.strip())
+        # Telegram cannot nest blockquotes: an inner quote is flattened into the outer one.
+        inner = inner.replace("<blockquote>", "").replace("</blockquote>", "")
+        return "<blockquote>" + inner + "</blockquote>"
+
+    def _block_html(self, token: dict[str, Any], state: Any) -> str:
+        return escape(token["raw"].strip("\n"))
+
+    def _block_error(self, token: dict[str, Any], state: Any) -> str:
+        return escape(str(token.get("raw", "")))
+
+    def _list(self, token: dict[str, Any], state: Any) -> str:
+        attrs = token.get("attrs", {})
+        ordered = bool(attrs.get("ordered"))
+        depth = int(attrs.get("depth", 0))
+        number = int(attrs.get("start", 1) or 1)
+        indent = "  " * depth
+        lines: list[str] = []
+        for item in token.get("children", []):
+            marker = f"{number}." if ordered else "•"
+            number += 1
+            parts = [
+                self.render_token(child, state)
+                for child in item.get("children", [])
+                if child["type"] != "blank_line"
+            ]
+            body = "\n".join(p.strip("\n") for p in parts if p.strip())
+            first, *rest = body.split("\n") if body else [""]
+            lines.append(f"{indent}{marker} {first}")
+            pad = indent + " " * (len(marker) + 1)
+            lines.extend(r if r.startswith(indent + "  ") else pad + r for r in rest)
+        return "\n".join(lines) + "\n"
+
+    # ---- tables (plugin) ----
+    def _table(self, token: dict[str, Any], state: Any) -> str:
+        rows: list[list[str]] = []
+        for part in token.get("children", []):
+            if part["type"] == "table_head":
+                rows.append([self._cell_text(c, state) for c in part.get("children", [])])
+            else:
+                for row in part.get("children", []):
+                    rows.append([self._cell_text(c, state) for c in row.get("children", [])])
+        widths = [max(len(r[i]) for r in rows if i < len(r)) for i in range(max(map(len, rows)))]
+        out = [" | ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+        return "<pre>" + escape("\n".join(out)) + "</pre>"
+
+    def _cell_text(self, token: dict[str, Any], state: Any) -> str:
+        rendered = self.render_tokens(token.get("children", []), state)
+        return html.unescape(re.sub(r"<[^>]+>", "", rendered))
+
+
+_markdown = mistune.create_markdown(
+    renderer=TelegramHTMLRenderer(), plugins=["strikethrough", "table", "url"]
+)
+
+
+def markdown_to_html(markdown: str) -> str:
+    """Render Markdown as Telegram HTML (blocks separated by blank lines)."""
+    result = _markdown(markdown)
+    return result if isinstance(result, str) else ""
+
+
+# ---- splitting ---------------------------------------------------------------------------
+
+_TOKEN = re.compile(
+    r"<(/?)([a-zA-Z][a-zA-Z0-9-]*)([^>]*)>|&(?:#[0-9]+|#[xX][0-9a-fA-F]+|[a-zA-Z]+);"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """An indivisible run of source: a tag, an entity, or one character."""
+
+    src: str
+    visible: int  # UTF-16 units it shows
+    tag: str | None = None  # tag name for tags
+    closing: bool = False
+
+
+def _pieces(src: str) -> list[_Piece]:
+    out: list[_Piece] = []
+    pos = 0
+    for m in _TOKEN.finditer(src):
+        for ch in src[pos : m.start()]:
+            out.append(_Piece(ch, utf16_len(ch)))
+        if m.group(2) is not None:
+            out.append(_Piece(m.group(0), 0, m.group(2).lower(), m.group(1) == "/"))
+        else:
+            out.append(_Piece(m.group(0), utf16_len(html.unescape(m.group(0)))))
+        pos = m.end()
+    for ch in src[pos:]:
+        out.append(_Piece(ch, utf16_len(ch)))
+    return out
+
+
+def visible_len(src: str) -> int:
+    """UTF-16 length of the text Telegram would show for this HTML."""
+    return sum(p.visible for p in _pieces(src))
+
+
+def _split_block(block: str, limit: int) -> list[str]:
+    """Cut one over-long block, closing open tags at each cut and reopening them after."""
+    pieces = _pieces(block)
+    chunks: list[str] = []
+    chunk_start = 0
+    open_at_start: list[_Piece] = []
+    stack: list[_Piece] = []
+    size = 0
+    newline_break: tuple[int, list[_Piece]] | None = None
+    space_break: tuple[int, list[_Piece]] | None = None
+    i = 0
+    while i < len(pieces):
+        piece = pieces[i]
+        if piece.tag is not None:
+            if not piece.closing:
+                stack.append(piece)
+            elif stack and stack[-1].tag == piece.tag:
+                stack.pop()
+            i += 1
+            continue
+        if size + piece.visible > limit and size > 0:
+            # Cut after the last newline, else the last space, else right here.
+            cut, open_at_cut = newline_break or space_break or (i, list(stack))
+            body = "".join(p.src for p in pieces[chunk_start:cut])
+            chunks.append(_reopen(open_at_start) + body + _closing(open_at_cut))
+            chunk_start, open_at_start = cut, open_at_cut
+            stack = list(open_at_cut)
+            i, size = cut, 0
+            newline_break = space_break = None
+            continue
+        size += piece.visible
+        i += 1
+        if piece.src == "\n":
+            newline_break = (i, list(stack))
+        elif piece.src == " ":
+            space_break = (i, list(stack))
+    body = "".join(p.src for p in pieces[chunk_start:])
+    chunks.append(_reopen(open_at_start) + body)
+    return [c for c in chunks if _has_text(c)]
+
+
+def _reopen(stack: list[_Piece]) -> str:
+    return "".join(p.src for p in stack)
+
+
+def _closing(stack: list[_Piece]) -> str:
+    return "".join(f"</{p.tag}>" for p in reversed(stack))
+
+
+def _has_text(chunk: str) -> bool:
+    return any(p.tag is None and not p.src.isspace() for p in _pieces(chunk))
+
+
+def split_html(text: str, limit: int = TELEGRAM_TEXT_LIMIT) -> list[str]:
+    """Split Telegram HTML into chunks of at most ``limit`` visible UTF-16 units each.
+
+    Cuts between blocks (blank lines outside tags) first; only a block longer than the limit
+    is cut inside, with its open tags closed and reopened. Every chunk is balanced HTML.
+    """
+    if limit < 2:
+        raise ValueError("limit must be at least 2")
+    blocks = _blocks(text)
+    chunks: list[str] = []
+    current = ""
+    for block in blocks:
+        candidate = block if not current else current + _BLOCK_SEP + block
+        if visible_len(candidate) <= limit:
+            current = candidate
+            continue
+        if current:
+            chunks.append(current)
+            current = ""
+        if visible_len(block) <= limit:
+            current = block
+        else:
+            parts = _split_block(block, limit)
+            chunks.extend(parts[:-1])
+            current = parts[-1] if parts else ""
+    if _has_text(current):
+        chunks.append(current)
+    return chunks
+
+
+def _blocks(text: str) -> list[str]:
+    """Split at blank lines that are outside every tag."""
+    blocks: list[str] = []
+    depth = 0
+    start = 0
+    for m in re.finditer(r"<(/?)([a-zA-Z][a-zA-Z0-9-]*)[^>]*>|\n\n+", text):
+        if m.group(0).startswith("\n"):
+            if depth == 0:
+                blocks.append(text[start : m.start()])
+                start = m.end()
+        elif m.group(1) == "/":
+            depth = max(0, depth - 1)
+        else:
+            depth += 1
+    blocks.append(text[start:])
+    return [b for b in blocks if b.strip()]
