@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,7 +121,11 @@ class Script:
         try:
             parsed = _ScriptModel.model_validate(wrapped)
         except ValidationError as exc:
-            raise ScriptError(f"invalid script: {exc}") from exc
+            where = "; ".join(
+                f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
+                for error in exc.errors()
+            )
+            raise ScriptError(f"invalid script: {where}") from None
         return cls(
             [
                 ScriptStep(
@@ -152,10 +156,17 @@ class Script:
         """True once every step has been played."""
         return self.position >= len(self.steps)
 
-    def next_reply(self, messages: Sequence[Mapping[str, Any]]) -> ModelReply:
+    def next_reply(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        offered: Collection[str] | None = None,
+    ) -> ModelReply:
         """Play the next step against ``messages``; raises ScriptDivergence when they disagree.
 
-        The cursor advances only when the step is played, so a divergence can be retried.
+        ``offered``, when given, is the tool names the request offered: a step calling any
+        other tool diverges (a real model cannot call a tool it was not offered). The cursor
+        advances only when the step is played.
         """
         if self.finished:
             return ModelReply(text=FINISHED_TEXT)
@@ -163,6 +174,13 @@ class Script:
         step = self.steps[self.position]
         if step.expect is not None:
             _check_expect(step.expect, messages, number=number, total=len(self.steps))
+        if offered is not None:
+            missing = [c.name for c in step.tool_calls if c.name not in offered]
+            if missing:
+                raise ScriptDivergence(
+                    f"script step {number} of {len(self.steps)} calls {missing}, but the request "
+                    f"offered only {sorted(offered)}"
+                )
         calls = tuple(
             _play_call(scripted, messages, call_id=f"call_{number}_{index}", number=number)
             for index, scripted in enumerate(step.tool_calls)

@@ -52,4 +52,5 @@ class ScriptedProvider:
             problems = validate_request(recorded, list(tools) or None)
             if problems:
                 raise InvalidRequest("invalid chat request: " + "; ".join(problems))
-        return self.script.next_reply(recorded)
+        offered = {str((spec.get("function") or {}).get("name")) for spec in tools}
+        return self.script.next_reply(recorded, offered=offered)
