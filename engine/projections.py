@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from engine.events import (
     CommandRun,
     GoalChange,
+    GoalRoundSource,
     PlanMode,
     SessionEvent,
     TodoItem,
     TodoWrite,
     TurnStart,
+    UserMessage,
 )
 from engine.goal.types import GoalSnapshot
 
@@ -42,9 +44,34 @@ def apply_plan_mode_event(state: PlanModeState, event: SessionEvent) -> PlanMode
 
 
 def apply_goal_event(state: GoalSnapshot | None, event: SessionEvent) -> GoalSnapshot | None:
-    """The current goal: the last snapshot, or ``None`` after a tombstone."""
+    """The current goal: the last snapshot, ``None`` after its tombstone, plus admitted rounds.
+
+    A goal-source ``user/message`` of the current goal IS the admission of a round: it adds one
+    to ``rounds_started`` without a new revision (DESIGN.md §14). A tombstone clears only the goal
+    it names, so a late clear of a replaced goal cannot erase its successor.
+    """
     if isinstance(event, GoalChange):
-        return event.snapshot
+        snapshot = event.snapshot
+        if snapshot is not None:
+            # Rounds only grow: a snapshot written from a fold that had not yet seen the latest
+            # admission must not take that round back.
+            if (
+                state is not None
+                and state.id == snapshot.id
+                and state.rounds_started > snapshot.rounds_started
+            ):
+                return snapshot.model_copy(update={"rounds_started": state.rounds_started})
+            return snapshot
+        if event.tombstone is not None and state is not None and event.tombstone.id != state.id:
+            return state
+        return None
+    if (
+        isinstance(event, UserMessage)
+        and isinstance(event.source, GoalRoundSource)
+        and state is not None
+        and event.source.goal_id == state.id
+    ):
+        return state.model_copy(update={"rounds_started": state.rounds_started + 1})
     return state
 
 
