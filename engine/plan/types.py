@@ -76,6 +76,9 @@ class PlanRevising(BaseModel):
     plan_id: str
     tasks: list[PlanTask]
     approved_at: str | None = None
+    # The approved .md text, restored when the revision is discarded.
+    md: str | None = None
+    mode: Literal["design", "checklist", "import"] | None = None
 
 
 class PlanSidecar(BaseModel):
@@ -100,3 +103,169 @@ class PlanSidecar(BaseModel):
     next_task_id: int = 1
     revising: PlanRevising | None = None
     flow: PlanFlow = Field(default_factory=PlanFlow)
+    approved_by: int | None = None
+
+
+# --- derived state and the legacy load map (spec/adr-0003 "Legacy status load map") -------
+
+PlanState = Literal["none", "pre_init", "post_init", "active"]
+"""The derived lifecycle state: NoPlan, Editing pre-init, Editing post-init, Active."""
+
+LegacyDisposition = Literal["live", "archive_completed", "archive_discarded"]
+"""What loading a sidecar asks for: keep it live, or archive it (and the session is NoPlan)."""
+
+_ROOT_STATUS_MAP: dict[str, PlanStatus | LegacyDisposition] = {
+    "editing": "Editing",
+    "draft": "Editing",
+    "pendingapproval": "Editing",
+    "rejected": "Editing",
+    "active": "Active",
+    "approved": "Active",
+    "inprogress": "Active",
+    "completed": "archive_completed",
+    "cancelled": "archive_discarded",
+    "canceled": "archive_discarded",
+}
+
+_TASK_STATUS_MAP: dict[str, TaskStatus] = {
+    "pending": "pending",
+    "inprogress": "in_progress",
+    "completed": "completed",
+    "skipped": "deferred",
+    "deferred": "deferred",
+}
+
+LEGACY_TASK_STATUS_FIELD = "legacy_status"
+"""Extra task field that keeps an unknown original status string (mapped to pending)."""
+
+
+def _status_key(value: str) -> str:
+    # "InProgress", "in_progress", "in-progress" and "In Progress" are one status.
+    return "".join(ch for ch in value.lower() if ch.isalnum())
+
+
+def map_task_status(raw: object) -> tuple[TaskStatus, str | None]:
+    """Map a stored task status case-insensitively; unknown -> ``pending`` plus the original."""
+    if not isinstance(raw, str):
+        return "pending", None if raw is None else str(raw)
+    mapped = _TASK_STATUS_MAP.get(_status_key(raw))
+    if mapped is None:
+        return "pending", raw
+    return mapped, None
+
+
+def map_root_status(raw: object) -> tuple[PlanStatus, LegacyDisposition]:
+    """Map a stored plan status (canonical or one of OpenCrabs' seven legacy strings).
+
+    ``Completed`` and ``Cancelled`` ask the caller to archive (completed / discarded); an
+    unknown or missing status loads as Editing, which can never run a checklist.
+    """
+    mapped = _ROOT_STATUS_MAP.get(_status_key(raw)) if isinstance(raw, str) else None
+    if mapped == "Active":
+        return "Active", "live"
+    if mapped in ("archive_completed", "archive_discarded"):
+        return "Active", mapped
+    return "Editing", "live"
+
+
+def _decode_task(raw: object) -> object:
+    if not isinstance(raw, dict):
+        return raw
+    data = dict(raw)
+    status, original = map_task_status(data.get("status"))
+    data["status"] = status
+    if original is not None and LEGACY_TASK_STATUS_FIELD not in data:
+        data[LEGACY_TASK_STATUS_FIELD] = original
+    # OpenCrabs writes UUID (or numeric) ids and dependencies; plangate keeps them as strings.
+    for key in ("id",):
+        if isinstance(data.get(key), int):
+            data[key] = str(data[key])
+    deps = data.get("dependencies")
+    if isinstance(deps, list):
+        data["dependencies"] = [str(d) if isinstance(d, int) else d for d in deps]
+    if data.get("dependencies") is None:
+        data["dependencies"] = []
+    if data.get("acceptance_criteria") is None:
+        data["acceptance_criteria"] = []
+    if data.get("description") is None:
+        data["description"] = ""
+    return data
+
+
+class DecodedSidecar(BaseModel):
+    """A loaded sidecar plus what the legacy map asks the loader to do with it."""
+
+    sidecar: PlanSidecar
+    disposition: LegacyDisposition = "live"
+    original_status: str | None = None
+
+
+LEGACY_EDITING_TASKS_FIELD = "legacy_editing_tasks"
+"""Extra root field that keeps the tasks of a legacy plan that maps to Editing."""
+
+
+def decode_sidecar(data: object) -> DecodedSidecar:
+    """Validate stored sidecar JSON, applying the legacy status and task maps.
+
+    Raises ``pydantic.ValidationError`` (or ``ValueError``) when the data is not a sidecar;
+    the store then moves the file aside as corrupt. Editing never holds a checklist, so the
+    tasks of a legacy Editing plan move to the extra root field ``legacy_editing_tasks``.
+    """
+    if not isinstance(data, dict):
+        raise ValueError("a plan sidecar must be a JSON object")
+    raw = dict(data)
+    original = raw.get("status")
+    status, disposition = map_root_status(original)
+    raw["status"] = status
+    tasks = raw.get("tasks")
+    if tasks is None:
+        tasks = []
+    if not isinstance(tasks, list):
+        raise ValueError("tasks must be a list")
+    raw["tasks"] = [_decode_task(t) for t in tasks]
+    if raw.get("description") is None:
+        raw["description"] = ""
+    if raw.get("title") is None:
+        raw["title"] = ""
+    if raw.get("pre_init_editing") is None:
+        raw["pre_init_editing"] = False
+    if raw.get("flow") is None:
+        raw.pop("flow", None)
+    if isinstance(raw.get("id"), int):
+        raw["id"] = str(raw["id"])
+    sidecar = PlanSidecar.model_validate(raw)
+    if status == "Editing" and sidecar.tasks and disposition == "live":
+        kept = [t.model_dump(mode="json") for t in sidecar.tasks]
+        extra = dict(sidecar.model_extra or {})
+        extra.setdefault(LEGACY_EDITING_TASKS_FIELD, kept)
+        sidecar = sidecar.model_copy(update={"tasks": []})
+        if sidecar.model_extra is not None:
+            sidecar.model_extra[LEGACY_EDITING_TASKS_FIELD] = extra[LEGACY_EDITING_TASKS_FIELD]
+    # Next id after every numeric id already present, so a minted id is never reused.
+    numeric = [int(t.id) for t in sidecar.tasks if t.id.isdigit()]
+    if numeric and sidecar.next_task_id <= max(numeric):
+        sidecar = sidecar.model_copy(update={"next_task_id": max(numeric) + 1})
+    return DecodedSidecar(
+        sidecar=sidecar,
+        disposition=disposition,
+        original_status=original if isinstance(original, str) else None,
+    )
+
+
+def encode_sidecar(sidecar: PlanSidecar) -> str:
+    """The sidecar as written to disk: canonical status, unknown fields kept, stable layout."""
+    return sidecar.model_dump_json(indent=2) + "\n"
+
+
+def derive_state(sidecar: PlanSidecar | None, *, md_exists: bool) -> PlanState:
+    """NoPlan / pre-init / post-init / Active from the live sidecar and the ``.md``'s presence.
+
+    An ``.md`` next to a pre-init sidecar means post-init (DESIGN.md §14).
+    """
+    if sidecar is None:
+        return "none"
+    if sidecar.status == "Active":
+        return "active"
+    if sidecar.pre_init_editing and not md_exists:
+        return "pre_init"
+    return "post_init"

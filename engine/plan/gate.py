@@ -1,0 +1,96 @@
+"""The plan gate: one pure decision the tool runtime makes before every tool call.
+
+Pre-init: no project writes, bash allowed, ``plan init`` allowed, other checklist ops denied.
+Post-init: writes only to the session ``.md``, no bash. Active: the ``.md`` is frozen against
+the generic write tools. NoPlan is ungated. Paths are resolved (symlinks, ``..``, absolute
+paths) before the decision, so a link or a detour to the ``.md`` is the ``.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.plan.refusals import TEXTS
+from engine.plan.types import PlanState
+
+WRITE_TOOLS = frozenset({"write_file", "edit_file"})
+SHELL_TOOLS = frozenset({"bash"})
+CHECKLIST_OPS = frozenset({"add_tasks", "add_task", "start", "complete", "skip"})
+
+GATE_TEXTS: dict[str, str] = {
+    "gate-pre-init-write": (
+        "Denied (gate-pre-init-write): plan mode is on and no plan exists yet, so project "
+        "files cannot change. Explore with read_file, grep or bash, then call plan init."
+    ),
+    "gate-editing-write": (
+        "Denied (gate-editing-write): while the plan is being designed only the session plan "
+        ".md (the path plan init returned) can be written. Write the plan there."
+    ),
+    "gate-editing-bash": (
+        "Denied (gate-editing-bash): bash is off while the plan is being designed. Use "
+        "read_file, list_files and grep; write only the plan .md."
+    ),
+    "gate-active-md-frozen": (
+        "Denied (gate-active-md-frozen): the approved plan .md is frozen while the checklist "
+        "runs. Record progress with plan complete or plan skip; the owner can Revise the plan."
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PlanGateView:
+    """What the gate needs to know: the derived state and the session ``.md``'s path."""
+
+    state: PlanState
+    md_path: Path | None = None
+
+
+def resolve_tool_path(raw: object, workspace: Path) -> Path | None:
+    """The absolute, symlink-free path a tool argument names (relative to ``workspace``)."""
+    if not isinstance(raw, str) or not raw.strip():
+        return None
+    path = Path(raw).expanduser()
+    if not path.is_absolute():
+        path = workspace / path
+    # strict=False: a file that does not exist yet still resolves through its existing parents.
+    return path.resolve(strict=False)
+
+
+def _is_md(raw: object, view: PlanGateView, workspace: Path) -> bool:
+    target = resolve_tool_path(raw, workspace)
+    if target is None or view.md_path is None:
+        return False
+    return target == view.md_path.resolve(strict=False)
+
+
+def check_gate(
+    tool_name: str, args: Mapping[str, Any], view: PlanGateView, *, workspace: Path
+) -> str | None:
+    """``None`` to allow the call, else the fixed deny reason returned to the model."""
+    state = view.state
+    if state == "none":
+        return None
+    if tool_name == "plan":
+        op = args.get("op")
+        if state == "pre_init" and op in CHECKLIST_OPS:
+            return TEXTS["pre-init-checklist-blocked"]
+        if state == "post_init" and op in CHECKLIST_OPS:
+            return TEXTS["editing-checklist-blocked"]
+        if state == "post_init" and op == "init":
+            return TEXTS["plan-live"]
+        return None
+    if tool_name in WRITE_TOOLS:
+        is_md = _is_md(args.get("path"), view, workspace)
+        if state == "pre_init":
+            return GATE_TEXTS["gate-pre-init-write"]
+        if state == "post_init":
+            return None if is_md else GATE_TEXTS["gate-editing-write"]
+        if state == "active" and is_md:
+            return GATE_TEXTS["gate-active-md-frozen"]
+        return None
+    if tool_name in SHELL_TOOLS and state == "post_init":
+        return GATE_TEXTS["gate-editing-bash"]
+    return None

@@ -1,0 +1,84 @@
+"""Reading a ``plan init file_path=...`` import (inside the workspace only, DESIGN.md §12).
+
+A JSON file gives tasks as a list, or as an object with a ``tasks`` list (an OpenCrabs plan
+JSON works). Any other text is read as Markdown and its work items become the tasks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from engine.plan.machine import TaskSpec
+
+
+def parse_task_spec(raw: object) -> TaskSpec | None:
+    """One task argument ``{title, description?, acceptance_criteria?, dependencies?}``."""
+    if not isinstance(raw, dict):
+        return None
+    title = raw.get("title")
+    description = raw.get("description") or ""
+    criteria = raw.get("acceptance_criteria") or []
+    deps = raw.get("dependencies") or []
+    if isinstance(criteria, str):
+        criteria = [criteria]
+    if not isinstance(title, str) or not title.strip() or not isinstance(description, str):
+        return None
+    if not isinstance(criteria, list) or not all(isinstance(c, str) for c in criteria):
+        return None
+    if not isinstance(deps, list) or not all(isinstance(d, str | int) for d in deps):
+        return None
+    return TaskSpec(
+        title=title.strip(),
+        description=description,
+        acceptance_criteria=tuple(c for c in criteria if c.strip()),
+        dependencies=tuple(str(d) for d in deps),
+    )
+
+
+def parse_task_specs(raw: object) -> tuple[TaskSpec, ...] | None:
+    """A list of task arguments, or ``None`` when any of them is malformed."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        return None
+    specs = [parse_task_spec(item) for item in raw]
+    if any(spec is None for spec in specs):
+        return None
+    return tuple(spec for spec in specs if spec is not None)
+
+
+def read_import(
+    file_path: str, workspace: Path, *, extract: Callable[[str], Sequence[Any]]
+) -> tuple[TaskSpec, ...] | str:
+    """The import's tasks, or a refusal code (outside workspace, unreadable, bad task)."""
+    root = workspace.resolve()
+    candidate = Path(file_path).expanduser()
+    target = (candidate if candidate.is_absolute() else root / candidate).resolve()
+    if not target.is_relative_to(root):
+        return "import-outside-workspace"
+    try:
+        text = target.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return "import-unreadable"
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        data = data.get("tasks", [])
+    if isinstance(data, list):
+        specs = parse_task_specs(data)
+        return "bad-task" if specs is None else specs
+    items = extract(text)
+    return tuple(
+        TaskSpec(
+            title=item.title,
+            description=item.description,
+            acceptance_criteria=tuple(item.acceptance_criteria),
+        )
+        for item in items
+        if item.title.strip()
+    )

@@ -1,0 +1,449 @@
+"""PlanService: applies the pure plan transitions under a per-session lock (DESIGN.md §3, §4).
+
+Order of every change: decide (engine.plan.machine) -> write the sidecar and ``.md`` through
+the :class:`~engine.plan.store.PlanStore` -> append ``plan/mode`` (when Editing starts or
+ends) and ``plan/changed`` to the event log -> set or clear the task goal. The sidecar is the
+authority; the log is history. The lock covers one state change, never a model call or a
+tool run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from engine.events import PlanChanged, PlanMode, SessionEvent
+from engine.plan import machine
+from engine.plan.criteria import TaskCriteriaSink
+from engine.plan.gate import PlanGateView
+from engine.plan.importer import read_import
+from engine.plan.machine import ClearCriteria, Context, SetCriteria, TaskSpec, Transition
+from engine.plan.refusals import Refusal, refusal
+from engine.plan.seeding import Seeding, default_seeding
+from engine.plan.store import ArchiveReason, PlanStore
+from engine.plan.types import PlanFlow, PlanSidecar, PlanState
+from engine.ports import Clock, EventLog
+from engine.projections import PlanModeState, apply_plan_mode_event
+
+CORRUPT_NOTICE = (
+    "The plan file of this session could not be read; it was moved aside to {path}. "
+    "The session continues without a plan."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanResult:
+    """The outcome of one operation: ``code`` is the refusal code, ``None`` on success."""
+
+    text: str
+    code: str | None
+    state: PlanState
+    revision: int
+    plan_id: str | None = None
+    seeded: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.code is None
+
+
+@dataclass(slots=True)
+class _Live:
+    sidecar: PlanSidecar | None
+    md: str | None
+
+
+def _editing(state: PlanState) -> bool:
+    return state in ("pre_init", "post_init")
+
+
+class PlanService:
+    """The plan lifecycle of every session.
+
+    ``criteria`` receives task acceptance criteria (H4's GoalService); ``seeding`` defaults to
+    the real extractor and reconciler. Reads are served from a per-session cache that every
+    write goes through, so one process must own a session's plan files.
+    """
+
+    def __init__(
+        self,
+        store: PlanStore,
+        log: EventLog,
+        *,
+        criteria: TaskCriteriaSink | None = None,
+        clock: Clock = time.time,
+        new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+        seeding: Seeding | None = None,
+    ) -> None:
+        self._store = store
+        self._log = log
+        self._criteria = criteria
+        self._clock = clock
+        self._new_id = new_id
+        self._seeding = seeding
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._live: dict[str, _Live] = {}
+        self._notices: dict[str, list[str]] = {}
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    def _lock(self, session_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(session_id, asyncio.Lock())
+
+    def _seed(self) -> Seeding:
+        if self._seeding is None:
+            self._seeding = default_seeding()
+        return self._seeding
+
+    def _now(self) -> str:
+        return datetime.fromtimestamp(self._clock(), UTC).isoformat()
+
+    async def _context(self, session_id: str, *, autonomous: bool = False) -> Context:
+        return Context(
+            session_id=session_id,
+            now=self._now(),
+            new_plan_id=self._new_id(),
+            md_path=str(await self._store.md_path(session_id)),
+            autonomous=autonomous,
+        )
+
+    async def _load_locked(self, session_id: str) -> _Live:
+        live = self._live.get(session_id)
+        if live is not None:
+            return live
+        loaded = await self._store.load(session_id)
+        if loaded.corrupt is not None:
+            self._notices.setdefault(session_id, []).append(
+                CORRUPT_NOTICE.format(path=loaded.corrupt)
+            )
+        sidecar, md = loaded.sidecar, loaded.md
+        if sidecar is not None and loaded.disposition != "live":
+            # Legacy Completed archives silently; legacy Cancelled archives as discarded.
+            reason: ArchiveReason = (
+                "completed" if loaded.disposition == "archive_completed" else "discarded"
+            )
+            await self._store.archive(session_id, sidecar, reason=reason)
+            sidecar, md = None, None
+        live = _Live(sidecar=sidecar, md=md)
+        self._live[session_id] = live
+        await self._repair_mode_locked(session_id, machine.state_of(sidecar, md))
+        return live
+
+    async def _repair_mode_locked(self, session_id: str, state: PlanState) -> None:
+        # The sidecar wins over the log: a disagreeing last plan/mode gets a repairing one.
+        mode = PlanModeState()
+        for stored in await self._log.read(session_id):
+            mode = apply_plan_mode_event(mode, stored.event)
+        if mode.active != _editing(state):
+            await self._log.append(session_id, [PlanMode(active=_editing(state))])
+
+    def _result(self, live: _Live, text: str, code: str | None = None) -> PlanResult:
+        sidecar = live.sidecar
+        return PlanResult(
+            text=text,
+            code=code,
+            state=machine.state_of(sidecar, live.md),
+            revision=sidecar.revision if sidecar is not None else 0,
+            plan_id=sidecar.id if sidecar is not None else None,
+        )
+
+    async def _commit_locked(self, session_id: str, live: _Live, t: Transition) -> PlanResult:
+        before = machine.state_of(live.sidecar, live.md)
+        old_revision = live.sidecar.revision if live.sidecar is not None else 0
+        new = _Live(sidecar=t.sidecar, md=t.md if t.md is not None else live.md)
+        if t.archive is not None and t.sidecar is not None:
+            await self._store.archive(session_id, t.sidecar, reason=t.archive)
+            new = _Live(sidecar=None, md=None)
+        elif t.sidecar is None:
+            await self._store.delete(session_id)
+            new = _Live(sidecar=None, md=None)
+        elif t.reason != "submitted":
+            await self._store.save(session_id, t.sidecar, md=t.md)
+        self._live[session_id] = new
+        after = machine.state_of(new.sidecar, new.md)
+        revision = t.sidecar.revision if t.sidecar is not None else old_revision + 1
+        events: list[SessionEvent] = []
+        if _editing(before) != _editing(after):
+            events.append(PlanMode(active=_editing(after)))
+        plan_id = (
+            t.sidecar.id
+            if t.sidecar is not None
+            else (live.sidecar.id if live.sidecar is not None else None)
+        )
+        events.append(
+            PlanChanged(status=after, revision=revision, plan_id=plan_id, reason=t.reason)
+        )
+        await self._log.append(session_id, events)
+        await self._apply_criteria(session_id, t)
+        return PlanResult(
+            text=t.text,
+            code=None,
+            state=after,
+            revision=revision,
+            plan_id=plan_id if new.sidecar is not None else None,
+            seeded=t.seeded,
+        )
+
+    async def _apply_criteria(self, session_id: str, t: Transition) -> None:
+        if self._criteria is None:
+            return
+        effect = t.criteria
+        if isinstance(effect, SetCriteria):
+            await self._criteria.set_task_criteria(
+                session_id,
+                task_id=effect.task_id,
+                title=effect.title,
+                criteria=list(effect.criteria),
+            )
+        elif isinstance(effect, ClearCriteria):
+            await self._criteria.clear_task_criteria(session_id)
+
+    async def _run(
+        self,
+        session_id: str,
+        decide: Callable[[_Live, Context], Transition | Refusal | None],
+        *,
+        autonomous: bool = False,
+    ) -> PlanResult:
+        async with self._lock(session_id):
+            live = await self._load_locked(session_id)
+            ctx = await self._context(session_id, autonomous=autonomous)
+            outcome = decide(live, ctx)
+            if outcome is None:
+                return self._result(live, "")
+            if isinstance(outcome, Refusal):
+                return self._result(live, outcome.text, outcome.code)
+            return await self._commit_locked(session_id, live, outcome)
+
+    # --- reads ------------------------------------------------------------------------------
+
+    async def current(self, session_id: str) -> PlanSidecar | None:
+        """The live sidecar, or ``None`` for NoPlan (loads and repairs on first use)."""
+        async with self._lock(session_id):
+            return (await self._load_locked(session_id)).sidecar
+
+    async def state(self, session_id: str) -> PlanState:
+        """``"none" | "pre_init" | "post_init" | "active"``."""
+        async with self._lock(session_id):
+            live = await self._load_locked(session_id)
+            return machine.state_of(live.sidecar, live.md)
+
+    async def revision(self, session_id: str) -> int:
+        """The live plan's revision (0 without a plan); buttons are bound to it."""
+        sidecar = await self.current(session_id)
+        return sidecar.revision if sidecar is not None else 0
+
+    async def md_text(self, session_id: str) -> str | None:
+        """The session ``.md`` as last written (``None`` without one)."""
+        async with self._lock(session_id):
+            return (await self._load_locked(session_id)).md
+
+    async def md_path(self, session_id: str) -> Path:
+        """The absolute path of the session ``.md`` (existing or not)."""
+        return await self._store.md_path(session_id)
+
+    async def gate_view(self, session_id: str) -> PlanGateView:
+        """What :func:`engine.plan.gate.check_gate` needs, read at each tool call."""
+        return PlanGateView(
+            state=await self.state(session_id), md_path=await self._store.md_path(session_id)
+        )
+
+    def take_notices(self, session_id: str) -> list[str]:
+        """Messages for the user (a corrupt sidecar moved aside); each is returned once."""
+        return self._notices.pop(session_id, [])
+
+    async def show(self, session_id: str) -> PlanResult:
+        """The ``plan show`` text."""
+        md_path = str(await self._store.md_path(session_id))
+        async with self._lock(session_id):
+            live = await self._load_locked(session_id)
+            return self._result(live, machine.render_show(live.sidecar, live.md, md_path))
+
+    # --- owner / command-plane operations ---------------------------------------------------
+
+    async def enter_pre_init(
+        self, session_id: str, *, working_directory: str | None = None
+    ) -> PlanResult:
+        """``/plan`` from NoPlan: durable pre-init Editing (refused in Editing and Active)."""
+
+        def decide(live: _Live, ctx: Context) -> Transition | Refusal:
+            ctx = Context(
+                session_id=ctx.session_id,
+                now=ctx.now,
+                new_plan_id=ctx.new_plan_id,
+                md_path=ctx.md_path,
+                working_directory=working_directory,
+            )
+            return machine.enter_pre_init(live.sidecar, live.md, ctx)
+
+        return await self._run(session_id, decide)
+
+    async def approve(self, session_id: str, *, revision: int, actor: int | None) -> PlanResult:
+        """Approve the post-init plan at ``revision``: template B must be valid.
+
+        Seeds the checklist from the ``.md`` (or reconciles it against ``revising.tasks``
+        on re-approval, minting a new plan id); zero items leave Active with empty tasks.
+        """
+        seeding = self._seed()
+
+        def decide(live: _Live, ctx: Context) -> Transition | Refusal:
+            sidecar = live.sidecar
+            text = live.md if live.md is not None else (sidecar.description if sidecar else "")
+            checked = machine.approve_check(sidecar, live.md, revision, ())
+            if isinstance(checked, Refusal):
+                return checked
+            missing = tuple(seeding.validate(text))
+            if missing:
+                return refusal("approve-template", list(missing))
+            items = list(seeding.extract(text))
+            if checked.revising is not None:
+                tasks, next_id = seeding.reconcile(
+                    previous=checked.revising.tasks,
+                    previous_plan_id=checked.revising.plan_id,
+                    items=items,
+                    next_task_id=checked.next_task_id,
+                )
+            else:
+                tasks, next_id = seeding.seed(items, next_task_id=checked.next_task_id)
+            inp = machine.ApproveInput(
+                revision=revision,
+                actor=actor,
+                missing=(),
+                tasks=tuple(tasks),
+                next_task_id=next_id,
+            )
+            return machine.approve(sidecar, live.md, inp, ctx)
+
+        return await self._run(session_id, decide)
+
+    async def revise(self, session_id: str) -> PlanResult:
+        """Active design plan -> Editing; the checklist is kept in ``revising``."""
+        return await self._run(
+            session_id, lambda live, ctx: machine.revise(live.sidecar, live.md, ctx)
+        )
+
+    async def discard(self, session_id: str) -> PlanResult:
+        """Archive as discarded; pre-init clears the flag; a revision restores the Active plan."""
+        return await self._run(
+            session_id, lambda live, ctx: machine.discard(live.sidecar, live.md, ctx)
+        )
+
+    async def abandon(self, session_id: str) -> PlanResult:
+        """For ``/new``: archive a live plan as abandoned (no-op without one)."""
+        return await self._run(
+            session_id, lambda live, ctx: machine.abandon(live.sidecar, live.md, ctx)
+        )
+
+    async def set_flow(self, session_id: str, flow: PlanFlow) -> None:
+        """Store the Telegram card ids; no revision bump, no events (buttons stay valid)."""
+        async with self._lock(session_id):
+            live = await self._load_locked(session_id)
+            if live.sidecar is None:
+                return
+            updated = live.sidecar.model_copy(update={"flow": flow})
+            await self._store.save(session_id, updated)
+            self._live[session_id] = _Live(sidecar=updated, md=live.md)
+
+    async def fork(self, source_id: str, target_id: str) -> None:
+        """Copy the plan files of ``source_id`` to a new session ``target_id``."""
+        async with self._lock(source_id):
+            await self._store.fork(source_id, target_id)
+        self._live.pop(target_id, None)
+
+    # --- the agent's operations (the plan tool) ---------------------------------------------
+
+    async def md_written(self, session_id: str) -> PlanResult:
+        """Call after a successful write of the session ``.md``: mirror it into the sidecar.
+
+        Syncs ``description``, bumps ``revision`` and appends ``plan/changed``; does nothing
+        outside post-init Editing or when the text did not change.
+        """
+        async with self._lock(session_id):
+            live = await self._load_locked(session_id)
+            md = await self._store.read_md(session_id)
+            live = _Live(sidecar=live.sidecar, md=md)
+            self._live[session_id] = live
+            ctx = await self._context(session_id)
+            outcome = machine.md_written(live.sidecar, md, ctx)
+            if outcome is None or isinstance(outcome, Refusal):
+                return self._result(live, "")
+            return await self._commit_locked(session_id, live, outcome)
+
+    async def init(
+        self,
+        session_id: str,
+        *,
+        title: str,
+        mode: str | None = None,
+        tasks: Sequence[TaskSpec] = (),
+        file_path: str | None = None,
+        workspace: Path,
+        autonomous: bool = False,
+    ) -> PlanResult:
+        """``plan init``; import reads ``file_path`` only inside ``workspace``."""
+        imported: tuple[TaskSpec, ...] | str = ()
+        if file_path is not None:
+            imported = read_import(file_path, workspace, extract=self._seed().extract)
+        inp = machine.InitInput(
+            title=title, mode=mode, tasks=tuple(tasks), file_path=file_path, imported=imported
+        )
+
+        def decide(live: _Live, ctx: Context) -> Transition | Refusal:
+            ctx = Context(
+                session_id=ctx.session_id,
+                now=ctx.now,
+                new_plan_id=ctx.new_plan_id,
+                md_path=ctx.md_path,
+                working_directory=str(workspace),
+                autonomous=autonomous,
+            )
+            return machine.init(live.sidecar, live.md, inp, ctx)
+
+        return await self._run(session_id, decide, autonomous=autonomous)
+
+    async def add_tasks(self, session_id: str, tasks: Sequence[TaskSpec]) -> PlanResult:
+        """Active only; new tasks are ``source: agent``."""
+        return await self._run(
+            session_id, lambda live, ctx: machine.add_tasks(live.sidecar, live.md, tasks, ctx)
+        )
+
+    async def start(self, session_id: str, task_id: str | None = None) -> PlanResult:
+        """Start ``task_id`` or the next startable task; never approves."""
+        return await self._run(
+            session_id, lambda live, ctx: machine.start(live.sidecar, live.md, task_id, ctx)
+        )
+
+    async def complete(
+        self, session_id: str, task_id: str | None = None, evidence: str | None = None
+    ) -> PlanResult:
+        """Complete the in-progress task (or ``task_id``); the last one archives the plan."""
+        return await self._run(
+            session_id,
+            lambda live, ctx: machine.complete(live.sidecar, live.md, task_id, evidence, ctx),
+        )
+
+    async def skip(
+        self, session_id: str, task_id: str | None = None, reason: str | None = None
+    ) -> PlanResult:
+        """Defer the in-progress task (or ``task_id``) with a reason."""
+        return await self._run(
+            session_id,
+            lambda live, ctx: machine.skip(live.sidecar, live.md, task_id, reason, ctx),
+        )
+
+    async def submit(self, session_id: str) -> PlanResult:
+        """Ask for review: validates template B; changes nothing durable."""
+        seeding = self._seed()
+
+        def decide(live: _Live, ctx: Context) -> Transition | Refusal:
+            text = live.md if live.md is not None else ""
+            state = machine.state_of(live.sidecar, live.md)
+            missing = seeding.validate(text) if state == "post_init" else []
+            return machine.submit(live.sidecar, live.md, missing, ctx)
+
+        return await self._run(session_id, decide)

@@ -1,0 +1,142 @@
+"""The ``plan`` tool: one tool, one ``op`` argument (DESIGN.md §8, spec/adr-0003 C3).
+
+Argument names are a contract: ``init {title, mode?, tasks?, file_path?}``,
+``add_tasks {tasks}``, ``add_task {title, description?, acceptance_criteria?, dependencies?}``
+(alias of a one-task ``add_tasks``), ``start {task_id?}``, ``complete {task_id?, evidence?}``,
+``skip {task_id?, reason}``, ``submit {}``, ``show {}``. Every mistake returns a fixed text
+with a stable code (engine.plan.refusals) as an error result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.events import GoalRoundSource
+from engine.plan.importer import parse_task_spec, parse_task_specs
+from engine.plan.refusals import refusal
+from engine.plan.service import PlanResult, PlanService
+from engine.tools.base import ToolContext, ToolOutcome
+
+OPS = ("init", "add_tasks", "add_task", "start", "complete", "skip", "submit", "show")
+
+_TASK_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "title": {"type": "string"},
+        "description": {"type": "string"},
+        "acceptance_criteria": {"type": "array", "items": {"type": "string"}},
+        "dependencies": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["title"],
+}
+
+DESCRIPTION = (
+    "Plan work before changing the project, and track a checklist. "
+    "op=init {title, mode?, tasks?, file_path?}: no tasks (or mode=design) opens a design plan "
+    "and returns the path of its .md, which you write in template B, then op=submit and end "
+    "your turn so the owner can approve; tasks (or mode=checklist) start a checklist at once; "
+    "file_path imports tasks from a workspace file. "
+    "op=add_tasks {tasks} (add_task {title, ...} for one) appends tasks to an active checklist. "
+    "op=start {task_id?} starts the next task; op=complete {task_id?, evidence?} and "
+    "op=skip {task_id?, reason} finish the task in progress. op=show prints the plan."
+)
+
+
+def _opt_str(args: dict[str, Any], key: str) -> str | None:
+    value = args.get(key)
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value if isinstance(value, str) else None
+
+
+def _outcome(result: PlanResult) -> ToolOutcome:
+    return ToolOutcome(content=result.text, is_error=not result.ok)
+
+
+class PlanTool:
+    """The model-facing ``plan`` tool over a :class:`PlanService`."""
+
+    name = "plan"
+    description = DESCRIPTION
+
+    def __init__(self, plans: PlanService) -> None:
+        self._plans = plans
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The JSON schema of the arguments object."""
+        return {
+            "type": "object",
+            "properties": {
+                "op": {"type": "string", "enum": list(OPS)},
+                "title": {"type": "string"},
+                "mode": {"type": "string", "enum": ["design", "checklist"]},
+                "tasks": {"type": "array", "items": _TASK_SCHEMA},
+                "file_path": {"type": "string"},
+                "description": {"type": "string"},
+                "acceptance_criteria": {"type": "array", "items": {"type": "string"}},
+                "dependencies": {"type": "array", "items": {"type": "string"}},
+                "task_id": {"type": "string"},
+                "evidence": {"type": "string"},
+                "reason": {"type": "string"},
+            },
+            "required": ["op"],
+        }
+
+    def is_concurrency_safe(self, args: dict[str, Any]) -> object:
+        """Never: every op reads or changes the plan in order."""
+        return False
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        """Dispatch on ``op``; refusals come back as error results with fixed texts."""
+        op = args.get("op")
+        sid = ctx.session_id
+        plans = self._plans
+        if op == "init":
+            tasks = parse_task_specs(args.get("tasks"))
+            title = args.get("title")
+            if tasks is None:
+                return _error("bad-task")
+            mode = args.get("mode")
+            return _outcome(
+                await plans.init(
+                    sid,
+                    title=title if isinstance(title, str) else "",
+                    mode=mode if mode is None or isinstance(mode, str) else str(mode),
+                    tasks=tasks,
+                    file_path=_opt_str(args, "file_path"),
+                    workspace=ctx.workspace,
+                    autonomous=isinstance(ctx.source, GoalRoundSource),
+                )
+            )
+        if op == "add_tasks":
+            specs = parse_task_specs(args.get("tasks"))
+            if specs is None:
+                return _error("bad-task")
+            return _outcome(await plans.add_tasks(sid, specs))
+        if op == "add_task":
+            spec = parse_task_spec({k: v for k, v in args.items() if k != "op"})
+            if spec is None:
+                return _error("bad-task")
+            return _outcome(await plans.add_tasks(sid, [spec]))
+        if op == "start":
+            return _outcome(await plans.start(sid, _opt_str(args, "task_id")))
+        if op == "complete":
+            return _outcome(
+                await plans.complete(sid, _opt_str(args, "task_id"), _opt_str(args, "evidence"))
+            )
+        if op == "skip":
+            return _outcome(
+                await plans.skip(sid, _opt_str(args, "task_id"), _opt_str(args, "reason"))
+            )
+        if op == "submit":
+            return _outcome(await plans.submit(sid))
+        if op == "show":
+            return _outcome(await plans.show(sid))
+        return _error("unknown-op")
+
+
+def _error(code: str) -> ToolOutcome:
+    return ToolOutcome(content=refusal(code).text, is_error=True)
