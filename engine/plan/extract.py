@@ -44,7 +44,9 @@ MISSING_TARGET_STATE = "a non-empty **Target state:** in `## Context`"
 MISSING_INTENT = "a non-empty **Intent:** in `## Context`"
 MISSING_STEPS = "at least one numbered step in `## Implementation steps`"
 
-_DONE_WHEN = re.compile(r"^[ \t]*(?:[-*+][ \t]+)?(?:\*\*)?done when:(?:\*\*)?[ \t]*(.*)$", re.I)
+_DONE_WHEN = re.compile(
+    r"^[ \t]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)?(?:\*\*)?done when:(?:\*\*)?[ \t]*(.*)$", re.I
+)
 _BULLET_LINE = re.compile(r"^([ \t]*)[-*+][ \t]+(.*\S)[ \t]*$")
 _MARKER = re.compile(r"^([ \t]*)([-*+]|\d{1,9}[.)])")
 _TITLE_SEP = " — "
@@ -224,12 +226,17 @@ def _columns(text: str) -> int:
     return col
 
 
-def _item_own_lines(doc: _Doc, start: int, end: int) -> list[str]:
-    """The item's lines with the marker off the first line and container indent off the rest."""
+def _item_own_lines(doc: _Doc, start: int, own_end: int, end: int) -> list[str]:
+    """The item's lines with the marker off the first line and container indent off the rest.
+
+    Lines in ``[own_end, end)`` are glued ``Done when:`` blocks from outside the item's
+    container; they are kept verbatim.
+    """
     first = doc.lines[start]
     m = _MARKER.match(first)
     if m is None:  # not expected for a list item's first line; keep it verbatim
         return _trim_blank_tail(doc.lines[start:end])
+
     after = first[m.end() :]
     gap = len(after) - len(after.lstrip(" \t"))
     gap_cols = _columns(first[: m.end() + gap]) - _columns(first[: m.end()])
@@ -246,7 +253,8 @@ def _item_own_lines(doc: _Doc, start: int, end: int) -> list[str]:
         indent = marker_cols + gap_cols
         text = rest
     out = [text]
-    out.extend(_strip_columns(line, indent) for line in doc.lines[start + 1 : end])
+    out.extend(_strip_columns(line, indent) for line in doc.lines[start + 1 : own_end])
+    out.extend(doc.lines[own_end:end])
     return _trim_blank_tail(out)
 
 
@@ -265,8 +273,8 @@ class _Raw:
     heading_named: bool
 
 
-def _is_done_when_block(doc: _Doc, block: _Block) -> bool:
-    return block.kind in ("prose", "list") and bool(_DONE_WHEN.match(doc.lines[block.start]))
+def _is_done_when(doc: _Doc, line: int) -> bool:
+    return line not in doc.code_lines and bool(_DONE_WHEN.match(doc.lines[line]))
 
 
 def _list_items(block: _Block) -> list[tuple[int, int]]:
@@ -296,12 +304,16 @@ def _classify(doc: _Doc, section: _Section) -> _Parts:
     attached: set[int] = set()
     context: list[tuple[int, str]] = []
     has_prose = False
+    after_step = False  # the previous block ended with a step (a list item)
     for idx, b in enumerate(blocks):
-        if _attached(doc, blocks, idx):
+        if b.kind == "list":
+            after_step = True
+            continue
+        if b.kind == "prose" and after_step and _is_done_when(doc, b.start):
+            # "Done when:" right after a step belongs to that step, even at column 0.
             attached.add(idx)
             continue
-        if b.kind == "list":
-            continue
+        after_step = False
         text = _slice(doc, b.start, b.end)
         if b.kind == "prose":
             nxt = blocks[idx + 1] if idx + 1 < len(blocks) else None
@@ -330,63 +342,39 @@ def _section_raws(doc: _Doc, section: _Section, inherited: list[tuple[int, str]]
             )
         )
     scope = [*inherited, *parts.context]
+    # Steps as (start, own end, end with glued lines, lead-in): a "Done when:" item or
+    # paragraph directly after a step extends that step instead of starting one.
+    steps: list[tuple[int, int, int, list[tuple[int, str]]]] = []
+    last: int | None = None
     for idx, b in enumerate(blocks):
+        if idx in parts.attached and last is not None:
+            steps[last] = (*steps[last][:2], b.end, steps[last][3])
+            continue
         if b.kind != "list":
+            last = None
             continue
         lead: list[tuple[int, str]] = []
         if idx - 1 in parts.lead_ins:
             prev = blocks[idx - 1]
             lead = [(prev.start, _slice(doc, prev.start, prev.end))]
-        items = _list_items(b)
-        # Leading "Done when:" bullets of a list glued to a step belong to that step.
-        skip = _done_when_prefix(doc, items) if idx in parts.attached else 0
-        for k in range(skip, len(items)):
-            s, end = items[k]
-            if k == len(items) - 1:
-                end = _extend_done_when(doc, blocks, idx, end)
-            raws.append(
-                _Raw(
-                    line=s,
-                    path=section.path,
-                    own=_item_own_lines(doc, s, end),
-                    own_source_lines=list(range(s, end)),
-                    context=sorted([*scope, *lead], key=lambda p: p[0]),
-                    heading_named=False,
-                )
+        for s, e in _list_items(b):
+            if last is not None and _is_done_when(doc, s):
+                steps[last] = (*steps[last][:2], e, steps[last][3])
+                continue
+            steps.append((s, e, e, lead))
+            last = len(steps) - 1
+    for s, own_end, end, lead in steps:
+        raws.append(
+            _Raw(
+                line=s,
+                path=section.path,
+                own=_item_own_lines(doc, s, own_end, end),
+                own_source_lines=list(range(s, end)),
+                context=sorted([*scope, *lead], key=lambda p: p[0]),
+                heading_named=False,
             )
+        )
     return raws
-
-
-def _done_when_prefix(doc: _Doc, items: list[tuple[int, int]]) -> int:
-    n = 0
-    for s, _e in items:
-        if not _DONE_WHEN.match(doc.lines[s]):
-            break
-        n += 1
-    return n
-
-
-def _attached(doc: _Doc, blocks: list[_Block], idx: int) -> bool:
-    """Is block ``idx`` a ``Done when:`` block directly after a list (so it belongs to a step)?"""
-    return idx > 0 and blocks[idx - 1].kind == "list" and _is_done_when_block(doc, blocks[idx])
-
-
-def _extend_done_when(doc: _Doc, blocks: list[_Block], idx: int, end: int) -> int:
-    """Extend a list's last item over directly following ``Done when:`` blocks."""
-    j = idx + 1
-    while j < len(blocks) and _attached(doc, blocks, j):
-        b = blocks[j]
-        if b.kind == "prose":
-            end = b.end
-            j += 1
-            continue
-        items = _list_items(b)
-        n = _done_when_prefix(doc, items)
-        end = items[n - 1][1]
-        if n < len(items):
-            break
-        j += 1
-    return end
 
 
 def _criteria_and_description(lines: list[str], code: list[bool]) -> tuple[list[str], list[str]]:
@@ -488,6 +476,11 @@ def extract_work_items(markdown: str) -> list[WorkItem]:
     Each item's ``heading_path`` + ``work_body`` is its strict identity: any change to a
     heading, bullet, nested line or scoping prose gives a different identity.
     """
+    return [item for _line, _bullet, item in _extract_located(markdown)]
+
+
+def _extract_located(markdown: str) -> list[tuple[int, bool, WorkItem]]:
+    """Items with their first source line and whether they are list items (for tests)."""
     doc = _parse(markdown)
     shared: dict[int, list[tuple[int, str]]] = {}
     raws: list[_Raw] = []
@@ -498,7 +491,7 @@ def extract_work_items(markdown: str) -> list[WorkItem]:
         shared[id(section)] = [*inherited, *_classify(doc, section).context]
         raws.extend(_section_raws(doc, section, inherited))
     raws.sort(key=lambda r: r.line)  # stable: document order, sections already in order
-    return [_finish(doc, r) for r in raws]
+    return [(r.line, not r.heading_named, _finish(doc, r)) for r in raws]
 
 
 # --------------------------------------------------------------------------- template B
