@@ -1,0 +1,90 @@
+"""One factory that assembles the agent: :func:`build_agent`.
+
+The composition root passes the stores, the model, the channel and (optionally) the plan and
+goal machines; this builds the agent's own tools (file tools, bash, ask_user) sharing one set
+of workspace locks, adds the caller's tools (plan, todo_write, goal tools), and returns the
+:class:`~engine.agent.controller.AgentRegistry`. Attach the goal round driver afterwards with
+``registry.set_driver(driver)`` (the driver needs the registry as its ``RoundTarget``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from engine.agent.channel import Channel
+from engine.agent.config import AgentDeps, AgentSettings, WorkspaceResolver
+from engine.agent.controller import AgentRegistry
+from engine.agent.ports import GoalPort, IdleListener, PlanPort
+from engine.model.types import ModelProvider
+from engine.ports import EventLog, SessionStore
+from engine.tools.ask import AskUserTool
+from engine.tools.base import Tool
+from engine.tools.bash import BashLimits, BashTool
+from engine.tools.files import FileLimits, file_tools
+from engine.tools.workspace import WorkspaceLocks
+
+
+def workspace_from_store(sessions: SessionStore, *, default: Path) -> WorkspaceResolver:
+    """A resolver that reads the session's bound workspace, ``default`` when it has none."""
+
+    async def resolve(session_id: str) -> Path:
+        record = await sessions.get_session(session_id)
+        return Path(record.workspace) if record is not None and record.workspace else default
+
+    return resolve
+
+
+def agent_tools(
+    channel: Channel,
+    *,
+    plan: PlanPort | None = None,
+    locks: WorkspaceLocks | None = None,
+    file_limits: FileLimits | None = None,
+    bash_limits: BashLimits | None = None,
+) -> tuple[list[Tool], BashTool]:
+    """The agent's own tools (read_file, list_files, grep, write_file, edit_file, bash,
+    ask_user) and the bash tool itself (for ``kill_session``)."""
+    shared = locks or WorkspaceLocks()
+    bash = BashTool(locks=shared, limits=bash_limits)
+    tools: list[Tool] = [*file_tools(hooks=plan, locks=shared, limits=file_limits)]
+    tools.extend([bash, AskUserTool(channel)])
+    return tools, bash
+
+
+def build_agent(
+    *,
+    log: EventLog,
+    model: ModelProvider,
+    channel: Channel,
+    workspace_for: WorkspaceResolver,
+    plan: PlanPort | None = None,
+    goals: GoalPort | None = None,
+    driver: IdleListener | None = None,
+    extra_tools: Sequence[Tool] = (),
+    settings: AgentSettings | None = None,
+    file_limits: FileLimits | None = None,
+    bash_limits: BashLimits | None = None,
+) -> AgentRegistry:
+    """Assemble the agent. ``extra_tools`` are the plan, todo and goal tools.
+
+    ``plan`` is a :class:`~engine.agent.ports.PlanPort` (wrap H2's ``PlanService`` in
+    :class:`engine.agent.adapters.PlanServiceAdapter`); ``goals`` is H4's ``GoalService``;
+    ``driver`` may be attached later with ``set_driver``.
+    """
+    own, bash = agent_tools(channel, plan=plan, file_limits=file_limits, bash_limits=bash_limits)
+    deps = AgentDeps(
+        log=log,
+        model=model,
+        channel=channel,
+        tools=[*own, *extra_tools],
+        workspace_for=workspace_for,
+        plan=plan,
+        goals=goals,
+        stop_hooks=(bash.kill_session,),
+        settings=settings or AgentSettings(),
+    )
+    return AgentRegistry(deps, driver=driver)
+
+
+__all__ = ["agent_tools", "build_agent", "workspace_from_store"]

@@ -1,0 +1,71 @@
+"""The channel the agent tells things to (DESIGN.md §1, §8, §14 "Telegram").
+
+The engine never imports Telegram: ``bot/`` implements :class:`Channel` for Telegram and the
+console demo implements it for a terminal. Every method is a notification; the agent does not
+wait for the chat to answer. A channel method that raises is logged by the agent and never
+breaks a turn (see :func:`safe_call`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Sequence
+from typing import Protocol
+
+from engine.events import TurnOutcome
+
+_log = logging.getLogger("engine.agent.channel")
+
+
+class Channel(Protocol):
+    """What the agent needs from a chat front end."""
+
+    async def reply(self, session_id: str, text: str, *, reply_to: int | None) -> None:
+        """Post a turn's final text, as a reply to the message ``reply_to`` when it is set."""
+        ...
+
+    async def ask(self, session_id: str, question: str, options: Sequence[str]) -> None:
+        """Ask the owner a question (``ask_user``); ``options`` become buttons when not empty.
+
+        The answer comes back later as an ordinary user message.
+        """
+        ...
+
+    async def typing(self, session_id: str) -> None:
+        """Show that the agent is working (called before each model call)."""
+        ...
+
+    async def turn_started(self, session_id: str) -> None:
+        """A turn opened (``turn/start`` is committed)."""
+        ...
+
+    async def turn_ended(self, session_id: str, outcome: TurnOutcome) -> None:
+        """A turn closed with ``outcome`` (``turn/end`` is committed)."""
+        ...
+
+    async def plan_changed(self, session_id: str) -> None:
+        """The plan may have changed: redraw the plan card from the sidecar."""
+        ...
+
+    async def goal_changed(self, session_id: str) -> None:
+        """The goal may have changed: redraw the goal card from the projection."""
+        ...
+
+    async def notice(self, session_id: str, text: str) -> None:
+        """A short system line for the chat (a failure, a stale approval, dropped messages)."""
+        ...
+
+
+async def safe_call(what: str, call: Awaitable[None]) -> None:
+    """Await a channel notification; log and swallow its failure so the turn goes on.
+
+    The chat is a side effect of the log, not its authority: a Telegram outage must not turn
+    a committed step into a failed one.
+    """
+    try:
+        await call
+    except Exception as exc:  # worker boundary: a front-end failure never breaks a turn
+        _log.warning("engine.agent.channel.failed %s %s: %s", what, type(exc).__name__, exc)
+
+
+__all__ = ["Channel", "safe_call"]

@@ -1,0 +1,336 @@
+"""Per-session controllers and their registry (DESIGN.md §8, §14).
+
+One :class:`SessionController` per session owns an inbox of queued messages, at most one
+running turn (an ``asyncio.Task`` that drains the inbox) and the process-local state: the
+pending plan-mode switch and the pending approval ``{revision, actor}``. Handlers never wait for
+a turn: :meth:`SessionController.submit` enqueues and returns.
+
+:class:`AgentRegistry` maps session ids to controllers and is the goal round driver's
+``RoundTarget`` (``is_idle``, ``submit_round``); it tells the driver ``notify_idle`` when a
+session's inbox drains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import Literal
+
+from engine.agent.channel import safe_call
+from engine.agent.config import AgentDeps
+from engine.agent.ports import IdleListener
+from engine.agent.turn import InboundMessage, TurnResult, is_goal_round, run_turn
+from engine.events import GoalRoundSource, HumanSource, MessageSource, SeedSource
+from engine.tools.base import ToolContext
+from engine.tools.runtime import ToolCallRequest, ToolRuntime
+
+_log = logging.getLogger("engine.agent.controller")
+
+ApprovalRequest = Literal["committed", "pending", "stale"]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingApproval:
+    revision: int
+    actor: int | None
+
+
+class SessionController:
+    """The agent of one session. Create through :meth:`AgentRegistry.controller`."""
+
+    def __init__(
+        self,
+        session_id: str,
+        deps: AgentDeps,
+        runtime: ToolRuntime,
+        *,
+        on_idle: IdleListener | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self._deps = deps
+        self._runtime = runtime
+        self._on_idle = on_idle
+        self._inbox: deque[InboundMessage] = deque()
+        self._task: asyncio.Task[None] | None = None
+        self._current: InboundMessage | None = None
+        self._pending_mode: bool | None = None
+        self._pending_approval: PendingApproval | None = None
+        self._background: set[asyncio.Future[object]] = set()
+        self.last_result: TurnResult | None = None
+
+    # --- state ----------------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        """A turn is running or about to run (the drain task exists)."""
+        return self._task is not None and not self._task.done()
+
+    def is_idle(self) -> bool:
+        """No running turn and no queued message."""
+        return not self.busy and not self._inbox
+
+    @property
+    def queued(self) -> list[InboundMessage]:
+        """The messages waiting behind the running turn, oldest first."""
+        return list(self._inbox)
+
+    @property
+    def pending_approval(self) -> PendingApproval | None:
+        return self._pending_approval
+
+    @property
+    def pending_plan_mode(self) -> bool | None:
+        return self._pending_mode
+
+    # --- input ----------------------------------------------------------------------------
+
+    def submit(
+        self, text: str, *, source: MessageSource | None = None, message_id: int | None = None
+    ) -> None:
+        """Queue a message and make sure a drain task runs; returns at once.
+
+        ``message_id`` is the chat message the turn's final text replies to.
+        """
+        self._inbox.append(InboundMessage(text, source or HumanSource(), message_id))
+        if not self.busy:
+            self._task = asyncio.create_task(self._drain(), name=f"agent:{self.session_id}")
+
+    def request_plan_mode(self, active: bool) -> None:
+        """Record a plan-mode switch to commit at the next step boundary (or the turn's end).
+
+        Call only while :attr:`busy`; when idle the command plane commits it directly.
+        """
+        self._pending_mode = active
+
+    async def request_approval(self, *, revision: int, actor: int | None) -> ApprovalRequest:
+        """Approve the plan at ``revision``: pending while a turn runs, else committed now.
+
+        While busy the batch in flight stays under Editing rules; the next step runs Active.
+        When idle it commits and, on success, queues one execution turn.
+        """
+        if self.busy:
+            self._pending_approval = PendingApproval(revision, actor)
+            return "pending"
+        self._pending_approval = PendingApproval(revision, actor)
+        committed = await self._commit_approval(queue_execution=True)
+        return "committed" if committed else "stale"
+
+    async def stop(self) -> list[InboundMessage]:
+        """Cancel the running turn, kill its bash, drop and return the queued messages.
+
+        The turn is closed with ``turn/end {cancelled}`` before this returns, and the goal is
+        disarmed (DESIGN.md §14 ``/stop``). Pending plan switches still commit.
+        """
+        dropped = list(self._inbox)
+        self._inbox.clear()
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            # The cancellation reaches bash through the runtime; the hooks (bash's
+            # kill_session) make sure its process group dies even if a layer swallowed it.
+            for hook in self._deps.stop_hooks:
+                await hook(self.session_id)
+            try:
+                await task
+            except asyncio.CancelledError:
+                if _cancelling(asyncio.current_task()):
+                    raise  # our caller was cancelled too, not only the turn
+        self._task = None
+        await self._commit_pending(queue_execution=False)
+        if self._deps.goals is not None:
+            await self._deps.goals.disarm(self.session_id)
+        return dropped
+
+    async def wait_idle(self) -> None:
+        """Wait until the inbox is drained (tests, shutdown)."""
+        while self._task is not None and not self._task.done():
+            task = self._task
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError:
+                if task.cancelled():
+                    continue
+                raise
+
+    # --- the worker -----------------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        try:
+            # Pending switches that arrive while the last turn closes are committed here too,
+            # so nothing recorded as pending is left behind once the task ends.
+            while self._inbox or self._has_pending():
+                if self._inbox:
+                    message = self._inbox.popleft()
+                    self._current = message
+                    result = await run_turn(
+                        self._deps, self._runtime, self.session_id, message, pre_step=self._pre_step
+                    )
+                    self.last_result = result
+                    self._current = None
+                    self._notify_idle(outcome=result.outcome)
+                    if is_goal_round(message.source) and result.outcome in ("failed", "cancelled"):
+                        await self._disarm()
+                await self._commit_pending(queue_execution=True)
+        except asyncio.CancelledError:
+            self._current = None
+            raise
+        except Exception as exc:  # worker boundary: log the type, keep the process alive
+            _log.exception("engine.agent.controller.drain_failed %s", type(exc).__name__)
+            self._current = None
+        finally:
+            self._notify_idle()
+
+    def _has_pending(self) -> bool:
+        return self._pending_mode is not None or self._pending_approval is not None
+
+    async def _pre_step(self, step: int) -> str | None:
+        message = self._current
+        switching_to_plan = self._pending_mode is True
+        await self._commit_pending(queue_execution=False)
+        if message is not None and isinstance(message.source, GoalRoundSource):
+            if switching_to_plan:
+                return "goal round ended: plan mode was entered"
+            goals = self._deps.goals
+            if goals is not None and not await goals.validate_round(
+                self.session_id, message.source
+            ):
+                return "goal round no longer valid"
+        return None
+
+    async def _commit_pending(self, *, queue_execution: bool) -> None:
+        plan = self._deps.plan
+        if self._pending_mode is not None:
+            target, self._pending_mode = self._pending_mode, None
+            if plan is not None:
+                await plan.commit_plan_mode(self.session_id, target)
+                await safe_call("plan_changed", self._deps.channel.plan_changed(self.session_id))
+        if self._pending_approval is not None:
+            await self._commit_approval(queue_execution=queue_execution)
+
+    async def _commit_approval(self, *, queue_execution: bool) -> bool:
+        pending, self._pending_approval = self._pending_approval, None
+        plan = self._deps.plan
+        if pending is None or plan is None:
+            return False
+        outcome = await plan.commit_approval(
+            self.session_id, revision=pending.revision, actor=pending.actor
+        )
+        await safe_call("plan_changed", self._deps.channel.plan_changed(self.session_id))
+        if not outcome.committed:
+            text = outcome.message or (
+                "The plan changed after it was approved; the card is back in review."
+            )
+            await safe_call("notice", self._deps.channel.notice(self.session_id, text))
+            return False
+        if queue_execution:
+            self.submit(self._deps.settings.execution_prompt, source=SeedSource())
+        return True
+
+    async def _disarm(self) -> None:
+        if self._deps.goals is not None:
+            await self._deps.goals.disarm(self.session_id)
+            await safe_call("goal_changed", self._deps.channel.goal_changed(self.session_id))
+
+    def _notify_idle(self, *, outcome: str | None = None) -> None:
+        """Wake the goal driver; it checks :meth:`is_idle` itself when it runs."""
+        if self._on_idle is None:
+            return
+        try:
+            result = self._on_idle.notify_idle(self.session_id, outcome=outcome)
+            if inspect.isawaitable(result):
+                task = asyncio.ensure_future(result)
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+        except Exception as exc:  # the driver's failure must not kill the agent worker
+            _log.warning("engine.agent.controller.notify_idle_failed %s", type(exc).__name__)
+
+
+def _cancelling(task: asyncio.Task[object] | None) -> bool:
+    return task is not None and task.cancelling() > 0
+
+
+class AgentRegistry:
+    """All session controllers of this process; the driver's ``RoundTarget``.
+
+    Build one with :func:`engine.agent.build.build_agent`.
+    """
+
+    def __init__(self, deps: AgentDeps, *, driver: IdleListener | None = None) -> None:
+        self.deps = deps
+        self._driver = driver
+        self._controllers: dict[str, SessionController] = {}
+        self.runtime = ToolRuntime(deps.tools, gate=self._gate)
+
+    def set_driver(self, driver: IdleListener | None) -> None:
+        """Attach the goal round driver after construction (it needs this registry too)."""
+        self._driver = driver
+        for controller in self._controllers.values():
+            controller._on_idle = driver
+
+    def controller(self, session_id: str) -> SessionController:
+        """The session's controller, created on first use."""
+        found = self._controllers.get(session_id)
+        if found is None:
+            found = self._controllers[session_id] = SessionController(
+                session_id, self.deps, self.runtime, on_idle=self._driver
+            )
+        return found
+
+    def submit(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        source: MessageSource | None = None,
+        message_id: int | None = None,
+    ) -> None:
+        """Queue a message for the session's agent; returns at once."""
+        self.controller(session_id).submit(text, source=source, message_id=message_id)
+
+    async def stop(self, session_id: str) -> list[InboundMessage]:
+        """``/stop``: see :meth:`SessionController.stop`."""
+        return await self.controller(session_id).stop()
+
+    def is_busy(self, session_id: str) -> bool:
+        found = self._controllers.get(session_id)
+        return found is not None and found.busy
+
+    # RoundTarget (engine.goal.driver)
+    def is_idle(self, session_id: str) -> bool:
+        """No running turn and no queued message in that session."""
+        found = self._controllers.get(session_id)
+        return found is None or found.is_idle()
+
+    async def submit_round(self, session_id: str, text: str, source: GoalRoundSource) -> None:
+        """Queue a goal round prompt as a goal-source ``user/message``."""
+        self.submit(session_id, text, source=source)
+
+    async def wait_idle(self, session_id: str) -> None:
+        """Wait until that session's inbox is drained."""
+        await self.controller(session_id).wait_idle()
+
+    async def shutdown(self) -> None:
+        """Cancel every running turn (each is closed ``cancelled``)."""
+        for controller in list(self._controllers.values()):
+            if controller.busy:
+                await controller.stop()
+
+    async def _gate(self, request: ToolCallRequest, ctx: ToolContext) -> str | None:
+        plan = self.deps.plan
+        if plan is None:
+            return None
+        return await plan.check_tool(
+            ctx.session_id, request.name, request.arguments, workspace=ctx.workspace
+        )
+
+
+__all__ = [
+    "AgentRegistry",
+    "ApprovalRequest",
+    "InboundMessage",
+    "PendingApproval",
+    "SessionController",
+]

@@ -1,0 +1,105 @@
+"""What the agent needs from the plan and goal machines, as small Protocols.
+
+The agent does not import the plan or goal services; the composition root passes objects
+that satisfy these protocols (``engine.agent.adapters`` wraps H2's ``PlanService`` and H4's
+``GoalService``/driver). Tests pass small fakes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from engine.events import GoalRoundSource
+from engine.plan.types import PlanState, PlanTask
+
+# The plan service's derived state: none (NoPlan), pre_init (Editing before ``plan init``),
+# post_init (Editing after ``init``: only the session ``.md`` is writable), active.
+PlanPhase = PlanState
+
+
+@dataclass(frozen=True, slots=True)
+class PlanPromptView:
+    """The live plan as the system prompt shows it (read from the sidecar, never the log)."""
+
+    phase: PlanPhase = "none"
+    title: str = ""
+    revision: int = 0
+    md_path: str | None = None
+    tasks: Sequence[PlanTask] = field(default_factory=tuple)
+
+    @property
+    def is_editing(self) -> bool:
+        return self.phase in ("pre_init", "post_init")
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalOutcome:
+    """What committing a pending approval did: ``committed`` or not, and why not."""
+
+    committed: bool
+    message: str = ""
+
+
+class PlanPort(Protocol):
+    """The plan service as the agent uses it."""
+
+    async def session_md_path(self, session_id: str) -> Path | None:
+        """The absolute path of the session's plan ``.md`` (whether or not it exists yet)."""
+        ...
+
+    async def md_written(self, session_id: str) -> None:
+        """A file tool wrote the session ``.md``: bump revision, sync description, notify."""
+        ...
+
+    async def prompt_view(self, session_id: str) -> PlanPromptView:
+        """The live plan for the system prompt and the state section."""
+        ...
+
+    async def check_tool(
+        self, session_id: str, tool_name: str, args: Mapping[str, Any], *, workspace: Path
+    ) -> str | None:
+        """The plan gate for one call: ``None`` allows, else the fixed deny reason."""
+        ...
+
+    async def commit_plan_mode(self, session_id: str, active: bool) -> None:
+        """Commit a pending plan-mode switch (``/plan`` during a turn) at a step boundary."""
+        ...
+
+    async def commit_approval(
+        self, session_id: str, *, revision: int, actor: int | None
+    ) -> ApprovalOutcome:
+        """Commit a pending approval only if ``revision`` is still current."""
+        ...
+
+
+class GoalPort(Protocol):
+    """The goal service as the agent uses it."""
+
+    async def validate_round(self, session_id: str, source: GoalRoundSource) -> bool:
+        """``True`` while the round's goal id, revision and round still hold."""
+        ...
+
+    async def disarm(self, session_id: str) -> None:
+        """Drop the process-local activation (no new revision); the card offers Resume."""
+        ...
+
+
+class IdleListener(Protocol):
+    """The goal round driver's side of ``notify_idle`` (may be sync or async)."""
+
+    def notify_idle(self, session_id: str, *, outcome: str | None = None) -> object:
+        """A turn ended with ``outcome`` (``None``: the session's inbox drained)."""
+        ...
+
+
+__all__ = [
+    "ApprovalOutcome",
+    "GoalPort",
+    "IdleListener",
+    "PlanPhase",
+    "PlanPort",
+    "PlanPromptView",
+]

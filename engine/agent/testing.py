@@ -1,0 +1,78 @@
+"""Test doubles for the agent: a channel that records what it was told.
+
+Used by the engine's tests and usable by the offline demo (it prints nothing itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.events import TurnOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelCall:
+    """One notification: the method name, the session and its arguments."""
+
+    method: str
+    session_id: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+class RecordingChannel:
+    """An :class:`engine.agent.channel.Channel` that appends every call to ``calls``.
+
+    ``wait_for(method)`` lets a test wait (without sleeping) until a notification arrives.
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[ChannelCall] = []
+        self._changed = asyncio.Condition()
+
+    async def _record(self, method: str, session_id: str, **args: Any) -> None:
+        async with self._changed:
+            self.calls.append(ChannelCall(method, session_id, args))
+            self._changed.notify_all()
+
+    async def reply(self, session_id: str, text: str, *, reply_to: int | None) -> None:
+        await self._record("reply", session_id, text=text, reply_to=reply_to)
+
+    async def ask(self, session_id: str, question: str, options: Sequence[str]) -> None:
+        await self._record("ask", session_id, question=question, options=list(options))
+
+    async def typing(self, session_id: str) -> None:
+        await self._record("typing", session_id)
+
+    async def turn_started(self, session_id: str) -> None:
+        await self._record("turn_started", session_id)
+
+    async def turn_ended(self, session_id: str, outcome: TurnOutcome) -> None:
+        await self._record("turn_ended", session_id, outcome=outcome)
+
+    async def plan_changed(self, session_id: str) -> None:
+        await self._record("plan_changed", session_id)
+
+    async def goal_changed(self, session_id: str) -> None:
+        await self._record("goal_changed", session_id)
+
+    async def notice(self, session_id: str, text: str) -> None:
+        await self._record("notice", session_id, text=text)
+
+    def of(self, method: str) -> list[ChannelCall]:
+        """The recorded calls of one method, in order."""
+        return [c for c in self.calls if c.method == method]
+
+    async def wait_for(self, method: str, count: int = 1) -> list[ChannelCall]:
+        """Wait until ``count`` calls of ``method`` were recorded; return them.
+
+        Callers bound the wait with ``asyncio.wait_for``.
+        """
+        async with self._changed:
+            await self._changed.wait_for(lambda: len(self.of(method)) >= count)
+            return self.of(method)
+
+
+__all__ = ["ChannelCall", "RecordingChannel"]

@@ -1,0 +1,216 @@
+"""One turn: ``turn/start`` -> steps -> ``turn/end`` (DESIGN.md §8).
+
+A step is: the pre-step hook (pending plan switch or approval, goal-round re-validation) ->
+context built from the log -> one model call -> ``assistant/message`` and ``tool/call`` events ->
+the tool batch (plan gate first) -> ``tool/result`` events. The turn ends when the model
+answers without tool calls (``completed``), after ``max_steps`` (``max_steps``), when the
+pre-step hook says so (``completed`` with a detail), on a model error (``failed``) or when
+the task is cancelled (``cancelled``; every open call gets a synthetic interrupted result).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from engine.agent.channel import safe_call
+from engine.agent.config import AgentDeps
+from engine.agent.context import build_messages
+from engine.agent.ports import PlanPromptView
+from engine.agent.prompt import PromptInputs, build_system_prompt
+from engine.events import (
+    AssistantMessage,
+    GoalRoundSource,
+    MessageSource,
+    SessionEvent,
+    ToolCall,
+    ToolResult,
+    TurnEnd,
+    TurnOutcome,
+    TurnStart,
+    UserMessage,
+)
+from engine.model.types import ModelError, ModelToolCall
+from engine.projections import fold_session
+from engine.tools.base import ToolContext, ToolOutcome
+from engine.tools.runtime import ToolCallRequest, ToolRuntime
+
+_log = logging.getLogger("engine.agent.turn")
+
+CANCELLED_TOOL_TEXT = "cancelled: the user stopped the turn before this tool finished"
+
+# Returns None to go on, or a short reason to end the turn before this step.
+PreStep = Callable[[int], Awaitable[str | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class InboundMessage:
+    """A queued message: its text, its source and the chat message to reply to."""
+
+    text: str
+    source: MessageSource
+    message_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    turn_id: str
+    outcome: TurnOutcome
+    final_text: str = ""
+    detail: str = ""
+
+
+def _invalid_arguments(call: ModelToolCall) -> ToolOutcome | None:
+    if call.raw_arguments and not call.arguments:
+        shown = call.raw_arguments[:200]
+        return ToolOutcome(
+            content=f"error: the arguments of {call.name} were not a valid JSON object: {shown}",
+            is_error=True,
+        )
+    return None
+
+
+async def run_turn(
+    deps: AgentDeps,
+    runtime: ToolRuntime,
+    session_id: str,
+    message: InboundMessage,
+    *,
+    pre_step: PreStep,
+) -> TurnResult:
+    """Run one whole turn for ``message`` and return how it ended.
+
+    The caller must not hold any lock: model calls and tools run here for minutes. On
+    cancellation the turn is closed (``turn/end {cancelled}``) before ``CancelledError``
+    propagates.
+    """
+    log = deps.log
+    turn_id = uuid.uuid4().hex
+    workspace = await deps.workspace_for(session_id)
+    await log.append(
+        session_id,
+        [TurnStart(turn_id=turn_id), UserMessage(text=message.text, source=message.source)],
+    )
+    await safe_call("turn_started", deps.channel.turn_started(session_id))
+    open_calls: dict[str, ToolCall] = {}
+    ctx = ToolContext(
+        session_id=session_id, workspace=workspace, turn_id=turn_id, source=message.source
+    )
+    final_text = ""
+    outcome: TurnOutcome = "max_steps"
+    detail = ""
+    try:
+        for step in range(deps.settings.max_steps):
+            stop_reason = await pre_step(step)
+            if stop_reason is not None:
+                outcome, detail = "completed", stop_reason
+                break
+            await safe_call("typing", deps.channel.typing(session_id))
+            messages = await _context(deps, session_id, workspace_text=str(workspace))
+            reply = await deps.model.complete(messages, runtime.specs())
+            final_text = reply.text
+            events: list[SessionEvent] = [AssistantMessage(text=reply.text)]
+            calls = [
+                ToolCall(call_id=c.id, name=c.name, arguments=dict(c.arguments))
+                for c in reply.tool_calls
+            ]
+            events.extend(calls)
+            await log.append(session_id, events)
+            if not calls:
+                outcome = "completed"
+                break
+            open_calls = {c.call_id: c for c in calls}
+            outcomes = await _run_batch(runtime, reply.tool_calls, ctx)
+            await log.append(
+                session_id,
+                [
+                    ToolResult(call_id=c.id, name=c.name, content=o.content, is_error=o.is_error)
+                    for c, o in zip(reply.tool_calls, outcomes, strict=True)
+                ],
+            )
+            open_calls = {}
+            final_text = ""
+        else:
+            detail = f"stopped after {deps.settings.max_steps} steps"
+    except ModelError as exc:
+        outcome, detail = "failed", f"{type(exc).__name__}: {exc}"
+        await safe_call("notice", deps.channel.notice(session_id, f"The model failed: {exc}"))
+    except BaseException as exc:
+        is_cancel = not isinstance(exc, Exception)
+        closing: list[SessionEvent] = [
+            ToolResult(
+                call_id=c.call_id,
+                name=c.name,
+                content=CANCELLED_TOOL_TEXT if is_cancel else f"failed: {type(exc).__name__}",
+                is_error=True,
+                interrupted=True,
+            )
+            for c in open_calls.values()
+        ]
+        end_outcome: TurnOutcome = "cancelled" if is_cancel else "failed"
+        closing.append(TurnEnd(turn_id=turn_id, outcome=end_outcome, detail=type(exc).__name__))
+        await log.append(session_id, closing)
+        await safe_call("turn_ended", deps.channel.turn_ended(session_id, end_outcome))
+        if is_cancel:
+            raise
+        # A bug in a tool runtime or a store: the turn is closed, the worker goes on.
+        _log.exception("engine.agent.turn.failed %s", type(exc).__name__)
+        await safe_call(
+            "notice", deps.channel.notice(session_id, f"The turn failed: {type(exc).__name__}")
+        )
+        return TurnResult(turn_id, "failed", "", type(exc).__name__)
+    await log.append(session_id, [TurnEnd(turn_id=turn_id, outcome=outcome, detail=detail)])
+    await safe_call("turn_ended", deps.channel.turn_ended(session_id, outcome))
+    text = final_text.strip()
+    if outcome == "max_steps":
+        text = (text + "\n\n" if text else "") + (
+            f"(I stopped after {deps.settings.max_steps} steps; send a message to continue.)"
+        )
+    if text:
+        await safe_call("reply", deps.channel.reply(session_id, text, reply_to=message.message_id))
+    return TurnResult(turn_id, outcome, final_text, detail)
+
+
+async def _run_batch(
+    runtime: ToolRuntime, calls: Sequence[ModelToolCall], ctx: ToolContext
+) -> list[ToolOutcome]:
+    """Run the batch; calls whose argument text was not JSON are answered without running."""
+    results: list[ToolOutcome | None] = [_invalid_arguments(c) for c in calls]
+    requests = [
+        ToolCallRequest(call_id=c.id, name=c.name, arguments=dict(c.arguments))
+        for c, r in zip(calls, results, strict=True)
+        if r is None
+    ]
+    ran = iter(await runtime.run_batch(requests, ctx) if requests else [])
+    return [r if r is not None else next(ran) for r in results]
+
+
+async def _context(
+    deps: AgentDeps, session_id: str, *, workspace_text: str
+) -> list[dict[str, object]]:
+    stored = await deps.log.read(session_id)
+    events = [e.event for e in stored]
+    projections = fold_session(events)
+    plan_view = (
+        await deps.plan.prompt_view(session_id) if deps.plan is not None else PlanPromptView()
+    )
+    system = build_system_prompt(
+        PromptInputs(
+            workspace=workspace_text,
+            plan=plan_view,
+            goal=projections.goal,
+            todos=projections.todos,
+            tool_names=tuple(t.name for t in deps.tools),
+        )
+    )
+    return build_messages(events, system_prompt=system, settings=deps.settings)
+
+
+def is_goal_round(source: MessageSource) -> bool:
+    """``True`` for a message the goal round driver queued."""
+    return isinstance(source, GoalRoundSource)
+
+
+__all__ = ["CANCELLED_TOOL_TEXT", "InboundMessage", "PreStep", "TurnResult", "run_turn"]

@@ -1,0 +1,405 @@
+"""File tools: read_file, list_files, grep (parallel), write_file, edit_file (exclusive).
+
+Every path is resolved against the session's workspace with symlinks and ``..`` resolved
+first; a path outside it is refused with a clear result, except the session's plan ``.md``
+(asked of :class:`SessionMdHooks`). A successful write to that ``.md`` calls the plan service's
+``md_written`` hook. Writes hold the workspace lock (shared with ``bash``). Output is capped with
+a note saying it was cut. Errors are results (``is_error``), never exceptions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from engine.tools.base import Tool, ToolContext, ToolOutcome
+from engine.tools.workspace import (
+    OutsideWorkspace,
+    WorkspaceLocks,
+    cut,
+    display_path,
+    real_path,
+    resolve_in_workspace,
+)
+
+# Folders nobody wants walked by list_files or grep.
+SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "node_modules", "__pycache__"})
+
+
+class SessionMdHooks(Protocol):
+    """The plan service's side of the session ``.md``."""
+
+    async def session_md_path(self, session_id: str) -> Path | None: ...
+
+    async def md_written(self, session_id: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FileLimits:
+    read_lines: int = 2_000
+    read_chars: int = 60_000
+    list_entries: int = 1_000
+    grep_matches: int = 300
+    grep_line_chars: int = 300
+    grep_file_bytes: int = 2_000_000
+
+
+def _error(text: str) -> ToolOutcome:
+    return ToolOutcome(content=text, is_error=True)
+
+
+def _str_arg(args: dict[str, Any], name: str, *, required: bool = True) -> str | None:
+    value = args.get(name)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"error: argument {name!r} must be a string")
+    return value
+
+
+def _int_arg(args: dict[str, Any], name: str) -> int | None:
+    value = args.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"error: argument {name!r} must be an integer")
+    return value
+
+
+class _FileTool:
+    """Shared plumbing: path resolution with the session ``.md`` exception."""
+
+    name = ""
+    description = ""
+
+    def __init__(
+        self,
+        *,
+        hooks: SessionMdHooks | None = None,
+        locks: WorkspaceLocks | None = None,
+        limits: FileLimits | None = None,
+    ) -> None:
+        self._hooks = hooks
+        self._locks = locks or WorkspaceLocks()
+        self._limits = limits or FileLimits()
+
+    async def _md_path(self, ctx: ToolContext) -> Path | None:
+        return await self._hooks.session_md_path(ctx.session_id) if self._hooks else None
+
+    async def _resolve(self, raw: str, ctx: ToolContext) -> Path:
+        return resolve_in_workspace(raw, ctx.workspace, also_allowed=await self._md_path(ctx))
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def is_concurrency_safe(self, args: dict[str, Any]) -> object:
+        return False
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        try:
+            return await self._run(args, ctx)
+        except OutsideWorkspace as exc:
+            return _error(exc.result_text(ctx.workspace))
+        except ValueError as exc:
+            return _error(str(exc))
+        except OSError as exc:
+            return _error(f"error: {type(exc).__name__}: {exc.strerror or exc}")
+
+    async def _run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        raise NotImplementedError
+
+
+class ReadFileTool(_FileTool):
+    name = "read_file"
+    description = (
+        "Read a text file in the workspace. Lines are numbered from 1 (the numbers are not part "
+        "of the file). offset is the first line to show (1-based), limit the number of lines."
+    )
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "file path, relative to the workspace"},
+                "offset": {"type": "integer", "minimum": 1},
+                "limit": {"type": "integer", "minimum": 1},
+            },
+            "required": ["path"],
+            "additionalProperties": False,
+        }
+
+    def is_concurrency_safe(self, args: dict[str, Any]) -> object:
+        return True
+
+    async def _run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        raw = _str_arg(args, "path")
+        assert raw is not None
+        offset = _int_arg(args, "offset") or 1
+        limit = _int_arg(args, "limit") or self._limits.read_lines
+        path = await self._resolve(raw, ctx)
+        if not path.is_file():
+            return _error(f"error: {raw!r} is not a file")
+        text = await asyncio.to_thread(path.read_text, encoding="utf-8", errors="replace")
+        lines = text.splitlines()
+        start = max(offset, 1) - 1
+        shown = lines[start : start + min(limit, self._limits.read_lines)]
+        body = "\n".join(f"{start + i + 1}\t{line}" for i, line in enumerate(shown))
+        if not lines:
+            return ToolOutcome(content=f"({raw} is empty)")
+        rest = len(lines) - (start + len(shown))
+        if rest > 0:
+            body += f"\n[{rest} more lines; read on with offset={start + len(shown) + 1}]"
+        return ToolOutcome(content=cut(body, self._limits.read_chars))
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        for name in sorted(files):
+            yield Path(folder) / name
+
+
+class ListFilesTool(_FileTool):
+    name = "list_files"
+    description = (
+        "List files under a folder of the workspace (default: the workspace), recursively, "
+        "skipping .git, virtualenvs and node_modules. pattern is a glob on the relative path "
+        "or the file name, e.g. '*.py' or 'src/**/test_*.py'."
+    )
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "pattern": {"type": "string"}},
+            "additionalProperties": False,
+        }
+
+    def is_concurrency_safe(self, args: dict[str, Any]) -> object:
+        return True
+
+    async def _run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        raw = _str_arg(args, "path", required=False) or "."
+        pattern = _str_arg(args, "pattern", required=False)
+        root = await self._resolve(raw, ctx)
+        if not root.is_dir():
+            return _error(f"error: {raw!r} is not a folder")
+        return await asyncio.to_thread(self._list, root, pattern, ctx.workspace)
+
+    def _list(self, root: Path, pattern: str | None, workspace: Path) -> ToolOutcome:
+        found: list[str] = []
+        total = 0
+        for path in _walk(root):
+            rel = display_path(path, workspace)
+            if pattern and not (_glob_match(rel, pattern) or fnmatch.fnmatch(path.name, pattern)):
+                continue
+            total += 1
+            if len(found) < self._limits.list_entries:
+                found.append(rel)
+        if not found:
+            return ToolOutcome(content="(no files)")
+        body = "\n".join(found)
+        if total > len(found):
+            body += f"\n[list cut: {total - len(found)} more files not shown]"
+        return ToolOutcome(content=body)
+
+
+def _glob_match(rel: str, pattern: str) -> bool:
+    # fnmatch's '*' already crosses '/', so '**/' only needs to also match zero folders.
+    return fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(rel, pattern.replace("**/", ""))
+
+
+class GrepTool(_FileTool):
+    name = "grep"
+    description = (
+        "Search file contents with a Python regular expression. path is a file or folder "
+        "(default: the workspace); glob filters file names, e.g. '*.py'. Returns path:line: text."
+    )
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {
+                "pattern": {"type": "string"},
+                "path": {"type": "string"},
+                "glob": {"type": "string"},
+            },
+            "required": ["pattern"],
+            "additionalProperties": False,
+        }
+
+    def is_concurrency_safe(self, args: dict[str, Any]) -> object:
+        return True
+
+    async def _run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        pattern = _str_arg(args, "pattern")
+        assert pattern is not None
+        raw = _str_arg(args, "path", required=False) or "."
+        glob = _str_arg(args, "glob", required=False)
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            return _error(f"error: invalid regular expression: {exc}")
+        root = await self._resolve(raw, ctx)
+        if not root.exists():
+            return _error(f"error: {raw!r} does not exist")
+        return await asyncio.to_thread(self._grep, regex, root, glob, ctx.workspace)
+
+    def _grep(
+        self, regex: re.Pattern[str], root: Path, glob: str | None, workspace: Path
+    ) -> ToolOutcome:
+        limits = self._limits
+        files = [root] if root.is_file() else _walk(root)
+        hits: list[str] = []
+        total = 0
+        for path in files:
+            rel = display_path(path, workspace)
+            if glob and not (fnmatch.fnmatch(path.name, glob) or _glob_match(rel, glob)):
+                continue
+            try:
+                if path.stat().st_size > limits.grep_file_bytes:
+                    continue
+                data = path.read_bytes()
+            except OSError:
+                continue
+            if b"\0" in data[:8192]:
+                continue  # binary
+            for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+                if regex.search(line):
+                    total += 1
+                    if len(hits) < limits.grep_matches:
+                        hits.append(f"{rel}:{number}: {line[: limits.grep_line_chars]}")
+        if not hits:
+            return ToolOutcome(content="(no matches)")
+        body = "\n".join(hits)
+        if total > len(hits):
+            body += f"\n[matches cut: {total - len(hits)} more not shown]"
+        return ToolOutcome(content=body)
+
+
+class _WriteTool(_FileTool):
+    async def _after_write(self, path: Path, ctx: ToolContext) -> None:
+        md = await self._md_path(ctx)
+        if self._hooks is not None and md is not None and path == real_path(md):
+            await self._hooks.md_written(ctx.session_id)
+
+
+class WriteFileTool(_WriteTool):
+    name = "write_file"
+    description = (
+        "Create or overwrite a file in the workspace with content (parent folders are created)."
+    )
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            "required": ["path", "content"],
+            "additionalProperties": False,
+        }
+
+    async def _run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        raw = _str_arg(args, "path")
+        content = _str_arg(args, "content")
+        assert raw is not None and content is not None
+        path = await self._resolve(raw, ctx)
+        if path.is_dir():
+            return _error(f"error: {raw!r} is a folder")
+        async with self._locks.lock_for(ctx.workspace):
+            await asyncio.to_thread(_write, path, content)
+            await self._after_write(path, ctx)
+        return ToolOutcome(content=f"wrote {len(content)} characters to {raw}")
+
+
+def _write(path: Path, content: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content, encoding="utf-8")
+
+
+class EditFileTool(_WriteTool):
+    name = "edit_file"
+    description = (
+        "Replace old_text with new_text in a file. old_text must match the file exactly "
+        "(whitespace included) and be unique, unless replace_all is true."
+    )
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "old_text": {"type": "string"},
+                "new_text": {"type": "string"},
+                "replace_all": {"type": "boolean"},
+            },
+            "required": ["path", "old_text", "new_text"],
+            "additionalProperties": False,
+        }
+
+    async def _run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        raw = _str_arg(args, "path")
+        old = _str_arg(args, "old_text")
+        new = _str_arg(args, "new_text")
+        assert raw is not None and old is not None and new is not None
+        replace_all = args.get("replace_all", False) is True
+        if not old:
+            return _error("error: old_text is empty; use write_file to create a file")
+        path = await self._resolve(raw, ctx)
+        if not path.is_file():
+            return _error(f"error: {raw!r} is not a file")
+        async with self._locks.lock_for(ctx.workspace):
+            text = await asyncio.to_thread(path.read_text, encoding="utf-8")
+            count = text.count(old)
+            if count == 0:
+                return _error(f"error: old_text was not found in {raw}; read the file first")
+            if count > 1 and not replace_all:
+                return _error(
+                    f"error: old_text occurs {count} times in {raw}; give more context to make "
+                    "it unique, or set replace_all"
+                )
+            updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
+            await asyncio.to_thread(path.write_text, updated, encoding="utf-8")
+            await self._after_write(path, ctx)
+        replaced = count if replace_all else 1
+        return ToolOutcome(content=f"replaced {replaced} occurrence(s) in {raw}")
+
+
+def file_tools(
+    *,
+    hooks: SessionMdHooks | None = None,
+    locks: WorkspaceLocks | None = None,
+    limits: FileLimits | None = None,
+) -> list[Tool]:
+    """The five file tools sharing one set of hooks, locks and limits."""
+    shared_locks = locks or WorkspaceLocks()
+    kinds: tuple[type[_FileTool], ...] = (
+        ReadFileTool,
+        ListFilesTool,
+        GrepTool,
+        WriteFileTool,
+        EditFileTool,
+    )
+    return [kind(hooks=hooks, locks=shared_locks, limits=limits) for kind in kinds]
+
+
+__all__ = [
+    "EditFileTool",
+    "FileLimits",
+    "GrepTool",
+    "ListFilesTool",
+    "ReadFileTool",
+    "SessionMdHooks",
+    "WriteFileTool",
+    "file_tools",
+]
