@@ -20,6 +20,7 @@ import json
 import re
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,6 +130,7 @@ class FakeChat:
 class Call:
     method: str
     params: dict[str, Any]
+    at: float = 0.0  # the server's ``clock`` when the call arrived
 
 
 @dataclass
@@ -166,6 +168,8 @@ class FakeBotApi:
         self._closing = False
         self._runner: web.AppRunner | None = None
         self.port = 0
+        # Stamps calls; a test may swap in its manual clock to check pacing.
+        self.clock: Callable[[], float] = time.monotonic
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -458,7 +462,7 @@ class FakeBotApi:
                 {"ok": False, "error_code": 401, "description": "Unauthorized"}, status=401
             )
         params = await self._params(request)
-        self.calls.append(Call(method=method, params=params))
+        self.calls.append(Call(method=method, params=params, at=self.clock()))
         try:
             result = await self._dispatch(method, params)
         except ApiError as err:
