@@ -19,7 +19,11 @@ all keys optional. A JSON script file is a list of steps, or ``{"steps": [...]}`
   ``arguments``; the reply carries ``arguments={}`` and the raw text, like invalid JSON from a
   real model.
 - Tool-call ids are ``call_<step>_<n>`` (1-based step, 0-based call), unique in a conversation.
+- When ``next_reply`` is told which tools the request offered, a step calling any other tool
+  is a ``ScriptDivergence`` too.
 - When the steps run out, every further reply is the plain text ``(script finished)``.
+
+docs/providers.md describes the format for script authors.
 """
 
 from __future__ import annotations
