@@ -27,7 +27,7 @@ import logging
 import time
 import warnings
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -39,7 +39,7 @@ log = logging.getLogger("telegram.outbox")
 
 EditOutcome = Literal["edited", "unchanged", "not_modified", "not_found", "failed"]
 Sleep = Callable[[float], Awaitable[None]]
-EditLost = Callable[[int, int], Awaitable[None]]
+EditLost = Callable[[int, int], Coroutine[Any, Any, None]]
 
 _NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
 _GROUP_WINDOW_S = 60.0
@@ -433,9 +433,8 @@ class Outbox:
             return
         known = lane.known.get(op.message_id)
         key = _markup_key(op.markup)
-        text_same = op.html is None or (known is not None and known[0] == op.html)
         try:
-            if text_same and known is not None or op.html is None:
+            if op.html is None or (known is not None and known[0] == op.html):
                 await self._bot.edit_message_reply_markup(
                     lane.chat_id, op.message_id, reply_markup=op.markup
                 )
@@ -458,7 +457,7 @@ class Outbox:
                 self._resolve_edit(op, EditResult("not_found", err.message))
                 if self._on_edit_lost is not None:
                     # A task, not an await: the callback will want this same lane to repost.
-                    task = asyncio.get_running_loop().create_task(
+                    task: asyncio.Task[None] = asyncio.get_running_loop().create_task(
                         self._on_edit_lost(lane.chat_id, op.message_id)
                     )
                     self._tasks.add(task)
