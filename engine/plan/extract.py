@@ -330,7 +330,11 @@ def _section_raws(doc: _Doc, section: _Section, inherited: list[tuple[int, str]]
     parts = _classify(doc, section)
     blocks = parts.blocks
     raws: list[_Raw] = []
-    if parts.context and (parts.has_prose or not parts.has_list):
+    last_list = max((b.start for b in blocks if b.kind == "list"), default=-1)
+    trailing = any(ln > last_list for ln, _t in parts.context)
+    # The section's own item: its prose (with its code), a code-only section, or code that
+    # follows every bullet (so no work text is dropped).
+    if parts.context and (parts.has_prose or not parts.has_list or trailing):
         raws.append(
             _Raw(
                 line=parts.context[0][0],
@@ -341,7 +345,6 @@ def _section_raws(doc: _Doc, section: _Section, inherited: list[tuple[int, str]]
                 heading_named=True,
             )
         )
-    scope = [*inherited, *parts.context]
     # Steps as (start, own end, end with glued lines, lead-in): a "Done when:" item or
     # paragraph directly after a step extends that step instead of starting one.
     steps: list[tuple[int, int, int, list[tuple[int, str]]]] = []
@@ -370,7 +373,8 @@ def _section_raws(doc: _Doc, section: _Section, inherited: list[tuple[int, str]]
                 path=section.path,
                 own=_item_own_lines(doc, s, own_end, end),
                 own_source_lines=list(range(s, end)),
-                context=sorted([*scope, *lead], key=lambda p: p[0]),
+                # Context scopes the bullets after it, so a body reads in document order.
+                context=[*inherited, *[c for c in parts.context if c[0] < s], *lead],
                 heading_named=False,
             )
         )

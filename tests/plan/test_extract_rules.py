@@ -302,8 +302,22 @@ def test_unclosed_fence_in_a_list_item_ends_with_its_container() -> None:
 def test_unclosed_root_fence_swallows_the_rest_of_the_document() -> None:
     md = "## W\n- a\n\n```\n- fake\n## Fake heading\n- fake\n"
     items = extract_work_items(md)
-    assert [i.title for i in items] == ["a"]
-    assert items[0].heading_path == ["W"]
+    # The trailing code is the section's own heading-named item; nothing in it is a task.
+    assert [(i.title, i.heading_path) for i in items] == [("a", ["W"]), ("W", ["W"])]
+    assert items[1].work_body == "```\n- fake\n## Fake heading\n- fake"
+
+
+def test_context_scopes_only_the_bullets_after_it() -> None:
+    md = "## W\nFirst.\n\n- a\n\nSecond.\n\n- b\n"
+    assert _bodies(md) == ["First.\n\nSecond.", "First.\n\na", "First.\n\nSecond.\n\nb"]
+
+
+def test_code_after_every_bullet_becomes_the_sections_own_item() -> None:
+    md = "## W\n- a\n\n```\nexample\n```\n"
+    assert [(i.title, i.work_body) for i in extract_work_items(md)] == [
+        ("a", "a"),
+        ("W", "```\nexample\n```"),
+    ]
 
 
 def test_root_four_space_indented_code_is_not_a_fence() -> None:
