@@ -121,13 +121,21 @@ class OpenAIProvider:
         if self.model in listed:
             return f"model server {where}: ok, model {self.model!r} available"
         create = cast(Callable[..., Awaitable[Any]], self._client.chat.completions.create)
-        await self._with_retries(
-            lambda: create(
-                model=self.model,
-                messages=[{"role": "user", "content": "ping"}],
-                max_completion_tokens=1,
+        try:
+            await self._with_retries(
+                lambda: create(
+                    model=self.model,
+                    messages=[{"role": "user", "content": "ping"}],
+                    max_completion_tokens=1,
+                )
             )
-        )
+        except ModelAuthError:
+            raise
+        except ModelError as exc:
+            if not listed:
+                raise
+            shown = ", ".join(listed[:10]) + (", ..." if len(listed) > 10 else "")
+            raise ModelError(f"{exc} (the server lists: {shown})") from None
         return f"model server {where}: ok, model {self.model!r} answers"
 
     async def _with_retries(self, send: Callable[[], Awaitable[Any]]) -> Any:

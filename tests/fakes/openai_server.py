@@ -16,6 +16,7 @@ with HTTP 400 and its text is kept in ``server.errors``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -61,6 +62,8 @@ class FakeOpenAIServer:
     requests: list[RecordedRequest] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     _faults: list[_Fault] = field(default_factory=list)
+    _holds: list[asyncio.Event] = field(default_factory=list)  # for the next requests
+    _every_hold: list[asyncio.Event] = field(default_factory=list)  # released on stop
     _runner: web.AppRunner | None = None
     _port: int = 0
     _counter: int = 0
@@ -97,6 +100,16 @@ class FakeOpenAIServer:
         shown = None if retry_after is None else str(retry_after)
         self._faults.append(_Fault(status, shown, message, times))
 
+    def hold_next(self) -> asyncio.Event:
+        """Make the next chat request wait until the returned event is set (or the server stops).
+
+        For timeouts and for cancelling a turn while the model is "thinking".
+        """
+        release = asyncio.Event()
+        self._holds.append(release)
+        self._every_hold.append(release)
+        return release
+
     async def start(self) -> None:
         """Listen on 127.0.0.1, on a free port."""
         app = web.Application()
@@ -110,6 +123,8 @@ class FakeOpenAIServer:
 
     async def stop(self) -> None:
         """Stop listening and close open connections."""
+        for release in self._every_hold:
+            release.set()  # a held handler would otherwise delay the shutdown
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -166,6 +181,8 @@ class FakeOpenAIServer:
 
     async def _chat(self, request: web.Request) -> web.Response:
         recorded = await self._record(request)
+        if self._holds:
+            await self._holds.pop(0).wait()
         refusal = self._refusal(recorded)
         if refusal is not None:
             return refusal

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import email.utils
 import socket
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
 from engine.errors import ConfigError
-from engine.model.openai_provider import PLACEHOLDER_API_KEY, OpenAIProvider
+from engine.model.openai_provider import PLACEHOLDER_API_KEY, OpenAIProvider, _retry_after_s
 from engine.model.script import ScriptedCall, ScriptStep, say
 from engine.model.types import ModelAuthError, ModelError
 from tests.fakes.openai_server import FAKE_MODEL, FakeOpenAIServer
@@ -317,3 +319,54 @@ async def test_check_fails_on_a_refused_key(
 
     with pytest.raises(ModelAuthError):
         await make_provider(api_key="sk-wrong").check()
+
+
+async def test_a_server_that_does_not_answer_in_time(
+    fake_openai: FakeOpenAIServer, make_provider: MakeProvider
+) -> None:
+    fake_openai.hold_next()  # never released: the request hangs until the server stops
+
+    with pytest.raises(ModelError, match=r"did not answer within 0\.2 s \(1 attempts\)"):
+        await make_provider(timeout_s=0.2, max_retries=0).complete(HELLO, [])
+
+
+async def test_retry_after_as_an_http_date(
+    fake_openai: FakeOpenAIServer, make_provider: MakeProvider, sleeps: list[float]
+) -> None:
+    fake_openai.play([say("ok")])
+    fake_openai.fail_next(503, retry_after=email.utils.formatdate(time.time() + 30, usegmt=True))
+
+    await make_provider().complete(HELLO, [])
+
+    (delay,) = sleeps
+    assert 20 < delay <= 31
+
+
+def test_retry_after_header_forms() -> None:
+    assert _retry_after_s({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5
+    assert _retry_after_s({"retry-after": "2.5"}) == 2.5
+    assert _retry_after_s({"retry-after": "soon"}) is None
+    assert _retry_after_s({}) is None
+
+
+async def test_credentials_in_the_base_url_are_not_shown(make_provider: MakeProvider) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    provider = make_provider(base_url=f"http://user:hunter2@127.0.0.1:{port}/v1", max_retries=0)
+
+    with pytest.raises(ModelError) as caught:
+        await provider.complete(HELLO, [])
+
+    assert f"http://127.0.0.1:{port}/v1" in str(caught.value)
+    assert "hunter2" not in str(caught.value)
+    assert "hunter2" not in repr(provider)
+
+
+async def test_check_lists_what_the_server_has_when_the_model_is_missing(
+    fake_openai: FakeOpenAIServer, make_provider: MakeProvider
+) -> None:
+    fake_openai.models = ("fake-model", "other-model")
+
+    with pytest.raises(ModelError, match=r"the server lists: fake-model, other-model"):
+        await make_provider(model="ghost").check()
