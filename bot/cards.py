@@ -1,0 +1,289 @@
+"""Pure builders of the plan card and the goal card (DESIGN.md §7, §14).
+
+A card is one message: title, status, a progress bar, a window of tasks around the current
+one with counts, and the buttons for its state. Builders take plain values (the sidecar, a
+goal snapshot) and return a ``CardView``; they make no Telegram calls. The raw HTML always
+fits Telegram's 4,096 UTF-16 units. Buttons carry callback data bound to the revision they
+were drawn for (``bot.callback``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from telegram import InlineKeyboardButton, InlineKeyboardMarkup
+
+from bot import callback as cb
+from bot.render import TELEGRAM_TEXT_LIMIT, escape, utf16_len
+from engine.goal.types import GoalSnapshot
+from engine.plan.types import PlanSidecar, PlanTask
+
+PlanCardState = Literal[
+    "none",
+    "pre_init",
+    "post_init",
+    "review",
+    "active",
+    "revise_offer",
+    "confirm_discard",
+    "done",
+]
+
+Button = tuple[str, str]  # (label, callback data)
+
+# Labels, exactly as DESIGN.md §14 lists them.
+APPROVE = "✅ Approve"
+KEEP_PLANNING = "✏️ Keep planning"
+DISCARD = "🗑 Discard"
+REVISE = "✏️ Revise plan"
+CANCEL = "Cancel"
+YES_DISCARD = "Yes, discard"
+YES_CLEAR = "Yes, clear"
+PAUSE = "⏸ Pause"
+RESUME = "▶️ Resume"
+START = "▶️ Start"
+CLEAR = "✖️ Clear"
+
+BAR_CELLS = 10
+WINDOW_BEFORE = 2
+WINDOW_AFTER = 6
+MAX_TITLE_CHARS = 120
+
+
+@dataclass(frozen=True, slots=True)
+class CardView:
+    """What a card shows: HTML text and rows of (label, callback data) buttons."""
+
+    text: str
+    buttons: tuple[tuple[Button, ...], ...] = ()
+
+    def without_buttons(self) -> CardView:
+        """The same card with no keyboard (a stale card, or a non-owner's copy)."""
+        return CardView(self.text, ())
+
+
+def to_markup(view: CardView) -> InlineKeyboardMarkup | None:
+    """The card's keyboard for PTB, or ``None`` when it has no buttons."""
+    if not view.buttons:
+        return None
+    return InlineKeyboardMarkup(
+        [
+            [InlineKeyboardButton(label, callback_data=data) for label, data in row]
+            for row in view.buttons
+        ]
+    )
+
+
+# ---- plan card -------------------------------------------------------------------------
+
+
+def plan_card_state(sidecar: PlanSidecar | None, *, in_review: bool = False) -> PlanCardState:
+    """The card state the sidecar alone implies; ``in_review`` after a submit or a valid plan.
+
+    ``revise_offer`` and ``confirm_discard`` are interface states the caller chooses.
+    """
+    if sidecar is None:
+        return "none"
+    if sidecar.status == "Editing":
+        if sidecar.pre_init_editing:
+            return "pre_init"
+        return "review" if in_review else "post_init"
+    if sidecar.tasks and all(t.status in ("completed", "deferred") for t in sidecar.tasks):
+        return "done"
+    return "active"
+
+
+_PLAN_STATUS: dict[PlanCardState, str] = {
+    "none": "No plan",
+    "pre_init": "Planning — nothing written yet",
+    "post_init": "Planning — writing the plan",
+    "review": "Ready for review",
+    "active": "In progress",
+    "revise_offer": "In progress — revise the plan?",
+    "confirm_discard": "Discard this plan?",
+    "done": "Done",
+}
+
+_TASK_ICON = {"completed": "✅", "in_progress": "▶️", "pending": "⬜", "deferred": "⏭"}
+
+
+def progress_bar(done: int, total: int, *, cells: int = BAR_CELLS) -> str:
+    """A text bar like ``▓▓▓░░░░░░░ 3/10``."""
+    filled = 0 if total <= 0 else round(cells * done / total)
+    return "▓" * filled + "░" * (cells - filled) + f" {done}/{total}"
+
+
+def _clip(text: str, limit: int = MAX_TITLE_CHARS) -> str:
+    """Plain text on one line, at most ``limit`` characters, escaped for HTML."""
+    text = " ".join(text.split())
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return escape(text)
+
+
+def _clip_units(text: str, max_units: int) -> str:
+    """Escaped text whose HTML is at most ``max_units`` UTF-16 units (escaping can grow it)."""
+    limit = max_units
+    out = _clip(text, limit)
+    while utf16_len(out) > max_units and limit > 1:
+        limit = limit * 3 // 4
+        out = _clip(text, limit)
+    return out
+
+
+def _current_index(tasks: Sequence[PlanTask]) -> int:
+    for i, t in enumerate(tasks):
+        if t.status == "in_progress":
+            return i
+    for i, t in enumerate(tasks):
+        if t.status == "pending":
+            return i
+    return max(0, len(tasks) - 1)
+
+
+def task_window(
+    tasks: Sequence[PlanTask], *, before: int = WINDOW_BEFORE, after: int = WINDOW_AFTER
+) -> list[str]:
+    """HTML lines for the tasks around the current one, with counts of what is hidden."""
+    ordered = sorted(tasks, key=lambda t: (t.order, _id_key(t.id)))
+    if not ordered:
+        return []
+    cur = _current_index(ordered)
+    lo, hi = max(0, cur - before), min(len(ordered), cur + after + 1)
+    lines: list[str] = []
+    if lo > 0:
+        lines.append(f"<i>… {lo} earlier</i>")
+    for t in ordered[lo:hi]:
+        line = f"{_TASK_ICON.get(t.status, '⬜')} {_clip(t.id, 12)}. {_clip(t.title)}"
+        lines.append(f"<b>{line}</b>" if t.status == "in_progress" else line)
+    if hi < len(ordered):
+        lines.append(f"<i>… {len(ordered) - hi} more</i>")
+    return lines
+
+
+def _id_key(task_id: str) -> tuple[int, str]:
+    return (int(task_id), "") if task_id.isdigit() else (1 << 62, task_id)
+
+
+def _plan_buttons(
+    state: PlanCardState, plan_id: str, revision: int
+) -> tuple[tuple[Button, ...], ...]:
+    def b(label: str, action: str) -> Button:
+        return (label, cb.plan_data(action, plan_id, revision))
+
+    if state == "review":
+        return (
+            (b(APPROVE, cb.PLAN_APPROVE),),
+            (b(KEEP_PLANNING, cb.PLAN_KEEP), b(DISCARD, cb.PLAN_DISCARD)),
+        )
+    if state == "active":
+        return ((b(DISCARD, cb.PLAN_DISCARD),),)
+    if state == "revise_offer":
+        return ((b(REVISE, cb.PLAN_REVISE), b(CANCEL, cb.PLAN_CANCEL)),)
+    if state == "confirm_discard":
+        return ((b(YES_DISCARD, cb.PLAN_DISCARD_YES), b(CANCEL, cb.PLAN_CANCEL)),)
+    return ()
+
+
+def build_plan_card(
+    sidecar: PlanSidecar | None, state: PlanCardState, *, note: str | None = None
+) -> CardView:
+    """The plan card for this sidecar in this state; ``note`` is one extra line of plain text."""
+    if sidecar is None or state == "none":
+        return CardView(_fit(["📋 <b>No plan</b>"], note) or "No plan")
+    title = _clip_units(sidecar.title or "Untitled plan", 400)
+    status = _PLAN_STATUS[state]
+    if sidecar.revising is not None and sidecar.status == "Editing":
+        status = "Revising — " + status[0].lower() + status[1:]
+    head = [f"📋 <b>{title}</b>", f"<i>{escape(status)}</i>"]
+    tasks = sidecar.tasks
+    buttons = _plan_buttons(state, sidecar.id, sidecar.revision)
+    if not tasks:
+        body = ["", "No checklist yet: /execute seeds it."] if sidecar.status == "Active" else []
+        return CardView(_fit(head + body, note) or escape("Plan card too long."), buttons)
+    done = sum(1 for t in tasks if t.status in ("completed", "deferred"))
+    skipped = sum(1 for t in tasks if t.status == "deferred")
+    counts = progress_bar(done, len(tasks)) + (f" ({skipped} skipped)" if skipped else "")
+    # Narrow the window until the card fits (long titles full of "&" can be large).
+    for before, after in ((WINDOW_BEFORE, WINDOW_AFTER), (1, 3), (0, 1), (0, 0)):
+        text = _fit([*head, "", counts, *task_window(tasks, before=before, after=after)], note)
+        if text is not None:
+            return CardView(text, buttons)
+    return CardView(_fit(head, note) or escape("Plan card too long to show."), buttons)
+
+
+# ---- goal card -------------------------------------------------------------------------
+
+_GOAL_PHASE = {"active": "Active", "paused": "Paused", "blocked": "Blocked", "complete": "Complete"}
+
+
+def _goal_buttons(
+    goal: GoalSnapshot, *, armed: bool, confirm_clear: bool
+) -> tuple[tuple[Button, ...], ...]:
+    def b(label: str, action: str) -> Button:
+        return (label, cb.goal_data(action, goal.id, goal.revision))
+
+    if goal.source == "task":
+        return ()  # a task goal is a label, never armed
+    if confirm_clear:
+        return ((b(YES_CLEAR, cb.GOAL_CLEAR_YES), b(CANCEL, cb.GOAL_CANCEL)),)
+    first: Button | None = None
+    if goal.phase == "active":
+        if armed:
+            first = b(PAUSE, cb.GOAL_PAUSE)
+        elif goal.source == "model" and goal.rounds_started == 0:
+            first = b(START, cb.GOAL_START)
+        else:
+            first = b(RESUME, cb.GOAL_RESUME)
+    elif goal.phase == "paused" or (goal.phase == "blocked" and goal.rounds_left > 0):
+        first = b(RESUME, cb.GOAL_RESUME)
+    clear = b(CLEAR, cb.GOAL_CLEAR)
+    return ((first, clear),) if first is not None else ((clear,),)
+
+
+def build_goal_card(
+    goal: GoalSnapshot | None,
+    *,
+    armed: bool,
+    confirm_clear: bool = False,
+    note: str | None = None,
+) -> CardView:
+    """The goal card: objective, phase (and whether it runs now), rounds, buttons."""
+    if goal is None:
+        return CardView(_fit(["🎯 <b>No goal</b>"], note) or "No goal")
+    phase = _GOAL_PHASE[goal.phase]
+    if goal.phase == "active":
+        phase += " — running" if armed else " — stopped"
+    if goal.source == "task":
+        phase = "Current task's acceptance criteria"
+    lines = [f"🎯 <b>Goal</b> <i>{escape(phase)}</i>"]
+    if confirm_clear:
+        lines.append("<i>Clear this goal?</i>")
+    lines.append(_clip_units(goal.objective, 2000))
+    if goal.source != "task":
+        lines.append(
+            f"Rounds {progress_bar(goal.rounds_started, goal.max_goal_rounds)}"
+            + (f" · every {_every(goal.schedule_s)}" if goal.schedule_s else "")
+        )
+    if goal.blocked is not None:
+        code, message = _clip(goal.blocked.code, 40), _clip_units(goal.blocked.message, 500)
+        lines.append(f"⚠️ {code}: {message}")
+    text = _fit(lines, note) or escape("Goal card too long to show.")
+    return CardView(text, _goal_buttons(goal, armed=armed, confirm_clear=confirm_clear))
+
+
+def _every(seconds: int) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _fit(lines: list[str], note: str | None) -> str | None:
+    """Join lines (plus the note); ``None`` when the HTML is over Telegram's limit."""
+    if note:
+        lines = [*lines, "", _clip_units(note, 500)]
+    text = "\n".join(lines)
+    return text if utf16_len(text) <= TELEGRAM_TEXT_LIMIT else None
