@@ -1,0 +1,168 @@
+"""ToolRuntime: runs one model batch of tool calls (DESIGN.md §8, spec/plan-goal-todo.md §14).
+
+A call runs in parallel only when its tool's ``is_concurrency_safe(args)`` returns exactly
+``True``; a missing method, an exception or any other value (truthy included) makes it
+exclusive. An exclusive call is an ordering barrier: every call before it has finished when it
+starts, and none after it starts before it ends. Consecutive safe calls run together.
+
+For each call, in this order: look the tool up, validate the arguments (the tool's pydantic
+``args_model`` when it has one, else its JSON ``parameters``), ask the gate, run. Every failure
+becomes an error :class:`ToolOutcome` for the model, never an exception to the caller (a
+cancellation still propagates). Results come back in call order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from engine.tools.base import Tool, ToolContext, ToolOutcome
+from engine.tools.schema import check_schema
+
+log = logging.getLogger("engine.tools.runtime")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRequest:
+    """One call from the model: its id, the tool name and the parsed arguments."""
+
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+# None allows the call; a string denies it and is returned to the model as an error result.
+Gate = Callable[[ToolCallRequest, ToolContext], Awaitable[str | None]]
+
+
+def _error(text: str) -> ToolOutcome:
+    return ToolOutcome(content=f"error: {text}", is_error=True)
+
+
+def _format_validation(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err.get("loc", ())) or "arguments"
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+class ToolRuntime:
+    """The tools a turn may call, with the gate that runs before each call."""
+
+    def __init__(self, tools: Sequence[Tool], *, gate: Gate | None = None) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            if tool.name in self._tools:
+                raise ValueError(f"duplicate tool name {tool.name!r}")
+            self._tools[tool.name] = tool
+        self._gate = gate
+
+    def specs(self) -> list[dict[str, Any]]:
+        """OpenAI function-tool specs, in registration order."""
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.parameters,
+                },
+            }
+            for tool in self._tools.values()
+        ]
+
+    def tool(self, name: str) -> Tool | None:
+        """The registered tool called ``name``, if any."""
+        return self._tools.get(name)
+
+    def is_parallel(self, call: ToolCallRequest) -> bool:
+        """Whether ``call`` may run beside other parallel calls (fail closed: exclusive)."""
+        tool = self._tools.get(call.name)
+        method = getattr(tool, "is_concurrency_safe", None)
+        if tool is None or not callable(method):
+            return False
+        try:
+            answer = method(call.arguments)
+        except Exception as exc:
+            log.info("tools.runtime.concurrency_check_failed tool=%s error=%s", call.name, exc)
+            return False
+        return answer is True
+
+    async def run_batch(
+        self, calls: Sequence[ToolCallRequest], ctx: ToolContext
+    ) -> list[ToolOutcome]:
+        """Run ``calls`` with the ordering rules above; one outcome per call, in call order."""
+        results: list[ToolOutcome | None] = [None] * len(calls)
+        group: list[int] = []
+
+        async def flush() -> None:
+            if not group:
+                return
+            outcomes = await asyncio.gather(*(self._run_one(calls[i], ctx) for i in group))
+            for i, outcome in zip(group, outcomes, strict=True):
+                results[i] = outcome
+            group.clear()
+
+        for index, call in enumerate(calls):
+            if self.is_parallel(call):
+                group.append(index)
+                continue
+            await flush()
+            results[index] = await self._run_one(call, ctx)
+        await flush()
+        return [r if r is not None else _error("no result") for r in results]
+
+    def _check_arguments(self, tool: Tool, arguments: Any) -> str | None:
+        if not isinstance(arguments, dict):
+            return "arguments must be a JSON object"
+        model = getattr(tool, "args_model", None)
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            try:
+                model.model_validate(arguments)
+            except ValidationError as exc:
+                return _format_validation(exc)
+            return None
+        try:
+            schema = tool.parameters
+        except Exception:
+            return "the tool's argument schema is unavailable"
+        problems = check_schema(arguments, schema) if isinstance(schema, dict) else []
+        return "; ".join(problems) or None
+
+    async def _run_one(self, call: ToolCallRequest, ctx: ToolContext) -> ToolOutcome:
+        tool = self._tools.get(call.name)
+        if tool is None:
+            known = ", ".join(sorted(self._tools)) or "none"
+            return _error(f"unknown tool {call.name!r}; available tools: {known}")
+        problem = self._check_arguments(tool, call.arguments)
+        if problem is not None:
+            return _error(f"invalid arguments for {call.name}: {problem}")
+        if self._gate is not None:
+            try:
+                denied = await self._gate(call, ctx)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a broken gate denies: fail closed
+                log.warning("tools.runtime.gate_failed tool=%s error=%s", call.name, type(exc))
+                denied = "the tool gate failed; the call was not run"
+            if denied is not None:
+                return ToolOutcome(content=denied, is_error=True)
+        try:
+            outcome = await tool.run(call.arguments, ctx)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # worker boundary: the model sees the failure, the turn goes on
+            log.warning("tools.runtime.tool_failed tool=%s error=%s", call.name, type(exc))
+            return _error(f"{call.name} failed: {type(exc).__name__}: {exc}")
+        if not isinstance(outcome, ToolOutcome):
+            return _error(f"{call.name} returned no result")
+        return outcome
+
+
+__all__ = ["Gate", "ToolCallRequest", "ToolRuntime"]
