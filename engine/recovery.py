@@ -2,14 +2,16 @@
 
 A pure function over a session's log: each ``tool/call`` without a ``tool/result`` gets a
 synthetic interrupted result (so the history stays valid for the model), and a turn left open
-gets ``turn/end {interrupted}``. Storage appends what this returns when a session is loaded.
+gets ``turn/end {interrupted}``. :func:`load_session_events` reads a log and appends those
+closures; it needs only the :class:`engine.ports.EventLog` protocol, so every store shares it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from engine.events import SessionEvent, ToolCall, ToolResult, TurnEnd, TurnStart
+from engine.events import SessionEvent, StoredEvent, ToolCall, ToolResult, TurnEnd, TurnStart
+from engine.ports import EventLog
 
 INTERRUPTED_TOOL_TEXT = "interrupted: the process stopped before this tool finished"
 
@@ -42,3 +44,16 @@ def interrupted_closures(events: Iterable[SessionEvent]) -> list[SessionEvent]:
     if open_turn is not None:
         closures.append(TurnEnd(turn_id=open_turn, outcome="interrupted"))
     return closures
+
+
+async def load_session_events(log: EventLog, session_id: str) -> list[StoredEvent]:
+    """A session's whole log, closing a turn that a dead process left open.
+
+    The caller must own the session (its controller, one per process): a turn that another
+    live process is running would be closed as interrupted too.
+    """
+    events = await log.read(session_id)
+    closures = interrupted_closures(stored.event for stored in events)
+    if closures:
+        events.extend(await log.append(session_id, closures))
+    return events

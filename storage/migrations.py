@@ -1,0 +1,109 @@
+"""The SQLite schema as forward-only migrations (docs/storage.md).
+
+``MIGRATIONS[n - 1]`` takes a database from ``PRAGMA user_version`` ``n - 1`` to ``n``. A
+migration is a tuple of statements run in one ``BEGIN IMMEDIATE`` transaction together with the
+``user_version`` bump, so a crash leaves the old or the new schema, never half of one. Released
+migrations are never edited: a change is a new entry at the end.
+"""
+
+from __future__ import annotations
+
+import aiosqlite
+
+from engine.errors import CorruptState
+
+Migration = tuple[str, ...]
+
+MIGRATIONS: tuple[Migration, ...] = (
+    # 1: sessions, chat bindings, the event log, goal revisions, bot metadata.
+    (
+        """
+        CREATE TABLE sessions (
+            id          TEXT PRIMARY KEY,
+            workspace   TEXT NOT NULL,
+            profile     TEXT,
+            created_at  REAL NOT NULL,
+            parent_id   TEXT
+        )
+        """,
+        """
+        CREATE TABLE chat_bindings (
+            chat_id     INTEGER NOT NULL,
+            thread_id   INTEGER NOT NULL,
+            session_id  TEXT NOT NULL,
+            PRIMARY KEY (chat_id, thread_id)
+        ) WITHOUT ROWID
+        """,
+        # A rowid table on purpose: payloads (tool results) can be large, which WITHOUT ROWID
+        # tables store badly. The primary key is the (session_id, seq) index replay walks.
+        """
+        CREATE TABLE events (
+            session_id  TEXT NOT NULL,
+            seq         INTEGER NOT NULL,
+            type        TEXT NOT NULL,
+            at          REAL NOT NULL,
+            payload     TEXT NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        )
+        """,
+        # The goal compare-and-set: a (goal id, revision) is taken once per session, by the
+        # goal/change event at `seq`. A unique key holds across processes; a read-then-write
+        # check in Python would not.
+        """
+        CREATE TABLE goal_revisions (
+            session_id  TEXT NOT NULL,
+            goal_id     TEXT NOT NULL,
+            revision    INTEGER NOT NULL,
+            seq         INTEGER NOT NULL,
+            PRIMARY KEY (session_id, goal_id, revision)
+        ) WITHOUT ROWID
+        """,
+        """
+        CREATE TABLE meta (
+            key    TEXT PRIMARY KEY,
+            value  TEXT NOT NULL
+        ) WITHOUT ROWID
+        """,
+    ),
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+async def user_version(conn: aiosqlite.Connection) -> int:
+    """The schema version stored in the database header."""
+    async with conn.execute("PRAGMA user_version") as cursor:
+        row = await cursor.fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+async def migrate(
+    conn: aiosqlite.Connection, migrations: tuple[Migration, ...] = MIGRATIONS
+) -> int:
+    """Bring the schema up to ``len(migrations)`` and return that version.
+
+    ``conn`` must be in autocommit mode (``isolation_level=None``). Each step re-reads the
+    version under the write lock, so two processes opening a new file migrate it once. Raises
+    :class:`CorruptState` for a database written by a newer plangate: it is never downgraded.
+    """
+    target = len(migrations)
+    found = await user_version(conn)
+    if found > target:
+        raise CorruptState(
+            f"database schema version {found} is newer than this plangate knows ({target}); "
+            "upgrade plangate"
+        )
+    for version in range(found + 1, target + 1):
+        await conn.execute("BEGIN IMMEDIATE")
+        try:
+            if await user_version(conn) < version:
+                for statement in migrations[version - 1]:
+                    await conn.execute(statement)
+                # PRAGMA takes no parameters; `version` is an int we computed.
+                await conn.execute(f"PRAGMA user_version = {version:d}")
+            await conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                await conn.execute("ROLLBACK")
+            raise
+    return target

@@ -1,0 +1,119 @@
+"""Sessions and chat bindings in SQLite: :class:`engine.ports.SessionStore` (DESIGN.md §3).
+
+A fork copies a prefix of the parent's log (rows and goal-revision claims, with their original
+``seq`` and ``at``) into a new session in one transaction. Copying the plan sidecar and ``.md``
+is the plan store's job.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import aiosqlite
+
+from engine.ports import Clock, SessionRecord
+from storage.db import Database
+
+# seq values are positive; "no limit" is the largest SQLite integer.
+_ALL = 2**63 - 1
+
+
+def _record(row: Any) -> SessionRecord:
+    return SessionRecord(
+        id=row[0], workspace=row[1], profile=row[2], created_at=row[3], parent_id=row[4]
+    )
+
+
+class SqliteSessionStore:
+    """:class:`engine.ports.SessionStore` over a :class:`storage.db.Database`."""
+
+    def __init__(self, db: Database, *, clock: Clock = time.time) -> None:
+        self._db = db
+        self._clock = clock
+
+    def _new_record(
+        self, *, workspace: str, profile: str | None, parent_id: str | None
+    ) -> SessionRecord:
+        return SessionRecord(
+            id=uuid.uuid4().hex,
+            workspace=workspace,
+            profile=profile,
+            created_at=self._clock(),
+            parent_id=parent_id,
+        )
+
+    async def create_session(
+        self, *, workspace: str, profile: str | None = None, parent_id: str | None = None
+    ) -> SessionRecord:
+        """A new session with a uuid4 hex id; durable on return."""
+        record = self._new_record(workspace=workspace, profile=profile, parent_id=parent_id)
+        async with self._db.transaction() as conn:
+            await _insert_session_locked(conn, record)
+        return record
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        async with (
+            self._db.reading() as conn,
+            conn.execute(
+                "SELECT id, workspace, profile, created_at, parent_id FROM sessions WHERE id = ?",
+                (session_id,),
+            ) as cursor,
+        ):
+            row = await cursor.fetchone()
+        return None if row is None else _record(row)
+
+    async def bind_chat(self, chat_id: int, thread_id: int, session_id: str) -> None:
+        """Point ``(chat_id, thread_id)`` at ``session_id``, replacing an earlier binding."""
+        async with self._db.transaction() as conn:
+            await conn.execute(
+                "INSERT INTO chat_bindings (chat_id, thread_id, session_id) VALUES (?, ?, ?) "
+                "ON CONFLICT (chat_id, thread_id) DO UPDATE SET session_id = excluded.session_id",
+                (chat_id, thread_id, session_id),
+            )
+
+    async def session_for_chat(self, chat_id: int, thread_id: int) -> str | None:
+        async with (
+            self._db.reading() as conn,
+            conn.execute(
+                "SELECT session_id FROM chat_bindings WHERE chat_id = ? AND thread_id = ?",
+                (chat_id, thread_id),
+            ) as cursor,
+        ):
+            row = await cursor.fetchone()
+        return None if row is None else str(row[0])
+
+    async def fork(self, session_id: str, *, upto_seq: int | None = None) -> SessionRecord:
+        """A new session (``parent_id`` = ``session_id``) whose log is the parent's events with
+        ``seq <= upto_seq`` (all when ``None``). Raises ``KeyError`` for an unknown session."""
+        limit = _ALL if upto_seq is None else upto_seq
+        async with self._db.transaction() as conn:
+            async with conn.execute(
+                "SELECT workspace, profile FROM sessions WHERE id = ?", (session_id,)
+            ) as cursor:
+                parent = await cursor.fetchone()
+            if parent is None:
+                raise KeyError(session_id)
+            child = self._new_record(workspace=parent[0], profile=parent[1], parent_id=session_id)
+            await _insert_session_locked(conn, child)
+            await conn.execute(
+                "INSERT INTO events (session_id, seq, type, at, payload) "
+                "SELECT ?, seq, type, at, payload FROM events WHERE session_id = ? AND seq <= ?",
+                (child.id, session_id, limit),
+            )
+            await conn.execute(
+                "INSERT INTO goal_revisions (session_id, goal_id, revision, seq) "
+                "SELECT ?, goal_id, revision, seq FROM goal_revisions "
+                "WHERE session_id = ? AND seq <= ?",
+                (child.id, session_id, limit),
+            )
+        return child
+
+
+async def _insert_session_locked(conn: aiosqlite.Connection, record: SessionRecord) -> None:
+    await conn.execute(
+        "INSERT INTO sessions (id, workspace, profile, created_at, parent_id) "
+        "VALUES (?, ?, ?, ?, ?)",
+        (record.id, record.workspace, record.profile, record.created_at, record.parent_id),
+    )
