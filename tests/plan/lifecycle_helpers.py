@@ -101,6 +101,7 @@ class Harness:
     async def write_md(self, text: str, sid: str = SID) -> None:
         """What write_file does for the agent, then the service hook H7 calls."""
         path = await self.plans.md_path(sid)
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         await self.plans.md_written(sid)
 
