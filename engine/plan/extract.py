@@ -45,7 +45,8 @@ MISSING_INTENT = "a non-empty **Intent:** in `## Context`"
 MISSING_STEPS = "at least one numbered step in `## Implementation steps`"
 
 _DONE_WHEN = re.compile(
-    r"^[ \t]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)?(?:\*\*)?done when:(?:\*\*)?[ \t]*(.*)$", re.I
+    r"^[ \t]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)?(?:\*\*)?done when(?:\*\*:|:\*\*|:)[ \t]*(.*)$",
+    re.I,
 )
 _BULLET_LINE = re.compile(r"^([ \t]*)[-*+][ \t]+(.*\S)[ \t]*$")
 _MARKER = re.compile(r"^([ \t]*)([-*+]|\d{1,9}[.)])")
@@ -501,7 +502,7 @@ def _extract_located(markdown: str) -> list[tuple[int, bool, WorkItem]]:
 # --------------------------------------------------------------------------- template B
 
 
-_LABEL = re.compile(r"^\*\*(problem|target state|intent)(?::\*\*|\*\*:)(.*)$", re.I | re.S)
+_LABEL = re.compile(r"^\*\*(problem|target state|intent)(?::\*\*|\*\*:)(.*)$", re.I)
 
 
 def validate_template_b(markdown: str) -> list[str]:
@@ -523,9 +524,11 @@ def validate_template_b(markdown: str) -> list[str]:
             for t in b.tokens:
                 if t.type != "inline":
                     continue
-                m = _LABEL.match(t.content.strip())
-                if m and m.group(2).strip():
-                    filled.add(m.group(1).casefold())
+                # One paragraph may hold several labels, one per line.
+                for line in t.content.split("\n"):
+                    m = _LABEL.match(line.strip())
+                    if m and m.group(2).strip():
+                        filled.add(m.group(1).casefold())
     if contexts:
         for key, msg in (
             ("problem", MISSING_PROBLEM),

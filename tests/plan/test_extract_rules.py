@@ -344,3 +344,9 @@ def test_heading_inside_a_fence_is_not_a_section() -> None:
     md = "## W\n```\n## Context\n```\n- a\n"
     items = extract_work_items(md)
     assert [i.heading_path for i in items] == [["W"]]
+
+
+@pytest.mark.parametrize("label", ["Done when:", "**Done when:**", "**Done when**:", "done WHEN:"])
+def test_done_when_label_forms(label: str) -> None:
+    md = f"## W\n1. a\n   - {label} it works\n"
+    assert _one(md).acceptance_criteria == ["it works"]

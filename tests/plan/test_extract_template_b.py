@@ -100,3 +100,11 @@ def test_validator_and_extractor_agree_on_crlf_input() -> None:
     md = VALID.replace("\n", "\r\n")
     assert validate_template_b(md) == []
     assert extract_work_items(md) == extract_work_items(VALID)
+
+
+def test_several_labels_in_one_paragraph_each_count() -> None:
+    md = VALID.replace(
+        "- **Problem:** no checklist\n- **Target state:** a checklist from the plan\n",
+        "**Problem:** no checklist\n**Target state:** a checklist from the plan\n",
+    )
+    assert validate_template_b(md) == []
