@@ -1,0 +1,339 @@
+"""Who may do what, decided before any handler runs (DESIGN.md §7, §14).
+
+``decide`` is pure: facts about one update (``UpdateFacts``, extracted by ``facts_of``) plus
+the policy and a little state in, an ``AccessDecision`` out. ``AccessGate`` holds that state
+(groups an owner added, when each non-owner was last refused, who is expected to answer
+after Keep planning) and is the ``TypeHandler`` callback registered in group -1: it acts on
+the decision and raises ``ApplicationHandlerStop`` for everything the handlers must not see.
+
+Rules: owners may do everything; owners' private chats are always allowed, other private
+chats are ignored. A group is allowed when listed or when an owner added the bot; from any
+other group the bot leaves. In an allowed group the bot hears an owner's commands, messages
+that mention it, replies to its messages and the owner's next message after Keep planning;
+anyone may use /show-plan, /show_plan, /status, /help and /start; a non-owner who addresses
+the bot otherwise is refused politely at most once per user per chat per minute, and a
+non-owner's button press gets a short alert. Anonymous admins and messages sent as a chat
+count as non-owners.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Collection, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from telegram import Message, MessageEntity, Update
+from telegram.constants import ChatMemberStatus, ChatType, ParseMode
+from telegram.error import TelegramError
+from telegram.ext import ApplicationHandlerStop, ContextTypes, TypeHandler
+
+from bot.keys import SessionKey, message_key
+
+log = logging.getLogger("telegram.access")
+
+READ_ONLY_COMMANDS = frozenset({"show_plan", "status", "help", "start"})
+REFUSAL_INTERVAL_S = 60.0
+REFUSAL_TEXT = (
+    "Sorry, only the owner can ask me to do things here. "
+    "Anyone can use /show_plan, /status and /help."
+)
+ALERT_TEXT = "Only the owner can use these buttons."
+
+AccessAction = Literal["allow", "ignore", "refuse", "alert", "leave", "group_added", "group_gone"]
+UpdateKind = Literal["message", "callback", "my_chat_member", "other"]
+
+_COMMAND = re.compile(r"/([A-Za-z0-9_][A-Za-z0-9_-]{0,63})(?:@([A-Za-z0-9_]{3,32}))?(?=\s|$)")
+_JOINED = {ChatMemberStatus.MEMBER, ChatMemberStatus.ADMINISTRATOR, ChatMemberStatus.OWNER}
+_GROUP_TYPES = {ChatType.GROUP, ChatType.SUPERGROUP, ChatType.CHANNEL}
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateFacts:
+    """What the access decision needs to know about one update."""
+
+    kind: UpdateKind
+    chat_id: int | None = None
+    chat_type: str | None = None
+    user_id: int | None = None
+    thread_key: int = 0
+    as_chat: bool = False  # anonymous admin or a message sent on behalf of a chat
+    sender_chat_id: int | None = None
+    command: str | None = None  # normalised: "/Show-Plan@bot" -> "show_plan"
+    command_for_other_bot: bool = False
+    mentions_bot: bool = False
+    reply_to_bot: bool = False
+    bot_joined: bool = False  # my_chat_member: the bot is now in the chat
+
+    @property
+    def refusal_key(self) -> tuple[int, int]:
+        """Who a refusal is rate-limited for: (chat, user or the chat it speaks as)."""
+        who = self.sender_chat_id if self.as_chat and self.sender_chat_id else self.user_id
+        return (self.chat_id or 0, who or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class AccessDecision:
+    """What to do with an update. ``owner``: the actor is an owner; ``feedback``: it is the
+    owner's awaited answer after Keep planning / Revise."""
+
+    action: AccessAction
+    reason: str
+    owner: bool = False
+    feedback: bool = False
+
+    @property
+    def passes(self) -> bool:
+        """True when the update goes on to the handlers."""
+        return self.action in ("allow", "group_added")
+
+
+def parse_command(text: str, *, bot_username: str) -> tuple[str | None, bool]:
+    """The normalised command at the start of ``text`` and whether it names another bot.
+
+    Telegram cuts a command at ``-``, so ``/show-plan`` is read here from the raw text.
+    """
+    m = _COMMAND.match(text)
+    if m is None:
+        return None, False
+    name = m.group(1).lower().replace("-", "_")
+    target = m.group(2)
+    return name, bool(target) and target.lower() != bot_username.lower()
+
+
+def _mentions(message: Message, bot_username: str) -> bool:
+    wanted = "@" + bot_username.lower()
+    mentions = message.parse_entities([MessageEntity.MENTION]).values()
+    return any(text.lower() == wanted for text in mentions)
+
+
+def facts_of(update: Update, *, bot_id: int, bot_username: str) -> UpdateFacts:
+    """Extract the facts of one update (pure apart from reading the update)."""
+    if update.my_chat_member is not None:
+        cm = update.my_chat_member
+        return UpdateFacts(
+            kind="my_chat_member",
+            chat_id=cm.chat.id,
+            chat_type=cm.chat.type,
+            user_id=cm.from_user.id,
+            bot_joined=cm.new_chat_member.status in _JOINED,
+        )
+    if update.callback_query is not None:
+        q = update.callback_query
+        msg = q.message
+        if not isinstance(msg, Message):
+            return UpdateFacts(kind="other", user_id=q.from_user.id)
+        return UpdateFacts(
+            kind="callback",
+            chat_id=msg.chat.id,
+            chat_type=msg.chat.type,
+            user_id=q.from_user.id,
+            thread_key=message_key(msg)[1],
+        )
+    msg = update.message
+    if msg is None:
+        # Edited messages, channel posts, reactions...: nothing the bot acts on.
+        chat = update.effective_chat
+        return UpdateFacts(kind="other", chat_id=chat.id if chat else None)
+    text = msg.text or msg.caption or ""
+    command, other_bot = parse_command(text, bot_username=bot_username)
+    reply = msg.reply_to_message
+    sender_chat = msg.sender_chat
+    return UpdateFacts(
+        kind="message",
+        chat_id=msg.chat.id,
+        chat_type=msg.chat.type,
+        user_id=msg.from_user.id if msg.from_user else None,
+        thread_key=message_key(msg)[1],
+        as_chat=sender_chat is not None,
+        sender_chat_id=sender_chat.id if sender_chat else None,
+        command=command,
+        command_for_other_bot=other_bot,
+        mentions_bot=_mentions(msg, bot_username),
+        reply_to_bot=bool(reply and reply.from_user and reply.from_user.id == bot_id),
+    )
+
+
+def decide(
+    facts: UpdateFacts,
+    *,
+    owner_ids: Collection[int],
+    allowed_chat_ids: Collection[int],
+    added_groups: Collection[int],
+    expecting_reply: bool = False,
+    refused_recently: bool = False,
+) -> AccessDecision:
+    """The access decision for one update. Pure; the caller keeps the state it reads."""
+    owner = facts.user_id is not None and facts.user_id in owner_ids and not facts.as_chat
+
+    def d(action: AccessAction, reason: str, *, feedback: bool = False) -> AccessDecision:
+        return AccessDecision(action, reason, owner=owner, feedback=feedback)
+
+    if facts.kind == "other" or facts.chat_id is None:
+        return d("ignore", "not a message or a press")
+    is_group = facts.chat_type in _GROUP_TYPES
+    if facts.kind == "my_chat_member":
+        if not is_group:
+            return d("ignore", "private chat membership")
+        if not facts.bot_joined:
+            return d("group_gone", "the bot left or was removed")
+        if owner:
+            return d("group_added", "an owner added the bot")
+        if facts.chat_id in allowed_chat_ids or facts.chat_id in added_groups:
+            return d("ignore", "added to an allowed group by a non-owner")
+        return d("leave", "added by a non-owner to a group that is not allowed")
+    if not is_group:
+        if owner:
+            return d("allow", "owner's private chat", feedback=_feedback(facts, expecting_reply))
+        return d("ignore", "private chat of a non-owner")
+    if facts.chat_id not in allowed_chat_ids and facts.chat_id not in added_groups:
+        return d("leave", "group not allowed")
+    if facts.kind == "callback":
+        if owner:
+            return d("allow", "owner's press")
+        return d("alert", "non-owner's press")
+    if facts.command_for_other_bot:
+        return d("ignore", "command for another bot")
+    addressed = facts.command is not None or facts.mentions_bot or facts.reply_to_bot
+    if owner:
+        if addressed or expecting_reply:
+            return d("allow", "owner addresses the bot", feedback=_feedback(facts, expecting_reply))
+        return d("ignore", "owner's chatter, not addressed to the bot")
+    if facts.command in READ_ONLY_COMMANDS:
+        return d("allow", "read-only command")
+    if not addressed:
+        return d("ignore", "non-owner's chatter")
+    if refused_recently:
+        return d("ignore", "non-owner already refused this minute")
+    return d("refuse", "non-owner addresses the bot")
+
+
+def _feedback(facts: UpdateFacts, expecting_reply: bool) -> bool:
+    # A command is never the awaited answer; it keeps the expectation for the next message.
+    return expecting_reply and facts.command is None
+
+
+Refuse = Callable[[Update, str], Awaitable[Any]]
+GroupHook = Callable[[int], Awaitable[None]]
+
+
+class AccessGate:
+    """The stateful side of ``decide`` and the group -1 ``TypeHandler`` callback.
+
+    Register with ``application.add_handler(gate.handler(), group=-1)``. Handlers read
+    ``gate.decision(update)`` for ``owner`` and ``feedback``. Persist groups with the hooks.
+    """
+
+    def __init__(
+        self,
+        *,
+        owner_ids: Iterable[int],
+        allowed_chat_ids: Iterable[int] = (),
+        added_groups: Iterable[int] = (),
+        clock: Callable[[], float] = time.monotonic,
+        refuse: Refuse | None = None,
+        on_group_added: GroupHook | None = None,
+        on_group_gone: GroupHook | None = None,
+        refusal_text: str = REFUSAL_TEXT,
+        alert_text: str = ALERT_TEXT,
+    ) -> None:
+        self.owner_ids = frozenset(owner_ids)
+        self.allowed_chat_ids = frozenset(allowed_chat_ids)
+        self.added_groups: set[int] = set(added_groups)
+        self._clock = clock
+        self._refuse = refuse
+        self._on_group_added = on_group_added
+        self._on_group_gone = on_group_gone
+        self._refusal_text = refusal_text
+        self._alert_text = alert_text
+        self._refused_at: dict[tuple[int, int], float] = {}
+        self._expecting: dict[SessionKey, int] = {}
+        self._decisions: OrderedDict[int, AccessDecision] = OrderedDict()
+
+    # ---- hooks for the command plane ------------------------------------------------
+
+    def expect_reply(self, key: SessionKey, user_id: int) -> None:
+        """After Keep planning / Revise: hear this owner's next message in this session."""
+        self._expecting[key] = user_id
+
+    def cancel_expect(self, key: SessionKey) -> None:
+        """Stop waiting for an answer in this session (e.g. the plan was discarded)."""
+        self._expecting.pop(key, None)
+
+    def is_expecting(self, key: SessionKey) -> bool:
+        return key in self._expecting
+
+    def is_owner(self, user_id: int | None) -> bool:
+        return user_id is not None and user_id in self.owner_ids
+
+    def decision(self, update: Update) -> AccessDecision | None:
+        """The decision taken for this update (kept for the last 1,024 updates)."""
+        return self._decisions.get(update.update_id)
+
+    # ---- deciding ---------------------------------------------------------------------
+
+    def decide(self, update: Update, *, bot_id: int, bot_username: str) -> AccessDecision:
+        """Decide for ``update`` and update the gate's state (refusal times, expectations)."""
+        facts = facts_of(update, bot_id=bot_id, bot_username=bot_username)
+        key = (facts.chat_id or 0, facts.thread_key)
+        now = self._clock()
+        last = self._refused_at.get(facts.refusal_key)
+        d = decide(
+            facts,
+            owner_ids=self.owner_ids,
+            allowed_chat_ids=self.allowed_chat_ids,
+            added_groups=self.added_groups,
+            expecting_reply=facts.kind == "message" and self._expecting.get(key) == facts.user_id,
+            refused_recently=last is not None and now - last < REFUSAL_INTERVAL_S,
+        )
+        if d.action == "refuse":
+            self._refused_at[facts.refusal_key] = now
+        if d.feedback:
+            self._expecting.pop(key, None)
+        if d.action == "group_added" and facts.chat_id is not None:
+            self.added_groups.add(facts.chat_id)
+        if d.action in ("group_gone", "leave") and facts.chat_id is not None:
+            self.added_groups.discard(facts.chat_id)
+        self._decisions[update.update_id] = d
+        while len(self._decisions) > 1024:
+            self._decisions.popitem(last=False)
+        return d
+
+    # ---- the TypeHandler -------------------------------------------------------------
+
+    def handler(self) -> TypeHandler[Any, ContextTypes.DEFAULT_TYPE, None]:
+        """The ``TypeHandler`` to add in group -1 (it must run before every other handler)."""
+        return TypeHandler(Update, self)
+
+    async def __call__(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Apply the decision; raise ``ApplicationHandlerStop`` unless the update passes."""
+        bot = context.bot
+        d = self.decide(update, bot_id=bot.id, bot_username=bot.username)
+        log.debug("telegram.access.decision update=%s action=%s", update.update_id, d.action)
+        chat = update.effective_chat
+        try:
+            if d.action == "group_added" and chat and self._on_group_added is not None:
+                await self._on_group_added(chat.id)
+            elif d.action == "group_gone" and chat and self._on_group_gone is not None:
+                await self._on_group_gone(chat.id)
+            elif d.action == "alert" and update.callback_query is not None:
+                await update.callback_query.answer(self._alert_text, show_alert=True)
+            elif d.action == "refuse" and update.message is not None:
+                if self._refuse is not None:
+                    await self._refuse(update, self._refusal_text)
+                else:
+                    await update.message.reply_text(self._refusal_text, parse_mode=ParseMode.HTML)
+            elif d.action == "leave" and chat is not None:
+                log.info("telegram.access.leave chat=%s", chat.id)
+                await bot.leave_chat(chat.id)
+                if self._on_group_gone is not None:
+                    await self._on_group_gone(chat.id)
+        except TelegramError as err:
+            log.warning(
+                "telegram.access.action_failed action=%s error=%s", d.action, type(err).__name__
+            )
+        if not d.passes:
+            raise ApplicationHandlerStop
