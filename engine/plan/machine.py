@@ -90,7 +90,7 @@ def state_of(sidecar: PlanSidecar | None, md: str | None) -> PlanState:
     return derive_state(sidecar, md_exists=md is not None)
 
 
-def _touch(sidecar: PlanSidecar, ctx: Context, **update: object) -> PlanSidecar:
+def touch(sidecar: PlanSidecar, ctx: Context, **update: object) -> PlanSidecar:
     # Every accepted change bumps the revision: buttons bound to the old one go stale.
     return sidecar.model_copy(
         update={**update, "revision": sidecar.revision + 1, "updated_at": ctx.now}
@@ -148,7 +148,7 @@ def design_md_skeleton(title: str) -> str:
     )
 
 
-def _make_tasks(
+def make_tasks(
     specs: Sequence[TaskSpec],
     *,
     next_task_id: int,
@@ -239,7 +239,7 @@ def init(sidecar: PlanSidecar | None, md: str | None, inp: InitInput, ctx: Conte
                 "work starts. Only this file can be written until then; bash is off."
             ),
         )
-    made = _make_tasks(specs, next_task_id=1, existing=[], source="plan")
+    made = make_tasks(specs, next_task_id=1, existing=[], source="plan")
     if isinstance(made, Refusal):
         return made
     tasks, next_id = made
@@ -258,178 +258,12 @@ def init(sidecar: PlanSidecar | None, md: str | None, inp: InitInput, ctx: Conte
     )
 
 
-# --- checklist operations ----------------------------------------------------------------------
-
-
-def _checklist_gate(sidecar: PlanSidecar | None, md: str | None) -> Refusal | PlanSidecar:
-    state = state_of(sidecar, md)
-    if state == "none" or sidecar is None:
-        return refusal("no-plan")
-    if state == "pre_init":
-        return refusal("pre-init-checklist-blocked")
-    if state == "post_init":
-        return refusal("editing-checklist-blocked")
-    return sidecar
-
-
-def add_tasks(
-    sidecar: PlanSidecar | None, md: str | None, specs: Sequence[TaskSpec], ctx: Context
-) -> Result:
-    """``add_tasks`` / ``add_task``: Active only; the new tasks are ``source: agent``."""
-    live = _checklist_gate(sidecar, md)
-    if isinstance(live, Refusal):
-        return live
-    if not specs:
-        return refusal("tasks-required")
-    made = _make_tasks(specs, next_task_id=live.next_task_id, existing=live.tasks, source="agent")
-    if isinstance(made, Refusal):
-        return made
-    tasks, next_id = made
-    updated = _touch(live, ctx, tasks=[*live.tasks, *tasks], next_task_id=next_id)
-    ids = ", ".join(t.id for t in tasks)
-    return Transition(sidecar=updated, reason="add_tasks", text=f"Added task(s) {ids}.")
-
-
-def _in_progress(tasks: Sequence[PlanTask]) -> PlanTask | None:
-    return next((t for t in tasks if t.status == "in_progress"), None)
-
-
-def _deps_done(task: PlanTask, tasks: Sequence[PlanTask]) -> bool:
-    by_id = {t.id: t for t in tasks}
-    # A dependency on a task that no longer exists does not block (reconciliation drops them).
-    return all(
-        by_id[d].status in ("completed", "deferred") for d in task.dependencies if d in by_id
-    )
-
-
-def _replace(tasks: Sequence[PlanTask], task: PlanTask) -> list[PlanTask]:
-    return [task if t.id == task.id else t for t in tasks]
-
-
-def start(sidecar: PlanSidecar | None, md: str | None, task_id: str | None, ctx: Context) -> Result:
-    """``start``: never approves anything; without an id, the next startable pending task."""
-    live = _checklist_gate(sidecar, md)
-    if isinstance(live, Refusal):
-        return live
-    if _in_progress(live.tasks) is not None:
-        return refusal("task-in-progress")
-    if task_id is None:
-        ready = sorted(
-            (t for t in live.tasks if t.status == "pending" and _deps_done(t, live.tasks)),
-            key=lambda t: t.order,
-        )
-        if not ready:
-            return refusal("no-startable-task")
-        task = ready[0]
-    else:
-        found = next((t for t in live.tasks if t.id == task_id), None)
-        if found is None:
-            return refusal("unknown-task")
-        if found.status != "pending":
-            return refusal("task-not-pending")
-        if not _deps_done(found, live.tasks):
-            return refusal("dependencies-unmet")
-        task = found
-    started = task.model_copy(update={"status": "in_progress"})
-    updated = _touch(live, ctx, tasks=_replace(live.tasks, started))
-    effect: CriteriaEffect = (
-        SetCriteria(task_id=task.id, title=task.title, criteria=tuple(task.acceptance_criteria))
-        if task.acceptance_criteria
-        else None
-    )
-    text = f"Started task {task.id}: {task.title}."
-    if task.acceptance_criteria:
-        text += " Done when: " + "; ".join(task.acceptance_criteria)
-    return Transition(sidecar=updated, reason="start", text=text, criteria=effect)
-
-
-def _finish(
-    live: PlanSidecar,
-    task_id: str | None,
-    ctx: Context,
-    *,
-    status: Literal["completed", "deferred"],
-    evidence: str | None = None,
-    reason: str | None = None,
-) -> Result:
-    if task_id is None:
-        task = _in_progress(live.tasks)
-        if task is None:
-            return refusal("no-task-in-progress")
-    else:
-        found = next((t for t in live.tasks if t.id == task_id), None)
-        if found is None:
-            return refusal("unknown-task")
-        task = found
-    if task.status in ("completed", "deferred"):
-        return refusal("task-finished")
-    other = _in_progress(live.tasks)
-    if task.status == "pending" and other is not None:
-        # Finishing a pending task while another is running would leave two threads of work.
-        return refusal("task-in-progress")
-    done = task.model_copy(
-        update={
-            "status": status,
-            "evidence": evidence if evidence is not None else task.evidence,
-            "reason": reason if reason is not None else task.reason,
-        }
-    )
-    tasks = _replace(live.tasks, done)
-    updated = _touch(live, ctx, tasks=tasks)
-    verb = "Completed" if status == "completed" else "Skipped (deferred)"
-    effect: CriteriaEffect = ClearCriteria() if task.status == "in_progress" else None
-    if not any(t.status in ("pending", "in_progress") for t in tasks):
-        return Transition(
-            sidecar=updated,
-            archive="completed",
-            criteria=ClearCriteria(),
-            reason="complete" if status == "completed" else "skip",
-            text=f"{verb} task {task.id}. All tasks are done: the plan is archived.",
-        )
-    return Transition(
-        sidecar=updated,
-        criteria=effect,
-        reason="complete" if status == "completed" else "skip",
-        text=f"{verb} task {task.id}. Call plan start for the next task.",
-    )
-
-
-def complete(
-    sidecar: PlanSidecar | None,
-    md: str | None,
-    task_id: str | None,
-    evidence: str | None,
-    ctx: Context,
-) -> Result:
-    """``complete``: the in-progress task (or ``task_id``); the last one archives the plan."""
-    live = _checklist_gate(sidecar, md)
-    if isinstance(live, Refusal):
-        return live
-    return _finish(live, task_id, ctx, status="completed", evidence=evidence)
-
-
-def skip(
-    sidecar: PlanSidecar | None,
-    md: str | None,
-    task_id: str | None,
-    reason: str | None,
-    ctx: Context,
-) -> Result:
-    """``skip``: marks the task deferred with its (required) reason."""
-    live = _checklist_gate(sidecar, md)
-    if isinstance(live, Refusal):
-        return live
-    if reason is None or not reason.strip():
-        return refusal("reason-required")
-    return _finish(live, task_id, ctx, status="deferred", reason=reason.strip())
-
-
 def submit(
     sidecar: PlanSidecar | None, md: str | None, missing: Sequence[str], ctx: Context
 ) -> Result:
     """``submit``: post-init only; ``missing`` is template B's validation of the ``.md``.
 
-    Changes nothing durable: the transition keeps the sidecar and revision as they are.
+    Records ``submitted_revision`` and keeps the revision as it is.
     """
     state = state_of(sidecar, md)
     if state in ("none", "pre_init") or sidecar is None:
@@ -438,7 +272,9 @@ def submit(
         return refusal("submit-active")
     if missing:
         return refusal("template-incomplete", list(missing))
-    return Transition(sidecar=sidecar, reason="submitted", text=SUBMITTED_TEXT)
+    # No revision bump: the review is bound to the revision that was submitted.
+    reviewed = sidecar.model_copy(update={"submitted_revision": sidecar.revision})
+    return Transition(sidecar=reviewed, reason="submitted", text=SUBMITTED_TEXT)
 
 
 def md_written(sidecar: PlanSidecar | None, md: str | None, ctx: Context) -> Result | None:
@@ -451,7 +287,7 @@ def md_written(sidecar: PlanSidecar | None, md: str | None, ctx: Context) -> Res
     if sidecar.description == md and not sidecar.pre_init_editing:
         return None
     # Editing can never persist a checklist: tasks stay empty whatever the file says.
-    updated = _touch(sidecar, ctx, description=md, pre_init_editing=False, tasks=[])
+    updated = touch(sidecar, ctx, description=md, pre_init_editing=False, tasks=[])
     return Transition(sidecar=updated, reason="md", text="Plan text saved.")
 
 
@@ -511,7 +347,7 @@ def approve(sidecar: PlanSidecar | None, md: str | None, inp: ApproveInput, ctx:
         update["id"] = ctx.new_plan_id
     if checked.mode is None:
         update["mode"] = "design"
-    updated = _touch(checked, ctx, **update)
+    updated = touch(checked, ctx, **update)
     return Transition(
         sidecar=updated,
         reason="approve",
@@ -533,9 +369,7 @@ def revise(sidecar: PlanSidecar | None, md: str | None, ctx: Context) -> Result:
         md=md,
         mode=sidecar.mode,
     )
-    updated = _touch(
-        sidecar, ctx, status="Editing", pre_init_editing=False, tasks=[], revising=kept
-    )
+    updated = touch(sidecar, ctx, status="Editing", pre_init_editing=False, tasks=[], revising=kept)
     return Transition(
         sidecar=updated,
         reason="revise",
@@ -555,7 +389,7 @@ def discard(sidecar: PlanSidecar | None, md: str | None, ctx: Context) -> Result
         )
     if sidecar.revising is not None and state == "post_init":
         kept = sidecar.revising
-        restored = _touch(
+        restored = touch(
             sidecar,
             ctx,
             status="Active",
@@ -571,7 +405,7 @@ def discard(sidecar: PlanSidecar | None, md: str | None, ctx: Context) -> Result
             text="Revision discarded; the approved plan continues.",
         )
     return Transition(
-        sidecar=_touch(sidecar, ctx),
+        sidecar=touch(sidecar, ctx),
         archive="discarded",
         reason="discard",
         criteria=ClearCriteria(),
@@ -587,43 +421,9 @@ def abandon(sidecar: PlanSidecar | None, md: str | None, ctx: Context) -> Result
     if state == "pre_init":
         return Transition(sidecar=None, reason="abandon", criteria=ClearCriteria(), text="")
     return Transition(
-        sidecar=_touch(sidecar, ctx),
+        sidecar=touch(sidecar, ctx),
         archive="abandoned",
         reason="abandon",
         criteria=ClearCriteria(),
         text="Plan archived as abandoned.",
     )
-
-
-# --- show ---------------------------------------------------------------------------------
-
-_MARKS = {"pending": "[ ]", "in_progress": "[>]", "completed": "[x]", "deferred": "[-]"}
-_LABELS: dict[PlanState, str] = {
-    "none": "no plan",
-    "pre_init": "planning, nothing written yet",
-    "post_init": "being designed (Editing)",
-    "active": "Active",
-}
-
-
-def render_show(sidecar: PlanSidecar | None, md: str | None, md_path: str) -> str:
-    """The ``show`` text: title, state, revision, the ``.md`` path and the checklist."""
-    state = state_of(sidecar, md)
-    if sidecar is None or state == "none":
-        return "No plan in this session."
-    lines = [
-        f"Plan: {sidecar.title or '(untitled)'} — {_LABELS[state]}, revision {sidecar.revision}"
-    ]
-    if state == "post_init":
-        lines.append(f"Plan file: {md_path}")
-    if state == "active":
-        if not sidecar.tasks:
-            lines.append("No tasks yet: add them with plan add_tasks.")
-        for task in sorted(sidecar.tasks, key=lambda t: t.order):
-            line = f"{_MARKS[task.status]} {task.id}. {task.title}"
-            if task.dependencies:
-                line += f" (after {', '.join(task.dependencies)})"
-            if task.status == "deferred" and task.reason:
-                line += f" — deferred: {task.reason}"
-            lines.append(line)
-    return "\n".join(lines)

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from engine.events import PlanChanged, PlanMode, SessionEvent
-from engine.plan import machine
+from engine.plan import checklist, machine
 from engine.plan.criteria import TaskCriteriaSink
 from engine.plan.gate import PlanGateView
 from engine.plan.importer import read_import
@@ -162,7 +162,7 @@ class PlanService:
         elif t.sidecar is None:
             await self._store.delete(session_id)
             new = _Live(sidecar=None, md=None)
-        elif t.reason != "submitted":
+        else:
             await self._store.save(session_id, t.sidecar, md=t.md)
         self._live[session_id] = new
         after = machine.state_of(new.sidecar, new.md)
@@ -262,7 +262,7 @@ class PlanService:
         md_path = str(await self._store.md_path(session_id))
         async with self._lock(session_id):
             live = await self._load_locked(session_id)
-            return self._result(live, machine.render_show(live.sidecar, live.md, md_path))
+            return self._result(live, checklist.render_show(live.sidecar, live.md, md_path))
 
     # --- owner / command-plane operations ---------------------------------------------------
 
@@ -409,13 +409,13 @@ class PlanService:
     async def add_tasks(self, session_id: str, tasks: Sequence[TaskSpec]) -> PlanResult:
         """Active only; new tasks are ``source: agent``."""
         return await self._run(
-            session_id, lambda live, ctx: machine.add_tasks(live.sidecar, live.md, tasks, ctx)
+            session_id, lambda live, ctx: checklist.add_tasks(live.sidecar, live.md, tasks, ctx)
         )
 
     async def start(self, session_id: str, task_id: str | None = None) -> PlanResult:
         """Start ``task_id`` or the next startable task; never approves."""
         return await self._run(
-            session_id, lambda live, ctx: machine.start(live.sidecar, live.md, task_id, ctx)
+            session_id, lambda live, ctx: checklist.start(live.sidecar, live.md, task_id, ctx)
         )
 
     async def complete(
@@ -424,7 +424,7 @@ class PlanService:
         """Complete the in-progress task (or ``task_id``); the last one archives the plan."""
         return await self._run(
             session_id,
-            lambda live, ctx: machine.complete(live.sidecar, live.md, task_id, evidence, ctx),
+            lambda live, ctx: checklist.complete(live.sidecar, live.md, task_id, evidence, ctx),
         )
 
     async def skip(
@@ -433,11 +433,11 @@ class PlanService:
         """Defer the in-progress task (or ``task_id``) with a reason."""
         return await self._run(
             session_id,
-            lambda live, ctx: machine.skip(live.sidecar, live.md, task_id, reason, ctx),
+            lambda live, ctx: checklist.skip(live.sidecar, live.md, task_id, reason, ctx),
         )
 
     async def submit(self, session_id: str) -> PlanResult:
-        """Ask for review: validates template B; changes nothing durable."""
+        """Ask for review: validates template B; records ``submitted_revision`` (no bump)."""
         seeding = self._seed()
 
         def decide(live: _Live, ctx: Context) -> Transition | Refusal:

@@ -104,6 +104,9 @@ class PlanSidecar(BaseModel):
     revising: PlanRevising | None = None
     flow: PlanFlow = Field(default_factory=PlanFlow)
     approved_by: int | None = None
+    # The revision the agent last submitted for review; the card shows review while it equals
+    # ``revision`` (an .md write bumps the revision and ends the review).
+    submitted_revision: int | None = None
 
 
 # --- derived state and the legacy load map (spec/adr-0003 "Legacy status load map") -------

@@ -11,8 +11,8 @@ import re
 from pathlib import Path
 
 from engine.events import PlanChanged, PlanMode
+from engine.plan.checklist import render_show
 from engine.plan.gate import GATE_TEXTS, check_gate
-from engine.plan.machine import render_show
 from engine.plan.refusals import TEXTS
 from tests.plan.lifecycle_helpers import (
     SID,

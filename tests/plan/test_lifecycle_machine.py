@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.plan import machine
+from engine.plan import checklist, machine
 from engine.plan.machine import (
     ClearCriteria,
     Context,
@@ -46,17 +46,17 @@ def test_init_design_from_noplan_writes_skeleton_md() -> None:
 
 def test_start_sets_criteria_and_complete_clears() -> None:
     sc = active("a", "b", criteria=("ok",))
-    t = machine.start(sc, None, None, CTX)
+    t = checklist.start(sc, None, None, CTX)
     assert isinstance(t, Transition) and t.criteria == SetCriteria("1", "a", ("ok",))
     assert t.sidecar is not None and t.sidecar.revision == sc.revision + 1
-    t2 = machine.complete(t.sidecar, None, None, "ev", CTX)
+    t2 = checklist.complete(t.sidecar, None, None, "ev", CTX)
     assert isinstance(t2, Transition) and t2.criteria == ClearCriteria() and t2.archive is None
-    t3 = machine.skip(t2.sidecar, None, "2", "later", CTX)
+    t3 = checklist.skip(t2.sidecar, None, "2", "later", CTX)
     assert isinstance(t3, Transition) and t3.archive == "completed"
 
 
 def test_refusal_texts_are_fixed() -> None:
-    r = machine.start(None, None, None, CTX)
+    r = checklist.start(None, None, None, CTX)
     assert isinstance(r, Refusal) and r.code == "no-plan" and r.text == TEXTS["no-plan"]
     r2 = machine.submit(active("a"), None, [], CTX)
     assert isinstance(r2, Refusal) and r2.code == "submit-active"
@@ -97,13 +97,13 @@ def test_property_checklist_invariants(ops: list[tuple[str, str | None]], n: int
             break
         before = sc.revision
         if op == "add":
-            r = machine.add_tasks(sc, None, [TaskSpec(title="x")], CTX)
+            r = checklist.add_tasks(sc, None, [TaskSpec(title="x")], CTX)
         elif op == "start":
-            r = machine.start(sc, None, task_id, CTX)
+            r = checklist.start(sc, None, task_id, CTX)
         elif op == "complete":
-            r = machine.complete(sc, None, task_id, None, CTX)
+            r = checklist.complete(sc, None, task_id, None, CTX)
         else:
-            r = machine.skip(sc, None, task_id, "r", CTX)
+            r = checklist.skip(sc, None, task_id, "r", CTX)
         if isinstance(r, Refusal):
             assert r.text == TEXTS[r.code]
             continue

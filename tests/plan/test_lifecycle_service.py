@@ -87,6 +87,9 @@ async def test_submit_validates_template_b(tmp_path: Path) -> None:
     assert await h.plans.revision(SID) == revision + 1  # the .md write, not the submit
     last = (await h.plan_events())[-1]
     assert isinstance(last, PlanChanged) and last.reason == "submitted"
+    assert h.raw()["submitted_revision"] == revision + 1
+    await h.write_md(VALID_MD + "\nmore\n")
+    assert h.raw()["submitted_revision"] != h.raw()["revision"]
 
 
 async def test_approve_seeds_checklist_from_md(tmp_path: Path) -> None:

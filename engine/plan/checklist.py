@@ -1,0 +1,224 @@
+"""Checklist operations of an Active plan, as pure transitions (spec/adr-0003 C3).
+
+``add_tasks`` / ``start`` / ``complete`` / ``skip`` are Active only; the last ``complete`` or
+``skip`` (nothing pending or in progress) archives the plan. ``start`` never approves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from engine.plan.machine import (
+    ClearCriteria,
+    Context,
+    CriteriaEffect,
+    Result,
+    SetCriteria,
+    TaskSpec,
+    Transition,
+    make_tasks,
+    state_of,
+    touch,
+)
+from engine.plan.refusals import Refusal, refusal
+from engine.plan.types import PlanSidecar, PlanState, PlanTask
+
+# --- checklist operations ----------------------------------------------------------------------
+
+
+def _checklist_gate(sidecar: PlanSidecar | None, md: str | None) -> Refusal | PlanSidecar:
+    state = state_of(sidecar, md)
+    if state == "none" or sidecar is None:
+        return refusal("no-plan")
+    if state == "pre_init":
+        return refusal("pre-init-checklist-blocked")
+    if state == "post_init":
+        return refusal("editing-checklist-blocked")
+    return sidecar
+
+
+def add_tasks(
+    sidecar: PlanSidecar | None, md: str | None, specs: Sequence[TaskSpec], ctx: Context
+) -> Result:
+    """``add_tasks`` / ``add_task``: Active only; the new tasks are ``source: agent``."""
+    live = _checklist_gate(sidecar, md)
+    if isinstance(live, Refusal):
+        return live
+    if not specs:
+        return refusal("tasks-required")
+    made = make_tasks(specs, next_task_id=live.next_task_id, existing=live.tasks, source="agent")
+    if isinstance(made, Refusal):
+        return made
+    tasks, next_id = made
+    updated = touch(live, ctx, tasks=[*live.tasks, *tasks], next_task_id=next_id)
+    ids = ", ".join(t.id for t in tasks)
+    return Transition(sidecar=updated, reason="add_tasks", text=f"Added task(s) {ids}.")
+
+
+def _in_progress(tasks: Sequence[PlanTask]) -> PlanTask | None:
+    return next((t for t in tasks if t.status == "in_progress"), None)
+
+
+def _deps_done(task: PlanTask, tasks: Sequence[PlanTask]) -> bool:
+    by_id = {t.id: t for t in tasks}
+    # A dependency on a task that no longer exists does not block (reconciliation drops them).
+    return all(
+        by_id[d].status in ("completed", "deferred") for d in task.dependencies if d in by_id
+    )
+
+
+def _replace(tasks: Sequence[PlanTask], task: PlanTask) -> list[PlanTask]:
+    return [task if t.id == task.id else t for t in tasks]
+
+
+def start(sidecar: PlanSidecar | None, md: str | None, task_id: str | None, ctx: Context) -> Result:
+    """``start``: never approves anything; without an id, the next startable pending task."""
+    live = _checklist_gate(sidecar, md)
+    if isinstance(live, Refusal):
+        return live
+    if _in_progress(live.tasks) is not None:
+        return refusal("task-in-progress")
+    if task_id is None:
+        ready = sorted(
+            (t for t in live.tasks if t.status == "pending" and _deps_done(t, live.tasks)),
+            key=lambda t: t.order,
+        )
+        if not ready:
+            return refusal("no-startable-task")
+        task = ready[0]
+    else:
+        found = next((t for t in live.tasks if t.id == task_id), None)
+        if found is None:
+            return refusal("unknown-task")
+        if found.status != "pending":
+            return refusal("task-not-pending")
+        if not _deps_done(found, live.tasks):
+            return refusal("dependencies-unmet")
+        task = found
+    started = task.model_copy(update={"status": "in_progress"})
+    updated = touch(live, ctx, tasks=_replace(live.tasks, started))
+    effect: CriteriaEffect = (
+        SetCriteria(task_id=task.id, title=task.title, criteria=tuple(task.acceptance_criteria))
+        if task.acceptance_criteria
+        else None
+    )
+    text = f"Started task {task.id}: {task.title}."
+    if task.acceptance_criteria:
+        text += " Done when: " + "; ".join(task.acceptance_criteria)
+    return Transition(sidecar=updated, reason="start", text=text, criteria=effect)
+
+
+def _finish(
+    live: PlanSidecar,
+    task_id: str | None,
+    ctx: Context,
+    *,
+    status: Literal["completed", "deferred"],
+    evidence: str | None = None,
+    reason: str | None = None,
+) -> Result:
+    if task_id is None:
+        task = _in_progress(live.tasks)
+        if task is None:
+            return refusal("no-task-in-progress")
+    else:
+        found = next((t for t in live.tasks if t.id == task_id), None)
+        if found is None:
+            return refusal("unknown-task")
+        task = found
+    if task.status in ("completed", "deferred"):
+        return refusal("task-finished")
+    other = _in_progress(live.tasks)
+    if task.status == "pending" and other is not None:
+        # Finishing a pending task while another is running would leave two threads of work.
+        return refusal("task-in-progress")
+    done = task.model_copy(
+        update={
+            "status": status,
+            "evidence": evidence if evidence is not None else task.evidence,
+            "reason": reason if reason is not None else task.reason,
+        }
+    )
+    tasks = _replace(live.tasks, done)
+    updated = touch(live, ctx, tasks=tasks)
+    verb = "Completed" if status == "completed" else "Skipped (deferred)"
+    effect: CriteriaEffect = ClearCriteria() if task.status == "in_progress" else None
+    if not any(t.status in ("pending", "in_progress") for t in tasks):
+        return Transition(
+            sidecar=updated,
+            archive="completed",
+            criteria=ClearCriteria(),
+            reason="complete" if status == "completed" else "skip",
+            text=f"{verb} task {task.id}. All tasks are done: the plan is archived.",
+        )
+    return Transition(
+        sidecar=updated,
+        criteria=effect,
+        reason="complete" if status == "completed" else "skip",
+        text=f"{verb} task {task.id}. Call plan start for the next task.",
+    )
+
+
+def complete(
+    sidecar: PlanSidecar | None,
+    md: str | None,
+    task_id: str | None,
+    evidence: str | None,
+    ctx: Context,
+) -> Result:
+    """``complete``: the in-progress task (or ``task_id``); the last one archives the plan."""
+    live = _checklist_gate(sidecar, md)
+    if isinstance(live, Refusal):
+        return live
+    return _finish(live, task_id, ctx, status="completed", evidence=evidence)
+
+
+def skip(
+    sidecar: PlanSidecar | None,
+    md: str | None,
+    task_id: str | None,
+    reason: str | None,
+    ctx: Context,
+) -> Result:
+    """``skip``: marks the task deferred with its (required) reason."""
+    live = _checklist_gate(sidecar, md)
+    if isinstance(live, Refusal):
+        return live
+    if reason is None or not reason.strip():
+        return refusal("reason-required")
+    return _finish(live, task_id, ctx, status="deferred", reason=reason.strip())
+
+
+# --- show ---------------------------------------------------------------------------------
+
+_MARKS = {"pending": "[ ]", "in_progress": "[>]", "completed": "[x]", "deferred": "[-]"}
+_LABELS: dict[PlanState, str] = {
+    "none": "no plan",
+    "pre_init": "planning, nothing written yet",
+    "post_init": "being designed (Editing)",
+    "active": "Active",
+}
+
+
+def render_show(sidecar: PlanSidecar | None, md: str | None, md_path: str) -> str:
+    """The ``show`` text: title, state, revision, the ``.md`` path and the checklist."""
+    state = state_of(sidecar, md)
+    if sidecar is None or state == "none":
+        return "No plan in this session."
+    lines = [
+        f"Plan: {sidecar.title or '(untitled)'} — {_LABELS[state]}, revision {sidecar.revision}"
+    ]
+    if state == "post_init":
+        lines.append(f"Plan file: {md_path}")
+    if state == "active":
+        if not sidecar.tasks:
+            lines.append("No tasks yet: add them with plan add_tasks.")
+        for task in sorted(sidecar.tasks, key=lambda t: t.order):
+            line = f"{_MARKS[task.status]} {task.id}. {task.title}"
+            if task.dependencies:
+                line += f" (after {', '.join(task.dependencies)})"
+            if task.status == "deferred" and task.reason:
+                line += f" — deferred: {task.reason}"
+            lines.append(line)
+    return "\n".join(lines)
