@@ -1,0 +1,172 @@
+"""``/goal`` for the command plane: a pure parser and one apply function (DESIGN.md §7, §14).
+
+    /goal                        show the goal
+    /goal <objective>            create and arm (or edit the objective of a goal not complete)
+    /goal pause | resume | clear | done
+    /goal rounds N               set the cap to N
+    /goal every 30m [objective]  set the schedule (s, m, h, d); creates and arms with objective
+    /goal every off              back to "next round when idle"
+
+Typed commands act on the goal as it is when they run (its current ref); buttons carry the ref
+they were drawn for and call :class:`GoalService` directly.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from engine.goal.fold import GoalRefusal, refusal
+from engine.goal.service import GoalService
+from engine.goal.types import GoalSnapshot
+
+USAGE = (
+    "usage: /goal [objective | pause | resume | clear | done | rounds N | "
+    "every <N>s|m|h|d [objective] | every off]"
+)
+
+_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_INTERVAL = re.compile(r"^(\d+)\s*([smhd])$", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class GoalCommandSpec:
+    """A parsed ``/goal``: ``action`` and its operands; ``error`` is set for a usage mistake."""
+
+    action: Literal["show", "set", "pause", "resume", "clear", "done", "rounds", "every", "usage"]
+    objective: str | None = None
+    rounds: int | None = None
+    schedule_s: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GoalCommandResult:
+    """What ``/goal`` did: a reply line, the goal after it, and the refusal when refused."""
+
+    text: str
+    goal: GoalSnapshot | None = None
+    refused: GoalRefusal | None = None
+
+
+def parse_interval(text: str) -> int | None:
+    """``30m`` -> 1800; ``None`` when ``text`` is not ``<N><s|m|h|d>`` with N >= 1."""
+    match = _INTERVAL.match(text.strip())
+    if match is None or int(match.group(1)) < 1:
+        return None
+    return int(match.group(1)) * _UNITS_S[match.group(2).lower()]
+
+
+def parse_goal_command(args: str) -> GoalCommandSpec:
+    """Parse the text after ``/goal``. Pure; never raises."""
+    text = args.strip()
+    if not text:
+        return GoalCommandSpec(action="show")
+    head, _, rest = text.partition(" ")
+    word = head.lower()
+    rest = rest.strip()
+    if word in ("pause", "resume", "clear", "done") and not rest:
+        return GoalCommandSpec(action=word)  # type: ignore[arg-type]
+    if word == "rounds":
+        if rest.isdigit() and int(rest) >= 1:
+            return GoalCommandSpec(action="rounds", rounds=int(rest))
+        return GoalCommandSpec(action="usage", error="/goal rounds needs a whole number >= 1")
+    if word == "every":
+        spec, _, objective = rest.partition(" ")
+        if spec.lower() == "off" and not objective.strip():
+            return GoalCommandSpec(action="every", schedule_s=None)
+        interval = parse_interval(spec)
+        if interval is None:
+            return GoalCommandSpec(
+                action="usage", error="/goal every needs an interval like 30m, 2h or 1d, or off"
+            )
+        return GoalCommandSpec(
+            action="every", schedule_s=interval, objective=objective.strip() or None
+        )
+    return GoalCommandSpec(action="set", objective=text)
+
+
+def describe_goal(goal: GoalSnapshot | None, *, armed: bool) -> str:
+    """One line for a reply: objective, phase, rounds and whether it runs here."""
+    if goal is None:
+        return "No goal. Set one with /goal <objective>."
+    state: str = goal.phase
+    if goal.phase == "active" and goal.source != "task":
+        state = "running" if armed else "active, not running (press Resume or Start)"
+    if goal.blocked is not None:
+        state += f" ({goal.blocked.code}: {goal.blocked.message})"
+    every = f", every {goal.schedule_s}s" if goal.schedule_s else ""
+    return (
+        f"Goal: {goal.objective}\nStatus: {state}; rounds {goal.rounds_started}/"
+        f"{goal.max_goal_rounds}{every}"
+    )
+
+
+async def run_goal_command(
+    goals: GoalService, session_id: str, spec: GoalCommandSpec
+) -> GoalCommandResult:
+    """Apply a parsed ``/goal`` for an owner; refusals come back in the result, never raised."""
+    goal = await goals.get(session_id)
+
+    def done(result: GoalSnapshot | GoalRefusal, lead: str) -> GoalCommandResult:
+        if isinstance(result, GoalRefusal):
+            return GoalCommandResult(text=f"Refused: {result.message}", goal=goal, refused=result)
+        text = f"{lead}\n{describe_goal(result, armed=goals.is_armed(session_id))}"
+        return GoalCommandResult(text=text, goal=result)
+
+    live = goal is not None and goal.phase != "complete" and goal.source != "task"
+    match spec.action:
+        case "usage":
+            return GoalCommandResult(text=f"{spec.error}\n{USAGE}")
+        case "show":
+            text = describe_goal(goal, armed=goals.is_armed(session_id))
+            return GoalCommandResult(text=text, goal=goal)
+        case "set":
+            assert spec.objective is not None
+            if live and goal is not None:
+                return done(
+                    await goals.edit(session_id, goal.ref, objective=spec.objective),
+                    "Goal updated.",
+                )
+            created = await goals.create(session_id, spec.objective, arm=True)
+            return done(created, "Goal set.")
+        case "every":
+            if live and goal is not None:
+                edited = await goals.edit(
+                    session_id, goal.ref, objective=spec.objective, schedule_s=spec.schedule_s
+                )
+                return done(edited, "Schedule updated.")
+            if spec.objective is None:
+                return GoalCommandResult(text="No goal to schedule.", refused=refusal("no-goal"))
+            created = await goals.create(
+                session_id, spec.objective, schedule_s=spec.schedule_s, arm=True
+            )
+            return done(created, "Goal set.")
+        case "pause" | "resume" | "clear" | "done" | "rounds":
+            if goal is None:
+                return GoalCommandResult(text="There is no goal.", refused=refusal("no-goal"))
+            ref = goal.ref
+            if spec.action == "pause":
+                return done(await goals.pause(session_id, ref), "Paused.")
+            if spec.action == "resume":
+                return done(await goals.resume(session_id, ref), "Resumed.")
+            if spec.action == "done":
+                return done(await goals.complete(session_id, ref), "Marked complete.")
+            if spec.action == "rounds":
+                return done(await goals.edit(session_id, ref, max_rounds=spec.rounds), "Cap set.")
+            cleared = await goals.clear(session_id, ref)
+            if isinstance(cleared, GoalRefusal):
+                return GoalCommandResult(text=f"Refused: {cleared.message}", refused=cleared)
+            return GoalCommandResult(text="Goal cleared.")
+
+
+__all__ = [
+    "USAGE",
+    "GoalCommandResult",
+    "GoalCommandSpec",
+    "describe_goal",
+    "parse_goal_command",
+    "parse_interval",
+    "run_goal_command",
+]
