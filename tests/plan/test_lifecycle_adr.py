@@ -478,3 +478,16 @@ async def test_verify_c3_no_auto_approve_anywhere_but_approve(tmp_path: Path) ->
     ):
         await h.tool(**args)
         assert h.raw()["approved_at"] is None
+
+
+def test_verify_c3_plan_json_spec_documents_tool_contract(tmp_path: Path) -> None:
+    from engine.plan.tool import OPS, PlanTool
+
+    doc = SPEC_DOC.read_text()
+    for op in OPS:
+        assert f"| `{op}` |" in doc, op
+    schema_args = PlanTool(make_harness(tmp_path).plans).parameters["properties"]
+    for arg in schema_args:
+        assert f"`{arg}" in doc, arg
+    for section in ("Legacy status load map", "Canonical write table", "Template B"):
+        assert section in doc
