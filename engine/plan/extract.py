@@ -148,7 +148,9 @@ def _parse(markdown: str) -> _Doc:
         j = _block_end(tokens, i)
         span = tokens[i:j]
         assert tok.map is not None
-        if tok.type in _PROSE_TYPES:
+        if tok.type == "html_block" and _is_comment(tok.content):
+            kind = "other"  # an HTML comment renders as nothing: no work in it
+        elif tok.type in _PROSE_TYPES:
             kind = "prose"
         elif tok.type in _CODE_TYPES:
             kind = "code"
@@ -160,6 +162,11 @@ def _parse(markdown: str) -> _Doc:
             current.blocks.append(_Block(kind, tok.map[0], tok.map[1], span))
         i = j
     return _Doc(lines=lines, titles=titles, sections=sections, code_lines=frozenset(code))
+
+
+def _is_comment(html: str) -> bool:
+    text = html.strip()
+    return text.startswith("<!--") and text.endswith("-->") and "-->" not in text[4:-3]
 
 
 def _block_end(tokens: list[Token], i: int) -> int:
@@ -311,8 +318,13 @@ def _classify(doc: _Doc, section: _Section) -> _Parts:
             after_step = True
             continue
         if b.kind == "prose" and after_step and _is_done_when(doc, b.start):
-            # "Done when:" right after a step belongs to that step, even at column 0.
+            # "Done when:" right after a step belongs to that step, even at column 0; a bare
+            # "Done when:" brings the list under it along (its bullets are the criteria).
             attached.add(idx)
+            m = _DONE_WHEN.match(doc.lines[b.end - 1]) if b.end - b.start == 1 else None
+            nxt = blocks[idx + 1] if idx + 1 < len(blocks) else None
+            if m and not m.group(1).strip() and nxt is not None and nxt.kind == "list":
+                attached.add(idx + 1)
             continue
         after_step = False
         text = _slice(doc, b.start, b.end)

@@ -350,3 +350,16 @@ def test_heading_inside_a_fence_is_not_a_section() -> None:
 def test_done_when_label_forms(label: str) -> None:
     md = f"## W\n1. a\n   - {label} it works\n"
     assert _one(md).acceptance_criteria == ["it works"]
+
+
+def test_bare_done_when_after_a_step_takes_the_list_under_it() -> None:
+    md = "## Implementation steps\n1. Step\n\nDone when:\n- one\n- two\n\n2. Next\n"
+    items = extract_work_items(md)
+    assert [i.title for i in items] == ["Step", "Next"]
+    assert items[0].acceptance_criteria == ["one", "two"]
+    assert items[0].work_body == "Step\n\nDone when:\n- one\n- two"
+
+
+def test_an_html_comment_is_not_work() -> None:
+    md = "## Implementation steps\n<!-- fill in -->\n\n1. Step\n"
+    assert [(i.title, i.work_body) for i in extract_work_items(md)] == [("Step", "Step")]
