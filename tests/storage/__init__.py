@@ -1,0 +1,1 @@
+"""Storage tests: the store contracts, SQLite specifics, crash and replay."""

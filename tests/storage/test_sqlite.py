@@ -1,0 +1,148 @@
+"""What only the SQLite stores promise: files that persist, pragmas, migrations, metadata,
+loud failure on a corrupt row, and writers on separate connections that never collide."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import aiosqlite
+import pytest
+
+from engine.errors import AppendConflict, CorruptState
+from engine.recovery import load_session_events
+from storage.db import Database, database_path
+from storage.eventlog import SqliteEventLog
+from storage.migrations import SCHEMA_VERSION, migrate, user_version
+from storage.sessions import SqliteSessionStore
+from tests.storage.helpers import goal, says
+
+
+async def test_everything_survives_close_and_reopen(tmp_path: Path) -> None:
+    path = database_path(tmp_path / "home")
+    assert path == tmp_path / "home" / "plangate.db"
+    async with await Database.open(path) as db:
+        sessions = SqliteSessionStore(db)
+        record = await sessions.create_session(workspace="/w", profile=None)
+        await sessions.bind_chat(5, 0, record.id)
+        written = await SqliteEventLog(db).append(record.id, [says("a"), goal(1)])
+        await db.set_meta("last_update_id", "981")
+    async with await Database.open(path) as db:
+        sessions = SqliteSessionStore(db)
+        log = SqliteEventLog(db)
+        assert await sessions.get_session(record.id) == record
+        assert await sessions.session_for_chat(5, 0) == record.id
+        assert await log.read(record.id) == written
+        assert await db.get_meta("last_update_id") == "981"
+        with pytest.raises(AppendConflict):
+            await log.append(record.id, [goal(1)])
+
+
+async def test_wal_full_sync_and_schema_version(tmp_path: Path) -> None:
+    async with await Database.open(tmp_path / "p.db") as db, db.reading() as conn:
+        pragmas = {}
+        for name in ("journal_mode", "synchronous", "busy_timeout", "user_version"):
+            async with conn.execute(f"PRAGMA {name}") as cursor:
+                row = await cursor.fetchone()
+                assert row is not None
+                pragmas[name] = row[0]
+    assert pragmas == {
+        "journal_mode": "wal",
+        "synchronous": 2,  # FULL
+        "busy_timeout": 10_000,
+        "user_version": SCHEMA_VERSION,
+    }
+
+
+async def test_meta_set_replace_delete(tmp_path: Path) -> None:
+    async with await Database.open(tmp_path / "p.db") as db:
+        assert await db.get_meta("groups") is None
+        await db.set_meta("groups", "[-100]")
+        await db.set_meta("groups", "[-100, -200]")
+        assert await db.get_meta("groups") == "[-100, -200]"
+        await db.delete_meta("groups")
+        await db.delete_meta("groups")
+        assert await db.get_meta("groups") is None
+
+
+async def _tables(conn: aiosqlite.Connection) -> set[str]:
+    async with conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'") as cursor:
+        return {str(row[0]) for row in await cursor.fetchall()}
+
+
+async def test_migrations_run_forward_once_each(tmp_path: Path) -> None:
+    steps = (("CREATE TABLE a (x)",), ("CREATE TABLE b (x)", "INSERT INTO b VALUES (1)"))
+    async with aiosqlite.connect(tmp_path / "m.db", isolation_level=None) as conn:
+        assert await migrate(conn, steps[:1]) == 1
+        assert await _tables(conn) == {"a"}
+        assert await migrate(conn, steps) == 2
+        assert await migrate(conn, steps) == 2  # nothing re-run: no duplicate row in b
+        async with conn.execute("SELECT COUNT(*) FROM b") as cursor:
+            assert await cursor.fetchone() == (1,)
+        assert await user_version(conn) == 2
+
+
+async def test_a_failing_migration_leaves_the_previous_schema(tmp_path: Path) -> None:
+    broken = (("CREATE TABLE a (x)",), ("CREATE TABLE b (x)", "CREATE TABLE a (x)"))
+    async with aiosqlite.connect(tmp_path / "m.db", isolation_level=None) as conn:
+        with pytest.raises(sqlite3.OperationalError):
+            await migrate(conn, broken)
+        assert await user_version(conn) == 1
+        assert await _tables(conn) == {"a"}
+
+
+async def test_a_database_from_a_newer_plangate_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "p.db"
+    with sqlite3.connect(path) as raw:
+        raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(CorruptState, match="newer"):
+        await Database.open(path)
+
+
+async def test_a_row_that_does_not_parse_fails_loudly_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "p.db"
+    async with await Database.open(path) as db:
+        await SqliteEventLog(db).append("s1", [says("a"), says("b"), says("c")])
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE events SET payload = ? WHERE seq = 2", ('{"type": "user/message"}',))
+    async with await Database.open(path) as db:
+        with pytest.raises(CorruptState, match=r"session s1 event 2 does not parse: .*text"):
+            await SqliteEventLog(db).read("s1")
+        with pytest.raises(CorruptState, match="event 2"):
+            await load_session_events(SqliteEventLog(db), "s1")
+
+
+async def test_concurrent_appends_on_one_connection_stay_dense(tmp_path: Path) -> None:
+    async with await Database.open(tmp_path / "p.db") as db:
+        log = SqliteEventLog(db)
+        await asyncio.gather(
+            *(log.append("s1", [says(f"{w}-{i}") for i in range(3)]) for w in range(20))
+        )
+        events = await log.read("s1")
+    assert [e.seq for e in events] == list(range(1, 61))
+    # Each append's events stay together and in order.
+    for first in range(0, 60, 3):
+        texts = [e.event.text for e in events[first : first + 3]]  # type: ignore[union-attr]
+        writer = texts[0].split("-")[0]
+        assert texts == [f"{writer}-{i}" for i in range(3)]
+
+
+async def test_two_connections_on_one_file_never_collide(tmp_path: Path) -> None:
+    path = tmp_path / "p.db"
+    async with await Database.open(path) as one, await Database.open(path) as two:
+        logs = [SqliteEventLog(one), SqliteEventLog(two)]
+
+        async def writer(n: int) -> None:
+            for i in range(40):
+                await logs[n % 2].append("s1", [says(f"{n}-{i}")])
+
+        await asyncio.gather(*(writer(n) for n in range(4)))
+        # The goal compare-and-set holds across connections: one of two claims wins.
+        outcomes = await asyncio.gather(
+            logs[0].append("s1", [goal(1)]), logs[1].append("s1", [goal(1)]), return_exceptions=True
+        )
+        events = await logs[1].read("s1")
+    assert sorted(type(o).__name__ for o in outcomes) == ["AppendConflict", "list"]
+    assert [e.seq for e in events] == list(range(1, 162))
+    assert len({e.event for e in events}) == 161
