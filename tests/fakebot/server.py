@@ -463,6 +463,7 @@ class FakeBotApi:
             )
         params = await self._params(request)
         self.calls.append(Call(method=method, params=params, at=self.clock()))
+        await self._notify()  # a test may be waiting for this call to arrive
         try:
             result = await self._dispatch(method, params)
         except ApiError as err:
@@ -865,6 +866,7 @@ class FakeBotApi:
                 "limited_gifts": False,
                 "unique_gifts": False,
                 "premium_subscription": False,
+                "gifts_from_channels": False,
             },
         }
 
