@@ -11,10 +11,21 @@ The rules as implemented are written down in docs/extraction.md.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from markdown_it import MarkdownIt
-from markdown_it.token import Token
+from engine.plan.mdsource import (
+    Block,
+    Doc,
+    Section,
+    columns,
+    item_own_lines,
+    list_items,
+    norm_name,
+    parse_plan,
+    slice_lines,
+    trim_blank_head,
+    trim_blank_tail,
+)
 
 __all__ = [
     "MISSING_CONTEXT",
@@ -28,11 +39,6 @@ __all__ = [
     "validate_template_b",
 ]
 
-_PARSER = MarkdownIt("commonmark")
-
-# Sections that describe the plan rather than its work (matched case-insensitively, trimmed,
-# a trailing colon ignored). Their subsections are not work either.
-_NON_WORK = frozenset({"context", "risks", "open questions", "notes"})
 
 _STEPS_SECTION = "implementation steps"
 
@@ -49,12 +55,7 @@ _DONE_WHEN = re.compile(
     re.I,
 )
 _BULLET_LINE = re.compile(r"^([ \t]*)[-*+][ \t]+(.*\S)[ \t]*$")
-_MARKER = re.compile(r"^([ \t]*)([-*+]|\d{1,9}[.)])")
 _TITLE_SEP = " — "
-
-_PROSE_TYPES = frozenset({"paragraph_open", "blockquote_open", "html_block"})
-_CODE_TYPES = frozenset({"fence", "code_block"})
-_LIST_TYPES = frozenset({"bullet_list_open", "ordered_list_open"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,201 +70,6 @@ class WorkItem:
     title: str
     description: str
     acceptance_criteria: list[str]
-
-
-# --------------------------------------------------------------------------- the one parse
-
-
-@dataclass(slots=True)
-class _Block:
-    """A root-level block of a section: its kind, source lines [start, end) and token span."""
-
-    kind: str  # "prose" | "code" | "list" | "other"
-    start: int
-    end: int
-    tokens: list[Token]
-
-
-@dataclass(slots=True)
-class _Section:
-    level: int
-    name: str
-    path: list[str]
-    work: bool
-    parent: _Section | None
-    blocks: list[_Block] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class _Doc:
-    lines: list[str]
-    titles: list[str]
-    sections: list[_Section]
-    code_lines: frozenset[int]
-
-
-def _normalise(markdown: str) -> list[str]:
-    """Source lines: ``\\r\\n`` normalised, split on ``\\n`` only."""
-    return markdown.replace("\r\n", "\n").split("\n")
-
-
-def _parse(markdown: str) -> _Doc:
-    """Parse once; both the extractor and the validator read this."""
-    lines = _normalise(markdown)
-    # markdown-it also breaks lines at a lone \r; we split on \n only, so keep the line
-    # count aligned by showing the parser a space there (the slices still come from `lines`).
-    tokens = _PARSER.parse("\n".join(lines).replace("\r", " "))
-    code: set[int] = set()
-    for tok in tokens:
-        if tok.type in _CODE_TYPES and tok.map:
-            code.update(range(tok.map[0], tok.map[1]))
-    titles: list[str] = []
-    sections: list[_Section] = []
-    stack: list[_Section] = []
-    current: _Section | None = None
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        if tok.level != 0:
-            i += 1
-            continue
-        if tok.type == "heading_open":
-            level = int(tok.tag[1:])
-            name = tokens[i + 1].content if i + 1 < len(tokens) else ""
-            i += 3
-            if level == 1:
-                titles.append(name)
-                stack = []
-                current = None
-                continue
-            while stack and stack[-1].level >= level:
-                stack.pop()
-            parent = stack[-1] if stack else None
-            work = _norm_name(name) not in _NON_WORK and (parent is None or parent.work)
-            path = [*parent.path, name] if parent else [name]
-            current = _Section(level=level, name=name, path=path, work=work, parent=parent)
-            sections.append(current)
-            stack.append(current)
-            continue
-        j = _block_end(tokens, i)
-        span = tokens[i:j]
-        assert tok.map is not None
-        if tok.type == "html_block" and _is_comment(tok.content):
-            kind = "other"  # an HTML comment renders as nothing: no work in it
-        elif tok.type in _PROSE_TYPES:
-            kind = "prose"
-        elif tok.type in _CODE_TYPES:
-            kind = "code"
-        elif tok.type in _LIST_TYPES:
-            kind = "list"
-        else:
-            kind = "other"
-        if current is not None:
-            current.blocks.append(_Block(kind, tok.map[0], tok.map[1], span))
-        i = j
-    return _Doc(lines=lines, titles=titles, sections=sections, code_lines=frozenset(code))
-
-
-def _is_comment(html: str) -> bool:
-    text = html.strip()
-    return text.startswith("<!--") and text.endswith("-->") and "-->" not in text[4:-3]
-
-
-def _block_end(tokens: list[Token], i: int) -> int:
-    """Index just past the root block opened at ``tokens[i]``."""
-    if tokens[i].nesting != 1:
-        return i + 1
-    depth = 0
-    j = i
-    while j < len(tokens):
-        if tokens[j].level == 0:
-            depth += tokens[j].nesting
-            if depth == 0:
-                return j + 1
-        j += 1
-    return j
-
-
-def _norm_name(name: str) -> str:
-    name = name.strip()
-    if name.endswith(":"):
-        name = name[:-1].rstrip()
-    return name.casefold()
-
-
-# --------------------------------------------------------------------------- slicing
-
-
-def _trim_blank_tail(lines: list[str]) -> list[str]:
-    end = len(lines)
-    while end > 0 and not lines[end - 1].strip():
-        end -= 1
-    return lines[:end]
-
-
-def _slice(doc: _Doc, start: int, end: int) -> str:
-    return "\n".join(_trim_blank_tail(doc.lines[start:end]))
-
-
-def _strip_columns(line: str, width: int) -> str:
-    """Remove up to ``width`` columns of leading whitespace (tabs stop at multiples of 4).
-
-    A tab that would cross ``width`` is kept whole, so the result is still a suffix of the line.
-    """
-    col = 0
-    k = 0
-    while k < len(line) and col < width:
-        ch = line[k]
-        if ch == " ":
-            col += 1
-        elif ch == "\t":
-            nxt = col + 4 - col % 4
-            if nxt > width:
-                break
-            col = nxt
-        else:
-            break
-        k += 1
-    return line[k:]
-
-
-def _columns(text: str) -> int:
-    col = 0
-    for ch in text:
-        col = col + 4 - col % 4 if ch == "\t" else col + 1
-    return col
-
-
-def _item_own_lines(doc: _Doc, start: int, own_end: int, end: int) -> list[str]:
-    """The item's lines with the marker off the first line and container indent off the rest.
-
-    Lines in ``[own_end, end)`` are glued ``Done when:`` blocks from outside the item's
-    container; they are kept verbatim.
-    """
-    first = doc.lines[start]
-    m = _MARKER.match(first)
-    if m is None:  # not expected for a list item's first line; keep it verbatim
-        return _trim_blank_tail(doc.lines[start:end])
-
-    after = first[m.end() :]
-    gap = len(after) - len(after.lstrip(" \t"))
-    gap_cols = _columns(first[: m.end() + gap]) - _columns(first[: m.end()])
-    rest = after[gap:]
-    marker_cols = _columns(first[: m.end()])
-    if not rest or gap_cols > 4:
-        # Blank after the marker, or indented code inside the item: content starts one
-        # column after the marker.
-        indent = marker_cols + 1
-        text = after[1:] if after[:1] in (" ", "\t") else after
-        if not rest:
-            text = ""
-    else:
-        indent = marker_cols + gap_cols
-        text = rest
-    out = [text]
-    out.extend(_strip_columns(line, indent) for line in doc.lines[start + 1 : own_end])
-    out.extend(doc.lines[own_end:end])
-    return _trim_blank_tail(out)
 
 
 # --------------------------------------------------------------------------- items
@@ -281,24 +87,15 @@ class _Raw:
     heading_named: bool
 
 
-def _is_done_when(doc: _Doc, line: int) -> bool:
+def _is_done_when(doc: Doc, line: int) -> bool:
     return line not in doc.code_lines and bool(_DONE_WHEN.match(doc.lines[line]))
-
-
-def _list_items(block: _Block) -> list[tuple[int, int]]:
-    """Source line ranges of a root list's own items."""
-    return [
-        (t.map[0], t.map[1])
-        for t in block.tokens
-        if t.type == "list_item_open" and t.level == 1 and t.map is not None
-    ]
 
 
 @dataclass(slots=True)
 class _Parts:
     """A section's root blocks sorted into lists, lead-ins, glued ``Done when:`` and context."""
 
-    blocks: list[_Block]
+    blocks: list[Block]
     lead_ins: set[int]
     attached: set[int]
     context: list[tuple[int, str]]
@@ -306,7 +103,7 @@ class _Parts:
     has_list: bool
 
 
-def _classify(doc: _Doc, section: _Section) -> _Parts:
+def _classify(doc: Doc, section: Section) -> _Parts:
     blocks = [b for b in section.blocks if b.kind != "other"]
     lead_ins: set[int] = set()
     attached: set[int] = set()
@@ -327,7 +124,7 @@ def _classify(doc: _Doc, section: _Section) -> _Parts:
                 attached.add(idx + 1)
             continue
         after_step = False
-        text = _slice(doc, b.start, b.end)
+        text = slice_lines(doc, b.start, b.end)
         if b.kind == "prose":
             nxt = blocks[idx + 1] if idx + 1 < len(blocks) else None
             if nxt is not None and nxt.kind == "list" and text.rstrip().endswith(":"):
@@ -339,7 +136,7 @@ def _classify(doc: _Doc, section: _Section) -> _Parts:
     return _Parts(blocks, lead_ins, attached, context, has_prose, has_list)
 
 
-def _section_raws(doc: _Doc, section: _Section, inherited: list[tuple[int, str]]) -> list[_Raw]:
+def _section_raws(doc: Doc, section: Section, inherited: list[tuple[int, str]]) -> list[_Raw]:
     parts = _classify(doc, section)
     blocks = parts.blocks
     raws: list[_Raw] = []
@@ -372,8 +169,8 @@ def _section_raws(doc: _Doc, section: _Section, inherited: list[tuple[int, str]]
         lead: list[tuple[int, str]] = []
         if idx - 1 in parts.lead_ins:
             prev = blocks[idx - 1]
-            lead = [(prev.start, _slice(doc, prev.start, prev.end))]
-        for s, e in _list_items(b):
+            lead = [(prev.start, slice_lines(doc, prev.start, prev.end))]
+        for s, e in list_items(b):
             if last is not None and _is_done_when(doc, s):
                 steps[last] = (*steps[last][:2], e, steps[last][3])
                 continue
@@ -384,7 +181,7 @@ def _section_raws(doc: _Doc, section: _Section, inherited: list[tuple[int, str]]
             _Raw(
                 line=s,
                 path=section.path,
-                own=_item_own_lines(doc, s, own_end, end),
+                own=item_own_lines(doc, s, own_end, end),
                 own_source_lines=list(range(s, end)),
                 # Context scopes the bullets after it, so a body reads in document order.
                 context=[*inherited, *[c for c in parts.context if c[0] < s], *lead],
@@ -412,7 +209,7 @@ def _criteria_and_description(lines: list[str], code: list[bool]) -> tuple[list[
             criteria.append(text)
             continue
         # "Done when:" alone: the bullets that follow are the criteria.
-        base = _columns(line[: len(line) - len(line.lstrip(" \t"))])
+        base = columns(line[: len(line) - len(line.lstrip(" \t"))])
         while k < len(lines):
             if code[k]:
                 break
@@ -420,14 +217,14 @@ def _criteria_and_description(lines: list[str], code: list[bool]) -> tuple[list[
                 k += 1
                 continue
             bm = _BULLET_LINE.match(lines[k])
-            if bm is None or _columns(bm.group(1)) < base:
+            if bm is None or columns(bm.group(1)) < base:
                 break
             criteria.append(bm.group(2).strip())
             k += 1
     return criteria, rest
 
 
-def _finish(doc: _Doc, raw: _Raw) -> WorkItem:
+def _finish(doc: Doc, raw: _Raw) -> WorkItem:
     ctx_text = [t for _ln, t in raw.context]
     if raw.heading_named:
         body = "\n\n".join(ctx_text)
@@ -440,7 +237,7 @@ def _finish(doc: _Doc, raw: _Raw) -> WorkItem:
             heading_path=list(raw.path),
             work_body=body,
             title=raw.path[-1].strip(),
-            description="\n".join(_trim_blank_tail(_trim_blank_head(rest))),
+            description="\n".join(trim_blank_tail(trim_blank_head(rest))),
             acceptance_criteria=criteria,
         )
     own = "\n".join(raw.own)
@@ -465,12 +262,12 @@ def _finish(doc: _Doc, raw: _Raw) -> WorkItem:
         heading_path=list(raw.path),
         work_body=body,
         title=title,
-        description="\n".join(_trim_blank_tail(_trim_blank_head(desc_lines))),
+        description="\n".join(trim_blank_tail(trim_blank_head(desc_lines))),
         acceptance_criteria=criteria,
     )
 
 
-def _context_code_flags(doc: _Doc, blocks: list[tuple[int, str]]) -> list[bool]:
+def _context_code_flags(doc: Doc, blocks: list[tuple[int, str]]) -> list[bool]:
     flags: list[bool] = []
     for n, (ln, text) in enumerate(blocks):
         if n:
@@ -478,13 +275,6 @@ def _context_code_flags(doc: _Doc, blocks: list[tuple[int, str]]) -> list[bool]:
         count = text.count("\n") + 1
         flags.extend((ln + k) in doc.code_lines for k in range(count))
     return flags
-
-
-def _trim_blank_head(lines: list[str]) -> list[str]:
-    k = 0
-    while k < len(lines) and not lines[k].strip():
-        k += 1
-    return lines[k:]
 
 
 def extract_work_items(markdown: str) -> list[WorkItem]:
@@ -498,7 +288,7 @@ def extract_work_items(markdown: str) -> list[WorkItem]:
 
 def _extract_located(markdown: str) -> list[tuple[int, bool, WorkItem]]:
     """Items with their first source line and whether they are list items (for tests)."""
-    doc = _parse(markdown)
+    doc = parse_plan(markdown)
     shared: dict[int, list[tuple[int, str]]] = {}
     raws: list[_Raw] = []
     for section in doc.sections:
@@ -523,11 +313,11 @@ def validate_template_b(markdown: str) -> list[str]:
     Checks the ``#`` title, ``## Context`` with non-empty Problem, Target state and Intent,
     and at least one numbered step in ``## Implementation steps``. Same parse as extraction.
     """
-    doc = _parse(markdown)
+    doc = parse_plan(markdown)
     missing: list[str] = []
     if not any(t.strip() for t in doc.titles):
         missing.append(MISSING_TITLE)
-    contexts = [s for s in doc.sections if s.level == 2 and _norm_name(s.name) == "context"]
+    contexts = [s for s in doc.sections if s.level == 2 and norm_name(s.name) == "context"]
     if not contexts:
         missing.append(MISSING_CONTEXT)
     filled: set[str] = set()
@@ -550,9 +340,9 @@ def validate_template_b(markdown: str) -> list[str]:
             if key not in filled:
                 missing.append(msg)
     has_step = any(
-        b.kind == "list" and b.tokens[0].type == "ordered_list_open" and _list_items(b)
+        b.kind == "list" and b.tokens[0].type == "ordered_list_open" and list_items(b)
         for s in doc.sections
-        if s.level == 2 and _norm_name(s.name) == _STEPS_SECTION
+        if s.level == 2 and norm_name(s.name) == _STEPS_SECTION
         for b in s.blocks
     )
     if not has_step:
