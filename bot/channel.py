@@ -1,0 +1,223 @@
+"""The agent's Channel on Telegram (``engine.agent.channel.Channel``).
+
+Replies are rendered Markdown -> Telegram HTML, split at 4,096 UTF-16 units, and posted as a
+reply to the message that opened the turn; ``ask_user`` questions carry their options as
+buttons whose press comes back as the owner's message; plan and goal changes go to the
+presenter (coalesced card edits); progress shows as ``typing``, never as a stream of messages.
+
+Option buttons use their own callback kind, ``q:<token>:<index>``: the token names one
+question in this process, so a press on a question asked before a restart is "out of date".
+
+:class:`LateChannel` lets the composition root build the engine before the Telegram
+application exists: the engine gets the slot, ``build_application`` binds the real channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from telegram import InlineKeyboardButton, InlineKeyboardMarkup
+
+from bot.outbox import Outbox
+from bot.presenter import CardPresenter
+from bot.render import escape, markdown_to_html, split_html
+from bot.routes import ChatRoute, Routes
+from engine.agent.channel import Channel
+from engine.api import EngineApi
+from engine.events import TurnOutcome
+
+_log = logging.getLogger("telegram.channel")
+
+QUESTION_KIND = "q"
+QUESTION_PATTERN = r"^q:[0-9a-f]{8}:[0-9]{1,2}$"
+_QUESTION = re.compile(QUESTION_PATTERN)
+MAX_OPTION_LABEL = 60
+MAX_OPTIONS = 10
+# Telegram shows "typing" for about 5 s; asking again sooner only spends API calls.
+TYPING_EVERY_S = 4.0
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """An ``ask_user`` question on screen: its session and the options offered."""
+
+    session_id: str
+    options: tuple[str, ...]
+    chat_id: int
+    message_id: int
+
+
+class TelegramChannel:
+    """``Channel`` for Telegram; every method is safe to call from any agent task."""
+
+    def __init__(
+        self,
+        engine: EngineApi,
+        outbox: Outbox,
+        presenter: CardPresenter,
+        routes: Routes,
+    ) -> None:
+        self._engine = engine
+        self._outbox = outbox
+        self._presenter = presenter
+        self._routes = routes
+        self._questions: dict[str, Question] = {}
+        self._typing_at: dict[str, float] = {}
+
+    async def route(self, session_id: str) -> ChatRoute | None:
+        """Where the session lives: the routes seen, else the plan sidecar's ``flow``."""
+        route = await self._routes.lookup(session_id)
+        if route is not None:
+            return route
+        data = await self._engine.plan_card(session_id)
+        flow = data.sidecar.flow if data.sidecar is not None else None
+        if flow is not None and flow.chat_id is not None:
+            return ChatRoute(flow.chat_id, flow.thread_id or 0)
+        _log.warning("telegram.channel.no_route session=%s", session_id)
+        return None
+
+    async def reply(self, session_id: str, text: str, *, reply_to: int | None) -> None:
+        """Post a turn's final text (Markdown) as a reply to the message that opened it."""
+        route = await self.route(session_id)
+        if route is None or not text.strip():
+            return
+        for i, chunk in enumerate(split_html(markdown_to_html(text)) or [escape(text)]):
+            await self._outbox.send_text(
+                route.chat_id,
+                chunk,
+                thread_id=route.thread,
+                reply_to=reply_to if i == 0 else None,
+            )
+
+    async def ask(self, session_id: str, question: str, options: Sequence[str]) -> None:
+        """Post a question; each option is a button that answers it as the owner's message."""
+        route = await self.route(session_id)
+        if route is None:
+            return
+        token = secrets.token_hex(4)
+        shown = tuple(o for o in options if o.strip())[:MAX_OPTIONS]
+        markup = None
+        if shown:
+            markup = InlineKeyboardMarkup(
+                [
+                    [InlineKeyboardButton(_label(o), callback_data=f"q:{token}:{i}")]
+                    for i, o in enumerate(shown)
+                ]
+            )
+        html = "❓ " + (split_html(markdown_to_html(question)) or [escape(question)])[0]
+        msg = await self._outbox.send_text(
+            route.chat_id, html, thread_id=route.thread, reply_markup=markup
+        )
+        if shown:
+            self._questions[token] = Question(session_id, shown, route.chat_id, msg.message_id)
+
+    def answer(self, data: str) -> tuple[Question, str] | None:
+        """Resolve an option press (``q:<token>:<i>``) once; None when unknown or used."""
+        if not _QUESTION.fullmatch(data):
+            return None
+        _, token, index = data.split(":")
+        question = self._questions.get(token)
+        if question is None or int(index) >= len(question.options):
+            return None
+        del self._questions[token]  # a question is answered once
+        return question, question.options[int(index)]
+
+    async def typing(self, session_id: str) -> None:
+        """Show "typing" (at most once per ``TYPING_EVERY_S`` per session)."""
+        route = await self.route(session_id)
+        if route is None:
+            return
+        now = asyncio.get_running_loop().time()
+        if now - self._typing_at.get(session_id, -TYPING_EVERY_S) < TYPING_EVERY_S:
+            return
+        self._typing_at[session_id] = now
+        await self._outbox.typing(route.chat_id, thread_id=route.thread)
+
+    async def turn_started(self, session_id: str) -> None:
+        """A turn opened: the plan card shows it is busy (coalesced redraw)."""
+        self._presenter.refresh(session_id, "plan")
+
+    async def turn_ended(self, session_id: str, outcome: TurnOutcome) -> None:
+        """A turn closed: redraw the cards (a round may have moved the goal)."""
+        self._typing_at.pop(session_id, None)
+        self._presenter.refresh(session_id, "plan")
+        self._presenter.refresh(session_id, "goal")
+
+    async def plan_changed(self, session_id: str) -> None:
+        """Redraw the plan card (coalesced; the draw reads the latest state)."""
+        self._presenter.refresh(session_id, "plan")
+
+    async def goal_changed(self, session_id: str) -> None:
+        """Redraw the goal card (coalesced)."""
+        self._presenter.refresh(session_id, "goal")
+
+    async def notice(self, session_id: str, text: str) -> None:
+        """A short system line, in italics."""
+        route = await self.route(session_id)
+        if route is None or not text.strip():
+            return
+        await self._outbox.send_text(
+            route.chat_id, "<i>" + escape(text[:3500]) + "</i>", thread_id=route.thread
+        )
+
+
+def _label(option: str) -> str:
+    option = " ".join(option.split())
+    return option if len(option) <= MAX_OPTION_LABEL else option[: MAX_OPTION_LABEL - 1] + "…"
+
+
+class LateChannel:
+    """A ``Channel`` whose target is bound later; calls before binding are logged and dropped."""
+
+    def __init__(self) -> None:
+        self._target: Channel | None = None
+
+    def bind(self, target: Channel) -> None:
+        """Send every later notification to ``target``."""
+        self._target = target
+
+    async def reply(self, session_id: str, text: str, *, reply_to: int | None) -> None:
+        if self._target is not None:
+            await self._target.reply(session_id, text, reply_to=reply_to)
+        else:
+            _log.warning("telegram.channel.unbound reply session=%s", session_id)
+
+    async def ask(self, session_id: str, question: str, options: Sequence[str]) -> None:
+        if self._target is not None:
+            await self._target.ask(session_id, question, options)
+        else:
+            _log.warning("telegram.channel.unbound ask session=%s", session_id)
+
+    async def typing(self, session_id: str) -> None:
+        if self._target is not None:
+            await self._target.typing(session_id)
+
+    async def turn_started(self, session_id: str) -> None:
+        if self._target is not None:
+            await self._target.turn_started(session_id)
+
+    async def turn_ended(self, session_id: str, outcome: TurnOutcome) -> None:
+        if self._target is not None:
+            await self._target.turn_ended(session_id, outcome)
+
+    async def plan_changed(self, session_id: str) -> None:
+        if self._target is not None:
+            await self._target.plan_changed(session_id)
+
+    async def goal_changed(self, session_id: str) -> None:
+        if self._target is not None:
+            await self._target.goal_changed(session_id)
+
+    async def notice(self, session_id: str, text: str) -> None:
+        if self._target is not None:
+            await self._target.notice(session_id, text)
+        else:
+            _log.warning("telegram.channel.unbound notice session=%s", session_id)
+
+
+__all__ = ["QUESTION_PATTERN", "LateChannel", "Question", "TelegramChannel"]

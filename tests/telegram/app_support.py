@@ -1,0 +1,332 @@
+"""Support for the application tests: a recording EngineApi fake, settings, a running bot.
+
+``RecordingEngine`` is a small in-test implementation of OUR engine facade (not of the library
+under test): it keeps one plan sidecar and one goal per session, answers commands and presses
+the way ``engine/api.py`` documents, and records every call. The Telegram side is all real:
+python-telegram-bot's Application over HTTP to the fake Bot API server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from telegram.ext import AIORateLimiter, Application
+
+from bot.app import build_application, prepare
+from bot.channel import LateChannel
+from engine.api import (
+    CommandName,
+    GoalCardData,
+    Outcome,
+    PlanCardData,
+    PlanCardState,
+    RestoredGoal,
+)
+from engine.goal.types import GoalSnapshot
+from engine.plan.types import PlanSidecar, PlanTask
+from storage.db import Database
+from tests.fakebot.fixtures import running_app
+from tests.fakebot.server import FakeBotApi
+
+OWNER = 1001
+STRANGER = 2002
+GROUP = -100777
+STALE = "This card is out of date."
+
+
+@dataclass
+class Settings:
+    telegram_token: str
+    telegram_api_url: str
+    owner_ids: frozenset[int] = frozenset({OWNER})
+    allowed_chat_ids: frozenset[int] = frozenset({GROUP})
+    flow_edit_interval: float = 0.05
+    webhook_url: str | None = None
+    webhook_secret: str | None = None
+    webhook_listen: str | None = None
+
+
+def settings_for(api: FakeBotApi, **kw: Any) -> Settings:
+    return Settings(telegram_token=api.token, telegram_api_url=api.base_url, **kw)
+
+
+@dataclass
+class Call:
+    name: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+class RecordingEngine:
+    """An EngineApi that records calls and keeps a toy plan and goal per session."""
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        self.keys: dict[tuple[int, int], str] = {}
+        self.plans: dict[str, PlanSidecar] = {}
+        self.plan_states: dict[str, PlanCardState] = {}
+        self.goals: dict[str, GoalSnapshot] = {}
+        self.armed: set[str] = set()
+        self.outcomes: dict[str, Outcome] = {}
+        self.restored: list[RestoredGoal] = []
+        self.fail_plan_card = False
+
+    def named(self, name: str) -> list[Call]:
+        return [c for c in self.calls if c.name == name]
+
+    # ---- toy state helpers for tests ---------------------------------------------------
+
+    def open_plan(self, session_id: str, *, title: str = "Add login") -> PlanSidecar:
+        plan = PlanSidecar(
+            id=uuid.uuid4().hex,
+            session_id=session_id,
+            title=title,
+            status="Editing",
+            pre_init_editing=True,
+            revision=1,
+        )
+        self.plans[session_id] = plan
+        self.plan_states[session_id] = "planning"
+        return plan
+
+    def write_plan(self, session_id: str, markdown: str) -> PlanSidecar:
+        plan = self.plans[session_id]
+        plan = plan.model_copy(
+            update={
+                "description": markdown,
+                "pre_init_editing": False,
+                "revision": plan.revision + 1,
+            }
+        )
+        self.plans[session_id] = plan
+        self.plan_states[session_id] = "review"
+        return plan
+
+    def activate(self, session_id: str, titles: Sequence[str]) -> PlanSidecar:
+        plan = self.plans[session_id]
+        tasks = [PlanTask(id=str(i + 1), order=i, title=t) for i, t in enumerate(titles)]
+        plan = plan.model_copy(
+            update={"status": "Active", "tasks": tasks, "revision": plan.revision + 1}
+        )
+        self.plans[session_id] = plan
+        self.plan_states[session_id] = "active"
+        return plan
+
+    def complete(self, session_id: str, task_id: str) -> PlanSidecar:
+        plan = self.plans[session_id]
+        tasks = [
+            t.model_copy(update={"status": "completed"}) if t.id == task_id else t
+            for t in plan.tasks
+        ]
+        plan = plan.model_copy(update={"tasks": tasks, "revision": plan.revision + 1})
+        self.plans[session_id] = plan
+        if all(t.status == "completed" for t in tasks):
+            self.plan_states[session_id] = "done"
+        return plan
+
+    def set_goal(self, session_id: str, **kw: Any) -> GoalSnapshot:
+        base: dict[str, Any] = {
+            "id": uuid.uuid4().hex,
+            "revision": 1,
+            "objective": "keep the tests green",
+            "phase": "active",
+            "max_goal_rounds": 3,
+        }
+        goal = GoalSnapshot(**(base | kw))
+        self.goals[session_id] = goal
+        return goal
+
+    # ---- EngineApi -------------------------------------------------------------------------
+
+    async def session_for_chat(self, chat_id: int, thread_id: int) -> str:
+        self.calls.append(Call("session_for_chat", (chat_id, thread_id)))
+        return self.keys.setdefault((chat_id, thread_id), f"s{len(self.keys) + 1}")
+
+    async def new_session(self, chat_id: int, thread_id: int, *, actor: int) -> Outcome:
+        self.calls.append(Call("new_session", (chat_id, thread_id), {"actor": actor}))
+        self.keys[(chat_id, thread_id)] = f"s{len(self.keys) + 100}"
+        return Outcome(reply="New session.")
+
+    async def user_message(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        actor: int | None,
+        message_id: int | None,
+        feedback: bool = False,
+    ) -> None:
+        self.calls.append(
+            Call(
+                "user_message",
+                (session_id, text),
+                {"actor": actor, "message_id": message_id, "feedback": feedback},
+            )
+        )
+
+    async def command(
+        self, session_id: str, name: CommandName, args: str, *, actor: int | None
+    ) -> Outcome:
+        self.calls.append(Call("command", (session_id, name, args), {"actor": actor}))
+        if name in self.outcomes:
+            return self.outcomes[name]
+        if name == "plan":
+            if session_id not in self.plans:
+                self.open_plan(session_id)
+                return Outcome(reply="Planning.", plan_card="restick")
+            return Outcome(reply="Already planning.", plan_card="restick")
+        if name == "show_plan":
+            if session_id not in self.plans:
+                return Outcome(reply="No plan.")
+            return Outcome(plan_card="restick")
+        if name == "discard":
+            if session_id not in self.plans:
+                return Outcome(reply="Nothing to discard.")
+            del self.plans[session_id]
+            self.plan_states[session_id] = "none"
+            return Outcome(reply="Discarded.", plan_card="refresh")
+        return Outcome(reply=f"ok {name}")
+
+    async def press(
+        self,
+        session_id: str,
+        *,
+        kind: Literal["p", "g"],
+        action: str,
+        short_id: str,
+        revision: int,
+        actor: int | None,
+    ) -> Outcome:
+        self.calls.append(
+            Call(
+                "press",
+                (session_id,),
+                {
+                    "kind": kind,
+                    "action": action,
+                    "short_id": short_id,
+                    "revision": revision,
+                    "actor": actor,
+                },
+            )
+        )
+        if kind == "g":
+            goal = self.goals.get(session_id)
+            if goal is None or goal.id[:8] != short_id or goal.revision != revision:
+                return Outcome(reply=STALE)
+            if action == "resume":
+                self.armed.add(session_id)
+                return Outcome(reply="Resumed.", goal_card="refresh")
+            return Outcome(reply=f"goal {action}", goal_card="refresh")
+        plan = self.plans.get(session_id)
+        if plan is None or plan.id[:8] != short_id or plan.revision != revision:
+            return Outcome(reply=STALE)
+        if action == "approve" and self.plan_states.get(session_id) == "review":
+            self.activate(session_id, ["Write the model", "Add the view", "Test it"])
+            return Outcome(reply="Approved.", plan_card="refresh")
+        if action == "keep":
+            self.plan_states[session_id] = "written"
+            return Outcome(reply="What should change?", plan_card="refresh", await_feedback=True)
+        if action == "discard":
+            return Outcome(plan_card="refresh", plan_card_state="confirm_discard")
+        if action == "cancel":
+            return Outcome(plan_card="refresh")
+        return Outcome(reply=STALE)
+
+    async def plan_card(self, session_id: str) -> PlanCardData:
+        if self.fail_plan_card:
+            raise RuntimeError("plan store down")
+        plan = self.plans.get(session_id)
+        return PlanCardData(state=self.plan_states.get(session_id, "none"), sidecar=plan)
+
+    async def goal_card(self, session_id: str) -> GoalCardData:
+        goal = self.goals.get(session_id)
+        return GoalCardData(
+            state="live" if goal else "none", goal=goal, armed=session_id in self.armed
+        )
+
+    async def set_plan_flow(
+        self,
+        session_id: str,
+        *,
+        chat_id: int,
+        thread_id: int | None,
+        card_id: int | None,
+        review_ids: Sequence[int] | None = None,
+    ) -> None:
+        self.calls.append(
+            Call(
+                "set_plan_flow",
+                (session_id,),
+                {
+                    "chat_id": chat_id,
+                    "thread_id": thread_id,
+                    "card_id": card_id,
+                    "review_ids": review_ids,
+                },
+            )
+        )
+        plan = self.plans.get(session_id)
+        if plan is None:
+            return
+        flow = plan.flow.model_copy(
+            update={"chat_id": chat_id, "thread_id": thread_id, "card_id": card_id}
+            | ({"review_ids": list(review_ids)} if review_ids is not None else {})
+        )
+        self.plans[session_id] = plan.model_copy(update={"flow": flow})
+
+    async def start(self) -> list[RestoredGoal]:
+        self.calls.append(Call("start", ()))
+        return list(self.restored)
+
+    async def shutdown(self) -> None:
+        self.calls.append(Call("shutdown", ()))
+
+
+async def eventually(predicate: Callable[[], bool], *, timeout_s: float = 5.0) -> None:
+    """Wait (bounded) until ``predicate()`` holds, polling every 10 ms."""
+
+    async def loop() -> None:
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(loop(), timeout_s)
+
+
+@asynccontextmanager
+async def open_db(path: Path) -> AsyncIterator[Database]:
+    db = await Database.open(path)
+    try:
+        yield db
+    finally:
+        await db.close()
+
+
+@asynccontextmanager
+async def running_bot(
+    api: FakeBotApi,
+    engine: Any,
+    db: Database,
+    *,
+    settings: Settings | None = None,
+    channel_slot: LateChannel | None = None,
+) -> AsyncIterator[Application[Any, Any, Any, Any, Any, Any]]:
+    """The real Application (fast pacing for tests) polling the fake, prepared and running."""
+    application = build_application(
+        settings or settings_for(api),
+        engine,
+        db_meta=db,
+        channel_slot=channel_slot,
+        rate_limiter=AIORateLimiter(overall_max_rate=0, group_max_rate=0),
+        chat_interval_s=0.0,
+        group_per_minute=10_000,
+    )
+    async with running_app(application) as app:
+        await prepare(app)
+        yield app
