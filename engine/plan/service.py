@@ -10,9 +10,10 @@ tool run.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,6 +30,8 @@ from engine.plan.store import ArchiveReason, PlanStore
 from engine.plan.types import PlanFlow, PlanSidecar, PlanState
 from engine.ports import Clock, EventLog
 from engine.projections import PlanModeState, apply_plan_mode_event
+
+_log = logging.getLogger("engine.plan.service")
 
 CORRUPT_NOTICE = (
     "The plan file of this session could not be read; it was moved aside to {path}. "
@@ -62,6 +65,19 @@ def _editing(state: PlanState) -> bool:
     return state in ("pre_init", "post_init")
 
 
+@dataclass(frozen=True, slots=True)
+class PlanChange:
+    """A committed change: the sidecar before and after (``None`` when archived or deleted)."""
+
+    session_id: str
+    before: PlanSidecar | None
+    after: PlanSidecar | None
+    archived: str | None = None
+
+
+PlanListener = Callable[[PlanChange], Awaitable[None]]
+
+
 class PlanService:
     """The plan lifecycle of every session.
 
@@ -89,6 +105,11 @@ class PlanService:
         self._locks: dict[str, asyncio.Lock] = {}
         self._live: dict[str, _Live] = {}
         self._notices: dict[str, list[str]] = {}
+        self._listeners: list[PlanListener] = []
+
+    def add_listener(self, listener: PlanListener) -> None:
+        """Call ``listener(change)`` after every committed change (cards redraw from it)."""
+        self._listeners.append(listener)
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -180,6 +201,14 @@ class PlanService:
         )
         await self._log.append(session_id, events)
         await self._apply_criteria(session_id, t)
+        change = PlanChange(
+            session_id=session_id, before=live.sidecar, after=new.sidecar, archived=t.archive
+        )
+        for listener in self._listeners:
+            try:
+                await listener(change)
+            except Exception as exc:  # a card redraw must never undo a committed change
+                _log.warning("plan.listener.failed %s: %s", type(exc).__name__, exc)
         return PlanResult(
             text=t.text,
             code=None,
