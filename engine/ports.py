@@ -26,6 +26,15 @@ class SessionRecord:
     parent_id: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ChatBinding:
+    """A chat key ``(chat_id, thread_id or 0)`` and the session it points at."""
+
+    chat_id: int
+    thread_id: int
+    session_id: str
+
+
 class EventLog(Protocol):
     """The append-only per-session log."""
 
@@ -57,6 +66,10 @@ class SessionStore(Protocol):
         ...
 
     async def session_for_chat(self, chat_id: int, thread_id: int) -> str | None: ...
+
+    async def chat_bindings(self) -> list[ChatBinding]:
+        """Every chat key and its session (start-up uses it to find live goals)."""
+        ...
 
     async def fork(self, session_id: str, *, upto_seq: int | None = None) -> SessionRecord:
         """A new session whose log is a copy of ``session_id``'s prefix up to ``upto_seq``."""

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from engine.errors import AppendConflict
 from engine.events import GoalChange, SessionEvent, StoredEvent
-from engine.ports import Clock, SessionRecord
+from engine.ports import ChatBinding, Clock, SessionRecord
 
 
 class InMemoryEventLog:
@@ -79,6 +79,9 @@ class InMemorySessionStore:
 
     async def session_for_chat(self, chat_id: int, thread_id: int) -> str | None:
         return self._bindings.get((chat_id, thread_id))
+
+    async def chat_bindings(self) -> list[ChatBinding]:
+        return [ChatBinding(c, t, s) for (c, t), s in self._bindings.items()]
 
     async def fork(self, session_id: str, *, upto_seq: int | None = None) -> SessionRecord:
         parent = self._sessions[session_id]

@@ -13,7 +13,7 @@ from typing import Any
 
 import aiosqlite
 
-from engine.ports import Clock, SessionRecord
+from engine.ports import ChatBinding, Clock, SessionRecord
 from storage.db import Database
 
 # seq values are positive; "no limit" is the largest SQLite integer.
@@ -83,6 +83,17 @@ class SqliteSessionStore:
         ):
             row = await cursor.fetchone()
         return None if row is None else str(row[0])
+
+    async def chat_bindings(self) -> list[ChatBinding]:
+        """Every chat key and the session it points at, oldest binding first."""
+        async with (
+            self._db.reading() as conn,
+            conn.execute(
+                "SELECT chat_id, thread_id, session_id FROM chat_bindings ORDER BY rowid"
+            ) as cursor,
+        ):
+            rows = await cursor.fetchall()
+        return [ChatBinding(int(r[0]), int(r[1]), str(r[2])) for r in rows]
 
     async def fork(self, session_id: str, *, upto_seq: int | None = None) -> SessionRecord:
         """A new session (``parent_id`` = ``session_id``) whose log is the parent's events with

@@ -184,6 +184,10 @@ async def test_chat_keys_bind_and_rebind(stores: Stores) -> None:
     assert await stores.sessions.session_for_chat(-100, 0) == new.id
     assert await stores.sessions.session_for_chat(-100, 17) == topic.id
     assert await stores.sessions.session_for_chat(-101, 0) is None
+    bindings = {
+        (b.chat_id, b.thread_id): b.session_id for b in await stores.sessions.chat_bindings()
+    }
+    assert bindings == {(-100, 0): new.id, (-100, 17): topic.id}
 
 
 async def test_fork_copies_the_whole_log(stores: Stores) -> None:
