@@ -85,11 +85,11 @@ class SqliteSessionStore:
         return None if row is None else str(row[0])
 
     async def chat_bindings(self) -> list[ChatBinding]:
-        """Every chat key and the session it points at, oldest binding first."""
+        """Every chat key and the session it points at."""
         async with (
             self._db.reading() as conn,
             conn.execute(
-                "SELECT chat_id, thread_id, session_id FROM chat_bindings ORDER BY rowid"
+                "SELECT chat_id, thread_id, session_id FROM chat_bindings ORDER BY chat_id, thread_id"
             ) as cursor,
         ):
             rows = await cursor.fetchall()
