@@ -1,0 +1,332 @@
+"""Settings from the environment and ``.env`` (DESIGN.md §9, §14).
+
+Every variable has the prefix ``PLANGATE_``; the bot token may also come as
+``TELEGRAM_BOT_TOKEN`` and the model key as ``OPENAI_API_KEY``. The process environment wins
+over ``.env``; an empty value counts as unset. :func:`load_settings` turns any mistake into one
+:class:`engine.errors.ConfigError` line that names the variable, and never quotes a secret.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
+
+from engine.errors import ConfigError
+
+PREFIX = "PLANGATE_"
+# The openai SDK refuses to start without a key; local servers (Ollama, vLLM) ignore it.
+PLACEHOLDER_MODEL_API_KEY = "plangate-no-key"
+DEFAULT_TELEGRAM_API_URL = "https://api.telegram.org/bot"
+
+_ENVIRON: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
+    "plangate_settings_environ", default=None
+)
+_INTEGER = re.compile(r"[+-]?\d+")
+_PROFILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
+
+
+def _fail(detail: str) -> PydanticCustomError:
+    """A validation error whose text is exactly ``detail`` (already says what was got)."""
+    return PydanticCustomError("plangate", "{detail}", {"detail": detail})
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _parse_ids(value: object, *, kind: str, positive: bool) -> object:
+    """JSON list or comma-separated integers -> tuple of ints; other types go to pydantic."""
+    if not isinstance(value, str):
+        return value
+    expected = (
+        f"expected {kind} ids as a JSON list or comma-separated integers, got {_shown(value)}"
+    )
+    text = value.strip()
+    if text.startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError:
+            raise _fail(expected) from None
+        if not isinstance(items, list) or not all(
+            isinstance(item, int) and not isinstance(item, bool) for item in items
+        ):
+            raise _fail(expected)
+        ids = tuple(items)
+    else:
+        parts = [part.strip() for part in text.split(",")]
+        if not all(_INTEGER.fullmatch(part) for part in parts if part):
+            raise _fail(expected)
+        ids = tuple(int(part) for part in parts if part)
+    if positive and any(i <= 0 for i in ids):
+        raise _fail(
+            f"{kind} ids are positive numbers, got {_shown(value)} "
+            f"(a group's id belongs in {PREFIX}ALLOWED_CHAT_IDS)"
+        )
+    return ids
+
+
+def _check_http_url(value: str | None) -> str | None:
+    if value is None:
+        return None
+    text = value.strip()
+    if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", text):
+        raise _fail(f"expected an http:// or https:// URL, got {_shown(value)}")
+    return text
+
+
+class _EnvironSource(EnvSettingsSource):
+    """The environment source, reading the mapping given to :func:`load_settings` if any."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        environ = _ENVIRON.get()
+        if environ is None:
+            return super()._load_env_vars()
+        # What pydantic-settings does to os.environ: fold case, drop empty values.
+        return {
+            (key if self.case_sensitive else key.lower()): value
+            for key, value in environ.items()
+            if not (self.env_ignore_empty and value == "")
+        }
+
+
+class Settings(BaseSettings):
+    """Everything plangate reads from its environment. Secrets are ``SecretStr``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=PREFIX,
+        env_file=".env",
+        env_file_encoding="utf-8",
+        env_ignore_empty=True,
+        extra="ignore",
+        validate_by_name=True,
+        validate_by_alias=True,
+    )
+
+    telegram_token: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("PLANGATE_TELEGRAM_TOKEN", "TELEGRAM_BOT_TOKEN"),
+    )
+    telegram_api_url: str = DEFAULT_TELEGRAM_API_URL
+    owner_ids: Annotated[tuple[int, ...], NoDecode] = ()
+    allowed_chat_ids: Annotated[tuple[int, ...], NoDecode] = ()
+    home: Path = Field(default_factory=lambda: Path("~/.plangate").expanduser())
+    workspace: Path = Field(default_factory=Path.cwd)
+    profile: str | None = None
+    model: str = "gpt-4o-mini"
+    model_base_url: str | None = None
+    model_api_key: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("PLANGATE_MODEL_API_KEY", "OPENAI_API_KEY"),
+    )
+    goal_max_rounds: int = Field(default=20, ge=1)
+    todo_parallel: bool = True
+    max_steps: int = Field(default=50, ge=1)
+    # Seconds between two edits of one card (the env name predates the unit-suffix habit).
+    flow_edit_interval: float = Field(default=1.5, gt=0, allow_inf_nan=False)
+    webhook_url: str | None = None
+    webhook_secret: SecretStr | None = None
+    webhook_listen: str | None = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, _EnvironSource(settings_cls), dotenv_settings, file_secret_settings
+
+    @field_validator("owner_ids", mode="before")
+    @classmethod
+    def _owner_ids(cls, value: object) -> object:
+        return _parse_ids(value, kind="user", positive=True)
+
+    @field_validator("allowed_chat_ids", mode="before")
+    @classmethod
+    def _allowed_chat_ids(cls, value: object) -> object:
+        return _parse_ids(value, kind="chat", positive=False)
+
+    @field_validator("telegram_api_url", "model_base_url", "webhook_url", mode="after")
+    @classmethod
+    def _urls(cls, value: str | None) -> str | None:
+        return _check_http_url(value)
+
+    @field_validator("telegram_token", mode="after")
+    @classmethod
+    def _token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        token = value.get_secret_value().strip()
+        if not token or any(ch.isspace() for ch in token):
+            raise _fail("the token has spaces in it; paste it exactly as @BotFather gave it")
+        return SecretStr(token)
+
+    @field_validator("webhook_secret", mode="after")
+    @classmethod
+    def _webhook_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not _WEBHOOK_SECRET.fullmatch(value.get_secret_value()):
+            raise _fail("Telegram accepts 1-256 characters of A-Z, a-z, 0-9, _ and - here")
+        return value
+
+    @field_validator("webhook_listen", mode="after")
+    @classmethod
+    def _listen(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        host, colon, port = value.strip().rpartition(":")
+        if not colon or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+            raise _fail(f"expected host:port, e.g. 0.0.0.0:8443, got {_shown(value)}")
+        return f"{host}:{int(port)}"
+
+    @field_validator("home", mode="after")
+    @classmethod
+    def _home(cls, value: Path) -> Path:
+        return value.expanduser().absolute()
+
+    @field_validator("workspace", mode="after")
+    @classmethod
+    def _workspace(cls, value: Path) -> Path:
+        folder = value.expanduser().resolve()
+        if not folder.is_dir():
+            raise _fail(f"expected an existing folder, got {_shown(str(value))}")
+        return folder
+
+    @field_validator("profile", mode="after")
+    @classmethod
+    def _profile(cls, value: str | None) -> str | None:
+        if value is not None and not _PROFILE.fullmatch(value):
+            raise _fail(
+                f"expected a plain name (letters, digits, '.', '_', '-'), got {_shown(value)}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _placeholder_key(self) -> Settings:
+        if self.model_base_url and self.model_api_key is None:
+            self.model_api_key = SecretStr(PLACEHOLDER_MODEL_API_KEY)
+        return self
+
+
+_SECRET_FIELDS = frozenset({"telegram_token", "model_api_key", "webhook_secret"})
+
+
+def env_name(field: str) -> str:
+    """The variable that sets ``field`` (the primary one when it has aliases)."""
+    info = Settings.model_fields.get(field)
+    if info is not None and isinstance(info.validation_alias, AliasChoices):
+        first = info.validation_alias.choices[0]
+        if isinstance(first, str):
+            return first
+    return PREFIX + field.upper()
+
+
+def _field_for(loc: tuple[int | str, ...]) -> str:
+    if not loc:
+        return ""
+    head = str(loc[0]).lower()
+    for name, info in Settings.model_fields.items():
+        aliases = info.validation_alias
+        choices = aliases.choices if isinstance(aliases, AliasChoices) else []
+        if head == name or head in {str(c).lower() for c in choices}:
+            return name
+    return head
+
+
+def _one_line(exc: ValidationError) -> str:
+    """The first error as ``VARIABLE: what was wrong[, got 'value']``; secrets never quoted."""
+    lines = []
+    for error in exc.errors(include_url=False):
+        field = _field_for(error["loc"])
+        name = env_name(field) if field in Settings.model_fields else str(field) or "settings"
+        message = error["msg"]
+        if error["type"] != "plangate":
+            message = message[:1].lower() + message[1:]
+            if error["type"] == "missing":
+                message = "not set"
+            elif field not in _SECRET_FIELDS:
+                message = f"{message}, got {_shown(error['input'])}"
+        lines.append(f"{name}: {message}")
+    first = lines[0] if lines else "settings: invalid"
+    more = len(lines) - 1
+    text = first if not more else f"{first} (and {more} more: {'; '.join(lines[1:])})"
+    return " ".join(text.split())
+
+
+def load_settings(
+    environ: Mapping[str, str] | None = None, *, env_file: str | None = ".env"
+) -> Settings:
+    """Read settings from ``environ`` (default ``os.environ``) and ``env_file``.
+
+    Raises :class:`ConfigError` with one line naming the variable that is missing or wrong.
+    """
+    token = _ENVIRON.set(environ)
+    try:
+        return Settings(_env_file=env_file)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc)) from None
+    except SettingsError as exc:
+        raise ConfigError(" ".join(str(exc).split())) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{env_file}: cannot be read ({type(exc).__name__})") from None
+    finally:
+        _ENVIRON.reset(token)
+
+
+def run_problems(settings: Settings) -> list[str]:
+    """What ``plangate run`` still needs, one line each (empty when it can start)."""
+    problems = []
+    if settings.telegram_token is None:
+        problems.append(
+            f"{env_name('telegram_token')}: not set; `plangate run` needs the bot token from "
+            "@BotFather (TELEGRAM_BOT_TOKEN works too)"
+        )
+    if not settings.owner_ids:
+        problems.append(
+            f"{env_name('owner_ids')}: not set; `plangate run` needs at least one owner's "
+            "Telegram user id (comma-separated or a JSON list)"
+        )
+    return problems
+
+
+def require_run_settings(settings: Settings) -> None:
+    """Raise :class:`ConfigError` with the first of :func:`run_problems`, if any."""
+    problems = run_problems(settings)
+    if problems:
+        raise ConfigError(problems[0])
+
+
+__all__ = [
+    "DEFAULT_TELEGRAM_API_URL",
+    "PLACEHOLDER_MODEL_API_KEY",
+    "Settings",
+    "env_name",
+    "load_settings",
+    "require_run_settings",
+    "run_problems",
+]

@@ -1,0 +1,278 @@
+"""bot.settings: every variable, both list forms, aliases, .env, one-line errors, no secret
+ever shown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bot.settings import (
+    DEFAULT_TELEGRAM_API_URL,
+    PLACEHOLDER_MODEL_API_KEY,
+    Settings,
+    load_settings,
+    require_run_settings,
+    run_problems,
+)
+from engine.errors import ConfigError
+
+TOKEN = "123456:AAE-secret_token"
+KEY = "sk-very-secret"
+
+
+def load(env: dict[str, str]) -> Settings:
+    return load_settings(env, env_file=None)
+
+
+def error_of(env: dict[str, str], env_file: str | None = None) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(env, env_file=env_file)
+    text = str(caught.value)
+    assert "\n" not in text
+    return text
+
+
+def test_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    s = load({})
+    assert s.telegram_token is None
+    assert s.telegram_api_url == DEFAULT_TELEGRAM_API_URL == "https://api.telegram.org/bot"
+    assert (s.owner_ids, s.allowed_chat_ids) == ((), ())
+    assert s.home == tmp_path / "user" / ".plangate"
+    assert s.workspace == tmp_path.resolve()
+    assert (s.profile, s.model_base_url, s.model_api_key) == (None, None, None)
+    assert (s.goal_max_rounds, s.todo_parallel, s.max_steps) == (20, True, 50)
+    assert s.flow_edit_interval == 1.5
+    assert (s.webhook_url, s.webhook_secret, s.webhook_listen) == (None, None, None)
+
+
+def test_every_variable_is_read(tmp_path: Path) -> None:
+    s = load(
+        {
+            "PLANGATE_TELEGRAM_TOKEN": TOKEN,
+            "PLANGATE_TELEGRAM_API_URL": "http://127.0.0.1:8081/bot",
+            "PLANGATE_OWNER_IDS": "11,22",
+            "PLANGATE_ALLOWED_CHAT_IDS": "[-1001, -1002]",
+            "PLANGATE_HOME": str(tmp_path / "home"),
+            "PLANGATE_WORKSPACE": str(tmp_path),
+            "PLANGATE_PROFILE": "work",
+            "PLANGATE_MODEL": "qwen2.5-coder",
+            "PLANGATE_MODEL_BASE_URL": "http://localhost:11434/v1",
+            "PLANGATE_MODEL_API_KEY": KEY,
+            "PLANGATE_GOAL_MAX_ROUNDS": "7",
+            "PLANGATE_TODO_PARALLEL": "false",
+            "PLANGATE_MAX_STEPS": "12",
+            "PLANGATE_FLOW_EDIT_INTERVAL": "0.25",
+            "PLANGATE_WEBHOOK_URL": "https://bot.example.com/tg",
+            "PLANGATE_WEBHOOK_SECRET": "s3cr3t_-X",
+            "PLANGATE_WEBHOOK_LISTEN": "127.0.0.1:8443",
+        }
+    )
+    assert s.telegram_token is not None and s.telegram_token.get_secret_value() == TOKEN
+    assert s.telegram_api_url == "http://127.0.0.1:8081/bot"
+    assert (s.owner_ids, s.allowed_chat_ids) == ((11, 22), (-1001, -1002))
+    assert (s.home, s.workspace, s.profile) == (tmp_path / "home", tmp_path.resolve(), "work")
+    assert (s.model, s.model_base_url) == ("qwen2.5-coder", "http://localhost:11434/v1")
+    assert s.model_api_key is not None and s.model_api_key.get_secret_value() == KEY
+    assert (s.goal_max_rounds, s.todo_parallel, s.max_steps) == (7, False, 12)
+    assert s.flow_edit_interval == 0.25
+    assert s.webhook_url == "https://bot.example.com/tg"
+    assert s.webhook_secret is not None and s.webhook_secret.get_secret_value() == "s3cr3t_-X"
+    assert s.webhook_listen == "127.0.0.1:8443"
+
+
+@pytest.mark.parametrize(
+    ("raw", "ids"),
+    [
+        ("42", (42,)),
+        ("1, 2 ,3", (1, 2, 3)),
+        ("1,2,", (1, 2)),
+        ("[5, 6]", (5, 6)),
+        (" [ ] ", ()),
+    ],
+)
+def test_id_lists_take_json_or_commas(raw: str, ids: tuple[int, ...]) -> None:
+    assert load({"PLANGATE_OWNER_IDS": raw}).owner_ids == ids
+    assert load({"PLANGATE_ALLOWED_CHAT_IDS": raw}).allowed_chat_ids == ids
+
+
+def test_chat_ids_may_be_negative_owner_ids_may_not() -> None:
+    assert load({"PLANGATE_ALLOWED_CHAT_IDS": "-100123,-5"}).allowed_chat_ids == (-100123, -5)
+    assert error_of({"PLANGATE_OWNER_IDS": "12,-100123"}) == (
+        "PLANGATE_OWNER_IDS: user ids are positive numbers, got '12,-100123' "
+        "(a group's id belongs in PLANGATE_ALLOWED_CHAT_IDS)"
+    )
+
+
+@pytest.mark.parametrize("raw", ["abc", "1;2", "1,,x", "[1, 2", '["1"]', "[true]", "1.5", "1_000"])
+def test_malformed_id_lists_name_the_variable(raw: str) -> None:
+    assert error_of({"PLANGATE_OWNER_IDS": raw}) == (
+        f"PLANGATE_OWNER_IDS: expected user ids as a JSON list or comma-separated integers, "
+        f"got {raw!r}"
+    )
+    assert error_of({"PLANGATE_ALLOWED_CHAT_IDS": raw}).startswith(
+        "PLANGATE_ALLOWED_CHAT_IDS: expected chat ids as a JSON list"
+    )
+
+
+def test_aliases_and_which_name_wins() -> None:
+    s = load({"TELEGRAM_BOT_TOKEN": TOKEN, "OPENAI_API_KEY": KEY})
+    assert s.telegram_token is not None and s.telegram_token.get_secret_value() == TOKEN
+    assert s.model_api_key is not None and s.model_api_key.get_secret_value() == KEY
+    both = load(
+        {
+            "PLANGATE_TELEGRAM_TOKEN": "1:plangate",
+            "TELEGRAM_BOT_TOKEN": "2:generic",
+            "PLANGATE_MODEL_API_KEY": "sk-plangate",
+            "OPENAI_API_KEY": "sk-generic",
+        }
+    )
+    assert both.telegram_token is not None
+    assert both.telegram_token.get_secret_value() == "1:plangate"
+    assert both.model_api_key is not None
+    assert both.model_api_key.get_secret_value() == "sk-plangate"
+
+
+def test_the_process_environment_is_read_unless_a_mapping_is_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PLANGATE_MAX_STEPS", "3")
+    assert load_settings(env_file=None).max_steps == 3
+    assert load({}).max_steps == 50
+
+
+def test_names_are_case_insensitive_and_empty_means_unset() -> None:
+    s = load({"plangate_owner_ids": "9", "PLANGATE_PROFILE": "", "PLANGATE_MAX_STEPS": ""})
+    assert (s.owner_ids, s.profile, s.max_steps) == ((9,), None, 50)
+
+
+def test_a_base_url_without_a_key_gets_a_placeholder_key() -> None:
+    s = load({"PLANGATE_MODEL_BASE_URL": "http://localhost:8000/v1"})
+    assert s.model_api_key is not None
+    assert s.model_api_key.get_secret_value() == PLACEHOLDER_MODEL_API_KEY
+    assert load({}).model_api_key is None  # no base URL: the key stays missing
+
+
+def test_dot_env_is_read_and_the_environment_wins(tmp_path: Path) -> None:
+    env_file = tmp_path / "conf.env"
+    env_file.write_text(
+        f"TELEGRAM_BOT_TOKEN={TOKEN}\nPLANGATE_OWNER_IDS=1,2\nPLANGATE_MAX_STEPS=9\n"
+        "UNRELATED=1\nPLANGATE_NOT_A_SETTING=x\n"
+    )
+    s = load_settings({"PLANGATE_MAX_STEPS": "30"}, env_file=str(env_file))
+    assert s.telegram_token is not None and s.telegram_token.get_secret_value() == TOKEN
+    assert (s.owner_ids, s.max_steps) == ((1, 2), 30)
+    assert load_settings({}, env_file=str(tmp_path / "absent.env")).owner_ids == ()
+    assert load_settings({}, env_file=None).telegram_token is None
+
+
+def test_dot_env_defaults_to_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / ".env").write_text("PLANGATE_PROFILE=fromdotenv\n")
+    monkeypatch.chdir(tmp_path)
+    assert load_settings({}).profile == "fromdotenv"
+
+
+def test_a_malformed_dot_env_value_names_the_variable(tmp_path: Path) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_text("PLANGATE_GOAL_MAX_ROUNDS=lots\n")
+    assert error_of({}, env_file=str(env_file)) == (
+        "PLANGATE_GOAL_MAX_ROUNDS: input should be a valid integer, unable to parse string as "
+        "an integer, got 'lots'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"PLANGATE_GOAL_MAX_ROUNDS": "0"}, "PLANGATE_GOAL_MAX_ROUNDS: input should be greater"),
+        ({"PLANGATE_MAX_STEPS": "-1"}, "PLANGATE_MAX_STEPS: input should be greater"),
+        (
+            {"PLANGATE_TODO_PARALLEL": "maybe"},
+            "PLANGATE_TODO_PARALLEL: input should be a valid boolean",
+        ),
+        (
+            {"PLANGATE_FLOW_EDIT_INTERVAL": "0"},
+            "PLANGATE_FLOW_EDIT_INTERVAL: input should be greater than 0",
+        ),
+        (
+            {"PLANGATE_FLOW_EDIT_INTERVAL": "inf"},
+            "PLANGATE_FLOW_EDIT_INTERVAL: input should be a finite",
+        ),
+        (
+            {"PLANGATE_WEBHOOK_LISTEN": "8443"},
+            "PLANGATE_WEBHOOK_LISTEN: expected host:port, e.g. 0.0.0.0:8443, got '8443'",
+        ),
+        ({"PLANGATE_WEBHOOK_LISTEN": "host:99999"}, "PLANGATE_WEBHOOK_LISTEN: expected host:port"),
+        ({"PLANGATE_WEBHOOK_LISTEN": ":80"}, "PLANGATE_WEBHOOK_LISTEN: expected host:port"),
+        (
+            {"PLANGATE_WEBHOOK_URL": "bot.example.com"},
+            "PLANGATE_WEBHOOK_URL: expected an http:// or https:// URL, got 'bot.example.com'",
+        ),
+        (
+            {"PLANGATE_TELEGRAM_API_URL": "ftp://x/bot"},
+            "PLANGATE_TELEGRAM_API_URL: expected an http:// or https:// URL",
+        ),
+        (
+            {"PLANGATE_MODEL_BASE_URL": "localhost:11434"},
+            "PLANGATE_MODEL_BASE_URL: expected an http",
+        ),
+        (
+            {"PLANGATE_WORKSPACE": "/no/such/folder"},
+            "PLANGATE_WORKSPACE: expected an existing folder, got '/no/such/folder'",
+        ),
+        ({"PLANGATE_PROFILE": "../etc"}, "PLANGATE_PROFILE: expected a plain name"),
+    ],
+)
+def test_each_mistake_is_one_line_naming_the_variable(env: dict[str, str], expected: str) -> None:
+    assert error_of(env).startswith(expected)
+
+
+def test_listen_accepts_ipv6_and_normalises_the_port() -> None:
+    assert load({"PLANGATE_WEBHOOK_LISTEN": "[::]:08443"}).webhook_listen == "[::]:8443"
+
+
+def test_several_mistakes_stay_on_one_line() -> None:
+    text = error_of({"PLANGATE_MAX_STEPS": "x", "PLANGATE_OWNER_IDS": "y"})
+    assert text.count("PLANGATE_") >= 2 and "(and 1 more: " in text
+
+
+def test_secrets_never_show(tmp_path: Path) -> None:
+    s = load(
+        {
+            "PLANGATE_TELEGRAM_TOKEN": TOKEN,
+            "PLANGATE_MODEL_API_KEY": KEY,
+            "PLANGATE_WEBHOOK_SECRET": "hooksecret",
+        }
+    )
+    for shown in (repr(s), str(s), s.model_dump_json(), str(s.model_dump())):
+        assert TOKEN not in shown and KEY not in shown and "hooksecret" not in shown
+    bad_token = "123:has a space"
+    text = error_of({"PLANGATE_TELEGRAM_TOKEN": bad_token, "PLANGATE_MAX_STEPS": "x"})
+    assert text.startswith("PLANGATE_TELEGRAM_TOKEN: the token has spaces in it")
+    assert bad_token not in text and "has a space" not in text
+    bad_secret = "no spaces allowed here!"
+    text = error_of({"PLANGATE_WEBHOOK_SECRET": bad_secret})
+    assert text.startswith("PLANGATE_WEBHOOK_SECRET: Telegram accepts 1-256 characters")
+    assert bad_secret not in text
+
+
+def test_run_needs_a_token_and_an_owner() -> None:
+    bare = load({})
+    problems = run_problems(bare)
+    assert [p.split(":")[0] for p in problems] == [
+        "PLANGATE_TELEGRAM_TOKEN",
+        "PLANGATE_OWNER_IDS",
+    ]
+    assert all("\n" not in p for p in problems)
+    with pytest.raises(ConfigError, match=r"^PLANGATE_TELEGRAM_TOKEN: not set; `plangate run`"):
+        require_run_settings(bare)
+    no_owner = load({"TELEGRAM_BOT_TOKEN": TOKEN})
+    with pytest.raises(ConfigError, match=r"^PLANGATE_OWNER_IDS: not set; .*at least one owner"):
+        require_run_settings(no_owner)
+    ready = load({"TELEGRAM_BOT_TOKEN": TOKEN, "PLANGATE_OWNER_IDS": "7"})
+    assert run_problems(ready) == []
+    require_run_settings(ready)
