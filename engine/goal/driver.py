@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -82,10 +82,20 @@ class RoundDriver:
     of a goal-round turn.
     """
 
-    def __init__(self, goals: GoalService, target: RoundTarget, scheduler: Scheduler) -> None:
+    def __init__(
+        self,
+        goals: GoalService,
+        target: RoundTarget,
+        scheduler: Scheduler,
+        *,
+        hold: Callable[[str], Awaitable[bool]] | None = None,
+    ) -> None:
+        """``hold(session_id)`` True keeps a queued round waiting (the plan is Editing: no round
+        is dispatched then); call :meth:`notify_idle` when the reason goes away."""
         self._goals = goals
         self._target = target
         self._scheduler = scheduler
+        self._hold = hold
         self._sessions: dict[str, _Session] = {}
         self._background: set[asyncio.Task[None]] = set()
         goals.add_listener(self._on_goal_change)
@@ -188,7 +198,9 @@ class RoundDriver:
             session.wake.clear()
             if not self._goals.is_armed(session_id):
                 return False
-            if self._target.is_idle(session_id):
+            if self._target.is_idle(session_id) and not (
+                self._hold is not None and await self._hold(session_id)
+            ):
                 return True
             await session.wake.wait()
 

@@ -17,7 +17,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from engine.errors import AppendConflict
 from engine.events import GoalRoundSource
@@ -284,6 +284,13 @@ class GoalService:
                     await outcome
             except Exception as exc:  # a listener's failure must not undo a committed change
                 log.warning("goal.listener.failed error=%s", type(exc).__name__)
+
+
+if TYPE_CHECKING:
+    from engine.plan.criteria import TaskCriteriaSink
+
+    def _implements_task_criteria_sink(goals: GoalService) -> TaskCriteriaSink:
+        return goals  # mypy checks that GoalService satisfies H2's port
 
 
 __all__ = ["DEFAULT_MAX_GOAL_ROUNDS", "GoalListener", "GoalService"]

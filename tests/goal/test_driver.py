@@ -266,3 +266,42 @@ async def test_scheduler_coalesces_overdue_interval_ticks() -> None:
     assert not sched.has_job("job")
     sched.shutdown()
     await asyncio.sleep(0)
+
+
+async def test_no_round_is_dispatched_while_held() -> None:
+    log = InMemoryEventLog()
+    goals = GoalService(log)
+    agent = FakeAgent(log)
+    sched = ApsScheduler()
+    sched.start()
+    editing = {SID: True}
+
+    async def hold(session_id: str) -> bool:
+        return editing[session_id]
+
+    driver = RoundDriver(goals, agent, sched, hold=hold)
+    agent.driver = driver
+    try:
+        goal = await goals.create(SID, "after planning", max_rounds=1, arm=True)
+        assert isinstance(goal, GoalSnapshot)
+        await asyncio.wait_for(_until_attempt(driver), WAIT_S)
+        await settle()
+        assert agent.rounds == []
+        editing[SID] = False
+        driver.notify_idle(SID)
+        await asyncio.wait_for(_until_rounds(agent, 1), WAIT_S)
+        assert [r.round for r in agent.rounds] == [1]
+    finally:
+        await driver.close()
+        sched.shutdown()
+        await asyncio.sleep(0)
+
+
+async def _until_attempt(driver: RoundDriver) -> None:
+    while not driver.has_attempt(SID):
+        await asyncio.sleep(0.01)
+
+
+async def _until_rounds(agent: FakeAgent, n: int) -> None:
+    while len(agent.rounds) < n:
+        await asyncio.sleep(0.01)
