@@ -50,11 +50,30 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+async def wait_exit(process: asyncio.subprocess.Process, *, timeout_s: float | None) -> bool:
+    """Wait until the leader exited; ``False`` on timeout.
+
+    ``Process.wait()`` also waits for the pipes to close, which a background job of the
+    command may hold open for ever; the child watcher sets ``returncode`` at exit, so that is
+    what is watched.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout_s is None else loop.time() + timeout_s
+    while process.returncode is None:
+        if deadline is not None and loop.time() >= deadline:
+            return False
+        await asyncio.sleep(_POLL_S)
+    return True
+
+
+_POLL_S = 0.02
+
+
 async def kill_process_group(process: asyncio.subprocess.Process, *, grace_s: float) -> None:
-    """SIGTERM the group, wait up to ``grace_s`` for it to go, then SIGKILL; await the leader.
+    """SIGTERM the group, wait up to ``grace_s`` for it to go, then SIGKILL the group.
 
     Safe to call when the leader already exited (leftover members of the group are killed).
-    Runs to the end even if the calling task is cancelled meanwhile.
+    Finishes its work even when the calling task is cancelled meanwhile.
     """
     pgid = process.pid
     _signal_group(pgid, signal.SIGTERM)
@@ -63,10 +82,13 @@ async def kill_process_group(process: asyncio.subprocess.Process, *, grace_s: fl
     while loop.time() < deadline:
         if process.returncode is not None and not _group_alive(pgid):
             break
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(asyncio.shield(process.wait()), 0.05)
+        try:
+            await asyncio.sleep(_POLL_S)
+        except asyncio.CancelledError:
+            break  # cancelled again while killing: go straight to SIGKILL
     _signal_group(pgid, signal.SIGKILL)
-    await asyncio.shield(process.wait())
+    with contextlib.suppress(asyncio.CancelledError):
+        await wait_exit(process, timeout_s=grace_s)
 
 
 class BashTool:
@@ -143,12 +165,10 @@ class BashTool:
         reader = asyncio.create_task(pump())
         timed_out = False
         try:
-            try:
-                await asyncio.wait_for(asyncio.shield(process.wait()), timeout_s)
-            except TimeoutError:
-                timed_out = True
+            timed_out = not await wait_exit(process, timeout_s=timeout_s)
             await kill_process_group(process, grace_s=self._limits.kill_grace_s)
-            # A process that left the group (setsid) could hold the pipe open: bounded wait.
+            # Every group member is gone, so the pipe closes; a process that left the group
+            # (setsid) could still hold it, hence the bound.
             await asyncio.wait({reader}, timeout=self._limits.kill_grace_s + 1.0)
             if not reader.done():
                 reader.cancel()

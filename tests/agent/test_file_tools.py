@@ -1,0 +1,181 @@
+"""File tools: workspace confinement (incl. symlink escape and ../x), edit rules, caps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.events import HumanSource
+from engine.tools.base import ToolContext
+from engine.tools.files import (
+    EditFileTool,
+    FileLimits,
+    GrepTool,
+    ListFilesTool,
+    ReadFileTool,
+    WriteFileTool,
+    file_tools,
+)
+
+
+class MdHooks:
+    """The plan service's .md hooks, recording md_written calls."""
+
+    def __init__(self, md: Path) -> None:
+        self.md = md
+        self.written: list[str] = []
+
+    async def session_md_path(self, session_id: str) -> Path | None:
+        return self.md
+
+    async def md_written(self, session_id: str) -> None:
+        self.written.append(session_id)
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a.txt").write_text("one\ntwo\nthree\n")
+    (root / "src").mkdir()
+    (root / "src" / "m.py").write_text("def f():\n    return 1\n")
+    return root
+
+
+def ctx(ws: Path) -> ToolContext:
+    return ToolContext(session_id="s1", workspace=ws, turn_id="t1", source=HumanSource())
+
+
+async def test_read_file_numbers_lines_and_pages(ws: Path) -> None:
+    out = await ReadFileTool().run({"path": "a.txt", "offset": 2, "limit": 1}, ctx(ws))
+    assert not out.is_error
+    assert out.content.startswith("2\ttwo")
+    assert "offset=3" in out.content
+
+
+async def test_read_outside_workspace_is_refused(ws: Path, tmp_path: Path) -> None:
+    (tmp_path / "secret.txt").write_text("s")
+    out = await ReadFileTool().run({"path": "../secret.txt"}, ctx(ws))
+    assert out.is_error and "outside the workspace" in out.content
+    out = await ReadFileTool().run({"path": str(tmp_path / "secret.txt")}, ctx(ws))
+    assert out.is_error and "outside the workspace" in out.content
+
+
+async def test_write_dotdot_is_refused_and_nothing_written(ws: Path, tmp_path: Path) -> None:
+    out = await WriteFileTool().run({"path": "../x", "content": "no"}, ctx(ws))
+    assert out.is_error and "outside the workspace" in out.content
+    assert not (tmp_path / "x").exists()
+    out = await WriteFileTool().run({"path": "src/../../x", "content": "no"}, ctx(ws))
+    assert out.is_error
+    assert not (tmp_path / "x").exists()
+
+
+async def test_symlink_escape_is_refused(ws: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "f.txt").write_text("outside")
+    (ws / "link").symlink_to(outside)
+    out = await WriteFileTool().run({"path": "link/f.txt", "content": "pwned"}, ctx(ws))
+    assert out.is_error and "outside the workspace" in out.content
+    assert (outside / "f.txt").read_text() == "outside"
+    out = await ReadFileTool().run({"path": "link/f.txt"}, ctx(ws))
+    assert out.is_error
+    out = await EditFileTool().run(
+        {"path": "link/f.txt", "old_text": "outside", "new_text": "x"}, ctx(ws)
+    )
+    assert out.is_error
+    assert (outside / "f.txt").read_text() == "outside"
+
+
+async def test_session_md_outside_workspace_is_allowed_and_hooked(
+    ws: Path, tmp_path: Path
+) -> None:
+    md = tmp_path / "home" / "session" / ".plangate_plan_s1.md"
+    md.parent.mkdir(parents=True)
+    hooks = MdHooks(md)
+    tools = {t.name: t for t in file_tools(hooks=hooks)}
+    out = await tools["write_file"].run({"path": str(md), "content": "# Plan\n"}, ctx(ws))
+    assert not out.is_error, out.content
+    assert md.read_text() == "# Plan\n"
+    assert hooks.written == ["s1"]
+    out = await tools["edit_file"].run(
+        {"path": str(md), "old_text": "# Plan", "new_text": "# Better"}, ctx(ws)
+    )
+    assert not out.is_error
+    assert hooks.written == ["s1", "s1"]
+    # A sibling of the .md is still outside.
+    out = await tools["write_file"].run(
+        {"path": str(md.parent / "other.md"), "content": "x"}, ctx(ws)
+    )
+    assert out.is_error
+    # A project write does not call the hook.
+    await tools["write_file"].run({"path": "b.txt", "content": "b"}, ctx(ws))
+    assert hooks.written == ["s1", "s1"]
+
+
+async def test_write_creates_parents(ws: Path) -> None:
+    out = await WriteFileTool().run({"path": "new/deep/f.txt", "content": "hi"}, ctx(ws))
+    assert not out.is_error
+    assert (ws / "new" / "deep" / "f.txt").read_text() == "hi"
+
+
+async def test_edit_file_missing_and_not_unique(ws: Path) -> None:
+    tool = EditFileTool()
+    (ws / "d.txt").write_text("x = 1\nx = 1\n")
+    out = await tool.run({"path": "d.txt", "old_text": "y = 2", "new_text": "z"}, ctx(ws))
+    assert out.is_error and "not found" in out.content
+    out = await tool.run({"path": "d.txt", "old_text": "x = 1", "new_text": "x = 2"}, ctx(ws))
+    assert out.is_error and "2 times" in out.content
+    assert (ws / "d.txt").read_text() == "x = 1\nx = 1\n"
+    out = await tool.run(
+        {"path": "d.txt", "old_text": "x = 1", "new_text": "x = 2", "replace_all": True},
+        ctx(ws),
+    )
+    assert not out.is_error
+    assert (ws / "d.txt").read_text() == "x = 2\nx = 2\n"
+    out = await tool.run({"path": "a.txt", "old_text": "two", "new_text": "2"}, ctx(ws))
+    assert not out.is_error
+    assert (ws / "a.txt").read_text() == "one\n2\nthree\n"
+
+
+async def test_list_files_and_pattern(ws: Path) -> None:
+    (ws / ".git").mkdir()
+    (ws / ".git" / "HEAD").write_text("ref")
+    out = await ListFilesTool().run({}, ctx(ws))
+    assert out.content.splitlines() == ["a.txt", "src/m.py"]
+    out = await ListFilesTool().run({"pattern": "*.py"}, ctx(ws))
+    assert out.content == "src/m.py"
+    out = await ListFilesTool().run({"path": ".."}, ctx(ws))
+    assert out.is_error
+
+
+async def test_grep_with_glob_and_cap(ws: Path) -> None:
+    out = await GrepTool().run({"pattern": r"return \d"}, ctx(ws))
+    assert out.content == "src/m.py:2:     return 1"
+    out = await GrepTool().run({"pattern": "[ef]", "glob": "*.py"}, ctx(ws))
+    assert out.content.count("src/m.py") == 2
+    assert all(line.startswith("src/m.py") for line in out.content.splitlines())
+    (ws / "many.txt").write_text("hit\n" * 50)
+    capped = GrepTool(limits=FileLimits(grep_matches=5))
+    out = await capped.run({"pattern": "hit"}, ctx(ws))
+    assert out.content.count("many.txt:") == 5
+    assert "45 more not shown" in out.content
+    out = await GrepTool().run({"pattern": "("}, ctx(ws))
+    assert out.is_error
+
+
+async def test_read_output_is_cut_with_a_note(ws: Path) -> None:
+    (ws / "big.txt").write_text("x" * 500)
+    out = await ReadFileTool(limits=FileLimits(read_chars=100)).run({"path": "big.txt"}, ctx(ws))
+    assert "[output cut:" in out.content
+    assert len(out.content) < 200
+
+
+def test_concurrency_answers() -> None:
+    tools = {t.name: t for t in file_tools()}
+    assert tools["read_file"].is_concurrency_safe({}) is True
+    assert tools["list_files"].is_concurrency_safe({}) is True
+    assert tools["grep"].is_concurrency_safe({}) is True
+    assert tools["write_file"].is_concurrency_safe({}) is not True
+    assert tools["edit_file"].is_concurrency_safe({}) is not True
