@@ -1,0 +1,89 @@
+"""The driver against H7's real agent (AgentRegistry as RoundTarget) and the scripted model."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from engine.agent.build import build_agent
+from engine.agent.testing import RecordingChannel
+from engine.events import GoalRoundSource, SessionEvent, UserMessage
+from engine.goal.driver import RoundDriver
+from engine.goal.service import GoalService
+from engine.goal.tools import goal_tools
+from engine.goal.types import GoalSnapshot
+from engine.model.script import ScriptStep, call, say
+from engine.model.scripted import ScriptedProvider
+from engine.scheduler import ApsScheduler
+from engine.testing import InMemoryEventLog
+from engine.todo.tool import TodoWriteTool
+
+SID = "s1"
+WAIT_S = 20.0
+
+
+async def run_goal(
+    tmp_path: Path, script: list[ScriptStep], max_rounds: int
+) -> tuple[GoalService, list[SessionEvent]]:
+    log = InMemoryEventLog()
+    goals = GoalService(log)
+    model = ScriptedProvider(script)
+
+    async def workspace(session_id: str) -> Path:
+        return tmp_path
+
+    registry = build_agent(
+        log=log,
+        model=model,
+        channel=RecordingChannel(),
+        workspace_for=workspace,
+        goals=goals,
+        extra_tools=[*goal_tools(goals), TodoWriteTool(log)],
+    )
+    sched = ApsScheduler()
+    sched.start()
+    driver = RoundDriver(goals, registry, sched)
+    registry.set_driver(driver)
+    done = asyncio.Event()
+
+    def on_change(session_id: str, goal: GoalSnapshot | None) -> None:
+        if goal is not None and goal.phase in ("blocked", "complete"):
+            done.set()
+
+    goals.add_listener(on_change)
+    try:
+        goal = await goals.create(SID, "keep going", max_rounds=max_rounds, arm=True)
+        assert isinstance(goal, GoalSnapshot)
+        await asyncio.wait_for(done.wait(), WAIT_S)
+        await asyncio.wait_for(registry.wait_idle(SID), WAIT_S)
+    finally:
+        await driver.close()
+        await registry.shutdown()
+        sched.shutdown()
+        await asyncio.sleep(0)
+    return goals, [e.event for e in await log.read(SID)]
+
+
+async def test_real_agent_runs_rounds_one_to_n_then_round_limit(tmp_path: Path) -> None:
+    script = [
+        call("todo_write", {"todos": [{"content": "look", "status": "in_progress"}]}),
+        say("round one done"),
+        say("round two done"),
+    ]
+    goals, events = await run_goal(tmp_path, script, max_rounds=2)
+    rounds = [
+        e.source.round
+        for e in events
+        if isinstance(e, UserMessage) and isinstance(e.source, GoalRoundSource)
+    ]
+    assert rounds == [1, 2]
+    goal = await goals.get(SID)
+    assert goal is not None and goal.blocked is not None
+    assert goal.blocked.code == "round-limit" and goal.rounds_started == 2
+
+
+async def test_real_agent_round_completes_goal(tmp_path: Path) -> None:
+    script = [call("update_goal", {"status": "complete"}), say("done")]
+    goals, _ = await run_goal(tmp_path, script, max_rounds=5)
+    goal = await goals.get(SID)
+    assert goal is not None and goal.phase == "complete" and goal.rounds_started == 1
