@@ -47,6 +47,8 @@ class PlanCardData:
     state: PlanCardState
     sidecar: PlanSidecar | None
     busy: bool = False
+    # Set when the plan just ended: the card shows the last sidecar with this ending.
+    ended: Literal["completed", "discarded", "abandoned"] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +69,7 @@ class Outcome:
     ``goal_card_state`` override the derived card state for that drawing (confirmation and
     Revise offer keyboards). ``await_feedback``: the owner's next message in this session is
     feedback for the planner (Keep planning, Revise). ``alert``: answer a button press with
-    an alert rather than a toast.
+    an alert rather than a toast. ``stale``: the pressed card is out of date.
     """
 
     reply: str | None = None
@@ -78,6 +80,8 @@ class Outcome:
     await_feedback: bool = False
     alert: bool = False
     dropped: Sequence[str] = field(default_factory=tuple)
+    # A press on a card that is out of date: strip that message's keyboard.
+    stale: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,6 +73,8 @@ class PlanChange:
     before: PlanSidecar | None
     after: PlanSidecar | None
     archived: str | None = None
+    # The sidecar as it was archived (the last task completed), when ``archived`` is set.
+    archived_sidecar: PlanSidecar | None = None
 
 
 PlanListener = Callable[[PlanChange], Awaitable[None]]
@@ -202,7 +204,11 @@ class PlanService:
         await self._log.append(session_id, events)
         await self._apply_criteria(session_id, t)
         change = PlanChange(
-            session_id=session_id, before=live.sidecar, after=new.sidecar, archived=t.archive
+            session_id=session_id,
+            before=live.sidecar,
+            after=new.sidecar,
+            archived=t.archive,
+            archived_sidecar=t.sidecar if t.archive is not None else None,
         )
         for listener in self._listeners:
             try:

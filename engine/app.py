@@ -1,0 +1,348 @@
+"""The engine facade: composition of the machines and the command plane (DESIGN.md §7, §8).
+
+:class:`Engine` implements :class:`engine.api.EngineApi`. It owns one of each service (plan,
+goal, agent registry, round driver, scheduler) for the whole process and decides every
+command and button press; the decisions live in :mod:`engine.commands`.
+
+Front ends build one with :func:`build_engine` from ports (the event log, the session store,
+the plan store, a model, a channel) and never reach into the services themselves.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from engine.agent.adapters import PlanServiceAdapter
+from engine.agent.build import build_agent, workspace_from_store
+from engine.agent.channel import Channel, safe_call
+from engine.agent.config import AgentSettings
+from engine.agent.controller import AgentRegistry
+from engine.api import (
+    CommandName,
+    GoalCardData,
+    Outcome,
+    PlanCardData,
+    PlanCardState,
+    RestoredGoal,
+)
+from engine.commands import CommandPlane
+from engine.goal.driver import RoundDriver
+from engine.goal.service import GoalService
+from engine.goal.tools import goal_tools
+from engine.goal.types import GoalSnapshot
+from engine.model.types import ModelProvider
+from engine.plan.extract import validate_template_b
+from engine.plan.service import PlanChange, PlanService
+from engine.plan.store import PlanStore
+from engine.plan.tool import PlanTool
+from engine.plan.types import PlanSidecar
+from engine.ports import Clock, EventLog, SessionStore
+from engine.recovery import load_session_events
+from engine.scheduler import ApsScheduler, Scheduler
+from engine.todo.tool import TodoWriteTool
+from engine.tools.base import Tool
+
+_log = logging.getLogger("engine.app")
+
+PlanEnding = Literal["completed", "discarded", "abandoned"]
+
+INTERRUPTED_NOTICE = (
+    "The last turn was interrupted when plangate stopped; it will not be re-run. "
+    "Send a message to continue."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """The settings the engine itself reads."""
+
+    workspace: Path
+    profile: str | None = None
+    max_goal_rounds: int = 20
+    todo_parallel: bool = True
+    max_steps: int = 50
+
+
+class Engine:
+    """One process's plangate: sessions, plans, goals, the agent and the command plane."""
+
+    def __init__(
+        self,
+        *,
+        log: EventLog,
+        sessions: SessionStore,
+        plans: PlanService,
+        goals: GoalService,
+        agents: AgentRegistry,
+        driver: RoundDriver,
+        scheduler: Scheduler,
+        channel: Channel,
+        config: EngineConfig,
+    ) -> None:
+        self.log = log
+        self.sessions = sessions
+        self.plans = plans
+        self.goals = goals
+        self.agents = agents
+        self.driver = driver
+        self.scheduler = scheduler
+        self.channel = channel
+        self.config = config
+        self._loaded: set[str] = set()
+        # The last plan of a session that just ended, so its card can say how it ended.
+        self._ended: dict[str, tuple[PlanSidecar, PlanEnding]] = {}
+        self.commands = CommandPlane(self)
+        plans.add_listener(self._on_plan_change)
+        goals.add_listener(self._on_goal_change)
+
+    # --- sessions ---------------------------------------------------------------------------
+
+    async def session_for_chat(self, chat_id: int, thread_id: int) -> str:
+        """The session bound to the chat key, created and bound on first use."""
+        session_id = await self.sessions.session_for_chat(chat_id, thread_id)
+        if session_id is None:
+            record = await self.sessions.create_session(
+                workspace=str(self.config.workspace), profile=self.config.profile
+            )
+            await self.sessions.bind_chat(chat_id, thread_id, record.id)
+            session_id = record.id
+        await self.ensure_loaded(session_id)
+        return session_id
+
+    async def ensure_loaded(self, session_id: str) -> None:
+        """First touch of a session in this process: close what a dead process left open.
+
+        An interrupted turn is never re-run; the chat is told once. A corrupt sidecar that the
+        plan store moved aside is reported here too.
+        """
+        if session_id in self._loaded:
+            return
+        self._loaded.add(session_id)
+        before = await self.log.read(session_id)
+        events = await load_session_events(self.log, session_id)
+        if len(events) > len(before):
+            await safe_call("notice", self.channel.notice(session_id, INTERRUPTED_NOTICE))
+        await self.plans.state(session_id)  # loads the sidecar (legacy map, corrupt move)
+        for notice in self.plans.take_notices(session_id):
+            await safe_call("notice", self.channel.notice(session_id, notice))
+
+    async def new_session(self, chat_id: int, thread_id: int, *, actor: int) -> Outcome:
+        """``/new``: end the key's session (cancel, disarm, archive), bind a fresh one."""
+        old = await self.sessions.session_for_chat(chat_id, thread_id)
+        dropped: list[str] = []
+        if old is not None:
+            await self.ensure_loaded(old)
+            await self.commands.log_command(old, "new", "", actor=actor)
+            dropped = [m.text for m in await self.agents.stop(old)]
+            await self.goals.disarm(old)  # the driver drops the goal's jobs on disarm
+            await self.plans.abandon(old)
+        record = await self.sessions.create_session(
+            workspace=str(self.config.workspace), profile=self.config.profile
+        )
+        await self.sessions.bind_chat(chat_id, thread_id, record.id)
+        self._loaded.add(record.id)
+        return Outcome(reply="Started a new session.", dropped=tuple(dropped))
+
+    # --- messages, commands, presses --------------------------------------------------------
+
+    async def user_message(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        actor: int | None,
+        message_id: int | None,
+        feedback: bool = False,
+    ) -> None:
+        """Queue a message for the agent and return at once (never waits for the turn)."""
+        await self.ensure_loaded(session_id)
+        self.commands.submit_text(
+            session_id, text, actor=actor, message_id=message_id, feedback=feedback
+        )
+
+    async def command(
+        self, session_id: str, name: CommandName, args: str, *, actor: int | None
+    ) -> Outcome:
+        """Run a command in the command plane (logged as ``command/run``; opens no turn)."""
+        await self.ensure_loaded(session_id)
+        return await self.commands.run(session_id, name, args, actor=actor)
+
+    async def press(
+        self,
+        session_id: str,
+        *,
+        kind: Literal["p", "g"],
+        action: str,
+        short_id: str,
+        revision: int,
+        actor: int | None,
+    ) -> Outcome:
+        """A button press bound to the revision it was drawn for; stale presses change nothing."""
+        await self.ensure_loaded(session_id)
+        return await self.commands.press(
+            session_id,
+            kind=kind,
+            action=action,
+            short_id=short_id,
+            revision=revision,
+            actor=actor,
+        )
+
+    # --- cards ------------------------------------------------------------------------------
+
+    async def plan_card(self, session_id: str) -> PlanCardData:
+        sidecar = await self.plans.current(session_id)
+        busy = self.agents.is_busy(session_id)
+        if sidecar is None:
+            ended = self._ended.get(session_id)
+            if ended is not None:
+                state: PlanCardState = "done" if ended[1] == "completed" else "none"
+                return PlanCardData(state=state, sidecar=ended[0], busy=busy, ended=ended[1])
+            return PlanCardData(state="none", sidecar=None, busy=busy)
+        return PlanCardData(
+            state=await self.derived_plan_card_state(session_id),
+            sidecar=sidecar,
+            busy=busy,
+        )
+
+    async def derived_plan_card_state(self, session_id: str) -> PlanCardState:
+        """The card state the live plan implies: review once submitted or template B is valid."""
+        state = await self.plans.state(session_id)
+        if state == "none":
+            return "none"
+        if state == "pre_init":
+            return "planning"
+        if state == "active":
+            return "active"
+        sidecar = await self.plans.current(session_id)
+        if sidecar is not None and self.commands.is_kept(session_id, sidecar.revision):
+            return "written"
+        if sidecar is not None and sidecar.submitted_revision == sidecar.revision:
+            return "review"
+        md = await self.plans.md_text(session_id)
+        return "review" if md and not validate_template_b(md) else "written"
+
+    async def goal_card(self, session_id: str) -> GoalCardData:
+        goal = await self.goals.get(session_id)
+        if goal is None:
+            return GoalCardData(state="none", goal=None)
+        return GoalCardData(state="live", goal=goal, armed=self.goals.is_armed(session_id))
+
+    async def set_plan_flow(
+        self,
+        session_id: str,
+        *,
+        chat_id: int,
+        thread_id: int | None,
+        card_id: int | None,
+        review_ids: Sequence[int] | None = None,
+    ) -> None:
+        """Remember the plan card's (and plan-text messages') ids in the sidecar's ``flow``."""
+        sidecar = await self.plans.current(session_id)
+        if sidecar is None:
+            return
+        flow = sidecar.flow.model_copy(
+            update={
+                "chat_id": chat_id,
+                "thread_id": thread_id,
+                "card_id": card_id,
+                "review_ids": list(review_ids)
+                if review_ids is not None
+                else list(sidecar.flow.review_ids),
+            }
+        )
+        await self.plans.set_flow(session_id, flow)
+
+    async def _on_plan_change(self, change: PlanChange) -> None:
+        if change.after is None and change.before is not None:
+            ending: PlanEnding = (
+                "completed"
+                if change.archived == "completed"
+                else "abandoned"
+                if change.archived == "abandoned"
+                else "discarded"
+            )
+            self._ended[change.session_id] = (change.archived_sidecar or change.before, ending)
+        elif change.after is not None:
+            self._ended.pop(change.session_id, None)
+        await safe_call("plan_changed", self.channel.plan_changed(change.session_id))
+
+    async def _on_goal_change(self, session_id: str, goal: GoalSnapshot | None) -> None:
+        await safe_call("goal_changed", self.channel.goal_changed(session_id))
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> list[RestoredGoal]:
+        """Start the scheduler; return the live goals that came up disarmed after a restart."""
+        if isinstance(self.scheduler, ApsScheduler):
+            self.scheduler.start()
+        restored: list[RestoredGoal] = []
+        seen: set[str] = set()
+        for binding in await self.sessions.chat_bindings():
+            if binding.session_id in seen:
+                continue
+            seen.add(binding.session_id)
+            goal = await self.goals.get(binding.session_id)
+            if goal is not None and goal.phase == "active" and goal.source != "task":
+                restored.append(RestoredGoal(session_id=binding.session_id, goal=goal))
+        return restored
+
+    async def shutdown(self) -> None:
+        """Stop every turn (closed as cancelled) and the scheduler."""
+        await self.agents.shutdown()
+        await self.driver.close()
+        if isinstance(self.scheduler, ApsScheduler):
+            self.scheduler.shutdown()
+
+
+def build_engine(
+    *,
+    log: EventLog,
+    sessions: SessionStore,
+    plan_store: PlanStore,
+    model: ModelProvider,
+    channel: Channel,
+    config: EngineConfig,
+    scheduler: Scheduler | None = None,
+    clock: Clock = time.time,
+) -> Engine:
+    """Assemble an :class:`Engine` from its ports: the one composition of the services."""
+    goals = GoalService(log, clock=clock, default_max_rounds=config.max_goal_rounds)
+    plans = PlanService(plan_store, log, criteria=goals, clock=clock)
+    tools: list[Tool] = [
+        PlanTool(plans),
+        TodoWriteTool(log, allow_parallel_in_progress=config.todo_parallel),
+        *goal_tools(goals),
+    ]
+    agents = build_agent(
+        log=log,
+        model=model,
+        channel=channel,
+        workspace_for=workspace_from_store(sessions, default=config.workspace),
+        plan=PlanServiceAdapter(plans),
+        goals=goals,
+        extra_tools=tools,
+        settings=AgentSettings(max_steps=config.max_steps),
+    )
+    the_scheduler = scheduler or ApsScheduler()
+    driver = RoundDriver(goals, agents, the_scheduler)
+    agents.set_driver(driver)
+    return Engine(
+        log=log,
+        sessions=sessions,
+        plans=plans,
+        goals=goals,
+        agents=agents,
+        driver=driver,
+        scheduler=the_scheduler,
+        channel=channel,
+        config=config,
+    )
+
+
+__all__ = ["Engine", "EngineConfig", "build_engine"]

@@ -1,0 +1,368 @@
+"""The command plane: every slash command and button press, decided (DESIGN.md §7, §14).
+
+Commands run without opening a model turn and are logged as ``command/run``. Each returns an
+:class:`engine.api.Outcome` that the front end renders; nothing here knows Telegram.
+
+The plan command matrix (DESIGN.md §7):
+
+    command     NoPlan          pre-init             post-init             Active
+    /plan       enter pre-init  "already planning"   "already planning"    offer Revise
+    /show-plan  "no plan"       "nothing written"    restick the card      restick the card
+    /execute    refused         refused              approve if valid      seed retry / continue
+    /discard    "nothing"       clear the flag       cancel turn, archive  cancel turn, archive
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from engine.api import CommandName, Outcome
+from engine.events import CommandRun, FeedbackSource, HumanSource, SeedSource
+from engine.goal.commands import describe_goal, parse_goal_command, run_goal_command
+from engine.goal.fold import GoalRefusal
+from engine.plan.extract import validate_template_b
+
+if TYPE_CHECKING:
+    from engine.app import Engine
+
+STALE_TEXT = "This card is out of date."
+
+HELP_TEXT = """plangate commands:
+/plan [request] - plan first: the agent explores and writes a plan for you to approve
+/show-plan - show the plan card again at the bottom of the chat
+/execute - approve the written plan, or continue the checklist
+/discard - discard the plan (it is archived, not deleted)
+/goal [objective | pause | resume | clear | done | rounds N | every 30m | every off]
+/stop - stop the running turn and pause the goal
+/new - start a fresh session in this chat
+/status - what the agent is doing
+/help - this list"""
+
+CONTINUE_PROMPT = (
+    "Continue the approved plan: call plan start for the next pending task, do it, then plan "
+    "complete with evidence."
+)
+SEED_RETRY_PROMPT = (
+    "The plan is approved but its checklist is empty. Read the plan at {md_path} and call "
+    "plan add_tasks with one task per implementation step (title, description, acceptance "
+    "criteria from its Done when lines), then start the first task."
+)
+FEEDBACK_QUESTION = "What should change? Reply with your feedback for the planner."
+
+
+class CommandPlane:
+    """Decides commands and presses for an :class:`~engine.app.Engine`."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._e = engine
+        # The revision at which the owner pressed Keep planning: the review keyboard stays
+        # off until the plan changes.
+        self._kept: dict[str, int] = {}
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    async def log_command(
+        self,
+        session_id: str,
+        name: str,
+        args: str,
+        *,
+        actor: int | None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        """Append the ``command/run`` that records a command-plane action."""
+        event = CommandRun(name=name, args=args, actor=actor, data=data or {})
+        await self._e.log.append(session_id, [event])
+
+    def submit_text(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        actor: int | None,
+        message_id: int | None,
+        feedback: bool = False,
+    ) -> None:
+        """Queue an owner's message for the agent (feedback after Keep planning or Revise)."""
+        source: FeedbackSource | HumanSource = (
+            FeedbackSource(user_id=actor, message_id=message_id)
+            if feedback
+            else HumanSource(user_id=actor, message_id=message_id)
+        )
+        self._e.agents.controller(session_id).submit(text, source=source, message_id=message_id)
+
+    def is_kept(self, session_id: str, revision: int) -> bool:
+        """Keep planning was pressed at this revision (the card shows no review keyboard)."""
+        return self._kept.get(session_id) == revision
+
+    # --- commands ---------------------------------------------------------------------------
+
+    async def run(
+        self, session_id: str, name: CommandName, args: str, *, actor: int | None
+    ) -> Outcome:
+        """Run one command; refusals are outcomes with a reply, never exceptions."""
+        args = args.strip()
+        match name:
+            case "plan":
+                return await self._plan(session_id, args, actor=actor)
+            case "show_plan":
+                return await self._show_plan(session_id)
+            case "execute":
+                await self.log_command(session_id, "execute", args, actor=actor)
+                return await self._execute(session_id, actor=actor)
+            case "discard":
+                await self.log_command(session_id, "discard", args, actor=actor)
+                return await self.discard(session_id)
+            case "goal":
+                await self.log_command(session_id, "goal", args, actor=actor)
+                return await self._goal(session_id, args)
+            case "stop":
+                await self.log_command(session_id, "stop", args, actor=actor)
+                return await self._stop(session_id)
+            case "status":
+                return Outcome(reply=await self.status_text(session_id))
+            case "help":
+                return Outcome(reply=HELP_TEXT)
+            case "new":
+                # /new rebinds a chat key; the engine's new_session does it.
+                return Outcome(reply="Use /new in the chat to start a fresh session.")
+        return Outcome(reply=HELP_TEXT)
+
+    async def _plan(self, session_id: str, text: str, *, actor: int | None) -> Outcome:
+        plans = self._e.plans
+        state = await plans.state(session_id)
+        controller = self._e.agents.controller(session_id)
+        if state == "none":
+            await self.log_command(session_id, "plan", text, actor=actor, data={"target": True})
+            if controller.busy:
+                # The switch commits at the next step boundary (spec/plan-goal-todo.md §2).
+                controller.request_plan_mode(True)
+                reply = "Planning starts when the current step ends."
+            else:
+                result = await plans.enter_pre_init(
+                    session_id, working_directory=str(self._e.config.workspace)
+                )
+                if not result.ok:
+                    return Outcome(reply=result.text)
+                reply = "Planning. The agent may explore the project but will not change it."
+            if text:
+                self.submit_text(session_id, text, actor=actor, message_id=None)
+            else:
+                reply += " What should it plan? Send your request."
+            return Outcome(reply=reply, plan_card="restick")
+        await self.log_command(session_id, "plan", text, actor=actor)
+        if state in ("pre_init", "post_init"):
+            if text:
+                self.submit_text(session_id, text, actor=actor, message_id=None)
+            return Outcome(reply="Already planning.", plan_card="restick")
+        sidecar = await plans.current(session_id)
+        if sidecar is None or not await self._revisable(session_id):
+            return Outcome(
+                reply="This checklist has no plan text to revise. /discard it to plan anew.",
+                plan_card="restick",
+            )
+        return Outcome(
+            reply="A plan is being carried out. Revise it?",
+            plan_card="restick",
+            plan_card_state="revise_offer",
+        )
+
+    async def _revisable(self, session_id: str) -> bool:
+        sidecar = await self._e.plans.current(session_id)
+        if sidecar is None or sidecar.status != "Active":
+            return False
+        return sidecar.mode in (None, "design") and bool(await self._e.plans.md_text(session_id))
+
+    async def _show_plan(self, session_id: str) -> Outcome:
+        state = await self._e.plans.state(session_id)
+        if state == "none":
+            return Outcome(reply="No plan. Start one with /plan.")
+        if state == "pre_init":
+            return Outcome(reply="Planning; nothing written yet.", plan_card="restick")
+        return Outcome(plan_card="restick")
+
+    async def _execute(self, session_id: str, *, actor: int | None) -> Outcome:
+        plans = self._e.plans
+        state = await plans.state(session_id)
+        if state == "none":
+            return Outcome(reply="No plan to execute. Start one with /plan.")
+        if state == "pre_init":
+            return Outcome(
+                reply="No plan written yet: the agent is still exploring. "
+                "Approve once the plan is written."
+            )
+        if state == "post_init":
+            return await self.approve(session_id, await plans.revision(session_id), actor=actor)
+        sidecar = await plans.current(session_id)
+        controller = self._e.agents.controller(session_id)
+        if controller.busy:
+            return Outcome(reply="The agent is working; it goes on with the checklist.")
+        if sidecar is not None and not sidecar.tasks:
+            md_path = await plans.md_path(session_id)
+            prompt = SEED_RETRY_PROMPT.format(md_path=md_path)
+            controller.submit(prompt, source=SeedSource(plan_id=sidecar.id))
+            return Outcome(reply="Building the checklist again.", plan_card="refresh")
+        controller.submit(
+            CONTINUE_PROMPT, source=SeedSource(plan_id=sidecar.id if sidecar else None)
+        )
+        return Outcome(reply="Continuing with the next task.", plan_card="refresh")
+
+    async def approve(self, session_id: str, revision: int, *, actor: int | None) -> Outcome:
+        """Approve the plan at ``revision``: now when idle, at the next step when busy."""
+        md = await self._e.plans.md_text(session_id) or ""
+        missing = validate_template_b(md)
+        if missing:
+            lines = "\n".join(f"- {item}" for item in missing)
+            return Outcome(reply=f"The plan cannot be approved yet. Missing:\n{lines}")
+        await self.log_command(
+            session_id, "approve", str(revision), actor=actor, data={"revision": revision}
+        )
+        controller = self._e.agents.controller(session_id)
+        answer = await controller.request_approval(revision=revision, actor=actor)
+        self._kept.pop(session_id, None)
+        if answer == "pending":
+            return Outcome(
+                reply="Approved. It takes effect when the current step ends.", plan_card="refresh"
+            )
+        if answer == "stale":
+            return Outcome(reply="The approval did not go through.", plan_card="refresh")
+        return Outcome(reply="Approved. Working through the checklist.", plan_card="refresh")
+
+    async def discard(self, session_id: str) -> Outcome:
+        """``/discard`` and the confirmed Discard button: cancel the turn first, then archive."""
+        plans = self._e.plans
+        state = await plans.state(session_id)
+        if state == "none":
+            return Outcome(reply="Nothing to discard.")
+        sidecar = await plans.current(session_id)
+        revising = sidecar is not None and sidecar.revising is not None
+        dropped: list[str] = []
+        if state != "pre_init":
+            dropped = [m.text for m in await self._e.agents.stop(session_id)]
+        result = await plans.discard(session_id)
+        if not result.ok:
+            return Outcome(reply=result.text, plan_card="refresh")
+        self._kept.pop(session_id, None)
+        if state == "pre_init":
+            reply = "Planning cancelled."
+        elif revising:
+            reply = "The revision is discarded; the approved plan stands."
+        else:
+            reply = "Plan discarded. It is archived, not deleted."
+        return Outcome(reply=reply, plan_card="refresh", dropped=tuple(dropped))
+
+    async def _goal(self, session_id: str, args: str) -> Outcome:
+        spec = parse_goal_command(args)
+        result = await run_goal_command(self._e.goals, session_id, spec)
+        card: Literal["refresh", "restick"] = "restick" if spec.action == "show" else "refresh"
+        return Outcome(reply=result.text, goal_card=card)
+
+    async def _stop(self, session_id: str) -> Outcome:
+        dropped = [m.text for m in await self._e.agents.stop(session_id)]
+        reply = "Stopped."
+        if dropped:
+            listed = "\n".join(f"- {text[:80]}" for text in dropped)
+            reply += f" Dropped {len(dropped)} queued message(s):\n{listed}"
+        return Outcome(reply=reply, dropped=tuple(dropped), goal_card="refresh")
+
+    async def status_text(self, session_id: str) -> str:
+        """``/status``: the plan, the goal, the agent and the todos in a few lines."""
+        e = self._e
+        lines = [f"Session {session_id[:8]} in {e.config.workspace}"]
+        state = await e.plans.state(session_id)
+        sidecar = await e.plans.current(session_id)
+        if sidecar is None:
+            lines.append("Plan: none")
+        else:
+            label = {"pre_init": "planning", "post_init": "written", "active": "active"}[state]
+            done = sum(t.status in ("completed", "deferred") for t in sidecar.tasks)
+            progress = f", {done}/{len(sidecar.tasks)} done" if sidecar.tasks else ""
+            title = sidecar.title or "(untitled)"
+            lines.append(f"Plan: {title} ({label}{progress})")
+        goal = await e.goals.get(session_id)
+        lines.append(describe_goal(goal, armed=e.goals.is_armed(session_id)))
+        controller = e.agents.controller(session_id)
+        queued = len(controller.queued)
+        agent = "working" if controller.busy else "idle"
+        lines.append(f"Agent: {agent}" + (f", {queued} queued" if queued else ""))
+        return "\n".join(lines)
+
+    # --- presses ----------------------------------------------------------------------------
+
+    async def press(
+        self,
+        session_id: str,
+        *,
+        kind: Literal["p", "g"],
+        action: str,
+        short_id: str,
+        revision: int,
+        actor: int | None,
+    ) -> Outcome:
+        """A button press; counts only if id, revision and the action match the state now."""
+        if kind == "p":
+            return await self._plan_press(session_id, action, short_id, revision, actor=actor)
+        return await self._goal_press(session_id, action, short_id, revision, actor=actor)
+
+    async def _plan_press(
+        self, session_id: str, action: str, short_id: str, revision: int, *, actor: int | None
+    ) -> Outcome:
+        plans = self._e.plans
+        sidecar = await plans.current(session_id)
+        if sidecar is None or sidecar.id[:8] != short_id or sidecar.revision != revision:
+            return _stale()
+        state = await plans.state(session_id)
+        match action:
+            case "approve" if state == "post_init":
+                return await self.approve(session_id, revision, actor=actor)
+            case "keep" if state == "post_init":
+                await self.log_command(session_id, "keep_planning", "", actor=actor)
+                self._kept[session_id] = revision
+                return Outcome(reply=FEEDBACK_QUESTION, await_feedback=True, plan_card="refresh")
+            case "discard":
+                return Outcome(plan_card="refresh", plan_card_state="confirm_discard")
+            case "discard_yes":
+                await self.log_command(session_id, "discard", "", actor=actor)
+                return await self.discard(session_id)
+            case "cancel":
+                return Outcome(plan_card="refresh")
+            case "revise" if state == "active" and await self._revisable(session_id):
+                await self.log_command(session_id, "revise", "", actor=actor)
+                result = await plans.revise(session_id)
+                if not result.ok:
+                    return Outcome(reply=result.text, alert=True, plan_card="refresh")
+                return Outcome(reply=FEEDBACK_QUESTION, await_feedback=True, plan_card="refresh")
+        return _stale()
+
+    async def _goal_press(
+        self, session_id: str, action: str, short_id: str, revision: int, *, actor: int | None
+    ) -> Outcome:
+        goals = self._e.goals
+        goal = await goals.get(session_id)
+        if goal is None or goal.id[:8] != short_id or goal.revision != revision:
+            return _stale()
+        ref = goal.ref
+        await self.log_command(session_id, f"goal_{action}", "", actor=actor)
+        result: object
+        match action:
+            case "pause":
+                result = await goals.pause(session_id, ref)
+            case "resume":
+                result = await goals.resume(session_id, ref)
+            case "start":
+                result = await goals.arm(session_id, ref)
+            case "clear":
+                return Outcome(goal_card="refresh", goal_card_state="confirm_clear")
+            case "clear_yes":
+                result = await goals.clear(session_id, ref)
+            case "cancel":
+                return Outcome(goal_card="refresh")
+            case _:
+                return _stale()
+        if isinstance(result, GoalRefusal):
+            return Outcome(reply=result.message, alert=True, goal_card="refresh")
+        return Outcome(goal_card="refresh")
+
+
+def _stale() -> Outcome:
+    return Outcome(reply=STALE_TEXT, alert=True, stale=True)

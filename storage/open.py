@@ -1,0 +1,42 @@
+"""Opening everything durable under one plangate home, for the composition root.
+
+    <home>/plangate.db            the event log, sessions, chat bindings, meta
+    <home>/projects/<slug>/...    plan files (storage.plan_files)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.ports import Clock
+from storage.db import Database
+from storage.eventlog import SqliteEventLog
+from storage.plan_files import FilePlanStore
+from storage.sessions import SqliteSessionStore
+
+DATABASE_NAME = "plangate.db"
+
+
+@dataclass(frozen=True, slots=True)
+class Storage:
+    """The stores of one home; close the database when done."""
+
+    home: Path
+    db: Database
+    log: SqliteEventLog
+    sessions: SqliteSessionStore
+    plan_store: FilePlanStore
+
+    async def close(self) -> None:
+        await self.db.close()
+
+
+async def open_storage(home: Path, *, clock: Clock | None = None) -> Storage:
+    """Open (creating and migrating) the database and the plan store under ``home``."""
+    home.mkdir(parents=True, exist_ok=True)
+    db = await Database.open(home / DATABASE_NAME)
+    log = SqliteEventLog(db) if clock is None else SqliteEventLog(db, clock=clock)
+    sessions = SqliteSessionStore(db) if clock is None else SqliteSessionStore(db, clock=clock)
+    plan_store = FilePlanStore.from_sessions(home, sessions)
+    return Storage(home=home, db=db, log=log, sessions=sessions, plan_store=plan_store)

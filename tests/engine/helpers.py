@@ -1,0 +1,76 @@
+"""Builders for end-to-end engine tests: a real home, workspace and SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.agent.testing import RecordingChannel
+from engine.app import Engine, EngineConfig, build_engine
+from engine.model.types import ModelProvider
+from storage.open import Storage, open_storage
+
+PLAN_MD = """# Greeting module
+
+## Context
+- **Problem:** The project cannot greet anyone.
+- **Target state:** `greet.hello(name)` returns a greeting and a test checks it.
+- **Intent:** The owner asked for it.
+
+## Implementation steps
+1. Module — write greet.py with hello(name).
+   - Done when: hello("x") returns "Hello, x!"
+2. Test — write test_greet.py and run it.
+"""
+
+GREET_PY = 'def hello(name):\n    return f"Hello, {name}!"\n'
+TEST_PY = 'import greet\n\nassert greet.hello("x") == "Hello, x!"\nprint("ok")\n'
+
+
+@dataclass
+class Rig:
+    engine: Engine
+    channel: RecordingChannel
+    storage: Storage
+    workspace: Path
+    home: Path
+
+
+@asynccontextmanager
+async def engine_rig(
+    tmp_path: Path, model: ModelProvider, *, max_goal_rounds: int = 20
+) -> AsyncIterator[Rig]:
+    """An engine over real files and SQLite in ``tmp_path``; shut down afterwards."""
+    home = tmp_path / "home"
+    workspace = tmp_path / "work"
+    workspace.mkdir(exist_ok=True)
+    storage = await open_storage(home)
+    channel = RecordingChannel()
+    engine = build_engine(
+        log=storage.log,
+        sessions=storage.sessions,
+        plan_store=storage.plan_store,
+        model=model,
+        channel=channel,
+        config=EngineConfig(workspace=workspace, max_goal_rounds=max_goal_rounds),
+    )
+    await engine.start()
+    try:
+        yield Rig(engine, channel, storage, workspace, home)
+    finally:
+        await engine.shutdown()
+        await storage.close()
+
+
+async def settle(engine: Engine, session_id: str, *, timeout_s: float = 20.0) -> None:
+    """Wait (bounded) until the session's agent has nothing running or queued."""
+
+    async def idle() -> None:
+        while not engine.agents.is_idle(session_id):
+            await engine.agents.wait_idle(session_id)
+            await asyncio.sleep(0)
+
+    await asyncio.wait_for(idle(), timeout_s)
