@@ -88,9 +88,7 @@ async def test_symlink_escape_is_refused(ws: Path, tmp_path: Path) -> None:
     assert (outside / "f.txt").read_text() == "outside"
 
 
-async def test_session_md_outside_workspace_is_allowed_and_hooked(
-    ws: Path, tmp_path: Path
-) -> None:
+async def test_session_md_outside_workspace_is_allowed_and_hooked(ws: Path, tmp_path: Path) -> None:
     md = tmp_path / "home" / "session" / ".plangate_plan_s1.md"
     md.parent.mkdir(parents=True)
     hooks = MdHooks(md)
