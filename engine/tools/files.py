@@ -24,6 +24,7 @@ from engine.tools.workspace import (
     WorkspaceLocks,
     cut,
     display_path,
+    is_within,
     real_path,
     resolve_in_workspace,
 )
@@ -147,24 +148,43 @@ class ReadFileTool(_FileTool):
         path = await self._resolve(raw, ctx)
         if not path.is_file():
             return _error(f"error: {raw!r} is not a file")
-        text = await asyncio.to_thread(path.read_text, encoding="utf-8", errors="replace")
-        lines = text.splitlines()
-        start = max(offset, 1) - 1
-        shown = lines[start : start + min(limit, self._limits.read_lines)]
-        body = "\n".join(f"{start + i + 1}\t{line}" for i, line in enumerate(shown))
-        if not lines:
+        limit = min(limit, self._limits.read_lines)
+        shown, total = await asyncio.to_thread(_read_lines, path, max(offset, 1) - 1, limit)
+        if total == 0:
             return ToolOutcome(content=f"({raw} is empty)")
-        rest = len(lines) - (start + len(shown))
-        if rest > 0:
+        start = max(offset, 1) - 1
+        body = "\n".join(f"{start + i + 1}\t{line}" for i, line in enumerate(shown))
+        rest = total - (start + len(shown))
+        if not shown:
+            body = f"(offset {offset} is past the end: {raw} has {total} lines)"
+        elif rest > 0:
             body += f"\n[{rest} more lines; read on with offset={start + len(shown) + 1}]"
         return ToolOutcome(content=cut(body, self._limits.read_chars))
 
 
-def _walk(root: Path) -> Iterator[Path]:
+def _read_lines(path: Path, start: int, limit: int) -> tuple[list[str], int]:
+    """Lines ``start..start+limit`` and the total line count, streaming (big files are fine)."""
+    shown: list[str] = []
+    total = 0
+    with path.open(encoding="utf-8", errors="replace", newline=None) as handle:
+        for index, line in enumerate(handle):
+            total = index + 1
+            if start <= index < start + limit:
+                shown.append(line.rstrip("\n"))
+    return shown, total
+
+
+def _walk(root: Path, workspace: Path) -> Iterator[Path]:
+    """Files under ``root``; symlinked folders are not followed, and a file whose link
+    resolves outside the workspace is skipped (grep must not read through it)."""
+    inside = real_path(workspace)
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
         for name in sorted(files):
-            yield Path(folder) / name
+            path = Path(folder) / name
+            if path.is_symlink() and not is_within(real_path(path), inside):
+                continue
+            yield path
 
 
 class ListFilesTool(_FileTool):
@@ -197,7 +217,7 @@ class ListFilesTool(_FileTool):
     def _list(self, root: Path, pattern: str | None, workspace: Path) -> ToolOutcome:
         found: list[str] = []
         total = 0
-        for path in _walk(root):
+        for path in _walk(root, workspace):
             rel = display_path(path, workspace)
             if pattern and not (_glob_match(rel, pattern) or fnmatch.fnmatch(path.name, pattern)):
                 continue
@@ -258,7 +278,7 @@ class GrepTool(_FileTool):
         self, regex: re.Pattern[str], root: Path, glob: str | None, workspace: Path
     ) -> ToolOutcome:
         limits = self._limits
-        files = [root] if root.is_file() else _walk(root)
+        files = [root] if root.is_file() else _walk(root, workspace)
         hits: list[str] = []
         total = 0
         for path in files:

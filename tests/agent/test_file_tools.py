@@ -177,3 +177,26 @@ def test_concurrency_answers() -> None:
     assert tools["grep"].is_concurrency_safe({}) is True
     assert tools["write_file"].is_concurrency_safe({}) is not True
     assert tools["edit_file"].is_concurrency_safe({}) is not True
+
+
+async def test_grep_and_list_do_not_follow_links_out_of_the_workspace(
+    ws: Path, tmp_path: Path
+) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("password=hunter2\n")
+    (ws / "innocent.txt").symlink_to(secret)
+    outside_dir = tmp_path / "odir"
+    outside_dir.mkdir()
+    (outside_dir / "s.txt").write_text("password=x\n")
+    (ws / "dirlink").symlink_to(outside_dir)
+    out = await GrepTool().run({"pattern": "password"}, ctx(ws))
+    assert out.content == "(no matches)"
+    listed = await ListFilesTool().run({}, ctx(ws))
+    assert "innocent.txt" not in listed.content and "s.txt" not in listed.content
+
+
+async def test_read_file_past_the_end_and_empty(ws: Path) -> None:
+    (ws / "e.txt").write_text("")
+    assert (await ReadFileTool().run({"path": "e.txt"}, ctx(ws))).content == "(e.txt is empty)"
+    out = await ReadFileTool().run({"path": "a.txt", "offset": 10}, ctx(ws))
+    assert "past the end" in out.content and "3 lines" in out.content
