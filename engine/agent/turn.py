@@ -10,6 +10,7 @@ the task is cancelled (``cancelled``; every open call gets a synthetic interrupt
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -151,7 +152,8 @@ async def run_turn(
         ]
         end_outcome: TurnOutcome = "cancelled" if is_cancel else "failed"
         closing.append(TurnEnd(turn_id=turn_id, outcome=end_outcome, detail=type(exc).__name__))
-        await log.append(session_id, closing)
+        # Shielded: a second cancellation (two /stop at once) must not leave the turn open.
+        await asyncio.shield(log.append(session_id, closing))
         await safe_call("turn_ended", deps.channel.turn_ended(session_id, end_outcome))
         if is_cancel:
             raise
