@@ -127,6 +127,7 @@ class Engine:
         events = await load_session_events(self.log, session_id)
         if len(events) > len(before):
             await safe_call("notice", self.channel.notice(session_id, INTERRUPTED_NOTICE))
+        await self.goals.on_session_start(session_id)
         await self.plans.state(session_id)  # loads the sidecar (legacy map, corrupt move)
         for notice in self.plans.take_notices(session_id):
             await safe_call("notice", self.channel.notice(session_id, notice))
@@ -270,6 +271,9 @@ class Engine:
             self._ended[change.session_id] = (change.archived_sidecar or change.before, ending)
         elif change.after is not None:
             self._ended.pop(change.session_id, None)
+        if change.after is None or change.after.status == "Active":
+            # Planning ended: a goal round held back while Editing may go now.
+            self.driver.notify_idle(change.session_id)
         await safe_call("plan_changed", self.channel.plan_changed(change.session_id))
 
     async def _on_goal_change(self, session_id: str, goal: GoalSnapshot | None) -> None:
@@ -330,7 +334,12 @@ def build_engine(
         settings=AgentSettings(max_steps=config.max_steps),
     )
     the_scheduler = scheduler or ApsScheduler()
-    driver = RoundDriver(goals, agents, the_scheduler)
+
+    async def planning(session_id: str) -> bool:
+        # No goal round is dispatched while the plan is being edited (DESIGN.md §14).
+        return await plans.state(session_id) in ("pre_init", "post_init")
+
+    driver = RoundDriver(goals, agents, the_scheduler, hold=planning)
     agents.set_driver(driver)
     return Engine(
         log=log,

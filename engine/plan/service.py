@@ -108,10 +108,21 @@ class PlanService:
         self._live: dict[str, _Live] = {}
         self._notices: dict[str, list[str]] = {}
         self._listeners: list[PlanListener] = []
+        self._undelivered: list[PlanChange] = []
 
     def add_listener(self, listener: PlanListener) -> None:
         """Call ``listener(change)`` after every committed change (cards redraw from it)."""
         self._listeners.append(listener)
+
+    async def _deliver(self) -> None:
+        """Tell the listeners about committed changes; call with no plan lock held."""
+        while self._undelivered:
+            change = self._undelivered.pop(0)
+            for listener in self._listeners:
+                try:
+                    await listener(change)
+                except Exception as exc:  # a card redraw must never undo a committed change
+                    _log.warning("plan.listener.failed %s: %s", type(exc).__name__, exc)
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -210,11 +221,8 @@ class PlanService:
             archived=t.archive,
             archived_sidecar=t.sidecar if t.archive is not None else None,
         )
-        for listener in self._listeners:
-            try:
-                await listener(change)
-            except Exception as exc:  # a card redraw must never undo a committed change
-                _log.warning("plan.listener.failed %s: %s", type(exc).__name__, exc)
+        # Listeners run after the lock is released (they read the plan back): _deliver.
+        self._undelivered.append(change)
         return PlanResult(
             text=t.text,
             code=None,
@@ -253,7 +261,9 @@ class PlanService:
                 return self._result(live, "")
             if isinstance(outcome, Refusal):
                 return self._result(live, outcome.text, outcome.code)
-            return await self._commit_locked(session_id, live, outcome)
+            result = await self._commit_locked(session_id, live, outcome)
+        await self._deliver()
+        return result
 
     # --- reads ------------------------------------------------------------------------------
 
@@ -407,7 +417,9 @@ class PlanService:
             outcome = machine.md_written(live.sidecar, md, ctx)
             if outcome is None or isinstance(outcome, Refusal):
                 return self._result(live, "")
-            return await self._commit_locked(session_id, live, outcome)
+            result = await self._commit_locked(session_id, live, outcome)
+        await self._deliver()
+        return result
 
     async def init(
         self,

@@ -1,0 +1,229 @@
+"""``plangate demo``: the whole flow offline, in the terminal (DESIGN.md §9, §14).
+
+A console channel stands in for the chat, the scripted model for the LLM, and a temporary home
+and workspace for the real ones. The engine, the plan files, the SQLite log and the card
+builders are the real ones: what the demo prints is what a Telegram chat would show, as text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import re
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from bot.presenter import goal_view, plan_view
+from bot.render import markdown_to_html
+from engine.api import Outcome
+from engine.app import Engine, EngineConfig, build_engine
+from engine.events import TurnOutcome
+from engine.model.script import ScriptStep, call, say
+from engine.model.scripted import ScriptedProvider
+from storage.open import open_storage
+
+OWNER = 1
+DEMO_TIMEOUT_S = 50.0
+
+PLAN_MD = """# Greeting module
+
+## Context
+- **Problem:** The project has no way to greet a user.
+- **Target state:** `greet.hello(name)` returns "Hello, name!" and a test proves it.
+- **Intent:** The team asked for a friendly greeting in the CLI.
+
+## Implementation steps
+1. Module — write greet.py with hello(name).
+   - Done when: hello("Ada") returns "Hello, Ada!"
+2. Test — write test_greet.py and run it with python3.
+   - Done when: the test prints ok
+"""
+
+GREET_PY = 'def hello(name: str) -> str:\n    return f"Hello, {name}!"\n'
+TEST_PY = 'import greet\n\nassert greet.hello("Ada") == "Hello, Ada!"\nprint("ok")\n'
+
+
+def demo_script() -> list[ScriptStep]:
+    """What the scripted model says, turn after turn: plan, execute, one goal round."""
+    return [
+        # Turn 1, planning (pre-init -> post-init Editing): explore, init, write, submit.
+        call("list_files", {}, text="Let me look at the project first."),
+        call("plan", {"op": "init", "title": "Greeting module", "mode": "design"}),
+        call("write_file", {"path": "{plan_md}", "content": PLAN_MD}),
+        call("plan", {"op": "submit"}),
+        say("The plan is written: two steps, a module and its test. Approve it when ready."),
+        # Turn 2, execution after Approve.
+        call("plan", {"op": "start"}),
+        call("write_file", {"path": "greet.py", "content": GREET_PY}),
+        call("plan", {"op": "complete", "evidence": "greet.py defines hello(name)"}),
+        call("plan", {"op": "start"}),
+        call("write_file", {"path": "test_greet.py", "content": TEST_PY}),
+        call("bash", {"command": "python3 test_greet.py"}),
+        call("plan", {"op": "complete", "evidence": "python3 test_greet.py printed ok"}),
+        say("Done: **greet.py** and its test are in place, and the test passes."),
+        # Turn 3, one goal round: verify, then report the goal complete.
+        call("bash", {"command": "python3 test_greet.py"}),
+        call("update_goal", {"status": "complete", "reason": "the test passes"}),
+        say("The goal is met: the greeting test passes."),
+    ]
+
+
+def html_to_text(text: str) -> str:
+    """Telegram HTML as terminal text: tags dropped, entities unescaped."""
+    return html.unescape(re.sub(r"<[^>]+>", "", text))
+
+
+class ConsoleChannel:
+    """An :class:`engine.agent.channel.Channel` that prints the chat to a terminal."""
+
+    def __init__(self, out: TextIO, engine: Callable[[], Engine | None]) -> None:
+        self._out = out
+        self._engine = engine
+        self._last_plan = ""
+        self._last_goal = ""
+
+    def line(self, who: str, text: str) -> None:
+        prefix = f"{who:>9} │ "
+        pad = " " * 10 + "│ "
+        lines = text.splitlines() or [""]
+        self._out.write(prefix + lines[0] + "\n")
+        for rest in lines[1:]:
+            self._out.write(pad + rest + "\n")
+        self._out.flush()
+
+    async def reply(self, session_id: str, text: str, *, reply_to: int | None) -> None:
+        self.line("plangate", html_to_text(markdown_to_html(text)))
+
+    async def ask(self, session_id: str, question: str, options: Sequence[str]) -> None:
+        buttons = "  ".join(f"[{o}]" for o in options)
+        self.line("plangate", f"❓ {question}" + (f"\n{buttons}" if buttons else ""))
+
+    async def typing(self, session_id: str) -> None:
+        return None
+
+    async def turn_started(self, session_id: str) -> None:
+        return None
+
+    async def turn_ended(self, session_id: str, outcome: TurnOutcome) -> None:
+        if outcome != "completed":
+            self.line("plangate", f"(turn ended: {outcome})")
+
+    async def plan_changed(self, session_id: str) -> None:
+        engine = self._engine()
+        if engine is None:
+            return
+        view = plan_view(await engine.plan_card(session_id))
+        self._card("plan card", view.text, view.buttons, last="_last_plan")
+
+    async def goal_changed(self, session_id: str) -> None:
+        engine = self._engine()
+        if engine is None:
+            return
+        view = goal_view(await engine.goal_card(session_id))
+        self._card("goal card", view.text, view.buttons, last="_last_goal")
+
+    async def notice(self, session_id: str, text: str) -> None:
+        self.line("plangate", f"ℹ️ {text}")
+
+    def _card(self, who: str, text: str, buttons: Sequence[Sequence[object]], *, last: str) -> None:
+        labels = "  ".join(f"[{b[0]}]" for row in buttons for b in row)  # type: ignore[index]
+        shown = html_to_text(text) + (f"\n{labels}" if labels else "")
+        if shown == getattr(self, last):
+            return  # the card's text is unchanged: Telegram would not be edited either
+        setattr(self, last, shown)
+        self.line(who, shown)
+
+
+async def _settle(engine: Engine, session_id: str) -> None:
+    while not engine.agents.is_idle(session_id):
+        await engine.agents.wait_idle(session_id)
+        await asyncio.sleep(0)
+
+
+def _show(channel: ConsoleChannel, outcome: Outcome) -> None:
+    if outcome.reply:
+        channel.line("plangate", outcome.reply)
+
+
+async def run_demo(out: TextIO = sys.stdout) -> int:
+    """Play the demo; returns the process exit code (0 when the plan completed)."""
+    with tempfile.TemporaryDirectory(prefix="plangate-demo-") as tmp:
+        root = Path(tmp)
+        workspace = root / "workspace"
+        workspace.mkdir()
+        (workspace / "README.md").write_text("# demo project\n", encoding="utf-8")
+        storage = await open_storage(root / "home")
+        holder: list[Engine] = []
+        channel = ConsoleChannel(out, lambda: holder[0] if holder else None)
+        engine = build_engine(
+            log=storage.log,
+            sessions=storage.sessions,
+            plan_store=storage.plan_store,
+            model=ScriptedProvider(demo_script()),
+            channel=channel,
+            config=EngineConfig(workspace=workspace, max_goal_rounds=3),
+        )
+        holder.append(engine)
+        await engine.start()
+        try:
+            return await asyncio.wait_for(_play(engine, channel, workspace), DEMO_TIMEOUT_S)
+        finally:
+            await engine.shutdown()
+            await storage.close()
+
+
+async def _play(engine: Engine, channel: ConsoleChannel, workspace: Path) -> int:
+    channel.line("demo", f"a fake chat; the agent works in {workspace}")
+    sid = await engine.session_for_chat(-1001, 0)
+
+    channel.line("you", "/plan Add a greeting module with a test")
+    _show(
+        channel, await engine.command(sid, "plan", "Add a greeting module with a test", actor=OWNER)
+    )
+    await _settle(engine, sid)
+
+    md = await engine.plans.md_text(sid) or ""
+    channel.line("plan text", md.rstrip())
+
+    card = await engine.plan_card(sid)
+    if card.sidecar is None or card.state != "review":
+        channel.line("demo", f"unexpected plan state: {card.state}")
+        return 1
+    channel.line("you", "(taps ✅ Approve)")
+    _show(
+        channel,
+        await engine.press(
+            sid,
+            kind="p",
+            action="approve",
+            short_id=card.sidecar.id[:8],
+            revision=card.sidecar.revision,
+            actor=OWNER,
+        ),
+    )
+    await _settle(engine, sid)
+
+    channel.line("you", "/goal Keep the greeting test passing")
+    _show(channel, await engine.command(sid, "goal", "Keep the greeting test passing", actor=OWNER))
+    for _ in range(200):
+        goal = await engine.goals.get(sid)
+        if goal is not None and goal.phase != "active":
+            break
+        await asyncio.sleep(0.05)
+    await _settle(engine, sid)
+
+    channel.line("you", "/status")
+    _show(channel, await engine.command(sid, "status", "", actor=OWNER))
+    files = sorted(p.name for p in workspace.iterdir())
+    channel.line("demo", f"workspace now holds: {', '.join(files)}")
+    ok = (await engine.plan_card(sid)).state == "done" and (workspace / "greet.py").exists()
+    channel.line("demo", "finished" if ok else "the demo did not reach a completed plan")
+    return 0 if ok else 1
+
+
+def main() -> int:
+    """Entry point for ``plangate demo``."""
+    return asyncio.run(run_demo())

@@ -1,0 +1,115 @@
+"""``plangate doctor``: check the settings, the folders, the token and the model.
+
+Each check prints one line: ``ok`` or what is wrong and how to fix it. The exit code is 0 only
+when every check passed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from telegram import Bot
+from telegram.error import InvalidToken, NetworkError, TelegramError
+
+from bot.app import file_url
+from bot.runner import model_from_settings
+from bot.settings import Settings, load_settings, run_problems
+from engine.errors import ConfigError
+from engine.model.types import ModelError
+
+
+def _writable(folder: Path) -> str | None:
+    """None when ``folder`` exists (or can be made) and a file can be written in it."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".plangate-doctor-"):
+            pass
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc.strerror or exc}"
+    return None
+
+
+async def check_telegram(settings: Settings) -> tuple[bool, str]:
+    """getMe with the token; also reports whether privacy mode hides group messages."""
+    if settings.telegram_token is None:
+        return False, "telegram: no token (PLANGATE_TELEGRAM_TOKEN); get one from @BotFather"
+    bot = Bot(
+        settings.telegram_token.get_secret_value(),
+        base_url=settings.telegram_api_url,
+        base_file_url=file_url(settings.telegram_api_url),
+    )
+    try:
+        async with bot:
+            me = bot.bot
+    except InvalidToken:
+        return False, (
+            "telegram: the server refused the token (PLANGATE_TELEGRAM_TOKEN); "
+            "copy it again from @BotFather"
+        )
+    except NetworkError as exc:
+        return False, (
+            f"telegram: cannot reach {settings.telegram_api_url} ({exc.message}); "
+            "check the network or PLANGATE_TELEGRAM_API_URL"
+        )
+    except TelegramError as exc:
+        return False, f"telegram: getMe failed ({exc.message})"
+    privacy = (
+        "privacy mode is on: in groups the bot sees only commands, mentions and replies"
+        if not me.can_read_all_group_messages
+        else "privacy mode is off: the bot sees every group message"
+    )
+    return True, f"telegram: ok, @{me.username}; {privacy}"
+
+
+async def check_model(settings: Settings) -> tuple[bool, str]:
+    """The model server answers and knows the model."""
+    try:
+        provider = model_from_settings(settings)
+    except ConfigError as exc:
+        return False, f"model: {exc}"
+    try:
+        status = await provider.check()
+    except ModelError as exc:
+        return False, f"model: {exc}"
+    finally:
+        await provider.aclose()
+    return True, f"model: ok, {status}"
+
+
+async def run_doctor(
+    out: TextIO = sys.stdout, *, load: Callable[[], Settings] = load_settings
+) -> int:
+    """Run every check and print one line each; 0 when all passed."""
+    try:
+        settings = load()
+    except ConfigError as exc:
+        print(f"settings: {exc}", file=out)
+        return 1
+    results: list[tuple[bool, str]] = [(True, "settings: ok")]
+    results.extend((False, f"settings: {problem}") for problem in run_problems(settings))
+    home = settings.home.expanduser()
+    home_problem = _writable(home)
+    if home_problem is None:
+        results.append((True, f"home {home}: ok, writable"))
+    else:
+        fix = "set PLANGATE_HOME to a folder you own"
+        results.append((False, f"home {home}: not writable ({home_problem}); {fix}"))
+    workspace = settings.workspace
+    if not workspace.is_dir():
+        results.append((False, f"workspace {workspace}: not a folder; set PLANGATE_WORKSPACE"))
+    elif not os.access(workspace, os.W_OK):
+        results.append((False, f"workspace {workspace}: not writable by this user"))
+    else:
+        results.append((True, f"workspace {workspace}: ok"))
+    results.append(await check_telegram(settings))
+    results.append(await check_model(settings))
+    for _, line in results:
+        print(line, file=out)
+    failed = sum(not ok for ok, _ in results)
+    print("all checks passed" if not failed else f"{failed} problem(s) found", file=out)
+    return 0 if not failed else 1
