@@ -27,7 +27,7 @@ from storage.eventlog import SqliteEventLog
 from tests.storage.crash_child import SHARED_GOAL, batch_for, file_text
 
 ROOT = Path(__file__).resolve().parents[2]
-ROUNDS = 30  # two kills per round
+ROUNDS = 26  # two kills per round
 SESSION = "c" * 32
 
 
@@ -61,7 +61,10 @@ def start(writer: Writer, db: Path, round_no: int) -> None:
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert writer.proc.stdout is not None
+
+
+def wait_ready(writer: Writer) -> None:
+    assert writer.proc is not None and writer.proc.stdout is not None
     assert writer.proc.stdout.readline() == "ready\n"
 
 
@@ -130,6 +133,8 @@ def test_sigkill_loses_nothing_acknowledged_and_tears_nothing(tmp_path: Path) ->
     for round_no in range(ROUNDS):
         for writer in writers:
             start(writer, db, round_no)
+        for writer in writers:  # both start together: the first round migrates a new file
+            wait_ready(writer)
         # Two independent random kill moments, 0 to 150 ms after both are running.
         moments = sorted((rng.uniform(0, 0.15), w) for w in writers)
         began = time.monotonic()
