@@ -260,7 +260,11 @@ class Outbox:
     async def flush(self) -> None:
         """Wait until every queued operation has run."""
         while True:
-            workers = [lane.worker for lane in self._lanes.values() if lane.worker is not None]
+            workers = [
+                lane.worker
+                for lane in self._lanes.values()
+                if lane.worker is not None and not lane.worker.done()
+            ]
             if not workers:
                 return
             await asyncio.gather(*workers, return_exceptions=True)

@@ -41,7 +41,7 @@ def utf16_len(text: str) -> int:
 _SAFE_SCHEMES = ("http://", "https://", "tg://", "mailto:")
 
 
-class TelegramHTMLRenderer(mistune.BaseRenderer):  # type: ignore[misc]
+class TelegramHTMLRenderer(mistune.BaseRenderer):
     """A mistune 3 renderer that emits only Telegram's HTML subset.
 
     Top-level blocks are joined by a blank line, which is where ``split_html`` prefers to cut.

@@ -159,6 +159,7 @@ class FakeBotApi:
         self.callback_answers: dict[str, dict[str, Any]] = {}
         self.files: dict[str, bytes] = {}
         self._updates: list[dict[str, Any]] = []
+        self.last_update_id = 0
         self._update_ids = itertools.count(1)
         self._query_ids = itertools.count(1)
         self._file_ids = itertools.count(1)
@@ -237,7 +238,7 @@ class FakeBotApi:
         }
 
     def _push(self, update: dict[str, Any]) -> dict[str, Any]:
-        update["update_id"] = next(self._update_ids)
+        update["update_id"] = self.last_update_id = next(self._update_ids)
         self._updates.append(update)
         asyncio.get_running_loop().create_task(self._notify())
         return update
@@ -422,6 +423,19 @@ class FakeBotApi:
 
     def calls_of(self, method: str) -> list[Call]:
         return [c for c in self.calls if c.method == method]
+
+    async def drain(self, *, timeout_s: float = 5.0) -> None:
+        """Wait (bounded) until the client has fetched every injected update and asked for
+        more, i.e. it has processed them (PTB handles one batch before the next poll)."""
+        target = self.last_update_id
+
+        def asked_past() -> bool:
+            return any(
+                c.method == "getUpdates" and int(c.params.get("offset") or 0) > target
+                for c in reversed(self.calls)
+            )
+
+        await self.wait_for(asked_past, timeout_s=timeout_s)
 
     async def wait_for(self, predicate: Any, *, timeout_s: float = 5.0) -> None:
         """Wait (bounded) until ``predicate()`` holds; it is rechecked on every API call."""

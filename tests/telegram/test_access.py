@@ -142,13 +142,7 @@ def build(fake_api: FakeBotApi, clock: ManualClock) -> tuple[object, AccessGate,
 
 async def settle(fake_api: FakeBotApi) -> None:
     """Wait until the Application has fetched every injected update and gone idle."""
-    target = len(fake_api._updates) and fake_api._updates[-1]["update_id"]
-    await fake_api.wait_for(
-        lambda: any(
-            c.method == "getUpdates" and int(c.params.get("offset") or 0) > target
-            for c in fake_api.calls
-        )
-    )
+    await fake_api.drain()
     await asyncio.sleep(0.05)
 
 
