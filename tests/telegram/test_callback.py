@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bot import callback as cb
+
+
+def test_round_trip_and_binding() -> None:
+    data = cb.plan_data(cb.PLAN_APPROVE, "0123456789abcdef", 12)
+    assert data == "p:approve:01234567:12"
+    d = cb.decode(data)
+    assert d == cb.CallbackData("p", "approve", "01234567", 12)
+    assert d.matches("0123456789abcdef", 12)
+    assert not d.matches("0123456789abcdef", 13)
+    assert not d.matches("1123456789abcdef", 12)
+    g = cb.decode(cb.goal_data(cb.GOAL_CLEAR_YES, "feedbeef-0000", 0))
+    assert g == cb.CallbackData("g", "clear_yes", "feedbeef", 0)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        None,
+        "",
+        "p:approve:01234567",  # no revision
+        "x:approve:01234567:1",  # unknown kind
+        "p:pause:01234567:1",  # a goal action on a plan card
+        "g:approve:01234567:1",  # a plan action on a goal card
+        "p:approve:012345678:1",  # id too long
+        "p:approve:0123 567:1",
+        "p:approve:01234567:-1",
+        "p:approve:01234567:01",  # leading zero: two encodings of one revision
+        "p:approve:01234567:1:extra",
+        "p:APPROVE:01234567:1",
+        "p:approve:01234567:" + "9" * 19,
+        "p:approve:01234567:1\n",
+        "é" * 40,
+    ],
+)
+def test_forged_or_malformed_decodes_to_none(data: str | None) -> None:
+    assert cb.decode(data) is None
+
+
+def test_encode_refuses_what_decode_would_reject() -> None:
+    with pytest.raises(ValueError):
+        cb.plan_data("explode", "0123456789", 1)
+    with pytest.raises(ValueError):
+        cb.plan_data(cb.PLAN_APPROVE, "0123456789", -5)
+
+
+def test_every_action_fits_64_bytes_at_the_largest_revision() -> None:
+    for kind, actions in (("p", cb.PLAN_ACTIONS), ("g", cb.GOAL_ACTIONS)):
+        for action in actions:
+            data = cb.encode(kind, action, "f" * 32, 10**18 - 1)  # type: ignore[arg-type]
+            assert len(data.encode()) <= cb.MAX_CALLBACK_BYTES
+            assert cb.decode(data) is not None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=80))
+def test_decode_never_raises_and_accepts_only_canonical_strings(data: str) -> None:
+    d = cb.decode(data)
+    if d is not None:
+        assert cb.encode(d.kind, d.action, d.short_id, d.revision) == data
+        assert len(data.encode()) <= cb.MAX_CALLBACK_BYTES
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    action=st.sampled_from(sorted(cb.PLAN_ACTIONS)),
+    plan_id=st.text(alphabet="0123456789abcdef-", min_size=1, max_size=36),
+    revision=st.integers(min_value=0, max_value=10**12),
+)
+def test_plan_round_trip(action: str, plan_id: str, revision: int) -> None:
+    d = cb.decode(cb.plan_data(action, plan_id, revision))
+    assert d is not None and d.action == action and d.matches(plan_id, revision)
