@@ -160,6 +160,7 @@ class FakeBotApi:
         self.files: dict[str, bytes] = {}
         self._updates: list[dict[str, Any]] = []
         self.last_update_id = 0
+        self._poll_generation = 0
         self._update_ids = itertools.count(1)
         self._query_ids = itertools.count(1)
         self._file_ids = itertools.count(1)
@@ -709,9 +710,18 @@ class FakeBotApi:
                 out = [u for u in out if any(k in u for k in allowed)]
             return out[:limit]
 
+        # Telegram lets one long poll live: a newer getUpdates terminates the older one.
+        self._poll_generation += 1
+        mine = self._poll_generation
         deadline = asyncio.get_running_loop().time() + timeout_s
         async with self._changed:
             while not ready() and not self._closing:
+                if self._poll_generation != mine:
+                    raise ApiError(
+                        409,
+                        "Conflict: terminated by other getUpdates request; "
+                        "make sure that only one bot instance is running",
+                    )
                 left = deadline - asyncio.get_running_loop().time()
                 if left <= 0:
                     break

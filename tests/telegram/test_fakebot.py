@@ -7,7 +7,7 @@ import asyncio
 import httpx
 import pytest
 from telegram import Bot, BotCommand, InlineKeyboardButton, InlineKeyboardMarkup
-from telegram.error import BadRequest, InvalidToken, RetryAfter
+from telegram.error import BadRequest, Conflict, InvalidToken, RetryAfter
 
 from tests.fakebot.server import FakeBotApi
 
@@ -163,3 +163,14 @@ async def test_forum_topic_messages_keep_their_thread(bot: Bot, fake_api: FakeBo
     fake_api.chat(-800)
     with pytest.raises(BadRequest, match="Message thread not found"):
         await bot.send_message(-800, "x", message_thread_id=3)
+
+
+async def test_a_second_poller_terminates_the_first(bot: Bot, fake_api: FakeBotApi) -> None:
+    first = asyncio.ensure_future(bot.get_updates(timeout=30, read_timeout=40))
+    await fake_api.wait_for(lambda: fake_api.count("getUpdates") == 1)
+    async with Bot(fake_api.token, base_url=fake_api.base_url) as other_instance:
+        second = asyncio.ensure_future(other_instance.get_updates(timeout=30, read_timeout=40))
+        with pytest.raises(Conflict, match="terminated by other getUpdates request"):
+            await asyncio.wait_for(first, 10)
+        fake_api.user_message(CHAT, CHAT, "hi")
+        assert len(await asyncio.wait_for(second, 10)) == 1
