@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import aiosqlite
 
@@ -107,13 +108,19 @@ class Database:
         async with self._lock:
             yield self._conn
 
+    async def fetch_all(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
+        """All rows of one query, in one trip to aiosqlite's thread, under the lock."""
+        async with self._lock:
+            return list(await self._conn.execute_fetchall(sql, parameters))
+
+    async def fetch_one(self, sql: str, parameters: Sequence[Any] = ()) -> Any | None:
+        """The first row of one query, or ``None``."""
+        rows = await self.fetch_all(sql, parameters)
+        return rows[0] if rows else None
+
     async def get_meta(self, key: str) -> str | None:
         """The bot's own small state (e.g. the last processed ``update_id``), or ``None``."""
-        async with (
-            self.reading() as conn,
-            conn.execute("SELECT value FROM meta WHERE key = ?", (key,)) as cursor,
-        ):
-            row = await cursor.fetchone()
+        row = await self.fetch_one("SELECT value FROM meta WHERE key = ?", (key,))
         return None if row is None else str(row[0])
 
     async def set_meta(self, key: str, value: str) -> None:

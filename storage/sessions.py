@@ -54,14 +54,10 @@ class SqliteSessionStore:
         return record
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
-        async with (
-            self._db.reading() as conn,
-            conn.execute(
-                "SELECT id, workspace, profile, created_at, parent_id FROM sessions WHERE id = ?",
-                (session_id,),
-            ) as cursor,
-        ):
-            row = await cursor.fetchone()
+        row = await self._db.fetch_one(
+            "SELECT id, workspace, profile, created_at, parent_id FROM sessions WHERE id = ?",
+            (session_id,),
+        )
         return None if row is None else _record(row)
 
     async def bind_chat(self, chat_id: int, thread_id: int, session_id: str) -> None:
@@ -74,25 +70,17 @@ class SqliteSessionStore:
             )
 
     async def session_for_chat(self, chat_id: int, thread_id: int) -> str | None:
-        async with (
-            self._db.reading() as conn,
-            conn.execute(
-                "SELECT session_id FROM chat_bindings WHERE chat_id = ? AND thread_id = ?",
-                (chat_id, thread_id),
-            ) as cursor,
-        ):
-            row = await cursor.fetchone()
+        row = await self._db.fetch_one(
+            "SELECT session_id FROM chat_bindings WHERE chat_id = ? AND thread_id = ?",
+            (chat_id, thread_id),
+        )
         return None if row is None else str(row[0])
 
     async def chat_bindings(self) -> list[ChatBinding]:
         """Every chat key and the session it points at."""
-        async with (
-            self._db.reading() as conn,
-            conn.execute(
-                "SELECT chat_id, thread_id, session_id FROM chat_bindings ORDER BY chat_id, thread_id"
-            ) as cursor,
-        ):
-            rows = await cursor.fetchall()
+        rows = await self._db.fetch_all(
+            "SELECT chat_id, thread_id, session_id FROM chat_bindings ORDER BY chat_id, thread_id"
+        )
         return [ChatBinding(int(r[0]), int(r[1]), str(r[2])) for r in rows]
 
     async def fork(self, session_id: str, *, upto_seq: int | None = None) -> SessionRecord:
@@ -100,10 +88,10 @@ class SqliteSessionStore:
         ``seq <= upto_seq`` (all when ``None``). Raises ``KeyError`` for an unknown session."""
         limit = _ALL if upto_seq is None else upto_seq
         async with self._db.transaction() as conn:
-            async with conn.execute(
+            found = await conn.execute_fetchall(
                 "SELECT workspace, profile FROM sessions WHERE id = ?", (session_id,)
-            ) as cursor:
-                parent = await cursor.fetchone()
+            )
+            parent = next(iter(found), None)
             if parent is None:
                 raise KeyError(session_id)
             child = self._new_record(workspace=parent[0], profile=parent[1], parent_id=session_id)
