@@ -98,6 +98,7 @@ class _Lane:
     recent: deque[float] = field(default_factory=deque)  # call times, groups only
     paused_until: float = 0.0
     worker: asyncio.Task[None] | None = None
+    current: _Op | None = None  # the operation in flight
     # Last state delivered per message id: (html, markup key).
     known: dict[int, tuple[str | None, Any]] = field(default_factory=dict)
 
@@ -270,14 +271,16 @@ class Outbox:
             await asyncio.gather(*workers, return_exceptions=True)
 
     async def aclose(self) -> None:
-        """Stop the workers; operations still queued fail with ``RuntimeError``."""
+        """Stop the workers; queued and in-flight operations fail with ``RuntimeError``
+        (edits resolve ``failed``), so no caller waits forever."""
         self._closed = True
         for lane in self._lanes.values():
+            inflight = lane.current
             if lane.worker is not None:
                 lane.worker.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await lane.worker
-            for op in lane.queue:
+            for op in [*lane.queue, *([inflight] if inflight else [])]:
                 self._fail(op, RuntimeError("outbox closed"))
             lane.queue.clear()
             lane.pending_edits.clear()
@@ -367,6 +370,7 @@ class Outbox:
                 lane.pending_edits.pop(op.message_id, None)  # in flight: no more coalescing
             self._spend(lane, now)
             op.attempts += 1
+            lane.current = op
             try:
                 await self._execute(lane, op)
             except RetryAfter as err:
@@ -395,6 +399,8 @@ class Outbox:
                     self._fail(op, err)
             except Exception as err:  # worker boundary: the caller gets it, the lane goes on
                 self._fail(op, err)
+            finally:
+                lane.current = None
 
     def _retry_or_fail(self, lane: _Lane, op: _Op, err: Exception) -> None:
         if op.attempts >= self._max_attempts:

@@ -216,3 +216,25 @@ async def test_pin_refused_without_rights_is_false(fake_api: FakeBotApi, bot: Bo
     out = make(bot, ManualClock())
     card = await out.send_text(GROUP, "card")
     assert not await out.pin(GROUP, card.message_id)
+
+
+async def test_aclose_fails_queued_and_inflight_operations(fake_api: FakeBotApi, bot: Bot) -> None:
+    fake_api.chat(CHAT)
+    clock = ManualClock()
+    gate = asyncio.Event()
+
+    async def blocked_sleep(seconds: float) -> None:
+        await gate.wait()  # the lane stays paused until closed
+
+    out = Outbox(bot, clock=clock, sleep=blocked_sleep, chat_burst=1)
+    first = await out.send_text(CHAT, "v0")
+    waiting = asyncio.ensure_future(out.send_text(CHAT, "never sent"))
+    edit = out.edit(CHAT, first.message_id, "v1", reply_markup=None)
+    await asyncio.sleep(0.01)
+    await out.aclose()
+    with pytest.raises(RuntimeError, match="outbox closed"):
+        await waiting
+    assert (await edit).outcome == "failed"
+    with pytest.raises(RuntimeError):
+        await out.send_text(CHAT, "after close")
+    assert [m.text for m in fake_api.bot_messages(CHAT)] == ["v0"]
