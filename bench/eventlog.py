@@ -10,8 +10,9 @@ Run: ``python -m bench.eventlog [--events N] [--batch B] [--repeat R]``.
   pydantic, aiosqlite's thread hops, the lock) against sqlite3's.
 - replay: a cold ``read`` of the N-event session (new connection, rows decoded and validated
   into events) against a bare ``SELECT`` of the same columns of the same rows with
-  ``fetchall``. The target is at most 2x. The fold of the events into projections is reported
-  beside it.
+  ``fetchall``. The target is at most 2x. Reported beside it: the fold of the events into
+  projections, and the same SELECT followed by ``json.loads`` of each payload, the floor for
+  any reader that parses what it reads.
 
 Both sides run interleaved (R append segments, R replays each) and the ratio is the median of
 the per-pair ratios, so a burst of load on a shared machine hits both sides rather than one; the
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import random
 import sqlite3
 import statistics
@@ -143,6 +145,18 @@ def bare_replay(path: Path) -> float:
     return elapsed
 
 
+def bare_replay_parsed(path: Path) -> float:
+    """The floor for any reader that parses each payload: SELECT + ``json.loads``."""
+    gc.collect()
+    conn = sqlite3.connect(path)
+    start = time.perf_counter()
+    decoded = [json.loads(row[2]) for row in conn.execute(SELECT, (SESSION, 0)).fetchall()]
+    elapsed = time.perf_counter() - start
+    conn.close()
+    del decoded
+    return elapsed
+
+
 # --- plangate -------------------------------------------------------------------------------
 
 
@@ -185,8 +199,10 @@ class Figures:
     read_s: float
     fold_s: float
     bare_read_s: float
+    parsed_read_s: float
     read_ratio: float
     read_fold_ratio: float
+    read_parsed_ratio: float
 
     def report(self) -> str:
         n = self.events
@@ -207,6 +223,8 @@ class Figures:
                 f"time ratio {self.read_ratio:.2f}x (target <= 2x)",
                 f"        read + fold {(self.read_s + self.fold_s) * 1e3:6.1f} ms   "
                 f"time ratio {self.read_fold_ratio:.2f}x",
+                f"        bare SELECT + json.loads {self.parsed_read_s * 1e3:6.1f} ms: "
+                f"plangate's read is {self.read_parsed_ratio:.2f}x that",
                 "(ratios: median over interleaved runs; times: the best run)",
             ]
         )
@@ -288,12 +306,15 @@ async def measure(*, events: int, batch: int, repeat: int, folder: Path) -> Figu
 
     reads: list[tuple[float, float]] = []
     bare_reads: list[float] = []
+    parsed_reads: list[float] = []
     for k in range(repeat):
         if k % 2:
             bare_reads.append(bare_replay(ours_path))
+            parsed_reads.append(bare_replay_parsed(ours_path))
         reads.append(await ours_replay(ours_path))
         if not k % 2:
             bare_reads.append(bare_replay(ours_path))
+            parsed_reads.append(bare_replay_parsed(ours_path))
     pairs = list(zip(reads, bare_reads, strict=True))
     return Figures(
         events=events,
@@ -305,6 +326,10 @@ async def measure(*, events: int, batch: int, repeat: int, folder: Path) -> Figu
         bare_read_s=min(bare_reads),
         read_ratio=statistics.median(r / b for (r, _), b in pairs),
         read_fold_ratio=statistics.median((r + f) / b for (r, f), b in pairs),
+        parsed_read_s=min(parsed_reads),
+        read_parsed_ratio=statistics.median(
+            r / p for (r, _), p in zip(reads, parsed_reads, strict=True)
+        ),
     )
 
 
