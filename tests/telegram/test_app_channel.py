@@ -1,0 +1,108 @@
+"""TelegramChannel: replies, questions with option buttons, typing, notices, goal cards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bot.app import parts
+from bot.channel import LateChannel
+from tests.fakebot.server import FakeBotApi
+from tests.telegram.app_support import (
+    GROUP,
+    OWNER,
+    RecordingEngine,
+    eventually,
+    open_db,
+    running_bot,
+)
+
+
+async def test_reply_is_rendered_split_and_answers_the_opening_message(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    engine = RecordingEngine()
+    slot = LateChannel()
+    async with (
+        open_db(tmp_path / "p.db") as db,
+        running_bot(fake_api, engine, db, channel_slot=slot),
+    ):
+        opening = fake_api.user_message(GROUP, OWNER, f"@{fake_api.username} explain")
+        await eventually(lambda: len(engine.named("user_message")) == 1)
+        call = engine.named("user_message")[0]
+        assert call.kwargs["message_id"] == opening.message_id
+        body = "**Done.** Here is why:\n\n" + "\n\n".join(f"Paragraph {i} " * 40 for i in range(30))
+        await slot.reply(call.args[0], body, reply_to=opening.message_id)
+    msgs = fake_api.bot_messages(GROUP)
+    assert len(msgs) >= 2
+    assert msgs[0].reply_to == opening.message_id and msgs[0].text.startswith("Done.")
+    assert any(e["type"] == "bold" for e in msgs[0].entities)
+    assert all(m.reply_to is None for m in msgs[1:])
+
+
+async def test_ask_options_come_back_as_the_owner_message_once(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    engine = RecordingEngine()
+    async with open_db(tmp_path / "p.db") as db, running_bot(fake_api, engine, db) as app:
+        fake_api.user_message(OWNER, OWNER, "start")
+        await eventually(lambda: len(engine.named("user_message")) == 1)
+        await parts(app).channel.ask("s1", "Which *database*?", ["SQLite", "PostgreSQL"])
+        question = fake_api.bot_messages(OWNER)[-1]
+        assert "Which database?" in question.text
+        data = question.buttons[1][0][1]
+        assert question.buttons[1][0][0] == "PostgreSQL"
+        qid = fake_api.press(OWNER, question.message_id, data, user_id=OWNER)
+        await eventually(lambda: len(engine.named("user_message")) == 2)
+        again = fake_api.press_raw(OWNER, question.message_id, data, user_id=OWNER)
+        await eventually(lambda: again in fake_api.callback_answers)
+        await parts(app).presenter.flush()
+    answer = engine.named("user_message")[1]
+    assert answer.args == ("s1", "PostgreSQL")
+    assert answer.kwargs["actor"] == OWNER and answer.kwargs["message_id"] == question.message_id
+    assert "PostgreSQL" in (fake_api.callback_answers[qid]["text"] or "")
+    assert fake_api.callback_answers[again]["text"] == "This question is out of date."
+    assert fake_api.message(OWNER, question.message_id).buttons == []
+    assert len(engine.named("user_message")) == 2
+
+
+async def test_typing_and_notice_go_to_the_session_chat(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    engine = RecordingEngine()
+    async with open_db(tmp_path / "p.db") as db, running_bot(fake_api, engine, db) as app:
+        fake_api.user_message(GROUP, OWNER, "/status", thread_id=5)
+        await eventually(lambda: len(fake_api.bot_messages(GROUP)) == 1)
+        channel = parts(app).channel
+        await channel.typing("s1")
+        await channel.typing("s1")  # within a few seconds: not sent again
+        await channel.notice("s1", "The approval was <stale>.")
+    assert fake_api.chat(GROUP).chat_actions == ["typing"]
+    notice = fake_api.bot_messages(GROUP)[-1]
+    assert notice.text == "The approval was <stale>." and notice.thread_id == 5
+
+
+async def test_goal_card_is_drawn_and_its_resume_press_reaches_the_engine(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    engine = RecordingEngine()
+    async with open_db(tmp_path / "p.db") as db, running_bot(fake_api, engine, db) as app:
+        fake_api.user_message(GROUP, OWNER, "/status")
+        await eventually(lambda: len(fake_api.bot_messages(GROUP)) == 1)
+        goal = engine.set_goal("s1", phase="paused")
+        await parts(app).channel.goal_changed("s1")
+        await eventually(lambda: len(fake_api.bot_messages(GROUP)) == 2)
+        card = fake_api.bot_messages(GROUP)[-1]
+        assert "keep the tests green" in card.text
+        assert [t for row in card.buttons for t, _ in row] == ["▶️ Resume", "✖️ Clear"]
+        fake_api.press(GROUP, card.message_id, card.buttons[0][0][1], user_id=OWNER)
+        await eventually(lambda: len(engine.named("press")) == 1)
+        # Armed now: the same message shows Pause.
+        engine.goals["s1"] = goal.model_copy(update={"phase": "active"})
+        await parts(app).channel.goal_changed("s1")
+        await parts(app).presenter.flush()
+        await eventually(
+            lambda: fake_api.message(GROUP, card.message_id).buttons[0][0][0] == "⏸ Pause"
+        )
+    press = engine.named("press")[0].kwargs
+    assert press["kind"] == "g" and press["action"] == "resume"
+    assert press["short_id"] == goal.id[:8] and press["revision"] == goal.revision

@@ -1,0 +1,129 @@
+"""Start-up and plumbing: repeats dropped, groups recorded, restored goals, errors, serve."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from bot.app import announce_restored, file_url, parse_listen, parts, redact, serve
+from bot.routes import GROUPS_KEY, LAST_UPDATE_KEY
+from engine.api import RestoredGoal
+from tests.fakebot.server import FakeBotApi
+from tests.telegram.app_support import (
+    OWNER,
+    STRANGER,
+    RecordingEngine,
+    eventually,
+    open_db,
+    running_bot,
+    settings_for,
+)
+
+NEW_GROUP = -100999
+
+
+async def test_repeated_updates_after_a_restart_are_dropped(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    engine = RecordingEngine()
+    async with open_db(tmp_path / "p.db") as db:
+        async with running_bot(fake_api, engine, db):
+            first = fake_api.user_message(OWNER, OWNER, "one")
+            await eventually(lambda: len(engine.named("user_message")) == 1)
+        stored = await db.get_meta(LAST_UPDATE_KEY)
+        assert stored is not None
+        # Telegram redelivers an update the old process had not acknowledged.
+        fake_api._updates.append({"update_id": int(stored), "message": first.raw})
+        fake_api.user_message(OWNER, OWNER, "two")
+        async with running_bot(fake_api, engine, db):
+            await eventually(lambda: len(engine.named("user_message")) == 2)
+            fake_api.user_message(OWNER, OWNER, "three")
+            await eventually(lambda: len(engine.named("user_message")) == 3)
+    assert [c.args[1] for c in engine.named("user_message")] == ["one", "two", "three"]
+
+
+async def test_groups_an_owner_adds_are_remembered_and_others_are_left(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    engine = RecordingEngine()
+    async with open_db(tmp_path / "p.db") as db:
+        async with running_bot(fake_api, engine, db):
+            fake_api.bot_added(NEW_GROUP, by_user_id=OWNER)
+            await eventually(lambda: fake_api.count("leaveChat") == 0 and bool(fake_api.calls))
+            fake_api.bot_added(-100555, by_user_id=STRANGER)
+            await eventually(lambda: fake_api.count("leaveChat") == 1)
+        assert json.loads(await db.get_meta(GROUPS_KEY) or "[]") == [NEW_GROUP]
+        # After a restart the owner-added group is still allowed.
+        async with running_bot(fake_api, engine, db):
+            fake_api.user_message(NEW_GROUP, OWNER, "/status")
+            await eventually(lambda: len(fake_api.bot_messages(NEW_GROUP)) == 1)
+    assert fake_api.calls_of("leaveChat")[0].params["chat_id"] == -100555
+    assert fake_api.chat(-100555).bot_is_member is False
+    assert fake_api.chat(NEW_GROUP).bot_is_member is True
+
+
+async def test_restored_goals_are_announced_with_resume(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    engine = RecordingEngine()
+    async with open_db(tmp_path / "p.db") as db:
+        async with running_bot(fake_api, engine, db):
+            fake_api.user_message(OWNER, OWNER, "hello")
+            await eventually(lambda: len(engine.named("user_message")) == 1)
+        goal = engine.set_goal("s1", rounds_started=1)
+        engine.restored = [RestoredGoal(session_id="s1", goal=goal)]
+        async with running_bot(fake_api, engine, db) as app:
+            await announce_restored(app, await engine.start())
+            await parts(app).presenter.flush()
+    card = fake_api.bot_messages(OWNER)[-1]
+    assert "Paused by the restart" in card.text
+    assert [t for row in card.buttons for t, _ in row] == ["▶️ Resume", "✖️ Clear"]
+
+
+async def test_the_error_handler_logs_the_type_without_the_token(
+    fake_api: FakeBotApi, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Exploding(RecordingEngine):
+        async def command(self, session_id, name, args, *, actor):  # type: ignore[no-untyped-def]
+            raise RuntimeError(f"boom with {fake_api.token} inside")
+
+    engine = Exploding()
+    caplog.set_level(logging.ERROR, logger="telegram.app")
+    async with open_db(tmp_path / "p.db") as db, running_bot(fake_api, engine, db):
+        fake_api.user_message(OWNER, OWNER, "/status")
+        await eventually(lambda: any("telegram.app.error" in r.message for r in caplog.records))
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "type=RuntimeError" in text
+    assert fake_api.token not in text and "TEST-token" not in text
+
+
+def test_small_helpers() -> None:
+    assert file_url("https://api.telegram.org/bot") == "https://api.telegram.org/file/bot"
+    assert file_url("http://127.0.0.1:81/bot/") == "http://127.0.0.1:81/file/bot"
+    assert parse_listen("127.0.0.1:8080") == ("127.0.0.1", 8080)
+    assert parse_listen(None) == ("0.0.0.0", 8443)
+    assert redact("url /bot123:ABCDEFGHIJ/x and ABCDEFGHIJ", "123:ABCDEFGHIJ") == (
+        "url /bot<token>/x and <token>"
+    )
+
+
+async def test_serve_polls_starts_and_stops_the_engine(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    engine = RecordingEngine()
+    stop = asyncio.Event()
+    async with open_db(tmp_path / "p.db") as db:
+        task = asyncio.create_task(serve(settings_for(fake_api), engine, db, stop=stop))
+        fake_api.user_message(OWNER, OWNER, "hi")
+        await eventually(lambda: len(engine.named("user_message")) == 1, timeout_s=10)
+        stop.set()
+        await asyncio.wait_for(task, 15)
+    assert [c.name for c in engine.calls if c.name in ("start", "shutdown")] == [
+        "start",
+        "shutdown",
+    ]
+    assert [c["command"] for c in fake_api.commands][1] == "show_plan"
