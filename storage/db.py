@@ -91,15 +91,15 @@ class Database:
         """A write transaction (``BEGIN IMMEDIATE``) under the lock: commit on exit, roll back
         on any exception. The commit is the durability point."""
         async with self._lock:
-            await self._conn.execute("BEGIN IMMEDIATE")
             try:
+                await self._conn.execute("BEGIN IMMEDIATE")
                 yield self._conn
                 await self._conn.execute("COMMIT")
             except BaseException:
-                # A cancellation can land after COMMIT ran in aiosqlite's thread: then there
-                # is nothing left to roll back.
-                if self._conn.in_transaction:
-                    await self._conn.execute("ROLLBACK")
+                # Not `if in_transaction: ROLLBACK`: a cancellation can land while a BEGIN is
+                # still queued in aiosqlite's thread, which would then open a transaction after
+                # the check. rollback() queues behind it and is a no-op when none is open.
+                await self._conn.rollback()
                 raise
 
     @asynccontextmanager

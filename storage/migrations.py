@@ -94,8 +94,8 @@ async def migrate(
             "upgrade plangate"
         )
     for version in range(found + 1, target + 1):
-        await conn.execute("BEGIN IMMEDIATE")
         try:
+            await conn.execute("BEGIN IMMEDIATE")
             if await user_version(conn) < version:
                 for statement in migrations[version - 1]:
                     await conn.execute(statement)
@@ -103,7 +103,6 @@ async def migrate(
                 await conn.execute(f"PRAGMA user_version = {version:d}")
             await conn.execute("COMMIT")
         except BaseException:
-            if conn.in_transaction:
-                await conn.execute("ROLLBACK")
+            await conn.rollback()  # queued behind any statement still in flight; no-op if none
             raise
     return target

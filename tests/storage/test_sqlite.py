@@ -4,6 +4,7 @@ loud failure on a corrupt row, and writers on separate connections that never co
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import aiosqlite
 import pytest
 
 from engine.errors import AppendConflict, CorruptState
+from engine.events import UserMessage
 from engine.recovery import load_session_events
 from storage.db import Database, database_path
 from storage.eventlog import SqliteEventLog
@@ -146,3 +148,25 @@ async def test_two_connections_on_one_file_never_collide(tmp_path: Path) -> None
     assert sorted(type(o).__name__ for o in outcomes) == ["AppendConflict", "list"]
     assert [e.seq for e in events] == list(range(1, 162))
     assert len({e.event for e in events}) == 161
+
+
+async def test_a_cancelled_append_leaves_the_database_usable(tmp_path: Path) -> None:
+    async with await Database.open(tmp_path / "p.db") as db:
+        log = SqliteEventLog(db)
+        for ticks in range(12):  # cancel at every await point of an append in turn
+            task = asyncio.create_task(log.append("s1", [says(f"{ticks}"), goal(100 + ticks)]))
+            for _ in range(ticks):
+                await asyncio.sleep(0)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await log.append("s1", [says(f"after {ticks}")])
+        events = await log.read("s1")
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    texts = [e.event.text for e in events if isinstance(e.event, UserMessage)]
+    assert [t for t in texts if t.startswith("after")] == [f"after {i}" for i in range(12)]
+    # A cancelled append committed whole or not at all.
+    for stored in events:
+        if isinstance(stored.event, UserMessage) and not stored.event.text.startswith("after"):
+            ticks = int(stored.event.text)
+            assert events[stored.seq].event == goal(100 + ticks)
