@@ -436,7 +436,7 @@ class Handlers:
         toast = outcome.reply if outcome.reply and len(outcome.reply) <= MAX_TOAST else None
         as_message = reply is not None and (outcome.await_feedback or toast is None)
         await _answer(query, None if as_message else toast, alert=outcome.alert)
-        if outcome.reply is not None and outcome.reply.startswith(STALE_TEXT):
+        if outcome.stale or (outcome.reply or "").startswith(STALE_TEXT):
             # Take the dead buttons away; if it was the live card, the redraw restores it.
             self._strip_pressed(query.message)
             self.bp.presenter.refresh(session_id, "plan")

@@ -56,9 +56,26 @@ _PLAN_STATE: dict[str, cards.PlanCardState] = {
 }
 
 
+_ENDED_NOTE = {
+    "discarded": "🗑 Discarded: {title}",
+    "abandoned": "📦 Set aside by /new: {title}",
+}
+BUSY_NOTE = "⏳ The agent is working…"
+
+
 def plan_view(data: PlanCardData) -> cards.CardView:
-    """The plan card for the engine's card data (engine and card state names differ)."""
-    return cards.build_plan_card(data.sidecar, _PLAN_STATE.get(data.state, "none"))
+    """The plan card for the engine's card data (engine and card state names differ).
+
+    A plan that just ended is drawn from its last sidecar: a completed one as done, a
+    discarded or abandoned one as "No plan" with a line saying what happened to it.
+    """
+    sidecar = data.sidecar
+    if data.ended in _ENDED_NOTE and sidecar is not None:
+        note = _ENDED_NOTE[data.ended].format(title=sidecar.title or "Untitled plan")
+        return cards.build_plan_card(None, "none", note=note)
+    state = _PLAN_STATE.get(data.state, "none")
+    busy = data.busy and state in ("pre_init", "post_init", "active")
+    return cards.build_plan_card(sidecar, state, note=BUSY_NOTE if busy else None)
 
 
 def goal_view(data: GoalCardData, *, note: str | None = None) -> cards.CardView:

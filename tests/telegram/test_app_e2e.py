@@ -1,0 +1,145 @@
+"""End to end: the real Engine, real SQLite and files, the scripted model, real PTB over HTTP.
+
+A group chat: the owner's /plan, the planning turn, the review card, a non-owner's Approve
+refused, the owner's Approve, the checklist run to done and archived, a stale Approve refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from telegram.ext import Application
+
+from bot.app import parts
+from bot.channel import LateChannel
+from engine.app import Engine, EngineConfig, build_engine
+from engine.model.script import ScriptStep, call, say
+from engine.model.scripted import ScriptedProvider
+from storage.open import Storage, open_storage
+from tests.engine.helpers import GREET_PY, PLAN_MD, TEST_PY, settle
+from tests.fakebot.server import FakeBotApi, FakeMessage
+from tests.telegram.app_support import GROUP, OWNER, STALE, STRANGER, eventually, running_bot
+
+PLANNING = [
+    call("plan", {"op": "init", "title": "Greeting module", "mode": "design"}),
+    call("write_file", {"path": "{plan_md}", "content": PLAN_MD}, expect="Design plan created"),
+    call("plan", {"op": "submit"}),
+    say("The plan is ready for review."),
+]
+EXECUTION = [
+    call("plan", {"op": "start"}),
+    call("write_file", {"path": "greet.py", "content": GREET_PY}),
+    call("plan", {"op": "complete", "evidence": "greet.py written"}),
+    call("plan", {"op": "start"}),
+    call("write_file", {"path": "test_greet.py", "content": TEST_PY}),
+    call("bash", {"command": "python3 test_greet.py"}),
+    call("plan", {"op": "complete", "evidence": "test_greet.py prints ok"}, expect="ok"),
+    say("All done: greet.py and its test."),
+]
+
+
+@dataclass
+class Live:
+    app: Application[Any, Any, Any, Any, Any, Any]
+    engine: Engine
+    storage: Storage
+    workspace: Path
+
+
+@asynccontextmanager
+async def live_bot(
+    api: FakeBotApi, tmp_path: Path, script: Sequence[ScriptStep], *, max_goal_rounds: int = 20
+) -> AsyncIterator[Live]:
+    """The real engine over real storage, wired to the real application on the fake API."""
+    workspace = tmp_path / "work"
+    workspace.mkdir(exist_ok=True)
+    storage = await open_storage(tmp_path / "home")
+    slot = LateChannel()
+    engine = build_engine(
+        log=storage.log,
+        sessions=storage.sessions,
+        plan_store=storage.plan_store,
+        model=ScriptedProvider(list(script)),
+        channel=slot,
+        config=EngineConfig(workspace=workspace, max_goal_rounds=max_goal_rounds),
+    )
+    try:
+        async with running_bot(api, engine, storage.db, channel_slot=slot) as app:
+            await engine.start()
+            try:
+                yield Live(app, engine, storage, workspace)
+            finally:
+                await engine.shutdown()
+                await parts(app).presenter.flush()
+    finally:
+        await storage.close()
+
+
+def labels(msg: FakeMessage) -> list[str]:
+    return [text for row in msg.buttons for text, _ in row]
+
+
+def button(msg: FakeMessage, label: str) -> str:
+    return next(d for row in msg.buttons for text, d in row if text == label)
+
+
+async def card(api: FakeBotApi, live: Live, session_id: str) -> FakeMessage:
+    data = await live.engine.plan_card(session_id)
+    assert data.sidecar is not None and data.sidecar.flow.card_id is not None
+    return api.message(GROUP, data.sidecar.flow.card_id)
+
+
+async def test_plan_review_approve_run_to_done_in_a_group(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    async with live_bot(fake_api, tmp_path, [*PLANNING, *EXECUTION]) as live:
+        engine = live.engine
+        fake_api.user_message(GROUP, OWNER, "/plan Add a greeting module")
+        # Wait for the handler's reply before asking for the session (no racing creation).
+        await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
+        sid = await engine.session_for_chat(GROUP, 0)
+        await settle(engine, sid)
+        await parts(live.app).presenter.flush()
+
+        # The review card: plan text above it, Approve / Keep planning / Discard on it.
+        review = await card(fake_api, live, sid)
+        assert labels(review) == ["✅ Approve", "✏️ Keep planning", "🗑 Discard"]
+        assert "Greeting module" in review.text and "review" in review.text.lower()
+        data = await engine.plan_card(sid)
+        assert data.sidecar is not None
+        review_ids = data.sidecar.flow.review_ids
+        assert review_ids and "Implementation steps" in fake_api.message(GROUP, review_ids[0]).text
+        assert any(m.text == "The plan is ready for review." for m in fake_api.bot_messages(GROUP))
+        approve = button(review, "✅ Approve")
+
+        # A non-owner's Approve: an alert, and nothing changes.
+        qid = fake_api.press(GROUP, review.message_id, approve, user_id=STRANGER)
+        await eventually(lambda: qid in fake_api.callback_answers)
+        assert fake_api.callback_answers[qid]["show_alert"] is True
+        assert await engine.plans.state(sid) == "post_init"
+        assert labels(fake_api.message(GROUP, review.message_id)) == labels(review)
+
+        # The owner's Approve: the checklist runs to the end on the same card.
+        qid = fake_api.press(GROUP, review.message_id, approve, user_id=OWNER)
+        await eventually(lambda: qid in fake_api.callback_answers)
+        assert (fake_api.callback_answers[qid]["text"] or "").startswith("Approved")
+        await eventually(lambda: (live.workspace / "test_greet.py").exists(), timeout_s=20)
+        await settle(engine, sid)
+        await parts(live.app).presenter.flush()
+        assert await engine.plans.state(sid) == "none"  # archived
+        done = fake_api.message(GROUP, review.message_id)
+        assert "Done" in done.text and "2/2" in done.text and done.buttons == []
+        assert any("1/2" in t or "0/2" in t for t in done.edits)  # it ticked through
+        assert (live.workspace / "greet.py").read_text() == GREET_PY
+        final = [m for m in fake_api.bot_messages(GROUP) if m.text.startswith("All done")]
+        assert len(final) == 1
+
+        # The old Approve pressed again (a stale card): refused, nothing runs.
+        qid = fake_api.press_raw(GROUP, review.message_id, approve, user_id=OWNER)
+        await eventually(lambda: qid in fake_api.callback_answers)
+        assert fake_api.callback_answers[qid]["text"] == STALE
+        assert await engine.plans.state(sid) == "none"
