@@ -4,7 +4,7 @@ Durability: WAL journal with ``synchronous=FULL``. A commit returns only after t
 written *and* fsync'd, so an acknowledged append survives SIGKILL of the process (``NORMAL``
 would already do that: the bytes are in the OS page cache) and also a power cut or kernel crash
 (which ``NORMAL`` may roll back). It matches the plan sidecar, which is fsync'd too. Cost: one
-fsync per transaction, about 0.2 ms on the development machine.
+fsync per transaction, 0.2-3 ms on the development VM depending on its load.
 
 Concurrency: inside a process every statement goes through one connection under one
 :class:`asyncio.Lock` (a transaction spans several awaits, and a reader on the same connection

@@ -46,9 +46,9 @@ def _gc_paused() -> Iterator[None]:
     """Hold the cyclic GC off while a log is read.
 
     Each event is several GC-tracked objects that all survive, so the collections they trigger
-    keep re-walking everything read so far (and slow the fetch thread too): replay of 100,000
-    events ran about three times slower with the GC on (docs/storage.md). Reference counting
-    still frees as usual; the pause ends with the read, even when it fails.
+    keep re-walking everything read so far (and slow the fetch thread too): a read of 100,000
+    events took twice as long with the GC on (docs/storage.md). Reference counting still frees
+    as usual; the pause ends with the read, even when it fails or is cancelled.
     """
     enabled = gc.isenabled()
     gc.disable()
