@@ -6,7 +6,8 @@ refused, the owner's Approve, the checklist run to done and archived, a stale Ap
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +17,11 @@ from telegram.ext import Application
 
 from bot.app import parts
 from bot.channel import LateChannel
+from bot.routes import goal_card_key
 from engine.app import Engine, EngineConfig, build_engine
 from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
+from engine.model.types import ModelProvider, ModelReply
 from storage.open import Storage, open_storage
 from tests.engine.helpers import GREET_PY, PLAN_MD, TEST_PY, settle
 from tests.fakebot.server import FakeBotApi, FakeMessage
@@ -52,7 +55,12 @@ class Live:
 
 @asynccontextmanager
 async def live_bot(
-    api: FakeBotApi, tmp_path: Path, script: Sequence[ScriptStep], *, max_goal_rounds: int = 20
+    api: FakeBotApi,
+    tmp_path: Path,
+    script: Sequence[ScriptStep],
+    *,
+    max_goal_rounds: int = 20,
+    model: ModelProvider | None = None,
 ) -> AsyncIterator[Live]:
     """The real engine over real storage, wired to the real application on the fake API."""
     workspace = tmp_path / "work"
@@ -63,7 +71,7 @@ async def live_bot(
         log=storage.log,
         sessions=storage.sessions,
         plan_store=storage.plan_store,
-        model=ScriptedProvider(list(script)),
+        model=model or ScriptedProvider(list(script)),
         channel=slot,
         config=EngineConfig(workspace=workspace, max_goal_rounds=max_goal_rounds),
     )
@@ -143,3 +151,135 @@ async def test_plan_review_approve_run_to_done_in_a_group(
         await eventually(lambda: qid in fake_api.callback_answers)
         assert fake_api.callback_answers[qid]["text"] == STALE
         assert await engine.plans.state(sid) == "none"
+
+
+class GatedProvider:
+    """Our ModelProvider port, gated: call number ``gate_at`` waits until released."""
+
+    def __init__(self, script: Sequence[ScriptStep], *, gate_at: int) -> None:
+        self.inner = ScriptedProvider(list(script))
+        self.gate_at = gate_at
+        self.calls = 0
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def complete(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]
+    ) -> ModelReply:
+        self.calls += 1
+        if self.calls == self.gate_at:
+            self.entered.set()
+            await self.release.wait()
+        return await self.inner.complete(messages, tools)
+
+
+async def until(check: Callable[[], Awaitable[bool]], *, timeout_s: float = 20.0) -> None:
+    """Wait (bounded) until the async ``check()`` holds."""
+
+    async def loop() -> None:
+        while not await check():
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(loop(), timeout_s)
+
+
+async def test_discard_while_the_agent_works_cancels_the_turn(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    model = GatedProvider(PLANNING, gate_at=2)
+    async with live_bot(fake_api, tmp_path, [], model=model) as live:
+        engine = live.engine
+        fake_api.user_message(GROUP, OWNER, "/plan Add a greeting module")
+        await asyncio.wait_for(model.entered.wait(), 10)  # the turn is mid-step
+        sid = await engine.session_for_chat(GROUP, 0)
+        assert engine.agents.is_busy(sid)
+        fake_api.user_message(GROUP, OWNER, "/discard")
+        await until(lambda: _idle_and_none(engine, sid))
+        await parts(live.app).presenter.flush()
+        plan_card = (await engine.plan_card(sid)).sidecar
+        assert plan_card is not None and plan_card.flow.card_id is not None
+        shown = fake_api.message(GROUP, plan_card.flow.card_id)
+    assert model.calls == 2  # the blocked model call was cancelled, nothing after it
+    assert "Discarded" in shown.text and shown.buttons == []
+    assert not any("ready for review" in m.text for m in fake_api.bot_messages(GROUP))
+
+
+async def _idle_and_none(engine: Engine, sid: str) -> bool:
+    return engine.agents.is_idle(sid) and await engine.plans.state(sid) == "none"
+
+
+async def test_goal_with_three_rounds_runs_exactly_three_and_shows_round_limit(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    script = [say(f"Round {i} done.") for i in (1, 2, 3)]
+    async with live_bot(fake_api, tmp_path, script, max_goal_rounds=3) as live:
+        engine = live.engine
+        fake_api.user_message(GROUP, OWNER, "/goal make the greeting friendlier")
+        await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
+        sid = await engine.session_for_chat(GROUP, 0)
+
+        async def blocked() -> bool:
+            goal = await engine.goals.get(sid)
+            return goal is not None and goal.phase == "blocked"
+
+        await until(blocked)
+        await settle(engine, sid)
+        await parts(live.app).presenter.flush()
+        goal = await engine.goals.get(sid)
+        assert goal is not None and goal.blocked is not None
+        assert goal.blocked.code == "round-limit" and goal.rounds_started == 3
+        stored = await live.storage.db.get_meta(goal_card_key(sid))
+        assert stored
+        goal_card = fake_api.message(GROUP, int(stored.split(":")[1]))
+    rounds = [m for m in fake_api.bot_messages(GROUP) if m.text.startswith("Round ")]
+    assert [m.text for m in rounds] == ["Round 1 done.", "Round 2 done.", "Round 3 done."]
+    assert "round-limit" in goal_card.text and "3/3" in goal_card.text
+    assert labels(goal_card) == ["✖️ Clear"]
+
+
+async def test_a_restart_mid_plan_keeps_editing_the_same_card(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    async with live_bot(fake_api, tmp_path, PLANNING) as live:
+        fake_api.user_message(GROUP, OWNER, "/plan Add a greeting module")
+        await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
+        sid = await live.engine.session_for_chat(GROUP, 0)
+        await settle(live.engine, sid)
+        await parts(live.app).presenter.flush()
+        review = await card(fake_api, live, sid)
+    sends = fake_api.count("sendMessage")
+    # A new process over the same home: the same card gets the Approve and the checklist.
+    async with live_bot(fake_api, tmp_path, EXECUTION) as live:
+        qid = fake_api.press(GROUP, review.message_id, button(review, "✅ Approve"), user_id=OWNER)
+        await eventually(lambda: qid in fake_api.callback_answers)
+        await until(lambda: _plan_state_is(live.engine, sid, "none"))
+        await settle(live.engine, sid)
+        await parts(live.app).presenter.flush()
+    done = fake_api.message(GROUP, review.message_id)
+    assert "Done" in done.text and "2/2" in done.text
+    new_sends = [c for c in fake_api.calls_of("sendMessage")[sends:]]
+    assert all("Greeting module" not in str(c.params.get("text")) for c in new_sends)
+
+
+async def _plan_state_is(engine: Engine, sid: str, state: str) -> bool:
+    return await engine.plans.state(sid) == state
+
+
+async def test_a_429_storm_during_the_run_still_ends_with_the_right_card(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    async with live_bot(fake_api, tmp_path, [*PLANNING, *EXECUTION]) as live:
+        engine = live.engine
+        fake_api.user_message(GROUP, OWNER, "/plan Add a greeting module")
+        await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
+        sid = await engine.session_for_chat(GROUP, 0)
+        await settle(engine, sid)
+        await parts(live.app).presenter.flush()
+        review = await card(fake_api, live, sid)
+        fake_api.storm(4, retry_after=1)
+        fake_api.press(GROUP, review.message_id, button(review, "✅ Approve"), user_id=OWNER)
+        await until(lambda: _plan_state_is(engine, sid, "none"))
+        await settle(engine, sid)
+        await parts(live.app).presenter.flush()
+    done = fake_api.message(GROUP, review.message_id)
+    assert "Done" in done.text and "2/2" in done.text and done.buttons == []
