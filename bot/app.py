@@ -175,6 +175,7 @@ def build_application(
         routes,
         db_meta,
         edit_interval_s=float(getattr(settings, "flow_edit_interval", 1.5)),
+        bot=application.bot,
     )
     channel = TelegramChannel(engine, outbox, presenter, routes)
     if channel_slot is not None:
@@ -304,6 +305,7 @@ class Handlers:
         *,
         reply_to: int | None,
         actor: int | None,
+        actor_name: str | None = None,
         with_reply: bool = True,
     ) -> None:
         """Deliver an outcome: the reply (in order, before the cards), then the cards."""
@@ -314,14 +316,20 @@ class Handlers:
             self._cards(session_id, outcome)
             return
 
+        html = text
+        markup = None
+        if outcome.await_feedback:
+            # selective: only the owner's client opens the reply box. Telegram targets the
+            # sender of the message replied to, or the users mentioned: a press has no
+            # message of the owner's, so the owner is mentioned by name.
+            markup = ForceReply(selective=True)
+            if reply_to is None and actor is not None and key[0] < 0:
+                html = f'<a href="tg://user?id={actor}">{escape(actor_name or "owner")}</a>, {text}'
+
         async def deliver() -> None:
-            markup = None
-            if outcome.await_feedback:
-                # selective: only the owner's client opens the reply box (when we reply to them)
-                markup = ForceReply(selective=reply_to is not None)
             try:
                 await self.bp.outbox.send_text(
-                    key[0], text, thread_id=key[1] or None, reply_to=reply_to, reply_markup=markup
+                    key[0], html, thread_id=key[1] or None, reply_to=reply_to, reply_markup=markup
                 )
             finally:
                 self._cards(session_id, outcome)
@@ -447,6 +455,7 @@ class Handlers:
             outcome,
             reply_to=None,
             actor=query.from_user.id,
+            actor_name=query.from_user.first_name,
             with_reply=as_message,
         )
 

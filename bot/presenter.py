@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from telegram import Message
+from telegram import Bot, Message
 
 from bot import cards
 from bot.outbox import Outbox
@@ -110,6 +110,7 @@ class CardPresenter:
         meta: MetaStore,
         *,
         edit_interval_s: float = 1.5,
+        bot: Bot | None = None,
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
@@ -118,6 +119,7 @@ class CardPresenter:
         self._routes = routes
         self._meta = meta
         self._interval_s = edit_interval_s
+        self._bot = bot
         self._clock = clock
         self._sleep = sleep
         self._slots: dict[tuple[str, CardKind], _Slot] = {}
@@ -304,6 +306,7 @@ class CardPresenter:
         )
         if current is not None:
             self._outbox.edit_keyboard(route.chat_id, current, None)
+            await self._unpin(route.chat_id, current)
         await self._pin(route.chat_id, msg.message_id)
         return msg.message_id
 
@@ -312,6 +315,20 @@ class CardPresenter:
             await self._outbox.pin(chat_id, message_id)
         except Exception as exc:  # pinning is a nicety: missing rights or a 403 change nothing
             _log.info("telegram.presenter.pin_failed chat=%s %s", chat_id, type(exc).__name__)
+
+    async def _unpin(self, chat_id: int, message_id: int) -> None:
+        """Unpin the card a restick replaced, so pins do not pile up (failures ignored)."""
+        bot = self._bot
+        if bot is None:
+            return
+
+        async def run() -> bool:
+            return bool(await bot.unpin_chat_message(chat_id, message_id))
+
+        try:
+            await self._outbox.call(chat_id, run)
+        except Exception as exc:  # an unpinned or unpinnable card changes nothing
+            _log.info("telegram.presenter.unpin_failed chat=%s %s", chat_id, type(exc).__name__)
 
     async def _send_review(self, route: ChatRoute, title: str, markdown: str) -> list[int]:
         """Post the plan text for review; returns the ids of the messages sent."""

@@ -76,6 +76,7 @@ async def test_show_plan_forms_restick_the_card_and_strip_the_old_one(
     # Four cards were posted; only the last one keeps its buttons.
     assert len(cards) == 4
     assert [bool(c.buttons) for c in cards] == [False, False, False, True]
+    assert fake_api.chat(GROUP).pinned == [cards[-1].message_id]  # old pins taken down
     assert engine.plans["s1"].flow.card_id == cards[-1].message_id
 
 

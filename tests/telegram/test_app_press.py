@@ -128,12 +128,15 @@ async def test_keep_planning_asks_with_force_reply_and_hears_the_answer(
         card = await review_card(fake_api, engine)
         fake_api.press(GROUP, card.message_id, data_of(card, "✏️ Keep planning"), user_id=OWNER)
         await eventually(
-            lambda: any(m.text == "What should change?" for m in fake_api.bot_messages(GROUP))
+            lambda: any("What should change?" in m.text for m in fake_api.bot_messages(GROUP))
         )
         fake_api.user_message(GROUP, OWNER, "split step 2")
         await eventually(lambda: len(engine.named("user_message")) == 1)
-    ask = next(m for m in fake_api.bot_messages(GROUP) if m.text == "What should change?")
-    assert ask.reply_markup is not None and ask.reply_markup.get("force_reply") is True
+    ask = next(m for m in fake_api.bot_messages(GROUP) if "What should change?" in m.text)
+    assert ask.text == f"User{OWNER}, What should change?"
+    assert ask.entities[0]["type"] == "text_link"  # the owner is mentioned: selective works
+    assert ask.entities[0]["url"] == f"tg://user?id={OWNER}"
+    assert ask.reply_markup == {"force_reply": True, "selective": True}
     msg = engine.named("user_message")[0]
     assert msg.args == ("s1", "split step 2") and msg.kwargs["feedback"] is True
 
