@@ -150,11 +150,17 @@ class CardPresenter:
         self._spawn(self._send_copy(session_id, route, reply_to))
 
     def retire(self, session_id: str) -> None:
-        """Strip the keyboards of a session's cards and forget them (``/new``)."""
+        """Strip the keyboards of a session's cards and forget them (``/new``).
+
+        Known ids come from this process, the goal card's meta entry and the plan's flow, so
+        cards drawn before a restart lose their buttons too.
+        """
+        known: set[tuple[int, int]] = set()
         for kind in ("plan", "goal"):
             slot = self._slots.pop((session_id, kind), None)
-            if slot is not None:
-                self._spawn(self._locked(slot, self._retire(session_id, kind, slot)))
+            if slot is not None and slot.message_id is not None and slot.chat_id is not None:
+                known.add((slot.chat_id, slot.message_id))
+        self._spawn(self._guard(self._retire(session_id, known)))
 
     async def flush(self) -> None:
         """Wait until every pending draw has been delivered (bounded by the callers)."""
@@ -360,9 +366,19 @@ class CardPresenter:
 
         await self._guard(send())
 
-    async def _retire(self, session_id: str, kind: CardKind, slot: _Slot) -> None:
-        if slot.message_id is not None and slot.chat_id is not None:
-            self._outbox.edit_keyboard(slot.chat_id, slot.message_id, None)
+    async def _retire(self, session_id: str, known: set[tuple[int, int]]) -> None:
+        route = await self._routes.lookup(session_id)
+        if route is not None:
+            stored = await self._meta.get_meta(goal_card_key(session_id))
+            goal_id = _stored_card(stored, route.chat_id)
+            if goal_id is not None:
+                known.add((route.chat_id, goal_id))
+        data = await self._engine.plan_card(session_id)
+        flow = data.sidecar.flow if data.sidecar is not None else None
+        if flow is not None and flow.chat_id is not None and flow.card_id is not None:
+            known.add((flow.chat_id, flow.card_id))
+        for chat_id, message_id in sorted(known):
+            self._outbox.edit_keyboard(chat_id, message_id, None)
 
     def card_id(self, session_id: str, kind: CardKind) -> int | None:
         """The message id this process last drew a session's card in (tests, diagnostics)."""

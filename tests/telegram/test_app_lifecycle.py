@@ -127,3 +127,21 @@ async def test_serve_polls_starts_and_stops_the_engine(
         "shutdown",
     ]
     assert [c["command"] for c in fake_api.commands][1] == "show_plan"
+
+
+async def test_new_after_a_restart_strips_the_cards_drawn_before_it(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    engine = RecordingEngine()
+    async with open_db(tmp_path / "p.db") as db:
+        async with running_bot(fake_api, engine, db) as app:
+            fake_api.user_message(OWNER, OWNER, "hello")
+            await eventually(lambda: len(engine.named("user_message")) == 1)
+            engine.set_goal("s1", phase="paused")
+            await parts(app).channel.goal_changed("s1")
+            await parts(app).presenter.flush()
+        goal_card = fake_api.bot_messages(OWNER)[-1]
+        assert goal_card.buttons
+        async with running_bot(fake_api, engine, db) as app:
+            fake_api.user_message(OWNER, OWNER, "/new")
+            await eventually(lambda: fake_api.message(OWNER, goal_card.message_id).buttons == [])
