@@ -1,7 +1,7 @@
 """Opening everything durable under one plangate home, for the composition root.
 
-    <home>/plangate.db            the event log, sessions, chat bindings, meta
-    <home>/projects/<slug>/...    plan files (storage.plan_files)
+<home>/plangate.db            the event log, sessions, chat bindings, meta
+<home>/projects/<slug>/...    plan files (storage.plan_files)
 """
 
 from __future__ import annotations
@@ -10,12 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.ports import Clock
-from storage.db import Database
+from storage.db import Database, database_path
 from storage.eventlog import SqliteEventLog
 from storage.plan_files import FilePlanStore
 from storage.sessions import SqliteSessionStore
-
-DATABASE_NAME = "plangate.db"
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +33,7 @@ class Storage:
 async def open_storage(home: Path, *, clock: Clock | None = None) -> Storage:
     """Open (creating and migrating) the database and the plan store under ``home``."""
     home.mkdir(parents=True, exist_ok=True)
-    db = await Database.open(home / DATABASE_NAME)
+    db = await Database.open(database_path(home))
     log = SqliteEventLog(db) if clock is None else SqliteEventLog(db, clock=clock)
     sessions = SqliteSessionStore(db) if clock is None else SqliteSessionStore(db, clock=clock)
     plan_store = FilePlanStore.from_sessions(home, sessions)
