@@ -130,6 +130,7 @@ class BotParts:
     token: str
     last_update_id: int | None = None
     loaded: bool = False
+    load_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
@@ -163,6 +164,7 @@ def build_application(
         .base_url(api_url)
         .base_file_url(file_url(api_url))
         .rate_limiter(rate_limiter if rate_limiter is not None else AIORateLimiter())
+        .job_queue(None)  # the engine owns the one scheduler (DESIGN.md §13)
         .build()
     )
     outbox = Outbox(
@@ -227,16 +229,23 @@ def build_application(
 
 
 async def load_state(bp: BotParts) -> None:
-    """Load the last processed update_id and the owner-added groups (once)."""
-    if bp.loaded:
-        return
-    bp.loaded = True
-    last = await bp.meta.get_meta(LAST_UPDATE_KEY)
-    bp.last_update_id = int(last) if last and last.isdigit() else None
-    groups = await bp.meta.get_meta(GROUPS_KEY)
-    if groups:
-        with contextlib.suppress(ValueError, TypeError):
-            bp.gate.added_groups.update(int(g) for g in json.loads(groups))
+    """Load the last processed update_id and the owner-added groups (once).
+
+    Concurrent callers (``prepare`` and the first update) wait for the one load: an update
+    judged before the load finished could be a repeat let through.
+    """
+    async with bp.load_lock:
+        if bp.loaded:
+            return
+        last = await bp.meta.get_meta(LAST_UPDATE_KEY)
+        stored = int(last) if last and last.isdigit() else None
+        if stored is not None:
+            bp.last_update_id = max(stored, bp.last_update_id or stored)
+        groups = await bp.meta.get_meta(GROUPS_KEY)
+        if groups:
+            with contextlib.suppress(ValueError, TypeError):
+                bp.gate.added_groups.update(int(g) for g in json.loads(groups))
+        bp.loaded = True
 
 
 async def prepare(application: Application[Any, Any, Any, Any, Any, Any]) -> None:
