@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import logging
 import re
@@ -54,6 +55,7 @@ from bot.presenter import CardPresenter
 from bot.render import escape
 from bot.routes import GROUPS_KEY, LAST_UPDATE_KEY, ChatRoute, MetaStore, Routes
 from engine.api import CommandName, EngineApi, Outcome, RestoredGoal
+from engine.errors import ConfigError
 
 _log = logging.getLogger("telegram.app")
 
@@ -536,6 +538,18 @@ class Handlers:
             type(err).__name__,
             redact(detail, self.bp.token),
         )
+        # The person who sent a command or a message hears that it failed (never the details).
+        if not isinstance(update, Update) or update.callback_query is not None:
+            return
+        msg = update.effective_message
+        if isinstance(msg, Message):
+            with contextlib.suppress(Exception):
+                await self.bp.outbox.send_text(
+                    msg.chat.id,
+                    f"⚠️ That failed ({escape(type(err).__name__)}); the log has the details.",
+                    thread_id=message_key(msg)[1] or None,
+                    reply_to=msg.message_id,
+                )
 
 
 def redact(text: str, token: str) -> str:
@@ -609,6 +623,12 @@ async def serve(
     both down in order on the way out. Polling drops nothing: pending updates are processed,
     and repeats of already processed ones are dropped by update_id.
     """
+    webhook_url = getattr(settings, "webhook_url", None)
+    if webhook_url and importlib.util.find_spec("tornado") is None:
+        raise ConfigError(
+            "PLANGATE_WEBHOOK_URL is set but the webhook server is not installed: "
+            "pip install 'plangate[webhooks]' (or unset it to use polling)"
+        )
     application = build_application(settings, engine, db_meta=db, channel_slot=channel_slot)
     bp = parts(application)
     stop = stop or asyncio.Event()
@@ -621,7 +641,6 @@ async def serve(
         restored = await engine.start()
         updater = application.updater
         assert updater is not None
-        webhook_url = getattr(settings, "webhook_url", None)
         if webhook_url:
             host, port = parse_listen(getattr(settings, "webhook_listen", None))
             await updater.start_webhook(

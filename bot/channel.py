@@ -15,6 +15,7 @@ application exists: the engine gets the slot, ``build_application`` binds the re
 from __future__ import annotations
 
 import asyncio
+import html
 import logging
 import re
 import secrets
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup
+from telegram.error import BadRequest
 
 from bot.outbox import Outbox
 from bot.presenter import CardPresenter
@@ -38,6 +40,8 @@ QUESTION_PATTERN = r"^q:[0-9a-f]{8}:[0-9]{1,2}$"
 _QUESTION = re.compile(QUESTION_PATTERN)
 MAX_OPTION_LABEL = 60
 MAX_OPTIONS = 10
+# A reply longer than this many messages is sent as one reply.md document.
+MAX_REPLY_MESSAGES = 5
 # Telegram shows "typing" for about 5 s; asking again sooner only spends API calls.
 TYPING_EVERY_S = 4.0
 
@@ -82,16 +86,40 @@ class TelegramChannel:
         return None
 
     async def reply(self, session_id: str, text: str, *, reply_to: int | None) -> None:
-        """Post a turn's final text (Markdown) as a reply to the message that opened it."""
+        """Post a turn's final text (Markdown) as a reply to the message that opened it.
+
+        Longer than ``MAX_REPLY_MESSAGES`` messages: the whole text goes as ``reply.md`` with
+        its opening as the caption, rather than a wall of messages.
+        """
         route = await self.route(session_id)
         if route is None or not text.strip():
             return
-        for i, chunk in enumerate(split_html(markdown_to_html(text)) or [escape(text)]):
-            await self._outbox.send_text(
+        chunks = split_html(markdown_to_html(text)) or [escape(text)]
+        if len(chunks) > MAX_REPLY_MESSAGES:
+            await self._outbox.send_document(
                 route.chat_id,
-                chunk,
+                text.encode("utf-8"),
+                "reply.md",
+                caption_html=escape(_first_words(text, 200)),
                 thread_id=route.thread,
-                reply_to=reply_to if i == 0 else None,
+                reply_to=reply_to,
+            )
+            return
+        for i, chunk in enumerate(chunks):
+            await self._send(route, chunk, reply_to=reply_to if i == 0 else None)
+
+    async def _send(self, route: ChatRoute, html: str, *, reply_to: int | None) -> None:
+        """Send HTML; if Telegram cannot parse it (a renderer bug), send it as plain text."""
+        try:
+            await self._outbox.send_text(
+                route.chat_id, html, thread_id=route.thread, reply_to=reply_to
+            )
+        except BadRequest as err:
+            if "parse entities" not in err.message:
+                raise
+            _log.warning("telegram.channel.html_refused %s", err.message)
+            await self._outbox.send_text(
+                route.chat_id, escape(_plain(html)), thread_id=route.thread, reply_to=reply_to
             )
 
     async def ask(self, session_id: str, question: str, options: Sequence[str]) -> None:
@@ -164,6 +192,15 @@ class TelegramChannel:
         await self._outbox.send_text(
             route.chat_id, "<i>" + escape(text[:3500]) + "</i>", thread_id=route.thread
         )
+
+
+def _first_words(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _plain(html_text: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", html_text))
 
 
 def _label(option: str) -> str:

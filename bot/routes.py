@@ -98,7 +98,3 @@ class Routes:
         if route is not None:
             self._routes[session_id] = route
         return route
-
-    def sessions_in(self, chat_id: int) -> list[str]:
-        """Sessions known (in this process) to live in ``chat_id``."""
-        return [sid for sid, r in self._routes.items() if r.chat_id == chat_id]

@@ -106,3 +106,16 @@ async def test_goal_card_is_drawn_and_its_resume_press_reaches_the_engine(
     press = engine.named("press")[0].kwargs
     assert press["kind"] == "g" and press["action"] == "resume"
     assert press["short_id"] == goal.id[:8] and press["revision"] == goal.revision
+
+
+async def test_a_very_long_reply_goes_as_a_document(fake_api: FakeBotApi, tmp_path: Path) -> None:
+    engine = RecordingEngine()
+    async with open_db(tmp_path / "p.db") as db, running_bot(fake_api, engine, db) as app:
+        opening = fake_api.user_message(OWNER, OWNER, "write a novel")
+        await eventually(lambda: len(engine.named("user_message")) == 1)
+        body = "\n\n".join(f"Chapter {i}. " + "word " * 800 for i in range(12))
+        await parts(app).channel.reply("s1", body, reply_to=opening.message_id)
+    (doc,) = fake_api.bot_messages(OWNER)
+    assert doc.document is not None and doc.document["file_name"] == "reply.md"
+    assert doc.reply_to == opening.message_id and doc.text.startswith("Chapter 0.")
+    assert fake_api.files[f"documents/{doc.document['file_id']}"] == body.encode()
