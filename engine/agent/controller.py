@@ -205,8 +205,8 @@ class SessionController:
         if self._pending_mode is not None:
             target, self._pending_mode = self._pending_mode, None
             if plan is not None:
+                # The plan service tells the channel about its own commits.
                 await plan.commit_plan_mode(self.session_id, target)
-                await safe_call("plan_changed", self._deps.channel.plan_changed(self.session_id))
         if self._pending_approval is not None:
             await self._commit_approval(queue_execution=queue_execution)
 
@@ -218,8 +218,9 @@ class SessionController:
         outcome = await plan.commit_approval(
             self.session_id, revision=pending.revision, actor=pending.actor
         )
-        await safe_call("plan_changed", self._deps.channel.plan_changed(self.session_id))
         if not outcome.committed:
+            # Nothing was committed, so the plan service said nothing: redraw the card here.
+            await safe_call("plan_changed", self._deps.channel.plan_changed(self.session_id))
             text = outcome.message or (
                 "The plan changed after it was approved; the card is back in review."
             )
