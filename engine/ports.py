@@ -6,7 +6,7 @@ against in-memory fakes of the same protocols (``engine.testing``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -35,6 +35,17 @@ class ChatBinding:
     session_id: str
 
 
+def check_types(types: Collection[str]) -> frozenset[str]:
+    """The ``types`` argument of :meth:`EventLog.read` as a set; a bare string is refused.
+
+    A string is a collection of its characters, so ``types="plan/mode"`` would silently match
+    nothing: every implementation calls this first to fail loudly instead.
+    """
+    if isinstance(types, str):
+        raise TypeError(f"types must be a collection of event types, not the string {types!r}")
+    return frozenset(types)
+
+
 class EventLog(Protocol):
     """The append-only per-session log."""
 
@@ -47,8 +58,16 @@ class EventLog(Protocol):
         """
         ...
 
-    async def read(self, session_id: str, *, after_seq: int = 0) -> list[StoredEvent]:
-        """Events with ``seq > after_seq`` in order."""
+    async def read(
+        self, session_id: str, *, after_seq: int = 0, types: Collection[str] | None = None
+    ) -> list[StoredEvent]:
+        """Events with ``seq > after_seq`` in order; with ``types``, only events of those types.
+
+        A filtered read decodes only the matching rows, so a fold that needs a few event types
+        (``engine.projections.replay_projections``) never parses tool output. ``types`` is a
+        collection of ``type`` strings, never a bare string (that raises ``TypeError``); an
+        empty one returns ``[]``.
+        """
         ...
 
 

@@ -2,7 +2,9 @@
 
 A cold start, a resume and a fork rebuild state by the same fold. Each machine owns its fold
 (``fold_plan_mode``, ``fold_goal``, ``fold_todos``); :func:`fold_session` runs all three in one
-pass.
+pass. The folds read only the event types in :data:`PROJECTION_EVENT_TYPES` and pass every other
+event through unchanged, so :func:`replay_projections` folds a log read with that type filter
+and gets the same state without decoding messages' tool output.
 """
 
 from __future__ import annotations
@@ -22,6 +24,21 @@ from engine.events import (
     UserMessage,
 )
 from engine.goal.types import GoalSnapshot
+from engine.ports import EventLog
+
+# Every event type a fold below looks at. A new case in an ``apply_*`` function must add its
+# type here, or a cold replay would skip it (tests/engine/test_projection_replay.py checks the
+# filtered fold against the full one).
+PROJECTION_EVENT_TYPES: frozenset[str] = frozenset(
+    {
+        PlanMode.model_fields["type"].default,
+        CommandRun.model_fields["type"].default,
+        GoalChange.model_fields["type"].default,
+        UserMessage.model_fields["type"].default,
+        TodoWrite.model_fields["type"].default,
+        TurnStart.model_fields["type"].default,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,3 +125,13 @@ def fold_session(events: Iterable[SessionEvent]) -> SessionProjections:
     for event in events:
         state = apply_session_event(state, event)
     return state
+
+
+async def replay_projections(log: EventLog, session_id: str) -> SessionProjections:
+    """A cold fold of a session's log, reading only :data:`PROJECTION_EVENT_TYPES`.
+
+    Equal to ``fold_session`` over the whole log; it does not close an interrupted turn
+    (``engine.recovery.load_session_events`` does), which changes no projection.
+    """
+    stored = await log.read(session_id, types=PROJECTION_EVENT_TYPES)
+    return fold_session(item.event for item in stored)

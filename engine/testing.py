@@ -8,11 +8,11 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from engine.errors import AppendConflict
 from engine.events import GoalChange, SessionEvent, StoredEvent
-from engine.ports import ChatBinding, Clock, SessionRecord
+from engine.ports import ChatBinding, Clock, SessionRecord, check_types
 
 
 class InMemoryEventLog:
@@ -45,8 +45,17 @@ class InMemoryEventLog:
             self._goal_revisions.update(keys)
             return stored
 
-    async def read(self, session_id: str, *, after_seq: int = 0) -> list[StoredEvent]:
-        return [e for e in self._events.get(session_id, []) if e.seq > after_seq]
+    async def read(
+        self, session_id: str, *, after_seq: int = 0, types: Collection[str] | None = None
+    ) -> list[StoredEvent]:
+        if types is None:
+            return [e for e in self._events.get(session_id, []) if e.seq > after_seq]
+        wanted = check_types(types)
+        return [
+            e
+            for e in self._events.get(session_id, [])
+            if e.seq > after_seq and e.event.type in wanted
+        ]
 
 
 class InMemorySessionStore:

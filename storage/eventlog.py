@@ -14,7 +14,7 @@ from __future__ import annotations
 import gc
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from engine.errors import AppendConflict, CorruptState
 from engine.events import SESSION_EVENT_ADAPTER, GoalChange, SessionEvent, StoredEvent
-from engine.ports import Clock
+from engine.ports import Clock, check_types
 from storage.db import Database
 
 # Rows per fetch on replay: large enough that the per-fetch thread hop vanishes, small enough
@@ -30,6 +30,16 @@ from storage.db import Database
 _FETCH_ROWS = 4096
 
 _SELECT = "SELECT seq, at, payload FROM events WHERE session_id = ? AND seq > ? ORDER BY seq"
+
+
+def _select_types(count: int) -> str:
+    """The filtered replay query for ``count`` types (still walks the primary key in seq order;
+    a non-matching row costs the ``type`` column only, its payload is never fetched)."""
+    marks = ", ".join("?" * count)
+    return (
+        "SELECT seq, at, payload FROM events "
+        f"WHERE session_id = ? AND seq > ? AND type IN ({marks}) ORDER BY seq"
+    )
 
 
 def _goal_key(event: SessionEvent) -> tuple[str, int] | None:
@@ -136,13 +146,22 @@ class SqliteEventLog:
             for i, event in enumerate(events, start=1)
         ]
 
-    async def read(self, session_id: str, *, after_seq: int = 0) -> list[StoredEvent]:
-        """Events with ``seq > after_seq`` in order; raises ``CorruptState`` on a bad row."""
+    async def read(
+        self, session_id: str, *, after_seq: int = 0, types: Collection[str] | None = None
+    ) -> list[StoredEvent]:
+        """Events with ``seq > after_seq`` in order, only of ``types`` when given (filtered in
+        SQL, so other rows are never decoded); raises ``CorruptState`` on a bad row."""
+        query, params = _SELECT, [session_id, after_seq]
+        if types is not None:
+            wanted = sorted(check_types(types))  # sorted: one statement text per set, cached
+            if not wanted:
+                return []
+            query, params = _select_types(len(wanted)), [session_id, after_seq, *wanted]
         out: list[StoredEvent] = []
         with _gc_paused():
             async with (
                 self._db.reading() as conn,
-                conn.execute(_SELECT, (session_id, after_seq)) as cursor,
+                conn.execute(query, params) as cursor,
             ):
                 while rows := list(await cursor.fetchmany(_FETCH_ROWS)):
                     out.extend(_decode(session_id, rows))

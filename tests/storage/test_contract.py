@@ -119,6 +119,33 @@ async def test_read_after_seq_returns_the_suffix(stores: Stores) -> None:
     assert await stores.log.read("s1", after_seq=6) == []
 
 
+async def test_read_filters_by_type_and_keeps_seq_order(stores: Stores) -> None:
+    events = every_kind_of_event()
+    await stores.log.append("s1", events)
+    await stores.log.append("s2", [PlanMode(active=False)])
+    wanted = {"plan/mode", "tool/result", "user/message"}
+    expected = [(i, e) for i, e in enumerate(events, start=1) if e.type in wanted]
+    got = await stores.log.read("s1", types=wanted)
+    assert [(e.seq, e.event) for e in got] == expected
+    assert got == [e for e in await stores.log.read("s1") if e.event.type in wanted]
+    # Any collection works, and it combines with after_seq.
+    tail = await stores.log.read("s1", after_seq=expected[2][0], types=["user/message"])
+    assert [e.seq for e in tail] == [s for s, e in expected[3:] if e.type == "user/message"]
+    assert await stores.log.read("s1", types=frozenset({"todo/write"})) == [
+        e for e in await stores.log.read("s1") if isinstance(e.event, TodoWrite)
+    ]
+
+
+async def test_a_read_filter_of_nothing_or_an_unknown_type_is_empty(stores: Stores) -> None:
+    await stores.log.append("s1", every_kind_of_event())
+    assert await stores.log.read("s1", types=()) == []
+    assert await stores.log.read("s1", types={"no/such"}) == []
+    assert await stores.log.read("nobody", types={"plan/mode"}) == []
+    with pytest.raises(TypeError):
+        # A bare string would be a set of characters; it is refused rather than matching none.
+        await stores.log.read("s1", types="plan/mode")
+
+
 async def test_sessions_have_their_own_sequences(stores: Stores) -> None:
     await stores.log.append("s1", [says("a"), says("b")])
     other = await stores.log.append("s2", [says("x")])
