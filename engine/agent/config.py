@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.agent.channel import Channel
+from engine.agent.history import SessionHistory
 from engine.agent.ports import GoalPort, PlanPort
 from engine.model.types import ModelProvider
 from engine.ports import EventLog
@@ -58,6 +59,8 @@ class AgentDeps:
     # Called by stop() right after cancelling the turn (bash's kill_session).
     stop_hooks: Sequence[Callable[[str], Awaitable[None]]] = ()
     settings: AgentSettings = field(default_factory=AgentSettings)
+    # Each session's events read so far: a step reads only the log's new tail.
+    history: SessionHistory = field(default_factory=SessionHistory)
 
 
 __all__ = ["AgentDeps", "AgentSettings", "WorkspaceResolver"]

@@ -34,7 +34,6 @@ from engine.events import (
     UserMessage,
 )
 from engine.model.types import ModelError, ModelToolCall
-from engine.projections import fold_session
 from engine.tools.base import ToolContext, ToolOutcome
 from engine.tools.runtime import ToolCallRequest, ToolRuntime
 
@@ -192,9 +191,8 @@ async def _run_batch(
 async def _context(
     deps: AgentDeps, session_id: str, *, workspace_text: str
 ) -> list[dict[str, object]]:
-    stored = await deps.log.read(session_id)
-    events = [e.event for e in stored]
-    projections = fold_session(events)
+    # Incremental: the events and projections of the steps before, plus the log's new tail.
+    events, projections = await deps.history.read(deps.log, session_id)
     plan_view = (
         await deps.plan.prompt_view(session_id) if deps.plan is not None else PlanPromptView()
     )
