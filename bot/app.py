@@ -575,9 +575,11 @@ def _reply_text(outcome: Outcome) -> str | None:
     parts_: list[str] = []
     if outcome.reply:
         parts_.append(escape(outcome.reply))
-    if outcome.dropped:
-        listed = "\n".join(f"• {escape(_clip(' '.join(d.split()), 200))}" for d in outcome.dropped)
-        parts_.append(f"Dropped {len(outcome.dropped)} queued message(s):\n{listed}")
+    # The engine may already list what /stop dropped in its reply: list only the rest.
+    missing = [d for d in outcome.dropped if " ".join(d.split())[:40] not in (outcome.reply or "")]
+    if missing:
+        listed = "\n".join(f"• {escape(_clip(' '.join(d.split()), 200))}" for d in missing)
+        parts_.append(f"Dropped {len(missing)} queued message(s):\n{listed}")
     text = "\n\n".join(parts_)
     return text[:4000] if text.strip() else None
 

@@ -19,6 +19,7 @@ from bot.app import parts
 from bot.channel import LateChannel
 from bot.routes import goal_card_key
 from engine.app import Engine, EngineConfig, build_engine
+from engine.events import UserMessage
 from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
 from engine.model.types import ModelProvider, ModelReply
@@ -283,3 +284,55 @@ async def test_a_429_storm_during_the_run_still_ends_with_the_right_card(
         await parts(live.app).presenter.flush()
     done = fake_api.message(GROUP, review.message_id)
     assert "Done" in done.text and "2/2" in done.text and done.buttons == []
+
+
+PLAN_MD_V2 = PLAN_MD.replace(
+    "2. Test — write test_greet.py and run it.", "2. Test — write and run it."
+)
+FEEDBACK_TURN = [
+    call("write_file", {"path": "{plan_md}", "content": PLAN_MD_V2}),
+    call("plan", {"op": "submit"}),
+    say("Updated the plan."),
+]
+
+
+async def test_keep_planning_in_private_hears_the_feedback_and_reviews_again(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    async with live_bot(fake_api, tmp_path, [*PLANNING, *FEEDBACK_TURN]) as live:
+        engine = live.engine
+        fake_api.user_message(OWNER, OWNER, "/plan Add a greeting module")
+        await eventually(lambda: len(fake_api.bot_messages(OWNER)) >= 1)
+        sid = await engine.session_for_chat(OWNER, 0)
+        await settle(engine, sid)
+        await parts(live.app).presenter.flush()
+        data = await engine.plan_card(sid)
+        assert data.state == "review" and data.sidecar is not None
+        first = fake_api.message(OWNER, data.sidecar.flow.card_id or 0)
+        keep = next(d for row in first.buttons for t, d in row if t == "✏️ Keep planning")
+
+        fake_api.press(OWNER, first.message_id, keep, user_id=OWNER)
+        await eventually(
+            lambda: any(
+                m.text.startswith("What should change?") for m in fake_api.bot_messages(OWNER)
+            )
+        )
+        await parts(live.app).presenter.flush()
+        assert fake_api.message(OWNER, first.message_id).buttons == []  # no longer in review
+
+        fake_api.user_message(OWNER, OWNER, "Make step 2 shorter")
+        await until(lambda: _has_feedback(live, sid))
+        await settle(engine, sid)
+        await parts(live.app).presenter.flush()
+        again = await engine.plan_card(sid)
+        assert again.state == "review" and again.sidecar is not None
+        second = fake_api.message(OWNER, again.sidecar.flow.card_id or 0)
+    assert second.message_id > first.message_id and second.buttons  # reposted under the text
+    review_text = fake_api.message(OWNER, again.sidecar.flow.review_ids[0]).text
+    assert "write and run it" in review_text
+    assert any(m.text == "Updated the plan." for m in fake_api.bot_messages(OWNER))
+
+
+async def _has_feedback(live: Live, sid: str) -> bool:
+    events = [e.event for e in await live.storage.log.read(sid)]
+    return any(isinstance(e, UserMessage) and e.source.kind == "feedback" for e in events)
