@@ -255,10 +255,11 @@ class CardPresenter:
                 return  # no plan and no card on screen: nothing to draw
         review_ids: list[int] | None = None
         if data.state == "review" and sidecar is not None:
-            rev = await self._meta.get_meta(review_rev_key(session_id))
-            if rev != str(sidecar.revision):
+            # Revisions restart with every plan: the plan id is part of what was posted.
+            posted = f"{sidecar.id}:{sidecar.revision}"
+            if await self._meta.get_meta(review_rev_key(session_id)) != posted:
                 review_ids = await self._send_review(route, sidecar.title, sidecar.description)
-                await self._meta.set_meta(review_rev_key(session_id), str(sidecar.revision))
+                await self._meta.set_meta(review_rev_key(session_id), posted)
                 restick = True
         new_id = await self._deliver(route, current, view, restick=restick)
         slot.chat_id = route.chat_id

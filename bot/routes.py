@@ -11,7 +11,7 @@ Meta keys written by the Telegram front end (all prefixed ``telegram.``)::
     telegram.last_update_id          the last processed update_id (repeats are dropped)
     telegram.route.<session_id>      "<chat_id>:<thread_id>"
     telegram.goal_card.<session_id>  "<chat_id>:<message_id>" of the goal card
-    telegram.review_rev.<session_id> the plan revision whose text was last posted for review
+    telegram.review_rev.<session_id> "<plan id>:<revision>" whose text was last posted for review
     telegram.groups                  JSON {chat_id: owner id} of groups an owner added the bot to
 """
 

@@ -164,3 +164,23 @@ async def test_discard_swaps_in_the_confirmation_keyboard_on_the_same_card(
                 == ["✅ Approve", "✏️ Keep planning", "🗑 Discard"]
             )
         )
+
+
+async def test_a_second_plan_at_the_same_revision_is_posted_for_review_too(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    engine = RecordingEngine()
+    async with open_db(tmp_path / "p.db") as db, running_bot(fake_api, engine, db):
+        first = await review_card(fake_api, engine)
+        first_review = engine.plans["s1"].flow.review_ids
+        fake_api.user_message(GROUP, OWNER, "/discard")
+        await eventually(lambda: "s1" not in engine.plans)
+        engine.open_plan("s1", title="Second plan")
+        engine.write_plan("s1", "## Implementation steps\n1. Something else")
+        assert engine.plans["s1"].revision == 2  # the same revision as the first plan had
+        fake_api.user_message(GROUP, OWNER, "/show_plan")
+        await eventually(lambda: bool(engine.plans["s1"].flow.review_ids))
+    second_review = engine.plans["s1"].flow.review_ids
+    assert second_review != first_review
+    assert "Something else" in fake_api.message(GROUP, second_review[0]).text
+    assert first.message_id < second_review[0]
