@@ -1,0 +1,512 @@
+"""Telegram benchmarks (DESIGN.md §11): command overhead, and Bot API calls per plan change.
+
+Run: ``python -m bench.telegram [--commands N] [--tasks T] [--model-delay S]``.
+
+Everything is real except Telegram and the model: python-telegram-bot's ``Application``
+polls the fake Bot API server (``tests/fakebot/server.py``) over loopback HTTP, the engine is
+``build_engine`` over SQLite and plan files in a temporary home, and the model is the scripted
+provider (``engine/model/scripted.py``).
+
+1. Command overhead. The owner sends N commands in a private chat, one at a time: each is
+   injected into the fake, PTB fetches it with ``getUpdates``, the handler runs, and the
+   command counts as done when the fake has received its last Bot API call (``/status``: the
+   reply's ``sendMessage``; ``/show-plan`` with a live checklist: the new card's
+   ``pinChatMessage``, after its ``sendMessage``, the old card's keyboard strip and unpin).
+   The baseline is a bare PTB ``Application`` with one ``CommandHandler`` that answers with a
+   fixed text through ``reply_text``, on a second fake, polled with the same settings. Both
+   applications run at once and take turns in blocks, so a burst of load on a shared machine
+   hits both; the ratio is plangate's mean time per command over the bare one's. The
+   plangate side runs with its pacing off (no per-chat interval, no rate limits, no edit
+   interval), so the ratio is CPU and I/O overhead, not the deliberate waits.
+2. Calls per plan change. The owner asks for a checklist; the scripted model inits a
+   checklist of T tasks and starts and completes each, then replies. Counted: the Bot API
+   calls the fake received after the owner's message (``getUpdates`` left out: polling is
+   not caused by the run), by method, against the ``plan/changed`` events in the session's
+   log. Run twice: with the shipped pacing (``flow_edit_interval`` 1.5 s, one call per chat
+   per second, AIORateLimiter) and with the tests' fast pacing (``flow_edit_interval`` 0.05 s,
+   no chat interval), each with ``--model-delay`` seconds per model call (default 0.05 s, a
+   very fast model) so the run takes a few seconds rather than a few milliseconds.
+
+Ratios, not absolute times, are the result; nothing asserts on speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import logging
+import statistics
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from telegram import Update
+from telegram.ext import AIORateLimiter, Application, CommandHandler, ContextTypes
+
+from bot.app import ALLOWED_UPDATES, build_application, parts, prepare
+from bot.channel import LateChannel
+from engine.app import Engine, EngineConfig, build_engine
+from engine.model.script import ScriptStep, call, say
+from engine.model.scripted import ScriptedProvider
+from engine.model.types import ModelReply
+from storage.open import Storage, open_storage
+from tests.fakebot.server import FakeBotApi, FakeChat
+
+OWNER = 1001
+BARE_TEXT = "Idle. No plan, no goal."
+# The polling both applications use (the tests' settings; updates wake the poll at once).
+POLL_INTERVAL_S = 0.0
+POLL_TIMEOUT_S = 1
+FAST_EDIT_S = 0.05
+SHIPPED_EDIT_S = 1.5
+SHIPPED_CHAT_INTERVAL_S = 1.0
+
+AnyApp = Application[Any, Any, Any, Any, Any, Any]
+
+
+@dataclass
+class Settings:
+    """The BotSettings ``build_application`` reads (the owner's private chat is allowed)."""
+
+    telegram_token: str
+    telegram_api_url: str
+    flow_edit_interval: float
+    owner_ids: frozenset[int] = frozenset({OWNER})
+    allowed_chat_ids: frozenset[int] = frozenset()
+    webhook_url: str | None = None
+    webhook_secret: str | None = None
+    webhook_listen: str | None = None
+
+
+class PacedModel:
+    """The scripted provider, answering after ``delay_s`` (a model that takes some time)."""
+
+    def __init__(self, script: Sequence[ScriptStep], *, delay_s: float) -> None:
+        self.inner = ScriptedProvider(list(script))
+        self.delay_s = delay_s
+
+    async def complete(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]
+    ) -> ModelReply:
+        """The next scripted reply, after the delay."""
+        if self.delay_s > 0:
+            await asyncio.sleep(self.delay_s)
+        return await self.inner.complete(messages, tools)
+
+
+def checklist_script(tasks: int) -> list[ScriptStep]:
+    """A checklist init of ``tasks`` tasks, a start and a complete for each, a final reply."""
+    specs = [{"title": f"Task {i + 1}", "description": f"Do step {i + 1}."} for i in range(tasks)]
+    steps: list[ScriptStep] = [
+        call(
+            "plan", {"op": "init", "title": "Bench checklist", "mode": "checklist", "tasks": specs}
+        )
+    ]
+    for i in range(tasks):
+        steps.append(call("plan", {"op": "start"}))
+        steps.append(call("plan", {"op": "complete", "evidence": f"step {i + 1} done"}))
+    steps.append(say(f"All {tasks} tasks done."))
+    return steps
+
+
+@asynccontextmanager
+async def fake_server() -> AsyncIterator[FakeBotApi]:
+    """A started fake Bot API server, stopped on exit."""
+    api = FakeBotApi()
+    await api.start()
+    try:
+        yield api
+    finally:
+        await api.stop()
+
+
+async def start_polling(app: AnyApp) -> None:
+    """Initialize and start ``app`` polling with the settings both sides share."""
+    await app.initialize()
+    assert app.updater is not None
+    await app.updater.start_polling(
+        poll_interval=POLL_INTERVAL_S,
+        timeout=POLL_TIMEOUT_S,
+        allowed_updates=list(ALLOWED_UPDATES),
+        drop_pending_updates=False,
+    )
+    await app.start()
+
+
+async def stop_polling(app: AnyApp) -> None:
+    """Stop ``app`` (updater, then application) and shut it down."""
+    assert app.updater is not None
+    await asyncio.wait_for(app.updater.stop(), 10)
+    await asyncio.wait_for(app.stop(), 10)
+    await app.shutdown()
+
+
+@dataclass
+class Plangate:
+    app: AnyApp
+    engine: Engine
+    storage: Storage
+
+
+@asynccontextmanager
+async def plangate_bot(
+    api: FakeBotApi,
+    home: Path,
+    model: Any,
+    *,
+    flow_edit_interval: float,
+    shipped_pacing: bool,
+    max_steps: int = 50,
+) -> AsyncIterator[Plangate]:
+    """The real engine over real storage and the real application, polling ``api``."""
+    workspace = home / "work"
+    workspace.mkdir(parents=True, exist_ok=True)
+    storage = await open_storage(home / "home")
+    slot = LateChannel()
+    engine = build_engine(
+        log=storage.log,
+        sessions=storage.sessions,
+        plan_store=storage.plan_store,
+        model=model,
+        channel=slot,
+        config=EngineConfig(workspace=workspace, max_steps=max_steps),
+    )
+    settings = Settings(
+        telegram_token=api.token,
+        telegram_api_url=api.base_url,
+        flow_edit_interval=flow_edit_interval,
+    )
+    if shipped_pacing:
+        app = build_application(settings, engine, db_meta=storage.db, channel_slot=slot)
+    else:
+        app = build_application(
+            settings,
+            engine,
+            db_meta=storage.db,
+            channel_slot=slot,
+            rate_limiter=AIORateLimiter(overall_max_rate=0, group_max_rate=0),
+            chat_interval_s=0.0,
+            group_per_minute=1_000_000,
+        )
+    try:
+        await start_polling(app)
+        await prepare(app)
+        await engine.start()
+        try:
+            yield Plangate(app, engine, storage)
+        finally:
+            await engine.shutdown()
+            bp = parts(app)
+            await asyncio.wait_for(bp.presenter.flush(), 30)
+            await stop_polling(app)
+            await bp.presenter.aclose()
+            await bp.outbox.aclose()
+    finally:
+        await storage.close()
+
+
+def bare_application(api: FakeBotApi) -> AnyApp:
+    """Bare PTB: one CommandHandler per command, each replying with a fixed text."""
+
+    async def reply(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Answer with the fixed text."""
+        assert update.effective_message is not None
+        await update.effective_message.reply_text(BARE_TEXT)
+
+    app = (
+        Application.builder()
+        .token(api.token)
+        .base_url(api.base_url)
+        .base_file_url(api.base_file_url)
+        .job_queue(None)
+        .build()
+    )
+    app.add_handler(CommandHandler(["status", "show_plan", "show"], reply))
+    return app
+
+
+# ---- part 1: command overhead ---------------------------------------------------------------
+
+Done = Callable[[FakeBotApi, FakeChat, int, int], bool]
+
+
+def replied(api: FakeBotApi, chat: FakeChat, message_id: int, first_call: int) -> bool:
+    """The bot's message right after the command's is there (the reply)."""
+    reply = chat.messages.get(message_id + 1)
+    return reply is not None and reply.from_bot
+
+
+def card_pinned(api: FakeBotApi, chat: FakeChat, message_id: int, first_call: int) -> bool:
+    """The new card (the bot's next message) has been pinned: the restick's last call."""
+    target = message_id + 1
+    return any(
+        c.method == "pinChatMessage" and c.params.get("message_id") == target
+        for c in api.calls[first_call:]
+    )
+
+
+async def one_command(api: FakeBotApi, text: str, done: Done) -> float:
+    """Inject ``text`` from the owner; the seconds until ``done`` holds on the fake."""
+    chat = api.chat(OWNER)
+    first_call = len(api.calls)
+    start = time.perf_counter()
+    msg = api.user_message(OWNER, OWNER, text)
+    await api.wait_for(lambda: done(api, chat, msg.message_id, first_call), timeout_s=10)
+    return time.perf_counter() - start
+
+
+async def run_block(api: FakeBotApi, text: str, done: Done, count: int) -> list[float]:
+    gc.collect()
+    return [await one_command(api, text, done) for _ in range(count)]
+
+
+def last_answer(api: FakeBotApi) -> str:
+    """The text of the bot's answer to the owner's last message (checked, not timed)."""
+    chat = api.chat(OWNER)
+    asked = max(m.message_id for m in chat.messages.values() if not m.from_bot)
+    return api.message(OWNER, asked + 1).text
+
+
+@dataclass
+class Overhead:
+    command: str
+    plangate_s: list[float]
+    bare_s: list[float]
+    calls_per_command: float
+
+    @property
+    def ratio(self) -> float:
+        return statistics.fmean(self.plangate_s) / statistics.fmean(self.bare_s)
+
+
+async def compare(
+    pg: FakeBotApi,
+    bare: FakeBotApi,
+    text: str,
+    done: Done,
+    *,
+    expect: str,
+    count: int,
+    blocks: int,
+) -> Overhead:
+    """``count`` commands on each side, in alternating blocks, after a short warm-up."""
+    for _ in range(3):
+        await one_command(pg, text, done)
+        await one_command(bare, text, replied)
+    per_block = max(1, count // blocks)
+    pg_times: list[float] = []
+    bare_times: list[float] = []
+    calls_before = len(pg.calls) - pg.count("getUpdates")
+    for _ in range(blocks):
+        pg_times += await run_block(pg, text, done, per_block)
+        bare_times += await run_block(bare, text, replied, per_block)
+    calls = len(pg.calls) - pg.count("getUpdates") - calls_before
+    # Both sides answered what was asked (a wrong predicate would time nothing useful).
+    assert expect in last_answer(pg), last_answer(pg)
+    assert last_answer(bare) == BARE_TEXT
+    return Overhead(text, pg_times, bare_times, calls / len(pg_times))
+
+
+async def command_overhead(*, count: int, blocks: int, workdir: Path) -> list[Overhead]:
+    """Part 1: /status, then /show-plan with a live 3-task checklist."""
+    script = [
+        call(
+            "plan",
+            {
+                "op": "init",
+                "title": "Bench",
+                "mode": "checklist",
+                "tasks": [{"title": "One"}, {"title": "Two"}, {"title": "Three"}],
+            },
+        ),
+        say("The checklist is ready."),
+    ]
+    async with (
+        fake_server() as pg_api,
+        fake_server() as bare_api,
+        plangate_bot(
+            pg_api,
+            workdir / "overhead",
+            ScriptedProvider(script),
+            flow_edit_interval=0.0,
+            shipped_pacing=False,
+        ) as live,
+    ):
+        bare = bare_application(bare_api)
+        await start_polling(bare)
+        try:
+            results = [
+                await compare(
+                    pg_api,
+                    bare_api,
+                    "/status",
+                    replied,
+                    expect="Plan: none",
+                    count=count,
+                    blocks=blocks,
+                )
+            ]
+            # A live checklist, so /show-plan reposts the card (the heavy read-only path).
+            pg_api.user_message(OWNER, OWNER, "make a checklist")
+            await pg_api.wait_for(
+                lambda: any(
+                    m.text == "The checklist is ready." for m in pg_api.bot_messages(OWNER)
+                ),
+                timeout_s=20,
+            )
+            sid = await live.engine.session_for_chat(OWNER, 0)
+            await live.engine.agents.wait_idle(sid)
+            await parts(live.app).presenter.flush()
+            results.append(
+                await compare(
+                    pg_api,
+                    bare_api,
+                    "/show-plan",
+                    card_pinned,
+                    expect="Bench",
+                    count=count,
+                    blocks=blocks,
+                )
+            )
+        finally:
+            await stop_polling(bare)
+    return results
+
+
+# ---- part 2: calls per plan change ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """One configuration of part 2."""
+
+    label: str
+    flow_edit_interval_s: float
+    shipped: bool  # shipped outbox pacing and AIORateLimiter, else the tests' (no waits)
+    model_delay_s: float
+
+
+@dataclass
+class CallCount:
+    pacing: Pacing
+    calls: Counter[str]
+    plan_changes: int
+    run_s: float
+
+    @property
+    def total(self) -> int:
+        return sum(self.calls.values())
+
+    @property
+    def ratio(self) -> float:
+        return self.total / self.plan_changes
+
+
+def pacings(model_delay_s: float) -> list[Pacing]:
+    """Shipped pacing; the tests' edit interval at the same model speed; and with no delay."""
+    return [
+        Pacing("shipped pacing", SHIPPED_EDIT_S, True, model_delay_s),
+        Pacing("tests' pacing", FAST_EDIT_S, False, model_delay_s),
+        Pacing("tests' pacing, instant model", FAST_EDIT_S, False, 0.0),
+    ]
+
+
+async def checklist_run(*, tasks: int, pacing: Pacing, workdir: Path) -> CallCount:
+    """Part 2: one checklist run of ``tasks`` tasks; Bot API calls against plan changes."""
+    model = PacedModel(checklist_script(tasks), delay_s=pacing.model_delay_s)
+    final = f"All {tasks} tasks done."
+    async with fake_server() as api:
+        async with plangate_bot(
+            api,
+            workdir,
+            model,
+            flow_edit_interval=pacing.flow_edit_interval_s,
+            shipped_pacing=pacing.shipped,
+            max_steps=2 * tasks + 10,
+        ) as live:
+            first_call = len(api.calls)
+            start = time.perf_counter()
+            api.user_message(OWNER, OWNER, f"Run a checklist of {tasks} tasks.")
+            await api.wait_for(
+                lambda: any(m.text == final for m in api.bot_messages(OWNER)), timeout_s=120
+            )
+            sid = await live.engine.session_for_chat(OWNER, 0)
+            await live.engine.agents.wait_idle(sid)
+            await asyncio.wait_for(parts(live.app).presenter.flush(), 30)
+            run_s = time.perf_counter() - start
+            changes = await live.storage.log.read(sid, types=["plan/changed"])
+            card = await live.engine.plan_card(sid)
+            # The run really finished the plan, and the card on the fake says so.
+            assert card.state == "done", card.state
+            assert card.sidecar is not None and card.sidecar.flow.card_id is not None
+            shown = api.message(OWNER, card.sidecar.flow.card_id).text
+            assert f"{tasks}/{tasks}" in shown and "Done" in shown, shown
+        calls = Counter(c.method for c in api.calls[first_call:] if c.method != "getUpdates")
+    return CallCount(pacing, calls, len(changes), run_s)
+
+
+# ---- output ---------------------------------------------------------------------------------
+
+
+def ms(values: Sequence[float]) -> str:
+    mean_ms = statistics.fmean(values) * 1000
+    return f"mean {mean_ms:.2f} ms, median {statistics.median(values) * 1000:.2f} ms"
+
+
+def print_overhead(o: Overhead) -> None:
+    print(f"  {o.command}: {len(o.plangate_s)} commands each side")
+    print(
+        f"    plangate (engine + application): {ms(o.plangate_s)}, "
+        f"{o.calls_per_command:.1f} Bot API calls each"
+    )
+    print(f"    bare PTB CommandHandler reply:   {ms(o.bare_s)}, 1 Bot API call each")
+    print(f"    ratio plangate / bare (means):   {o.ratio:.2f}x")
+
+
+def print_calls(c: CallCount, tasks: int) -> None:
+    by_method = ", ".join(f"{m} {n}" for m, n in sorted(c.calls.items()))
+    p = c.pacing
+    outbox = "1 call/s per chat + AIORateLimiter" if p.shipped else "no outbox waits"
+    print(
+        f"  {p.label}: flow_edit_interval {p.flow_edit_interval_s} s, {outbox}, "
+        f"model delay {p.model_delay_s} s per call; run {c.run_s:.1f} s"
+    )
+    print(f"    Bot API calls: {c.total} ({by_method})")
+    print(f"    plan/changed events: {c.plan_changes} (init + {tasks} starts + {tasks} completes)")
+    print(f"    ratio calls / plan changes: {c.ratio:.3f}")
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="plangate-bench-") as tmp:
+        workdir = Path(tmp)
+        print(
+            f"1. Engine overhead per Telegram command (pacing off; poll timeout {POLL_TIMEOUT_S} s)"
+        )
+        for o in await command_overhead(count=args.commands, blocks=args.blocks, workdir=workdir):
+            print_overhead(o)
+        print(f"2. Telegram calls for a {args.tasks}-task checklist run")
+        for i, pacing in enumerate(pacings(args.model_delay)):
+            c = await checklist_run(tasks=args.tasks, pacing=pacing, workdir=workdir / f"run{i}")
+            print_calls(c, args.tasks)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Parse the options and print both benchmarks."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--commands", type=int, default=300, help="commands per side (part 1)")
+    parser.add_argument("--blocks", type=int, default=6, help="alternating blocks (part 1)")
+    parser.add_argument("--tasks", type=int, default=50, help="checklist tasks (part 2)")
+    parser.add_argument("--model-delay", type=float, default=0.05, help="seconds per model call")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    main()
