@@ -91,15 +91,25 @@ SHOW_PLAN_PATTERN = re.compile(r"^/show[-_]plan(?:@([A-Za-z0-9_]{3,32}))?(?:\s|$
 
 
 class BotSettings(Protocol):
-    """The settings the Telegram front end reads (``PLANGATE_*``; H1's settings object)."""
+    """The settings the Telegram front end reads (``bot.settings.Settings``; read-only here).
 
-    telegram_api_url: str
-    owner_ids: Collection[int]
-    allowed_chat_ids: Collection[int]
-    flow_edit_interval: float
-    webhook_url: str | None
-    webhook_secret: Any
-    webhook_listen: str | None
+    Also read when present: ``telegram_token`` (str or ``SecretStr``).
+    """
+
+    @property
+    def telegram_api_url(self) -> str: ...
+    @property
+    def owner_ids(self) -> Collection[int]: ...
+    @property
+    def allowed_chat_ids(self) -> Collection[int]: ...
+    @property
+    def flow_edit_interval(self) -> float: ...
+    @property
+    def webhook_url(self) -> str | None: ...
+    @property
+    def webhook_secret(self) -> Any: ...
+    @property
+    def webhook_listen(self) -> str | None: ...
 
 
 def secret_value(value: Any) -> str:

@@ -63,11 +63,14 @@ async def test_show_plan_forms_restick_the_card_and_strip_the_old_one(
         engine.open_plan("s1")
         engine.keys[(GROUP, 0)] = "s1"
         engine.write_plan("s1", "## Context\nx\n\n## Implementation steps\n1. Do it")
-        for i, form in enumerate(
-            ["/show-plan", "/show_plan", f"/show-plan@{fake_api.username}", "/show_plan extra"]
-        ):
+        forms = ["/show-plan", "/show_plan", f"/show-plan@{fake_api.username}", "/show_plan x"]
+        for count, form in enumerate(forms, start=1):
             fake_api.user_message(GROUP, OWNER, form)
-            await eventually(lambda i=i: len(engine.named("set_plan_flow")) == i + 1)
+
+            def resticked(n: int = count) -> bool:
+                return len(engine.named("set_plan_flow")) == n
+
+            await eventually(resticked)
         fake_api.user_message(GROUP, OWNER, "/show-plan@some_other_bot")
         fake_api.user_message(GROUP, OWNER, "/status")
         await eventually(lambda: len(engine.named("command")) == 5)
