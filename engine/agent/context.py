@@ -1,5 +1,9 @@
 """The messages sent to the model, rebuilt from the log for every step (DESIGN.md §8).
 
+Rebuilt, not re-read: a :class:`TurnSplitter` converts each event once, and the agent keeps
+one per session (``engine.agent.history``), so a step converts only the events logged since
+the step before; :func:`build_messages` is the same over a whole log at once.
+
 Layout (OpenAI chat format): one ``system`` message (the prompt sections, the state section,
 and, once the log is over budget, a summary of older turns), then the recent turns verbatim.
 
@@ -16,11 +20,10 @@ call is dropped), and a tool result longer than the cap is cut with a note.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from engine.agent.config import AgentSettings
 from engine.events import (
     AssistantMessage,
     FeedbackSource,
@@ -35,22 +38,31 @@ from engine.events import (
 )
 from engine.recovery import INTERRUPTED_TOOL_TEXT
 
+if TYPE_CHECKING:
+    # Only an annotation here: engine.agent.config imports this module's history cache.
+    from engine.agent.config import AgentSettings
+
 ELIDED_TEXT = "[older tool result left out to fit the context budget]"
 
 Message = dict[str, Any]
 
 
 @dataclass(slots=True)
-class _Turn:
+class Turn:
     """The model-visible messages of one turn, plus what the summary needs."""
 
     messages: list[Message] = field(default_factory=list)
     user_text: str = ""
     last_answer: str = ""
     tools: dict[str, int] = field(default_factory=dict)
+    # Set once the turn can no longer change (a later turn has started): its size is then
+    # counted once, not on every step.
+    closed_size: int | None = field(default=None, compare=False)
 
     @property
     def size(self) -> int:
+        if self.closed_size is not None:
+            return self.closed_size
         return sum(_size(m) for m in self.messages)
 
 
@@ -82,7 +94,7 @@ def _user_text(event: UserMessage, previous_end: TurnEnd | None) -> str:
     return text
 
 
-def _close_calls(turn: _Turn, open_calls: dict[str, ToolCall]) -> None:
+def _close_calls(turn: Turn, open_calls: dict[str, ToolCall]) -> None:
     for call in open_calls.values():
         turn.messages.append(
             {"role": "tool", "tool_call_id": call.call_id, "content": INTERRUPTED_TOOL_TEXT}
@@ -90,100 +102,151 @@ def _close_calls(turn: _Turn, open_calls: dict[str, ToolCall]) -> None:
     open_calls.clear()
 
 
-def split_turns(events: Sequence[SessionEvent], *, result_cap: int) -> list[_Turn]:
+def _fix_up(messages: list[Message]) -> None:
+    for message in messages:
+        # Servers reject an assistant message with neither content nor tool calls.
+        if message["role"] == "assistant" and not message.get("tool_calls"):
+            message["content"] = message["content"] or "(no text)"
+        if message["role"] == "assistant" and message.get("tool_calls"):
+            message["content"] = message["content"] or None
+
+
+class TurnSplitter:
+    """:func:`split_turns`, fed a log piece by piece: each step converts only the new events.
+
+    Only the newest turn can still change (every event lands in it); an older turn is closed
+    and fixed up once, when the next one starts, and :meth:`turns` returns it as is. The newest
+    turn is returned as a copy with its open calls closed, so feeding more events later stays
+    exact. Callers must not change the turns they get.
+    """
+
+    def __init__(self, *, result_cap: int) -> None:
+        self.result_cap = result_cap
+        self._turns: list[Turn] = []
+        self._open_calls: dict[str, ToolCall] = {}
+        self._last_end: TurnEnd | None = None
+
+    def _start_turn(self) -> Turn:
+        if self._turns:
+            previous = self._turns[-1]
+            _close_calls(previous, self._open_calls)
+            _fix_up(previous.messages)
+            previous.closed_size = previous.size
+        turn = Turn()
+        self._turns.append(turn)
+        return turn
+
+    def feed(self, events: Iterable[SessionEvent]) -> None:
+        """Convert the next events of the log; events outside the model surface are skipped."""
+        open_calls = self._open_calls
+        current = self._turns[-1] if self._turns else None
+        for event in events:
+            if isinstance(event, TurnStart):
+                current = self._start_turn()
+            elif isinstance(event, TurnEnd):
+                if current is not None:
+                    _close_calls(current, open_calls)
+                self._last_end = event
+            elif isinstance(event, UserMessage):
+                if current is None:  # a message logged outside a turn (older logs); keep it
+                    current = self._start_turn()
+                _close_calls(current, open_calls)
+                text = _user_text(event, self._last_end)
+                self._last_end = None
+                current.user_text = current.user_text or event.text
+                current.messages.append({"role": "user", "content": text})
+            elif current is None:
+                continue
+            elif isinstance(event, AssistantMessage):
+                _close_calls(current, open_calls)
+                current.messages.append({"role": "assistant", "content": event.text})
+                if event.text:
+                    current.last_answer = event.text
+            elif isinstance(event, ToolCall):
+                last = current.messages[-1] if current.messages else None
+                if last is None or last["role"] != "assistant" or _has_results_after(current):
+                    last = {"role": "assistant", "content": ""}
+                    current.messages.append(last)
+                last.setdefault("tool_calls", []).append(
+                    {
+                        "id": event.call_id,
+                        "type": "function",
+                        "function": {
+                            "name": event.name,
+                            "arguments": json.dumps(event.arguments, ensure_ascii=False),
+                        },
+                    }
+                )
+                open_calls[event.call_id] = event
+                current.tools[event.name] = current.tools.get(event.name, 0) + 1
+            elif isinstance(event, ToolResult):
+                if open_calls.pop(event.call_id, None) is None:
+                    continue  # a result with no call in view would be refused by the server
+                current.messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": event.call_id,
+                        "content": _cut(event.content, self.result_cap),
+                    }
+                )
+
+    def turns(self) -> list[Turn]:
+        """The turns so far, as :func:`split_turns` gives them for the events fed."""
+        if not self._turns:
+            return []
+        newest = self._turns[-1]
+        copy = Turn(
+            messages=[_copy_message(m) for m in newest.messages],
+            user_text=newest.user_text,
+            last_answer=newest.last_answer,
+            tools=dict(newest.tools),
+        )
+        _close_calls(copy, dict(self._open_calls))
+        _fix_up(copy.messages)
+        return [*self._turns[:-1], copy]
+
+
+def _copy_message(message: Message) -> Message:
+    copy = dict(message)
+    if "tool_calls" in copy:
+        copy["tool_calls"] = list(copy["tool_calls"])
+    return copy
+
+
+def split_turns(events: Sequence[SessionEvent], *, result_cap: int) -> list[Turn]:
     """The log as turns of chat messages; events outside the model surface are skipped."""
-    turns: list[_Turn] = []
-    current: _Turn | None = None
-    open_calls: dict[str, ToolCall] = {}
-    last_end: TurnEnd | None = None
-    for event in events:
-        if isinstance(event, TurnStart):
-            if current is not None:
-                _close_calls(current, open_calls)
-            current = _Turn()
-            turns.append(current)
-        elif isinstance(event, TurnEnd):
-            if current is not None:
-                _close_calls(current, open_calls)
-            last_end = event
-        elif isinstance(event, UserMessage):
-            if current is None:  # a message logged outside a turn (older logs); keep it
-                current = _Turn()
-                turns.append(current)
-            _close_calls(current, open_calls)
-            text = _user_text(event, last_end)
-            last_end = None
-            current.user_text = current.user_text or event.text
-            current.messages.append({"role": "user", "content": text})
-        elif current is None:
-            continue
-        elif isinstance(event, AssistantMessage):
-            _close_calls(current, open_calls)
-            current.messages.append({"role": "assistant", "content": event.text})
-            if event.text:
-                current.last_answer = event.text
-        elif isinstance(event, ToolCall):
-            last = current.messages[-1] if current.messages else None
-            if last is None or last["role"] != "assistant" or _has_results_after(current):
-                last = {"role": "assistant", "content": ""}
-                current.messages.append(last)
-            last.setdefault("tool_calls", []).append(
-                {
-                    "id": event.call_id,
-                    "type": "function",
-                    "function": {
-                        "name": event.name,
-                        "arguments": json.dumps(event.arguments, ensure_ascii=False),
-                    },
-                }
-            )
-            open_calls[event.call_id] = event
-            current.tools[event.name] = current.tools.get(event.name, 0) + 1
-        elif isinstance(event, ToolResult):
-            if open_calls.pop(event.call_id, None) is None:
-                continue  # a result with no call in view would be refused by the server
-            current.messages.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": event.call_id,
-                    "content": _cut(event.content, result_cap),
-                }
-            )
-    if current is not None:
-        _close_calls(current, open_calls)
-    for turn in turns:
-        for message in turn.messages:
-            # Servers reject an assistant message with neither content nor tool calls.
-            if message["role"] == "assistant" and not message.get("tool_calls"):
-                message["content"] = message["content"] or "(no text)"
-            if message["role"] == "assistant" and message.get("tool_calls"):
-                message["content"] = message["content"] or None
-    return turns
+    splitter = TurnSplitter(result_cap=result_cap)
+    splitter.feed(events)
+    return splitter.turns()
 
 
-def _has_results_after(turn: _Turn) -> bool:
+def _has_results_after(turn: Turn) -> bool:
     return bool(turn.messages) and turn.messages[-1]["role"] == "tool"
 
 
-def summarize(turns: Sequence[_Turn], *, budget_chars: int) -> str:
+def _summary_line(turn: Turn) -> str:
+    parts = [f"- user: {_clip(turn.user_text, 160)}"]
+    if turn.tools:
+        parts.append("tools: " + ", ".join(f"{n} x{c}" for n, c in sorted(turn.tools.items())))
+    if turn.last_answer:
+        parts.append(f"agent: {_clip(turn.last_answer, 200)}")
+    return " | ".join(parts)
+
+
+def summarize(turns: Sequence[Turn], *, budget_chars: int) -> str:
     """The extractive summary of ``turns``: one line each, newest kept when over budget."""
-    lines: list[str] = []
-    for turn in turns:
-        parts = [f"- user: {_clip(turn.user_text, 160)}"]
-        if turn.tools:
-            parts.append("tools: " + ", ".join(f"{n} x{c}" for n, c in sorted(turn.tools.items())))
-        if turn.last_answer:
-            parts.append(f"agent: {_clip(turn.last_answer, 200)}")
-        lines.append(" | ".join(parts))
+    # Newest first, stopping at the first line that does not fit: a long session's older
+    # turns are never formatted.
     kept: list[str] = []
     used = 0
-    for line in reversed(lines):
+    for turn in reversed(turns):
+        line = _summary_line(turn)
         if used + len(line) + 1 > budget_chars:
             break
         kept.append(line)
         used += len(line) + 1
     kept.reverse()
-    omitted = len(lines) - len(kept)
+    omitted = len(turns) - len(kept)
     head = ["## Summary of earlier turns (extractive; details are in the files and the log)"]
     if omitted:
         head.append(f"({omitted} earlier turns not shown)")
@@ -205,8 +268,20 @@ def build_messages(
     the older turns become the summary inside the system message.
     """
     turns = split_turns(events, result_cap=settings.tool_result_cap_chars)
+    return assemble_messages(turns, system_prompt=system_prompt, settings=settings)
+
+
+def assemble_messages(
+    turns: Sequence[Turn], *, system_prompt: str, settings: AgentSettings
+) -> list[Message]:
+    """:func:`build_messages` from turns already split (:meth:`TurnSplitter.turns`).
+
+    The messages returned are copies. Eliding may change the newest turn's messages, which
+    ``TurnSplitter.turns`` hands out as a fresh copy on every call: older turns are never
+    changed, so a splitter's cache survives.
+    """
     budget = settings.context_budget_chars
-    kept: list[_Turn] = []
+    kept: list[Turn] = []
     used = 0
     for turn in reversed(turns):
         if kept and used + turn.size > budget:
@@ -216,17 +291,19 @@ def build_messages(
     kept.reverse()
     older = turns[: len(turns) - len(kept)]
     if kept and used > budget:
+        # Over budget only when the newest turn alone is kept (an older one is kept only if it
+        # fits), and a splitter's newest turn is a fresh copy: eliding in it changes no cache.
         _elide_results(kept[0], over=used - budget)
     system = system_prompt
     if older:
         system += "\n\n" + summarize(older, budget_chars=settings.summary_budget_chars)
     messages: list[Message] = [{"role": "system", "content": system}]
     for turn in kept:
-        messages.extend(turn.messages)
+        messages.extend(_copy_message(m) for m in turn.messages)
     return messages
 
 
-def _elide_results(turn: _Turn, *, over: int) -> None:
+def _elide_results(turn: Turn, *, over: int) -> None:
     """Replace the turn's oldest tool results (never the last one) until ``over`` is saved."""
     tool_messages = [m for m in turn.messages if m["role"] == "tool"][:-1]
     for message in tool_messages:
@@ -238,4 +315,13 @@ def _elide_results(turn: _Turn, *, over: int) -> None:
             over -= saved
 
 
-__all__ = ["ELIDED_TEXT", "Message", "build_messages", "split_turns", "summarize"]
+__all__ = [
+    "ELIDED_TEXT",
+    "Message",
+    "Turn",
+    "TurnSplitter",
+    "assemble_messages",
+    "build_messages",
+    "split_turns",
+    "summarize",
+]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from engine.agent.channel import safe_call
 from engine.agent.config import AgentDeps
-from engine.agent.context import build_messages
+from engine.agent.context import assemble_messages
 from engine.agent.ports import PlanPromptView
 from engine.agent.prompt import PromptInputs, build_system_prompt
 from engine.events import (
@@ -191,8 +191,10 @@ async def _run_batch(
 async def _context(
     deps: AgentDeps, session_id: str, *, workspace_text: str
 ) -> list[dict[str, object]]:
-    # Incremental: the events and projections of the steps before, plus the log's new tail.
-    events, projections = await deps.history.read(deps.log, session_id)
+    # Incremental: the turns and projections of the steps before, plus the log's new tail.
+    turns, projections = await deps.history.read(
+        deps.log, session_id, result_cap=deps.settings.tool_result_cap_chars
+    )
     plan_view = (
         await deps.plan.prompt_view(session_id) if deps.plan is not None else PlanPromptView()
     )
@@ -205,7 +207,7 @@ async def _context(
             tool_names=tuple(t.name for t in deps.tools),
         )
     )
-    return build_messages(events, system_prompt=system, settings=deps.settings)
+    return assemble_messages(turns, system_prompt=system, settings=deps.settings)
 
 
 def is_goal_round(source: MessageSource) -> bool:
