@@ -63,6 +63,7 @@ STALE_TEXT = "This card is out of date."
 RESTART_NOTE = "⏸ Paused by the restart. Press ▶️ Resume to go on."
 ALLOWED_UPDATES: tuple[str, ...] = ("message", "callback_query", "my_chat_member")
 MAX_TOAST = 200
+SHUTDOWN_FLUSH_S = 10.0
 
 # The menu: Telegram allows only a-z, 0-9 and _ in command names (so show_plan).
 MENU: tuple[tuple[str, str], ...] = (
@@ -613,6 +614,14 @@ def _strip_mention(text: str, username: str) -> str:
 # ---- running -------------------------------------------------------------------------------
 
 
+async def drain(application: Application[Any, Any, Any, Any, Any, Any]) -> None:
+    """Wait until every rendering task and card draw has been delivered (bound the wait)."""
+    bp = parts(application)
+    while bp.tasks:
+        await asyncio.gather(*list(bp.tasks), return_exceptions=True)
+    await bp.presenter.flush()
+
+
 def parse_listen(value: str | None) -> tuple[str, int]:
     """``PLANGATE_WEBHOOK_LISTEN`` ``host:port`` (default ``0.0.0.0:8443``)."""
     if not value:
@@ -674,13 +683,17 @@ async def serve(
         try:
             await stop.wait()
         finally:
+            # No new updates; then the engine closes its turns while the chat can still be
+            # told; then what is queued for the chat goes out (bounded); then close.
             await updater.stop()
-            await application.stop()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(bp.presenter.flush(), 10)
-            await bp.presenter.aclose()
-            await bp.outbox.aclose()
-            await engine.shutdown()
+            try:
+                await engine.shutdown()
+            finally:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(drain(application), SHUTDOWN_FLUSH_S)
+                await application.stop()
+                await bp.presenter.aclose()
+                await bp.outbox.aclose()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(sig)
@@ -694,6 +707,7 @@ __all__ = [
     "Handlers",
     "announce_restored",
     "build_application",
+    "drain",
     "parts",
     "prepare",
     "redact",
