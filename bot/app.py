@@ -26,7 +26,7 @@ import logging
 import re
 import signal
 import traceback
-from collections.abc import Callable, Collection, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -319,6 +319,19 @@ class Handlers:
         as_chat = isinstance(msg, Message) and msg.sender_chat is not None
         return self.bp.gate.is_owner(user.id if user else None) and not as_chat
 
+    async def _decide(self, session_id: str, call: Awaitable[Outcome]) -> Outcome:
+        """Await the engine's decision with the session's card refreshes held.
+
+        The caller must hand the outcome to :meth:`_render` (or release) exactly once: that
+        releases the hold after the reply is queued, so a card never overtakes the reply.
+        """
+        self.bp.presenter.hold(session_id)
+        try:
+            return await call
+        except BaseException:
+            self.bp.presenter.release(session_id)
+            raise
+
     def _render(
         self,
         session_id: str,
@@ -336,6 +349,7 @@ class Handlers:
         text = _reply_text(outcome) if with_reply else None
         if text is None:
             self._cards(session_id, outcome)
+            self.bp.presenter.release(session_id)
             return
 
         html = text
@@ -355,6 +369,7 @@ class Handlers:
                 )
             finally:
                 self._cards(session_id, outcome)
+                self.bp.presenter.release(session_id)
 
         self._spawn(deliver())
 
@@ -403,7 +418,9 @@ class Handlers:
         session_id = await self._session(key)
         args = _command_args(msg.text or "")
         actor = user.id if user and self._is_owner(update) else None
-        outcome = await self.bp.engine.command(session_id, name, args, actor=actor)
+        outcome = await self._decide(
+            session_id, self.bp.engine.command(session_id, name, args, actor=actor)
+        )
         self._render(session_id, key, outcome, reply_to=msg.message_id, actor=actor)
 
     async def show_plan(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -420,10 +437,13 @@ class Handlers:
             return
         key = message_key(msg)
         session_id = await self._session(key)
-        outcome = await self.bp.engine.command(session_id, "show_plan", "", actor=None)
+        outcome = await self._decide(
+            session_id, self.bp.engine.command(session_id, "show_plan", "", actor=None)
+        )
         if outcome.plan_card is not None:
             # A non-owner's copy: no buttons, and the live card stays where it is.
             self.bp.presenter.show_copy(session_id, ChatRoute(*key), reply_to=msg.message_id)
+            self.bp.presenter.release(session_id)
             return
         self._render(session_id, key, outcome, reply_to=msg.message_id, actor=None)
 
@@ -454,13 +474,16 @@ class Handlers:
             await self._stale(update)
             return
         session_id = await self._session(key)
-        outcome = await self.bp.engine.press(
+        outcome = await self._decide(
             session_id,
-            kind=data.kind,
-            action=data.action,
-            short_id=data.short_id,
-            revision=data.revision,
-            actor=query.from_user.id,
+            self.bp.engine.press(
+                session_id,
+                kind=data.kind,
+                action=data.action,
+                short_id=data.short_id,
+                revision=data.revision,
+                actor=query.from_user.id,
+            ),
         )
         reply = _reply_text(outcome)
         toast = outcome.reply if outcome.reply and len(outcome.reply) <= MAX_TOAST else None

@@ -61,6 +61,7 @@ _ENDED_NOTE = {
     "abandoned": "📦 Set aside by /new: {title}",
 }
 BUSY_NOTE = "⏳ The agent is working…"
+MOVED_NOTE = "This card moved below ⬇️"
 
 
 def plan_view(data: PlanCardData) -> cards.CardView:
@@ -124,16 +125,39 @@ class CardPresenter:
         self._sleep = sleep
         self._slots: dict[tuple[str, CardKind], _Slot] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._holds: dict[str, int] = {}
 
     # ---- public verbs ------------------------------------------------------------------
 
     def refresh(self, session_id: str, kind: CardKind, *, state: str | None = None) -> None:
-        """Redraw the card in place soon (coalesced); ``state`` overrides the derived state."""
+        """Redraw the card in place soon (coalesced); ``state`` overrides the derived state.
+
+        While the session is held (a command is being decided) the redraw waits for
+        :meth:`release`, so the command's reply comes before a card the command created.
+        """
         slot = self._slot(session_id, kind)
         slot.dirty = True
         slot.override = state
+        if self._holds.get(session_id):
+            return
         if slot.task is None or slot.task.done():
             slot.task = self._spawn(self._refresh_loop(session_id, kind, slot))
+
+    def hold(self, session_id: str) -> None:
+        """Hold the session's refreshes while a command or press is decided and answered."""
+        self._holds[session_id] = self._holds.get(session_id, 0) + 1
+
+    def release(self, session_id: str) -> None:
+        """End one :meth:`hold`; refreshes asked for meanwhile are drawn now (once)."""
+        left = self._holds.get(session_id, 0) - 1
+        if left > 0:
+            self._holds[session_id] = left
+            return
+        self._holds.pop(session_id, None)
+        for kind in ("plan", "goal"):
+            slot = self._slots.get((session_id, kind))
+            if slot is not None and slot.dirty and (slot.task is None or slot.task.done()):
+                slot.task = self._spawn(self._refresh_loop(session_id, kind, slot))
 
     def restick(
         self, session_id: str, kind: CardKind, *, state: str | None = None, note: str | None = None
@@ -207,6 +231,8 @@ class CardPresenter:
             wait = slot.last_draw_s + self._interval_s - self._now()
             if wait > 0:
                 await self._sleep(wait)
+            if self._holds.get(session_id):
+                return  # release() starts the loop again
             slot.dirty = False
             async with slot.lock:
                 await self._guard(self._draw(session_id, kind, slot, restick=False))
@@ -261,7 +287,9 @@ class CardPresenter:
                 review_ids = await self._send_review(route, sidecar.title, sidecar.description)
                 await self._meta.set_meta(review_rev_key(session_id), posted)
                 restick = True
-        new_id = await self._deliver(route, current, view, restick=restick)
+        title = sidecar.title if sidecar is not None and sidecar.title else "Plan"
+        moved = f"📋 <b>{escape(_short(title))}</b>\n<i>{MOVED_NOTE}</i>"
+        new_id = await self._deliver(route, current, view, restick=restick, moved_html=moved)
         slot.chat_id = route.chat_id
         slot.message_id = new_id
         if sidecar is not None and (new_id != current or review_ids is not None):
@@ -290,7 +318,8 @@ class CardPresenter:
         if data.goal is None and current is None and not restick:
             return
         view = goal_view(data, note=note)
-        new_id = await self._deliver(route, current, view, restick=restick)
+        moved = f"🎯 <b>Goal</b>\n<i>{MOVED_NOTE}</i>"
+        new_id = await self._deliver(route, current, view, restick=restick, moved_html=moved)
         slot.chat_id, slot.message_id = route.chat_id, new_id
         if new_id != current:
             await self._meta.set_meta(goal_card_key(session_id), f"{route.chat_id}:{new_id}")
@@ -298,9 +327,19 @@ class CardPresenter:
             await self._meta.set_meta(goal_card_key(session_id), "")  # cleared: next goal, new card
 
     async def _deliver(
-        self, route: ChatRoute, current: int | None, view: cards.CardView, *, restick: bool
+        self,
+        route: ChatRoute,
+        current: int | None,
+        view: cards.CardView,
+        *,
+        restick: bool,
+        moved_html: str,
     ) -> int:
-        """Edit the card in place, or post it anew (restick, first card, or edit lost)."""
+        """Edit the card in place, or post it anew (restick, first card, or edit lost).
+
+        A reposted card's old message keeps no buttons and says where the card went, so it
+        never shows a stale state ("working…") forever.
+        """
         markup = cards.to_markup(view)
         if current is not None and not restick:
             result = await self._outbox.edit(route.chat_id, current, view.text, reply_markup=markup)
@@ -312,7 +351,7 @@ class CardPresenter:
             route.chat_id, view.text, thread_id=route.thread, reply_markup=markup
         )
         if current is not None:
-            self._outbox.edit_keyboard(route.chat_id, current, None)
+            self._outbox.edit(route.chat_id, current, moved_html, reply_markup=None)
             await self._unpin(route.chat_id, current)
         await self._pin(route.chat_id, msg.message_id)
         return msg.message_id
@@ -410,6 +449,11 @@ def _goal_state(value: str) -> GoalCardState:
         if s == value:
             return s
     raise ValueError(f"unknown goal card state {value!r}")
+
+
+def _short(title: str, limit: int = 120) -> str:
+    title = " ".join(title.split())
+    return title if len(title) <= limit else title[: limit - 1] + "…"
 
 
 def _stored_card(stored: str | None, chat_id: int) -> int | None:

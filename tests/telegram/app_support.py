@@ -76,6 +76,8 @@ class RecordingEngine:
         self.outcomes: dict[str, Outcome] = {}
         self.restored: list[RestoredGoal] = []
         self.fail_plan_card = False
+        # Set to the bot's channel to be told of plan changes mid-command, as the engine is.
+        self.channel: Any = None
 
     def named(self, name: str) -> list[Call]:
         return [c for c in self.calls if c.name == name]
@@ -179,6 +181,9 @@ class RecordingEngine:
         if name == "plan":
             if session_id not in self.plans:
                 self.open_plan(session_id)
+                if self.channel is not None:
+                    await self.channel.plan_changed(session_id)
+                    await asyncio.sleep(0.05)  # long enough for an unheld refresh to draw
                 return Outcome(reply="Planning.", plan_card="restick")
             return Outcome(reply="Already planning.", plan_card="restick")
         if name == "show_plan":

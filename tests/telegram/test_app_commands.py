@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bot.app import parts
+from bot.channel import LateChannel
 from engine.api import Outcome
 from tests.fakebot.server import FakeBotApi
 from tests.telegram.app_support import (
@@ -80,6 +82,7 @@ async def test_show_plan_forms_restick_the_card_and_strip_the_old_one(
     assert len(cards) == 4
     assert [bool(c.buttons) for c in cards] == [False, False, False, True]
     assert fake_api.chat(GROUP).pinned == [cards[-1].message_id]  # old pins taken down
+    assert all("moved below" in c.text for c in cards[:-1])
     assert engine.plans["s1"].flow.card_id == cards[-1].message_id
 
 
@@ -208,3 +211,21 @@ async def test_new_retires_the_old_cards_and_binds_a_fresh_session(
         await eventually(lambda: len(engine.named("user_message")) == 1)
     assert engine.named("new_session")[0].kwargs == {"actor": OWNER}
     assert engine.named("user_message")[0].args[0] != "s1"
+
+
+async def test_a_card_the_command_created_comes_after_the_reply(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    engine = RecordingEngine()
+    slot = LateChannel()
+    engine.channel = slot  # the engine tells the channel while /plan is being decided
+    async with (
+        open_db(tmp_path / "p.db") as db,
+        running_bot(fake_api, engine, db, channel_slot=slot) as app,
+    ):
+        fake_api.user_message(GROUP, OWNER, "/plan x")
+        await eventually(lambda: len(engine.named("set_plan_flow")) == 1)
+        await parts(app).presenter.flush()
+    texts = [m.text for m in fake_api.bot_messages(GROUP)]
+    assert len(texts) == 2
+    assert texts[0] == "Planning." and "Add login" in texts[1]
