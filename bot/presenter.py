@@ -315,7 +315,9 @@ class CardPresenter:
             return
         stored = await self._meta.get_meta(goal_card_key(session_id))
         current = _stored_card(stored, route.chat_id)
-        if data.goal is None and current is None and not restick:
+        if current is None and not restick and (data.goal is None or data.goal.source == "task"):
+            # Nothing on screen, and nothing worth a card: a task goal is only a label of the
+            # plan card's current task, so it never posts a goal card by itself.
             return
         view = goal_view(data, note=note)
         moved = f"🎯 <b>Goal</b>\n<i>{MOVED_NOTE}</i>"

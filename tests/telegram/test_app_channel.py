@@ -119,3 +119,23 @@ async def test_a_very_long_reply_goes_as_a_document(fake_api: FakeBotApi, tmp_pa
     assert doc.document is not None and doc.document["file_name"] == "reply.md"
     assert doc.reply_to == opening.message_id and doc.text.startswith("Chapter 0.")
     assert fake_api.files[f"documents/{doc.document['file_id']}"] == body.encode()
+
+
+async def test_a_task_goal_alone_posts_no_goal_card(fake_api: FakeBotApi, tmp_path: Path) -> None:
+    engine = RecordingEngine()
+    async with open_db(tmp_path / "p.db") as db, running_bot(fake_api, engine, db) as app:
+        fake_api.user_message(OWNER, OWNER, "/status")
+        await eventually(lambda: len(fake_api.bot_messages(OWNER)) == 1)
+        presenter = parts(app).presenter
+        engine.set_goal("s1", source="task", objective="- greet works")
+        await parts(app).channel.goal_changed("s1")
+        await presenter.flush()
+        del engine.goals["s1"]
+        await parts(app).channel.goal_changed("s1")
+        await presenter.flush()
+        assert len(fake_api.bot_messages(OWNER)) == 1
+        engine.set_goal("s1", objective="ship it")  # a user goal gets its card
+        await parts(app).channel.goal_changed("s1")
+        await presenter.flush()
+    texts = [m.text for m in fake_api.bot_messages(OWNER)]
+    assert len(texts) == 2 and "ship it" in texts[1]
