@@ -42,8 +42,11 @@ MAX_OPTION_LABEL = 60
 MAX_OPTIONS = 10
 # A reply longer than this many messages is sent as one reply.md document.
 MAX_REPLY_MESSAGES = 5
-# Telegram shows "typing" for about 5 s; asking again sooner only spends API calls.
+# Telegram shows "typing" for about 5 s; asking again sooner only spends API calls. In a
+# group every call counts against the 20-per-minute budget (AIORateLimiter counts chat
+# actions too), which replies and card edits need more: there, typing is shown sparingly.
 TYPING_EVERY_S = 4.0
+TYPING_EVERY_GROUP_S = 20.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,12 +159,14 @@ class TelegramChannel:
         return question, question.options[int(index)]
 
     async def typing(self, session_id: str) -> None:
-        """Show "typing" (at most once per ``TYPING_EVERY_S`` per session)."""
+        """Show "typing": at most every 4 s per session, every 20 s in a group."""
         route = await self.route(session_id)
         if route is None:
             return
         now = asyncio.get_running_loop().time()
-        if now - self._typing_at.get(session_id, -TYPING_EVERY_S) < TYPING_EVERY_S:
+        every = TYPING_EVERY_GROUP_S if route.chat_id < 0 else TYPING_EVERY_S
+        last = self._typing_at.get(session_id)
+        if last is not None and now - last < every:
             return
         self._typing_at[session_id] = now
         await self._outbox.typing(route.chat_id, thread_id=route.thread)
