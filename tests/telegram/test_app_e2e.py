@@ -336,3 +336,27 @@ async def test_keep_planning_in_private_hears_the_feedback_and_reviews_again(
 async def _has_feedback(live: Live, sid: str) -> bool:
     events = [e.event for e in await live.storage.log.read(sid)]
     return any(isinstance(e, UserMessage) and e.source.kind == "feedback" for e in events)
+
+
+async def test_a_forum_topic_is_its_own_session_and_its_cards_stay_in_it(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    async with live_bot(fake_api, tmp_path, PLANNING) as live:
+        engine = live.engine
+        fake_api.user_message(GROUP, OWNER, "/plan Add a greeting module", thread_id=7)
+        await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
+        sid = await engine.session_for_chat(GROUP, 7)
+        await settle(engine, sid)
+        await parts(live.app).presenter.flush()
+        fake_api.user_message(GROUP, OWNER, "/status")  # the general topic: another session
+        await eventually(lambda: any(m.thread_id is None for m in fake_api.bot_messages(GROUP)))
+        other = await engine.session_for_chat(GROUP, 0)
+        data = await engine.plan_card(sid)
+    assert other != sid
+    assert data.state == "review" and data.sidecar is not None
+    assert data.sidecar.flow.thread_id == 7
+    in_topic = [m for m in fake_api.bot_messages(GROUP) if m.thread_id == 7]
+    assert data.sidecar.flow.card_id in [m.message_id for m in in_topic]
+    assert any(m.text == "The plan is ready for review." for m in in_topic)
+    status = [m for m in fake_api.bot_messages(GROUP) if m.thread_id is None]
+    assert len(status) == 1 and "Plan: none" in status[0].text
