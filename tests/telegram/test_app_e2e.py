@@ -360,3 +360,44 @@ async def test_a_forum_topic_is_its_own_session_and_its_cards_stay_in_it(
     assert any(m.text == "The plan is ready for review." for m in in_topic)
     status = [m for m in fake_api.bot_messages(GROUP) if m.thread_id is None]
     assert len(status) == 1 and "Plan: none" in status[0].text
+
+
+async def test_plan_on_an_active_plan_offers_revise_on_the_card(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    first_step = [*EXECUTION[:3], say("Step 1 is done.")]
+    async with live_bot(fake_api, tmp_path, [*PLANNING, *first_step]) as live:
+        engine = live.engine
+        fake_api.user_message(GROUP, OWNER, "/plan Add a greeting module")
+        await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
+        sid = await engine.session_for_chat(GROUP, 0)
+        await settle(engine, sid)
+        await parts(live.app).presenter.flush()
+        review = await card(fake_api, live, sid)
+        fake_api.press(GROUP, review.message_id, button(review, "✅ Approve"), user_id=OWNER)
+        await until(lambda: _has_reply(fake_api, "Step 1 is done."))
+        await settle(engine, sid)
+        await parts(live.app).presenter.flush()
+        assert await engine.plans.state(sid) == "active"
+
+        fake_api.user_message(GROUP, OWNER, "/plan")
+        await eventually(
+            lambda: labels(fake_api_card(fake_api, review)) == ["✏️ Revise plan", "Cancel"]
+        )
+        offer = fake_api_card(fake_api, review)
+        assert "1/2" in offer.text
+        fake_api.press(GROUP, offer.message_id, button(offer, "Cancel"), user_id=OWNER)
+        await eventually(lambda: labels(fake_api_card(fake_api, review)) == ["🗑 Discard"])
+        assert await engine.plans.state(sid) == "active"
+
+
+def fake_api_card(api: FakeBotApi, review: FakeMessage) -> FakeMessage:
+    """The live plan card: the review card, unless a restick moved it below."""
+    cards = [
+        m for m in api.bot_messages(GROUP) if m.text.startswith("📋") and "moved" not in m.text
+    ]
+    return cards[-1] if cards else review
+
+
+async def _has_reply(api: FakeBotApi, text: str) -> bool:
+    return any(m.text == text for m in api.bot_messages(GROUP))
