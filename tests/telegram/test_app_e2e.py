@@ -15,9 +15,10 @@ from typing import Any
 
 from telegram.ext import Application
 
-from bot.app import parts
+from bot.app import announce_restored, parts
 from bot.channel import LateChannel
 from bot.routes import goal_card_key
+from engine.api import RestoredGoal
 from engine.app import Engine, EngineConfig, build_engine
 from engine.events import UserMessage
 from engine.model.script import ScriptStep, call, say
@@ -52,6 +53,7 @@ class Live:
     engine: Engine
     storage: Storage
     workspace: Path
+    restored: list[RestoredGoal]
 
 
 @asynccontextmanager
@@ -78,9 +80,10 @@ async def live_bot(
     )
     try:
         async with running_bot(api, engine, storage.db, channel_slot=slot) as app:
-            await engine.start()
+            restored = await engine.start()
+            await announce_restored(app, restored)  # as serve() does
             try:
-                yield Live(app, engine, storage, workspace)
+                yield Live(app, engine, storage, workspace, restored)
             finally:
                 await engine.shutdown()
                 await parts(app).presenter.flush()
@@ -401,3 +404,31 @@ def fake_api_card(api: FakeBotApi, review: FakeMessage) -> FakeMessage:
 
 async def _has_reply(api: FakeBotApi, text: str) -> bool:
     return any(m.text == text for m in api.bot_messages(GROUP))
+
+
+async def test_a_goal_live_at_a_restart_comes_back_paused_with_resume(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    gated = GatedProvider([say("Round 1 done.")], gate_at=1)
+    async with live_bot(fake_api, tmp_path, [], model=gated, max_goal_rounds=2) as live:
+        fake_api.user_message(GROUP, OWNER, "/goal make the greeting friendlier")
+        await asyncio.wait_for(gated.entered.wait(), 10)  # round 1 is mid-call
+        sid = await live.engine.session_for_chat(GROUP, 0)
+    # The process stopped mid-round. The next one comes up with the goal disarmed.
+    async with live_bot(fake_api, tmp_path, [say("Round 2 done.")], max_goal_rounds=2) as live:
+        restored = live.restored
+        assert [r.session_id for r in restored] == [sid]
+        await parts(live.app).presenter.flush()
+        goal_card = fake_api.bot_messages(GROUP)[-1]
+        assert "Paused by the restart" in goal_card.text
+        assert labels(goal_card) == ["▶️ Resume", "✖️ Clear"]
+        assert not live.engine.goals.is_armed(sid)
+        fake_api.press(GROUP, goal_card.message_id, button(goal_card, "▶️ Resume"), user_id=OWNER)
+        await until(lambda: _has_reply(fake_api, "Round 2 done."))
+
+        async def blocked() -> bool:
+            goal = await live.engine.goals.get(sid)
+            return goal is not None and goal.phase == "blocked"
+
+        await until(blocked)
+    assert not any(m.text == "Round 1 done." for m in fake_api.bot_messages(GROUP))
