@@ -41,13 +41,21 @@ def _checklist_gate(sidecar: PlanSidecar | None, md: str | None) -> Refusal | Pl
 def add_tasks(
     sidecar: PlanSidecar | None, md: str | None, specs: Sequence[TaskSpec], ctx: Context
 ) -> Result:
-    """``add_tasks`` / ``add_task``: Active only; the new tasks are ``source: agent``."""
+    """``add_tasks`` / ``add_task``: Active only; the new tasks are ``source: agent``.
+
+    The one exception is the seed fallback (DESIGN.md §14): on an Active design plan with no
+    tasks at all, the model seeds the checklist, so the tasks are ``source: plan`` without
+    identity and re-approval replaces them instead of carrying them.
+    """
     live = _checklist_gate(sidecar, md)
     if isinstance(live, Refusal):
         return live
     if not specs:
         return refusal("tasks-required")
-    made = make_tasks(specs, next_task_id=live.next_task_id, existing=live.tasks, source="agent")
+    source: Literal["plan", "agent"] = (
+        "plan" if live.mode == "design" and not live.tasks else "agent"
+    )
+    made = make_tasks(specs, next_task_id=live.next_task_id, existing=live.tasks, source=source)
     if isinstance(made, Refusal):
         return made
     tasks, next_id = made

@@ -1,0 +1,40 @@
+"""Seed fallback (DESIGN.md §14): tasks added to an empty Active design plan are plan tasks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.plan.seeding import Seeding, default_seeding
+from tests.plan.lifecycle_helpers import SID, design_written, make_harness
+
+
+async def test_seed_retry_tasks_are_plan_tasks_replaced_on_reapproval(tmp_path: Path) -> None:
+    h = make_harness(tmp_path)
+    real = default_seeding()
+    # The first approval extracts nothing: Active with no tasks, the seed-retry state.
+    h.plans._seeding = Seeding(
+        extract=lambda text: [],
+        validate=real.validate,
+        seed=real.seed,
+        reconcile=real.reconcile,
+    )
+    revision = await design_written(h)
+    assert (await h.plans.approve(SID, revision=revision, actor=1)).ok
+    out = await h.tool(op="add_tasks", tasks=[{"title": "seeded by the model"}])
+    assert not out.is_error, out.content
+    seeded = h.raw()["tasks"]
+    assert [(t["source"], t.get("plan_identity")) for t in seeded] == [("plan", None)]
+    # Once the checklist has tasks, add_tasks makes agent tasks again.
+    out = await h.tool(op="add_task", title="agent chore")
+    assert not out.is_error, out.content
+    assert [t["source"] for t in h.raw()["tasks"]] == ["plan", "agent"]
+
+    h.plans._seeding = real
+    assert (await h.plans.revise(SID)).ok
+    again = await h.plans.approve(SID, revision=await h.plans.revision(SID), actor=1)
+    assert again.ok
+    titles = [(t["title"], t["source"]) for t in h.raw()["tasks"]]
+    assert ("seeded by the model", "agent") not in titles
+    assert all(title != "seeded by the model" for title, _ in titles)
+    assert ("agent chore", "agent") in titles
+    assert ("Write the parser", "plan") in titles
