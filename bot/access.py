@@ -31,11 +31,13 @@ from telegram.constants import ChatMemberStatus, ChatType, ParseMode
 from telegram.error import TelegramError
 from telegram.ext import ApplicationHandlerStop, ContextTypes, TypeHandler
 
+import engine.api as engine_api
 from bot.keys import SessionKey, message_key
 
 log = logging.getLogger("telegram.access")
 
-READ_ONLY_COMMANDS = frozenset({"show_plan", "status", "help", "start"})
+# The engine's read-only commands, plus Telegram's /start (which behaves as /help).
+READ_ONLY_COMMANDS = engine_api.READ_ONLY_COMMANDS | {"start"}
 REFUSAL_INTERVAL_S = 60.0
 REFUSAL_TEXT = (
     "Sorry, only the owner can ask me to do things here. "

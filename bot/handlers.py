@@ -30,10 +30,10 @@ from bot.presenter import CardPresenter
 from bot.render import escape
 from bot.routes import GROUPS_KEY, LAST_UPDATE_KEY, ChatRoute, MetaStore, Routes
 from engine.api import CommandName, EngineApi, Outcome
+from engine.commands import STALE_TEXT
 
 _log = logging.getLogger("telegram.app")
 
-STALE_TEXT = "This card is out of date."
 MAX_TOAST = 200
 SHOW_PLAN_PATTERN = re.compile(r"^/show[-_]plan(?:@([A-Za-z0-9_]{3,32}))?(?:\s|$)", re.IGNORECASE)
 
@@ -288,7 +288,7 @@ class Handlers:
         toast = outcome.reply if outcome.reply and len(outcome.reply) <= MAX_TOAST else None
         as_message = reply is not None and (outcome.await_feedback or toast is None)
         await _answer(query, None if as_message else toast, alert=outcome.alert)
-        if outcome.stale or (outcome.reply or "").startswith(STALE_TEXT):
+        if outcome.stale:
             # Take the dead buttons away; if it was the live card, the redraw restores it.
             self._strip_pressed(query.message)
             self.bp.presenter.refresh(session_id, "plan")

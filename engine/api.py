@@ -21,6 +21,7 @@ from engine.plan.types import PlanSidecar
 CommandName = Literal[
     "plan", "show_plan", "execute", "discard", "goal", "stop", "new", "status", "help"
 ]
+# Anyone in an allowed group may run these; every other command is owner-only.
 READ_ONLY_COMMANDS: frozenset[str] = frozenset({"show_plan", "status", "help"})
 
 # How the plan card should look after an outcome. ``review`` is the card with Approve /

@@ -139,6 +139,7 @@ class Engine:
         if old is not None:
             await self.ensure_loaded(old)
             await self.commands.log_command(old, "new", "", actor=actor)
+            self.agents.controller(old).cancel_pending()
             dropped = [m.text for m in await self.agents.stop(old)]
             await self.goals.disarm(old)  # the driver drops the goal's jobs on disarm
             await self.plans.abandon(old)
@@ -202,11 +203,12 @@ class Engine:
         if sidecar is None:
             ended = self._ended.get(session_id)
             if ended is not None:
-                state: PlanCardState = "done" if ended[1] == "completed" else "none"
-                return PlanCardData(state=state, sidecar=ended[0], busy=busy, ended=ended[1])
+                final: PlanCardState = "done" if ended[1] == "completed" else "none"
+                return PlanCardData(state=final, sidecar=ended[0], busy=busy, ended=ended[1])
             return PlanCardData(state="none", sidecar=None, busy=busy)
+        chosen = self.commands.plan_override(session_id, sidecar.revision)
         return PlanCardData(
-            state=await self.derived_plan_card_state(session_id),
+            state=chosen or await self.derived_plan_card_state(session_id),
             sidecar=sidecar,
             busy=busy,
         )
@@ -232,7 +234,8 @@ class Engine:
         goal = await self.goals.get(session_id)
         if goal is None:
             return GoalCardData(state="none", goal=None)
-        return GoalCardData(state="live", goal=goal, armed=self.goals.is_armed(session_id))
+        state = self.commands.goal_override(session_id, goal.revision) or "live"
+        return GoalCardData(state=state, goal=goal, armed=self.goals.is_armed(session_id))
 
     async def set_plan_flow(
         self,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from engine.api import CommandName, Outcome
+from engine.api import CommandName, GoalCardState, Outcome, PlanCardState
 from engine.events import CommandRun, FeedbackSource, HumanSource, SeedSource
 from engine.goal.commands import describe_goal, parse_goal_command, run_goal_command
 from engine.goal.fold import GoalRefusal
@@ -58,6 +58,10 @@ class CommandPlane:
         # The revision at which the owner pressed Keep planning: the review keyboard stays
         # off until the plan changes.
         self._kept: dict[str, int] = {}
+        # Interface states the owner chose (Revise offer, confirmations), bound to the
+        # revision they were drawn for, so a redraw while the agent works keeps them.
+        self._plan_override: dict[str, tuple[PlanCardState, int]] = {}
+        self._goal_override: dict[str, tuple[GoalCardState, int]] = {}
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -91,6 +95,20 @@ class CommandPlane:
         )
         self._e.agents.controller(session_id).submit(text, source=source, message_id=message_id)
 
+    def plan_override(self, session_id: str, revision: int) -> PlanCardState | None:
+        """The card state the owner chose for this plan revision, if any."""
+        chosen = self._plan_override.get(session_id)
+        return chosen[0] if chosen is not None and chosen[1] == revision else None
+
+    def goal_override(self, session_id: str, revision: int) -> GoalCardState | None:
+        """The card state the owner chose for this goal revision, if any."""
+        chosen = self._goal_override.get(session_id)
+        return chosen[0] if chosen is not None and chosen[1] == revision else None
+
+    def _clear_overrides(self, session_id: str) -> None:
+        self._plan_override.pop(session_id, None)
+        self._goal_override.pop(session_id, None)
+
     def is_kept(self, session_id: str, revision: int) -> bool:
         """Keep planning was pressed at this revision (the card shows no review keyboard)."""
         return self._kept.get(session_id) == revision
@@ -102,6 +120,8 @@ class CommandPlane:
     ) -> Outcome:
         """Run one command; refusals are outcomes with a reply, never exceptions."""
         args = args.strip()
+        if name in ("plan", "execute", "discard", "goal", "stop"):
+            self._clear_overrides(session_id)
         match name:
             case "plan":
                 return await self._plan(session_id, args, actor=actor)
@@ -161,6 +181,7 @@ class CommandPlane:
                 reply="This checklist has no plan text to revise. /discard it to plan anew.",
                 plan_card="restick",
             )
+        self._plan_override[session_id] = ("revise_offer", sidecar.revision)
         return Outcome(
             reply="A plan is being carried out. Revise it?",
             plan_card="restick",
@@ -229,19 +250,26 @@ class CommandPlane:
         return Outcome(reply="Approved. Working through the checklist.", plan_card="refresh")
 
     async def discard(self, session_id: str) -> Outcome:
-        """``/discard`` and the confirmed Discard button: cancel the turn first, then archive."""
+        """``/discard`` and the confirmed Discard button: cancel the turn first, then archive.
+
+        A pending approval or ``/plan`` is taken back, never committed later; the goal is
+        disarmed (DESIGN.md §14).
+        """
         plans = self._e.plans
+        controller = self._e.agents.controller(session_id)
+        pending_plan = controller.pending_plan_mode is True
+        controller.cancel_pending()
+        self._clear_overrides(session_id)
+        dropped = [m.text for m in await self._e.agents.stop(session_id)]
         state = await plans.state(session_id)
         if state == "none":
-            return Outcome(reply="Nothing to discard.")
+            reply = "Planning cancelled." if pending_plan else "Nothing to discard."
+            return Outcome(reply=reply, plan_card="refresh", dropped=tuple(dropped))
         sidecar = await plans.current(session_id)
         revising = sidecar is not None and sidecar.revising is not None
-        dropped: list[str] = []
-        if state != "pre_init":
-            dropped = [m.text for m in await self._e.agents.stop(session_id)]
         result = await plans.discard(session_id)
         if not result.ok:
-            return Outcome(reply=result.text, plan_card="refresh")
+            return Outcome(reply=result.text, plan_card="refresh", dropped=tuple(dropped))
         self._kept.pop(session_id, None)
         if state == "pre_init":
             reply = "Planning cancelled."
@@ -311,15 +339,18 @@ class CommandPlane:
         sidecar = await plans.current(session_id)
         if sidecar is None or sidecar.id[:8] != short_id or sidecar.revision != revision:
             return _stale()
+        self._plan_override.pop(session_id, None)
         state = await plans.state(session_id)
         match action:
             case "approve" if state == "post_init":
                 return await self.approve(session_id, revision, actor=actor)
             case "keep" if state == "post_init":
                 await self.log_command(session_id, "keep_planning", "", actor=actor)
+                self._e.agents.controller(session_id).cancel_pending()
                 self._kept[session_id] = revision
                 return Outcome(reply=FEEDBACK_QUESTION, await_feedback=True, plan_card="refresh")
             case "discard":
+                self._plan_override[session_id] = ("confirm_discard", revision)
                 return Outcome(plan_card="refresh", plan_card_state="confirm_discard")
             case "discard_yes":
                 await self.log_command(session_id, "discard", "", actor=actor)
@@ -328,10 +359,20 @@ class CommandPlane:
                 return Outcome(plan_card="refresh")
             case "revise" if state == "active" and await self._revisable(session_id):
                 await self.log_command(session_id, "revise", "", actor=actor)
+                # Editing must hold from the first moment: a turn still executing the
+                # checklist is stopped before the plan reopens (its bash could write on).
+                controller = self._e.agents.controller(session_id)
+                controller.cancel_pending()
+                dropped = [m.text for m in await self._e.agents.stop(session_id)]
                 result = await plans.revise(session_id)
                 if not result.ok:
                     return Outcome(reply=result.text, alert=True, plan_card="refresh")
-                return Outcome(reply=FEEDBACK_QUESTION, await_feedback=True, plan_card="refresh")
+                return Outcome(
+                    reply=FEEDBACK_QUESTION,
+                    await_feedback=True,
+                    plan_card="refresh",
+                    dropped=tuple(dropped),
+                )
         return _stale()
 
     async def _goal_press(
@@ -341,6 +382,7 @@ class CommandPlane:
         goal = await goals.get(session_id)
         if goal is None or goal.id[:8] != short_id or goal.revision != revision:
             return _stale()
+        self._goal_override.pop(session_id, None)
         ref = goal.ref
         await self.log_command(session_id, f"goal_{action}", "", actor=actor)
         result: object
@@ -352,6 +394,7 @@ class CommandPlane:
             case "start":
                 result = await goals.arm(session_id, ref)
             case "clear":
+                self._goal_override[session_id] = ("confirm_clear", revision)
                 return Outcome(goal_card="refresh", goal_card_state="confirm_clear")
             case "clear_yes":
                 result = await goals.clear(session_id, ref)

@@ -118,6 +118,15 @@ class SessionController:
         committed = await self._commit_approval(queue_execution=True)
         return "committed" if committed else "stale"
 
+    def cancel_pending(self) -> None:
+        """Forget a pending plan-mode switch and approval, uncommitted.
+
+        Keep planning, ``/discard`` and ``/new`` call it: an approval or ``/plan`` the owner
+        has since taken back must never commit later.
+        """
+        self._pending_mode = None
+        self._pending_approval = None
+
     async def stop(self) -> list[InboundMessage]:
         """Cancel the running turn, kill its bash, drop and return the queued messages.
 
