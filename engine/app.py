@@ -31,6 +31,7 @@ from engine.api import (
     RestoredGoal,
 )
 from engine.commands import CommandPlane
+from engine.events import CommandRun, PlanChanged, PlanMode, SessionEvent
 from engine.goal.driver import RoundDriver
 from engine.goal.service import GoalService
 from engine.goal.tools import goal_tools
@@ -42,7 +43,7 @@ from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
 from engine.plan.types import PlanSidecar
 from engine.ports import Clock, EventLog, SessionStore
-from engine.recovery import load_session_events
+from engine.recovery import close_interrupted_turn
 from engine.scheduler import ApsScheduler, Scheduler
 from engine.todo.tool import TodoWriteTool
 from engine.tools.base import Tool
@@ -55,6 +56,33 @@ INTERRUPTED_NOTICE = (
     "The last turn was interrupted when plangate stopped; it will not be re-run. "
     "Send a message to continue."
 )
+
+
+PLAN_RESUMED_NOTICE = "Planning, asked for before plangate stopped, is on now."
+STALE_APPROVAL_NOTICE = (
+    "An approval given before plangate stopped was for an older version of the plan; "
+    "the plan is back in review."
+)
+
+
+# Commands after which an earlier pending approval or /plan no longer stands.
+_TAKE_BACKS = frozenset({"keep_planning", "discard", "new", "revise"})
+
+
+def _undecided(events: Sequence[SessionEvent], name: str) -> CommandRun | None:
+    """The last ``command/run`` called ``name`` if nothing decided or took it back since.
+
+    A plan change (``plan/mode``, ``plan/changed``) decides it; a take-back command cancels it.
+    """
+    for event in reversed(events):
+        if isinstance(event, PlanChanged | PlanMode):
+            return None
+        if isinstance(event, CommandRun):
+            if event.name == name:
+                return event
+            if event.name in _TAKE_BACKS:
+                return None
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,19 +146,46 @@ class Engine:
         """First touch of a session in this process: close what a dead process left open.
 
         An interrupted turn is never re-run; the chat is told once. A corrupt sidecar that the
-        plan store moved aside is reported here too.
+        plan store moved aside is reported. A pending ``/plan`` or approval that the dead
+        process had logged but not committed is decided now, the same way it would have been.
         """
         if session_id in self._loaded:
             return
         self._loaded.add(session_id)
-        before = await self.log.read(session_id)
-        events = await load_session_events(self.log, session_id)
-        if len(events) > len(before):
+        if await close_interrupted_turn(self.log, session_id):
             await safe_call("notice", self.channel.notice(session_id, INTERRUPTED_NOTICE))
         await self.goals.on_session_start(session_id)
         await self.plans.state(session_id)  # loads the sidecar (legacy map, corrupt move)
         for notice in self.plans.take_notices(session_id):
             await safe_call("notice", self.channel.notice(session_id, notice))
+        await self._decide_pending(session_id)
+
+    async def _decide_pending(self, session_id: str) -> None:
+        stored = await self.log.read(session_id, types=("command/run", "plan/mode", "plan/changed"))
+        events = [s.event for s in stored]
+        switch = _undecided(events, "plan")
+        if (
+            switch is not None
+            and switch.data.get("target") is True
+            and await self.plans.state(session_id) == "none"
+        ):
+            await self.plans.enter_pre_init(
+                session_id, working_directory=str(self.config.workspace)
+            )
+            await safe_call("notice", self.channel.notice(session_id, PLAN_RESUMED_NOTICE))
+        approval = _undecided(events, "approve")
+        revision = approval.data.get("revision") if approval is not None else None
+        current = await self.plans.current(session_id)
+        if not isinstance(revision, int) or current is None:
+            return
+        if await self.plans.state(session_id) != "post_init":
+            return
+        if current.revision == revision:
+            await self.agents.controller(session_id).request_approval(
+                revision=revision, actor=approval.actor if approval else None
+            )
+        else:
+            await safe_call("notice", self.channel.notice(session_id, STALE_APPROVAL_NOTICE))
 
     async def new_session(self, chat_id: int, thread_id: int, *, actor: int) -> Outcome:
         """``/new``: end the key's session (cancel, disarm, archive), bind a fresh one."""
@@ -294,6 +349,9 @@ class Engine:
             if binding.session_id in seen:
                 continue
             seen.add(binding.session_id)
+            # Tell each chat now about a turn the last process left open, not at its next
+            # message; decide what it left pending.
+            await self.ensure_loaded(binding.session_id)
             goal = await self.goals.get(binding.session_id)
             if goal is not None and goal.phase == "active" and goal.source != "task":
                 restored.append(RestoredGoal(session_id=binding.session_id, goal=goal))

@@ -57,3 +57,21 @@ async def load_session_events(log: EventLog, session_id: str) -> list[StoredEven
     if closures:
         events.extend(await log.append(session_id, closures))
     return events
+
+
+_TURN_MARKS = ("turn/start", "turn/end")
+_TURN_TOOLS = ("turn/start", "turn/end", "tool/call", "tool/result")
+
+
+async def close_interrupted_turn(log: EventLog, session_id: str) -> list[StoredEvent]:
+    """Append the closures of a turn a dead process left open; return them (``[]`` if none).
+
+    Reads only the turn marks, then the last turn's tool events, so loading a long session
+    stays cheap. The same ownership rule as :func:`load_session_events` applies.
+    """
+    marks = await log.read(session_id, types=_TURN_MARKS)
+    if not marks or not isinstance(marks[-1].event, TurnStart):
+        return []
+    tail = await log.read(session_id, after_seq=marks[-1].seq - 1, types=_TURN_TOOLS)
+    closures = interrupted_closures(stored.event for stored in tail)
+    return await log.append(session_id, closures) if closures else []
