@@ -63,9 +63,10 @@ def apply_plan_mode_event(state: PlanModeState, event: SessionEvent) -> PlanMode
 def apply_goal_event(state: GoalSnapshot | None, event: SessionEvent) -> GoalSnapshot | None:
     """The current goal: the last snapshot, ``None`` after its tombstone, plus admitted rounds.
 
-    A goal-source ``user/message`` of the current goal IS the admission of a round: it adds one
-    to ``rounds_started`` without a new revision (DESIGN.md §14). A tombstone clears only the goal
-    it names, so a late clear of a replaced goal cannot erase its successor.
+    A goal-source ``user/message`` of the current goal at its current revision IS the admission
+    of a round: it adds one to ``rounds_started`` without a new revision (DESIGN.md §14). A
+    tombstone clears only the goal it names, so a late clear of a replaced goal cannot erase its
+    successor.
     """
     if isinstance(event, GoalChange):
         snapshot = event.snapshot
@@ -87,6 +88,9 @@ def apply_goal_event(state: GoalSnapshot | None, event: SessionEvent) -> GoalSna
         and isinstance(event.source, GoalRoundSource)
         and state is not None
         and event.source.goal_id == state.id
+        # A round reserved at an older revision was not validly admitted (the goal was paused
+        # or edited in between), so it must not use up a round of the cap.
+        and event.source.revision == state.revision
     ):
         return state.model_copy(update={"rounds_started": state.rounds_started + 1})
     return state

@@ -6,6 +6,8 @@ the tool batch (plan gate first) -> ``tool/result`` events. The turn ends when t
 answers without tool calls (``completed``), after ``max_steps`` (``max_steps``), when the
 pre-step hook says so (``completed`` with a detail), on a model error (``failed``) or when
 the task is cancelled (``cancelled``; every open call gets a synthetic interrupted result).
+A goal round's first check runs before its ``user/message`` is logged; a round refused there
+logs nothing.
 """
 
 from __future__ import annotations
@@ -89,6 +91,14 @@ async def run_turn(
     log = deps.log
     turn_id = uuid.uuid4().hex
     workspace = await deps.workspace_for(session_id)
+    # A goal round's user/message IS its admission (it counts toward the cap), so the round is
+    # validated before anything is logged: a round refused here opens no turn at all.
+    validated = False
+    if isinstance(message.source, GoalRoundSource):
+        refused = await pre_step(0)
+        if refused is not None:
+            return TurnResult(turn_id, "completed", "", refused)
+        validated = True
     await log.append(
         session_id,
         [TurnStart(turn_id=turn_id), UserMessage(text=message.text, source=message.source)],
@@ -103,7 +113,8 @@ async def run_turn(
     detail = ""
     try:
         for step in range(deps.settings.max_steps):
-            stop_reason = await pre_step(step)
+            # Step 0 of a goal round was checked just before its admission above.
+            stop_reason = None if step == 0 and validated else await pre_step(step)
             if stop_reason is not None:
                 outcome, detail = "completed", stop_reason
                 break

@@ -5,8 +5,9 @@ Per session there is at most one attempt, which moves queued -> claimed -> submi
     tick (scheduler) -> queued: wait until the target is idle (RoundTarget.is_idle; woken by
         notify_idle) -> claimed: reserve {goal id, revision, rounds_started + 1}; at the cap
         write blocked {round-limit} instead -> submitted: RoundTarget.submit_round(prompt,
-        source) -> settled when the target is idle again and the round was admitted (or the
-        reservation went stale, or the goal was disarmed).
+        source) -> settled when the target is idle again and the round was admitted or its turn
+        ended (it may be refused before admission), or the reservation went stale, or the goal
+        was disarmed.
 
 Ticks come from the one :class:`engine.scheduler.Scheduler`: a continuous goal gets a "now" job
 after each settled round; a goal with ``schedule_s`` gets an interval job (coalesced, one
@@ -64,6 +65,9 @@ class _Attempt:
     state: Literal["queued", "claimed", "submitted"] = "queued"
     source: GoalRoundSource | None = None
     task: asyncio.Task[None] | None = None
+    # A turn ended after the round was submitted: the round ran, or was refused before its
+    # admission (the agent validates a round before logging its user/message).
+    turn_ended: bool = False
 
 
 @dataclass(slots=True)
@@ -109,6 +113,8 @@ class RoundDriver:
         """
         session = self._session(session_id)
         attempt = session.attempt
+        if attempt is not None and attempt.state == "submitted":
+            attempt.turn_ended = True
         if outcome in UNCERTAIN_OUTCOMES and attempt is not None and attempt.state == "submitted":
             self._spawn(self._goals.disarm(session_id))
         session.wake.set()
@@ -232,7 +238,7 @@ class RoundDriver:
             attempt.source = source
             await self._target.submit_round(session_id, round_prompt(goal, source.round), source)
             attempt.state = "submitted"
-            await self._wait_settled(session_id, source)
+            await self._wait_settled(session_id, source, attempt)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # worker boundary: an unclassified failure never re-runs
@@ -243,7 +249,9 @@ class RoundDriver:
                 session.attempt = None
         self._after_attempt(session_id)
 
-    async def _wait_settled(self, session_id: str, source: GoalRoundSource) -> None:
+    async def _wait_settled(
+        self, session_id: str, source: GoalRoundSource, attempt: _Attempt
+    ) -> None:
         session = self._session(session_id)
         while True:
             session.wake.clear()
@@ -261,7 +269,8 @@ class RoundDriver:
             )
             if not current:
                 return  # the round's own pre-step will end it; nothing more to wait for here
-            if admitted and self._target.is_idle(session_id):
+            # A round refused before admission never counts, so its turn's end settles it too.
+            if (admitted or attempt.turn_ended) and self._target.is_idle(session_id):
                 return
             await session.wake.wait()
 
