@@ -313,6 +313,11 @@ class Handlers:
             await self._stale(update, text="This question is out of date.")
             return
         question, text = found
+        key = update_key(update)
+        if key is None or await self._session(key) != question.session_id:
+            # Asked in a session that /new has since ended: it must not come back to life.
+            await self._stale(update, text="This question is out of date.")
+            return
         await _answer(query, _clip(f"➡️ {text}", MAX_TOAST), alert=False)
         self.bp.outbox.edit_keyboard(question.chat_id, question.message_id, None)
         await self.bp.engine.user_message(

@@ -41,7 +41,7 @@ from engine.plan.extract import validate_template_b
 from engine.plan.service import PlanChange, PlanService
 from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
-from engine.plan.types import PlanSidecar
+from engine.plan.types import PlanFlow, PlanSidecar
 from engine.ports import Clock, EventLog, SessionStore
 from engine.recovery import close_interrupted_turn
 from engine.scheduler import ApsScheduler, Scheduler
@@ -204,6 +204,19 @@ class Engine:
         await self.sessions.bind_chat(chat_id, thread_id, record.id)
         self._loaded.add(record.id)
         return Outcome(reply="Started a new session.", dropped=tuple(dropped))
+
+    async def fork_session(self, session_id: str, *, upto_seq: int | None = None) -> str:
+        """A new session with a copy of the log prefix and the current sidecar and ``.md``.
+
+        The copy is bound to no chat and owns no card: its ``flow`` ids are cleared, so it
+        never edits the parent's messages.
+        """
+        await self.ensure_loaded(session_id)
+        record = await self.sessions.fork(session_id, upto_seq=upto_seq)
+        await self.plans.fork(session_id, record.id)
+        if await self.plans.current(record.id) is not None:
+            await self.plans.set_flow(record.id, PlanFlow())
+        return record.id
 
     # --- messages, commands, presses --------------------------------------------------------
 

@@ -346,3 +346,24 @@ async def test_a_restart_disarms_a_live_goal_and_closes_an_interrupted_turn(
         # Loading again in the same process tells nothing twice.
         await rig2.engine.session_for_chat(-1, 0)
         assert len(rig2.channel.of("notice")) == 1
+
+
+async def test_fork_copies_the_log_prefix_and_the_plan_but_not_the_card(
+    tmp_path: Path, quiet_model: ScriptedProvider
+) -> None:
+    async with engine_rig(tmp_path, quiet_model) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(-1, 0)
+        await _post_init(rig, sid)
+        await engine.set_plan_flow(sid, chat_id=-1, thread_id=None, card_id=42)
+        child = await engine.fork_session(sid)
+        assert child != sid
+        parent_events = [e.event for e in await engine.log.read(sid)]
+        assert [e.event for e in await engine.log.read(child)] == parent_events
+        copy = await engine.plans.current(child)
+        original = await engine.plans.current(sid)
+        assert copy is not None and original is not None
+        assert copy.session_id == child and copy.title == original.title
+        assert copy.flow.card_id is None and original.flow.card_id == 42
+        assert await engine.plans.md_text(child) == await engine.plans.md_text(sid)
+        assert await engine.plans.state(child) == "post_init"
