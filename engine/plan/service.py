@@ -23,7 +23,14 @@ from engine.plan import checklist, machine
 from engine.plan.criteria import TaskCriteriaSink
 from engine.plan.gate import PlanGateView
 from engine.plan.importer import read_import
-from engine.plan.machine import ClearCriteria, Context, SetCriteria, TaskSpec, Transition
+from engine.plan.machine import (
+    ClearCriteria,
+    Context,
+    CriteriaEffect,
+    SetCriteria,
+    TaskSpec,
+    Transition,
+)
 from engine.plan.refusals import Refusal, refusal
 from engine.plan.seeding import Seeding, default_seeding
 from engine.plan.store import ArchiveReason, PlanStore
@@ -108,16 +115,25 @@ class PlanService:
         self._live: dict[str, _Live] = {}
         self._notices: dict[str, list[str]] = {}
         self._listeners: list[PlanListener] = []
-        self._undelivered: list[PlanChange] = []
+        # Committed changes with their criteria effect, applied and announced by _deliver.
+        self._undelivered: list[tuple[PlanChange, CriteriaEffect]] = []
 
     def add_listener(self, listener: PlanListener) -> None:
         """Call ``listener(change)`` after every committed change (cards redraw from it)."""
         self._listeners.append(listener)
 
     async def _deliver(self) -> None:
-        """Tell the listeners about committed changes; call with no plan lock held."""
+        """Apply committed criteria effects, then tell the listeners; call with no plan lock held.
+
+        The criteria sink (the goal service) notifies its own listeners, which read the plan
+        back; the plan lock is not reentrant, so this must run after it is released.
+        """
         while self._undelivered:
-            change = self._undelivered.pop(0)
+            change, effect = self._undelivered.pop(0)
+            try:
+                await self._apply_criteria(change.session_id, effect)
+            except Exception as exc:  # the plan change is committed; the label is secondary
+                _log.warning("plan.criteria.failed %s: %s", type(exc).__name__, exc)
             for listener in self._listeners:
                 try:
                     await listener(change)
@@ -213,7 +229,6 @@ class PlanService:
             PlanChanged(status=after, revision=revision, plan_id=plan_id, reason=t.reason)
         )
         await self._log.append(session_id, events)
-        await self._apply_criteria(session_id, t)
         change = PlanChange(
             session_id=session_id,
             before=live.sidecar,
@@ -221,8 +236,9 @@ class PlanService:
             archived=t.archive,
             archived_sidecar=t.sidecar if t.archive is not None else None,
         )
-        # Listeners run after the lock is released (they read the plan back): _deliver.
-        self._undelivered.append(change)
+        # The criteria effect and the listeners run after the lock is released (both lead to
+        # code that reads the plan back): _deliver.
+        self._undelivered.append((change, t.criteria))
         return PlanResult(
             text=t.text,
             code=None,
@@ -232,10 +248,9 @@ class PlanService:
             seeded=t.seeded,
         )
 
-    async def _apply_criteria(self, session_id: str, t: Transition) -> None:
+    async def _apply_criteria(self, session_id: str, effect: CriteriaEffect) -> None:
         if self._criteria is None:
             return
-        effect = t.criteria
         if isinstance(effect, SetCriteria):
             await self._criteria.set_task_criteria(
                 session_id,
