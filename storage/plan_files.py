@@ -131,7 +131,8 @@ class FilePlanStore:
         try:
             decoded = decode_sidecar(json.loads(source.read_text(encoding="utf-8")))
         except (ValueError, ValidationError, UnicodeDecodeError):
-            return PlanLoad(sidecar=None, md=None, corrupt=self._move_aside(source, from_legacy))
+            moved = self._move_aside(source, from_legacy, md=md_path)
+            return PlanLoad(sidecar=None, md=None, corrupt=moved)
         md = md_source.read_text(encoding="utf-8") if md_source is not None else None
         return PlanLoad(
             sidecar=decoded.sidecar,
@@ -141,12 +142,17 @@ class FilePlanStore:
             from_legacy=from_legacy,
         )
 
-    def _move_aside(self, source: Path, from_legacy: bool) -> str:
+    def _move_aside(self, source: Path, from_legacy: bool, *, md: Path) -> str:
         if from_legacy:
             # The legacy folder is never written: report the file and leave it where it is.
             return str(source)
-        target = source.with_name(f"{source.name}.corrupt-{utc_stamp()}")
+        stamp = utc_stamp()
+        target = source.with_name(f"{source.name}.corrupt-{stamp}")
         os.replace(source, target)
+        # The .md goes with it: left behind, it would turn a later pre-init sidecar into a
+        # post-init plan with the old text.
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(md, md.with_name(f"{md.name}.corrupt-{stamp}"))
         fsync_dir(source.parent)
         return str(target)
 
