@@ -3,8 +3,9 @@
 Every path is resolved against the session's workspace with symlinks and ``..`` resolved
 first; a path outside it is refused with a clear result, except the session's plan ``.md``
 (asked of :class:`SessionMdHooks`). A successful write to that ``.md`` calls the plan service's
-``md_written`` hook. Writes hold the workspace lock (shared with ``bash``). Output is capped with
-a note saying it was cut. Errors are results (``is_error``), never exceptions.
+``md_written`` hook. Writes hold the workspace lock (shared with ``bash``) and resolve their
+path under it. Output is capped with a note saying it was cut. Errors are results
+(``is_error``), never exceptions.
 """
 
 from __future__ import annotations
@@ -332,10 +333,12 @@ class WriteFileTool(_WriteTool):
         raw = _str_arg(args, "path")
         content = _str_arg(args, "content")
         assert raw is not None and content is not None
-        path = await self._resolve(raw, ctx)
-        if path.is_dir():
-            return _error(f"error: {raw!r} is a folder")
+        # Resolved under the lock: a bash holding it could swap a folder for a link out of the
+        # workspace while this write waits.
         async with self._locks.lock_for(ctx.workspace):
+            path = await self._resolve(raw, ctx)
+            if path.is_dir():
+                return _error(f"error: {raw!r} is a folder")
             await asyncio.to_thread(_write, path, content)
             await self._after_write(path, ctx)
         return ToolOutcome(content=f"wrote {len(content)} characters to {raw}")
@@ -375,10 +378,11 @@ class EditFileTool(_WriteTool):
         replace_all = args.get("replace_all", False) is True
         if not old:
             return _error("error: old_text is empty; use write_file to create a file")
-        path = await self._resolve(raw, ctx)
-        if not path.is_file():
-            return _error(f"error: {raw!r} is not a file")
+        # Resolved under the lock, as in write_file.
         async with self._locks.lock_for(ctx.workspace):
+            path = await self._resolve(raw, ctx)
+            if not path.is_file():
+                return _error(f"error: {raw!r} is not a file")
             text = await asyncio.to_thread(path.read_text, encoding="utf-8")
             count = text.count(old)
             if count == 0:
