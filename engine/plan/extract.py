@@ -311,7 +311,8 @@ def validate_template_b(markdown: str) -> list[str]:
     """Return what the plan lacks to be approvable template B; ``[]`` when it is valid.
 
     Checks the ``#`` title, ``## Context`` with non-empty Problem, Target state and Intent,
-    and at least one numbered step in ``## Implementation steps``. Same parse as extraction.
+    and at least one numbered step with text in ``## Implementation steps``. Same parse as
+    extraction.
     """
     doc = parse_plan(markdown)
     missing: list[str] = []
@@ -339,11 +340,14 @@ def validate_template_b(markdown: str) -> list[str]:
         ):
             if key not in filled:
                 missing.append(msg)
+    # A step needs text: a bare "1." is an empty list item, not a step.
     has_step = any(
-        b.kind == "list" and b.tokens[0].type == "ordered_list_open" and list_items(b)
+        any(line.strip() for line in item_own_lines(doc, start, end, end))
         for s in doc.sections
         if s.level == 2 and norm_name(s.name) == _STEPS_SECTION
         for b in s.blocks
+        if b.kind == "list" and b.tokens[0].type == "ordered_list_open"
+        for start, end in list_items(b)
     )
     if not has_step:
         missing.append(MISSING_STEPS)
