@@ -88,6 +88,7 @@ class Handlers:
 
     def __init__(self, bp: BotParts) -> None:
         self.bp = bp
+        self._writing_update_id = False
 
     # ---- plumbing ----------------------------------------------------------------------
 
@@ -193,7 +194,21 @@ class Handlers:
             _log.info("telegram.app.repeat_dropped update=%s", update.update_id)
             raise ApplicationHandlerStop
         bp.last_update_id = update.update_id
-        await bp.meta.set_meta(LAST_UPDATE_KEY, str(update.update_id))
+        # Persisted in the background, coalesced: an fsync'd commit per update would double
+        # a command's latency. A crash can then repeat at most the updates of the last
+        # moment, which Telegram would re-deliver anyway (their offset is not yet confirmed).
+        if not self._writing_update_id:
+            self._writing_update_id = True
+            self._spawn(self._persist_update_id())
+
+    async def _persist_update_id(self) -> None:
+        try:
+            written: int | None = None
+            while self.bp.last_update_id != written:
+                written = self.bp.last_update_id
+                await self.bp.meta.set_meta(LAST_UPDATE_KEY, str(written))
+        finally:
+            self._writing_update_id = False
 
     # ---- commands ----------------------------------------------------------------------
 

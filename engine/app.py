@@ -122,6 +122,7 @@ class Engine:
         self.channel = channel
         self.config = config
         self._loaded: set[str] = set()
+        self._bindings: dict[tuple[int, int], str] = {}
         # The last plan of a session that just ended, so its card can say how it ended.
         self._ended: dict[str, tuple[PlanSidecar, PlanEnding]] = {}
         self.commands = CommandPlane(self)
@@ -132,6 +133,10 @@ class Engine:
 
     async def session_for_chat(self, chat_id: int, thread_id: int) -> str:
         """The session bound to the chat key, created and bound on first use."""
+        # Bindings change only through this engine (/new), so a hit needs no database trip.
+        session_id = self._bindings.get((chat_id, thread_id))
+        if session_id is not None:
+            return session_id
         session_id = await self.sessions.session_for_chat(chat_id, thread_id)
         if session_id is None:
             record = await self.sessions.create_session(
@@ -140,6 +145,7 @@ class Engine:
             await self.sessions.bind_chat(chat_id, thread_id, record.id)
             session_id = record.id
         await self.ensure_loaded(session_id)
+        self._bindings[(chat_id, thread_id)] = session_id
         return session_id
 
     async def ensure_loaded(self, session_id: str) -> None:
@@ -202,6 +208,7 @@ class Engine:
             workspace=str(self.config.workspace), profile=self.config.profile
         )
         await self.sessions.bind_chat(chat_id, thread_id, record.id)
+        self._bindings[(chat_id, thread_id)] = record.id
         self._loaded.add(record.id)
         return Outcome(reply="Started a new session.", dropped=tuple(dropped))
 
