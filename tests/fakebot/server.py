@@ -17,9 +17,10 @@ import asyncio
 import contextlib
 import itertools
 import json
+import math
 import re
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,16 @@ _STRING_FIELDS = frozenset(
         "language_code",
     }
 )
+# The calls Telegram's group limit ("no more than 20 messages per minute in the same group")
+# counts here: the two that post a message, and the two that change one. Edits are not named
+# in Telegram's FAQ, but bots that edit a group's message fast get 429s just the same, so
+# a fake that let them through would hide exactly the flood the card coalescing must avoid.
+# Not counted: pins, deletes, chat actions and callback answers, which post no message of
+# the bot's own (a pin's service message is Telegram's) and which Telegram limits apart.
+GROUP_LIMITED_METHODS = frozenset(
+    {"sendMessage", "sendDocument", "editMessageText", "editMessageReplyMarkup"}
+)
+GROUP_WINDOW_S = 60.0
 
 
 class ApiError(Exception):
@@ -149,7 +160,11 @@ class FakeBotApi:
         token: str = "123456:TEST-token",
         bot_id: int = 123456,
         username: str = "plangate_test_bot",
+        group_limit_per_minute: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``group_limit_per_minute``: enforce Telegram's group limit (off by default): the
+        call over it in any rolling 60 s of ``clock`` answers 429 with ``retry_after``."""
         self.token = token
         self.bot_id = bot_id
         self.username = username
@@ -170,8 +185,11 @@ class FakeBotApi:
         self._closing = False
         self._runner: web.AppRunner | None = None
         self.port = 0
-        # Stamps calls; a test may swap in its manual clock to check pacing.
-        self.clock: Callable[[], float] = time.monotonic
+        # Stamps calls and runs the group limit's window; a test may swap in a manual clock.
+        self.clock: Callable[[], float] = clock
+        self.group_limit_per_minute = group_limit_per_minute
+        self._group_sent: dict[int, deque[float]] = {}
+        self.group_429s = 0  # 429s the group limit answered (``fail_next``/``storm`` apart)
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -512,9 +530,35 @@ class FakeBotApi:
                     {"retry_after": fault.retry_after},
                 )
 
+    def _check_group_limit(self, method: str, p: dict[str, Any]) -> None:
+        """Telegram's group limit, when enabled: a rolling window of counted calls per group.
+
+        A call refused with 429 does not count; an accepted one counts even if it then fails
+        validation (the stricter reading: a client must not rely on failed calls being free).
+        """
+        limit = self.group_limit_per_minute
+        if limit is None or method not in GROUP_LIMITED_METHODS:
+            return
+        chat_id = p.get("chat_id")
+        chat = self.chats.get(chat_id) if isinstance(chat_id, int) else None
+        if chat is None or chat.type == "private":
+            return
+        now = self.clock()
+        sent = self._group_sent.setdefault(chat.id, deque())
+        while sent and sent[0] <= now - GROUP_WINDOW_S:
+            sent.popleft()
+        if len(sent) >= limit:
+            self.group_429s += 1
+            retry_after = max(1, math.ceil(sent[0] + GROUP_WINDOW_S - now))
+            raise ApiError(
+                429, f"Too Many Requests: retry after {retry_after}", {"retry_after": retry_after}
+            )
+        sent.append(now)
+
     async def _dispatch(self, method: str, p: dict[str, Any]) -> Any:
         if method != "getUpdates":
             self._check_fault(method)
+            self._check_group_limit(method, p)
         handler = getattr(self, f"_api_{method}", None)
         if handler is None:
             raise ApiError(404, "Not Found")

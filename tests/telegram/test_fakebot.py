@@ -174,3 +174,56 @@ async def test_a_second_poller_terminates_the_first(bot: Bot, fake_api: FakeBotA
             await asyncio.wait_for(first, 10)
         fake_api.user_message(CHAT, CHAT, "hi")
         assert len(await asyncio.wait_for(second, 10)) == 1
+
+
+async def test_group_limit_trips_at_21_and_recovers_as_the_window_rolls() -> None:
+    now = [1000.0]
+    api = FakeBotApi(group_limit_per_minute=20, clock=lambda: now[0])
+    await api.start()
+    group, private = -100777, 555
+    try:
+        async with Bot(api.token, base_url=api.base_url, base_file_url=api.base_file_url) as bot:
+            api.chat(group)
+            api.chat(private)
+            first = await bot.send_message(group, "m0")
+            for i in range(1, 10):
+                now[0] += 1.0
+                await bot.send_message(group, f"m{i}")
+            for i in range(10):  # edits count too (both kinds)
+                now[0] += 1.0
+                if i % 2:
+                    await bot.edit_message_reply_markup(
+                        group, first.message_id, reply_markup=kb(str(i))
+                    )
+                else:
+                    await bot.edit_message_text(f"e{i}", chat_id=group, message_id=first.message_id)
+            # 20 counted calls in 19 s: the 21st is refused, with Telegram's text and wait.
+            with pytest.raises(RetryAfter) as info:
+                await bot.send_message(group, "over")
+            assert "Retry in 41" in str(info.value)
+            assert api.group_429s == 1
+            # Not counted: a private chat, pins and chat actions in the group.
+            for _ in range(25):
+                await bot.send_message(private, "p")
+            assert await bot.pin_chat_message(group, first.message_id)
+            await bot.send_chat_action(group, "typing")
+            with pytest.raises(RetryAfter):
+                await bot.send_document(group, b"x", filename="a.md")
+            assert api.group_429s == 2
+            now[0] += 41.0  # the first call (t=1000) leaves the window: one slot frees
+            await bot.send_message(group, "again")
+            with pytest.raises(RetryAfter) as info:
+                await bot.send_message(group, "too soon")
+            assert "Retry in 1" in str(info.value)
+            assert api.group_429s == 3
+    finally:
+        await api.stop()
+    texts = [m.text for m in api.bot_messages(group)]
+    assert "over" not in texts and "again" in texts and "too soon" not in texts
+
+
+async def test_group_limit_is_off_by_default(bot: Bot, fake_api: FakeBotApi) -> None:
+    fake_api.chat(-100778)
+    for i in range(25):
+        await bot.send_message(-100778, f"m{i}")
+    assert fake_api.group_429s == 0 and len(fake_api.bot_messages(-100778)) == 25
