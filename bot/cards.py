@@ -11,25 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup
 
 from bot import callback as cb
 from bot.render import TELEGRAM_TEXT_LIMIT, escape, utf16_len
+from engine.api import PlanCardState
 from engine.goal.types import GoalSnapshot
 from engine.plan.types import PlanSidecar, PlanTask
-
-PlanCardState = Literal[
-    "none",
-    "pre_init",
-    "post_init",
-    "review",
-    "active",
-    "revise_offer",
-    "confirm_discard",
-    "done",
-]
 
 Button = tuple[str, str]  # (label, callback data)
 
@@ -79,26 +68,10 @@ def to_markup(view: CardView) -> InlineKeyboardMarkup | None:
 # ---- plan card -------------------------------------------------------------------------
 
 
-def plan_card_state(sidecar: PlanSidecar | None, *, in_review: bool = False) -> PlanCardState:
-    """The card state the sidecar alone implies; ``in_review`` after a submit or a valid plan.
-
-    ``revise_offer`` and ``confirm_discard`` are interface states the caller chooses.
-    """
-    if sidecar is None:
-        return "none"
-    if sidecar.status == "Editing":
-        if sidecar.pre_init_editing:
-            return "pre_init"
-        return "review" if in_review else "post_init"
-    if sidecar.tasks and all(t.status in ("completed", "deferred") for t in sidecar.tasks):
-        return "done"
-    return "active"
-
-
 _PLAN_STATUS: dict[PlanCardState, str] = {
     "none": "No plan",
-    "pre_init": "Planning — nothing written yet",
-    "post_init": "Planning — writing the plan",
+    "planning": "Planning — nothing written yet",
+    "written": "Planning — writing the plan",
     "review": "Ready for review",
     "active": "In progress",
     "revise_offer": "In progress — revise the plan?",

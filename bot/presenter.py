@@ -28,7 +28,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast, get_args
 
 from telegram import Bot, Message
 
@@ -44,18 +44,6 @@ CardKind = Literal["plan", "goal"]
 # Review text longer than this many messages goes as one .md document instead.
 MAX_REVIEW_MESSAGES = 3
 
-_PLAN_STATE: dict[str, cards.PlanCardState] = {
-    "none": "none",
-    "planning": "pre_init",
-    "written": "post_init",
-    "review": "review",
-    "active": "active",
-    "revise_offer": "revise_offer",
-    "confirm_discard": "confirm_discard",
-    "done": "done",
-}
-
-
 _ENDED_NOTE = {
     "discarded": "🗑 Discarded: {title}",
     "abandoned": "📦 Set aside by /new: {title}",
@@ -65,7 +53,7 @@ MOVED_NOTE = "This card moved below ⬇️"
 
 
 def plan_view(data: PlanCardData) -> cards.CardView:
-    """The plan card for the engine's card data (engine and card state names differ).
+    """The plan card for the engine's card data.
 
     A plan that just ended is drawn from its last sidecar: a completed one as done, a
     discarded or abandoned one as "No plan" with a line saying what happened to it.
@@ -74,9 +62,8 @@ def plan_view(data: PlanCardData) -> cards.CardView:
     if data.ended in _ENDED_NOTE and sidecar is not None:
         note = _ENDED_NOTE[data.ended].format(title=sidecar.title or "Untitled plan")
         return cards.build_plan_card(None, "none", note=note)
-    state = _PLAN_STATE.get(data.state, "none")
-    busy = data.busy and state in ("pre_init", "post_init", "active")
-    return cards.build_plan_card(sidecar, state, note=BUSY_NOTE if busy else None)
+    busy = data.busy and data.state in ("planning", "written", "active")
+    return cards.build_plan_card(sidecar, data.state, note=BUSY_NOTE if busy else None)
 
 
 def goal_view(data: GoalCardData, *, note: str | None = None) -> cards.CardView:
@@ -429,27 +416,14 @@ class CardPresenter:
 
 
 def _plan_state(value: str) -> PlanCardState:
-    states: tuple[PlanCardState, ...] = (
-        "none",
-        "planning",
-        "written",
-        "review",
-        "active",
-        "revise_offer",
-        "confirm_discard",
-        "done",
-    )
-    for s in states:
-        if s == value:
-            return s
+    if value in get_args(PlanCardState):
+        return cast(PlanCardState, value)
     raise ValueError(f"unknown plan card state {value!r}")
 
 
 def _goal_state(value: str) -> GoalCardState:
-    states: tuple[GoalCardState, ...] = ("none", "live", "confirm_clear")
-    for s in states:
-        if s == value:
-            return s
+    if value in get_args(GoalCardState):
+        return cast(GoalCardState, value)
     raise ValueError(f"unknown goal card state {value!r}")
 
 

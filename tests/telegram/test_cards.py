@@ -19,7 +19,6 @@ from bot.cards import (
     CardView,
     build_goal_card,
     build_plan_card,
-    plan_card_state,
     progress_bar,
     to_markup,
 )
@@ -69,23 +68,13 @@ def goal(**kw: object) -> GoalSnapshot:
     return GoalSnapshot.model_validate(base)
 
 
-def test_plan_state_derivation() -> None:
-    assert plan_card_state(None) == "none"
-    assert plan_card_state(plan(status="Editing", pre_init_editing=True)) == "pre_init"
-    assert plan_card_state(plan(status="Editing")) == "post_init"
-    assert plan_card_state(plan(status="Editing"), in_review=True) == "review"
-    assert plan_card_state(plan(tasks=3, done=1)) == "active"
-    assert plan_card_state(plan(tasks=3, done=3)) == "done"
-    assert plan_card_state(plan()) == "active"  # empty Active plan: seed retry, not done
-
-
 def test_plan_buttons_by_state_exactly_as_designed() -> None:
     p = plan(tasks=3, done=1)
     assert labels(build_plan_card(p, "review")) == [[APPROVE], [KEEP_PLANNING, DISCARD]]
     assert labels(build_plan_card(p, "active")) == [[DISCARD]]
     assert labels(build_plan_card(p, "revise_offer")) == [[REVISE, CANCEL]]
     assert labels(build_plan_card(p, "confirm_discard")) == [[YES_DISCARD, CANCEL]]
-    for state in ("none", "pre_init", "post_init", "done"):
+    for state in ("none", "planning", "written", "done"):
         assert build_plan_card(p, state).buttons == ()  # type: ignore[arg-type]
     assert APPROVE == "✅ Approve" and KEEP_PLANNING == "✏️ Keep planning" and DISCARD == "🗑 Discard"
 
@@ -175,6 +164,6 @@ def test_any_plan_card_fits_and_parses(
             for i, t in enumerate(titles)
         ],
     )
-    view = build_plan_card(p, plan_card_state(p), note=note)
+    view = build_plan_card(p, "active", note=note)
     assert utf16_len(view.text) <= 4096
     assert parse_html(view.text).text.strip()
