@@ -84,10 +84,6 @@ class Routes:
         self._routes[session_id] = route
         await self._meta.set_meta(route_key(session_id), route.encode())
 
-    def known(self, session_id: str) -> ChatRoute | None:
-        """The route seen in this process, if any (no IO)."""
-        return self._routes.get(session_id)
-
     async def lookup(self, session_id: str) -> ChatRoute | None:
         """The session's route from memory, else from the meta table; None when unknown."""
         route = self._routes.get(session_id)
