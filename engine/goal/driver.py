@@ -119,6 +119,10 @@ class RoundDriver:
             self._spawn(self._goals.disarm(session_id))
         session.wake.set()
 
+    async def validate_round(self, session_id: str, source: GoalRoundSource) -> bool:
+        """The agent's pre-step check (see :meth:`GoalService.validate_round`)."""
+        return await self._goals.validate_round(session_id, source)
+
     def has_attempt(self, session_id: str) -> bool:
         """Whether a round is queued, claimed or submitted for the session."""
         return self._session(session_id).attempt is not None
