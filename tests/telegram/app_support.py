@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from telegram.ext import AIORateLimiter, Application
 
-from bot.app import build_application, prepare
+from bot.app import build_application, drain, prepare
 from bot.channel import LateChannel
 from engine.api import (
     CommandName,
@@ -335,3 +335,6 @@ async def running_bot(
     async with running_app(application) as app:
         await prepare(app)
         yield app
+        # As serve() does on the way out: deliver what is queued (replies, card draws, the
+        # update_id write).
+        await asyncio.wait_for(drain(app), 10)
