@@ -1,7 +1,8 @@
 """The outbox: the one owner of every send and edit to Telegram (DESIGN.md §7, §14).
 
 Per chat, operations run in order on one worker, paced: about one call a second with a short
-burst tolerated (a token bucket), and in a group at most 20 calls in any rolling minute.
+burst tolerated (a token bucket), and in a group at most 20 calls in any rolling minute
+(each counted from its answer, the latest it can have reached Telegram).
 Edits are coalesced per message: while an edit waits, a newer one replaces its content, so
 only the latest card state is sent, and an edit whose text and keyboard equal what was last
 delivered makes no call. "message is not modified" counts as success; "message to edit not
@@ -95,7 +96,7 @@ class _Lane:
     pending_edits: dict[int, _Op] = field(default_factory=dict)
     tokens: float = 0.0
     tokens_at: float = 0.0
-    recent: deque[float] = field(default_factory=deque)  # call times, groups only
+    recent: deque[float] = field(default_factory=deque)  # calls' answer times, groups only
     paused_until: float = 0.0
     worker: asyncio.Task[None] | None = None
     current: _Op | None = None  # the operation in flight
@@ -401,6 +402,11 @@ class Outbox:
                 self._fail(op, err)
             finally:
                 lane.current = None
+                if lane.chat_id < 0 and lane.recent:
+                    # Telegram counts a message when it arrives, which may be well after we
+                    # sent it: the window counts this call from its answer, the latest moment
+                    # it can have arrived, so the 21st never lands inside the 1st's minute.
+                    lane.recent[-1] = max(lane.recent[-1], self._clock())
 
     def _retry_or_fail(self, lane: _Lane, op: _Op, err: Exception) -> None:
         if op.attempts >= self._max_attempts:
