@@ -161,6 +161,7 @@ class Engine:
         if await close_interrupted_turn(self.log, session_id):
             await safe_call("notice", self.channel.notice(session_id, INTERRUPTED_NOTICE))
         await self.goals.on_session_start(session_id)
+        await self.goals.get(session_id)  # reads the log: ``goals.peek`` is current from here
         await self.plans.state(session_id)  # loads the sidecar (legacy map, corrupt move)
         for notice in self.plans.take_notices(session_id):
             await safe_call("notice", self.channel.notice(session_id, notice))

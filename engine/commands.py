@@ -307,7 +307,10 @@ class CommandPlane:
             progress = f", {done}/{len(sidecar.tasks)} done" if sidecar.tasks else ""
             title = sidecar.title or "(untitled)"
             lines.append(f"Plan: {title} ({label}{progress})")
-        goal = await e.goals.get(session_id)
+        # The goal as this process last read it: every goal change made here goes through the
+        # goal service, which re-reads after it, and the engine read the log when it loaded the
+        # session. A fresh read would wait behind the update_id commit (docs/bench.md).
+        goal = e.goals.peek(session_id)
         lines.append(describe_goal(goal, armed=e.goals.is_armed(session_id)))
         controller = e.agents.controller(session_id)
         queued = len(controller.queued)
