@@ -22,10 +22,14 @@ provider (``engine/model/scripted.py``).
    checklist of T tasks and starts and completes each, then replies. Counted: the Bot API
    calls the fake received after the owner's message (``getUpdates`` left out: polling is
    not caused by the run), by method, against the ``plan/changed`` events in the session's
-   log. Run twice: with the shipped pacing (``flow_edit_interval`` 1.5 s, one call per chat
-   per second, AIORateLimiter) and with the tests' fast pacing (``flow_edit_interval`` 0.05 s,
-   no chat interval), each with ``--model-delay`` seconds per model call (default 0.05 s, a
-   very fast model) so the run takes a few seconds rather than a few milliseconds.
+   log. The first run is the target: an owner-only group (allowed by id; the owner mentions
+   the bot), the shipped pacing (``flow_edit_interval`` 1.5 s, one call per chat per second,
+   20 calls per rolling minute per group, AIORateLimiter), and a fake that enforces
+   Telegram's group limit (20 messages per minute) and counts the 429s it answers, which
+   must be none. Then the private chat: the shipped pacing, and the tests' fast pacing
+   (``flow_edit_interval`` 0.05 s, no chat interval), at ``--model-delay`` seconds per model
+   call (default 0.05 s, a very fast model) and with no delay. ``--group-only`` runs the
+   group row alone (with a slower ``--model-delay`` it shows the window at work).
 
 Ratios, not absolute times, are the result; nothing asserts on speed.
 """
@@ -59,6 +63,7 @@ from storage.open import Storage, open_storage
 from tests.fakebot.server import FakeBotApi, FakeChat
 
 OWNER = 1001
+GROUP = -1001234  # an owner-only supergroup, allowed by id (part 2)
 BARE_TEXT = "Idle. No plan, no goal."
 # The polling both applications use (the tests' settings; updates wake the poll at once).
 POLL_INTERVAL_S = 0.0
@@ -78,7 +83,7 @@ class Settings:
     telegram_api_url: str
     flow_edit_interval: float
     owner_ids: frozenset[int] = frozenset({OWNER})
-    allowed_chat_ids: frozenset[int] = frozenset()
+    allowed_chat_ids: frozenset[int] = frozenset({GROUP})
     webhook_url: str | None = None
     webhook_secret: str | None = None
     webhook_listen: str | None = None
@@ -116,9 +121,9 @@ def checklist_script(tasks: int) -> list[ScriptStep]:
 
 
 @asynccontextmanager
-async def fake_server() -> AsyncIterator[FakeBotApi]:
-    """A started fake Bot API server, stopped on exit."""
-    api = FakeBotApi()
+async def fake_server(*, group_limit: int | None = None) -> AsyncIterator[FakeBotApi]:
+    """A started fake Bot API server (enforcing ``group_limit`` per minute), stopped on exit."""
+    api = FakeBotApi(group_limit_per_minute=group_limit)
     await api.start()
     try:
         yield api
@@ -392,9 +397,11 @@ class Pacing:
     """One configuration of part 2."""
 
     label: str
+    chat_id: int  # GROUP (the owner mentions the bot) or OWNER (the private chat)
     flow_edit_interval_s: float
     shipped: bool  # shipped outbox pacing and AIORateLimiter, else the tests' (no waits)
     model_delay_s: float
+    group_limit: int | None = None  # the fake enforces Telegram's group limit per minute
 
 
 @dataclass
@@ -403,6 +410,7 @@ class CallCount:
     calls: Counter[str]
     plan_changes: int
     run_s: float
+    refused_429: int  # 429s the fake's group limit answered
 
     @property
     def total(self) -> int:
@@ -414,11 +422,13 @@ class CallCount:
 
 
 def pacings(model_delay_s: float) -> list[Pacing]:
-    """Shipped pacing; the tests' edit interval at the same model speed; and with no delay."""
+    """The group with shipped pacing and the limit on (the target); then the private chat:
+    shipped pacing, the tests' edit interval at the same model speed, and with no delay."""
     return [
-        Pacing("shipped pacing", SHIPPED_EDIT_S, True, model_delay_s),
-        Pacing("tests' pacing", FAST_EDIT_S, False, model_delay_s),
-        Pacing("tests' pacing, instant model", FAST_EDIT_S, False, 0.0),
+        Pacing("group, shipped pacing", GROUP, SHIPPED_EDIT_S, True, model_delay_s, 20),
+        Pacing("private, shipped pacing", OWNER, SHIPPED_EDIT_S, True, model_delay_s),
+        Pacing("private, tests' pacing", OWNER, FAST_EDIT_S, False, model_delay_s),
+        Pacing("private, tests' pacing, instant model", OWNER, FAST_EDIT_S, False, 0.0),
     ]
 
 
@@ -426,7 +436,8 @@ async def checklist_run(*, tasks: int, pacing: Pacing, workdir: Path) -> CallCou
     """Part 2: one checklist run of ``tasks`` tasks; Bot API calls against plan changes."""
     model = PacedModel(checklist_script(tasks), delay_s=pacing.model_delay_s)
     final = f"All {tasks} tasks done."
-    async with fake_server() as api:
+    chat_id = pacing.chat_id
+    async with fake_server(group_limit=pacing.group_limit) as api:
         async with plangate_bot(
             api,
             workdir,
@@ -437,23 +448,26 @@ async def checklist_run(*, tasks: int, pacing: Pacing, workdir: Path) -> CallCou
         ) as live:
             first_call = len(api.calls)
             start = time.perf_counter()
-            api.user_message(OWNER, OWNER, f"Run a checklist of {tasks} tasks.")
+            ask = f"Run a checklist of {tasks} tasks."
+            # In a group the agent hears the owner only when the bot is addressed.
+            text = ask if chat_id > 0 else f"@{api.username} {ask}"
+            api.user_message(chat_id, OWNER, text)
             await api.wait_for(
-                lambda: any(m.text == final for m in api.bot_messages(OWNER)), timeout_s=120
+                lambda: any(m.text == final for m in api.bot_messages(chat_id)), timeout_s=300
             )
-            sid = await live.engine.session_for_chat(OWNER, 0)
+            sid = await live.engine.session_for_chat(chat_id, 0)
             await live.engine.agents.wait_idle(sid)
-            await asyncio.wait_for(parts(live.app).presenter.flush(), 30)
+            await asyncio.wait_for(parts(live.app).presenter.flush(), 120)
             run_s = time.perf_counter() - start
             changes = await live.storage.log.read(sid, types=["plan/changed"])
             card = await live.engine.plan_card(sid)
             # The run really finished the plan, and one card on the fake says so.
             assert card.state == "done", card.state
-            cards = [m.text for m in api.bot_messages(OWNER) if "Bench checklist" in m.text]
+            cards = [m.text for m in api.bot_messages(chat_id) if "Bench checklist" in m.text]
             assert len(cards) == 1 and f"{tasks}/{tasks}" in cards[0], cards
             assert "Done" in cards[0], cards
         calls = Counter(c.method for c in api.calls[first_call:] if c.method != "getUpdates")
-    return CallCount(pacing, calls, len(changes), run_s)
+    return CallCount(pacing, calls, len(changes), run_s, api.group_429s)
 
 
 # ---- output ---------------------------------------------------------------------------------
@@ -478,25 +492,40 @@ def print_calls(c: CallCount, tasks: int) -> None:
     by_method = ", ".join(f"{m} {n}" for m, n in sorted(c.calls.items()))
     p = c.pacing
     outbox = "1 call/s per chat + AIORateLimiter" if p.shipped else "no outbox waits"
+    if p.shipped and p.chat_id < 0:
+        outbox += " + 20 calls/min per group"
+    limit = f"fake enforces {p.group_limit}/min per group" if p.group_limit else "no fake limit"
     print(
         f"  {p.label}: flow_edit_interval {p.flow_edit_interval_s} s, {outbox}, "
-        f"model delay {p.model_delay_s} s per call; run {c.run_s:.1f} s"
+        f"model delay {p.model_delay_s} s per call, {limit}; run {c.run_s:.1f} s"
     )
     print(f"    Bot API calls: {c.total} ({by_method})")
     print(f"    plan/changed events: {c.plan_changes} (init + {tasks} starts + {tasks} completes)")
     print(f"    ratio calls / plan changes: {c.ratio:.3f}")
+    if p.group_limit:
+        print(f"    429s the fake returned: {c.refused_429}")
 
 
 async def main_async(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="plangate-bench-") as tmp:
         workdir = Path(tmp)
-        print(
-            f"1. Engine overhead per Telegram command (pacing off; poll timeout {POLL_TIMEOUT_S} s)"
-        )
-        for o in await command_overhead(count=args.commands, blocks=args.blocks, workdir=workdir):
-            print_overhead(o)
+        if args.commands > 0:
+            print(
+                "1. Engine overhead per Telegram command "
+                f"(pacing off; poll timeout {POLL_TIMEOUT_S} s)"
+            )
+            overhead = await command_overhead(
+                count=args.commands, blocks=args.blocks, workdir=workdir
+            )
+            for o in overhead:
+                print_overhead(o)
+        if args.tasks <= 0:
+            return
         print(f"2. Telegram calls for a {args.tasks}-task checklist run")
-        for i, pacing in enumerate(pacings(args.model_delay)):
+        selected = pacings(args.model_delay)
+        if args.group_only:
+            selected = selected[:1]
+        for i, pacing in enumerate(selected):
             c = await checklist_run(tasks=args.tasks, pacing=pacing, workdir=workdir / f"run{i}")
             print_calls(c, args.tasks)
 
@@ -504,10 +533,15 @@ async def main_async(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     """Parse the options and print both benchmarks."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--commands", type=int, default=300, help="commands per side (part 1)")
+    parser.add_argument(
+        "--commands", type=int, default=300, help="commands per side (part 1; 0 skips it)"
+    )
     parser.add_argument("--blocks", type=int, default=6, help="alternating blocks (part 1)")
-    parser.add_argument("--tasks", type=int, default=50, help="checklist tasks (part 2)")
+    parser.add_argument(
+        "--tasks", type=int, default=50, help="checklist tasks (part 2; 0 skips it)"
+    )
     parser.add_argument("--model-delay", type=float, default=0.05, help="seconds per model call")
+    parser.add_argument("--group-only", action="store_true", help="part 2: the group row only")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     asyncio.run(main_async(args))
