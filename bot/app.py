@@ -2,7 +2,7 @@
 
 Handler map (groups run in order; a group's first matching handler runs)::
 
-    group -2  TypeHandler(Update)        drop repeats: update_id <= the last one processed
+    group -2  TypeHandler(Update)        drop repeats: update ids already processed (ledger)
     group -1  AccessGate (bot.access)     who may do what; leaves groups; refusals, alerts
     group  0  CommandHandler plan execute discard goal stop new status help start(=help)
               MessageHandler /show-plan, /show_plan, /show-plan@bot (one regex)
@@ -11,9 +11,11 @@ Handler map (groups run in order; a group's first matching handler runs)::
               MessageHandler text          to the agent (engine.user_message)
     errors    one handler: logs the error type, token redacted
 
-Handlers are thin: parse -> call the engine -> render the Outcome. They never await an agent
-turn, and the rendering (replies, cards) runs in background tasks through the outbox, so a
-429 in one chat never holds up the updates of another.
+Updates run in lanes (bot.updates.ChatLaneProcessor): different chats and forum topics
+concurrently, one session's updates strictly in arrival order. Handlers are thin: parse ->
+call the engine -> render the Outcome. They never await an agent turn, and the rendering
+(replies, cards) runs in background tasks through the outbox, so a 429 in one chat never
+holds up the updates of another.
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ import contextlib
 import importlib.util
 import json
 import logging
+import secrets
 import signal
 from collections.abc import Collection, Sequence
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from telegram import BotCommand, Update
-from telegram.error import TelegramError
+from telegram.error import BadRequest, TelegramError
 from telegram.ext import (
     AIORateLimiter,
     Application,
@@ -38,6 +41,7 @@ from telegram.ext import (
     CommandHandler,
     MessageHandler,
     TypeHandler,
+    Updater,
     filters,
 )
 
@@ -49,6 +53,7 @@ from bot.outbox import Outbox
 from bot.presenter import CardPresenter
 from bot.render import escape
 from bot.routes import GROUPS_KEY, MetaStore, Routes
+from bot.updates import ChatLaneProcessor, UpdateLedger
 from engine.api import CommandName, EngineApi, RestoredGoal
 from engine.errors import ConfigError
 
@@ -57,6 +62,7 @@ _log = logging.getLogger("telegram.app")
 RESTART_NOTE = "⏸ Paused by the restart. Press ▶️ Resume to go on."
 ALLOWED_UPDATES: tuple[str, ...] = ("message", "callback_query", "my_chat_member")
 SHUTDOWN_FLUSH_S = 10.0
+MAX_RUNNING_UPDATES = 64  # updates whose handlers run at once (across chats)
 
 # The menu: Telegram allows only a-z, 0-9 and _ in command names (so show_plan).
 MENU: tuple[tuple[str, str], ...] = (
@@ -138,6 +144,9 @@ def build_application(
     """
     token = secret_value(getattr(settings, "telegram_token", None))
     api_url = settings.telegram_api_url or "https://api.telegram.org/bot"
+    # Chats run concurrently, each session's updates in order (bot.updates): a slow /stop in
+    # one chat no longer holds up the others. The ledger tells the dedupe what is processed.
+    ledger = UpdateLedger()
     application = (
         Application.builder()
         .token(token)
@@ -145,6 +154,7 @@ def build_application(
         .base_file_url(file_url(api_url))
         .rate_limiter(rate_limiter if rate_limiter is not None else AIORateLimiter())
         .job_queue(None)  # the engine owns the one scheduler (DESIGN.md §13)
+        .concurrent_updates(ChatLaneProcessor(max_running=MAX_RUNNING_UPDATES, ledger=ledger))
         .build()
     )
     outbox = Outbox(
@@ -188,7 +198,7 @@ def build_application(
         on_group_gone=save_groups,
     )
     holder.append(gate)
-    bp = BotParts(engine, db_meta, outbox, routes, presenter, channel, gate, token)
+    bp = BotParts(engine, db_meta, outbox, routes, presenter, channel, gate, token, ledger=ledger)
     application.bot_data["plangate"] = bp
     h = Handlers(bp)
 
@@ -232,19 +242,68 @@ async def announce_restored(
 
 
 async def drain(application: Application[Any, Any, Any, Any, Any, Any]) -> None:
-    """Wait until every rendering task and card draw has been delivered (bound the wait)."""
+    """Wait until every update held is processed, then every rendering task and card draw
+    delivered (bound the wait)."""
     bp = parts(application)
+    processor = application.update_processor
+    if isinstance(processor, ChatLaneProcessor):
+        await processor.idle()  # its last watermark write joins bp.tasks
     while bp.tasks:
         await asyncio.gather(*list(bp.tasks), return_exceptions=True)
     await bp.presenter.flush()
 
 
 def parse_listen(value: str | None) -> tuple[str, int]:
-    """``PLANGATE_WEBHOOK_LISTEN`` ``host:port`` (default ``0.0.0.0:8443``)."""
+    """``PLANGATE_WEBHOOK_LISTEN`` ``host:port`` (default ``0.0.0.0:8443``) -> (host, port).
+
+    An IPv6 host comes bracketed (``[::]:8443``) and is returned bare (``::``), the form a
+    socket binds; a malformed value raises :class:`ConfigError` naming the variable.
+    """
     if not value:
         return "0.0.0.0", 8443
-    host, _, port = value.rpartition(":")
+    host, _, port = value.strip().rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(
+            f"PLANGATE_WEBHOOK_LISTEN: expected host:port, e.g. 0.0.0.0:8443, got {value!r}"
+        )
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
     return host or "0.0.0.0", int(port)
+
+
+async def start_webhook(updater: Updater, settings: BotSettings, webhook_url: str) -> None:
+    """Listen on ``PLANGATE_WEBHOOK_LISTEN`` and register ``webhook_url`` with Telegram.
+
+    The secret is ``PLANGATE_WEBHOOK_SECRET``, or a random one for this run when unset: the
+    server refuses (403) any POST without it, so nobody who merely learns the URL can
+    forge an owner's update. Telegram refusing the URL, or the address being taken, is a
+    :class:`ConfigError` naming the variable.
+    """
+    host, port = parse_listen(getattr(settings, "webhook_listen", None))
+    secret = secret_value(getattr(settings, "webhook_secret", None))
+    if not secret:
+        # setWebhook runs on every start, so a per-run secret always matches Telegram's.
+        secret = secrets.token_urlsafe(32)
+        _log.info("telegram.app.webhook_secret generated (PLANGATE_WEBHOOK_SECRET unset)")
+    try:
+        await updater.start_webhook(
+            listen=host,
+            port=port,
+            url_path=urlsplit(webhook_url).path.lstrip("/"),
+            webhook_url=webhook_url,
+            secret_token=secret,
+            allowed_updates=list(ALLOWED_UPDATES),
+            drop_pending_updates=False,
+        )
+    except BadRequest as err:
+        raise ConfigError(
+            f"PLANGATE_WEBHOOK_URL: Telegram refused the webhook ({err.message})"
+        ) from None
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise ConfigError(
+            f"PLANGATE_WEBHOOK_LISTEN: cannot listen on {host}:{port} ({reason})"
+        ) from None
 
 
 async def serve(
@@ -258,8 +317,11 @@ async def serve(
     """Run the bot until SIGINT/SIGTERM (or ``stop``): polling, or a webhook when set.
 
     Starts the engine (``engine.start()``), announces the goals a restart paused, and shuts
-    both down in order on the way out. Polling drops nothing: pending updates are processed,
-    and repeats of already processed ones are dropped by update_id.
+    both down in order on the way out, also when the updates fail to start (a refused
+    webhook, a taken port: :class:`ConfigError`). Neither mode drops anything: pending
+    updates are processed, and repeats of already processed ones are dropped by update_id.
+    The webhook stays registered on the way out, so Telegram keeps the updates that arrive
+    while the bot is down and delivers them after the next start.
     """
     webhook_url = getattr(settings, "webhook_url", None)
     if webhook_url and importlib.util.find_spec("tornado") is None:
@@ -274,46 +336,42 @@ async def serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    async with application:
-        await prepare(application)
-        restored = await engine.start()
-        updater = application.updater
-        assert updater is not None
-        if webhook_url:
-            host, port = parse_listen(getattr(settings, "webhook_listen", None))
-            await updater.start_webhook(
-                listen=host,
-                port=port,
-                url_path=urlsplit(webhook_url).path.lstrip("/"),
-                webhook_url=webhook_url,
-                secret_token=secret_value(getattr(settings, "webhook_secret", None)) or None,
-                allowed_updates=list(ALLOWED_UPDATES),
-                drop_pending_updates=False,
-            )
-        else:
-            await updater.start_polling(
-                allowed_updates=list(ALLOWED_UPDATES), drop_pending_updates=False
-            )
-        await application.start()
-        await announce_restored(application, restored)
-        _log.info("telegram.app.running mode=%s", "webhook" if webhook_url else "polling")
-        try:
-            await stop.wait()
-        finally:
-            # No new updates; then the engine closes its turns while the chat can still be
-            # told; then what is queued for the chat goes out (bounded); then close.
-            await updater.stop()
+    try:
+        async with application:
+            await prepare(application)
+            restored = await engine.start()
+            updater = application.updater
+            assert updater is not None
             try:
-                await engine.shutdown()
+                if webhook_url:
+                    await start_webhook(updater, settings, webhook_url)
+                else:
+                    await updater.start_polling(
+                        allowed_updates=list(ALLOWED_UPDATES), drop_pending_updates=False
+                    )
+                await application.start()
+                await announce_restored(application, restored)
+                _log.info("telegram.app.running mode=%s", "webhook" if webhook_url else "polling")
+                await stop.wait()
             finally:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(drain(application), SHUTDOWN_FLUSH_S)
-                await application.stop()
-                await bp.presenter.aclose()
-                await bp.outbox.aclose()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                with contextlib.suppress(NotImplementedError, RuntimeError):
-                    loop.remove_signal_handler(sig)
+                # No new updates; then the engine closes its turns while the chat can still
+                # be told; then what is queued for the chat goes out (bounded); then close.
+                # Each step checks what actually started: a start can fail half-way.
+                if updater.running:
+                    await updater.stop()
+                try:
+                    await engine.shutdown()
+                finally:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(drain(application), SHUTDOWN_FLUSH_S)
+                    if application.running:
+                        await application.stop()
+                    await bp.presenter.aclose()
+                    await bp.outbox.aclose()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
 
 
 __all__ = [
@@ -325,8 +383,10 @@ __all__ = [
     "announce_restored",
     "build_application",
     "drain",
+    "parse_listen",
     "parts",
     "prepare",
     "redact",
     "serve",
+    "start_webhook",
 ]

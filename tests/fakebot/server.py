@@ -7,6 +7,11 @@ would and answers with Telegram's own error descriptions. Tests drive it through
 methods: ``user_message``, ``press``, ``bot_added``, ``fail_next``, ``storm``, and read it
 back through ``messages``, ``message``, ``calls``, ``count``.
 
+Webhooks as Telegram runs them: ``setWebhook`` records a :class:`Webhook` (``webhook``),
+``deleteWebhook`` removes it, and ``getUpdates`` answers 409 Conflict while one is set.
+Injected updates then wait until the test hands them over with ``deliver_webhook`` (an HTTP
+POST with the ``X-Telegram-Bot-Api-Secret-Token`` header, as Telegram sends it).
+
 Parameters arrive the way PTB sends them: form fields (multipart when a file is attached)
 whose non-string values are JSON text; a JSON body is accepted too.
 """
@@ -23,8 +28,11 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import EllipsisType
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import aiohttp
 from aiohttp import web
 
 from tests.fakebot.tg_html import HtmlParseError, parse_html, utf16_len
@@ -51,6 +59,8 @@ _STRING_FIELDS = frozenset(
         "file_id",
         "business_connection_id",
         "language_code",
+        "secret_token",
+        "ip_address",
     }
 )
 # The calls Telegram's group limit ("no more than 20 messages per minute in the same group")
@@ -63,6 +73,13 @@ GROUP_LIMITED_METHODS = frozenset(
     {"sendMessage", "sendDocument", "editMessageText", "editMessageReplyMarkup"}
 )
 GROUP_WINDOW_S = 60.0
+WEBHOOK_PORTS = frozenset({80, 88, 443, 8443})  # "Ports currently supported for webhooks"
+WEBHOOK_ACTIVE = (
+    "Conflict: can't use getUpdates method while webhook is active; "
+    "use deleteWebhook to delete the webhook first"
+)
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+_SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 
 class ApiError(Exception):
@@ -144,6 +161,17 @@ class Call:
     at: float = 0.0  # the server's ``clock`` when the call arrived
 
 
+@dataclass(frozen=True)
+class Webhook:
+    """The webhook as ``setWebhook`` registered it (``secret_token`` None when not given)."""
+
+    url: str
+    secret_token: str | None = None
+    allowed_updates: list[str] | None = None
+    drop_pending_updates: bool = False
+    max_connections: int = 40
+
+
 @dataclass
 class _Fault:
     method: str | None  # None: any method (a storm)
@@ -176,6 +204,7 @@ class FakeBotApi:
         self._updates: list[dict[str, Any]] = []
         self.last_update_id = 0
         self._poll_generation = 0
+        self.webhook: Webhook | None = None
         self._update_ids = itertools.count(1)
         self._query_ids = itertools.count(1)
         self._file_ids = itertools.count(1)
@@ -455,6 +484,51 @@ class FakeBotApi:
             )
 
         await self.wait_for(asked_past, timeout_s=timeout_s)
+
+    def pending(self) -> list[dict[str, Any]]:
+        """The updates not yet fetched by getUpdates nor delivered to the webhook, oldest first."""
+        return list(self._updates)
+
+    async def deliver_webhook(
+        self,
+        update: dict[str, Any] | None = None,
+        *,
+        proxy_to: str | None = None,
+        secret_token: str | EllipsisType | None = ...,
+        timeout_s: float = 5.0,
+    ) -> int:
+        """POST one update to the registered webhook as Telegram does; returns the HTTP status.
+
+        ``update``: default the oldest pending one; a 2xx answer acknowledges it (it leaves
+        ``pending()``), any other keeps it pending, as Telegram would retry it.
+        ``proxy_to``: ``scheme://host:port`` to send to instead of the URL's own origin (the
+        reverse proxy in front of the bot). ``secret_token``: default the registered one;
+        ``None`` sends no header, a string sends that one. Raises ``LookupError`` when no
+        webhook is set or nothing is pending.
+        """
+        hook = self.webhook
+        if hook is None:
+            raise LookupError("no webhook is set")
+        if update is None:
+            if not self._updates:
+                raise LookupError("no pending update to deliver")
+            update = self._updates[0]
+        url = hook.url
+        if proxy_to is not None:
+            target, parts = urlsplit(proxy_to), urlsplit(url)
+            url = urlunsplit((target.scheme, target.netloc, parts.path, parts.query, ""))
+        secret = hook.secret_token if secret_token is ... else secret_token
+        headers = {SECRET_HEADER: secret} if secret is not None else {}
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.post(url, json=update, headers=headers) as response,
+        ):
+            await response.read()
+            status = response.status
+        if 200 <= status < 300:
+            self._updates = [u for u in self._updates if u is not update]
+        return status
 
     async def wait_for(self, predicate: Any, *, timeout_s: float = 5.0) -> None:
         """Wait (bounded) until ``predicate()`` holds; it is rechecked on every API call."""
@@ -737,9 +811,56 @@ class FakeBotApi:
     async def _api_deleteWebhook(self, p: dict[str, Any]) -> Any:
         if p.get("drop_pending_updates"):
             self._updates.clear()
+        self.webhook = None
         return True
 
+    async def _api_setWebhook(self, p: dict[str, Any]) -> Any:
+        url = str(p.get("url") or "")
+        if p.get("drop_pending_updates"):
+            self._updates.clear()
+        if not url:  # an empty url removes the webhook
+            self.webhook = None
+            return True
+        parts = urlsplit(url)
+        if parts.scheme != "https" or not parts.hostname:
+            raise bad_request("bad webhook: An HTTPS URL must be provided for webhook")
+        if (parts.port or 443) not in WEBHOOK_PORTS:
+            raise bad_request(
+                "bad webhook: Webhook can be set up only on ports 80, 88, 443 or 8443"
+            )
+        secret = p.get("secret_token")
+        if secret is not None and not _SECRET_TOKEN.fullmatch(str(secret)):
+            raise bad_request("secret token contains unallowed characters")
+        allowed = p.get("allowed_updates")
+        max_connections = int(p.get("max_connections") or 40)
+        if not 1 <= max_connections <= 100:
+            raise bad_request("bad webhook: max_connections must be between 1 and 100")
+        self.webhook = Webhook(
+            url=url,
+            secret_token=None if secret is None else str(secret),
+            allowed_updates=list(allowed) if isinstance(allowed, list) else None,
+            drop_pending_updates=bool(p.get("drop_pending_updates")),
+            max_connections=max_connections,
+        )
+        return True
+
+    async def _api_getWebhookInfo(self, p: dict[str, Any]) -> Any:
+        hook = self.webhook
+        if hook is None:
+            return {"url": "", "has_custom_certificate": False, "pending_update_count": 0}
+        info: dict[str, Any] = {
+            "url": hook.url,
+            "has_custom_certificate": False,
+            "pending_update_count": len(self._updates),
+            "max_connections": hook.max_connections,
+        }
+        if hook.allowed_updates is not None:
+            info["allowed_updates"] = hook.allowed_updates
+        return info
+
     async def _api_getUpdates(self, p: dict[str, Any]) -> Any:
+        if self.webhook is not None:
+            raise ApiError(409, WEBHOOK_ACTIVE)
         offset = int(p.get("offset") or 0)
         timeout_s = float(p.get("timeout") or 0)
         limit = int(p.get("limit") or 100)
