@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import os
 import socket
 import sys
@@ -301,3 +302,42 @@ async def test_plangate_run_with_a_malformed_listen_names_it(tmp_path: Path) -> 
     assert len(lines) == 1, err
     assert lines[0].startswith("plangate: PLANGATE_WEBHOOK_LISTEN: expected host:port")
     assert "'localhost'" in lines[0]
+
+
+async def test_a_webhook_without_the_webhooks_extra_stops_with_one_line(
+    fake_api: FakeBotApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_find_spec = importlib.util.find_spec
+
+    def find_spec(name: str, package: str | None = None) -> Any:
+        return None if name == "tornado" else real_find_spec(name, package)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    engine = RecordingEngine()
+    async with open_db(tmp_path / "p.db") as db:
+        with pytest.raises(ConfigError, match=r"^PLANGATE_WEBHOOK_URL .*plangate\[webhooks\]"):
+            await serve(webhook_settings(fake_api, free_port()), engine, db)
+    assert engine.calls == []
+    assert fake_api.webhook is None
+
+
+async def test_the_same_update_delivered_twice_is_handled_once(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    engine = RecordingEngine()
+    port = free_port()
+    proxy = f"http://127.0.0.1:{port}"
+    async with (
+        open_db(tmp_path / "p.db") as db,
+        serving(fake_api, engine, db, webhook_settings(fake_api, port)),
+    ):
+        fake_api.user_message(OWNER, OWNER, "once")
+        update = fake_api.pending()[0]
+        assert await fake_api.deliver_webhook(proxy_to=proxy) == 200
+        await eventually(lambda: len(engine.named("user_message")) == 1)
+        # Telegram retries a delivery it saw no answer to; the retry is a repeat.
+        assert await fake_api.deliver_webhook(update, proxy_to=proxy) == 200
+        fake_api.user_message(OWNER, OWNER, "after")
+        assert await fake_api.deliver_webhook(proxy_to=proxy) == 200
+        await eventually(lambda: len(engine.named("user_message")) == 2)
+    assert [c.args[1] for c in engine.named("user_message")] == ["once", "after"]
