@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import logging
 from pathlib import Path
@@ -13,7 +12,6 @@ import pytest
 from bot.app import announce_restored, file_url, parse_listen, parts, redact, serve
 from bot.routes import GROUPS_KEY, LAST_UPDATE_KEY
 from engine.api import RestoredGoal
-from engine.errors import ConfigError
 from tests.fakebot.server import FakeBotApi
 from tests.telegram.app_support import (
     OWNER,
@@ -105,17 +103,6 @@ async def test_the_error_handler_logs_the_type_without_the_token(
     told = fake_api.bot_messages(OWNER)[0]
     assert told.text == "⚠️ That failed (RuntimeError); the log has the details."
     assert "TEST-token" not in told.text
-
-
-async def test_serve_with_a_webhook_but_no_webhook_server_stops_with_one_line(
-    fake_api: FakeBotApi, tmp_path: Path
-) -> None:
-    if importlib.util.find_spec("tornado") is not None:
-        pytest.skip("the webhooks extra is installed here")
-    settings = settings_for(fake_api, webhook_url="https://bot.example.org/hook")
-    async with open_db(tmp_path / "p.db") as db:
-        with pytest.raises(ConfigError, match="PLANGATE_WEBHOOK_URL"):
-            await serve(settings, RecordingEngine(), db)
 
 
 def test_small_helpers() -> None:
