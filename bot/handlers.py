@@ -29,6 +29,7 @@ from bot.outbox import Outbox
 from bot.presenter import CardPresenter
 from bot.render import escape
 from bot.routes import GROUPS_KEY, LAST_UPDATE_KEY, ChatRoute, MetaStore, Routes
+from bot.updates import UpdateLedger
 from engine.api import CommandName, EngineApi, Outcome
 from engine.commands import STALE_TEXT
 
@@ -54,6 +55,8 @@ class BotParts:
     loaded: bool = False
     load_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    # Which updates are processed; the ChatLaneProcessor (bot.updates) feeds it.
+    ledger: UpdateLedger = field(default_factory=UpdateLedger)
 
 
 def parts(application: Application[Any, Any, Any, Any, Any, Any]) -> BotParts:
@@ -75,7 +78,8 @@ async def load_state(bp: BotParts) -> None:
         last = await bp.meta.get_meta(LAST_UPDATE_KEY)
         stored = int(last) if last and last.isdigit() else None
         if stored is not None:
-            bp.last_update_id = max(stored, bp.last_update_id or stored)
+            bp.ledger.restore(stored)
+            bp.last_update_id = bp.ledger.watermark
         groups = await bp.meta.get_meta(GROUPS_KEY)
         if groups:
             with contextlib.suppress(ValueError, TypeError):
@@ -89,6 +93,7 @@ class Handlers:
     def __init__(self, bp: BotParts) -> None:
         self.bp = bp
         self._writing_update_id = False
+        bp.ledger.on_advance = self._update_id_advanced
 
     # ---- plumbing ----------------------------------------------------------------------
 
@@ -187,13 +192,20 @@ class Handlers:
     # ---- group -2 ----------------------------------------------------------------------
 
     async def dedupe(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        """Drop an update seen before (a repeat after a restart); remember the last one."""
+        """Drop an update processed before (a repeat after a restart).
+
+        The ledger, not this handler, records an update as processed: the lane processor
+        tells it when the update's handlers are all done (bot.updates).
+        """
         bp = self.bp
         await load_state(bp)
-        if bp.last_update_id is not None and update.update_id <= bp.last_update_id:
+        if bp.ledger.is_repeat(update.update_id):
             _log.info("telegram.app.repeat_dropped update=%s", update.update_id)
             raise ApplicationHandlerStop
-        bp.last_update_id = update.update_id
+
+    def _update_id_advanced(self, watermark: int) -> None:
+        """The ledger's watermark moved: store it (every update up to it is processed)."""
+        self.bp.last_update_id = watermark
         # Persisted in the background, coalesced: an fsync'd commit per update would double
         # a command's latency. A crash can then repeat at most the updates of the last
         # moment, which Telegram would re-deliver anyway (their offset is not yet confirmed).

@@ -1,0 +1,253 @@
+"""Concurrent updates across chats, in order within a session; the processed-update watermark.
+
+PTB's Application runs one update at a time unless told otherwise, so a slow ``/stop`` in one
+chat (it waits for the turn to cancel and the bash process group to die) stalls every chat.
+Plain ``concurrent_updates(N)`` would break the order within a chat (a message, then the
+button press after it). :class:`ChatLaneProcessor` runs each update in a *lane*:
+
+    session lane  (chat id, topic thread id or 0)  a message or a button press (bot.keys)
+    chat lane     (chat id, None)                   a chat-wide update (``my_chat_member``, a
+                                                    press on an inaccessible message): waits for
+                                                    every earlier update of the chat, and every
+                                                    later one of the chat waits for it
+    global lane   None                              no chat, or not an ``Update`` at all
+
+Updates of one lane run strictly in arrival order; different lanes run concurrently, at most
+``max_running`` at once. An update waiting for its lane holds no running slot, so a busy chat
+never starves the others.
+
+:class:`UpdateLedger` answers "was this update processed before?" under that concurrency: the
+watermark only moves to the highest update id below which every update that arrived has
+finished, so an older update of chat A that is still waiting is never judged a repeat because
+a newer one of chat B finished first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from telegram import Update
+from telegram.ext import BaseUpdateProcessor
+
+from bot.keys import update_key
+
+# (chat, thread) for a session lane, (chat, None) for a chat lane, None for the global lane.
+Lane = tuple[int, int | None] | None
+
+DEFAULT_MAX_RUNNING = 64
+DEFAULT_MAX_HELD = 4096
+
+
+def lane_of(update: object) -> Lane:
+    """The lane an update runs in (see the module docstring)."""
+    if not isinstance(update, Update):
+        return None
+    key = update_key(update)
+    if key is not None:
+        return key
+    chat = update.effective_chat  # also a press on an inaccessible message
+    return (chat.id, None) if chat is not None else None
+
+
+class UpdateLedger:
+    """Which update ids arrived and finished, and the watermark below which all are done.
+
+    ``arrived`` must be called in arrival order (the processor does it before any await);
+    ``on_advance`` is called with the new watermark each time it moves (persist it there).
+    In this process a repeat is judged by the exact ids processed (the last ``remember`` of
+    them); across a restart, by the persisted watermark.
+    """
+
+    def __init__(
+        self, *, on_advance: Callable[[int], None] | None = None, remember: int = 10_000
+    ) -> None:
+        self.watermark: int | None = None
+        self.on_advance = on_advance
+        self._remember = remember
+        self._floor: int | None = None  # ids <= floor are repeats: restored, or forgotten
+        self._pending: Counter[int] = Counter()
+        self._done: set[int] = set()  # finished ids above the floor, exactly
+        self._ahead: set[int] = set()  # finished ids above the watermark
+
+    def restore(self, stored: int) -> None:
+        """Take a watermark persisted by an earlier process: every id up to it is a repeat."""
+        if self.watermark is None or stored > self.watermark:
+            self.watermark = stored
+            self._ahead = {d for d in self._ahead if d > stored}
+        if self._floor is None or stored > self._floor:
+            self._floor = stored
+            self._done = {d for d in self._done if d > stored}
+
+    def arrived(self, update_id: int) -> None:
+        """An update entered the processor (not yet processed)."""
+        self._pending[update_id] += 1
+
+    def finished(self, update_id: int) -> None:
+        """An update's handlers are all done (or it was dropped): it counts as processed."""
+        left = self._pending[update_id] - 1
+        if left > 0:
+            self._pending[update_id] = left
+        else:
+            self._pending.pop(update_id, None)
+        if not self.is_repeat(update_id):
+            self._done.add(update_id)
+            if self.watermark is None or update_id > self.watermark:
+                self._ahead.add(update_id)
+        # The watermark may pass only finished ids with nothing still waiting below them.
+        lowest = min(self._pending) if self._pending else None
+        below = [d for d in self._ahead if lowest is None or d < lowest]
+        if below:
+            self.watermark = max(below)
+            self._ahead.difference_update(below)
+            if self.on_advance is not None:
+                self.on_advance(self.watermark)
+        if len(self._done) > self._remember:
+            self._forget()
+
+    def _forget(self) -> None:
+        """Keep the last ``remember`` ids; the floor rises, never past a waiting update."""
+        limit = self.watermark
+        if limit is None:
+            return
+        if self._pending:
+            limit = min(limit, min(self._pending) - 1)
+        old = sorted(d for d in self._done if d <= limit)[: len(self._done) - self._remember]
+        if old:
+            self._floor = old[-1]
+            self._done.difference_update(old)
+
+    def is_repeat(self, update_id: int) -> bool:
+        """True when this update id was processed before (in this process or an earlier one)."""
+        if self._floor is not None and update_id <= self._floor:
+            return True
+        return update_id in self._done
+
+    @property
+    def in_flight(self) -> int:
+        """How many updates arrived and have not finished."""
+        return sum(self._pending.values())
+
+
+class ChatLaneProcessor(BaseUpdateProcessor):
+    """Run updates of different lanes concurrently and each lane's updates in arrival order.
+
+    ``max_running`` bounds the updates whose handlers run at once; ``max_held`` (PTB's
+    ``max_concurrent_updates``) bounds every update held, running or waiting for its lane.
+    Hand it to ``ApplicationBuilder.concurrent_updates``.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_running: int = DEFAULT_MAX_RUNNING,
+        max_held: int = DEFAULT_MAX_HELD,
+        ledger: UpdateLedger | None = None,
+    ) -> None:
+        if max_running < 1:
+            raise ValueError("max_running must be a positive integer")
+        # PTB acquires its semaphore before do_process_update, so a waiting update holds a
+        # slot there: it must be larger than the running bound, or one busy chat's queue
+        # would fill it and stall every other chat.
+        super().__init__(max(max_held, max_running + 1))
+        self.max_running = max_running
+        self.ledger = ledger
+        self._running = asyncio.Semaphore(max_running)
+        self._sessions: dict[int, dict[int, asyncio.Event]] = {}
+        self._barriers: dict[int, asyncio.Event] = {}
+        self._global: asyncio.Event | None = None
+        self._held = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def initialize(self) -> None:
+        """Nothing to allocate."""
+
+    async def shutdown(self) -> None:
+        """Nothing to free (PTB has awaited every update before it calls this)."""
+
+    async def idle(self) -> None:
+        """Wait until no update is held (the caller bounds the wait)."""
+        await self._idle.wait()
+
+    async def do_process_update(self, update: object, coroutine: Awaitable[Any]) -> None:
+        """Wait for the lane's earlier updates, then run this one under the running bound."""
+        # Everything up to the first await runs in arrival order (PTB starts one task per
+        # update, in order, and its semaphore does not suspend while it has room).
+        lane = lane_of(update)
+        done = asyncio.Event()
+        waits = self._enter(lane, done)
+        update_id = update.update_id if isinstance(update, Update) else None
+        if self.ledger is not None and update_id is not None:
+            self.ledger.arrived(update_id)
+        self._held += 1
+        self._idle.clear()
+        started = False
+        try:
+            for earlier in waits:
+                await earlier.wait()
+            async with self._running:
+                started = True
+                await coroutine
+        finally:
+            if not started and inspect.iscoroutine(coroutine):
+                coroutine.close()  # cancelled while waiting: never ran
+            done.set()
+            self._leave(lane, done)
+            if self.ledger is not None and update_id is not None:
+                self.ledger.finished(update_id)
+            self._held -= 1
+            if self._held == 0:
+                self._idle.set()
+
+    def _enter(self, lane: Lane, done: asyncio.Event) -> list[asyncio.Event]:
+        """Register ``done`` as the lane's tail; return what this update must wait for."""
+        if lane is None:
+            waits = [self._global] if self._global is not None else []
+            self._global = done
+            return waits
+        chat, thread = lane
+        barrier = self._barriers.get(chat)
+        if thread is None:
+            # Chat-wide: after every earlier update of the chat; later ones wait for it (and
+            # so, through it, for everything before it).
+            waits = list(self._sessions.pop(chat, {}).values())
+            self._barriers[chat] = done
+        else:
+            tails = self._sessions.setdefault(chat, {})
+            tail = tails.get(thread)
+            waits = [tail] if tail is not None else []
+            tails[thread] = done
+        if barrier is not None:
+            waits.append(barrier)
+        return waits
+
+    def _leave(self, lane: Lane, done: asyncio.Event) -> None:
+        """Forget ``done`` if it is still a tail (no later update of the lane arrived)."""
+        if lane is None:
+            if self._global is done:
+                self._global = None
+            return
+        chat, thread = lane
+        if thread is None:
+            if self._barriers.get(chat) is done:
+                del self._barriers[chat]
+            return
+        tails = self._sessions.get(chat)
+        if tails is not None and tails.get(thread) is done:
+            del tails[thread]
+            if not tails:
+                del self._sessions[chat]
+
+
+__all__ = [
+    "DEFAULT_MAX_HELD",
+    "DEFAULT_MAX_RUNNING",
+    "ChatLaneProcessor",
+    "Lane",
+    "UpdateLedger",
+    "lane_of",
+]
