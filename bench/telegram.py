@@ -452,8 +452,10 @@ async def checklist_run(*, tasks: int, pacing: Pacing, workdir: Path) -> CallCou
             # In a group the agent hears the owner only when the bot is addressed.
             text = ask if chat_id > 0 else f"@{api.username} {ask}"
             api.user_message(chat_id, OWNER, text)
+            # Bounded, with room for the model's delay on each of its 2 * T + 2 calls.
+            limit_s = 120 + 2 * (2 * tasks + 2) * pacing.model_delay_s
             await api.wait_for(
-                lambda: any(m.text == final for m in api.bot_messages(chat_id)), timeout_s=300
+                lambda: any(m.text == final for m in api.bot_messages(chat_id)), timeout_s=limit_s
             )
             sid = await live.engine.session_for_chat(chat_id, 0)
             await live.engine.agents.wait_idle(sid)
