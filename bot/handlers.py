@@ -194,17 +194,17 @@ class Handlers:
     async def dedupe(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """Drop an update processed before (a repeat after a restart).
 
-        The ledger, not this handler, records an update as processed: the lane processor
-        tells it when the update's handlers are all done (bot.updates).
+        An update let through is taken (processed, at most once): the ledger's watermark,
+        which is stored, never passes an update still waiting for its lane (bot.updates).
         """
         bp = self.bp
         await load_state(bp)
-        if bp.ledger.is_repeat(update.update_id):
+        if not bp.ledger.take(update):
             _log.info("telegram.app.repeat_dropped update=%s", update.update_id)
             raise ApplicationHandlerStop
 
     def _update_id_advanced(self, watermark: int) -> None:
-        """The ledger's watermark moved: store it (every update up to it is processed)."""
+        """The ledger's watermark moved: store it (every update up to it was taken)."""
         self.bp.last_update_id = watermark
         # Persisted in the background, coalesced: an fsync'd commit per update would double
         # a command's latency. A crash can then repeat at most the updates of the last

@@ -17,16 +17,15 @@ Updates of one lane run strictly in arrival order; different lanes run concurren
 never starves the others.
 
 :class:`UpdateLedger` answers "was this update processed before?" under that concurrency: the
-watermark only moves to the highest update id below which every update that arrived has
-finished, so an older update of chat A that is still waiting is never judged a repeat because
-a newer one of chat B finished first.
+watermark only moves to the highest update id below which every update that arrived has been
+taken up by its handlers, so an older update of chat A still waiting for its lane is never
+judged a repeat because a newer one of chat B went first.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -54,12 +53,15 @@ def lane_of(update: object) -> Lane:
 
 
 class UpdateLedger:
-    """Which update ids arrived and finished, and the watermark below which all are done.
+    """Which updates arrived and which were taken up, and the watermark below which all were.
 
+    An update is *taken* when its handlers begin (:meth:`take`, the dedupe handler) or, if
+    nothing took it, when the processor is done with it (:meth:`finished`). Taken means
+    processed: a crash mid-handler does not re-run it after a restart (at most once).
     ``arrived`` must be called in arrival order (the processor does it before any await);
     ``on_advance`` is called with the new watermark each time it moves (persist it there).
-    In this process a repeat is judged by the exact ids processed (the last ``remember`` of
-    them); across a restart, by the persisted watermark.
+    In this process a repeat is judged by the exact ids taken (the last ``remember``); across
+    a restart, by the persisted watermark.
     """
 
     def __init__(
@@ -69,9 +71,9 @@ class UpdateLedger:
         self.on_advance = on_advance
         self._remember = remember
         self._floor: int | None = None  # ids <= floor are repeats: restored, or forgotten
-        self._pending: Counter[int] = Counter()
-        self._done: set[int] = set()  # finished ids above the floor, exactly
-        self._ahead: set[int] = set()  # finished ids above the watermark
+        self._waiting: dict[int, int] = {}  # id(update object) -> update_id, not yet taken
+        self._done: set[int] = set()  # taken ids above the floor, exactly
+        self._ahead: set[int] = set()  # taken ids above the watermark
 
     def restore(self, stored: int) -> None:
         """Take a watermark persisted by an earlier process: every id up to it is a repeat."""
@@ -82,23 +84,43 @@ class UpdateLedger:
             self._floor = stored
             self._done = {d for d in self._done if d > stored}
 
-    def arrived(self, update_id: int) -> None:
-        """An update entered the processor (not yet processed)."""
-        self._pending[update_id] += 1
+    def arrived(self, update: Update) -> None:
+        """An update entered the processor (its handlers have not begun)."""
+        self._waiting[id(update)] = update.update_id
 
-    def finished(self, update_id: int) -> None:
-        """An update's handlers are all done (or it was dropped): it counts as processed."""
-        left = self._pending[update_id] - 1
-        if left > 0:
-            self._pending[update_id] = left
-        else:
-            self._pending.pop(update_id, None)
-        if not self.is_repeat(update_id):
-            self._done.add(update_id)
-            if self.watermark is None or update_id > self.watermark:
-                self._ahead.add(update_id)
-        # The watermark may pass only finished ids with nothing still waiting below them.
-        lowest = min(self._pending) if self._pending else None
+    def take(self, update: Update) -> bool:
+        """The update's handlers begin: False if it is a repeat (drop it), else it counts.
+
+        Either way the update no longer holds the watermark back.
+        """
+        self._waiting.pop(id(update), None)
+        fresh = not self.is_repeat(update.update_id)
+        if fresh:
+            self._done.add(update.update_id)
+            if self.watermark is None or update.update_id > self.watermark:
+                self._ahead.add(update.update_id)
+        self._advance()
+        return fresh
+
+    def finished(self, update: Update) -> None:
+        """The processor is done with the update; taken now if nothing took it."""
+        if id(update) in self._waiting:
+            self.take(update)
+
+    def is_repeat(self, update_id: int) -> bool:
+        """True when this update id was taken before (in this process or an earlier one)."""
+        if self._floor is not None and update_id <= self._floor:
+            return True
+        return update_id in self._done
+
+    @property
+    def in_flight(self) -> int:
+        """How many updates arrived and have not been taken."""
+        return len(self._waiting)
+
+    def _advance(self) -> None:
+        # The watermark may pass only taken ids with nothing still waiting below them.
+        lowest = min(self._waiting.values()) if self._waiting else None
         below = [d for d in self._ahead if lowest is None or d < lowest]
         if below:
             self.watermark = max(below)
@@ -113,23 +135,12 @@ class UpdateLedger:
         limit = self.watermark
         if limit is None:
             return
-        if self._pending:
-            limit = min(limit, min(self._pending) - 1)
+        if self._waiting:
+            limit = min(limit, min(self._waiting.values()) - 1)
         old = sorted(d for d in self._done if d <= limit)[: len(self._done) - self._remember]
         if old:
             self._floor = old[-1]
             self._done.difference_update(old)
-
-    def is_repeat(self, update_id: int) -> bool:
-        """True when this update id was processed before (in this process or an earlier one)."""
-        if self._floor is not None and update_id <= self._floor:
-            return True
-        return update_id in self._done
-
-    @property
-    def in_flight(self) -> int:
-        """How many updates arrived and have not finished."""
-        return sum(self._pending.values())
 
 
 class ChatLaneProcessor(BaseUpdateProcessor):
@@ -180,9 +191,9 @@ class ChatLaneProcessor(BaseUpdateProcessor):
         lane = lane_of(update)
         done = asyncio.Event()
         waits = self._enter(lane, done)
-        update_id = update.update_id if isinstance(update, Update) else None
-        if self.ledger is not None and update_id is not None:
-            self.ledger.arrived(update_id)
+        tracked = update if self.ledger is not None and isinstance(update, Update) else None
+        if tracked is not None and self.ledger is not None:
+            self.ledger.arrived(tracked)
         self._held += 1
         self._idle.clear()
         started = False
@@ -197,8 +208,8 @@ class ChatLaneProcessor(BaseUpdateProcessor):
                 coroutine.close()  # cancelled while waiting: never ran
             done.set()
             self._leave(lane, done)
-            if self.ledger is not None and update_id is not None:
-                self.ledger.finished(update_id)
+            if tracked is not None and self.ledger is not None:
+                self.ledger.finished(tracked)
             self._held -= 1
             if self._held == 0:
                 self._idle.set()

@@ -127,12 +127,11 @@ async def test_the_dedupe_never_drops_an_update_still_waiting_for_its_chat(
             fake_api.user_message(OWNER, OWNER, "newer")
             newer_id = fake_api.last_update_id
             await eventually(lambda: engine.has("s2:said:newer"))
-            # A newer update of another chat finished: the watermark stays below the waiting
-            # ones, in memory and on disk.
+            # A newer update of another chat went first: the watermark stays below the one
+            # still waiting, in memory and on disk (the slow one began: it counts).
             await eventually(lambda: not bp.tasks)
-            assert bp.ledger.watermark is None or bp.ledger.watermark < slow_id
-            stored = await db.get_meta(LAST_UPDATE_KEY)
-            assert stored is None or int(stored) < slow_id
+            assert bp.ledger.watermark == slow_id
+            assert await db.get_meta(LAST_UPDATE_KEY) == str(slow_id)
             assert not bp.ledger.is_repeat(waiting_id)
             assert bp.ledger.is_repeat(newer_id)
             engine.release.set()
@@ -286,49 +285,65 @@ async def test_the_running_bound_is_kept_and_waiting_updates_hold_no_slot() -> N
     assert [n for n in finished if n <= 10] == list(range(1, 11))
 
 
-def test_the_watermark_never_passes_an_update_that_has_not_finished() -> None:
+def test_the_watermark_never_passes_an_update_still_waiting() -> None:
     advanced: list[int] = []
     ledger = UpdateLedger(on_advance=advanced.append)
-    for i in (10, 11, 12):
-        ledger.arrived(i)
-    ledger.finished(12)
+    u10, u11, u12 = (_message(i, OWNER) for i in (10, 11, 12))
+    for u in (u10, u11, u12):
+        ledger.arrived(u)
+    assert ledger.take(u12)
     assert ledger.watermark is None and ledger.is_repeat(12) and not ledger.is_repeat(10)
-    ledger.finished(10)
+    assert ledger.take(u10)
     assert ledger.watermark == 10 and not ledger.is_repeat(11)
-    ledger.finished(11)
+    ledger.finished(u10)  # already taken: nothing changes
+    ledger.finished(u11)  # nothing took it (no dedupe ran): taken now
     assert ledger.watermark == 12 and advanced == [10, 12]
     assert ledger.in_flight == 0
+
+
+def test_a_second_copy_of_an_update_is_a_repeat_even_while_the_first_runs() -> None:
+    ledger = UpdateLedger()
+    first, copy = _message(5, OWNER), _message(5, OWNER)
+    ledger.arrived(first)
+    ledger.arrived(copy)
+    assert ledger.take(first)
+    assert not ledger.take(copy)
+    assert ledger.in_flight == 0 and ledger.watermark == 5
 
 
 def test_a_restored_watermark_makes_older_ids_repeats_and_a_late_arrival_is_not_one() -> None:
     ledger = UpdateLedger()
     ledger.restore(100)
     assert ledger.is_repeat(100) and ledger.is_repeat(7) and not ledger.is_repeat(101)
-    # A webhook may deliver out of order: 103 finishes before 102 arrives; 102 is new.
-    ledger.arrived(101)
-    ledger.arrived(103)
-    ledger.finished(101)
-    ledger.finished(103)
+    assert not ledger.take(_message(100, OWNER))
+    # A webhook may deliver out of order: 103 is taken before 102 arrives; 102 is new.
+    for i in (101, 103):
+        u = _message(i, OWNER)
+        ledger.arrived(u)
+        assert ledger.take(u)
     assert ledger.watermark == 103
-    assert not ledger.is_repeat(102)
-    ledger.arrived(102)
-    ledger.finished(102)
+    late = _message(102, OWNER)
+    ledger.arrived(late)
+    assert ledger.take(late)
     assert ledger.is_repeat(102)
 
 
 def test_the_ledger_remembers_a_bounded_number_of_ids_and_never_forgets_a_waiting_one() -> None:
     ledger = UpdateLedger(remember=4)
-    ledger.arrived(1)  # stays waiting
+    waiting = _message(1, OWNER)
+    ledger.arrived(waiting)
     for i in range(2, 20):
-        ledger.arrived(i)
-        ledger.finished(i)
+        u = _message(i, OWNER)
+        ledger.arrived(u)
+        ledger.take(u)
     assert ledger.watermark is None  # nothing passes the waiting update
     assert not ledger.is_repeat(1)
-    ledger.finished(1)
+    assert ledger.take(waiting)
     assert ledger.watermark == 19
     for i in range(20, 40):
-        ledger.arrived(i)
-        ledger.finished(i)
+        u = _message(i, OWNER)
+        ledger.arrived(u)
+        ledger.take(u)
     assert len(ledger._done) <= 5
     assert ledger.is_repeat(2) and ledger.is_repeat(39) and not ledger.is_repeat(40)
 
