@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -58,7 +59,7 @@ class Database:
         conn = await aiosqlite.connect(file, isolation_level=None)
         try:
             await conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms):d}")
-            await conn.execute("PRAGMA journal_mode = WAL")
+            await _enter_wal(conn, timeout_ms=busy_timeout_ms)
             await conn.execute("PRAGMA synchronous = FULL")
             await migrate(conn)
         except BaseException:
@@ -136,3 +137,23 @@ class Database:
         """Remove one metadata value; no error when it is absent."""
         async with self.transaction() as conn:
             await conn.execute("DELETE FROM meta WHERE key = ?", (key,))
+
+
+async def _enter_wal(conn: aiosqlite.Connection, *, timeout_ms: int) -> None:
+    """Switch to WAL, retrying while another process holds the lock the switch needs.
+
+    Two processes opening a brand-new file at once can both try the switch; SQLite answers
+    the loser "database is locked" at once, without its busy handler. WAL is stored in the
+    file, so once either succeeds the other's retry is a no-op.
+    """
+    delay_s = 0.005
+    deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
+    while True:
+        try:
+            await conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or asyncio.get_running_loop().time() > deadline:
+                raise
+        await asyncio.sleep(delay_s)
+        delay_s = min(delay_s * 2, 0.2)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import sys
+import time
 from pathlib import Path
 
 import aiosqlite
@@ -170,3 +172,39 @@ async def test_a_cancelled_append_leaves_the_database_usable(tmp_path: Path) -> 
         if isinstance(stored.event, UserMessage) and not stored.event.text.startswith("after"):
             ticks = int(stored.event.text)
             assert events[stored.seq].event == goal(100 + ticks)
+
+
+_OPEN_CHILD = """
+import asyncio, sys, time
+from storage.db import Database
+async def main(path, start):
+    while time.time() < start:
+        await asyncio.sleep(0.001)
+    db = await Database.open(path)
+    await db.close()
+asyncio.run(main(sys.argv[1], float(sys.argv[2])))
+"""
+
+
+async def test_processes_opening_a_new_file_together_all_succeed(tmp_path: Path) -> None:
+    # Switching a brand-new file to WAL from two processes at once makes SQLite answer the
+    # loser "database is locked" without waiting; opening must retry, never fail.
+    root = str(Path(__file__).resolve().parents[2])
+    for attempt in range(8):
+        path = tmp_path / f"new{attempt}.db"
+        start = time.time() + 0.4
+        children = [
+            await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-c",
+                _OPEN_CHILD,
+                str(path),
+                str(start),
+                cwd=root,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            for _ in range(3)
+        ]
+        for child in children:
+            _, err = await asyncio.wait_for(child.communicate(), 30)
+            assert child.returncode == 0, err.decode()
