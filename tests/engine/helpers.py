@@ -10,6 +10,7 @@ from pathlib import Path
 
 from engine.agent.testing import RecordingChannel
 from engine.app import Engine, EngineConfig, build_engine
+from engine.model.script import call, say
 from engine.model.types import ModelProvider
 from storage.open import Storage, open_storage
 
@@ -26,8 +27,26 @@ PLAN_MD = """# Greeting module
 2. Test — write test_greet.py and run it.
 """
 
+PLANNING = [
+    call("plan", {"op": "init", "title": "Greeting module", "mode": "design"}),
+    call("write_file", {"path": "{plan_md}", "content": PLAN_MD}, expect="Design plan created"),
+    call("plan", {"op": "submit"}),
+    say("The plan is ready for review."),
+]
+
 GREET_PY = 'def hello(name):\n    return f"Hello, {name}!"\n'
 TEST_PY = 'import greet\n\nassert greet.hello("x") == "Hello, x!"\nprint("ok")\n'
+
+EXECUTION = [
+    call("plan", {"op": "start"}),
+    call("write_file", {"path": "greet.py", "content": GREET_PY}),
+    call("plan", {"op": "complete", "evidence": "greet.py written"}),
+    call("plan", {"op": "start"}),
+    call("write_file", {"path": "test_greet.py", "content": TEST_PY}),
+    call("bash", {"command": "python3 test_greet.py"}),
+    call("plan", {"op": "complete", "evidence": "test_greet.py prints ok"}, expect="ok"),
+    say("All done: greet.py and its test."),
+]
 
 
 @dataclass

@@ -10,26 +10,16 @@ from pathlib import Path
 
 from engine.events import CommandRun, PlanChanged, UserMessage
 from engine.model.openai_provider import OpenAIProvider
-from engine.model.script import call, say
-from tests.engine.helpers import GREET_PY, PLAN_MD, TEST_PY, engine_rig, settle
+from tests.engine.helpers import (
+    EXECUTION,
+    GREET_PY,
+    PLAN_MD,
+    PLANNING,
+    TEST_PY,
+    engine_rig,
+    settle,
+)
 from tests.fakes.openai_server import FAKE_MODEL, FakeOpenAIServer
-
-PLANNING = [
-    call("plan", {"op": "init", "title": "Greeting module", "mode": "design"}),
-    call("write_file", {"path": "{plan_md}", "content": PLAN_MD}, expect="Design plan created"),
-    call("plan", {"op": "submit"}),
-    say("The plan is ready for review."),
-]
-EXECUTION = [
-    call("plan", {"op": "start"}),
-    call("write_file", {"path": "greet.py", "content": GREET_PY}),
-    call("plan", {"op": "complete", "evidence": "greet.py written"}),
-    call("plan", {"op": "start"}),
-    call("write_file", {"path": "test_greet.py", "content": TEST_PY}),
-    call("bash", {"command": "python3 test_greet.py"}),
-    call("plan", {"op": "complete", "evidence": "test_greet.py prints ok"}, expect="ok"),
-    say("All done: greet.py and its test."),
-]
 
 
 async def test_plan_approve_execute_archive_over_the_openai_sdk(

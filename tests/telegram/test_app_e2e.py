@@ -21,30 +21,15 @@ from bot.routes import goal_card_key
 from engine.api import RestoredGoal
 from engine.app import Engine, EngineConfig, build_engine
 from engine.events import UserMessage
+from engine.model.openai_provider import OpenAIProvider
 from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
 from engine.model.types import ModelProvider, ModelReply
 from storage.open import Storage, open_storage
-from tests.engine.helpers import GREET_PY, PLAN_MD, TEST_PY, settle
+from tests.engine.helpers import EXECUTION, GREET_PY, PLAN_MD, PLANNING, settle
 from tests.fakebot.server import FakeBotApi, FakeMessage
+from tests.fakes.openai_server import FAKE_MODEL, FakeOpenAIServer
 from tests.telegram.app_support import GROUP, OWNER, STALE, STRANGER, eventually, running_bot
-
-PLANNING = [
-    call("plan", {"op": "init", "title": "Greeting module", "mode": "design"}),
-    call("write_file", {"path": "{plan_md}", "content": PLAN_MD}, expect="Design plan created"),
-    call("plan", {"op": "submit"}),
-    say("The plan is ready for review."),
-]
-EXECUTION = [
-    call("plan", {"op": "start"}),
-    call("write_file", {"path": "greet.py", "content": GREET_PY}),
-    call("plan", {"op": "complete", "evidence": "greet.py written"}),
-    call("plan", {"op": "start"}),
-    call("write_file", {"path": "test_greet.py", "content": TEST_PY}),
-    call("bash", {"command": "python3 test_greet.py"}),
-    call("plan", {"op": "complete", "evidence": "test_greet.py prints ok"}, expect="ok"),
-    say("All done: greet.py and its test."),
-]
 
 
 @dataclass
@@ -68,13 +53,21 @@ async def live_bot(
     """The real engine over real storage, wired to the real application on the fake API."""
     workspace = tmp_path / "work"
     workspace.mkdir(exist_ok=True)
+    # By default the real openai SDK talks to the fake chat-completions server on loopback.
+    server: FakeOpenAIServer | None = None
+    sdk: OpenAIProvider | None = None
+    if model is None:
+        server = FakeOpenAIServer()
+        server.play(list(script))
+        await server.start()
+        model = sdk = OpenAIProvider(FAKE_MODEL, base_url=server.base_url, api_key="test-key")
     storage = await open_storage(tmp_path / "home")
     slot = LateChannel()
     engine = build_engine(
         log=storage.log,
         sessions=storage.sessions,
         plan_store=storage.plan_store,
-        model=model or ScriptedProvider(list(script)),
+        model=model,
         channel=slot,
         config=EngineConfig(workspace=workspace, max_goal_rounds=max_goal_rounds),
     )
@@ -89,6 +82,10 @@ async def live_bot(
                 await parts(app).presenter.flush()
     finally:
         await storage.close()
+        if sdk is not None:
+            await sdk.aclose()
+        if server is not None:
+            await server.stop()
 
 
 def labels(msg: FakeMessage) -> list[str]:
