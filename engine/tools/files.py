@@ -14,6 +14,7 @@ import asyncio
 import fnmatch
 import os
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,7 +75,7 @@ def _int_arg(args: dict[str, Any], name: str) -> int | None:
     return value
 
 
-class _FileTool:
+class _FileTool(ABC):
     """Shared plumbing: path resolution with the session ``.md`` exception."""
 
     name = ""
@@ -98,8 +99,9 @@ class _FileTool:
         return resolve_in_workspace(raw, ctx.workspace, also_allowed=await self._md_path(ctx))
 
     @property
+    @abstractmethod
     def parameters(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """The JSON schema of the tool's arguments."""
 
     def is_concurrency_safe(self, args: dict[str, Any]) -> object:
         return False
@@ -114,8 +116,9 @@ class _FileTool:
         except OSError as exc:
             return _error(f"error: {type(exc).__name__}: {exc.strerror or exc}")
 
+    @abstractmethod
     async def _run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
-        raise NotImplementedError
+        """The tool's work; path mistakes raise and ``run`` turns them into results."""
 
 
 class ReadFileTool(_FileTool):
