@@ -212,7 +212,7 @@ class SetTaskGoal:
 
 @dataclass(frozen=True, slots=True)
 class ClearTaskGoal:
-    pass
+    """Clear the task goal, if the session's goal is one (a user goal stays)."""
 
 
 GoalCommand = (

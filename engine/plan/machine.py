@@ -45,7 +45,7 @@ class SetCriteria:
 
 @dataclass(frozen=True, slots=True)
 class ClearCriteria:
-    pass
+    """The effect: clear the task goal that a started task's criteria set."""
 
 
 CriteriaEffect = SetCriteria | ClearCriteria | None
