@@ -66,8 +66,11 @@ def demo_script() -> list[ScriptStep]:
         say("Done: **greet.py** and its test are in place, and the test passes."),
         # Turn 3, one goal round: verify, then report the goal complete.
         call("bash", {"command": "python3 test_greet.py"}),
-        call("update_goal", {"status": "complete", "reason": "the test passes"}),
-        say("The goal is met: the greeting test passes."),
+        call(
+            "update_goal",
+            {"status": "complete", "reason": "the test passes"},
+            text="The goal is met: the greeting test passes.",
+        ),
     ]
 
 

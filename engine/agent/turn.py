@@ -109,6 +109,9 @@ async def run_turn(
         session_id=session_id, workspace=workspace, turn_id=turn_id, source=message.source
     )
     final_text = ""
+    # The last thing the model said in this turn: a turn ended by its pre-step (a goal round
+    # that just completed its goal) reports that instead of nothing.
+    last_said = ""
     outcome: TurnOutcome = "max_steps"
     detail = ""
     try:
@@ -122,6 +125,8 @@ async def run_turn(
             messages = await _context(deps, session_id, workspace_text=str(workspace))
             reply = await deps.model.complete(messages, runtime.specs())
             final_text = reply.text
+            if reply.text.strip():
+                last_said = reply.text
             events: list[SessionEvent] = [AssistantMessage(text=reply.text)]
             calls = [
                 ToolCall(call_id=c.id, name=c.name, arguments=dict(c.arguments))
@@ -176,6 +181,8 @@ async def run_turn(
     await log.append(session_id, [TurnEnd(turn_id=turn_id, outcome=outcome, detail=detail)])
     await safe_call("turn_ended", deps.channel.turn_ended(session_id, outcome))
     text = final_text.strip()
+    if not text and outcome == "completed" and detail:
+        text = last_said.strip()
     if outcome == "max_steps":
         text = (text + "\n\n" if text else "") + (
             f"(I stopped after {deps.settings.max_steps} steps; send a message to continue.)"
