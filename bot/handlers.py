@@ -87,6 +87,10 @@ async def load_state(bp: BotParts) -> None:
         bp.loaded = True
 
 
+# How long the stored update_id may lag the processed one (one commit per window at most).
+UPDATE_ID_FLUSH_S = 0.25
+
+
 class Handlers:
     """The update callbacks; each is ``async def verb(update, context) -> None``."""
 
@@ -217,6 +221,8 @@ class Handlers:
         try:
             written: int | None = None
             while self.bp.last_update_id != written:
+                # Gather a burst into one commit; a crash repeats at most this window.
+                await asyncio.sleep(UPDATE_ID_FLUSH_S)
                 written = self.bp.last_update_id
                 await self.bp.meta.set_meta(LAST_UPDATE_KEY, str(written))
         finally:
