@@ -51,6 +51,8 @@ log = logging.getLogger("engine.goal.service")
 GoalListener = Callable[[str, GoalSnapshot | None], Awaitable[None] | None]
 
 DEFAULT_MAX_GOAL_ROUNDS = 20
+# The goal fold reads snapshots and the goal-source messages that admit rounds, nothing else.
+GOAL_EVENT_TYPES = frozenset({"goal/change", "user/message"})
 
 
 class GoalService:
@@ -232,7 +234,7 @@ class GoalService:
 
     async def _refresh(self, session_id: str) -> GoalState:
         last_seq, state = self._cache.get(session_id, (0, empty_goal_state()))
-        for stored in await self._log.read(session_id, after_seq=last_seq):
+        for stored in await self._log.read(session_id, after_seq=last_seq, types=GOAL_EVENT_TYPES):
             state = apply_goal_event(state, stored.event)
             last_seq = stored.seq
         self._cache[session_id] = (last_seq, state)

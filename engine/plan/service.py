@@ -187,7 +187,7 @@ class PlanService:
     async def _repair_mode_locked(self, session_id: str, state: PlanState) -> None:
         # The sidecar wins over the log: a disagreeing last plan/mode gets a repairing one.
         mode = PlanModeState()
-        for stored in await self._log.read(session_id):
+        for stored in await self._log.read(session_id, types=("plan/mode", "command/run")):
             mode = apply_plan_mode_event(mode, stored.event)
         if mode.active != _editing(state):
             await self._log.append(session_id, [PlanMode(active=_editing(state))])
