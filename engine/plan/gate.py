@@ -15,6 +15,7 @@ from typing import Any
 
 from engine.plan.refusals import TEXTS
 from engine.plan.types import PlanState
+from engine.tools.workspace import real_path, resolve_path
 
 WRITE_TOOLS = frozenset({"write_file", "edit_file"})
 SHELL_TOOLS = frozenset({"bash"})
@@ -52,18 +53,14 @@ def resolve_tool_path(raw: object, workspace: Path) -> Path | None:
     """The absolute, symlink-free path a tool argument names (relative to ``workspace``)."""
     if not isinstance(raw, str) or not raw.strip():
         return None
-    path = Path(raw).expanduser()
-    if not path.is_absolute():
-        path = workspace / path
-    # strict=False: a file that does not exist yet still resolves through its existing parents.
-    return path.resolve(strict=False)
+    return resolve_path(raw, workspace)
 
 
 def _is_md(raw: object, view: PlanGateView, workspace: Path) -> bool:
     target = resolve_tool_path(raw, workspace)
     if target is None or view.md_path is None:
         return False
-    return target == view.md_path.resolve(strict=False)
+    return target == real_path(view.md_path)
 
 
 def check_gate(

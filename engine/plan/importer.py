@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.plan.machine import TaskSpec
+from engine.tools.workspace import OutsideWorkspace, resolve_in_workspace
 
 
 def parse_task_spec(raw: object) -> TaskSpec | None:
@@ -54,11 +55,13 @@ def read_import(
     file_path: str, workspace: Path, *, extract: Callable[[str], Sequence[Any]]
 ) -> tuple[TaskSpec, ...] | str:
     """The import's tasks, or a refusal code (outside workspace, unreadable, bad task)."""
-    root = workspace.resolve()
-    candidate = Path(file_path).expanduser()
-    target = (candidate if candidate.is_absolute() else root / candidate).resolve()
-    if not target.is_relative_to(root):
+    try:
+        target = resolve_in_workspace(file_path, workspace)
+    except OutsideWorkspace:
         return "import-outside-workspace"
+    if not target.is_file():
+        # A folder, a FIFO or a device would block or fail the read: only regular files import.
+        return "import-unreadable"
     try:
         text = target.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):

@@ -38,6 +38,18 @@ def is_within(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
+def resolve_path(raw: str, workspace: Path) -> Path:
+    """The absolute, symlink-free path ``raw`` names, relative paths taken from ``workspace``.
+
+    The one place paths from tools, the gate and plan import are resolved; a path that does not
+    exist yet resolves through its existing parents.
+    """
+    candidate = Path(raw).expanduser()
+    if not candidate.is_absolute():
+        candidate = real_path(workspace) / candidate
+    return real_path(candidate)
+
+
 def resolve_in_workspace(raw: str, workspace: Path, *, also_allowed: Path | None = None) -> Path:
     """Resolve ``raw`` against ``workspace``; raise :class:`OutsideWorkspace` when it escapes.
 
@@ -45,10 +57,7 @@ def resolve_in_workspace(raw: str, workspace: Path, *, also_allowed: Path | None
     plan ``.md``); it matches only exactly, after resolution.
     """
     root = real_path(workspace)
-    candidate = Path(raw).expanduser()
-    if not candidate.is_absolute():
-        candidate = root / candidate
-    resolved = real_path(candidate)
+    resolved = resolve_path(raw, workspace)
     if is_within(resolved, root):
         return resolved
     if also_allowed is not None and resolved == real_path(also_allowed):
