@@ -58,6 +58,7 @@ INTERRUPTED_NOTICE = (
 )
 
 
+SHUTDOWN_NOTICE = "plangate is stopping: the running turn was stopped and will not be re-run."
 PLAN_RESUMED_NOTICE = "Planning, asked for before plangate stopped, is on now."
 STALE_APPROVAL_NOTICE = (
     "An approval given before plangate stopped was for an older version of the plan; "
@@ -379,8 +380,17 @@ class Engine:
         return restored
 
     async def shutdown(self) -> None:
-        """Stop every turn (closed as cancelled) and the scheduler."""
-        await self.agents.shutdown()
+        """Stop every turn (closed as cancelled) and the scheduler; tell the chats what stopped.
+
+        Nothing is re-run after the restart, so each chat that was working hears it now, with
+        the messages that were still waiting (the front end delivers it before it closes).
+        """
+        for session_id, dropped in (await self.agents.shutdown()).items():
+            text = SHUTDOWN_NOTICE
+            if dropped:
+                listed = "\n".join(f"- {m.text[:80]}" for m in dropped)
+                text += f" Not handled, send again if still wanted:\n{listed}"
+            await safe_call("notice", self.channel.notice(session_id, text))
         await self.driver.close()
         if isinstance(self.scheduler, ApsScheduler):
             self.scheduler.shutdown()

@@ -322,11 +322,17 @@ class AgentRegistry:
         """Wait until that session's inbox is drained."""
         await self.controller(session_id).wait_idle()
 
-    async def shutdown(self) -> None:
-        """Cancel every running turn (each is closed ``cancelled``)."""
-        for controller in list(self._controllers.values()):
+    async def shutdown(self) -> dict[str, list[InboundMessage]]:
+        """Cancel every running turn (each is closed ``cancelled``).
+
+        Returns, per session that was working, the queued messages that were dropped (an
+        empty list when only the running turn was stopped).
+        """
+        stopped: dict[str, list[InboundMessage]] = {}
+        for session_id, controller in list(self._controllers.items()):
             if controller.busy:
-                await controller.stop()
+                stopped[session_id] = await controller.stop()
+        return stopped
 
     async def _gate(self, request: ToolCallRequest, ctx: ToolContext) -> str | None:
         plan = self.deps.plan

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from engine.app import SHUTDOWN_NOTICE
 from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
 from engine.model.types import ModelReply
@@ -149,3 +150,21 @@ async def test_confirmation_and_revise_offer_survive_a_redraw(tmp_path: Path) ->
         await engine.command(sid, "execute", "", actor=OWNER)  # acting clears it
         await settle(engine, sid)
         assert (await engine.plan_card(sid)).state == "active"
+
+
+async def test_shutdown_tells_a_working_chat_what_stopped_and_what_was_not_handled(
+    tmp_path: Path,
+) -> None:
+    model = HeldModel([say("ok")] * 5)
+    async with engine_rig(tmp_path, model) as rig:
+        sid = await rig.engine.session_for_chat(-1, 0)
+        idle = await rig.engine.session_for_chat(-2, 0)
+        await _busy(rig, model, sid)
+        await rig.engine.user_message(sid, "and then add docs", actor=OWNER, message_id=2)
+        await rig.engine.shutdown()
+        notices = [(c.session_id, c.args["text"]) for c in rig.channel.of("notice")]
+        assert len(notices) == 1
+        session, text = notices[0]
+        assert session == sid and session != idle
+        assert text.startswith(SHUTDOWN_NOTICE)
+        assert "- and then add docs" in text
