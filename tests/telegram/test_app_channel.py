@@ -139,3 +139,23 @@ async def test_a_task_goal_alone_posts_no_goal_card(fake_api: FakeBotApi, tmp_pa
         await presenter.flush()
     texts = [m.text for m in fake_api.bot_messages(OWNER)]
     assert len(texts) == 2 and "ship it" in texts[1]
+
+
+async def test_an_option_asked_before_new_is_out_of_date(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    engine = RecordingEngine()
+    async with open_db(tmp_path / "p.db") as db, running_bot(fake_api, engine, db) as app:
+        fake_api.user_message(OWNER, OWNER, "start")
+        await eventually(lambda: len(engine.named("user_message")) == 1)
+        await parts(app).channel.ask("s1", "Which database?", ["SQLite", "PostgreSQL"])
+        question = fake_api.bot_messages(OWNER)[-1]
+        data = question.buttons[0][0][1]
+        fake_api.user_message(OWNER, OWNER, "/new")
+        await eventually(lambda: len(engine.named("new_session")) == 1)
+        pressed = fake_api.press_raw(OWNER, question.message_id, data, user_id=OWNER)
+        await eventually(lambda: pressed in fake_api.callback_answers)
+        await parts(app).presenter.flush()
+    assert fake_api.callback_answers[pressed]["text"] == "This question is out of date."
+    # The ended session got no message, and the new one none on its behalf.
+    assert len(engine.named("user_message")) == 1
