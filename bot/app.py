@@ -173,15 +173,27 @@ def build_application(
     if channel_slot is not None:
         channel_slot.bind(channel)
 
+    background: set[asyncio.Task[None]] = set()
+
     async def refuse(update: Update, text: str) -> None:
+        # Sent in the background: a paced send (a full group window) must not hold the chat's
+        # lane, where the owner's next command waits.
         msg = update.message
-        if msg is not None:
-            await outbox.send_text(
-                msg.chat.id,
-                escape(text),
-                thread_id=message_key(msg)[1] or None,
-                reply_to=msg.message_id,
-            )
+        if msg is None:
+            return
+
+        async def send() -> None:
+            with contextlib.suppress(Exception):
+                await outbox.send_text(
+                    msg.chat.id,
+                    escape(text),
+                    thread_id=message_key(msg)[1] or None,
+                    reply_to=msg.message_id,
+                )
+
+        task = asyncio.get_running_loop().create_task(send())
+        background.add(task)
+        task.add_done_callback(background.discard)
 
     holder: list[AccessGate] = []
 
@@ -198,7 +210,18 @@ def build_application(
         on_group_gone=save_groups,
     )
     holder.append(gate)
-    bp = BotParts(engine, db_meta, outbox, routes, presenter, channel, gate, token, ledger=ledger)
+    bp = BotParts(
+        engine,
+        db_meta,
+        outbox,
+        routes,
+        presenter,
+        channel,
+        gate,
+        token,
+        ledger=ledger,
+        tasks=background,
+    )
     application.bot_data["plangate"] = bp
     h = Handlers(bp)
 
@@ -294,6 +317,8 @@ async def start_webhook(updater: Updater, settings: BotSettings, webhook_url: st
             secret_token=secret,
             allowed_updates=list(ALLOWED_UPDATES),
             drop_pending_updates=False,
+            # One connection: Telegram then delivers in order, as the chat lanes expect.
+            max_connections=1,
         )
     except BadRequest as err:
         raise ConfigError(
@@ -359,6 +384,12 @@ async def serve(
                 # Each step checks what actually started: a start can fail half-way.
                 if updater.running:
                     await updater.stop()
+                # Updates already fetched (or waiting in their chat's lane) are handled while
+                # the engine still runs; after engine.shutdown nothing may start a turn.
+                processor = application.update_processor
+                if isinstance(processor, ChatLaneProcessor):
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(processor.idle(), SHUTDOWN_FLUSH_S)
                 try:
                     await engine.shutdown()
                 finally:

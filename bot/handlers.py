@@ -414,13 +414,16 @@ class Handlers:
             return
         msg = update.effective_message
         if isinstance(msg, Message):
-            with contextlib.suppress(Exception):
+            # In the background, like every reply: a paced send must not hold the chat's lane.
+            text = f"⚠️ That failed ({escape(type(err).__name__)}); the log has the details."
+
+            async def tell() -> None:
                 await self.bp.outbox.send_text(
-                    msg.chat.id,
-                    f"⚠️ That failed ({escape(type(err).__name__)}); the log has the details.",
-                    thread_id=message_key(msg)[1] or None,
+                    msg.chat.id, text, thread_id=message_key(msg)[1] or None,
                     reply_to=msg.message_id,
-                )
+                )  # fmt: skip
+
+            self._spawn(tell())
 
 
 def redact(text: str, token: str) -> str:

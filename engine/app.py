@@ -10,6 +10,7 @@ the plan store, a model, a channel) and never reach into the services themselves
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -58,6 +59,8 @@ INTERRUPTED_NOTICE = (
 )
 
 
+# How long shutdown waits for one chat's notice before it goes on.
+NOTICE_WAIT_S = 5.0
 SHUTDOWN_NOTICE = "plangate is stopping: the running turn was stopped and will not be re-run."
 PLAN_RESUMED_NOTICE = "Planning, asked for before plangate stopped, is on now."
 STALE_APPROVAL_NOTICE = (
@@ -158,7 +161,16 @@ class Engine:
         """
         if session_id in self._loaded:
             return
+        # Marked loaded before the awaits so concurrent first touches do it once; a failure
+        # unmarks it, so the next touch tries again.
         self._loaded.add(session_id)
+        try:
+            await self._load(session_id)
+        except BaseException:
+            self._loaded.discard(session_id)
+            raise
+
+    async def _load(self, session_id: str) -> None:
         if await close_interrupted_turn(self.log, session_id):
             await safe_call("notice", self.channel.notice(session_id, INTERRUPTED_NOTICE))
         await self.goals.on_session_start(session_id)
@@ -283,7 +295,7 @@ class Engine:
                 final: PlanCardState = "done" if ended[1] == "completed" else "none"
                 return PlanCardData(state=final, sidecar=ended[0], busy=busy, ended=ended[1])
             return PlanCardData(state="none", sidecar=None, busy=busy)
-        chosen = self.commands.plan_override(session_id, sidecar.revision)
+        chosen = self.commands.plan_override(session_id, sidecar.id, sidecar.revision)
         return PlanCardData(
             state=chosen or await self.derived_plan_card_state(session_id),
             sidecar=sidecar,
@@ -311,7 +323,7 @@ class Engine:
         goal = await self.goals.get(session_id)
         if goal is None:
             return GoalCardData(state="none", goal=None)
-        state = self.commands.goal_override(session_id, goal.revision) or "live"
+        state = self.commands.goal_override(session_id, goal.id, goal.revision) or "live"
         return GoalCardData(state=state, goal=goal, armed=self.goals.is_armed(session_id))
 
     async def set_plan_flow(
@@ -372,28 +384,45 @@ class Engine:
                 continue
             seen.add(binding.session_id)
             # Tell each chat now about a turn the last process left open, not at its next
-            # message; decide what it left pending.
-            await self.ensure_loaded(binding.session_id)
+            # message; decide what it left pending. One broken session must not stop the bot:
+            # it is tried again at its next message.
+            try:
+                await self.ensure_loaded(binding.session_id)
+            except Exception as exc:
+                _log.warning(
+                    "engine.app.load_failed session=%s %s: %s",
+                    binding.session_id,
+                    type(exc).__name__,
+                    exc,
+                )
+                continue
             goal = await self.goals.get(binding.session_id)
             if goal is not None and goal.phase == "active" and goal.source != "task":
                 restored.append(RestoredGoal(session_id=binding.session_id, goal=goal))
         return restored
 
     async def shutdown(self) -> None:
-        """Stop every turn (closed as cancelled) and the scheduler; tell the chats what stopped.
+        """Stop the scheduler, then every turn (closed as cancelled); tell the chats.
 
-        Nothing is re-run after the restart, so each chat that was working hears it now, with
-        the messages that were still waiting (the front end delivers it before it closes).
+        Timers go first so no goal round starts while turns are being stopped, and no turn
+        starts after (the agents refuse new messages). Nothing is re-run after the restart, so
+        each chat that was working hears it now, with the messages that were still waiting;
+        each notice gets a bounded wait so a flood-limited chat cannot hold the shutdown.
         """
+        await self.driver.close()
+        if isinstance(self.scheduler, ApsScheduler):
+            self.scheduler.shutdown()
         for session_id, dropped in (await self.agents.shutdown()).items():
             text = SHUTDOWN_NOTICE
             if dropped:
                 listed = "\n".join(f"- {m.text[:80]}" for m in dropped)
                 text += f" Not handled, send again if still wanted:\n{listed}"
-            await safe_call("notice", self.channel.notice(session_id, text))
-        await self.driver.close()
-        if isinstance(self.scheduler, ApsScheduler):
-            self.scheduler.shutdown()
+            try:
+                await asyncio.wait_for(
+                    safe_call("notice", self.channel.notice(session_id, text)), NOTICE_WAIT_S
+                )
+            except TimeoutError:
+                _log.warning("engine.app.shutdown_notice_timeout session=%s", session_id)
 
 
 def build_engine(

@@ -60,8 +60,9 @@ class CommandPlane:
         self._kept: dict[str, int] = {}
         # Interface states the owner chose (Revise offer, confirmations), bound to the
         # revision they were drawn for, so a redraw while the agent works keeps them.
-        self._plan_override: dict[str, tuple[PlanCardState, int]] = {}
-        self._goal_override: dict[str, tuple[GoalCardState, int]] = {}
+        # Keyed by (id, revision): revisions restart with every plan and goal.
+        self._plan_override: dict[str, tuple[PlanCardState, str, int]] = {}
+        self._goal_override: dict[str, tuple[GoalCardState, str, int]] = {}
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -95,15 +96,15 @@ class CommandPlane:
         )
         self._e.agents.controller(session_id).submit(text, source=source, message_id=message_id)
 
-    def plan_override(self, session_id: str, revision: int) -> PlanCardState | None:
-        """The card state the owner chose for this plan revision, if any."""
+    def plan_override(self, session_id: str, plan_id: str, revision: int) -> PlanCardState | None:
+        """The card state the owner chose for this plan at this revision, if any."""
         chosen = self._plan_override.get(session_id)
-        return chosen[0] if chosen is not None and chosen[1] == revision else None
+        return chosen[0] if chosen is not None and chosen[1:] == (plan_id, revision) else None
 
-    def goal_override(self, session_id: str, revision: int) -> GoalCardState | None:
-        """The card state the owner chose for this goal revision, if any."""
+    def goal_override(self, session_id: str, goal_id: str, revision: int) -> GoalCardState | None:
+        """The card state the owner chose for this goal at this revision, if any."""
         chosen = self._goal_override.get(session_id)
-        return chosen[0] if chosen is not None and chosen[1] == revision else None
+        return chosen[0] if chosen is not None and chosen[1:] == (goal_id, revision) else None
 
     def _clear_overrides(self, session_id: str) -> None:
         self._plan_override.pop(session_id, None)
@@ -181,7 +182,7 @@ class CommandPlane:
                 reply="This checklist has no plan text to revise. /discard it to plan anew.",
                 plan_card="restick",
             )
-        self._plan_override[session_id] = ("revise_offer", sidecar.revision)
+        self._plan_override[session_id] = ("revise_offer", sidecar.id, sidecar.revision)
         return Outcome(
             reply="A plan is being carried out. Revise it?",
             plan_card="restick",
@@ -353,7 +354,7 @@ class CommandPlane:
                 self._kept[session_id] = revision
                 return Outcome(reply=FEEDBACK_QUESTION, await_feedback=True, plan_card="refresh")
             case "discard":
-                self._plan_override[session_id] = ("confirm_discard", revision)
+                self._plan_override[session_id] = ("confirm_discard", sidecar.id, revision)
                 return Outcome(plan_card="refresh", plan_card_state="confirm_discard")
             case "discard_yes":
                 await self.log_command(session_id, "discard", "", actor=actor)
@@ -397,7 +398,7 @@ class CommandPlane:
             case "start":
                 result = await goals.arm(session_id, ref)
             case "clear":
-                self._goal_override[session_id] = ("confirm_clear", revision)
+                self._goal_override[session_id] = ("confirm_clear", goal.id, revision)
                 return Outcome(goal_card="refresh", goal_card_state="confirm_clear")
             case "clear_yes":
                 result = await goals.clear(session_id, ref)

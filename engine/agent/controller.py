@@ -60,6 +60,8 @@ class SessionController:
         self._pending_approval: PendingApproval | None = None
         self._background: set[asyncio.Future[object]] = set()
         self.last_result: TurnResult | None = None
+        # Set when the process shuts down: nothing new may start a turn after that.
+        self.closed = False
 
     # --- state ----------------------------------------------------------------------------
 
@@ -92,8 +94,12 @@ class SessionController:
     ) -> None:
         """Queue a message and make sure a drain task runs; returns at once.
 
-        ``message_id`` is the chat message the turn's final text replies to.
+        ``message_id`` is the chat message the turn's final text replies to. After
+        shutdown began the message is dropped (and logged): no turn may outlive the stores.
         """
+        if self.closed:
+            _log.warning("engine.agent.controller.closed_drop session=%s", self.session_id)
+            return
         self._inbox.append(InboundMessage(text, source or HumanSource(), message_id))
         if not self.busy:
             self._task = asyncio.create_task(self._drain(), name=f"agent:{self.session_id}")
@@ -273,6 +279,7 @@ class AgentRegistry:
         self._driver = driver
         self._controllers: dict[str, SessionController] = {}
         self.runtime = ToolRuntime(deps.tools, gate=self._gate)
+        self._closed = False
 
     def set_driver(self, driver: IdleListener | None) -> None:
         """Attach the goal round driver after construction (it needs this registry too)."""
@@ -287,6 +294,7 @@ class AgentRegistry:
             found = self._controllers[session_id] = SessionController(
                 session_id, self.deps, self.runtime, on_idle=self._driver
             )
+            found.closed = self._closed
         return found
 
     def submit(
@@ -323,11 +331,14 @@ class AgentRegistry:
         await self.controller(session_id).wait_idle()
 
     async def shutdown(self) -> dict[str, list[InboundMessage]]:
-        """Cancel every running turn (each is closed ``cancelled``).
+        """Cancel every running turn (each is closed ``cancelled``); no new turn starts after.
 
         Returns, per session that was working, the queued messages that were dropped (an
         empty list when only the running turn was stopped).
         """
+        self._closed = True
+        for controller in self._controllers.values():
+            controller.closed = True
         stopped: dict[str, list[InboundMessage]] = {}
         for session_id, controller in list(self._controllers.items()):
             if controller.busy:

@@ -7,6 +7,8 @@ JSON works). Any other text is read as Markdown and its work items become the ta
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -59,12 +61,8 @@ def read_import(
         target = resolve_in_workspace(file_path, workspace)
     except OutsideWorkspace:
         return "import-outside-workspace"
-    if not target.is_file():
-        # A folder, a FIFO or a device would block or fail the read: only regular files import.
-        return "import-unreadable"
-    try:
-        text = target.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+    text = _read_regular_file(target)
+    if text is None:
         return "import-unreadable"
     try:
         data = json.loads(text)
@@ -85,3 +83,35 @@ def read_import(
         for item in items
         if item.title.strip()
     )
+
+
+# An import is a task list or a plan, never more than this; a larger file is refused.
+MAX_IMPORT_BYTES = 1_000_000
+
+
+def _read_regular_file(path: Path) -> str | None:
+    """The UTF-8 text of a regular file, or ``None``.
+
+    Opened non-blocking and checked on the open descriptor, so a FIFO or device swapped in by a
+    concurrent command cannot block the event loop, and the size is capped.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_IMPORT_BYTES:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(MAX_IMPORT_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_IMPORT_BYTES:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None

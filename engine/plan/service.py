@@ -126,8 +126,13 @@ class PlanService:
         """Apply committed criteria effects, then tell the listeners; call with no plan lock held.
 
         The criteria sink (the goal service) notifies its own listeners, which read the plan
-        back; the plan lock is not reentrant, so this must run after it is released.
+        back; the plan lock is not reentrant, so this must run after it is released. Shielded:
+        a caller cancelled meanwhile (``/stop``) must not lose a committed change's effects,
+        which may belong to another session.
         """
+        await asyncio.shield(self._deliver_all())
+
+    async def _deliver_all(self) -> None:
         while self._undelivered:
             change, effect = self._undelivered.pop(0)
             try:

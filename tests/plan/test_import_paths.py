@@ -35,3 +35,10 @@ def test_a_regular_file_inside_imports(tmp_path: Path) -> None:
     result = read_import("tasks.json", tmp_path, extract=extract_work_items)
     assert not isinstance(result, str)
     assert [spec.title for spec in result] == ["one"]
+
+
+def test_a_file_over_the_size_cap_is_refused(tmp_path: Path) -> None:
+    from engine.plan.importer import MAX_IMPORT_BYTES
+
+    (tmp_path / "big.md").write_bytes(b"# x\n" + b"a" * MAX_IMPORT_BYTES)
+    assert read_import("big.md", tmp_path, extract=extract_work_items) == "import-unreadable"

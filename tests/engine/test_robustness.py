@@ -1,0 +1,84 @@
+"""Second-review fixes: overrides bound to the plan id, loading that fails is retried and does
+not stop start-up, nothing starts a turn after shutdown."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from pathlib import Path
+
+from engine.events import SessionEvent, StoredEvent
+from engine.model.script import say
+from engine.model.scripted import ScriptedProvider
+from tests.engine.helpers import engine_rig
+from tests.engine.test_commands import OWNER, _post_init
+
+
+async def test_a_confirmation_never_attaches_to_a_later_plan_at_the_same_revision(
+    tmp_path: Path,
+) -> None:
+    async with engine_rig(tmp_path, ScriptedProvider([say("ok")] * 5)) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(-1, 0)
+        await _post_init(rig, sid)
+        first = await engine.plans.current(sid)
+        assert first is not None
+        await engine.press(
+            sid, kind="p", action="discard", short_id=first.id[:8], revision=first.revision,
+            actor=OWNER,
+        )  # fmt: skip
+        assert (await engine.plan_card(sid)).state == "confirm_discard"
+        # The plan goes away without the confirmation being answered; a new one reaches the
+        # same revision number.
+        assert (await engine.plans.abandon(sid)).ok
+        await _post_init(rig, sid)
+        second = await engine.plans.current(sid)
+        assert second is not None and second.id != first.id
+        assert second.revision == first.revision
+        assert (await engine.plan_card(sid)).state == "review"
+
+
+class FlakyLog:
+    """The real log, but reads of one session fail until ``healed`` (a locked database)."""
+
+    def __init__(self, inner: object, broken: str) -> None:
+        self._inner = inner
+        self.broken = broken
+        self.healed = False
+
+    async def append(self, session_id: str, events: Sequence[SessionEvent]) -> list[StoredEvent]:
+        return await self._inner.append(session_id, events)  # type: ignore[attr-defined, no-any-return]
+
+    async def read(
+        self, session_id: str, *, after_seq: int = 0, types: Collection[str] | None = None
+    ) -> list[StoredEvent]:
+        if session_id == self.broken and not self.healed:
+            raise OSError("database is locked")
+        return await self._inner.read(session_id, after_seq=after_seq, types=types)  # type: ignore[attr-defined, no-any-return]
+
+
+async def test_a_session_that_fails_to_load_does_not_stop_start_up_and_loads_later(
+    tmp_path: Path,
+) -> None:
+    async with engine_rig(tmp_path, ScriptedProvider([])) as rig:
+        broken = await rig.engine.session_for_chat(-1, 0)
+        fine = await rig.engine.session_for_chat(-2, 0)
+        await rig.engine.goals.create(fine, "keep going")
+    async with engine_rig(tmp_path, ScriptedProvider([])) as rig:
+        flaky = FlakyLog(rig.engine.log, broken)
+        rig.engine.log = flaky  # type: ignore[assignment]
+        rig.engine._loaded.clear()
+        restored = await rig.engine.start()
+        assert [r.session_id for r in restored] == [fine]
+        flaky.healed = True
+        await rig.engine.ensure_loaded(broken)  # tried again, now it loads
+        assert broken in rig.engine._loaded
+
+
+async def test_nothing_starts_a_turn_after_shutdown(tmp_path: Path) -> None:
+    model = ScriptedProvider([say("should not run")])
+    async with engine_rig(tmp_path, model) as rig:
+        sid = await rig.engine.session_for_chat(-1, 0)
+        await rig.engine.shutdown()
+        await rig.engine.user_message(sid, "late", actor=OWNER, message_id=1)
+        assert not rig.engine.agents.is_busy(sid)
+        assert model.requests == []
