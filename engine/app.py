@@ -31,7 +31,7 @@ from engine.api import (
     PlanCardState,
     RestoredGoal,
 )
-from engine.commands import CommandPlane
+from engine.commands import CommandPlane, listed_messages
 from engine.events import CommandRun, PlanChanged, PlanMode, SessionEvent
 from engine.goal.driver import RoundDriver
 from engine.goal.service import GoalService
@@ -52,6 +52,8 @@ from engine.tools.base import Tool
 _log = logging.getLogger("engine.app")
 
 PlanEnding = Literal["completed", "discarded", "abandoned"]
+# The store's archive reasons that end a plan in a way its card names; anything else discards.
+_ENDINGS: dict[str, PlanEnding] = {"completed": "completed", "abandoned": "abandoned"}
 
 INTERRUPTED_NOTICE = (
     "The last turn was interrupted when plangate stopped; it will not be re-run. "
@@ -312,7 +314,7 @@ class Engine:
         if state == "active":
             return "active"
         sidecar = await self.plans.current(session_id)
-        if sidecar is not None and self.commands.is_kept(session_id, sidecar.revision):
+        if sidecar is not None and self.commands.is_kept(session_id, sidecar.id, sidecar.revision):
             return "written"
         if sidecar is not None and sidecar.submitted_revision == sidecar.revision:
             return "review"
@@ -353,13 +355,7 @@ class Engine:
 
     async def _on_plan_change(self, change: PlanChange) -> None:
         if change.after is None and change.before is not None:
-            ending: PlanEnding = (
-                "completed"
-                if change.archived == "completed"
-                else "abandoned"
-                if change.archived == "abandoned"
-                else "discarded"
-            )
+            ending = _ENDINGS.get(change.archived or "", "discarded")
             self._ended[change.session_id] = (change.archived_sidecar or change.before, ending)
         elif change.after is not None:
             self._ended.pop(change.session_id, None)
@@ -396,7 +392,7 @@ class Engine:
                     exc,
                 )
                 continue
-            goal = await self.goals.get(binding.session_id)
+            goal = self.goals.peek(binding.session_id)  # loading just read it
             if goal is not None and goal.phase == "active" and goal.source != "task":
                 restored.append(RestoredGoal(session_id=binding.session_id, goal=goal))
         return restored
@@ -415,7 +411,7 @@ class Engine:
         for session_id, dropped in (await self.agents.shutdown()).items():
             text = SHUTDOWN_NOTICE
             if dropped:
-                listed = "\n".join(f"- {m.text[:80]}" for m in dropped)
+                listed = listed_messages([m.text for m in dropped])
                 text += f" Not handled, send again if still wanted:\n{listed}"
             try:
                 await asyncio.wait_for(

@@ -14,6 +14,7 @@ The plan command matrix (DESIGN.md §7):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from engine.api import CommandName, GoalCardState, Outcome, PlanCardState
@@ -55,9 +56,9 @@ class CommandPlane:
 
     def __init__(self, engine: Engine) -> None:
         self._e = engine
-        # The revision at which the owner pressed Keep planning: the review keyboard stays
-        # off until the plan changes.
-        self._kept: dict[str, int] = {}
+        # The plan (id, revision) at which the owner pressed Keep planning: the review
+        # keyboard stays off until the plan changes (revisions restart with every plan).
+        self._kept: dict[str, tuple[str, int]] = {}
         # Interface states the owner chose (Revise offer, confirmations), bound to the
         # revision they were drawn for, so a redraw while the agent works keeps them.
         # Keyed by (id, revision): revisions restart with every plan and goal.
@@ -110,9 +111,9 @@ class CommandPlane:
         self._plan_override.pop(session_id, None)
         self._goal_override.pop(session_id, None)
 
-    def is_kept(self, session_id: str, revision: int) -> bool:
-        """Keep planning was pressed at this revision (the card shows no review keyboard)."""
-        return self._kept.get(session_id) == revision
+    def is_kept(self, session_id: str, plan_id: str, revision: int) -> bool:
+        """Keep planning was pressed on this plan at this revision (no review keyboard)."""
+        return self._kept.get(session_id) == (plan_id, revision)
 
     # --- commands ---------------------------------------------------------------------------
 
@@ -290,8 +291,7 @@ class CommandPlane:
         dropped = [m.text for m in await self._e.agents.stop(session_id)]
         reply = "Stopped."
         if dropped:
-            listed = "\n".join(f"- {text[:80]}" for text in dropped)
-            reply += f" Dropped {len(dropped)} queued message(s):\n{listed}"
+            reply += f" Dropped {len(dropped)} queued message(s):\n{listed_messages(dropped)}"
         return Outcome(reply=reply, dropped=tuple(dropped), goal_card="refresh")
 
     async def status_text(self, session_id: str) -> str:
@@ -351,7 +351,7 @@ class CommandPlane:
             case "keep" if state == "post_init":
                 await self.log_command(session_id, "keep_planning", "", actor=actor)
                 self._e.agents.controller(session_id).cancel_pending()
-                self._kept[session_id] = revision
+                self._kept[session_id] = (sidecar.id, revision)
                 return Outcome(reply=FEEDBACK_QUESTION, await_feedback=True, plan_card="refresh")
             case "discard":
                 self._plan_override[session_id] = ("confirm_discard", sidecar.id, revision)
@@ -409,6 +409,11 @@ class CommandPlane:
         if isinstance(result, GoalRefusal):
             return Outcome(reply=result.message, alert=True, goal_card="refresh")
         return Outcome(goal_card="refresh")
+
+
+def listed_messages(texts: Sequence[str]) -> str:
+    """Queued messages as reply lines, each cut to 80 characters."""
+    return "\n".join(f"- {text[:80]}" for text in texts)
 
 
 def _stale() -> Outcome:

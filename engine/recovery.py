@@ -52,11 +52,8 @@ async def load_session_events(log: EventLog, session_id: str) -> list[StoredEven
     The caller must own the session (its controller, one per process): a turn that another
     live process is running would be closed as interrupted too.
     """
-    events = await log.read(session_id)
-    closures = interrupted_closures(stored.event for stored in events)
-    if closures:
-        events.extend(await log.append(session_id, closures))
-    return events
+    await close_interrupted_turn(log, session_id)
+    return await log.read(session_id)
 
 
 _TURN_MARKS = ("turn/start", "turn/end")
