@@ -23,6 +23,7 @@ plan service's per-session lock.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -171,9 +172,11 @@ class FilePlanStore:
     async def save(self, session_id: str, sidecar: PlanSidecar, *, md: str | None = None) -> None:
         # The .md goes first: a crash between the two leaves an .md next to the old sidecar,
         # and an .md next to a pre-init sidecar already reads as post-init.
+        # fsync'd writes run off the event loop (every checklist step saves the sidecar).
         if md is not None:
-            atomic_write_text(await self.md_path(session_id), md)
-        atomic_write_text(await self.json_path(session_id), encode_sidecar(sidecar))
+            await asyncio.to_thread(atomic_write_text, await self.md_path(session_id), md)
+        text = encode_sidecar(sidecar)
+        await asyncio.to_thread(atomic_write_text, await self.json_path(session_id), text)
 
     async def delete(self, session_id: str) -> None:
         for path in (await self.json_path(session_id), await self.md_path(session_id)):
@@ -199,8 +202,9 @@ class FilePlanStore:
         md_live = await self.md_path(session_id)
         md_text = await self.read_md(session_id)
         if md_text is not None:
-            atomic_write_text(folder / f"{stem}.md", md_text)
-        atomic_write_text(folder / f"{stem}.json", json.dumps(record, indent=2) + "\n")
+            await asyncio.to_thread(atomic_write_text, folder / f"{stem}.md", md_text)
+        body = json.dumps(record, indent=2) + "\n"
+        await asyncio.to_thread(atomic_write_text, folder / f"{stem}.json", body)
         for path in (await self.json_path(session_id), md_live):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
