@@ -93,3 +93,16 @@ async def settle(engine: Engine, session_id: str, *, timeout_s: float = 20.0) ->
             await asyncio.sleep(0)
 
     await asyncio.wait_for(idle(), timeout_s)
+
+
+OWNER = 7
+
+
+async def post_init(rig: Rig, sid: str, md: str = PLAN_MD) -> None:
+    """Take the session to post-init Editing with ``md`` as the plan text, as the agent would."""
+    plans = rig.engine.plans
+    assert (await plans.enter_pre_init(sid)).ok
+    assert (await plans.init(sid, title="Greeting", mode="design", workspace=rig.workspace)).ok
+    path = await plans.md_path(sid)
+    path.write_text(md, encoding="utf-8")
+    assert (await plans.md_written(sid)).ok

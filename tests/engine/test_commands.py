@@ -16,18 +16,7 @@ from engine.events import CommandRun, TurnStart, UserMessage
 from engine.model.script import say
 from engine.model.scripted import ScriptedProvider
 from engine.plan.machine import TaskSpec
-from tests.engine.helpers import PLAN_MD, Rig, engine_rig, settle
-
-OWNER = 7
-
-
-async def _post_init(rig: Rig, sid: str, md: str = PLAN_MD) -> None:
-    plans = rig.engine.plans
-    assert (await plans.enter_pre_init(sid)).ok
-    assert (await plans.init(sid, title="Greeting", mode="design", workspace=rig.workspace)).ok
-    path = await plans.md_path(sid)
-    path.write_text(md, encoding="utf-8")
-    assert (await plans.md_written(sid)).ok
+from tests.engine.helpers import OWNER, Rig, engine_rig, post_init, settle
 
 
 async def _active_checklist(rig: Rig, sid: str) -> None:
@@ -69,7 +58,7 @@ async def test_plan_while_planning_says_so_and_resticks(
 ) -> None:
     async with engine_rig(tmp_path, quiet_model) as rig:
         sid = await rig.engine.session_for_chat(-1, 0)
-        await _post_init(rig, sid)
+        await post_init(rig, sid)
         outcome = await rig.engine.command(sid, "plan", "", actor=OWNER)
         assert outcome.reply == "Already planning."
         assert outcome.plan_card == "restick"
@@ -82,7 +71,7 @@ async def test_plan_on_an_active_design_plan_offers_revise(
     async with engine_rig(tmp_path, quiet_model) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(-1, 0)
-        await _post_init(rig, sid)
+        await post_init(rig, sid)
         assert (await engine.command(sid, "execute", "", actor=OWNER)).reply is not None
         await settle(engine, sid)
         assert await engine.plans.state(sid) == "active"
@@ -132,7 +121,7 @@ async def test_show_plan_in_every_state(
         if setup == "pre_init":
             await rig.engine.plans.enter_pre_init(sid)
         elif setup == "post_init":
-            await _post_init(rig, sid)
+            await post_init(rig, sid)
         elif setup == "active":
             await _active_checklist(rig, sid)
         outcome = await rig.engine.command(sid, "show_plan", "", actor=None)
@@ -158,7 +147,7 @@ async def test_execute_lists_what_template_b_misses_and_changes_nothing(
 ) -> None:
     async with engine_rig(tmp_path, quiet_model) as rig:
         sid = await rig.engine.session_for_chat(-1, 0)
-        await _post_init(rig, sid, md="# Title only\n")
+        await post_init(rig, sid, md="# Title only\n")
         assert (await rig.engine.plan_card(sid)).state == "written"
         outcome = await rig.engine.command(sid, "execute", "", actor=OWNER)
         assert outcome.reply is not None
@@ -171,7 +160,7 @@ async def test_execute_on_an_empty_active_plan_queues_a_seed_retry(tmp_path: Pat
     model = ScriptedProvider([say("ok")] * 5)
     async with engine_rig(tmp_path, model) as rig:
         sid = await rig.engine.session_for_chat(-1, 0)
-        await _post_init(rig, sid)
+        await post_init(rig, sid)
         await rig.engine.command(sid, "execute", "", actor=OWNER)
         await settle(rig.engine, sid)
         active = await rig.engine.plans.current(sid)
@@ -203,7 +192,7 @@ async def test_discard_in_every_state(tmp_path: Path, quiet_model: ScriptedProvi
             "Planning cancelled."
         )
         assert await engine.plans.state(sid) == "none"
-        await _post_init(rig, sid)
+        await post_init(rig, sid)
         outcome = await engine.command(sid, "discard", "", actor=OWNER)
         assert outcome.reply == "Plan discarded. It is archived, not deleted."
         assert await engine.plans.state(sid) == "none"
@@ -219,7 +208,7 @@ async def test_stale_and_misplaced_presses_change_nothing(
     async with engine_rig(tmp_path, quiet_model) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(-1, 0)
-        await _post_init(rig, sid)
+        await post_init(rig, sid)
         sidecar = await engine.plans.current(sid)
         assert sidecar is not None
         short, rev = sidecar.id[:8], sidecar.revision
@@ -254,7 +243,7 @@ async def test_keep_planning_asks_for_feedback_and_hides_the_review_keyboard(
     async with engine_rig(tmp_path, quiet_model) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(-1, 0)
-        await _post_init(rig, sid)
+        await post_init(rig, sid)
         assert (await engine.plan_card(sid)).state == "review"
         sidecar = await engine.plans.current(sid)
         assert sidecar is not None
@@ -278,7 +267,8 @@ async def test_goal_buttons_pause_resume_and_stale_refs(
     async with engine_rig(tmp_path, quiet_model) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(-1, 0)
-        await engine.command(sid, "goal", "rounds 5", actor=OWNER)  # no goal yet: a refusal
+        refused = await engine.command(sid, "goal", "rounds 5", actor=OWNER)
+        assert refused.reply == "There is no goal."
         outcome = await engine.command(sid, "goal", "Keep it green", actor=OWNER)
         assert outcome.reply is not None and outcome.reply.startswith("Goal set.")
         await engine.command(sid, "stop", "", actor=OWNER)  # disarm so no round runs on
@@ -304,7 +294,7 @@ async def test_new_archives_the_plan_as_abandoned_and_binds_a_fresh_session(
     async with engine_rig(tmp_path, quiet_model) as rig:
         engine = rig.engine
         old = await engine.session_for_chat(-1, 4)
-        await _post_init(rig, old)
+        await post_init(rig, old)
         outcome = await engine.new_session(-1, 4, actor=OWNER)
         assert outcome.reply == "Started a new session."
         new = await engine.session_for_chat(-1, 4)
@@ -354,7 +344,7 @@ async def test_fork_copies_the_log_prefix_and_the_plan_but_not_the_card(
     async with engine_rig(tmp_path, quiet_model) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(-1, 0)
-        await _post_init(rig, sid)
+        await post_init(rig, sid)
         await engine.set_plan_flow(sid, chat_id=-1, thread_id=None, card_id=42)
         child = await engine.fork_session(sid)
         assert child != sid

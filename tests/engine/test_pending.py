@@ -12,8 +12,7 @@ from engine.app import SHUTDOWN_NOTICE
 from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
 from engine.model.types import ModelReply
-from tests.engine.helpers import Rig, engine_rig, settle
-from tests.engine.test_commands import OWNER, _post_init
+from tests.engine.helpers import OWNER, Rig, engine_rig, post_init, settle
 
 
 class HeldModel:
@@ -51,7 +50,7 @@ async def test_keep_planning_takes_back_a_pending_approval(tmp_path: Path) -> No
     model = HeldModel([say("still thinking")] * 5)
     async with engine_rig(tmp_path, model) as rig:
         sid = await rig.engine.session_for_chat(-1, 0)
-        await _post_init(rig, sid)
+        await post_init(rig, sid)
         await _busy(rig, model, sid)
         approved = await _press(rig, sid, "approve")
         assert approved.reply is not None and "current step ends" in approved.reply
@@ -94,7 +93,7 @@ async def test_discard_in_pre_init_stops_the_turn_and_disarms_the_goal(tmp_path:
         assert not rig.engine.agents.is_busy(sid)
         assert not rig.engine.goals.is_armed(sid)
         model.release.set()
-        await asyncio.sleep(0.05)
+        await settle(rig.engine, sid)
         assert not (rig.workspace / "x.txt").exists()
 
 
@@ -105,7 +104,7 @@ async def test_revise_then_pending_approve_then_discard_keeps_the_approved_plan(
     async with engine_rig(tmp_path, model) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(-1, 0)
-        await _post_init(rig, sid)
+        await post_init(rig, sid)
         model.release.set()
         await engine.command(sid, "execute", "", actor=OWNER)
         await settle(engine, sid)
@@ -133,7 +132,7 @@ async def test_confirmation_and_revise_offer_survive_a_redraw(tmp_path: Path) ->
     async with engine_rig(tmp_path, ScriptedProvider([say("ok")] * 5)) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(-1, 0)
-        await _post_init(rig, sid)
+        await post_init(rig, sid)
         confirm = await _press(rig, sid, "discard")
         assert confirm.plan_card_state == "confirm_discard"
         assert (await engine.plan_card(sid)).state == "confirm_discard"

@@ -9,8 +9,7 @@ from engine.app import PLAN_RESUMED_NOTICE, STALE_APPROVAL_NOTICE
 from engine.events import CommandRun
 from engine.model.script import say
 from engine.model.scripted import ScriptedProvider
-from tests.engine.helpers import engine_rig, settle
-from tests.engine.test_commands import OWNER, _post_init
+from tests.engine.helpers import OWNER, engine_rig, post_init, settle
 
 
 def _model() -> ScriptedProvider:
@@ -20,7 +19,7 @@ def _model() -> ScriptedProvider:
 async def test_a_logged_approval_commits_after_a_restart(tmp_path: Path) -> None:
     async with engine_rig(tmp_path, _model()) as rig:
         sid = await rig.engine.session_for_chat(-1, 0)
-        await _post_init(rig, sid)
+        await post_init(rig, sid)
         revision = await rig.engine.plans.revision(sid)
         # The dead process logged the approval and died before committing it.
         await rig.storage.log.append(
@@ -38,7 +37,7 @@ async def test_a_logged_approval_commits_after_a_restart(tmp_path: Path) -> None
 async def test_a_logged_approval_for_an_old_revision_goes_back_to_review(tmp_path: Path) -> None:
     async with engine_rig(tmp_path, _model()) as rig:
         sid = await rig.engine.session_for_chat(-1, 0)
-        await _post_init(rig, sid)
+        await post_init(rig, sid)
         revision = await rig.engine.plans.revision(sid)
         await rig.storage.log.append(
             sid, [CommandRun(name="approve", actor=OWNER, data={"revision": revision - 1})]
@@ -52,7 +51,7 @@ async def test_a_logged_approval_for_an_old_revision_goes_back_to_review(tmp_pat
 async def test_an_approval_taken_back_by_keep_planning_stays_taken_back(tmp_path: Path) -> None:
     async with engine_rig(tmp_path, _model()) as rig:
         sid = await rig.engine.session_for_chat(-1, 0)
-        await _post_init(rig, sid)
+        await post_init(rig, sid)
         revision = await rig.engine.plans.revision(sid)
         await rig.storage.log.append(
             sid,

@@ -9,8 +9,7 @@ from pathlib import Path
 from engine.events import SessionEvent, StoredEvent
 from engine.model.script import say
 from engine.model.scripted import ScriptedProvider
-from tests.engine.helpers import engine_rig
-from tests.engine.test_commands import OWNER, _post_init
+from tests.engine.helpers import OWNER, engine_rig, post_init
 
 
 async def test_a_confirmation_never_attaches_to_a_later_plan_at_the_same_revision(
@@ -19,7 +18,7 @@ async def test_a_confirmation_never_attaches_to_a_later_plan_at_the_same_revisio
     async with engine_rig(tmp_path, ScriptedProvider([say("ok")] * 5)) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(-1, 0)
-        await _post_init(rig, sid)
+        await post_init(rig, sid)
         first = await engine.plans.current(sid)
         assert first is not None
         await engine.press(
@@ -30,7 +29,7 @@ async def test_a_confirmation_never_attaches_to_a_later_plan_at_the_same_revisio
         # The plan goes away without the confirmation being answered; a new one reaches the
         # same revision number.
         assert (await engine.plans.abandon(sid)).ok
-        await _post_init(rig, sid)
+        await post_init(rig, sid)
         second = await engine.plans.current(sid)
         assert second is not None and second.id != first.id
         assert second.revision == first.revision

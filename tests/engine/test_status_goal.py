@@ -7,8 +7,7 @@ from pathlib import Path
 
 from engine.model.script import say
 from engine.model.scripted import ScriptedProvider
-from tests.engine.helpers import Rig, engine_rig
-from tests.engine.test_commands import OWNER
+from tests.engine.helpers import OWNER, Rig, engine_rig
 
 
 def _model() -> ScriptedProvider:

@@ -476,7 +476,8 @@ async def test_verify_c3_no_auto_approve_anywhere_but_approve(tmp_path: Path) ->
         {"op": "start"},
         {"op": "skip", "reason": "r"},
     ):
-        await h.tool(**args)
+        out = await h.tool(**args)
+        assert not out.is_error, (args, out.content)
         assert h.raw()["approved_at"] is None
 
 

@@ -126,8 +126,10 @@ async def test_legacy_status_loads_maps_and_writes_unknown_fields_back(
     if where == "legacy":
         assert source.read_bytes() == original  # the legacy folder is never written
         assert sorted(p.name for p in source.parent.iterdir()) == [source.name]
+    elif state == "none":
+        assert not source.exists()  # archived away
     else:
-        assert not source.exists() or state != "none"
+        assert source.exists()  # still the live plan
 
 
 def test_task_status_map_is_case_insensitive_and_keeps_unknown() -> None:
