@@ -445,15 +445,13 @@ async def _answer(query: Any, text: str | None, *, alert: bool) -> None:
 
 
 def _reply_text(outcome: Outcome) -> str | None:
-    """The outcome's reply as HTML, with the messages /stop dropped listed under it."""
+    """The outcome's reply as HTML, with the queued messages it dropped listed under it."""
     parts_: list[str] = []
     if outcome.reply:
         parts_.append(escape(outcome.reply))
-    # The engine may already list what /stop dropped in its reply: list only the rest.
-    missing = [d for d in outcome.dropped if " ".join(d.split())[:40] not in (outcome.reply or "")]
-    if missing:
-        listed = "\n".join(f"• {escape(_clip(' '.join(d.split()), 200))}" for d in missing)
-        parts_.append(f"Dropped {len(missing)} queued message(s):\n{listed}")
+    if outcome.dropped:
+        listed = "\n".join(f"• {escape(_clip(' '.join(d.split()), 200))}" for d in outcome.dropped)
+        parts_.append(f"Dropped {len(outcome.dropped)} queued message(s):\n{listed}")
     text = "\n\n".join(parts_)
     return text[:4000] if text.strip() else None
 

@@ -288,11 +288,9 @@ class CommandPlane:
         return Outcome(reply=result.text, goal_card=card)
 
     async def _stop(self, session_id: str) -> Outcome:
+        # The dropped messages travel as data; the front end lists them under the reply.
         dropped = [m.text for m in await self._e.agents.stop(session_id)]
-        reply = "Stopped."
-        if dropped:
-            reply += f" Dropped {len(dropped)} queued message(s):\n{listed_messages(dropped)}"
-        return Outcome(reply=reply, dropped=tuple(dropped), goal_card="refresh")
+        return Outcome(reply="Stopped.", dropped=tuple(dropped), goal_card="refresh")
 
     async def status_text(self, session_id: str) -> str:
         """``/status``: the plan, the goal, the agent and the todos in a few lines."""
