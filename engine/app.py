@@ -31,7 +31,7 @@ from engine.api import (
     PlanCardState,
     RestoredGoal,
 )
-from engine.commands import CommandPlane, listed_messages
+from engine.commands import CommandPlane
 from engine.events import CommandRun, PlanChanged, PlanMode, SessionEvent
 from engine.goal.driver import RoundDriver
 from engine.goal.service import GoalService
@@ -411,7 +411,7 @@ class Engine:
         for session_id, dropped in (await self.agents.shutdown()).items():
             text = SHUTDOWN_NOTICE
             if dropped:
-                listed = listed_messages([m.text for m in dropped])
+                listed = "\n".join(f"- {m.text[:80]}" for m in dropped)
                 text += f" Not handled, send again if still wanted:\n{listed}"
             try:
                 await asyncio.wait_for(

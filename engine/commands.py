@@ -14,7 +14,6 @@ The plan command matrix (DESIGN.md §7):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from engine.api import CommandName, GoalCardState, Outcome, PlanCardState
@@ -407,11 +406,6 @@ class CommandPlane:
         if isinstance(result, GoalRefusal):
             return Outcome(reply=result.message, alert=True, goal_card="refresh")
         return Outcome(goal_card="refresh")
-
-
-def listed_messages(texts: Sequence[str]) -> str:
-    """Queued messages as reply lines, each cut to 80 characters."""
-    return "\n".join(f"- {text[:80]}" for text in texts)
 
 
 def _stale() -> Outcome:
