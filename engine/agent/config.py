@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.agent.channel import Channel
+from engine.agent.checklist import DEFAULT_STALL_STEPS
 from engine.agent.history import SessionHistory
 from engine.agent.ports import GoalPort, PlanPort
 from engine.model.types import ModelProvider
@@ -38,6 +39,13 @@ class AgentSettings:
         "The plan is approved. Work through the checklist: call plan start, do the task, "
         "then plan complete with evidence, and continue with the next task."
     )
+    # The text of each continuation of an approved checklist (engine.agent.checklist).
+    continue_prompt: str = (
+        "Continue the approved plan: call plan start for the next pending task, do it, then "
+        "plan complete with evidence."
+    )
+    # Steps in a row without checklist progress after which a checklist run stops, stalled.
+    stall_steps: int = DEFAULT_STALL_STEPS
 
 
 @dataclass(slots=True)

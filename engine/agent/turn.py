@@ -27,6 +27,7 @@ from engine.events import (
     AssistantMessage,
     GoalRoundSource,
     MessageSource,
+    SeedSource,
     SessionEvent,
     ToolCall,
     ToolResult,
@@ -62,6 +63,8 @@ class TurnResult:
     outcome: TurnOutcome
     final_text: str = ""
     detail: str = ""
+    # ask_user was answered "sent" in this turn: a question now waits for the owner.
+    asked: bool = False
 
 
 def _invalid_arguments(call: ModelToolCall) -> ToolOutcome | None:
@@ -114,6 +117,7 @@ async def run_turn(
     last_said = ""
     outcome: TurnOutcome = "max_steps"
     detail = ""
+    asked = False
     try:
         for step in range(deps.settings.max_steps):
             # Step 0 of a goal round was checked just before its admission above.
@@ -148,6 +152,10 @@ async def run_turn(
             )
             open_calls = {}
             final_text = ""
+            asked = asked or any(
+                c.name == "ask_user" and not o.is_error
+                for c, o in zip(reply.tool_calls, outcomes, strict=True)
+            )
         else:
             detail = f"stopped after {deps.settings.max_steps} steps"
     except ModelError as exc:
@@ -183,13 +191,13 @@ async def run_turn(
     text = final_text.strip()
     if not text and outcome == "completed" and detail:
         text = last_said.strip()
-    if outcome == "max_steps":
+    if outcome == "max_steps" and not continues(message.source):
         text = (text + "\n\n" if text else "") + (
             f"(I stopped after {deps.settings.max_steps} steps; send a message to continue.)"
         )
     if text:
         await safe_call("reply", deps.channel.reply(session_id, text, reply_to=message.message_id))
-    return TurnResult(turn_id, outcome, final_text, detail)
+    return TurnResult(turn_id, outcome, final_text, detail, asked=asked)
 
 
 async def _run_batch(
@@ -226,6 +234,11 @@ async def _context(
         )
     )
     return assemble_messages(turns, system_prompt=system, settings=deps.settings)
+
+
+def continues(source: MessageSource) -> bool:
+    """``True`` for a turn of a checklist run: it goes on by itself after the step cap."""
+    return isinstance(source, SeedSource)
 
 
 def is_goal_round(source: MessageSource) -> bool:
