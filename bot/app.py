@@ -168,6 +168,7 @@ def build_application(
         db_meta,
         edit_interval_s=float(getattr(settings, "flow_edit_interval", 1.5)),
         bot=application.bot,
+        pin=getattr(settings, "pin_cards", "auto"),
     )
     channel = TelegramChannel(engine, outbox, presenter, routes)
     if channel_slot is not None:

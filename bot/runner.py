@@ -64,6 +64,7 @@ def engine_config(settings: Settings) -> EngineConfig:
         max_goal_rounds=settings.goal_max_rounds,
         todo_parallel=settings.todo_parallel,
         max_steps=settings.max_steps,
+        stall_steps=settings.checklist_stall_steps,
     )
 
 

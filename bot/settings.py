@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import (
     AliasChoices,
@@ -147,6 +147,10 @@ class Settings(BaseSettings):
     max_steps: int = Field(default=50, ge=1)
     # Seconds between two edits of one card (the env name predates the unit-suffix habit).
     flow_edit_interval: float = Field(default=1.5, gt=0, allow_inf_nan=False)
+    # Pin the plan card: auto pins in private chats only (a group pin costs a call and pings).
+    pin_cards: Literal["auto", "always", "never"] = "auto"
+    # Steps in a row without checklist progress after which an approved checklist stalls.
+    checklist_stall_steps: int = Field(default=12, ge=1)
     webhook_url: str | None = None
     webhook_secret: SecretStr | None = None
     webhook_listen: str | None = None

@@ -21,6 +21,7 @@ from typing import Literal
 from engine.agent.adapters import PlanServiceAdapter
 from engine.agent.build import build_agent, workspace_from_store
 from engine.agent.channel import Channel, safe_call
+from engine.agent.checklist import DEFAULT_STALL_STEPS
 from engine.agent.config import AgentSettings
 from engine.agent.controller import AgentRegistry, InboundMessage
 from engine.agent.turn import TurnResult
@@ -109,6 +110,8 @@ class EngineConfig:
     max_goal_rounds: int = 20
     todo_parallel: bool = True
     max_steps: int = 50
+    # Steps without checklist progress after which an approved checklist stops, stalled.
+    stall_steps: int = DEFAULT_STALL_STEPS
 
 
 class Engine:
@@ -510,7 +513,7 @@ def build_engine(
         plan=PlanServiceAdapter(plans),
         goals=goals,
         extra_tools=tools,
-        settings=AgentSettings(max_steps=config.max_steps),
+        settings=AgentSettings(max_steps=config.max_steps, stall_steps=config.stall_steps),
     )
     the_scheduler = scheduler or ApsScheduler()
 

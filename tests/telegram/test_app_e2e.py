@@ -114,14 +114,13 @@ async def test_plan_review_approve_run_to_done_in_a_group(
         await settle(engine, sid)
         await parts(live.app).presenter.flush()
 
-        # The review card: plan text above it, Approve / Keep planning / Discard on it.
+        # The review card carries the plan and Approve / Keep planning / Discard.
         review = await card(fake_api, live, sid)
         assert labels(review) == ["✅ Approve", "✏️ Keep planning", "🗑 Discard"]
         assert "Greeting module" in review.text and "review" in review.text.lower()
+        assert "Implementation steps" in review.text and "Done when" in review.text
         data = await engine.plan_card(sid)
-        assert data.sidecar is not None
-        review_ids = data.sidecar.flow.review_ids
-        assert review_ids and "Implementation steps" in fake_api.message(GROUP, review_ids[0]).text
+        assert data.sidecar is not None and data.sidecar.flow.review_ids == []
         assert any(m.text == "The plan is ready for review." for m in fake_api.bot_messages(GROUP))
         approve = button(review, "✅ Approve")
 
@@ -196,6 +195,7 @@ async def test_discard_while_the_agent_works_cancels_the_turn(
         assert engine.agents.is_busy(sid)
         fake_api.user_message(GROUP, OWNER, "/discard")
         await until(lambda: _idle_and_none(engine, sid))
+        await until(lambda: _ended(engine, sid))
         await parts(live.app).presenter.flush()
         plan_card = (await engine.plan_card(sid)).sidecar
         assert plan_card is not None and plan_card.flow.card_id is not None
@@ -203,6 +203,10 @@ async def test_discard_while_the_agent_works_cancels_the_turn(
     assert model.calls == 2  # the blocked model call was cancelled, nothing after it
     assert "Discarded" in shown.text and shown.buttons == []
     assert not any("ready for review" in m.text for m in fake_api.bot_messages(GROUP))
+
+
+async def _ended(engine: Engine, sid: str) -> bool:
+    return (await engine.plan_card(sid)).ended is not None
 
 
 async def _idle_and_none(engine: Engine, sid: str) -> bool:
@@ -317,8 +321,8 @@ async def test_keep_planning_in_private_hears_the_feedback_and_reviews_again(
                 m.text.startswith("What should change?") for m in fake_api.bot_messages(OWNER)
             )
         )
-        await parts(live.app).presenter.flush()
-        assert fake_api.message(OWNER, first.message_id).buttons == []  # no longer in review
+        # While the planner works on the feedback: no Approve, but Discard stays.
+        await eventually(lambda: labels(fake_api.message(OWNER, first.message_id)) == ["🗑 Discard"])
 
         fake_api.user_message(OWNER, OWNER, "Make step 2 shorter")
         await until(lambda: _has_feedback(live, sid))
@@ -327,9 +331,10 @@ async def test_keep_planning_in_private_hears_the_feedback_and_reviews_again(
         again = await engine.plan_card(sid)
         assert again.state == "review" and again.sidecar is not None
         second = fake_api.message(OWNER, again.sidecar.flow.card_id or 0)
-    assert second.message_id > first.message_id and second.buttons  # reposted under the text
-    review_text = fake_api.message(OWNER, again.sidecar.flow.review_ids[0]).text
-    assert "write and run it" in review_text
+    # The same card, edited: it carries the new plan text and the review keyboard again.
+    assert second.message_id == first.message_id
+    assert labels(second) == ["✅ Approve", "✏️ Keep planning", "🗑 Discard"]
+    assert "write and run it" in second.text
     assert any(m.text == "Updated the plan." for m in fake_api.bot_messages(OWNER))
 
 
@@ -387,7 +392,10 @@ async def test_plan_on_an_active_plan_offers_revise_on_the_card(
         offer = fake_api_card(fake_api, review)
         assert "1/2" in offer.text
         fake_api.press(GROUP, offer.message_id, button(offer, "Cancel"), user_id=OWNER)
-        await eventually(lambda: labels(fake_api_card(fake_api, review)) == ["🗑 Discard"])
+        # The run ended when the model had nothing more to say: paused, with Resume.
+        await eventually(
+            lambda: labels(fake_api_card(fake_api, review)) == ["▶️ Resume", "🗑 Discard"]
+        )
         assert await engine.plans.state(sid) == "active"
 
 
