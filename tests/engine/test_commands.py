@@ -230,6 +230,7 @@ async def test_stale_and_misplaced_presses_change_nothing(
         confirm = await engine.press(
             sid, kind="p", action="discard", short_id=short, revision=rev, actor=OWNER
         )
+        assert confirm.plan_card == "refresh"
         assert (await engine.plan_card(sid)).state == "confirm_discard"
         cancel = await engine.press(
             sid, kind="p", action="cancel", short_id=short, revision=rev, actor=OWNER
