@@ -167,6 +167,7 @@ def build_application(
         routes,
         db_meta,
         edit_interval_s=float(getattr(settings, "flow_edit_interval", 1.5)),
+        group_edit_interval_s=getattr(settings, "flow_group_edit_interval", None),
         bot=application.bot,
         pin=getattr(settings, "pin_cards", "auto"),
     )

@@ -188,11 +188,11 @@ class Handlers:
         if outcome.plan_card == "restick":
             p.restick(session_id, "plan", reply_to=reply_to)
         elif outcome.plan_card == "refresh":
-            p.refresh(session_id, "plan")
+            p.refresh(session_id, "plan", interactive=True)
         if outcome.goal_card == "restick":
             p.restick(session_id, "goal")
         elif outcome.goal_card == "refresh":
-            p.refresh(session_id, "goal")
+            p.refresh(session_id, "goal", interactive=True)
 
     # ---- group -2 ----------------------------------------------------------------------
 

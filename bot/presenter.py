@@ -33,10 +33,10 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from telegram import Bot, Message
+from telegram import Bot, InlineKeyboardMarkup, Message
 
 from bot import cards
-from bot.outbox import Outbox
+from bot.outbox import EditResult, Outbox
 from bot.render import escape
 from bot.routes import ChatRoute, MetaStore, Routes, goal_card_key, review_rev_key
 from engine.agent.checklist import current_task, task_label
@@ -125,6 +125,9 @@ class _Slot:
     note: str | None = None
     last_draw_s: float = -math.inf
     last_state: str | None = None
+    # A press or a command asked for this redraw: it goes now, ahead of progress edits.
+    interactive: bool = False
+    waiting: bool = False  # the refresh loop sleeps out the edit interval
     task: asyncio.Task[None] | None = None
     heartbeat: asyncio.Task[None] | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -141,6 +144,7 @@ class CardPresenter:
         meta: MetaStore,
         *,
         edit_interval_s: float = 1.5,
+        group_edit_interval_s: float | None = None,
         bot: Bot | None = None,
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -151,6 +155,9 @@ class CardPresenter:
         self._routes = routes
         self._meta = meta
         self._interval_s = edit_interval_s
+        # In a group every call counts against about 20 a minute: progress edits are spaced
+        # further, leaving the budget to what a person waits for.
+        self._group_interval_s = max(edit_interval_s, group_edit_interval_s or edit_interval_s)
         self._bot = bot
         self._clock = clock
         self._sleep = sleep
@@ -168,16 +175,22 @@ class CardPresenter:
         if message_id > self._latest.get(chat_id, 0):
             self._latest[chat_id] = message_id
 
-    def refresh(self, session_id: str, kind: CardKind) -> None:
+    def refresh(self, session_id: str, kind: CardKind, *, interactive: bool = False) -> None:
         """Redraw the card in place soon (coalesced), from the engine's card data.
 
-        While the session is held (a command is being decided) the redraw waits for
-        :meth:`release`, so the command's reply comes before a card the command created.
+        ``interactive``: the visible answer to a press or a command; it is drawn at once,
+        not after the edit interval, and goes ahead of queued progress edits. While the
+        session is held (a command is being decided) the redraw waits for :meth:`release`,
+        so the command's reply comes before a card the command created.
         """
         slot = self._slot(session_id, kind)
         slot.dirty = True
+        slot.interactive = slot.interactive or interactive
         if self._holds.get(session_id):
             return
+        if interactive and slot.waiting and slot.task is not None and not slot.task.done():
+            slot.task.cancel()  # it only sleeps: draw now instead
+            slot.task = None
         if slot.task is None or slot.task.done():
             slot.task = self._spawn(self._refresh_loop(session_id, kind, slot))
 
@@ -274,14 +287,21 @@ class CardPresenter:
 
     async def _refresh_loop(self, session_id: str, kind: CardKind, slot: _Slot) -> None:
         while slot.dirty:
-            wait = slot.last_draw_s + self._interval_s - self._now()
-            if wait > 0:
-                await self._sleep(wait)
+            interval = self._group_interval_s if (slot.chat_id or 0) < 0 else self._interval_s
+            wait = slot.last_draw_s + interval - self._now()
+            if wait > 0 and not slot.interactive:
+                slot.waiting = True
+                try:
+                    await self._sleep(wait)
+                finally:
+                    slot.waiting = False
             if self._holds.get(session_id):
                 return  # release() starts the loop again
             slot.dirty = False
+            interactive, slot.interactive = slot.interactive, False
             async with slot.lock:
-                await self._guard(self._draw(session_id, kind, slot, restick=False))
+                draw = self._draw(session_id, kind, slot, restick=False, interactive=interactive)
+                await self._guard(draw)
             slot.last_draw_s = self._now()
 
     def _beat(self, session_id: str, slot: _Slot) -> None:
@@ -308,11 +328,14 @@ class CardPresenter:
         *,
         restick: bool,
         reply_to: int | None = None,
+        interactive: bool = False,
     ) -> None:
         if kind == "plan":
-            await self._draw_plan(session_id, slot, restick=restick, reply_to=reply_to)
+            await self._draw_plan(
+                session_id, slot, restick=restick, reply_to=reply_to, interactive=interactive
+            )
         else:
-            await self._draw_goal(session_id, slot, restick=restick)
+            await self._draw_goal(session_id, slot, restick=restick, interactive=interactive)
 
     async def _route(self, session_id: str, data: PlanCardData | None = None) -> ChatRoute | None:
         route = await self._routes.lookup(session_id)
@@ -326,7 +349,13 @@ class CardPresenter:
         return None
 
     async def _draw_plan(
-        self, session_id: str, slot: _Slot, *, restick: bool, reply_to: int | None = None
+        self,
+        session_id: str,
+        slot: _Slot,
+        *,
+        restick: bool,
+        reply_to: int | None = None,
+        interactive: bool = False,
     ) -> None:
         data = await self._engine.plan_card(session_id)
         route = await self._route(session_id, data)
@@ -384,6 +413,7 @@ class CardPresenter:
             moved_html=moved,
             reply_to=reply_to,
             on_new_id=stored,
+            interactive=interactive,
         )
         slot.plan_id = sidecar.id if sidecar is not None else None
         if attached and sidecar is not None and data.markdown is not None:
@@ -414,7 +444,9 @@ class CardPresenter:
     def _moved_html(title: str, icon: str) -> str:
         return f"{icon} <b>{escape(_short(title or 'Plan'))}</b>\n<i>{MOVED_NOTE}</i>"
 
-    async def _draw_goal(self, session_id: str, slot: _Slot, *, restick: bool) -> None:
+    async def _draw_goal(
+        self, session_id: str, slot: _Slot, *, restick: bool, interactive: bool = False
+    ) -> None:
         data = await self._engine.goal_card(session_id)
         note, slot.note = slot.note, None
         route = await self._route(session_id)
@@ -440,6 +472,7 @@ class CardPresenter:
             restick=restick,
             moved_html=self._moved_html("Goal", "🎯"),
             on_new_id=stored,
+            interactive=interactive,
         )
         slot.chat_id, slot.message_id = route.chat_id, new_id
         if data.goal is None:
@@ -456,6 +489,7 @@ class CardPresenter:
         moved_html: str,
         on_new_id: Callable[[int], Awaitable[None]],
         reply_to: int | None = None,
+        interactive: bool = False,
     ) -> int:
         """Edit the card in place, or post it anew (restick, first card, or edit lost).
 
@@ -465,7 +499,7 @@ class CardPresenter:
         """
         markup = cards.to_markup(view)
         if current is not None and not restick:
-            result = await self._outbox.edit(route.chat_id, current, view.text, reply_markup=markup)
+            result = await self._edit(route.chat_id, current, view.text, markup, interactive)
             if result.outcome != "not_found":
                 return current
             _log.info("plangate.presenter.repost chat=%s message=%s", route.chat_id, current)
@@ -484,6 +518,16 @@ class CardPresenter:
         if self._pins(route.chat_id):
             slot.pinned = await self._pin(route.chat_id, msg.message_id)
         return msg.message_id
+
+    def _edit(
+        self,
+        chat_id: int,
+        message_id: int,
+        html: str,
+        markup: InlineKeyboardMarkup | None,
+        interactive: bool,
+    ) -> asyncio.Future[EditResult]:
+        return self._outbox.edit(chat_id, message_id, html, reply_markup=markup)
 
     def _pins(self, chat_id: int) -> bool:
         if self._pin_mode == "auto":

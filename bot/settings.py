@@ -147,6 +147,9 @@ class Settings(BaseSettings):
     max_steps: int = Field(default=50, ge=1)
     # Seconds between two edits of one card (the env name predates the unit-suffix habit).
     flow_edit_interval: float = Field(default=1.5, gt=0, allow_inf_nan=False)
+    # Seconds between two progress edits of one card in a group (about 20 calls a minute
+    # there: progress takes at most half, what a person waits for goes first).
+    flow_group_edit_interval: float = Field(default=6.0, gt=0, allow_inf_nan=False)
     # Pin the plan card: auto pins in private chats only (a group pin costs a call and pings).
     pin_cards: Literal["auto", "always", "never"] = "auto"
     # Steps in a row without checklist progress after which an approved checklist stalls.

@@ -96,10 +96,14 @@ class OpenAIProvider:
         Raises ModelAuthError when the key is refused, ModelError for anything else that
         leaves no reply after the retries.
         """
-        kwargs: dict[str, Any] = {"model": self.model, "messages": list(messages)}
+        body: dict[str, Any] = {"messages": list(messages)}
         if tools:  # the API refuses an empty tools array
-            kwargs["tools"] = list(tools)
-            kwargs["tool_choice"] = "auto"
+            body["tools"] = list(tools)
+            body["tool_choice"] = "auto"
+        # The messages are plain JSON already. Passed as typed arguments, the SDK walks every
+        # message of the context on each call, on the event loop (a second or more per call
+        # late in a long turn); as ``extra_body`` they are sent as they are.
+        kwargs: dict[str, Any] = {"model": self.model, "messages": [], "extra_body": body}
         create = cast(Callable[..., Awaitable[Any]], self._client.chat.completions.create)
         response = await self._with_retries(lambda: create(**kwargs))
         return parse_completion(response)

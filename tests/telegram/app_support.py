@@ -47,6 +47,7 @@ class Settings:
     owner_ids: frozenset[int] = frozenset({OWNER})
     allowed_chat_ids: frozenset[int] = frozenset({GROUP})
     flow_edit_interval: float = 0.05
+    flow_group_edit_interval: float = 0.05
     pin_cards: str = "auto"
     webhook_url: str | None = None
     webhook_secret: str | None = None
@@ -332,16 +333,21 @@ async def running_bot(
     *,
     settings: Settings | None = None,
     channel_slot: LateChannel | None = None,
+    chat_interval_s: float = 0.0,
+    group_per_minute: int = 10_000,
 ) -> AsyncIterator[Application[Any, Any, Any, Any, Any, Any]]:
-    """The real Application (fast pacing for tests) polling the fake, prepared and running."""
+    """The real Application polling the fake, prepared and running.
+
+    The outbox paces as given (the tests' default: no waits); AIORateLimiter is off.
+    """
     application = build_application(
         settings or settings_for(api),
         engine,
         db_meta=db,
         channel_slot=channel_slot,
         rate_limiter=AIORateLimiter(overall_max_rate=0, group_max_rate=0),
-        chat_interval_s=0.0,
-        group_per_minute=10_000,
+        chat_interval_s=chat_interval_s,
+        group_per_minute=group_per_minute,
     )
     async with running_app(application) as app:
         await prepare(app)

@@ -7,99 +7,21 @@ refused, the owner's Approve, the checklist run to done and archived, a stale Ap
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from telegram.ext import Application
-
-from bot.app import announce_restored, parts
-from bot.channel import LateChannel
+from bot.app import parts
 from bot.routes import goal_card_key
-from engine.api import RestoredGoal
-from engine.app import Engine, EngineConfig, build_engine
+from engine.app import Engine
 from engine.events import UserMessage
-from engine.model.openai_provider import OpenAIProvider
 from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
-from engine.model.types import ModelProvider, ModelReply
-from storage.open import Storage, open_storage
+from engine.model.types import ModelReply
 from tests.engine.helpers import EXECUTION, GREET_PY, PLAN_MD, PLANNING, settle
 from tests.fakebot.server import FakeBotApi, FakeMessage
-from tests.fakes.openai_server import FAKE_MODEL, FakeOpenAIServer
-from tests.telegram.app_support import GROUP, OWNER, STALE, STRANGER, eventually, running_bot
-
-
-@dataclass
-class Live:
-    app: Application[Any, Any, Any, Any, Any, Any]
-    engine: Engine
-    storage: Storage
-    workspace: Path
-    restored: list[RestoredGoal]
-
-
-@asynccontextmanager
-async def live_bot(
-    api: FakeBotApi,
-    tmp_path: Path,
-    script: Sequence[ScriptStep],
-    *,
-    max_goal_rounds: int = 20,
-    model: ModelProvider | None = None,
-) -> AsyncIterator[Live]:
-    """The real engine over real storage, wired to the real application on the fake API."""
-    workspace = tmp_path / "work"
-    workspace.mkdir(exist_ok=True)
-    # By default the real openai SDK talks to the fake chat-completions server on loopback.
-    server: FakeOpenAIServer | None = None
-    sdk: OpenAIProvider | None = None
-    if model is None:
-        server = FakeOpenAIServer()
-        server.play(list(script))
-        await server.start()
-        model = sdk = OpenAIProvider(FAKE_MODEL, base_url=server.base_url, api_key="test-key")
-    storage = await open_storage(tmp_path / "home")
-    slot = LateChannel()
-    engine = build_engine(
-        log=storage.log,
-        sessions=storage.sessions,
-        plan_store=storage.plan_store,
-        model=model,
-        channel=slot,
-        config=EngineConfig(workspace=workspace, max_goal_rounds=max_goal_rounds),
-    )
-    try:
-        async with running_bot(api, engine, storage.db, channel_slot=slot) as app:
-            restored = await engine.start()
-            await announce_restored(app, restored)  # as serve() does
-            try:
-                yield Live(app, engine, storage, workspace, restored)
-            finally:
-                await engine.shutdown()
-                await parts(app).presenter.flush()
-    finally:
-        await storage.close()
-        if sdk is not None:
-            await sdk.aclose()
-        if server is not None:
-            await server.stop()
-
-
-def labels(msg: FakeMessage) -> list[str]:
-    return [text for row in msg.buttons for text, _ in row]
-
-
-def button(msg: FakeMessage, label: str) -> str:
-    return next(d for row in msg.buttons for text, d in row if text == label)
-
-
-async def card(api: FakeBotApi, live: Live, session_id: str) -> FakeMessage:
-    data = await live.engine.plan_card(session_id)
-    assert data.sidecar is not None and data.sidecar.flow.card_id is not None
-    return api.message(GROUP, data.sidecar.flow.card_id)
+from tests.telegram.app_support import GROUP, OWNER, STALE, STRANGER, eventually
+from tests.telegram.live import Live, button, card, labels, live_bot, until
 
 
 async def test_plan_review_approve_run_to_done_in_a_group(
@@ -171,16 +93,6 @@ class GatedProvider:
             self.entered.set()
             await self.release.wait()
         return await self.inner.complete(messages, tools)
-
-
-async def until(check: Callable[[], Awaitable[bool]], *, timeout_s: float = 20.0) -> None:
-    """Wait (bounded) until the async ``check()`` holds."""
-
-    async def loop() -> None:
-        while not await check():
-            await asyncio.sleep(0.02)
-
-    await asyncio.wait_for(loop(), timeout_s)
 
 
 async def test_discard_while_the_agent_works_cancels_the_turn(
