@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -48,6 +48,7 @@ from engine.recovery import close_interrupted_turn
 from engine.scheduler import ApsScheduler, Scheduler
 from engine.todo.tool import TodoWriteTool
 from engine.tools.base import Tool
+from engine.tools.sandbox import SandboxSettings
 
 _log = logging.getLogger("engine.app")
 
@@ -100,6 +101,8 @@ class EngineConfig:
     max_goal_rounds: int = 20
     todo_parallel: bool = True
     max_steps: int = 50
+    # How bash is confined; the default is the full sandbox with no hidden paths named.
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
 
 
 class Engine:
@@ -449,6 +452,7 @@ def build_engine(
         goals=goals,
         extra_tools=tools,
         settings=AgentSettings(max_steps=config.max_steps),
+        sandbox=config.sandbox,
     )
     the_scheduler = scheduler or ApsScheduler()
 

@@ -103,6 +103,8 @@ def sandbox_env(settings: SandboxSettings, environ: Mapping[str, str]) -> dict[s
         "HOME": "/tmp",
         "LANG": environ.get("LANG") or "C.UTF-8",
         "TERM": "dumb",
+        # No .pyc files left in the project by the agent's test runs.
+        "PYTHONDONTWRITEBYTECODE": "1",
     }
     for name in settings.env_pass:
         if not forbidden_env_name(name) and name in environ:
