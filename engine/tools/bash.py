@@ -171,10 +171,8 @@ class BashTool:
         if view.state == "post_init":  # the gate refuses first; this holds without it too
             return ToolOutcome(GATE_TEXTS["gate-editing-bash"], is_error=True)
         if not self._sandbox.enabled:
-            process = await asyncio.create_subprocess_exec(
-                "bash",
-                "-c",
-                command,
+            process = await self._spawn(
+                ["bash", "-c", command],
                 cwd=str(ctx.workspace),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
@@ -187,6 +185,7 @@ class BashTool:
             return ToolOutcome(status.problem, is_error=True)
         hidden = [view.md_path.parent] if view.md_path is not None else []
         info_r, info_w = os.pipe()
+        cgroup: PidsCgroup | None = None
         try:
             argv = bwrap_argv(
                 self._sandbox,
@@ -196,15 +195,14 @@ class BashTool:
                 hidden=hidden,
                 info_fd=info_w,
             )
-            cgroup = None
             if status.process_limit == "cgroup":
                 parent = find_pids_cgroup()
                 if parent is not None:
                     cgroup = PidsCgroup.create(parent, self._sandbox.max_processes)
             if cgroup is not None:
                 argv = cgroup.enter_argv(argv)
-            process = await asyncio.create_subprocess_exec(
-                *argv,
+            process = await self._spawn(
+                argv,
                 cwd="/",
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
@@ -214,11 +212,28 @@ class BashTool:
             )
         except BaseException:
             os.close(info_r)
+            if cgroup is not None:
+                await _Confined(cgroup=cgroup).finish(self._limits.kill_grace_s + 1.0)
             raise
         finally:
             os.close(info_w)
         confined = _Confined(cgroup=cgroup, info=asyncio.create_task(_read_info(info_r)))
         return await self._collect(process, timeout_s, ctx, confined)
+
+    async def _spawn(self, argv: list[str], **kwargs: Any) -> asyncio.subprocess.Process:
+        """Start ``argv``; a cancellation during the start still kills the whole group.
+
+        The child can run (and start jobs) before ``create_subprocess_exec`` returns, and
+        asyncio's own clean-up on cancellation kills only the leader.
+        """
+        start = asyncio.ensure_future(asyncio.create_subprocess_exec(*argv, **kwargs))
+        try:
+            return await asyncio.shield(start)
+        except asyncio.CancelledError:
+            with contextlib.suppress(BaseException):
+                process = await start
+                await kill_process_group(process, grace_s=self._limits.kill_grace_s)
+            raise
 
     async def _collect(
         self,
