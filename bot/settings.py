@@ -34,6 +34,7 @@ from pydantic_settings import (
 )
 
 from engine.errors import ConfigError
+from engine.tools.sandbox import forbidden_env_name
 
 PREFIX = "PLANGATE_"
 # The openai SDK refuses to start without a key; local servers (Ollama, vLLM) ignore it.
@@ -46,6 +47,7 @@ _ENVIRON: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.Context
 _INTEGER = re.compile(r"[+-]?\d+")
 _PROFILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _fail(detail: str) -> PydanticCustomError:
@@ -157,6 +159,12 @@ class Settings(BaseSettings):
     webhook_url: str | None = None
     webhook_secret: SecretStr | None = None
     webhook_listen: str | None = None
+    # bash's sandbox: "off" runs bash unconfined (on purpose only; a warning at start).
+    sandbox: Literal["on", "off"] = "on"
+    bash_network: bool = False
+    bash_memory_mb: int = Field(default=2048, ge=64)
+    bash_max_processes: int = Field(default=256, ge=16)
+    bash_env: Annotated[tuple[str, ...], NoDecode] = ()
 
     @classmethod
     def settings_customise_sources(
@@ -210,6 +218,27 @@ class Settings(BaseSettings):
         if not colon or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
             raise _fail(f"expected host:port, e.g. 0.0.0.0:8443, got {_shown(value)}")
         return f"{host}:{int(port)}"
+
+    @field_validator("sandbox", mode="before")
+    @classmethod
+    def _sandbox(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("bash_env", mode="before")
+    @classmethod
+    def _bash_env(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        names = tuple(name.strip() for name in value.split(",") if name.strip())
+        for name in names:
+            if not _ENV_NAME.fullmatch(name):
+                raise _fail(f"expected variable names separated by commas, got {_shown(name)}")
+            if forbidden_env_name(name):
+                raise _fail(
+                    f"{name} looks like a secret (PLANGATE_*, or TOKEN/KEY/SECRET/PASSWORD in "
+                    "the name) and is never passed to bash"
+                )
+        return names
 
     @field_validator("home", mode="after")
     @classmethod

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -58,6 +58,7 @@ from engine.recovery import close_interrupted_turn
 from engine.scheduler import ApsScheduler, Scheduler
 from engine.todo.tool import TodoWriteTool
 from engine.tools.base import Tool
+from engine.tools.sandbox import SandboxSettings
 
 _log = logging.getLogger("engine.app")
 
@@ -112,6 +113,8 @@ class EngineConfig:
     max_steps: int = 50
     # Steps without checklist progress after which an approved checklist stops, stalled.
     stall_steps: int = DEFAULT_STALL_STEPS
+    # How bash is confined; the default is the full sandbox with no hidden paths named.
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
 
 
 class Engine:
@@ -514,6 +517,7 @@ def build_engine(
         goals=goals,
         extra_tools=tools,
         settings=AgentSettings(max_steps=config.max_steps, stall_steps=config.stall_steps),
+        sandbox=config.sandbox,
     )
     the_scheduler = scheduler or ApsScheduler()
 
