@@ -69,7 +69,11 @@ def plan_view(data: PlanCardData) -> cards.CardView:
 def goal_view(data: GoalCardData, *, note: str | None = None) -> cards.CardView:
     """The goal card for the engine's card data."""
     return cards.build_goal_card(
-        data.goal, armed=data.armed, confirm_clear=data.state == "confirm_clear", note=note
+        data.goal,
+        armed=data.armed,
+        confirm_clear=data.state == "confirm_clear",
+        note=note,
+        tokens_used=data.tokens_used,
     )
 
 

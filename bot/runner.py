@@ -16,6 +16,7 @@ from bot.settings import Settings, load_settings, require_run_settings
 from engine.app import EngineConfig, build_engine
 from engine.errors import ConfigError
 from engine.model.openai_provider import OpenAIProvider
+from engine.usage.meter import UsageConfig
 from storage.open import open_storage
 
 
@@ -64,6 +65,13 @@ def engine_config(settings: Settings) -> EngineConfig:
         max_goal_rounds=settings.goal_max_rounds,
         todo_parallel=settings.todo_parallel,
         max_steps=settings.max_steps,
+        usage=UsageConfig(
+            daily_tokens=settings.daily_tokens,
+            price_input=settings.price_input,
+            price_output=settings.price_output,
+            footer=settings.usage_footer,
+        ),
+        goal_idle_rounds=settings.goal_idle_rounds,
     )
 
 

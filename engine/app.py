@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -34,6 +34,7 @@ from engine.api import (
 from engine.commands import CommandPlane
 from engine.events import CommandRun, PlanChanged, PlanMode, SessionEvent
 from engine.goal.driver import RoundDriver
+from engine.goal.progress import IdleRoundWatch
 from engine.goal.service import GoalService
 from engine.goal.tools import goal_tools
 from engine.goal.types import GoalSnapshot
@@ -48,6 +49,7 @@ from engine.recovery import close_interrupted_turn
 from engine.scheduler import ApsScheduler, Scheduler
 from engine.todo.tool import TodoWriteTool
 from engine.tools.base import Tool
+from engine.usage.meter import UsageConfig, UsageMeter
 
 _log = logging.getLogger("engine.app")
 
@@ -100,6 +102,9 @@ class EngineConfig:
     max_goal_rounds: int = 20
     todo_parallel: bool = True
     max_steps: int = 50
+    usage: UsageConfig = field(default_factory=UsageConfig)
+    # Idle goal rounds in a row after which the goal is blocked no-progress.
+    goal_idle_rounds: int = 3
 
 
 class Engine:
@@ -117,6 +122,7 @@ class Engine:
         scheduler: Scheduler,
         channel: Channel,
         config: EngineConfig,
+        usage: UsageMeter | None = None,
     ) -> None:
         self.log = log
         self.sessions = sessions
@@ -127,6 +133,8 @@ class Engine:
         self.scheduler = scheduler
         self.channel = channel
         self.config = config
+        self.usage = usage or UsageMeter(log, goals=goals, config=config.usage)
+        self.usage.is_private = self._is_private
         self._loaded: set[str] = set()
         self._bindings: dict[tuple[int, int], str] = {}
         # The last plan of a session that just ended, so its card can say how it ended.
@@ -326,7 +334,18 @@ class Engine:
         if goal is None:
             return GoalCardData(state="none", goal=None)
         state = self.commands.goal_override(session_id, goal.id, goal.revision) or "live"
-        return GoalCardData(state=state, goal=goal, armed=self.goals.is_armed(session_id))
+        return GoalCardData(
+            state=state,
+            goal=goal,
+            armed=self.goals.is_armed(session_id),
+            tokens_used=await self.usage.goal_tokens(session_id, goal.id),
+        )
+
+    def _is_private(self, session_id: str) -> bool:
+        # Telegram's private chats have positive ids, groups negative ones.
+        return any(
+            chat_id > 0 and sid == session_id for (chat_id, _), sid in self._bindings.items()
+        )
 
     async def set_plan_flow(
         self,
@@ -373,6 +392,7 @@ class Engine:
         """Start the scheduler; return the live goals that came up disarmed after a restart."""
         if isinstance(self.scheduler, ApsScheduler):
             self.scheduler.start()
+        await self.usage.load()
         restored: list[RestoredGoal] = []
         seen: set[str] = set()
         for binding in await self.sessions.chat_bindings():
@@ -434,6 +454,7 @@ def build_engine(
 ) -> Engine:
     """Assemble an :class:`Engine` from its ports: the one composition of the services."""
     goals = GoalService(log, clock=clock, default_max_rounds=config.max_goal_rounds)
+    usage = UsageMeter(log, goals=goals, config=config.usage, clock=clock)
     plans = PlanService(plan_store, log, criteria=goals, clock=clock)
     tools: list[Tool] = [
         PlanTool(plans),
@@ -449,6 +470,7 @@ def build_engine(
         goals=goals,
         extra_tools=tools,
         settings=AgentSettings(max_steps=config.max_steps),
+        usage=usage,
     )
     the_scheduler = scheduler or ApsScheduler()
 
@@ -456,7 +478,10 @@ def build_engine(
         # No goal round is dispatched while the plan is being edited (DESIGN.md §14).
         return await plans.state(session_id) in ("pre_init", "post_init")
 
-    driver = RoundDriver(goals, agents, the_scheduler, hold=planning)
+    idle = IdleRoundWatch(goals, log, limit=config.goal_idle_rounds)
+    driver = RoundDriver(
+        goals, agents, the_scheduler, hold=planning, after_round=idle.round_settled
+    )
     agents.set_driver(driver)
     return Engine(
         log=log,
@@ -468,6 +493,7 @@ def build_engine(
         scheduler=the_scheduler,
         channel=channel,
         config=config,
+        usage=usage,
     )
 
 

@@ -23,6 +23,7 @@ from engine.tools.base import Tool
 from engine.tools.bash import BashLimits, BashTool
 from engine.tools.files import FileLimits, file_tools
 from engine.tools.workspace import WorkspaceLocks
+from engine.usage.meter import UsageMeter
 
 
 def workspace_from_store(sessions: SessionStore, *, default: Path) -> WorkspaceResolver:
@@ -65,6 +66,7 @@ def build_agent(
     settings: AgentSettings | None = None,
     file_limits: FileLimits | None = None,
     bash_limits: BashLimits | None = None,
+    usage: UsageMeter | None = None,
 ) -> AgentRegistry:
     """Assemble the agent. ``extra_tools`` are the plan, todo and goal tools.
 
@@ -83,6 +85,7 @@ def build_agent(
         goals=goals,
         stop_hooks=(bash.kill_session,),
         settings=settings or AgentSettings(),
+        usage=usage,
     )
     return AgentRegistry(deps, driver=driver)
 
