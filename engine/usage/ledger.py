@@ -91,11 +91,26 @@ class SessionUsage:
 # --- estimates ------------------------------------------------------------------------------
 
 
+# What a message's JSON adds around its text (role, keys, quotes), as the estimate counts it.
+MESSAGE_OVERHEAD_CHARS = 16
+
+
 def request_chars(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> int:
-    """The size of a request as the estimate counts it: its messages and tool specs as JSON."""
-    return len(json.dumps(list(messages), ensure_ascii=False)) + len(
-        json.dumps(list(tools), ensure_ascii=False)
-    )
+    """The size of a request as the estimate counts it: the text of every message (content,
+    tool-call names and arguments) plus a fixed overhead per message, and the tool specs as
+    JSON. Cheaper than serialising the whole request, and as good for a quarter-rule."""
+    total = len(json.dumps(list(tools), ensure_ascii=False)) if tools else 0
+    for message in messages:
+        total += MESSAGE_OVERHEAD_CHARS
+        content = message.get("content")
+        if isinstance(content, str):
+            total += len(content)
+        elif content is not None:
+            total += len(json.dumps(content, ensure_ascii=False))
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") or {}
+            total += len(str(function.get("name", ""))) + len(str(function.get("arguments", "")))
+    return total
 
 
 def chars_to_tokens(chars: int) -> int:

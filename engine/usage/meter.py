@@ -124,12 +124,15 @@ class UsageMeter:
         return self._days.get(day_key(self._clock()), Totals())
 
     async def session(self, session_id: str) -> SessionUsage:
-        """The session's sums, brought up to date with its log."""
+        """The session's sums: folded from its log on first use, then kept up to date by
+        :meth:`recorded` (every call of this process goes through it; no read per call)."""
         usage = self._sessions.get(session_id)
         if usage is None:
-            usage = self._sessions[session_id] = SessionUsage()
-        for stored in await self._log.read(session_id, after_seq=usage.last_seq, types=USAGE_TYPES):
-            usage.apply(stored)
+            usage = SessionUsage()
+            for stored in await self._log.read(session_id, types=USAGE_TYPES):
+                usage.apply(stored)
+            # Another first use may have finished while this one read: keep the first.
+            usage = self._sessions.setdefault(session_id, usage)
         return usage
 
     async def goal_tokens(self, session_id: str, goal_id: str) -> int:
@@ -223,8 +226,10 @@ class UsageMeter:
         for item in stored:
             if not isinstance(item.event, ModelUsageRecord):
                 continue
-            usage = await self.session(item.session_id)  # reads up to and including it
-            usage.apply(item)
+            loaded = item.session_id in self._sessions
+            usage = await self.session(item.session_id)
+            if loaded:  # a first load has just read this record from the log already
+                usage.apply(item)
             self._day(item.at).add(item.event)
 
     # --- what people see ------------------------------------------------------------------
