@@ -142,6 +142,8 @@ class IdleRoundWatch:
         goal = await self._goals.get(session_id)
         if goal is None or goal.id != source.goal_id or goal.phase != "active":
             return
+        if goal.rounds_left <= 0:
+            return  # the cap stops it anyway: round-limit, whose fix comes first
         idle = await self.streak(session_id, goal.id)
         if idle < self.limit:
             return

@@ -196,6 +196,8 @@ async def test_discard_while_the_agent_works_cancels_the_turn(
         assert engine.agents.is_busy(sid)
         fake_api.user_message(GROUP, OWNER, "/discard")
         await until(lambda: _idle_and_none(engine, sid))
+        # The state turns "none" at the commit; the engine hears of the ending just after.
+        await until(lambda: _ended_card_ready(engine, sid))
         await parts(live.app).presenter.flush()
         plan_card = (await engine.plan_card(sid)).sidecar
         assert plan_card is not None and plan_card.flow.card_id is not None
@@ -207,6 +209,10 @@ async def test_discard_while_the_agent_works_cancels_the_turn(
 
 async def _idle_and_none(engine: Engine, sid: str) -> bool:
     return engine.agents.is_idle(sid) and await engine.plans.state(sid) == "none"
+
+
+async def _ended_card_ready(engine: Engine, sid: str) -> bool:
+    return (await engine.plan_card(sid)).ended is not None
 
 
 async def test_goal_with_three_rounds_runs_exactly_three_and_shows_round_limit(
@@ -330,7 +336,8 @@ async def test_keep_planning_in_private_hears_the_feedback_and_reviews_again(
     assert second.message_id > first.message_id and second.buttons  # reposted under the text
     review_text = fake_api.message(OWNER, again.sidecar.flow.review_ids[0]).text
     assert "write and run it" in review_text
-    assert any(m.text == "Updated the plan." for m in fake_api.bot_messages(OWNER))
+    # A private chat's closing reply carries the usage footer (PLANGATE_USAGE_FOOTER=private).
+    assert any(m.text.startswith("Updated the plan.\n\n— ") for m in fake_api.bot_messages(OWNER))
 
 
 async def _has_feedback(live: Live, sid: str) -> bool:
