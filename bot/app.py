@@ -4,7 +4,7 @@ Handler map (groups run in order; a group's first matching handler runs)::
 
     group -2  TypeHandler(Update)        drop repeats: update ids already processed (ledger)
     group -1  AccessGate (bot.access)     who may do what; leaves groups; refusals, alerts
-    group  0  CommandHandler plan execute discard goal stop new status help start(=help)
+    group  0  CommandHandler plan execute discard goal stop new status usage help start(=help)
               MessageHandler /show-plan, /show_plan, /show-plan@bot (one regex)
               CallbackQueryHandler ^[pg]:  plan and goal card buttons -> engine.press
               CallbackQueryHandler ^q:     ask_user option buttons -> the owner's message
@@ -74,6 +74,7 @@ MENU: tuple[tuple[str, str], ...] = (
     ("stop", "Stop the running turn"),
     ("new", "Start a fresh session"),
     ("status", "What the agent is doing"),
+    ("usage", "Tokens and cost: today, this session, the goal"),
     ("help", "How to use plangate"),
 )
 # CommandHandler names -> engine command names (/start behaves as /help).
@@ -84,6 +85,7 @@ COMMANDS: tuple[tuple[str, CommandName], ...] = (
     ("goal", "goal"),
     ("stop", "stop"),
     ("status", "status"),
+    ("usage", "usage"),
     ("help", "help"),
     ("start", "help"),
 )

@@ -241,6 +241,14 @@ def _review_text(head: list[str], markdown: str, note: str | None, *, attached: 
 # ---- goal card -------------------------------------------------------------------------
 
 _GOAL_PHASE = {"active": "Active", "paused": "Paused", "blocked": "Blocked", "complete": "Complete"}
+# What the owner does about each blocked code (docs/goals.md has the same table).
+_BLOCKED_FIX = {
+    "round-limit": "Raise the cap with /goal rounds N, then Resume.",
+    "budget-limit": "Raise the budget with /goal budget 500k (or the daily cap with /usage cap), "
+    "then Resume.",
+    "no-progress": "Send a hint or sharpen the objective, then Resume.",
+    "needs-approval": "Allow the command, then Resume.",
+}
 
 
 def _goal_buttons(
@@ -273,8 +281,10 @@ def build_goal_card(
     armed: bool,
     confirm_clear: bool = False,
     note: str | None = None,
+    tokens_used: int = 0,
 ) -> CardView:
-    """The goal card: objective, phase (and whether it runs now), rounds, buttons."""
+    """The goal card: objective, phase (and whether it runs now), rounds and tokens against
+    the budget, why it is blocked and the fix, buttons."""
     if goal is None:
         return CardView(_fit(["🎯 <b>No goal</b>"], note) or "No goal")
     phase = _GOAL_PHASE[goal.phase]
@@ -287,13 +297,18 @@ def build_goal_card(
         lines.append("<i>Clear this goal?</i>")
     lines.append(_clip_units(goal.objective, 2000))
     if goal.source != "task":
+        budget = f" / {goal.token_budget:,}" if goal.token_budget else ""
         lines.append(
             f"Rounds {progress_bar(goal.rounds_started, goal.max_goal_rounds)}"
+            + f" · tokens {tokens_used:,}{budget}"
             + (f" · every {_every(goal.schedule_s)}" if goal.schedule_s else "")
         )
     if goal.blocked is not None:
         code, message = _clip(goal.blocked.code, 40), _clip_units(goal.blocked.message, 500)
         lines.append(f"⚠️ {code}: {message}")
+        fix = _BLOCKED_FIX.get(goal.blocked.code)
+        if fix is not None:
+            lines.append(f"<i>{escape(fix)}</i>")
     text = _fit(lines, note) or escape("Goal card too long to show.")
     return CardView(text, _goal_buttons(goal, armed=armed, confirm_clear=confirm_clear))
 

@@ -108,7 +108,11 @@ def _ago(seconds: float) -> str:
 def goal_view(data: GoalCardData, *, note: str | None = None) -> cards.CardView:
     """The goal card for the engine's card data."""
     return cards.build_goal_card(
-        data.goal, armed=data.armed, confirm_clear=data.state == "confirm_clear", note=note
+        data.goal,
+        armed=data.armed,
+        confirm_clear=data.state == "confirm_clear",
+        note=note,
+        tokens_used=data.tokens_used,
     )
 
 

@@ -19,6 +19,7 @@ from engine.app import EngineConfig, build_engine
 from engine.errors import ConfigError
 from engine.model.openai_provider import OpenAIProvider
 from engine.tools.sandbox import SandboxSettings, probe
+from engine.usage.meter import UsageConfig
 from storage.open import open_storage
 
 _log = logging.getLogger("plangate.runner")
@@ -100,6 +101,13 @@ def engine_config(settings: Settings) -> EngineConfig:
         max_steps=settings.max_steps,
         stall_steps=settings.checklist_stall_steps,
         sandbox=sandbox_settings(settings),
+        usage=UsageConfig(
+            daily_tokens=settings.daily_tokens,
+            price_input=settings.price_input,
+            price_output=settings.price_output,
+            footer=settings.usage_footer,
+        ),
+        goal_idle_rounds=settings.goal_idle_rounds,
     )
 
 

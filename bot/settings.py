@@ -35,6 +35,7 @@ from pydantic_settings import (
 
 from engine.errors import ConfigError
 from engine.tools.sandbox import forbidden_env_name
+from engine.usage.ledger import parse_tokens
 
 PREFIX = "PLANGATE_"
 # The openai SDK refuses to start without a key; local servers (Ollama, vLLM) ignore it.
@@ -165,6 +166,13 @@ class Settings(BaseSettings):
     bash_memory_mb: int = Field(default=2048, ge=64)
     bash_max_processes: int = Field(default=256, ge=16)
     bash_env: Annotated[tuple[str, ...], NoDecode] = ()
+    # Usage and budgets (docs/goals.md): prices per million tokens, the bot's daily token cap
+    # (UTC day; 200k and 2m are accepted), the closing-reply footer, the no-progress limit.
+    price_input: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    price_output: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    daily_tokens: int | None = Field(default=None, ge=1)
+    usage_footer: Literal["off", "private", "on"] = "private"
+    goal_idle_rounds: int = Field(default=3, ge=1)
 
     @classmethod
     def settings_customise_sources(
@@ -176,6 +184,24 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return init_settings, _EnvironSource(settings_cls), dotenv_settings, file_secret_settings
+
+    @field_validator("daily_tokens", mode="before")
+    @classmethod
+    def _daily_tokens(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        amount = parse_tokens(value)
+        if amount is None:
+            raise _fail(f"expected a token count like 500000, 500k or 2m, got {_shown(value)}")
+        return amount
+
+    @model_validator(mode="after")
+    def _prices(self) -> Settings:
+        if (self.price_input is None) != (self.price_output is None):
+            raise _fail(
+                "PLANGATE_PRICE_INPUT and PLANGATE_PRICE_OUTPUT go together: set both or neither"
+            )
+        return self
 
     @field_validator("owner_ids", mode="before")
     @classmethod

@@ -19,7 +19,7 @@ from engine.plan.types import PlanSidecar
 # The typed command names; `/show-plan`, `/show_plan` and `/show-plan@bot` all arrive as
 # "show_plan", and `/start` as "help".
 CommandName = Literal[
-    "plan", "show_plan", "execute", "discard", "goal", "stop", "new", "status", "help"
+    "plan", "show_plan", "execute", "discard", "goal", "stop", "new", "status", "help", "usage"
 ]
 # Anyone in an allowed group may run these; every other command is owner-only.
 READ_ONLY_COMMANDS: frozenset[str] = frozenset({"show_plan", "status", "help"})
@@ -70,6 +70,8 @@ class GoalCardData:
     state: GoalCardState
     goal: GoalSnapshot | None
     armed: bool = False
+    # Tokens the goal's rounds used so far (shown against its budget).
+    tokens_used: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,7 @@ from engine.events import (
     SessionEvent,
 )
 from engine.goal.driver import RoundDriver
+from engine.goal.progress import IdleRoundWatch
 from engine.goal.service import GoalService
 from engine.goal.tools import goal_tools
 from engine.goal.types import GoalSnapshot
@@ -59,6 +60,7 @@ from engine.scheduler import ApsScheduler, Scheduler
 from engine.todo.tool import TodoWriteTool
 from engine.tools.base import Tool
 from engine.tools.sandbox import SandboxSettings
+from engine.usage.meter import UsageConfig, UsageMeter
 
 _log = logging.getLogger("engine.app")
 
@@ -115,6 +117,9 @@ class EngineConfig:
     stall_steps: int = DEFAULT_STALL_STEPS
     # How bash is confined; the default is the full sandbox with no hidden paths named.
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    usage: UsageConfig = field(default_factory=UsageConfig)
+    # Idle goal rounds in a row after which the goal is blocked no-progress.
+    goal_idle_rounds: int = 3
 
 
 class Engine:
@@ -132,6 +137,7 @@ class Engine:
         scheduler: Scheduler,
         channel: Channel,
         config: EngineConfig,
+        usage: UsageMeter | None = None,
     ) -> None:
         self.log = log
         self.sessions = sessions
@@ -142,6 +148,8 @@ class Engine:
         self.scheduler = scheduler
         self.channel = channel
         self.config = config
+        self.usage = usage or UsageMeter(log, goals=goals, config=config.usage)
+        self.usage.is_private = self._is_private
         self._loaded: set[str] = set()
         self._bindings: dict[tuple[int, int], str] = {}
         # The last plan of a session that just ended, so its card can say how it ended.
@@ -368,7 +376,18 @@ class Engine:
         if goal is None:
             return GoalCardData(state="none", goal=None)
         state = self.cards.goal_choice(session_id, goal.id, goal.revision) or "live"
-        return GoalCardData(state=state, goal=goal, armed=self.goals.is_armed(session_id))
+        return GoalCardData(
+            state=state,
+            goal=goal,
+            armed=self.goals.is_armed(session_id),
+            tokens_used=await self.usage.goal_tokens(session_id, goal.id),
+        )
+
+    def _is_private(self, session_id: str) -> bool:
+        # Telegram's private chats have positive ids, groups negative ones.
+        return any(
+            chat_id > 0 and sid == session_id for (chat_id, _), sid in self._bindings.items()
+        )
 
     async def set_plan_flow(
         self,
@@ -441,6 +460,7 @@ class Engine:
         """Start the scheduler; return the live goals that came up disarmed after a restart."""
         if isinstance(self.scheduler, ApsScheduler):
             self.scheduler.start()
+        await self.usage.load()
         restored: list[RestoredGoal] = []
         seen: set[str] = set()
         for binding in await self.sessions.chat_bindings():
@@ -502,6 +522,7 @@ def build_engine(
 ) -> Engine:
     """Assemble an :class:`Engine` from its ports: the one composition of the services."""
     goals = GoalService(log, clock=clock, default_max_rounds=config.max_goal_rounds)
+    usage = UsageMeter(log, goals=goals, config=config.usage, clock=clock)
     plans = PlanService(plan_store, log, criteria=goals, clock=clock)
     tools: list[Tool] = [
         PlanTool(plans),
@@ -518,6 +539,7 @@ def build_engine(
         extra_tools=tools,
         settings=AgentSettings(max_steps=config.max_steps, stall_steps=config.stall_steps),
         sandbox=config.sandbox,
+        usage=usage,
     )
     the_scheduler = scheduler or ApsScheduler()
 
@@ -525,7 +547,10 @@ def build_engine(
         # No goal round is dispatched while the plan is being edited (DESIGN.md §14).
         return await plans.state(session_id) in ("pre_init", "post_init")
 
-    driver = RoundDriver(goals, agents, the_scheduler, hold=planning)
+    idle = IdleRoundWatch(goals, log, limit=config.goal_idle_rounds)
+    driver = RoundDriver(
+        goals, agents, the_scheduler, hold=planning, after_round=idle.round_settled
+    )
     agents.set_driver(driver)
     return Engine(
         log=log,
@@ -537,6 +562,7 @@ def build_engine(
         scheduler=the_scheduler,
         channel=channel,
         config=config,
+        usage=usage,
     )
 
 

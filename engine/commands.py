@@ -21,6 +21,8 @@ from engine.events import CommandRun, FeedbackSource, HumanSource
 from engine.goal.commands import describe_goal, parse_goal_command, run_goal_command
 from engine.goal.fold import GoalRefusal
 from engine.plan.extract import validate_template_b
+from engine.usage.ledger import fmt_tokens, parse_tokens
+from engine.usage.meter import CAP_COMMAND
 
 if TYPE_CHECKING:
     from engine.app import Engine
@@ -32,7 +34,9 @@ HELP_TEXT = """plangate commands:
 /show-plan - show the plan card again at the bottom of the chat
 /execute - approve the written plan, or continue the checklist
 /discard - discard the plan (it is archived, not deleted)
-/goal [objective | pause | resume | clear | done | rounds N | every 30m | every off]
+/goal [objective [--tokens 200k] | pause | resume | clear | done | rounds N | budget 500k
+  | every 30m | every off]
+/usage - tokens and cost: today, this session, the goal (/usage cap 2m: raise the daily cap)
 /stop - stop the running turn and pause the goal
 /new - start a fresh session in this chat
 /status - what the agent is doing
@@ -114,6 +118,8 @@ class CommandPlane:
                 return Outcome(reply=await self.status_text(session_id))
             case "help":
                 return Outcome(reply=HELP_TEXT)
+            case "usage":
+                return await self._usage(session_id, args, actor=actor)
             case "new":
                 # /new rebinds a chat key; the engine's new_session does it.
                 return Outcome(reply="Use /new in the chat to start a fresh session.")
@@ -257,6 +263,23 @@ class CommandPlane:
         result = await run_goal_command(self._e.goals, session_id, spec)
         card: Literal["refresh", "restick"] = "restick" if spec.action == "show" else "refresh"
         return Outcome(reply=result.text, goal_card=card)
+
+    async def _usage(self, session_id: str, args: str, *, actor: int | None) -> Outcome:
+        meter = self._e.usage
+        if not args:
+            return Outcome(reply=await meter.report(session_id))
+        word, _, rest = args.partition(" ")
+        cap = parse_tokens(rest) if word.lower() == "cap" else None
+        if cap is None:
+            return Outcome(reply="usage: /usage, or /usage cap <tokens> (like 500k or 2m)")
+        # Logged, so the raised cap holds after a restart too (the last one logged stands).
+        await self.log_command(session_id, CAP_COMMAND, args, actor=actor, data={"cap": cap})
+        meter.set_daily_cap(cap)
+        return Outcome(
+            reply=f"Daily token cap set to {fmt_tokens(cap)} (today: "
+            f"{fmt_tokens(meter.today().tokens)} used). A blocked goal goes on after Resume.",
+            goal_card="refresh",
+        )
 
     async def _stop(self, session_id: str) -> Outcome:
         # The dropped messages travel as data; the front end lists them under the reply.

@@ -25,6 +25,7 @@ from engine.tools.bash import BashLimits, BashTool, PlanViewSource
 from engine.tools.files import FileLimits, file_tools
 from engine.tools.sandbox import SandboxSettings
 from engine.tools.workspace import WorkspaceLocks
+from engine.usage.meter import UsageMeter
 
 
 def workspace_from_store(sessions: SessionStore, *, default: Path) -> WorkspaceResolver:
@@ -84,6 +85,7 @@ def build_agent(
     file_limits: FileLimits | None = None,
     bash_limits: BashLimits | None = None,
     sandbox: SandboxSettings | None = None,
+    usage: UsageMeter | None = None,
 ) -> AgentRegistry:
     """Assemble the agent. ``extra_tools`` are the plan, todo and goal tools.
 
@@ -104,6 +106,7 @@ def build_agent(
         goals=goals,
         stop_hooks=(bash.kill_session,),
         settings=settings or AgentSettings(),
+        usage=usage,
     )
     return AgentRegistry(deps, driver=driver)
 

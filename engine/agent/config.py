@@ -18,6 +18,7 @@ from engine.agent.ports import GoalPort, PlanPort
 from engine.model.types import ModelProvider
 from engine.ports import EventLog
 from engine.tools.base import Tool
+from engine.usage.meter import UsageMeter
 
 WorkspaceResolver = Callable[[str], Awaitable[Path]]
 
@@ -69,6 +70,8 @@ class AgentDeps:
     settings: AgentSettings = field(default_factory=AgentSettings)
     # Each session's events read so far: a step reads only the log's new tail.
     history: SessionHistory = field(default_factory=SessionHistory)
+    # Usage accounting and the token limits checked before each model call (None: neither).
+    usage: UsageMeter | None = None
 
 
 __all__ = ["AgentDeps", "AgentSettings", "WorkspaceResolver"]

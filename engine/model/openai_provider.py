@@ -28,7 +28,13 @@ from urllib.parse import urlsplit, urlunsplit
 import openai
 
 from engine.errors import ConfigError
-from engine.model.types import ModelAuthError, ModelError, ModelReply, ModelToolCall
+from engine.model.types import (
+    ModelAuthError,
+    ModelError,
+    ModelReply,
+    ModelToolCall,
+    ModelUsage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +256,30 @@ def parse_completion(response: Any) -> ModelReply:
                 raw_arguments=raw_kept,
             )
         )
-    return ModelReply(text=message.content or "", tool_calls=tuple(calls))
+    return ModelReply(
+        text=message.content or "", tool_calls=tuple(calls), usage=parse_usage(response)
+    )
+
+
+def parse_usage(response: Any) -> ModelUsage | None:
+    """The response's ``usage`` (cached tokens from ``prompt_tokens_details``); ``None`` when the
+    server sent none or sent counts that are not whole numbers >= 0."""
+    usage = getattr(response, "usage", None)
+    if usage is None:
+        return None
+    prompt = _count(getattr(usage, "prompt_tokens", None))
+    completion = _count(getattr(usage, "completion_tokens", None))
+    if prompt is None or completion is None:
+        return None
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = _count(getattr(details, "cached_tokens", None)) if details is not None else None
+    return ModelUsage(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached or 0)
+
+
+def _count(value: object) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
 
 
 def _parse_arguments(raw: str) -> tuple[dict[str, Any], str]:

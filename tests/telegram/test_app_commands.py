@@ -34,6 +34,7 @@ async def test_menu_registers_show_plan_not_show_dash_plan(
         "stop",
         "new",
         "status",
+        "usage",
         "help",
     ]
 

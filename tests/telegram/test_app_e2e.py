@@ -247,7 +247,8 @@ async def test_keep_planning_in_private_hears_the_feedback_and_reviews_again(
     assert second.message_id == first.message_id
     assert labels(second) == ["✅ Approve", "✏️ Keep planning", "🗑 Discard"]
     assert "write and run it" in second.text
-    assert any(m.text == "Updated the plan." for m in fake_api.bot_messages(OWNER))
+    # A private chat's closing reply carries the usage footer (PLANGATE_USAGE_FOOTER=private).
+    assert any(m.text.startswith("Updated the plan.\n\n— ") for m in fake_api.bot_messages(OWNER))
 
 
 async def _has_feedback(live: Live, sid: str) -> bool:
