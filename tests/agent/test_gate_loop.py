@@ -226,4 +226,4 @@ async def test_stale_pending_approval_returns_the_card_to_review(tmp_path: Path)
     assert not results(await agent.events())[1].is_error
     assert await plans.state(SID) == "post_init"
     notices = [c.args["text"] for c in agent.channel.of("notice")]
-    assert any("back in review" in n for n in notices)
+    assert any("approval lapsed" in n for n in notices)

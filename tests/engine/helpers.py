@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.agent.checklist import DEFAULT_STALL_STEPS
 from engine.agent.testing import RecordingChannel
 from engine.app import Engine, EngineConfig, build_engine
 from engine.model.script import call, say
@@ -69,6 +70,8 @@ async def engine_rig(
     usage: UsageConfig | None = None,
     goal_idle_rounds: int = 3,
     clock: Clock | None = None,
+    stall_steps: int = DEFAULT_STALL_STEPS,
+    max_steps: int = 50,
 ) -> AsyncIterator[Rig]:
     """An engine over real files and SQLite in ``tmp_path``; shut down afterwards.
 
@@ -89,6 +92,8 @@ async def engine_rig(
             max_goal_rounds=max_goal_rounds,
             usage=usage or UsageConfig(),
             goal_idle_rounds=goal_idle_rounds,
+            stall_steps=stall_steps,
+            max_steps=max_steps,
         ),
         **({"clock": clock} if clock is not None else {}),
     )
