@@ -65,6 +65,8 @@ def engine_config(settings: Settings) -> EngineConfig:
         todo_parallel=settings.todo_parallel,
         max_steps=settings.max_steps,
         stall_steps=settings.checklist_stall_steps,
+        allow_bash=settings.allow_bash,
+        approval_timeout_s=settings.approval_timeout,
     )
 
 

@@ -33,7 +33,9 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from engine.approval.policy import Rule, RuleError, parse_rules
 from engine.errors import ConfigError
+from engine.goal.commands import parse_interval
 
 PREFIX = "PLANGATE_"
 # The openai SDK refuses to start without a key; local servers (Ollama, vLLM) ignore it.
@@ -154,6 +156,10 @@ class Settings(BaseSettings):
     webhook_url: str | None = None
     webhook_secret: SecretStr | None = None
     webhook_listen: str | None = None
+    # Command prefixes bash runs without asking ("pytest,git status,ls"), as word tuples.
+    allow_bash: Annotated[tuple[Rule, ...], NoDecode] = ()
+    # Seconds a tool approval waits for the owner before it is denied ("600", "90s", "10m").
+    approval_timeout: Annotated[float, NoDecode] = 600.0
 
     @classmethod
     def settings_customise_sources(
@@ -175,6 +181,35 @@ class Settings(BaseSettings):
     @classmethod
     def _allowed_chat_ids(cls, value: object) -> object:
         return _parse_ids(value, kind="chat", positive=False)
+
+    @field_validator("allow_bash", mode="before")
+    @classmethod
+    def _allow_bash(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        try:
+            return parse_rules(value)
+        except RuleError as exc:
+            raise _fail(
+                f"expected comma-separated command prefixes like 'pytest,git status' with no "
+                f"shell operators; {exc}"
+            ) from None
+
+    @field_validator("approval_timeout", mode="before")
+    @classmethod
+    def _approval_timeout(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        seconds: float | None = parse_interval(text)
+        if seconds is None:
+            try:
+                seconds = float(text)
+            except ValueError:
+                seconds = None
+        if seconds is None or not 0 < seconds < float("inf"):
+            raise _fail(f"expected seconds or a duration like 90s, 10m or 1h, got {_shown(value)}")
+        return seconds
 
     @field_validator("telegram_api_url", "model_base_url", "webhook_url", mode="after")
     @classmethod

@@ -33,12 +33,16 @@ from engine.api import (
     PlanCardState,
     RestoredGoal,
 )
+from engine.approval.policy import Rule
+from engine.approval.service import DEFAULT_TIMEOUT_S, ApprovalView, ToolApprovals
 from engine.cards import CardChoices, plan_card_state
 from engine.commands import CommandPlane
 from engine.events import (
     CommandRun,
     FeedbackSource,
+    GoalRoundSource,
     HumanSource,
+    MessageSource,
     PlanChanged,
     PlanMode,
     SessionEvent,
@@ -46,7 +50,7 @@ from engine.events import (
 from engine.goal.driver import RoundDriver
 from engine.goal.service import GoalService
 from engine.goal.tools import goal_tools
-from engine.goal.types import GoalSnapshot
+from engine.goal.types import NEEDS_APPROVAL, GoalSnapshot
 from engine.model.types import ModelProvider
 from engine.plan.extract import validate_template_b
 from engine.plan.service import PlanChange, PlanService
@@ -112,6 +116,10 @@ class EngineConfig:
     max_steps: int = 50
     # Steps without checklist progress after which an approved checklist stops, stalled.
     stall_steps: int = DEFAULT_STALL_STEPS
+    # Command prefixes bash may run without asking (PLANGATE_ALLOW_BASH), and how long a
+    # request waits for the owner before it is denied (PLANGATE_APPROVAL_TIMEOUT).
+    allow_bash: tuple[Rule, ...] = ()
+    approval_timeout_s: float = DEFAULT_TIMEOUT_S
 
 
 class Engine:
@@ -129,6 +137,7 @@ class Engine:
         scheduler: Scheduler,
         channel: Channel,
         config: EngineConfig,
+        approvals: ToolApprovals,
     ) -> None:
         self.log = log
         self.sessions = sessions
@@ -139,6 +148,7 @@ class Engine:
         self.scheduler = scheduler
         self.channel = channel
         self.config = config
+        self.approvals = approvals
         self._loaded: set[str] = set()
         self._bindings: dict[tuple[int, int], str] = {}
         # The last plan of a session that just ended, so its card can say how it ended.
@@ -190,6 +200,7 @@ class Engine:
     async def _load(self, session_id: str) -> None:
         if await close_interrupted_turn(self.log, session_id):
             await safe_call("notice", self.channel.notice(session_id, INTERRUPTED_NOTICE))
+        await self.approvals.load(session_id)
         await self.goals.on_session_start(session_id)
         await self.goals.get(session_id)  # reads the log: ``goals.peek`` is current from here
         await self.plans.state(session_id)  # loads the sidecar (legacy map, corrupt move)
@@ -288,7 +299,7 @@ class Engine:
         self,
         session_id: str,
         *,
-        kind: Literal["p", "g"],
+        kind: Literal["p", "g", "a"],
         action: str,
         short_id: str,
         revision: int,
@@ -332,7 +343,10 @@ class Engine:
             running=busy or run.armed,
         )
         waiting: str | None = None
-        if self.cards.question(session_id) and not busy:
+        approval = self.pending_approval(session_id)
+        if approval is not None:
+            waiting = f"approval of a {approval.tool} call (the message below)"
+        elif self.cards.question(session_id) and not busy:
             waiting = "a question"
         elif state == "review":
             waiting = "your review"
@@ -352,6 +366,10 @@ class Engine:
             last_progress_at=run.last_progress_at if run.armed else None,
             halted=halted,
         )
+
+    def pending_approval(self, session_id: str) -> ApprovalView | None:
+        """The tool call this session waits on the owner for ("waiting for you"), if any."""
+        return self.approvals.pending(session_id)
 
     async def _review_ready(self, session_id: str, sidecar: PlanSidecar) -> bool:
         """Review once ``submit`` was called for this revision or template B is valid."""
@@ -500,6 +518,31 @@ def build_engine(
     """Assemble an :class:`Engine` from its ports: the one composition of the services."""
     goals = GoalService(log, clock=clock, default_max_rounds=config.max_goal_rounds)
     plans = PlanService(plan_store, log, criteria=goals, clock=clock)
+
+    async def block_for_approval(
+        session_id: str, source: MessageSource, view: ApprovalView
+    ) -> None:
+        # A goal round never waits on a person: its goal stops until the owner allows it.
+        if not isinstance(source, GoalRoundSource):
+            return
+        goal = await goals.get(session_id)
+        if goal is None or goal.id != source.goal_id or goal.phase != "active":
+            return
+        what = view.command or view.tool
+        await goals.block(
+            session_id,
+            goal.ref,
+            code=NEEDS_APPROVAL,
+            message=f"{view.tool} needs your approval: {what}",
+        )
+
+    approvals = ToolApprovals(
+        log,
+        channel,
+        rules=config.allow_bash,
+        timeout_s=config.approval_timeout_s,
+        on_unattended=block_for_approval,
+    )
     tools: list[Tool] = [
         PlanTool(plans),
         TodoWriteTool(log, allow_parallel_in_progress=config.todo_parallel),
@@ -514,6 +557,7 @@ def build_engine(
         goals=goals,
         extra_tools=tools,
         settings=AgentSettings(max_steps=config.max_steps, stall_steps=config.stall_steps),
+        approvals=approvals,
     )
     the_scheduler = scheduler or ApsScheduler()
 
@@ -533,6 +577,7 @@ def build_engine(
         scheduler=the_scheduler,
         channel=channel,
         config=config,
+        approvals=approvals,
     )
 
 

@@ -12,7 +12,10 @@ from pydantic import BaseModel, ConfigDict
 
 GoalPhase = Literal["active", "paused", "blocked", "complete"]
 GoalSource = Literal["user", "model", "task"]
-BlockedCode = Literal["round-limit", "model-reported", "user"]
+# needs-approval: a goal round wanted a tool call that asks the owner; rounds never wait on a
+# person, so the call was denied and the goal stops until the owner allows it and resumes.
+BlockedCode = Literal["round-limit", "model-reported", "user", "needs-approval"]
+NEEDS_APPROVAL: BlockedCode = "needs-approval"
 
 
 class GoalRef(BaseModel):
@@ -68,6 +71,7 @@ class GoalTombstone(BaseModel):
 
 
 __all__ = [
+    "NEEDS_APPROVAL",
     "BlockedCode",
     "GoalBlocked",
     "GoalPhase",

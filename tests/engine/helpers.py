@@ -37,6 +37,9 @@ PLANNING = [
 GREET_PY = 'def hello(name):\n    return f"Hello, {name}!"\n'
 TEST_PY = 'import greet\n\nassert greet.hello("x") == "Hello, x!"\nprint("ok")\n'
 
+# The rule that lets the scripted checklist run its test without asking.
+ALLOW_TEST_RUN: tuple[tuple[str, ...], ...] = (("python3", "test_greet.py"),)
+
 EXECUTION = [
     call("plan", {"op": "start"}),
     call("write_file", {"path": "greet.py", "content": GREET_PY}),
@@ -60,9 +63,18 @@ class Rig:
 
 @asynccontextmanager
 async def engine_rig(
-    tmp_path: Path, model: ModelProvider, *, max_goal_rounds: int = 20
+    tmp_path: Path,
+    model: ModelProvider,
+    *,
+    max_goal_rounds: int = 20,
+    allow_bash: tuple[tuple[str, ...], ...] = ALLOW_TEST_RUN,
+    approval_timeout_s: float = 600.0,
 ) -> AsyncIterator[Rig]:
-    """An engine over real files and SQLite in ``tmp_path``; shut down afterwards."""
+    """An engine over real files and SQLite in ``tmp_path``; shut down afterwards.
+
+    ``allow_bash`` defaults to the one command the scripted checklist runs (it runs
+    unattended, so it would be denied without a rule).
+    """
     home = tmp_path / "home"
     workspace = tmp_path / "work"
     workspace.mkdir(exist_ok=True)
@@ -74,7 +86,12 @@ async def engine_rig(
         plan_store=storage.plan_store,
         model=model,
         channel=channel,
-        config=EngineConfig(workspace=workspace, max_goal_rounds=max_goal_rounds),
+        config=EngineConfig(
+            workspace=workspace,
+            max_goal_rounds=max_goal_rounds,
+            allow_bash=allow_bash,
+            approval_timeout_s=approval_timeout_s,
+        ),
     )
     await engine.start()
     try:

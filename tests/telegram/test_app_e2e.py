@@ -26,7 +26,7 @@ from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
 from engine.model.types import ModelProvider, ModelReply
 from storage.open import Storage, open_storage
-from tests.engine.helpers import EXECUTION, GREET_PY, PLAN_MD, PLANNING, settle
+from tests.engine.helpers import ALLOW_TEST_RUN, EXECUTION, GREET_PY, PLAN_MD, PLANNING, settle
 from tests.fakebot.server import FakeBotApi, FakeMessage
 from tests.fakes.openai_server import FAKE_MODEL, FakeOpenAIServer
 from tests.telegram.app_support import GROUP, OWNER, STALE, STRANGER, eventually, running_bot
@@ -49,6 +49,8 @@ async def live_bot(
     *,
     max_goal_rounds: int = 20,
     model: ModelProvider | None = None,
+    allow_bash: tuple[tuple[str, ...], ...] = ALLOW_TEST_RUN,
+    approval_timeout_s: float = 600.0,
 ) -> AsyncIterator[Live]:
     """The real engine over real storage, wired to the real application on the fake API."""
     workspace = tmp_path / "work"
@@ -69,7 +71,12 @@ async def live_bot(
         plan_store=storage.plan_store,
         model=model,
         channel=slot,
-        config=EngineConfig(workspace=workspace, max_goal_rounds=max_goal_rounds),
+        config=EngineConfig(
+            workspace=workspace,
+            max_goal_rounds=max_goal_rounds,
+            allow_bash=allow_bash,
+            approval_timeout_s=approval_timeout_s,
+        ),
     )
     try:
         async with running_bot(api, engine, storage.db, channel_slot=slot) as app:
