@@ -28,7 +28,7 @@ from telegram.error import BadRequest
 from bot import callback as cb
 from bot.outbox import Outbox
 from bot.presenter import CardPresenter
-from bot.render import escape, markdown_to_html, split_html
+from bot.render import escape, markdown_to_html, split_html, utf16_len
 from bot.routes import ChatRoute, Routes
 from engine.agent.channel import Channel
 from engine.api import EngineApi
@@ -55,8 +55,11 @@ _CLOSED = {
     "interrupted": "Interrupted by a restart: denied.",
     "unattended": "Not run.",
 }
-# The longest command shown in an approval message (the rest is cut, marked with …).
-MAX_COMMAND_SHOWN = 3000
+# The most of a command an approval message shows, in UTF-16 units of HTML (the rest is cut,
+# marked with …), so the message with its diff stays under Telegram's 4,096.
+MAX_COMMAND_SHOWN = 1200
+# A write's diff longer than this (escaped) goes as a .patch document above the message.
+MAX_DIFF_SHOWN = 2500
 # A reply longer than this many messages is sent as one reply.md document.
 MAX_REPLY_MESSAGES = 5
 # Telegram shows "typing" for about 5 s; asking again sooner only spends API calls. In a
@@ -219,10 +222,9 @@ class TelegramChannel:
         route = await self.route(session_id)
         if route is None:
             return
-        shown = view.command or view.tool
-        if len(shown) > MAX_COMMAND_SHOWN:
-            shown = shown[: MAX_COMMAND_SHOWN - 1] + "…"
-        code = f"<pre>{escape(shown)}</pre>"
+        code = f"<pre>{_escaped_within(view.command or view.tool, MAX_COMMAND_SHOWN)}</pre>"
+        if view.diff:
+            code += await self._diff_html(route, view)
         rows: list[list[InlineKeyboardButton]] = []
         if view.unattended:
             html_text = (
@@ -245,6 +247,22 @@ class TelegramChannel:
         if not view.unattended:
             self._approvals[view.request_id] = (route.chat_id, msg.message_id, html_text)
         self._presenter.refresh(session_id, "plan")
+
+    async def _diff_html(self, route: ChatRoute, view: ApprovalView) -> str:
+        """The diff inline when short; else sent as a ``.patch`` document and named here."""
+        diff = view.diff or ""
+        inline = escape(diff)
+        if utf16_len(inline) <= MAX_DIFF_SHOWN:
+            return f'\n<pre><code class="language-diff">{inline}</code></pre>'
+        name = (view.command.rsplit("/", 1)[-1].split(" ")[-1] or "change") + ".patch"
+        await self._outbox.send_document(
+            route.chat_id,
+            diff.encode("utf-8"),
+            name,
+            caption_html=escape(f"The change {view.command} would make"),
+            thread_id=route.thread,
+        )
+        return f"\nThe diff ({diff.count(chr(10))} lines) is attached above as {escape(name)}."
 
     async def approval_closed(
         self, session_id: str, view: ApprovalView, decision: ApprovalDecision
@@ -277,6 +295,15 @@ def _first_words(text: str, limit: int) -> str:
 
 def _plain(html_text: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", html_text))
+
+
+def _escaped_within(text: str, max_units: int) -> str:
+    """``text`` escaped, cut (marked with …) so the HTML is at most ``max_units`` UTF-16 units."""
+    out, limit = escape(text), len(text)
+    while utf16_len(out) > max_units and limit > 1:
+        limit = limit * 3 // 4
+        out = escape(text[:limit]) + "…"
+    return out
 
 
 def _button(label: str, action: str, view: ApprovalView) -> InlineKeyboardButton:

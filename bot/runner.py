@@ -67,6 +67,7 @@ def engine_config(settings: Settings) -> EngineConfig:
         stall_steps=settings.checklist_stall_steps,
         allow_bash=settings.allow_bash,
         approval_timeout_s=settings.approval_timeout,
+        ask_writes=settings.ask_writes,
     )
 
 

@@ -160,6 +160,8 @@ class Settings(BaseSettings):
     allow_bash: Annotated[tuple[Rule, ...], NoDecode] = ()
     # Seconds a tool approval waits for the owner before it is denied ("600", "90s", "10m").
     approval_timeout: Annotated[float, NoDecode] = 600.0
+    # Writes to existing workspace files ask too (with a diff) in NoPlan and Active.
+    ask_writes: bool = False
 
     @classmethod
     def settings_customise_sources(

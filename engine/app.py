@@ -120,6 +120,8 @@ class EngineConfig:
     # request waits for the owner before it is denied (PLANGATE_APPROVAL_TIMEOUT).
     allow_bash: tuple[Rule, ...] = ()
     approval_timeout_s: float = DEFAULT_TIMEOUT_S
+    # File writes in NoPlan and Active ask the owner too, with a diff (PLANGATE_ASK_WRITES).
+    ask_writes: bool = False
 
 
 class Engine:
@@ -542,6 +544,7 @@ def build_engine(
         rules=config.allow_bash,
         timeout_s=config.approval_timeout_s,
         on_unattended=block_for_approval,
+        ask_writes=config.ask_writes,
     )
     tools: list[Tool] = [
         PlanTool(plans),

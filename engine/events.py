@@ -178,7 +178,11 @@ class ApprovalDecided(_Event):
 
 
 class ApprovalRule(_Event):
-    """A rule granted for the rest of the session (replays on load)."""
+    """A rule granted for the rest of the session (replays on load).
+
+    ``tool`` ``bash``: ``words`` is a command prefix; ``files``: ``words`` is one
+    workspace-relative path whose writes are allowed.
+    """
 
     type: Literal["approval/rule"] = "approval/rule"
     tool: str = "bash"

@@ -288,6 +288,8 @@ def test_approval_settings_rules_and_timeout() -> None:
     assert load({"PLANGATE_APPROVAL_TIMEOUT": "90"}).approval_timeout == 90.0
     assert load({"PLANGATE_APPROVAL_TIMEOUT": "2.5"}).approval_timeout == 2.5
     assert load({"PLANGATE_APPROVAL_TIMEOUT": "1h"}).approval_timeout == 3600.0
+    assert s.ask_writes is False
+    assert load({"PLANGATE_ASK_WRITES": "true"}).ask_writes is True
 
 
 @pytest.mark.parametrize(

@@ -450,7 +450,7 @@ class AgentRegistry:
             if denied is not None:
                 return denied
         approvals = self.deps.approvals
-        if approvals is None:
+        if approvals is None or not approvals.may_ask(request.name):
             return None
         phase = (await plan.prompt_view(ctx.session_id)).phase if plan is not None else "none"
         return await approvals.check(request, ctx, phase=phase)

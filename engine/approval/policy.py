@@ -124,25 +124,44 @@ def bash_command(args: Mapping[str, Any]) -> str:
     return value if isinstance(value, str) else ""
 
 
+def may_ask(tool: str, *, ask_writes: bool = False) -> bool:
+    """Whether :func:`decide` can say anything but allow for ``tool`` (cheap pre-check)."""
+    return tool == BASH or (ask_writes and tool in WRITE_TOOLS)
+
+
 def decide(
-    tool: str, args: Mapping[str, Any], *, phase: str, rules: Iterable[Sequence[str]]
+    tool: str,
+    args: Mapping[str, Any],
+    *,
+    phase: str,
+    rules: Iterable[Sequence[str]],
+    ask_writes: bool = False,
+    write_target: str | None = None,
+    write_rules: Iterable[str] = (),
 ) -> Decision:
     """Allow, or ask the owner, for one call that the plan gate already let through.
 
     ``bash`` asks in NoPlan and Active unless a rule allows the command; in pre-init Editing
     the plan gate and the sandbox keep it read-only, so it is not asked about. File writes
-    inside the workspace are allowed (the file tools refuse paths outside it).
+    inside the workspace are allowed, unless ``ask_writes``: then a write to ``write_target``
+    (workspace-relative; ``None`` for a path outside, which the tools refuse) asks unless the
+    session allowed writes to that file.
     """
-    if tool != BASH or phase not in ASKING_PHASES:
+    if phase not in ASKING_PHASES:
         return "allow"
-    words = command_words(bash_command(args))
-    if words is not None and any(matches(rule, words) for rule in rules):
-        return "allow"
-    return "ask"
+    if tool == BASH:
+        words = command_words(bash_command(args))
+        if words is not None and any(matches(rule, words) for rule in rules):
+            return "allow"
+        return "ask"
+    if tool in WRITE_TOOLS and ask_writes and write_target is not None:
+        return "allow" if write_target in set(write_rules) else "ask"
+    return "allow"
 
 
 __all__ = [
     "BASH",
+    "WRITE_TOOLS",
     "Decision",
     "Rule",
     "RuleError",
@@ -151,6 +170,7 @@ __all__ = [
     "decide",
     "is_simple",
     "matches",
+    "may_ask",
     "parse_rule",
     "parse_rules",
     "rule_text",

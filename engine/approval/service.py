@@ -29,12 +29,15 @@ from typing import Literal, Protocol
 from engine.agent.channel import safe_call
 from engine.approval.policy import (
     BASH,
+    WRITE_TOOLS,
     Rule,
     bash_command,
     decide,
+    may_ask,
     rule_text,
     session_rule,
 )
+from engine.approval.preview import write_diff, write_target
 from engine.events import (
     ApprovalDecided,
     ApprovalDecision,
@@ -77,9 +80,22 @@ def describe_timeout(seconds: float) -> str:
     return f"{whole}s"
 
 
+# Rule families: bash command prefixes, and the files whose writes the session allowed.
+RuleFamily = Literal["bash", "files"]
+
+
+def family_of(tool: str) -> RuleFamily:
+    """Which rules a tool's calls are matched against."""
+    return "files" if tool in WRITE_TOOLS else "bash"
+
+
 @dataclass(frozen=True, slots=True)
 class ApprovalView:
-    """One request as the chat shows it. ``rule`` is what "Allow for this session" adds."""
+    """One request as the chat shows it. ``rule`` is what "Allow for this session" adds.
+
+    ``command`` is the bash command, or ``<tool> <path>`` for a write; ``diff`` is the unified
+    diff of a write to an existing text file (not logged: it can be large).
+    """
 
     request_id: str
     call_id: str
@@ -87,14 +103,21 @@ class ApprovalView:
     command: str
     rule: Rule | None
     unattended: bool = False
+    diff: str | None = None
 
     @property
     def short_id(self) -> str:
         return self.request_id[:8]
 
     @property
+    def family(self) -> RuleFamily:
+        return family_of(self.tool)
+
+    @property
     def rule_text(self) -> str:
-        return rule_text(self.rule) if self.rule else ""
+        if not self.rule:
+            return ""
+        return f"writes to {self.rule[0]}" if self.family == "files" else rule_text(self.rule)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +157,8 @@ class _Pending:
 @dataclass
 class _Session:
     rules: list[Rule] = field(default_factory=list)
+    # Workspace-relative files the session allowed writes to (when writes ask).
+    write_rules: list[str] = field(default_factory=list)
     pending: _Pending | None = None
     # Unattended denials whose Allow button still counts: request id -> view.
     offers: dict[str, ApprovalView] = field(default_factory=dict)
@@ -155,6 +180,7 @@ class ToolApprovals:
         rules: Iterable[Sequence[str]] = (),
         timeout_s: float = DEFAULT_TIMEOUT_S,
         on_unattended: UnattendedHook | None = None,
+        ask_writes: bool = False,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError("the approval timeout must be positive")
@@ -163,6 +189,7 @@ class ToolApprovals:
         self._rules: tuple[Rule, ...] = tuple(tuple(r) for r in rules if r)
         self.timeout_s = timeout_s
         self.on_unattended = on_unattended
+        self.ask_writes = ask_writes
         self._sessions: dict[str, _Session] = {}
 
     def _session(self, session_id: str) -> _Session:
@@ -173,6 +200,17 @@ class ToolApprovals:
     def rules(self, session_id: str) -> tuple[Rule, ...]:
         """The settings' rules, then the ones granted in this session."""
         return self._rules + tuple(self._session(session_id).rules)
+
+    def may_ask(self, tool: str) -> bool:
+        """Whether a call of ``tool`` can ever wait here (else the gate need not look)."""
+        return may_ask(tool, ask_writes=self.ask_writes)
+
+    def _granted(self, state: _Session, view: ApprovalView) -> bool:
+        if not view.rule:
+            return False
+        if view.family == "files":
+            return view.rule[0] in state.write_rules
+        return view.rule in state.rules
 
     def pending(self, session_id: str) -> ApprovalView | None:
         """The request the session waits on ("waiting for you"), if any."""
@@ -189,8 +227,7 @@ class ToolApprovals:
         for item in stored:
             event = item.event
             if isinstance(event, ApprovalRule):
-                if event.words and tuple(event.words) not in state.rules:
-                    state.rules.append(tuple(event.words))
+                self._remember(state, event.tool, tuple(event.words))
             elif isinstance(event, ApprovalRequested):
                 if event.unattended:
                     if event.rule:
@@ -200,7 +237,7 @@ class ToolApprovals:
             elif isinstance(event, ApprovalDecided):
                 open_requests.pop(event.request_id, None)
         # Offers whose rule is already granted are spent.
-        state.offers = {k: v for k, v in state.offers.items() if v.rule not in state.rules}
+        state.offers = {k: v for k, v in state.offers.items() if not self._granted(state, v)}
         closures = [
             ApprovalDecided(request_id=r.request_id, call_id=r.call_id, decision="interrupted")
             for r in open_requests.values()
@@ -217,19 +254,40 @@ class ToolApprovals:
         closed as ``stopped`` and the cancellation goes on.
         """
         session_id = ctx.session_id
-        if (
-            decide(request.name, request.arguments, phase=phase, rules=self.rules(session_id))
-            == "allow"
-        ):
+        target: str | None = None
+        if self.ask_writes and request.name in WRITE_TOOLS:
+            target = await asyncio.to_thread(write_target, ctx.workspace, request.arguments)
+        decision = decide(
+            request.name,
+            request.arguments,
+            phase=phase,
+            rules=self.rules(session_id),
+            ask_writes=self.ask_writes,
+            write_target=target,
+            write_rules=self._session(session_id).write_rules,
+        )
+        if decision == "allow":
             return None
-        command = bash_command(request.arguments) if request.name == BASH else ""
+        diff: str | None = None
+        rule: Rule | None = None
+        if request.name == BASH:
+            command = bash_command(request.arguments)
+            rule = session_rule(command)
+        elif target is not None:
+            command, rule = f"{request.name} {target}", (target,)
+            diff = await asyncio.to_thread(
+                write_diff, ctx.workspace, request.name, request.arguments, target
+            )
+        else:
+            command = request.name
         view = ApprovalView(
             request_id=uuid.uuid4().hex,
             call_id=request.call_id,
             tool=request.name,
             command=command,
-            rule=session_rule(command) if request.name == BASH else None,
+            rule=rule,
             unattended=not is_attended(ctx.source),
+            diff=diff,
         )
         requested = ApprovalRequested(
             request_id=view.request_id,
@@ -332,7 +390,7 @@ class ToolApprovals:
             await self._finish(session_id, pending, "once", actor=actor)
             return AnswerResult("Allowed once.")
         if action == "session" and view.rule:
-            await self.add_rule(session_id, view.rule, actor=actor)
+            await self.add_rule(session_id, view.rule, actor=actor, family=view.family)
             await self._finish(session_id, pending, "session", actor=actor)
             return AnswerResult(f"Allowed for this session: {view.rule_text}", rule=view.rule)
         if action == "deny":
@@ -347,17 +405,39 @@ class ToolApprovals:
         if found is None or not found.rule:
             return AnswerResult("", stale=True)
         state.offers.pop(found.request_id, None)
-        await self.add_rule(session_id, found.rule, actor=actor)
+        await self.add_rule(session_id, found.rule, actor=actor, family=found.family)
         return AnswerResult(f"Allowed for this session: {found.rule_text}", rule=found.rule)
 
-    async def add_rule(self, session_id: str, rule: Rule, *, actor: int | None) -> None:
-        """Grant ``rule`` for the rest of the session (logged, so it replays)."""
+    async def add_rule(
+        self, session_id: str, rule: Rule, *, actor: int | None, family: RuleFamily = "bash"
+    ) -> None:
+        """Grant ``rule`` for the rest of the session (logged, so it replays).
+
+        ``family`` ``files``: ``rule`` is one workspace-relative path whose writes are allowed.
+        """
         state = self._session(session_id)
-        if rule in state.rules:
+        known = state.write_rules if family == "files" else state.rules
+        if not rule or (rule[0] if family == "files" else rule) in known:
             return
-        await self._log.append(session_id, [ApprovalRule(words=list(rule), actor=actor)])
+        event = ApprovalRule(tool=family, words=list(rule), actor=actor)
+        await self._log.append(session_id, [event])  # logged first: what is granted replays
+        self._remember(state, family, rule)
+        state.offers = {k: v for k, v in state.offers.items() if not self._granted(state, v)}
+
+    @staticmethod
+    def _remember(state: _Session, family: str, rule: Rule) -> bool:
+        """Add a rule to this process's state; False when empty or already there."""
+        if not rule:
+            return False
+        if family == "files":
+            if rule[0] in state.write_rules:
+                return False
+            state.write_rules.append(rule[0])
+            return True
+        if rule in state.rules:
+            return False
         state.rules.append(rule)
-        state.offers = {k: v for k, v in state.offers.items() if v.rule != rule}
+        return True
 
     async def deny_pending(self, session_id: str, decision: ApprovalDecision = "stopped") -> None:
         """Deny the session's open request now (``/stop`` without a running turn, ``/new``)."""
@@ -387,8 +467,10 @@ __all__ = [
     "ApprovalAction",
     "ApprovalNotifier",
     "ApprovalView",
+    "RuleFamily",
     "ToolApprovals",
     "UnattendedHook",
     "describe_timeout",
+    "family_of",
     "is_attended",
 ]

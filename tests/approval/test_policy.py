@@ -119,3 +119,22 @@ def test_matching_is_word_by_word() -> None:
     assert not matches((), ["ls"])
     assert is_simple("echo 'a $b `c`'")
     assert not is_simple('echo "a $b"')
+
+
+def test_with_writes_asking_a_write_inside_asks_unless_its_file_is_allowed() -> None:
+    def write(target: str | None, *, phase: str = "active", allowed: tuple[str, ...] = ()) -> str:
+        return decide(
+            "write_file",
+            {"path": "x"},
+            phase=phase,
+            rules=RULES,
+            ask_writes=True,
+            write_target=target,
+            write_rules=allowed,
+        )
+
+    assert write("src/a.py") == "ask"
+    assert write("src/a.py", allowed=("src/a.py",)) == "allow"
+    assert write("src/a.py", allowed=("src/b.py",)) == "ask"
+    assert write(None) == "allow"  # outside the workspace: the tools refuse it themselves
+    assert write("src/a.py", phase="post_init") == "allow"  # the plan gate rules Editing

@@ -223,3 +223,48 @@ async def _replied(api: FakeBotApi, text: str) -> bool:
 
 def _text(api: FakeBotApi, msg: FakeMessage) -> str:
     return api.message(CHAT, msg.message_id).text
+
+
+async def test_with_writes_asking_a_write_shows_its_diff_inline_or_as_a_patch(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    (workspace / "app.py").write_text("print('old')\n", encoding="utf-8")
+    big = "".join(f"line {i}\n" for i in range(400))
+    (workspace / "big.txt").write_text(big, encoding="utf-8")
+    script = [
+        call("edit_file", {"path": "app.py", "old_text": "old", "new_text": "new"}),
+        call(
+            "write_file",
+            {"path": "big.txt", "content": "short now\n"},
+            expect="replaced 1 occurrence",
+        ),
+        call("write_file", {"path": "app.py", "content": "print('again')\n"}, expect="denied"),
+        say("Written.", expect="wrote 15 characters"),
+    ]
+    async with live_bot(fake_api, tmp_path, script, allow_bash=(), ask_writes=True) as live:
+        fake_api.user_message(CHAT, OWNER, BOT + "change the files")
+        first = await asked(fake_api, 1)
+        assert "Allow edit_file?" in first.text and "edit_file app.py" in first.text
+        assert "-print('old')" in first.text and "+print('new')" in first.text
+        assert await press(fake_api, first, ALLOW_SESSION) == (
+            "Allowed for this session: writes to app.py"
+        )
+
+        # The long diff goes as a document above the message; Deny leaves the file alone.
+        second = await asked(fake_api, 2)
+        assert "big.txt.patch" in second.text
+        [doc] = [m for m in fake_api.bot_messages(CHAT) if m.document is not None]
+        assert doc.document is not None and doc.document["file_name"] == "big.txt.patch"
+        patch = fake_api.files[f"documents/{doc.document['file_id']}"].decode("utf-8")
+        assert "-line 399" in patch and "+short now" in patch
+        assert await press(fake_api, second, DENY) == "Denied."
+
+        # app.py was allowed for the session: its next write runs without asking.
+        await until(lambda: _replied(fake_api, "Written."))
+        assert (workspace / "app.py").read_text(encoding="utf-8") == "print('again')\n"
+        assert (workspace / "big.txt").read_text(encoding="utf-8") == big
+        assert len(approval_messages(fake_api)) == 2
+        sid = await live.engine.session_for_chat(CHAT, 0)
+        assert await decisions(live, sid) == ["session", "deny"]

@@ -51,6 +51,7 @@ async def live_bot(
     model: ModelProvider | None = None,
     allow_bash: tuple[tuple[str, ...], ...] = ALLOW_TEST_RUN,
     approval_timeout_s: float = 600.0,
+    ask_writes: bool = False,
 ) -> AsyncIterator[Live]:
     """The real engine over real storage, wired to the real application on the fake API."""
     workspace = tmp_path / "work"
@@ -76,6 +77,7 @@ async def live_bot(
             max_goal_rounds=max_goal_rounds,
             allow_bash=allow_bash,
             approval_timeout_s=approval_timeout_s,
+            ask_writes=ask_writes,
         ),
     )
     try:
