@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.approval.policy import (
     RuleError,
@@ -138,3 +142,12 @@ def test_with_writes_asking_a_write_inside_asks_unless_its_file_is_allowed() -> 
     assert write("src/a.py", allowed=("src/b.py",)) == "ask"
     assert write(None) == "allow"  # outside the workspace: the tools refuse it themselves
     assert write("src/a.py", phase="post_init") == "allow"  # the plan gate rules Editing
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=" \t\u00a0abc-=#*~./{}'\"\\;$", max_size=30))
+def test_words_are_exactly_shlex_words_for_every_simple_command(command: str) -> None:
+    words = command_words(command)
+    if words is None:
+        return
+    assert words == shlex.split(command, comments=False, posix=True)
