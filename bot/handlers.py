@@ -298,7 +298,7 @@ class Handlers:
     # ---- buttons -----------------------------------------------------------------------
 
     async def press(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        """A plan or goal card button: decode, engine.press, answer, redraw."""
+        """A plan, goal or tool approval button: decode, engine.press, answer, redraw."""
         query = update.callback_query
         key = update_key(update)
         if query is None:
