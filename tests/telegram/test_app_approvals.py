@@ -268,3 +268,23 @@ async def test_with_writes_asking_a_write_shows_its_diff_inline_or_as_a_patch(
         assert len(approval_messages(fake_api)) == 2
         sid = await live.engine.session_for_chat(CHAT, 0)
         assert await decisions(live, sid) == ["session", "deny"]
+
+
+async def test_a_restart_never_turns_a_waiting_request_into_an_allow(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    async with live_bot(
+        fake_api, tmp_path, [call("bash", {"command": "touch after.txt"})], allow_bash=()
+    ) as live:
+        fake_api.user_message(CHAT, OWNER, BOT + "touch a file")
+        msg = await asked(fake_api, 1)
+        once = button(msg, ALLOW_ONCE)
+        sid = await live.engine.session_for_chat(CHAT, 0)
+    # plangate stopped while the owner had not answered; the old button comes back dead.
+    async with live_bot(fake_api, tmp_path, [say("unused")], allow_bash=()) as live:
+        qid = fake_api.press_raw(CHAT, msg.message_id, once, user_id=OWNER)
+        await eventually(lambda: qid in fake_api.callback_answers)
+        assert fake_api.callback_answers[qid]["text"] == STALE
+        assert live.engine.pending_approval(sid) is None
+        assert await decisions(live, sid) == ["stopped"]
+        assert not (live.workspace / "after.txt").exists()
