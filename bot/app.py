@@ -6,7 +6,7 @@ Handler map (groups run in order; a group's first matching handler runs)::
     group -1  AccessGate (bot.access)     who may do what; leaves groups; refusals, alerts
     group  0  CommandHandler plan execute discard goal stop new status usage help start(=help)
               MessageHandler /show-plan, /show_plan, /show-plan@bot (one regex)
-              CallbackQueryHandler ^[pg]:  plan and goal card buttons -> engine.press
+              CallbackQueryHandler ^[pga]: plan, goal and tool approval buttons -> engine.press
               CallbackQueryHandler ^q:     ask_user option buttons -> the owner's message
               MessageHandler text          to the agent (engine.user_message)
     errors    one handler: logs the error type, token redacted
@@ -237,7 +237,7 @@ def build_application(
     application.add_handler(
         MessageHandler(filters.Regex(SHOW_PLAN_PATTERN) & filters.TEXT, h.show_plan)
     )
-    application.add_handler(CallbackQueryHandler(h.press, pattern=r"^[pg]:"))
+    application.add_handler(CallbackQueryHandler(h.press, pattern=r"^[pga]:"))
     application.add_handler(CallbackQueryHandler(h.option, pattern=QUESTION_PATTERN))
     application.add_handler(CallbackQueryHandler(h.unknown_press))
     application.add_handler(MessageHandler(filters.TEXT & ~filters.COMMAND, h.text))

@@ -298,7 +298,7 @@ class Handlers:
     # ---- buttons -----------------------------------------------------------------------
 
     async def press(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        """A plan or goal card button: decode, engine.press, answer, redraw."""
+        """A plan, goal or tool approval button: decode, engine.press, answer, redraw."""
         query = update.callback_query
         key = update_key(update)
         if query is None:
@@ -325,6 +325,9 @@ class Handlers:
         toast = outcome.reply if outcome.reply and len(outcome.reply) <= MAX_TOAST else None
         as_message = reply is not None and (outcome.await_feedback or toast is None)
         await _answer(query, None if as_message else toast, alert=outcome.alert)
+        if data.kind == "a" and not outcome.stale:
+            # An approval message is used once; its close (or this) takes the buttons away.
+            self._strip_pressed(query.message)
         if outcome.stale:
             # Take the dead buttons away; if it was the live card, the redraw restores it.
             self._strip_pressed(query.message)

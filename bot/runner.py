@@ -108,6 +108,9 @@ def engine_config(settings: Settings) -> EngineConfig:
             footer=settings.usage_footer,
         ),
         goal_idle_rounds=settings.goal_idle_rounds,
+        allow_bash=settings.allow_bash,
+        approval_timeout_s=settings.approval_timeout,
+        ask_writes=settings.ask_writes,
     )
 
 

@@ -33,7 +33,9 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from engine.approval.policy import Rule, RuleError, parse_rules
 from engine.errors import ConfigError
+from engine.goal.commands import parse_interval
 from engine.tools.sandbox import forbidden_env_name
 from engine.usage.ledger import parse_tokens
 
@@ -173,6 +175,12 @@ class Settings(BaseSettings):
     daily_tokens: int | None = Field(default=None, ge=1)
     usage_footer: Literal["off", "private", "on"] = "private"
     goal_idle_rounds: int = Field(default=3, ge=1)
+    # Command prefixes bash runs without asking ("pytest,git status,ls"), as word tuples.
+    allow_bash: Annotated[tuple[Rule, ...], NoDecode] = ()
+    # Seconds a tool approval waits for the owner before it is denied ("600", "90s", "10m").
+    approval_timeout: Annotated[float, NoDecode] = 600.0
+    # Writes to existing workspace files ask too (with a diff) in NoPlan and Active.
+    ask_writes: bool = False
 
     @classmethod
     def settings_customise_sources(
@@ -212,6 +220,35 @@ class Settings(BaseSettings):
     @classmethod
     def _allowed_chat_ids(cls, value: object) -> object:
         return _parse_ids(value, kind="chat", positive=False)
+
+    @field_validator("allow_bash", mode="before")
+    @classmethod
+    def _allow_bash(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        try:
+            return parse_rules(value)
+        except RuleError as exc:
+            raise _fail(
+                f"expected comma-separated command prefixes like 'pytest,git status' with no "
+                f"shell operators; {exc}"
+            ) from None
+
+    @field_validator("approval_timeout", mode="before")
+    @classmethod
+    def _approval_timeout(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        seconds: float | None = parse_interval(text)
+        if seconds is None:
+            try:
+                seconds = float(text)
+            except ValueError:
+                seconds = None
+        if seconds is None or not 0 < seconds < float("inf"):
+            raise _fail(f"expected seconds or a duration like 90s, 10m or 1h, got {_shown(value)}")
+        return seconds
 
     @field_validator("telegram_api_url", "model_base_url", "webhook_url", mode="after")
     @classmethod

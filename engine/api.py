@@ -134,7 +134,7 @@ class EngineApi(Protocol):
         self,
         session_id: str,
         *,
-        kind: Literal["p", "g"],
+        kind: Literal["p", "g", "a"],
         action: str,
         short_id: str,
         revision: int,
@@ -142,6 +142,8 @@ class EngineApi(Protocol):
         message_id: int | None = None,
     ) -> Outcome:
         """A button press, bound to the plan or goal revision it was drawn for.
+
+        Kind ``a`` is a tool approval button, bound to its request id (revision always 0).
 
         A stale press (id or revision no longer current, the action not allowed now, or a
         plan card other than the one ``flow`` names: ``message_id`` is the pressed message)

@@ -33,12 +33,16 @@ from engine.api import (
     PlanCardState,
     RestoredGoal,
 )
+from engine.approval.policy import Rule
+from engine.approval.service import DEFAULT_TIMEOUT_S, ApprovalView, ToolApprovals
 from engine.cards import CardChoices, plan_card_state
 from engine.commands import CommandPlane
 from engine.events import (
     CommandRun,
     FeedbackSource,
+    GoalRoundSource,
     HumanSource,
+    MessageSource,
     PlanChanged,
     PlanMode,
     SessionEvent,
@@ -47,7 +51,7 @@ from engine.goal.driver import RoundDriver
 from engine.goal.progress import IdleRoundWatch
 from engine.goal.service import GoalService
 from engine.goal.tools import goal_tools
-from engine.goal.types import GoalSnapshot
+from engine.goal.types import NEEDS_APPROVAL, GoalSnapshot
 from engine.model.types import ModelProvider
 from engine.plan.extract import validate_template_b
 from engine.plan.service import PlanChange, PlanService
@@ -120,6 +124,12 @@ class EngineConfig:
     usage: UsageConfig = field(default_factory=UsageConfig)
     # Idle goal rounds in a row after which the goal is blocked no-progress.
     goal_idle_rounds: int = 3
+    # Command prefixes bash may run without asking (PLANGATE_ALLOW_BASH), and how long a
+    # request waits for the owner before it is denied (PLANGATE_APPROVAL_TIMEOUT).
+    allow_bash: tuple[Rule, ...] = ()
+    approval_timeout_s: float = DEFAULT_TIMEOUT_S
+    # File writes in NoPlan and Active ask the owner too, with a diff (PLANGATE_ASK_WRITES).
+    ask_writes: bool = False
 
 
 class Engine:
@@ -137,6 +147,7 @@ class Engine:
         scheduler: Scheduler,
         channel: Channel,
         config: EngineConfig,
+        approvals: ToolApprovals,
         usage: UsageMeter | None = None,
     ) -> None:
         self.log = log
@@ -150,6 +161,7 @@ class Engine:
         self.config = config
         self.usage = usage or UsageMeter(log, goals=goals, config=config.usage)
         self.usage.is_private = self._is_private
+        self.approvals = approvals
         self._loaded: set[str] = set()
         self._bindings: dict[tuple[int, int], str] = {}
         # The last plan of a session that just ended, so its card can say how it ended.
@@ -201,6 +213,7 @@ class Engine:
     async def _load(self, session_id: str) -> None:
         if await close_interrupted_turn(self.log, session_id):
             await safe_call("notice", self.channel.notice(session_id, INTERRUPTED_NOTICE))
+        await self.approvals.load(session_id)
         await self.goals.on_session_start(session_id)
         await self.goals.get(session_id)  # reads the log: ``goals.peek`` is current from here
         await self.plans.state(session_id)  # loads the sidecar (legacy map, corrupt move)
@@ -299,7 +312,7 @@ class Engine:
         self,
         session_id: str,
         *,
-        kind: Literal["p", "g"],
+        kind: Literal["p", "g", "a"],
         action: str,
         short_id: str,
         revision: int,
@@ -343,7 +356,10 @@ class Engine:
             running=busy or run.armed,
         )
         waiting: str | None = None
-        if self.cards.question(session_id) and not busy:
+        approval = self.pending_approval(session_id)
+        if approval is not None:
+            waiting = f"approval of a {approval.tool} call (the message below)"
+        elif self.cards.question(session_id) and not busy:
             waiting = "a question"
         elif state == "review":
             waiting = "your review"
@@ -363,6 +379,10 @@ class Engine:
             last_progress_at=run.last_progress_at if run.armed else None,
             halted=halted,
         )
+
+    def pending_approval(self, session_id: str) -> ApprovalView | None:
+        """The tool call this session waits on the owner for ("waiting for you"), if any."""
+        return self.approvals.pending(session_id)
 
     async def _review_ready(self, session_id: str, sidecar: PlanSidecar) -> bool:
         """Review once ``submit`` was called for this revision or template B is valid."""
@@ -524,6 +544,32 @@ def build_engine(
     goals = GoalService(log, clock=clock, default_max_rounds=config.max_goal_rounds)
     usage = UsageMeter(log, goals=goals, config=config.usage, clock=clock)
     plans = PlanService(plan_store, log, criteria=goals, clock=clock)
+
+    async def block_for_approval(
+        session_id: str, source: MessageSource, view: ApprovalView
+    ) -> None:
+        # A goal round never waits on a person: its goal stops until the owner allows it.
+        if not isinstance(source, GoalRoundSource):
+            return
+        goal = await goals.get(session_id)
+        if goal is None or goal.id != source.goal_id or goal.phase != "active":
+            return
+        what = view.command or view.tool
+        await goals.block(
+            session_id,
+            goal.ref,
+            code=NEEDS_APPROVAL,
+            message=f"{view.tool} needs your approval: {what}",
+        )
+
+    approvals = ToolApprovals(
+        log,
+        channel,
+        rules=config.allow_bash,
+        timeout_s=config.approval_timeout_s,
+        on_unattended=block_for_approval,
+        ask_writes=config.ask_writes,
+    )
     tools: list[Tool] = [
         PlanTool(plans),
         TodoWriteTool(log, allow_parallel_in_progress=config.todo_parallel),
@@ -540,6 +586,7 @@ def build_engine(
         settings=AgentSettings(max_steps=config.max_steps, stall_steps=config.stall_steps),
         sandbox=config.sandbox,
         usage=usage,
+        approvals=approvals,
     )
     the_scheduler = scheduler or ApsScheduler()
 
@@ -563,6 +610,7 @@ def build_engine(
         channel=channel,
         config=config,
         usage=usage,
+        approvals=approvals,
     )
 
 

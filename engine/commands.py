@@ -309,6 +309,9 @@ class CommandPlane:
         queued = len(controller.queued)
         agent = "working" if controller.busy else "idle"
         lines.append(f"Agent: {agent}" + (f", {queued} queued" if queued else ""))
+        waiting = e.approvals.pending(session_id)
+        if waiting is not None:
+            lines.append(f"Waiting for you: allow {waiting.tool} {waiting.command[:200]}?")
         return "\n".join(lines)
 
     # --- presses ----------------------------------------------------------------------------
@@ -317,7 +320,7 @@ class CommandPlane:
         self,
         session_id: str,
         *,
-        kind: Literal["p", "g"],
+        kind: Literal["p", "g", "a"],
         action: str,
         short_id: str,
         revision: int,
@@ -329,6 +332,8 @@ class CommandPlane:
         A plan press counts only on the card ``flow`` names: an older copy of the card
         (reposted since) is out of date even at the same revision.
         """
+        if kind == "a":
+            return await self._approval_press(session_id, action, short_id, actor=actor)
         if kind == "p":
             return await self._plan_press(
                 session_id, action, short_id, revision, actor=actor, message_id=message_id
@@ -423,6 +428,24 @@ class CommandPlane:
         if isinstance(result, GoalRefusal):
             return Outcome(reply=result.message, alert=True, goal_card="refresh")
         return Outcome(goal_card="refresh")
+
+    async def _approval_press(
+        self, session_id: str, action: str, short_id: str, *, actor: int | None
+    ) -> Outcome:
+        """Allow once / Allow for this session / Deny on a waiting call, or Allow on a denied
+        unattended one (adds the rule; a blocked goal then needs Resume)."""
+        result = await self._e.approvals.answer(session_id, action, short_id, actor=actor)
+        if result.stale:
+            return _stale()
+        if action != "rule":
+            return Outcome(reply=result.text, plan_card="refresh")
+        goal = self._e.goals.peek(session_id)
+        if goal is not None and goal.phase == "blocked":
+            return Outcome(
+                reply=f"{result.text}. Press ▶️ Resume on the goal card to go on.",
+                goal_card="refresh",
+            )
+        return Outcome(reply=f"{result.text}. Send a message or /execute to go on.")
 
 
 def _stale() -> Outcome:

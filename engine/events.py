@@ -166,6 +166,50 @@ class ModelUsageRecord(_Event):
     prompt_estimate: int = Field(default=0, ge=0)
 
 
+ApprovalDecision = Literal[
+    "once", "session", "deny", "timeout", "stopped", "interrupted", "unattended"
+]
+
+
+class ApprovalRequested(_Event):
+    """A tool call waits for the owner (or, unattended, was denied for want of one).
+
+    ``request_id`` names the request in callback data; ``rule`` is what "Allow for this
+    session" would add (empty when no rule can allow the command).
+    """
+
+    type: Literal["approval/requested"] = "approval/requested"
+    request_id: str
+    call_id: str
+    tool: str
+    command: str
+    rule: list[str] = Field(default_factory=list)
+    unattended: bool = False
+
+
+class ApprovalDecided(_Event):
+    """How a request ended: allowed (``once``/``session``) or denied (every other value)."""
+
+    type: Literal["approval/decided"] = "approval/decided"
+    request_id: str
+    call_id: str
+    decision: ApprovalDecision
+    actor: int | None = None
+
+
+class ApprovalRule(_Event):
+    """A rule granted for the rest of the session (replays on load).
+
+    ``tool`` ``bash``: ``words`` is a command prefix; ``files``: ``words`` is one
+    workspace-relative path whose writes are allowed.
+    """
+
+    type: Literal["approval/rule"] = "approval/rule"
+    tool: str = "bash"
+    words: list[str]
+    actor: int | None = None
+
+
 SessionEvent = Annotated[
     UserMessage
     | AssistantMessage
@@ -178,7 +222,10 @@ SessionEvent = Annotated[
     | PlanChanged
     | GoalChange
     | TodoWrite
-    | ModelUsageRecord,
+    | ModelUsageRecord
+    | ApprovalRequested
+    | ApprovalDecided
+    | ApprovalRule,
     Field(discriminator="type"),
 ]
 

@@ -3,6 +3,7 @@ ever shown."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -300,3 +301,31 @@ def test_sandbox_settings_are_read_and_secret_names_refused() -> None:
         text = error_of({"PLANGATE_BASH_ENV": f"PATHX,{secret}"})
         assert "PLANGATE_BASH_ENV" in text and "never passed to bash" in text
     assert "PLANGATE_SANDBOX" in error_of({"PLANGATE_SANDBOX": "maybe"})
+
+
+def test_approval_settings_rules_and_timeout() -> None:
+    s = load({})
+    assert s.allow_bash == () and s.approval_timeout == 600.0
+    s = load({"PLANGATE_ALLOW_BASH": "pytest, git status,,ls", "PLANGATE_APPROVAL_TIMEOUT": "10m"})
+    assert s.allow_bash == (("pytest",), ("git", "status"), ("ls",))
+    assert s.approval_timeout == 600.0
+    assert load({"PLANGATE_APPROVAL_TIMEOUT": "90"}).approval_timeout == 90.0
+    assert load({"PLANGATE_APPROVAL_TIMEOUT": "2.5"}).approval_timeout == 2.5
+    assert load({"PLANGATE_APPROVAL_TIMEOUT": "1h"}).approval_timeout == 3600.0
+    assert s.ask_writes is False
+    assert load({"PLANGATE_ASK_WRITES": "true"}).ask_writes is True
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"PLANGATE_ALLOW_BASH": "ls;rm"}, r"^PLANGATE_ALLOW_BASH: expected comma-separated"),
+        ({"PLANGATE_ALLOW_BASH": "echo $(id)"}, r"^PLANGATE_ALLOW_BASH: .*no shell operators"),
+        ({"PLANGATE_APPROVAL_TIMEOUT": "soon"}, r"^PLANGATE_APPROVAL_TIMEOUT: expected seconds"),
+        ({"PLANGATE_APPROVAL_TIMEOUT": "0"}, r"^PLANGATE_APPROVAL_TIMEOUT: expected seconds"),
+        ({"PLANGATE_APPROVAL_TIMEOUT": "inf"}, r"^PLANGATE_APPROVAL_TIMEOUT: expected seconds"),
+        ({"PLANGATE_APPROVAL_TIMEOUT": "-5m"}, r"^PLANGATE_APPROVAL_TIMEOUT: expected seconds"),
+    ],
+)
+def test_bad_approval_settings_name_the_variable(env: dict[str, str], expected: str) -> None:
+    assert re.search(expected, error_of(env))

@@ -16,6 +16,7 @@ from engine.agent.channel import Channel
 from engine.agent.config import AgentDeps, AgentSettings, WorkspaceResolver
 from engine.agent.controller import AgentRegistry
 from engine.agent.ports import GoalPort, IdleListener, PlanPort
+from engine.approval.service import ToolApprovals
 from engine.model.types import ModelProvider
 from engine.plan.gate import PlanGateView
 from engine.ports import EventLog, SessionStore
@@ -86,12 +87,14 @@ def build_agent(
     bash_limits: BashLimits | None = None,
     sandbox: SandboxSettings | None = None,
     usage: UsageMeter | None = None,
+    approvals: ToolApprovals | None = None,
 ) -> AgentRegistry:
     """Assemble the agent. ``extra_tools`` are the plan, todo and goal tools.
 
     ``plan`` is a :class:`~engine.agent.ports.PlanPort` (wrap H2's ``PlanService`` in
     :class:`engine.agent.adapters.PlanServiceAdapter`); ``goals`` is H4's ``GoalService``;
-    ``driver`` may be attached later with ``set_driver``.
+    ``driver`` may be attached later with ``set_driver``; ``approvals`` is the owner's
+    approval gate (none: every call the plan gate allows runs).
     """
     own, bash = agent_tools(
         channel, plan=plan, file_limits=file_limits, bash_limits=bash_limits, sandbox=sandbox
@@ -107,6 +110,7 @@ def build_agent(
         stop_hooks=(bash.kill_session,),
         settings=settings or AgentSettings(),
         usage=usage,
+        approvals=approvals,
     )
     return AgentRegistry(deps, driver=driver)
 

@@ -15,6 +15,7 @@ from engine.agent.channel import Channel
 from engine.agent.checklist import DEFAULT_STALL_STEPS
 from engine.agent.history import SessionHistory
 from engine.agent.ports import GoalPort, PlanPort
+from engine.approval.service import ToolApprovals
 from engine.model.types import ModelProvider
 from engine.ports import EventLog
 from engine.tools.base import Tool
@@ -68,6 +69,8 @@ class AgentDeps:
     # Called by stop() right after cancelling the turn (bash's kill_session).
     stop_hooks: Sequence[Callable[[str], Awaitable[None]]] = ()
     settings: AgentSettings = field(default_factory=AgentSettings)
+    # The owner's approval of risky calls (bash in NoPlan and Active); None: no approvals.
+    approvals: ToolApprovals | None = None
     # Each session's events read so far: a step reads only the log's new tail.
     history: SessionHistory = field(default_factory=SessionHistory)
     # Usage accounting and the token limits checked before each model call (None: neither).

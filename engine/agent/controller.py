@@ -441,12 +441,19 @@ class AgentRegistry:
         return stopped
 
     async def _gate(self, request: ToolCallRequest, ctx: ToolContext) -> str | None:
+        """The plan gate, then the owner's approval (which may wait for a press)."""
         plan = self.deps.plan
-        if plan is None:
+        if plan is not None:
+            denied = await plan.check_tool(
+                ctx.session_id, request.name, request.arguments, workspace=ctx.workspace
+            )
+            if denied is not None:
+                return denied
+        approvals = self.deps.approvals
+        if approvals is None or not approvals.may_ask(request.name):
             return None
-        return await plan.check_tool(
-            ctx.session_id, request.name, request.arguments, workspace=ctx.workspace
-        )
+        phase = (await plan.prompt_view(ctx.session_id)).phase if plan is not None else "none"
+        return await approvals.check(request, ctx, phase=phase)
 
 
 __all__ = [

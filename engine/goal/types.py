@@ -12,10 +12,15 @@ from pydantic import BaseModel, ConfigDict
 
 GoalPhase = Literal["active", "paused", "blocked", "complete"]
 GoalSource = Literal["user", "model", "task"]
-# Why a goal is blocked; docs/goals.md says what the owner does about each.
-BlockedCode = Literal["round-limit", "model-reported", "user", "budget-limit", "no-progress"]
+# Why a goal is blocked; docs/goals.md says what the owner does about each. needs-approval:
+# a goal round wanted a tool call that asks the owner; rounds never wait on a person, so the
+# call was denied and the goal stops until the owner allows it and resumes.
+BlockedCode = Literal[
+    "round-limit", "model-reported", "user", "budget-limit", "no-progress", "needs-approval"
+]
 BUDGET_LIMIT: BlockedCode = "budget-limit"
 NO_PROGRESS: BlockedCode = "no-progress"
+NEEDS_APPROVAL: BlockedCode = "needs-approval"
 
 
 class GoalRef(BaseModel):
@@ -75,6 +80,7 @@ class GoalTombstone(BaseModel):
 
 __all__ = [
     "BUDGET_LIMIT",
+    "NEEDS_APPROVAL",
     "NO_PROGRESS",
     "BlockedCode",
     "GoalBlocked",

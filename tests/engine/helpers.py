@@ -40,6 +40,9 @@ PLANNING = [
 GREET_PY = 'def hello(name):\n    return f"Hello, {name}!"\n'
 TEST_PY = 'import greet\n\nassert greet.hello("x") == "Hello, x!"\nprint("ok")\n'
 
+# The rule that lets the scripted checklist run its test without asking.
+ALLOW_TEST_RUN: tuple[tuple[str, ...], ...] = (("python3", "test_greet.py"),)
+
 EXECUTION = [
     call("plan", {"op": "start"}),
     call("write_file", {"path": "greet.py", "content": GREET_PY}),
@@ -72,10 +75,15 @@ async def engine_rig(
     clock: Clock | None = None,
     stall_steps: int = DEFAULT_STALL_STEPS,
     max_steps: int = 50,
+    allow_bash: tuple[tuple[str, ...], ...] = ALLOW_TEST_RUN,
+    approval_timeout_s: float = 600.0,
 ) -> AsyncIterator[Rig]:
     """An engine over real files and SQLite in ``tmp_path``; shut down afterwards.
 
-    ``clock`` (for the log's timestamps and the engine) pins the usage day in tests."""
+    ``clock`` (for the log's timestamps and the engine) pins the usage day in tests.
+    ``allow_bash`` defaults to the one command the scripted checklist runs (it runs
+    unattended, so it would be denied without a rule).
+    """
     home = tmp_path / "home"
     workspace = tmp_path / "work"
     workspace.mkdir(exist_ok=True)
@@ -94,6 +102,8 @@ async def engine_rig(
             goal_idle_rounds=goal_idle_rounds,
             stall_steps=stall_steps,
             max_steps=max_steps,
+            allow_bash=allow_bash,
+            approval_timeout_s=approval_timeout_s,
         ),
         **({"clock": clock} if clock is not None else {}),
     )

@@ -20,6 +20,7 @@ from engine.model.openai_provider import OpenAIProvider
 from engine.model.script import ScriptStep
 from engine.model.types import ModelProvider
 from storage.open import Storage, open_storage
+from tests.engine.helpers import ALLOW_TEST_RUN
 from tests.fakebot.server import FakeBotApi, FakeMessage
 from tests.fakes.openai_server import FAKE_MODEL, FakeOpenAIServer
 from tests.telegram.app_support import GROUP, running_bot, settings_for
@@ -47,6 +48,9 @@ async def live_bot(
     group_pacing: bool = False,
     max_steps: int = 50,
     edit_interval_s: float = 0.05,
+    allow_bash: tuple[tuple[str, ...], ...] = ALLOW_TEST_RUN,
+    approval_timeout_s: float = 600.0,
+    ask_writes: bool = False,
 ) -> AsyncIterator[Live]:
     """The real engine over real storage, wired to the real application on the fake API.
 
@@ -72,7 +76,12 @@ async def live_bot(
         model=model,
         channel=slot,
         config=EngineConfig(
-            workspace=workspace, max_goal_rounds=max_goal_rounds, max_steps=max_steps
+            workspace=workspace,
+            max_goal_rounds=max_goal_rounds,
+            max_steps=max_steps,
+            allow_bash=allow_bash,
+            approval_timeout_s=approval_timeout_s,
+            ask_writes=ask_writes,
         ),
     )
     pacing = {"chat_interval_s": 1.0, "group_per_minute": 20} if group_pacing else {}

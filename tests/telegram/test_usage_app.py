@@ -12,7 +12,7 @@ from tests.engine.helpers import settle
 from tests.fakebot.server import FakeBotApi
 from tests.fakes.openai_server import FAKE_MODEL, FakeOpenAIServer, FakeUsage, fake_openai
 from tests.telegram.app_support import GROUP, OWNER, eventually
-from tests.telegram.test_app_e2e import live_bot
+from tests.telegram.live import live_bot
 
 __all__ = ["fake_openai"]
 
