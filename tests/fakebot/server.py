@@ -4,8 +4,8 @@ PTB talks to it with ``Application.builder().token(server.token).base_url(server
 .base_file_url(server.base_file_url)``. It keeps chats, messages (ids per chat), edits,
 pins, keyboards, documents and the bot's commands; validates what it receives as Telegram
 would and answers with Telegram's own error descriptions. Tests drive it through plain
-methods: ``user_message``, ``press``, ``bot_added``, ``fail_next``, ``storm``, and read it
-back through ``messages``, ``message``, ``calls``, ``count``.
+methods: ``user_message``, ``press``, ``bot_added``, ``fail_next``, ``fail_status``, ``storm``,
+and read it back through ``messages``, ``message``, ``calls``, ``count``.
 
 Webhooks as Telegram runs them: ``setWebhook`` records a :class:`Webhook` (``webhook``),
 ``deleteWebhook`` removes it, and ``getUpdates`` answers 409 Conflict while one is set.
@@ -26,6 +26,7 @@ import math
 import re
 import time
 from collections import Counter, deque
+from http import HTTPStatus
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import EllipsisType
@@ -177,6 +178,7 @@ class _Fault:
     method: str | None  # None: any method (a storm)
     remaining: int
     retry_after: int
+    code: int = 429  # 5xx: a gateway error with no retry_after (``fail_status``)
 
 
 class FakeBotApi:
@@ -443,6 +445,11 @@ class FakeBotApi:
         """The next ``count`` calls of ``method`` answer 429 with ``retry_after``."""
         self._faults.append(_Fault(method=method, remaining=count, retry_after=retry_after))
 
+    def fail_status(self, method: str, count: int = 1, *, code: int = 502) -> None:
+        """The next ``count`` calls of ``method`` answer HTTP ``code`` (502 Bad Gateway by
+        default), as Telegram's front does when the Bot API behind it is unreachable."""
+        self._faults.append(_Fault(method=method, remaining=count, retry_after=0, code=code))
+
     def storm(self, count: int, *, retry_after: int = 1) -> None:
         """The next ``count`` calls of any method except getUpdates answer 429."""
         self._faults.append(_Fault(method=None, remaining=count, retry_after=retry_after))
@@ -598,6 +605,8 @@ class FakeBotApi:
         for fault in self._faults:
             if fault.remaining > 0 and fault.method in (None, method):
                 fault.remaining -= 1
+                if fault.code != 429:
+                    raise ApiError(fault.code, HTTPStatus(fault.code).phrase)
                 raise ApiError(
                     429,
                     f"Too Many Requests: retry after {fault.retry_after}",
