@@ -26,9 +26,9 @@ import math
 import re
 import time
 from collections import Counter, deque
-from http import HTTPStatus
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from types import EllipsisType
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
