@@ -141,7 +141,8 @@ class CommandPlane:
                 await self.log_command(session_id, "stop", args, actor=actor)
                 return await self._stop(session_id)
             case "status":
-                return Outcome(reply=await self.status_text(session_id))
+                # The workspace path tells a group's members about the owner's machine.
+                return Outcome(reply=await self.status_text(session_id, owner=actor is not None))
             case "help":
                 return Outcome(reply=HELP_TEXT)
             case "new":
@@ -291,10 +292,14 @@ class CommandPlane:
         dropped = [m.text for m in await self._e.agents.stop(session_id)]
         return Outcome(reply="Stopped.", dropped=tuple(dropped), goal_card="refresh")
 
-    async def status_text(self, session_id: str) -> str:
-        """``/status``: the plan, the goal, the agent and the todos in a few lines."""
+    async def status_text(self, session_id: str, *, owner: bool = True) -> str:
+        """``/status``: the plan, the goal, the agent and the todos in a few lines.
+
+        The workspace's absolute path is shown to an owner only (``owner``).
+        """
         e = self._e
-        lines = [f"Session {session_id[:8]} in {e.config.workspace}"]
+        where = f" in {e.config.workspace}" if owner else ""
+        lines = [f"Session {session_id[:8]}{where}"]
         state = await e.plans.state(session_id)
         sidecar = await e.plans.current(session_id)
         if sidecar is None:

@@ -143,6 +143,7 @@ class FakeChat:
     bot_is_member: bool = True
     bot_can_pin: bool = True
     chat_actions: list[str] = field(default_factory=list)
+    migrated_to: int | None = None  # a basic group upgraded to this supergroup
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"id": self.id, "type": self.type}
@@ -415,6 +416,31 @@ class FakeBotApi:
             }
         )
 
+    def migrate_group(self, old_id: int, new_id: int, *, by_user_id: int) -> FakeChat:
+        """Upgrade basic group ``old_id`` to supergroup ``new_id`` as Telegram does: the new
+        chat (the bot a member), a ``migrate_to_chat_id`` service message in the old group
+        and a ``migrate_from_chat_id`` one in the new; sends to the old id then answer 400
+        with ``migrate_to_chat_id``."""
+        old = self.chat(old_id, type="group")
+        new = self.chat(new_id, type="supergroup", title=old.title)
+        old.migrated_to = new_id
+        for chat, field_name, value in (
+            (old, "migrate_to_chat_id", new_id),
+            (new, "migrate_from_chat_id", old_id),
+        ):
+            msg = FakeMessage(
+                chat_id=chat.id,
+                message_id=chat.next_message_id,
+                from_bot=False,
+                user_id=by_user_id,
+                date=int(time.time()),
+            )
+            chat.next_message_id += 1
+            chat.messages[msg.message_id] = msg
+            msg.raw = self._message_dict(msg) | {field_name: value}
+            self._push({"message": msg.raw})
+        return new
+
     def _member(self, status: str) -> dict[str, Any]:
         d: dict[str, Any] = {"status": status, "user": self._bot_user()}
         if status == "administrator":
@@ -656,6 +682,12 @@ class FakeBotApi:
         if not isinstance(chat_id, int) or chat_id not in self.chats:
             raise bad_request("chat not found")
         chat = self.chats[chat_id]
+        if chat.migrated_to is not None:
+            raise ApiError(
+                400,
+                "Bad Request: group chat was upgraded to a supergroup chat",
+                {"migrate_to_chat_id": chat.migrated_to},
+            )
         if not chat.bot_is_member:
             if chat.type == "private":
                 raise ApiError(403, "Forbidden: bot was blocked by the user")
