@@ -80,7 +80,7 @@ async def test_a_title_over_1024_characters_on_a_long_plan_still_gets_its_review
     assert len(docs) == 1 and docs[0].text.endswith("…") and len(docs[0].text) <= 1024
     card = card_of(fake_api, engine)
     assert card.text.startswith("📋 Rework the very long title")
-    assert [t for row in card.buttons for t, _ in row][0] == "✅ Approve"
+    assert next(t for row in card.buttons for t, _ in row) == "✅ Approve"
 
 
 async def test_a_malformed_press_on_the_live_card_is_answered_and_changes_nothing(
@@ -136,3 +136,24 @@ async def test_a_group_upgraded_to_a_supergroup_keeps_its_permission_and_its_ses
     status = next(t for t in texts(fake_api, new) if t.startswith("Session"))
     assert status.startswith(f"Session {sid[:8]}") and "Plan: " in status
     assert sidecar.flow.card_id is not None or any("📋" in t for t in texts(fake_api, new))
+
+
+async def test_a_card_edit_refused_past_the_deadline_is_noticed_once_and_redrawn(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    engine = RecordingEngine()
+    clock = ManualClock()
+    async with (
+        open_db(tmp_path / "p.db") as db,
+        running_bot(fake_api, engine, db, clock=clock, sleep=clock.sleep),
+    ):
+        card = await review_card(fake_api, engine)
+        edits = fake_api.count("editMessageText")
+        # Tried at 0, 120 ... 600 s of the outbox's clock: past its 10-minute deadline.
+        fake_api.fail_next("editMessageText", 6, retry_after=120)
+        fake_api.press(GROUP, card.message_id, data_of(card, "✅ Approve"), user_id=OWNER)
+        await eventually(lambda: "Write the model" in fake_api.message(GROUP, card.message_id).text)
+    notices = [t for t in texts(fake_api) if "kept refusing" in t]
+    assert len(notices) == 1
+    assert fake_api.count("editMessageText") - edits == 7  # six refused, then the redraw
+    assert "0/3" in fake_api.message(GROUP, card.message_id).text
