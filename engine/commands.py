@@ -308,7 +308,9 @@ class CommandPlane:
             label = {"pre_init": "planning", "post_init": "written", "active": "active"}[state]
             done = sum(t.status in ("completed", "deferred") for t in sidecar.tasks)
             progress = f", {done}/{len(sidecar.tasks)} done" if sidecar.tasks else ""
-            title = sidecar.title or "(untitled)"
+            title = " ".join((sidecar.title or "(untitled)").split())
+            if len(title) > 120:
+                title = title[:119] + "…"  # a title is one line wherever it is drawn
             lines.append(f"Plan: {title} ({label}{progress})")
         # The goal as this process last read it: every goal change made here goes through the
         # goal service, which re-reads after it, and the engine read the log when it loaded the
