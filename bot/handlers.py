@@ -33,7 +33,7 @@ from bot.updates import UpdateLedger
 from engine.api import CommandName, EngineApi, Outcome
 from engine.commands import STALE_TEXT
 
-_log = logging.getLogger("plangate.handlers")
+_log = logging.getLogger("plangate.app")
 
 MAX_TOAST = 200
 SHOW_PLAN_PATTERN = re.compile(r"^/show[-_]plan(?:@([A-Za-z0-9_]{3,32}))?(?:\s|$)", re.IGNORECASE)
