@@ -239,8 +239,9 @@ class Engine:
             if binding.chat_id != old_chat_id:
                 continue
             key = (new_chat_id, binding.thread_id)
-            if await self.sessions.session_for_chat(*key) is None:
-                await self.sessions.bind_chat(*key, binding.session_id)
+            # Replaces a session a message in the new chat may have opened meanwhile: the
+            # group's own session is the one with its history.
+            await self.sessions.bind_chat(*key, binding.session_id)
             self._bindings[key] = binding.session_id
             self._bindings.pop((old_chat_id, binding.thread_id), None)
             sidecar = await self.plans.current(binding.session_id)
