@@ -347,6 +347,13 @@ class Outbox:
         except TelegramError as err:
             log.info("telegram.outbox.typing_failed chat=%s error=%s", chat_id, type(err).__name__)
 
+    def waiting(self, chat_id: int) -> dict[Priority, int]:
+        """How many operations wait in this chat, per priority (diagnostics, tests)."""
+        lane = self._lanes.get(chat_id)
+        if lane is None:
+            return {"interactive": 0, "progress": 0, "low": 0}
+        return {p: len(q) for p, q in lane.queues.items()}
+
     def forget(self, chat_id: int, message_id: int) -> None:
         """Drop what the outbox remembers of a message (so the next edit is always sent)."""
         self._lane(chat_id).known.pop(message_id, None)

@@ -3,6 +3,7 @@ malformed presses, privacy. The real PTB Application against the fake Bot API th
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -157,3 +158,46 @@ async def test_a_card_edit_refused_past_the_deadline_is_noticed_once_and_redrawn
     assert len(notices) == 1
     assert fake_api.count("editMessageText") - edits == 7  # six refused, then the redraw
     assert "0/3" in fake_api.message(GROUP, card.message_id).text
+
+
+async def test_a_commands_answer_goes_ahead_of_queued_card_progress(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    engine = RecordingEngine()
+    clock = ManualClock()
+    resume = asyncio.Event()
+
+    async def held_sleep(seconds: float) -> None:
+        clock.advance(seconds)
+        await resume.wait()  # the chat stays paused until the test has queued everything
+
+    async with (
+        open_db(tmp_path / "p.db") as db,
+        running_bot(fake_api, engine, db, clock=clock, sleep=held_sleep) as app,
+    ):
+        outbox, presenter = parts(app).outbox, parts(app).presenter
+        for topic in (1, 2, 3):
+            fake_api.user_message(GROUP, OWNER, "/plan x", thread_id=topic)
+        await eventually(lambda: len(engine.named("set_plan_flow")) == 3)
+        await presenter.flush()
+        fake_api.fail_next("editMessageText", 1, retry_after=5)
+        for sid in ("s1", "s2", "s3"):
+            engine.plan_states[sid] = "written"  # progress: each card is edited
+            presenter.refresh(sid, "plan")
+        # The first edit drew a 429 and waits again in the queue, with the other two.
+        await eventually(
+            lambda: (
+                fake_api.count("editMessageText") == 1 and outbox.waiting(GROUP)["progress"] == 3
+            )
+        )
+        before = len(fake_api.calls)
+        fake_api.user_message(GROUP, OWNER, "/status", thread_id=1)
+        await eventually(lambda: outbox.waiting(GROUP)["interactive"] == 1)
+        resume.set()
+        await eventually(lambda: "ok status" in texts(fake_api))
+        await presenter.flush()
+    after = [c for c in fake_api.calls[before:] if c.method in ("sendMessage", "editMessageText")]
+    assert after[0].method == "sendMessage" and after[0].params["text"] == "ok status"
+    assert [c.method for c in after[1:]] == ["editMessageText"] * 3  # all progress delivered
+    assert all("writing the plan" in fake_api.message(GROUP, c.params["message_id"]).text
+               for c in after[1:])  # fmt: skip
