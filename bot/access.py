@@ -23,6 +23,7 @@ the group's permission to the new id and calls ``on_migrate(old, new)``, so the 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -286,6 +287,7 @@ class AccessGate:
         self._alert_text = alert_text
         self._refused_at: dict[tuple[int, int], float] = {}
         self._chat_refusals: dict[int, deque[float]] = {}
+        self._moving: dict[int, asyncio.Event] = {}  # supergroup ids being carried over
         self._expecting: dict[SessionKey, int] = {}
         self._decisions: OrderedDict[int, AccessDecision] = OrderedDict()
 
@@ -304,6 +306,36 @@ class AccessGate:
 
     def is_owner(self, user_id: int | None) -> bool:
         return user_id is not None and user_id in self.owner_ids
+
+    async def carry_over(self, old_chat_id: int, new_chat_id: int) -> None:
+        """A group became a supergroup: carry its permission (``on_group_added`` persists
+        it) and run ``on_migrate`` once; the new chat's updates wait until that is done."""
+        moving = self._moving.get(new_chat_id)
+        if moving is not None:
+            await moving.wait()
+            return
+        if not self._carry(old_chat_id, new_chat_id):
+            return
+        log.info("telegram.access.migrate from=%s to=%s", old_chat_id, new_chat_id)
+        moving = self._moving[new_chat_id] = asyncio.Event()
+        try:
+            if self._on_group_added is not None:
+                await self._on_group_added(new_chat_id)
+            if self._on_migrate is not None:
+                await self._on_migrate(old_chat_id, new_chat_id)
+        finally:
+            moving.set()
+            del self._moving[new_chat_id]
+
+    def _carry(self, old_chat_id: int, new_chat_id: int) -> bool:
+        listed = (self.allowed_chat_ids, self.added_groups)
+        if not any(old_chat_id in ids for ids in listed):
+            return False
+        if any(new_chat_id in ids for ids in listed):
+            return False
+        self.added_groups.add(new_chat_id)
+        self.added_groups.discard(old_chat_id)
+        return True
 
     def decision(self, update: Update) -> AccessDecision | None:
         """The decision taken for this update (kept for the last 1,024 updates)."""
@@ -340,10 +372,6 @@ class AccessGate:
             self.added_groups.add(facts.chat_id)
         if d.action in ("group_gone", "leave") and facts.chat_id is not None:
             self.added_groups.discard(facts.chat_id)
-        if d.action == "migrate" and facts.migration is not None:
-            old, new = facts.migration
-            self.added_groups.add(new)
-            self.added_groups.discard(old)
         self._decisions[update.update_id] = d
         while len(self._decisions) > 1024:
             self._decisions.popitem(last=False)
@@ -358,9 +386,12 @@ class AccessGate:
     async def __call__(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """Apply the decision; raise ``ApplicationHandlerStop`` unless the update passes."""
         bot = context.bot
+        chat = update.effective_chat
+        moving = self._moving.get(chat.id) if chat is not None else None
+        if moving is not None:
+            await moving.wait()  # judged once the group's move to this id is complete
         d = self.decide(update, bot_id=bot.id, bot_username=bot.username)
         log.debug("telegram.access.decision update=%s action=%s", update.update_id, d.action)
-        chat = update.effective_chat
         try:
             if d.action == "group_added" and chat and self._on_group_added is not None:
                 await self._on_group_added(chat.id)
@@ -369,11 +400,7 @@ class AccessGate:
             elif d.action == "migrate":
                 migration = facts_of(update, bot_id=bot.id, bot_username=bot.username).migration
                 if migration is not None:
-                    log.info("telegram.access.migrate from=%s to=%s", *migration)
-                    if self._on_group_added is not None:
-                        await self._on_group_added(migration[1])
-                    if self._on_migrate is not None:
-                        await self._on_migrate(*migration)
+                    await self.carry_over(*migration)
             elif d.action == "alert" and update.callback_query is not None:
                 await update.callback_query.answer(self._alert_text, show_alert=True)
             elif d.action == "refuse" and update.message is not None:

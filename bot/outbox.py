@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dtm
+import functools
 import logging
 import time
 import warnings
@@ -55,7 +56,7 @@ from typing import Any, Literal
 
 from telegram import Bot, InlineKeyboardMarkup, InputFile, LinkPreviewOptions, Message
 from telegram.constants import ParseMode
-from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
+from telegram.error import BadRequest, ChatMigrated, NetworkError, RetryAfter, TelegramError
 
 from bot.render import split_html, visible_len
 
@@ -67,6 +68,7 @@ Sleep = Callable[[float], Awaitable[None]]
 EditLost = Callable[[int, int], Coroutine[Any, Any, None]]
 # (chat_id, message_id of the edit or None for a send, the error)
 DeliveryFailed = Callable[[int, int | None, Exception], Coroutine[Any, Any, None]]
+ChatMoved = Callable[[int, int], Coroutine[Any, Any, None]]  # (old chat id, new chat id)
 
 _NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
 _GROUP_WINDOW_S = 60.0
@@ -133,6 +135,8 @@ def _markup_key(markup: InlineKeyboardMarkup | None) -> Any:
 class _Op:
     kind: Literal["send", "document", "edit", "delete", "pin", "unpin", "call"]
     run: Callable[[], Awaitable[Any]] | None = None
+    # sends and documents: the call for a chat id, so a migrated group's sends can follow it
+    run_in: Callable[[int], Awaitable[Any]] | None = None
     future: asyncio.Future[Any] | None = None
     priority: Priority = "interactive"
     queued_at: float = 0.0
@@ -186,6 +190,7 @@ class Outbox:
         deadline_s: float = DELIVERY_DEADLINE_S,
         on_edit_lost: EditLost | None = None,
         on_delivery_failed: DeliveryFailed | None = None,
+        on_chat_migrated: ChatMoved | None = None,
     ) -> None:
         self._bot = bot
         self._clock = clock
@@ -196,6 +201,8 @@ class Outbox:
         self._deadline_s = deadline_s
         self._on_edit_lost = on_edit_lost
         self.on_delivery_failed = on_delivery_failed
+        self.on_chat_migrated = on_chat_migrated
+        self._moved: dict[int, int] = {}  # old group id -> its supergroup's id
         self._lanes: dict[int, _Lane] = {}
         self._closed = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -217,9 +224,9 @@ class Outbox:
         ``priority="low"``: droppable (refusals); raises :class:`Dropped` when dropped.
         """
 
-        async def run() -> Message:
+        async def run_in(chat: int) -> Message:
             return await self._bot.send_message(
-                chat_id,
+                chat,
                 html,
                 parse_mode=ParseMode.HTML,
                 message_thread_id=thread_id,
@@ -229,8 +236,9 @@ class Outbox:
                 link_preview_options=_NO_PREVIEW,
             )
 
-        msg: Message = await self._submit(chat_id, _Op(kind="send", run=run, priority=priority))
-        lane = self._lane(chat_id)
+        op = _Op(kind="send", run_in=run_in, priority=priority)
+        msg: Message = await self._submit(chat_id, op)
+        lane = self._lane(msg.chat_id)  # a migrated group's message is in the new chat
         markup = reply_markup if isinstance(reply_markup, InlineKeyboardMarkup) else None
         lane.known[msg.message_id] = (html, _markup_key(markup))
         return msg
@@ -251,9 +259,9 @@ class Outbox:
         """
         caption = clip_caption(caption_html) if caption_html else None
 
-        async def run() -> Message:
+        async def run_in(chat: int) -> Message:
             return await self._bot.send_document(
-                chat_id,
+                chat,
                 InputFile(data, filename=filename),
                 caption=caption,
                 parse_mode=ParseMode.HTML if caption else None,
@@ -262,7 +270,7 @@ class Outbox:
                 allow_sending_without_reply=True if reply_to is not None else None,
             )
 
-        result: Message = await self._submit(chat_id, _Op(kind="document", run=run))
+        result: Message = await self._submit(chat_id, _Op(kind="document", run_in=run_in))
         return result
 
     def edit(
@@ -402,6 +410,9 @@ class Outbox:
             raise RuntimeError("outbox closed")
         op.future = asyncio.get_running_loop().create_future()
         op.queued_at = self._clock()
+        if op.run_in is not None:
+            chat_id = self._moved.get(chat_id, chat_id)
+            op.run = functools.partial(op.run_in, chat_id)
         lane = self._lane(chat_id)
         queue = lane.queues[op.priority]
         if op.priority == "low" and len(queue) >= LOW_QUEUE_MAX:
@@ -542,6 +553,8 @@ class Outbox:
                     op.attempts,
                 )
                 self._retry_or_fail(lane, op, err)
+            except ChatMigrated as err:
+                self._follow_migration(lane, op, err)
             except BadRequest as err:  # a NetworkError subclass, but permanent
                 self._fail(op, err)
             except NetworkError as err:
@@ -595,6 +608,26 @@ class Outbox:
                 return
             lane.pending_edits[op.message_id] = op
         lane.queues[op.priority].appendleft(op)
+
+    def _follow_migration(self, lane: _Lane, op: _Op, err: ChatMigrated) -> None:
+        """The group became a supergroup: its sends go there, in order; its edits cannot."""
+        new_id = int(err.new_chat_id)
+        log.info("telegram.outbox.chat_migrated from=%s to=%s", lane.chat_id, new_id)
+        first_time = lane.chat_id not in self._moved
+        self._moved[lane.chat_id] = new_id
+        target = self._lane(new_id)
+        if op.run_in is None:
+            self._fail(op, err)  # a pin or another call names a message of the old group
+        waiting = [o for o in lane.queues["interactive"] if o.run_in is not None]
+        for o in [op, *waiting] if op.run_in is not None else waiting:
+            with contextlib.suppress(ValueError):
+                lane.queues["interactive"].remove(o)
+            assert o.run_in is not None
+            o.run = functools.partial(o.run_in, new_id)
+            target.queues[o.priority].append(o)
+        self._wake(target)
+        if first_time and self.on_chat_migrated is not None:
+            self._background(self.on_chat_migrated(lane.chat_id, new_id))
 
     def _delivery_failed(self, lane: _Lane, op: _Op, err: Exception) -> None:
         if op.notice:

@@ -416,14 +416,18 @@ class FakeBotApi:
             }
         )
 
-    def migrate_group(self, old_id: int, new_id: int, *, by_user_id: int) -> FakeChat:
+    def migrate_group(
+        self, old_id: int, new_id: int, *, by_user_id: int, announce: bool = True
+    ) -> FakeChat:
         """Upgrade basic group ``old_id`` to supergroup ``new_id`` as Telegram does: the new
         chat (the bot a member), a ``migrate_to_chat_id`` service message in the old group
-        and a ``migrate_from_chat_id`` one in the new; sends to the old id then answer 400
-        with ``migrate_to_chat_id``."""
+        and a ``migrate_from_chat_id`` one in the new (``announce=False``: not yet
+        delivered); sends to the old id then answer 400 with ``migrate_to_chat_id``."""
         old = self.chat(old_id, type="group")
         new = self.chat(new_id, type="supergroup", title=old.title)
         old.migrated_to = new_id
+        if not announce:
+            return new
         for chat, field_name, value in (
             (old, "migrate_to_chat_id", new_id),
             (new, "migrate_from_chat_id", old_id),

@@ -201,3 +201,25 @@ async def test_a_commands_answer_goes_ahead_of_queued_card_progress(
     assert [c.method for c in after[1:]] == ["editMessageText"] * 3  # all progress delivered
     assert all("writing the plan" in fake_api.message(GROUP, c.params["message_id"]).text
                for c in after[1:])  # fmt: skip
+
+
+async def test_a_reply_that_finds_the_group_upgraded_follows_it_and_the_bot_stays(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    old, new = -4343, -1004343
+    fake_api.chat(old, type="group")
+    async with live_bot(fake_api, tmp_path, []) as live:
+        fake_api.bot_added(old, by_user_id=OWNER)
+        fake_api.user_message(old, OWNER, "/status")
+        await eventually(lambda: len(fake_api.bot_messages(old)) == 1)
+        sid = await live.engine.session_for_chat(old, 0)
+        # Upgraded, and the owner's /status is read before Telegram's service messages.
+        fake_api.migrate_group(old, new, by_user_id=OWNER, announce=False)
+        fake_api.user_message(old, OWNER, "/status")
+        await eventually(lambda: len(fake_api.bot_messages(new)) == 1)
+        await eventually(lambda: new in parts(live.app).gate.added_groups)
+        fake_api.user_message(new, OWNER, "/status")
+        await eventually(lambda: len(fake_api.bot_messages(new)) == 2)
+        assert await live.engine.session_for_chat(new, 0) == sid
+    assert fake_api.count("leaveChat") == 0
+    assert all(t.startswith(f"Session {sid[:8]}") for t in texts(fake_api, new))

@@ -352,3 +352,26 @@ async def test_aclose_fails_queued_and_inflight_operations(fake_api: FakeBotApi,
     with pytest.raises(RuntimeError):
         await out.send_text(CHAT, "after close")
     assert [m.text for m in fake_api.bot_messages(CHAT)] == ["v0"]
+
+
+async def test_sends_to_an_upgraded_group_follow_it_to_the_supergroup(
+    fake_api: FakeBotApi, bot: Bot
+) -> None:
+    old, new = -77, -1000077
+    fake_api.chat(old, type="group")
+    moved: list[tuple[int, int]] = []
+
+    async def on_moved(old_id: int, new_id: int) -> None:
+        moved.append((old_id, new_id))
+
+    out = make(bot, ManualClock(), on_chat_migrated=on_moved)
+    card = await out.send_text(old, "card")
+    fake_api.migrate_group(old, new, by_user_id=1, announce=False)
+    first, second = await asyncio.gather(out.send_text(old, "one"), out.send_text(old, "two"))
+    assert (first.chat_id, second.chat_id) == (new, new)
+    assert [m.text for m in fake_api.bot_messages(new)] == ["one", "two"]
+    assert fake_api.count("sendMessage") == 4  # one refusal with migrate_to_chat_id, no more
+    result = await out.edit(old, card.message_id, "card v2", reply_markup=None)
+    assert result.outcome == "failed"  # the old group's messages stay where they are
+    await out.flush()
+    assert moved == [(old, new)]
