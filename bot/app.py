@@ -5,7 +5,7 @@ Handler map (groups run in order; a group's first matching handler runs)::
     group -2  TypeHandler(Update)        drop repeats: update ids already processed (ledger)
     group -1  AccessGate (bot.access)     who may do what; leaves groups; refusals, alerts;
                                          a group upgraded to a supergroup moves over
-    group  0  CommandHandler plan execute discard goal stop new status help start(=help)
+    group  0  CommandHandler plan execute discard goal stop new status usage help start(=help)
               MessageHandler /show-plan, /show_plan, /show-plan@bot (one regex)
               CallbackQueryHandler ^[pg]:  plan and goal card buttons -> engine.press
               CallbackQueryHandler ^q:     ask_user option buttons -> the owner's message
@@ -76,6 +76,7 @@ MENU: tuple[tuple[str, str], ...] = (
     ("stop", "Stop the running turn"),
     ("new", "Start a fresh session"),
     ("status", "What the agent is doing"),
+    ("usage", "Tokens and cost: today, this session, the goal"),
     ("help", "How to use plangate"),
 )
 # CommandHandler names -> engine command names (/start behaves as /help).
@@ -86,6 +87,7 @@ COMMANDS: tuple[tuple[str, CommandName], ...] = (
     ("goal", "goal"),
     ("stop", "stop"),
     ("status", "status"),
+    ("usage", "usage"),
     ("help", "help"),
     ("start", "help"),
 )
@@ -176,7 +178,9 @@ def build_application(
         routes,
         db_meta,
         edit_interval_s=float(getattr(settings, "flow_edit_interval", 1.5)),
+        group_edit_interval_s=getattr(settings, "flow_group_edit_interval", None),
         bot=application.bot,
+        pin=getattr(settings, "pin_cards", "auto"),
     )
     channel = TelegramChannel(engine, outbox, presenter, routes)
 

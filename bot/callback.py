@@ -24,8 +24,17 @@ PLAN_DISCARD = "discard"
 PLAN_DISCARD_YES = "discard_yes"
 PLAN_REVISE = "revise"
 PLAN_CANCEL = "cancel"
+PLAN_RESUME = "resume"
 PLAN_ACTIONS = frozenset(
-    {PLAN_APPROVE, PLAN_KEEP, PLAN_DISCARD, PLAN_DISCARD_YES, PLAN_REVISE, PLAN_CANCEL}
+    {
+        PLAN_APPROVE,
+        PLAN_KEEP,
+        PLAN_DISCARD,
+        PLAN_DISCARD_YES,
+        PLAN_REVISE,
+        PLAN_CANCEL,
+        PLAN_RESUME,
+    }
 )
 
 # Goal card actions.

@@ -33,7 +33,7 @@ from engine.agent.channel import Channel
 from engine.api import EngineApi
 from engine.events import TurnOutcome
 
-_log = logging.getLogger("telegram.channel")
+_log = logging.getLogger("plangate.channel")
 
 QUESTION_KIND = "q"
 QUESTION_PATTERN = r"^q:[0-9a-f]{8}:[0-9]{1,2}$"
@@ -114,9 +114,10 @@ class TelegramChannel:
     async def _send(self, route: ChatRoute, html: str, *, reply_to: int | None) -> None:
         """Send HTML; if Telegram cannot parse it (a renderer bug), send it as plain text."""
         try:
-            await self._outbox.send_text(
+            sent = await self._outbox.send_text(
                 route.chat_id, html, thread_id=route.thread, reply_to=reply_to
             )
+            self._presenter.saw_message(route.chat_id, sent.message_id)
         except BadRequest as err:
             if "parse entities" not in err.message:
                 raise

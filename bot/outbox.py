@@ -27,7 +27,8 @@ Transient errors are retried for as long as it takes, up to ``deadline_s`` (10 m
 failing: ``RetryAfter`` pauses only that chat for the time Telegram asked; network errors
 (timeouts, 5xx such as 502 Bad Gateway) pause it with a backoff of 1, 2, 4 ... 30 s. A send
 that timed out may have arrived: it is sent again all the same (a duplicate beats a loss).
-Past the deadline the operation fails, ``on_delivery_failed`` is told (the presenter redraws
+When the next try could only come past the deadline the operation fails,
+``on_delivery_failed`` is told (the presenter redraws
 its cards), and the chat gets one short notice (one until a later call succeeds).
 
 Errors (what callers see)::
@@ -587,7 +588,8 @@ class Outbox:
         if op.priority == "low":
             self._fail(op, Dropped(f"dropped after {type(err).__name__}"))
             return
-        if now - op.failing_since >= self._deadline_s:
+        # Give up once the next try could only come past the deadline.
+        if max(now, lane.paused_until) - op.failing_since >= self._deadline_s:
             log.warning(
                 "telegram.outbox.gave_up chat=%s kind=%s attempts=%s error=%s",
                 lane.chat_id,

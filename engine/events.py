@@ -146,6 +146,26 @@ class TodoWrite(_Event):
     todos: list[TodoItem]
 
 
+class ModelUsageRecord(_Event):
+    """The tokens of one model call, logged with the reply it belongs to.
+
+    ``estimated``: the server reported no usage and the counts are the agent's estimate.
+    ``goal_id``: the goal whose round made the call (its budget pays for it). ``request_chars``
+    and ``prompt_estimate`` are what the budget check saw before the call, kept so the next
+    call's estimate and any later audit of a budget stop can be replayed from the log.
+    """
+
+    type: Literal["model/usage"] = "model/usage"
+    turn_id: str
+    prompt_tokens: int = Field(ge=0)
+    completion_tokens: int = Field(ge=0)
+    cached_tokens: int = Field(default=0, ge=0)
+    estimated: bool = False
+    goal_id: str | None = None
+    request_chars: int = Field(default=0, ge=0)
+    prompt_estimate: int = Field(default=0, ge=0)
+
+
 SessionEvent = Annotated[
     UserMessage
     | AssistantMessage
@@ -157,7 +177,8 @@ SessionEvent = Annotated[
     | PlanMode
     | PlanChanged
     | GoalChange
-    | TodoWrite,
+    | TodoWrite
+    | ModelUsageRecord,
     Field(discriminator="type"),
 ]
 

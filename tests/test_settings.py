@@ -276,3 +276,27 @@ def test_run_needs_a_token_and_an_owner() -> None:
     ready = load({"TELEGRAM_BOT_TOKEN": TOKEN, "PLANGATE_OWNER_IDS": "7"})
     assert run_problems(ready) == []
     require_run_settings(ready)
+
+
+def test_sandbox_settings_are_read_and_secret_names_refused() -> None:
+    s = load(
+        {
+            "PLANGATE_SANDBOX": "OFF",
+            "PLANGATE_BASH_NETWORK": "true",
+            "PLANGATE_BASH_MEMORY_MB": "4096",
+            "PLANGATE_BASH_MAX_PROCESSES": "64",
+            "PLANGATE_BASH_ENV": "GOPATH, CARGO_HOME",
+        }
+    )
+    assert (s.sandbox, s.bash_network, s.bash_memory_mb, s.bash_max_processes) == (
+        "off",
+        True,
+        4096,
+        64,
+    )
+    assert s.bash_env == ("GOPATH", "CARGO_HOME")
+    assert load({}).sandbox == "on" and load({}).bash_memory_mb == 2048
+    for secret in ("PLANGATE_TELEGRAM_TOKEN", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY"):
+        text = error_of({"PLANGATE_BASH_ENV": f"PATHX,{secret}"})
+        assert "PLANGATE_BASH_ENV" in text and "never passed to bash" in text
+    assert "PLANGATE_SANDBOX" in error_of({"PLANGATE_SANDBOX": "maybe"})

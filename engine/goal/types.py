@@ -12,7 +12,10 @@ from pydantic import BaseModel, ConfigDict
 
 GoalPhase = Literal["active", "paused", "blocked", "complete"]
 GoalSource = Literal["user", "model", "task"]
-BlockedCode = Literal["round-limit", "model-reported", "user"]
+# Why a goal is blocked; docs/goals.md says what the owner does about each.
+BlockedCode = Literal["round-limit", "model-reported", "user", "budget-limit", "no-progress"]
+BUDGET_LIMIT: BlockedCode = "budget-limit"
+NO_PROGRESS: BlockedCode = "no-progress"
 
 
 class GoalRef(BaseModel):
@@ -46,6 +49,9 @@ class GoalSnapshot(BaseModel):
     source: GoalSource = "user"
     # Seconds between scheduled rounds; None means "next round when idle".
     schedule_s: int | None = None
+    # Tokens the goal's rounds may use in all (None: no goal budget); the usage meter sums
+    # what they used from the log's model/usage records.
+    token_budget: int | None = None
     created_at: float = 0.0
     updated_at: float = 0.0
 
@@ -68,6 +74,8 @@ class GoalTombstone(BaseModel):
 
 
 __all__ = [
+    "BUDGET_LIMIT",
+    "NO_PROGRESS",
     "BlockedCode",
     "GoalBlocked",
     "GoalPhase",

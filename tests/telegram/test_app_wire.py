@@ -150,13 +150,13 @@ async def test_a_card_edit_refused_past_the_deadline_is_noticed_once_and_redrawn
     ):
         card = await review_card(fake_api, engine)
         edits = fake_api.count("editMessageText")
-        # Tried at 0, 120 ... 600 s of the outbox's clock: past its 10-minute deadline.
-        fake_api.fail_next("editMessageText", 6, retry_after=120)
+        # Telegram asks for a pause longer than the outbox's 10-minute deadline.
+        fake_api.fail_next("editMessageText", 1, retry_after=900)
         fake_api.press(GROUP, card.message_id, data_of(card, "✅ Approve"), user_id=OWNER)
         await eventually(lambda: "Write the model" in fake_api.message(GROUP, card.message_id).text)
     notices = [t for t in texts(fake_api) if "kept refusing" in t]
     assert len(notices) == 1
-    assert fake_api.count("editMessageText") - edits == 7  # six refused, then the redraw
+    assert fake_api.count("editMessageText") - edits >= 2  # refused, then the redraw
     assert "0/3" in fake_api.message(GROUP, card.message_id).text
 
 

@@ -195,12 +195,12 @@ async def test_past_the_deadline_a_send_fails_once_and_the_chat_is_told(
         failed.append((chat_id, message_id))
 
     out = make(bot, clock, deadline_s=600.0, on_delivery_failed=on_failed)
-    fake_api.fail_next("sendMessage", 6, retry_after=120)
+    fake_api.fail_next("sendMessage", 5, retry_after=120)
     with pytest.raises(RetryAfter):
         await out.send_text(CHAT, "lost")
     await out.flush()
-    # Tried at 0, 120 ... 600 s, then one short notice (not one per lost message).
-    assert fake_api.count("sendMessage") == 7
+    # Tried at 0, 120 ... 480 s (a sixth try would be past 600 s), then one short notice.
+    assert fake_api.count("sendMessage") == 6
     texts = [m.text for m in fake_api.bot_messages(CHAT)]
     assert len(texts) == 1 and "kept refusing" in texts[0]
     assert failed == [(CHAT, None)]
