@@ -11,17 +11,23 @@ chats are ignored. A group is allowed when listed or when an owner added the bot
 other group the bot leaves. In an allowed group the bot hears an owner's commands, messages
 that mention it, replies to its messages and the owner's next message after Keep planning;
 anyone may use /show-plan, /show_plan, /status, /help and /start; a non-owner who addresses
-the bot otherwise is refused politely at most once per user per chat per minute, and a
-non-owner's button press gets a short alert. Anonymous admins and messages sent as a chat
-count as non-owners.
+the bot otherwise is refused politely at most once per user per chat per minute and at most
+``REFUSALS_PER_CHAT`` times per chat per minute (the outbox sends refusals last and drops
+them first), and a non-owner's button press gets a short alert. Anonymous admins and
+messages sent as a chat count as non-owners.
+
+When an allowed group is upgraded to a supergroup, Telegram posts a service message in each
+(``migrate_to_chat_id`` in the old, ``migrate_from_chat_id`` in the new); either one carries
+the group's permission to the new id and calls ``on_migrate(old, new)``, so the bot stays.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -34,18 +40,21 @@ from telegram.ext import ApplicationHandlerStop, ContextTypes, TypeHandler
 import engine.api as engine_api
 from bot.keys import SessionKey, message_key
 
-log = logging.getLogger("telegram.access")
+log = logging.getLogger("plangate.access")
 
 # The engine's read-only commands, plus Telegram's /start (which behaves as /help).
 READ_ONLY_COMMANDS = engine_api.READ_ONLY_COMMANDS | {"start"}
 REFUSAL_INTERVAL_S = 60.0
+REFUSALS_PER_CHAT = 3  # per REFUSAL_INTERVAL_S, whoever asks (a flood gets three answers)
 REFUSAL_TEXT = (
     "Sorry, only the owner can ask me to do things here. "
     "Anyone can use /show_plan, /status and /help."
 )
 ALERT_TEXT = "Only the owner can use these buttons."
 
-AccessAction = Literal["allow", "ignore", "refuse", "alert", "leave", "group_added", "group_gone"]
+AccessAction = Literal[
+    "allow", "ignore", "refuse", "alert", "leave", "group_added", "group_gone", "migrate"
+]
 UpdateKind = Literal["message", "callback", "my_chat_member", "other"]
 
 _COMMAND = re.compile(r"/([A-Za-z0-9_][A-Za-z0-9_-]{0,63})(?:@([A-Za-z0-9_]{3,32}))?(?=\s|$)")
@@ -69,6 +78,19 @@ class UpdateFacts:
     mentions_bot: bool = False
     reply_to_bot: bool = False
     bot_joined: bool = False  # my_chat_member: the bot is now in the chat
+    migrate_from: int | None = None  # a group upgraded to a supergroup: the old id
+    migrate_to: int | None = None  # ... and the new one
+
+    @property
+    def migration(self) -> tuple[int, int] | None:
+        """(old chat id, new chat id) for either migration service message."""
+        if self.chat_id is None:
+            return None
+        if self.migrate_to is not None:
+            return (self.chat_id, self.migrate_to)
+        if self.migrate_from is not None:
+            return (self.migrate_from, self.chat_id)
+        return None
 
     @property
     def refusal_key(self) -> tuple[int, int]:
@@ -156,6 +178,8 @@ def facts_of(update: Update, *, bot_id: int, bot_username: str) -> UpdateFacts:
         command_for_other_bot=other_bot,
         mentions_bot=_mentions(msg, bot_username),
         reply_to_bot=bool(reply and reply.from_user and reply.from_user.id == bot_id),
+        migrate_from=msg.migrate_from_chat_id,
+        migrate_to=msg.migrate_to_chat_id,
     )
 
 
@@ -191,6 +215,13 @@ def decide(
         if owner:
             return d("allow", "owner's private chat", feedback=_feedback(facts, expecting_reply))
         return d("ignore", "private chat of a non-owner")
+    migration = facts.migration
+    if migration is not None:
+        old, new = migration
+        allowed = (allowed_chat_ids, added_groups)
+        if any(old in ids for ids in allowed) and not any(new in ids for ids in allowed):
+            return d("migrate", "an allowed group became a supergroup")
+        return d("ignore", "migration already carried over, or of a group not allowed")
     if facts.chat_id not in allowed_chat_ids and facts.chat_id not in added_groups:
         return d("leave", "group not allowed")
     if facts.kind == "callback":
@@ -220,6 +251,7 @@ def _feedback(facts: UpdateFacts, expecting_reply: bool) -> bool:
 
 Refuse = Callable[[Update, str], Awaitable[Any]]
 GroupHook = Callable[[int], Awaitable[None]]
+MigrateHook = Callable[[int, int], Awaitable[None]]
 
 
 class AccessGate:
@@ -239,6 +271,7 @@ class AccessGate:
         refuse: Refuse | None = None,
         on_group_added: GroupHook | None = None,
         on_group_gone: GroupHook | None = None,
+        on_migrate: MigrateHook | None = None,
         refusal_text: str = REFUSAL_TEXT,
         alert_text: str = ALERT_TEXT,
     ) -> None:
@@ -249,9 +282,12 @@ class AccessGate:
         self._refuse = refuse
         self._on_group_added = on_group_added
         self._on_group_gone = on_group_gone
+        self._on_migrate = on_migrate
         self._refusal_text = refusal_text
         self._alert_text = alert_text
         self._refused_at: dict[tuple[int, int], float] = {}
+        self._chat_refusals: dict[int, deque[float]] = {}
+        self._moving: dict[int, asyncio.Event] = {}  # supergroup ids being carried over
         self._expecting: dict[SessionKey, int] = {}
         self._decisions: OrderedDict[int, AccessDecision] = OrderedDict()
 
@@ -271,6 +307,36 @@ class AccessGate:
     def is_owner(self, user_id: int | None) -> bool:
         return user_id is not None and user_id in self.owner_ids
 
+    async def carry_over(self, old_chat_id: int, new_chat_id: int) -> None:
+        """A group became a supergroup: carry its permission (``on_group_added`` persists
+        it) and run ``on_migrate`` once; the new chat's updates wait until that is done."""
+        moving = self._moving.get(new_chat_id)
+        if moving is not None:
+            await moving.wait()
+            return
+        if not self._carry(old_chat_id, new_chat_id):
+            return
+        log.info("telegram.access.migrate from=%s to=%s", old_chat_id, new_chat_id)
+        moving = self._moving[new_chat_id] = asyncio.Event()
+        try:
+            if self._on_group_added is not None:
+                await self._on_group_added(new_chat_id)
+            if self._on_migrate is not None:
+                await self._on_migrate(old_chat_id, new_chat_id)
+        finally:
+            moving.set()
+            del self._moving[new_chat_id]
+
+    def _carry(self, old_chat_id: int, new_chat_id: int) -> bool:
+        listed = (self.allowed_chat_ids, self.added_groups)
+        if not any(old_chat_id in ids for ids in listed):
+            return False
+        if any(new_chat_id in ids for ids in listed):
+            return False
+        self.added_groups.add(new_chat_id)
+        self.added_groups.discard(old_chat_id)
+        return True
+
     def decision(self, update: Update) -> AccessDecision | None:
         """The decision taken for this update (kept for the last 1,024 updates)."""
         return self._decisions.get(update.update_id)
@@ -283,16 +349,23 @@ class AccessGate:
         key = (facts.chat_id or 0, facts.thread_key)
         now = self._clock()
         last = self._refused_at.get(facts.refusal_key)
+        chat_refusals = self._chat_refusals.setdefault(facts.chat_id or 0, deque())
+        while chat_refusals and now - chat_refusals[0] >= REFUSAL_INTERVAL_S:
+            chat_refusals.popleft()
         d = decide(
             facts,
             owner_ids=self.owner_ids,
             allowed_chat_ids=self.allowed_chat_ids,
             added_groups=self.added_groups,
             expecting_reply=facts.kind == "message" and self._expecting.get(key) == facts.user_id,
-            refused_recently=last is not None and now - last < REFUSAL_INTERVAL_S,
+            refused_recently=(last is not None and now - last < REFUSAL_INTERVAL_S)
+            or len(chat_refusals) >= REFUSALS_PER_CHAT,
         )
+        if not chat_refusals:
+            self._chat_refusals.pop(facts.chat_id or 0, None)
         if d.action == "refuse":
             self._refused_at[facts.refusal_key] = now
+            self._chat_refusals.setdefault(facts.chat_id or 0, deque()).append(now)
         if d.feedback:
             self._expecting.pop(key, None)
         if d.action == "group_added" and facts.chat_id is not None:
@@ -313,14 +386,21 @@ class AccessGate:
     async def __call__(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """Apply the decision; raise ``ApplicationHandlerStop`` unless the update passes."""
         bot = context.bot
+        chat = update.effective_chat
+        moving = self._moving.get(chat.id) if chat is not None else None
+        if moving is not None:
+            await moving.wait()  # judged once the group's move to this id is complete
         d = self.decide(update, bot_id=bot.id, bot_username=bot.username)
         log.debug("telegram.access.decision update=%s action=%s", update.update_id, d.action)
-        chat = update.effective_chat
         try:
             if d.action == "group_added" and chat and self._on_group_added is not None:
                 await self._on_group_added(chat.id)
             elif d.action == "group_gone" and chat and self._on_group_gone is not None:
                 await self._on_group_gone(chat.id)
+            elif d.action == "migrate":
+                migration = facts_of(update, bot_id=bot.id, bot_username=bot.username).migration
+                if migration is not None:
+                    await self.carry_over(*migration)
             elif d.action == "alert" and update.callback_query is not None:
                 await update.callback_query.answer(self._alert_text, show_alert=True)
             elif d.action == "refuse" and update.message is not None:

@@ -3,7 +3,8 @@
 Handler map (groups run in order; a group's first matching handler runs)::
 
     group -2  TypeHandler(Update)        drop repeats: update ids already processed (ledger)
-    group -1  AccessGate (bot.access)     who may do what; leaves groups; refusals, alerts
+    group -1  AccessGate (bot.access)     who may do what; leaves groups; refusals, alerts;
+                                         a group upgraded to a supergroup moves over
     group  0  CommandHandler plan execute discard goal stop new status usage help start(=help)
               MessageHandler /show-plan, /show_plan, /show-plan@bot (one regex)
               CallbackQueryHandler ^[pga]: plan, goal and tool approval buttons -> engine.press
@@ -27,7 +28,8 @@ import json
 import logging
 import secrets
 import signal
-from collections.abc import Collection, Sequence
+import time
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -49,15 +51,15 @@ from bot.access import AccessGate
 from bot.channel import QUESTION_PATTERN, LateChannel, TelegramChannel
 from bot.handlers import SHOW_PLAN_PATTERN, BotParts, Handlers, load_state, parts, redact
 from bot.keys import message_key
-from bot.outbox import Outbox
+from bot.outbox import Outbox, Sleep
 from bot.presenter import CardPresenter
 from bot.render import escape
-from bot.routes import GROUPS_KEY, MetaStore, Routes
+from bot.routes import GROUPS_KEY, ChatRoute, MetaStore, Routes, goal_card_key
 from bot.updates import ChatLaneProcessor, UpdateLedger
 from engine.api import CommandName, EngineApi, RestoredGoal
 from engine.errors import ConfigError
 
-_log = logging.getLogger("telegram.app")
+_log = logging.getLogger("plangate.app")
 
 RESTART_NOTE = "⏸ Paused by the restart. Press ▶️ Resume to go on."
 ALLOWED_UPDATES: tuple[str, ...] = ("message", "callback_query", "my_chat_member")
@@ -138,11 +140,14 @@ def build_application(
     rate_limiter: BaseRateLimiter[Any] | None = None,
     chat_interval_s: float = 1.0,
     group_per_minute: int = 20,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Sleep = asyncio.sleep,
 ) -> Application[Any, Any, Any, Any, Any, Any]:
     """Build the PTB application with every handler registered (see the module docstring).
 
     ``channel_slot``: bound to the :class:`TelegramChannel` so an engine built earlier talks
-    to this chat. The caller still runs the application (``serve`` does it all).
+    to this chat. ``clock`` and ``sleep`` pace the outbox (tests pass a manual clock). The
+    caller still runs the application (``serve`` does it all).
     """
     token = secret_value(getattr(settings, "telegram_token", None))
     api_url = settings.telegram_api_url or "https://api.telegram.org/bot"
@@ -160,7 +165,11 @@ def build_application(
         .build()
     )
     outbox = Outbox(
-        application.bot, chat_interval_s=chat_interval_s, group_per_minute=group_per_minute
+        application.bot,
+        clock=clock,
+        sleep=sleep,
+        chat_interval_s=chat_interval_s,
+        group_per_minute=group_per_minute,
     )
     routes = Routes(db_meta)
     presenter = CardPresenter(
@@ -174,6 +183,12 @@ def build_application(
         pin=getattr(settings, "pin_cards", "auto"),
     )
     channel = TelegramChannel(engine, outbox, presenter, routes)
+
+    async def delivery_failed(chat_id: int, message_id: int | None, err: Exception) -> None:
+        # Past the outbox's deadline: draw the chat's cards again from the latest state.
+        presenter.redraw_chat(chat_id)
+
+    outbox.on_delivery_failed = delivery_failed
     if channel_slot is not None:
         channel_slot.bind(channel)
 
@@ -187,12 +202,13 @@ def build_application(
             return
 
         async def send() -> None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # Dropped included: a refusal is expendable
                 await outbox.send_text(
                     msg.chat.id,
                     escape(text),
                     thread_id=message_key(msg)[1] or None,
                     reply_to=msg.message_id,
+                    priority="low",
                 )
 
         task = asyncio.get_running_loop().create_task(send())
@@ -206,14 +222,26 @@ def build_application(
         _log.info("telegram.app.groups_changed chat=%s", chat_id)
         await db_meta.set_meta(GROUPS_KEY, json.dumps(sorted(holder[0].added_groups)))
 
+    async def migrate(old: int, new: int) -> None:
+        # The group's sessions, routes and cards move to the supergroup's id.
+        for session_id in await engine.migrate_chat(old, new):
+            route = await routes.lookup(session_id)
+            await routes.remember(session_id, ChatRoute(new, route.thread_id if route else 0))
+            await db_meta.set_meta(goal_card_key(session_id), "")
+            presenter.refresh(session_id, "plan")
+            presenter.refresh(session_id, "goal")
+
     gate = AccessGate(
         owner_ids=settings.owner_ids,
         allowed_chat_ids=settings.allowed_chat_ids or (),
         refuse=refuse,
         on_group_added=save_groups,
         on_group_gone=save_groups,
+        on_migrate=migrate,
     )
     holder.append(gate)
+    # A send that finds the group upgraded before its service message came: the same move.
+    outbox.on_chat_migrated = gate.carry_over
     bp = BotParts(
         engine,
         db_meta,

@@ -305,7 +305,8 @@ class Handlers:
             return
         data = cb.decode(query.data)
         if data is None or key is None:
-            await self._stale(update)
+            # Malformed: answered, and nothing changes (the pressed card may be the live one).
+            await _answer(query, STALE_TEXT, alert=False)
             return
         session_id = await self._session(key)
         pressed = query.message.message_id if isinstance(query.message, Message) else None
@@ -359,7 +360,7 @@ class Handlers:
             await self._stale(update, text="This question is out of date.")
             return
         await _answer(query, _clip(f"➡️ {text}", MAX_TOAST), alert=False)
-        self.bp.outbox.edit_keyboard(question.chat_id, question.message_id, None)
+        self.bp.outbox.edit_keyboard(question.chat_id, question.message_id, None, interactive=True)
         await self.bp.engine.user_message(
             question.session_id,
             text,
@@ -368,8 +369,9 @@ class Handlers:
         )
 
     async def unknown_press(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        """Any other callback data (forged, or from an older bot): out of date."""
-        await self._stale(update)
+        """Any other callback data (forged, or from an older bot): out of date, no change."""
+        if update.callback_query is not None:
+            await _answer(update.callback_query, STALE_TEXT, alert=False)
 
     async def _stale(self, update: Update, *, text: str = STALE_TEXT) -> None:
         query = update.callback_query
@@ -380,7 +382,9 @@ class Handlers:
 
     def _strip_pressed(self, message: object) -> None:
         if isinstance(message, Message):
-            self.bp.outbox.edit_keyboard(message.chat.id, message.message_id, None)
+            self.bp.outbox.edit_keyboard(
+                message.chat.id, message.message_id, None, interactive=True
+            )
 
     # ---- talking to the agent ------------------------------------------------------------
 

@@ -1,18 +1,40 @@
-"""The outbox: the one owner of every send and edit to Telegram (DESIGN.md §7, §14).
+"""The outbox: the one owner of every send and edit to Telegram.
 
-Per chat, operations run in order on one worker, paced: about one call a second with a short
-burst tolerated (a token bucket), and in a group at most 20 calls in any rolling minute
-(each counted from its answer, the latest it can have reached Telegram).
-Edits are coalesced per message: while an edit waits, a newer one replaces its content, so
-only the latest card state is sent, and an edit whose text and keyboard equal what was last
-delivered makes no call. "message is not modified" counts as success; "message to edit not
-found" is reported back (``EditResult.outcome == "not_found"`` and ``on_edit_lost``) so the
-caller reposts the card. ``RetryAfter`` pauses only that chat for the time Telegram asked,
-then the same operation is tried again (at most ``max_attempts`` times): never a storm.
+Per chat, operations run on one worker, paced: about one call a second with a short burst
+tolerated (a token bucket), and in a group at most 20 calls in any rolling minute (each
+counted from its answer, the latest it can have reached Telegram).
+
+Priority, per chat, highest first::
+
+    interactive  sends (replies, notices, cards posted), documents, pins, deletes, other
+                 calls, and edits marked ``interactive=True`` (the visible effect of a
+                 press or a command): strictly in the order queued
+    progress     every other edit (card progress), coalesced per message: while an edit
+                 waits, a newer one replaces its content, so only the latest state is sent
+    low          ``send_text(priority="low")`` (refusals to non-owners): at most
+                 ``LOW_QUEUE_MAX`` waiting per chat, dropped when older than
+                 ``LOW_MAX_AGE_S``, on any 429, or when the group's minute is half spent
+
+Progress edits are never starved: after ``PROGRESS_EVERY`` interactive calls in a row while
+one waits, the oldest waiting progress edit goes next. An interactive edit of a message whose
+progress edit waits takes that edit over (latest content, interactive place), so a message's
+edits never reorder; an edit exists only once its message's send has returned, so it never
+overtakes the send. An edit whose text and keyboard equal what was last delivered makes no
+call; "message is not modified" counts as success; "message to edit not found" is reported
+back (``EditResult.outcome == "not_found"`` and ``on_edit_lost``) so the caller reposts.
+
+Transient errors are retried for as long as it takes, up to ``deadline_s`` (10 minutes) of
+failing: ``RetryAfter`` pauses only that chat for the time Telegram asked; network errors
+(timeouts, 5xx such as 502 Bad Gateway) pause it with a backoff of 1, 2, 4 ... 30 s. A send
+that timed out may have arrived: it is sent again all the same (a duplicate beats a loss).
+When the next try could only come past the deadline the operation fails,
+``on_delivery_failed`` is told (the presenter redraws
+its cards), and the chat gets one short notice (one until a later call succeeds).
 
 Errors (what callers see)::
 
-    send_*  -> the PTB exception (BadRequest, Forbidden, ...) raised from the awaited call
+    send_*  -> the PTB exception (BadRequest, Forbidden, ...) raised from the awaited call;
+               :class:`Dropped` for a low-priority send that was dropped
     edit    -> never raises; EditResult(outcome, error)
 
 Clock and sleep are injected so tests run without real waiting. ``AIORateLimiter`` stays in
@@ -24,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dtm
+import functools
 import logging
 import time
 import warnings
@@ -34,16 +57,36 @@ from typing import Any, Literal
 
 from telegram import Bot, InlineKeyboardMarkup, InputFile, LinkPreviewOptions, Message
 from telegram.constants import ParseMode
-from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
+from telegram.error import BadRequest, ChatMigrated, NetworkError, RetryAfter, TelegramError
 
-log = logging.getLogger("telegram.outbox")
+from bot.render import split_html, visible_len
+
+log = logging.getLogger("plangate.outbox")
 
 EditOutcome = Literal["edited", "unchanged", "not_modified", "not_found", "failed"]
+Priority = Literal["interactive", "progress", "low"]
 Sleep = Callable[[float], Awaitable[None]]
 EditLost = Callable[[int, int], Coroutine[Any, Any, None]]
+# (chat_id, message_id of the edit or None for a send, the error)
+DeliveryFailed = Callable[[int, int | None, Exception], Coroutine[Any, Any, None]]
+ChatMoved = Callable[[int, int], Coroutine[Any, Any, None]]  # (old chat id, new chat id)
 
 _NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
 _GROUP_WINDOW_S = 60.0
+DELIVERY_DEADLINE_S = 600.0
+BACKOFF_MAX_S = 30.0
+PROGRESS_EVERY = 4
+LOW_QUEUE_MAX = 2
+LOW_MAX_AGE_S = 60.0
+CAPTION_LIMIT = 1024  # UTF-16 units of a caption's visible text
+FAILED_NOTICE = (
+    "⚠️ Telegram kept refusing my messages for {minutes} min; something I sent here was lost. "
+    "/status shows where things stand."
+)
+
+
+class Dropped(Exception):
+    """A low-priority send the outbox dropped (queue full, too old, or the chat was limited)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +111,19 @@ def retry_after_s(err: RetryAfter) -> float:
     return float(value)
 
 
+def clip_caption(caption_html: str, limit: int = CAPTION_LIMIT) -> str:
+    """Caption HTML whose visible text fits ``limit`` UTF-16 units (cut with "…", balanced)."""
+    if visible_len(caption_html) <= limit:
+        return caption_html
+    head = split_html(caption_html, limit - 1)
+    return (head[0] if head else "") + "…"
+
+
+def _consume(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 def _markup_key(markup: InlineKeyboardMarkup | None) -> Any:
     if markup is None:
         return None
@@ -80,8 +136,14 @@ def _markup_key(markup: InlineKeyboardMarkup | None) -> Any:
 class _Op:
     kind: Literal["send", "document", "edit", "delete", "pin", "unpin", "call"]
     run: Callable[[], Awaitable[Any]] | None = None
+    # sends and documents: the call for a chat id, so a migrated group's sends can follow it
+    run_in: Callable[[int], Awaitable[Any]] | None = None
     future: asyncio.Future[Any] | None = None
+    priority: Priority = "interactive"
+    queued_at: float = 0.0
     attempts: int = 0
+    failing_since: float | None = None  # clock of the first transient failure
+    notice: bool = False  # the "could not deliver" notice itself: never noticed again
     # edits only
     message_id: int = 0
     html: str | None = None  # None: keep the text, change only the keyboard
@@ -92,7 +154,9 @@ class _Op:
 @dataclass
 class _Lane:
     chat_id: int
-    queue: deque[_Op] = field(default_factory=deque)
+    queues: dict[Priority, deque[_Op]] = field(
+        default_factory=lambda: {"interactive": deque(), "progress": deque(), "low": deque()}
+    )
     pending_edits: dict[int, _Op] = field(default_factory=dict)
     tokens: float = 0.0
     tokens_at: float = 0.0
@@ -100,8 +164,16 @@ class _Lane:
     paused_until: float = 0.0
     worker: asyncio.Task[None] | None = None
     current: _Op | None = None  # the operation in flight
+    passed: int = 0  # interactive calls made while a progress edit waited
+    noticed: bool = False  # a "could not deliver" notice went out since the last success
     # Last state delivered per message id: (html, markup key).
     known: dict[int, tuple[str | None, Any]] = field(default_factory=dict)
+
+    def empty(self) -> bool:
+        return not any(self.queues.values())
+
+    def all_ops(self) -> list[_Op]:
+        return [op for q in self.queues.values() for op in q]
 
 
 class Outbox:
@@ -116,8 +188,10 @@ class Outbox:
         chat_interval_s: float = 1.0,
         chat_burst: int = 3,
         group_per_minute: int = 20,
-        max_attempts: int = 5,
+        deadline_s: float = DELIVERY_DEADLINE_S,
         on_edit_lost: EditLost | None = None,
+        on_delivery_failed: DeliveryFailed | None = None,
+        on_chat_migrated: ChatMoved | None = None,
     ) -> None:
         self._bot = bot
         self._clock = clock
@@ -125,8 +199,11 @@ class Outbox:
         self._interval_s = chat_interval_s
         self._burst = chat_burst
         self._group_per_minute = group_per_minute
-        self._max_attempts = max_attempts
+        self._deadline_s = deadline_s
         self._on_edit_lost = on_edit_lost
+        self.on_delivery_failed = on_delivery_failed
+        self.on_chat_migrated = on_chat_migrated
+        self._moved: dict[int, int] = {}  # old group id -> its supergroup's id
         self._lanes: dict[int, _Lane] = {}
         self._closed = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -141,12 +218,16 @@ class Outbox:
         thread_id: int | None = None,
         reply_to: int | None = None,
         reply_markup: Any = None,
+        priority: Literal["interactive", "low"] = "interactive",
     ) -> Message:
-        """Send an HTML message (paced, in order); returns the sent Message or raises."""
+        """Send an HTML message (paced, in order); returns the sent Message or raises.
 
-        async def run() -> Message:
+        ``priority="low"``: droppable (refusals); raises :class:`Dropped` when dropped.
+        """
+
+        async def run_in(chat: int) -> Message:
             return await self._bot.send_message(
-                chat_id,
+                chat,
                 html,
                 parse_mode=ParseMode.HTML,
                 message_thread_id=thread_id,
@@ -156,8 +237,9 @@ class Outbox:
                 link_preview_options=_NO_PREVIEW,
             )
 
-        msg: Message = await self._submit(chat_id, _Op(kind="send", run=run))
-        lane = self._lane(chat_id)
+        op = _Op(kind="send", run_in=run_in, priority=priority)
+        msg: Message = await self._submit(chat_id, op)
+        lane = self._lane(msg.chat_id)  # a migrated group's message is in the new chat
         markup = reply_markup if isinstance(reply_markup, InlineKeyboardMarkup) else None
         lane.known[msg.message_id] = (html, _markup_key(markup))
         return msg
@@ -172,20 +254,24 @@ class Outbox:
         thread_id: int | None = None,
         reply_to: int | None = None,
     ) -> Message:
-        """Send bytes as a document (e.g. a long plan as ``plan.md``); raises on failure."""
+        """Send bytes as a document (e.g. a long plan as ``plan.md``); raises on failure.
 
-        async def run() -> Message:
+        The caption is clipped to Telegram's 1,024 visible UTF-16 units.
+        """
+        caption = clip_caption(caption_html) if caption_html else None
+
+        async def run_in(chat: int) -> Message:
             return await self._bot.send_document(
-                chat_id,
+                chat,
                 InputFile(data, filename=filename),
-                caption=caption_html,
-                parse_mode=ParseMode.HTML if caption_html else None,
+                caption=caption,
+                parse_mode=ParseMode.HTML if caption else None,
                 message_thread_id=thread_id,
                 reply_to_message_id=reply_to,
                 allow_sending_without_reply=True if reply_to is not None else None,
             )
 
-        result: Message = await self._submit(chat_id, _Op(kind="document", run=run))
+        result: Message = await self._submit(chat_id, _Op(kind="document", run_in=run_in))
         return result
 
     def edit(
@@ -195,20 +281,27 @@ class Outbox:
         html: str,
         *,
         reply_markup: InlineKeyboardMarkup | None,
+        interactive: bool = False,
     ) -> asyncio.Future[EditResult]:
         """Queue an edit to this text and keyboard (``None`` removes the keyboard).
 
         Coalesced: a waiting edit of the same message takes the newer content and every
         caller's future gets the result of the edit that was actually delivered. Await the
         future to learn the outcome (``not_found``: repost the card); it never raises.
+        ``interactive``: the edit answers a press or a command and goes ahead of progress.
         """
-        return self._queue_edit(chat_id, message_id, html, reply_markup)
+        return self._queue_edit(chat_id, message_id, html, reply_markup, interactive)
 
     def edit_keyboard(
-        self, chat_id: int, message_id: int, reply_markup: InlineKeyboardMarkup | None
+        self,
+        chat_id: int,
+        message_id: int,
+        reply_markup: InlineKeyboardMarkup | None,
+        *,
+        interactive: bool = False,
     ) -> asyncio.Future[EditResult]:
         """Queue a keyboard-only edit (``None`` strips it), coalesced like ``edit``."""
-        return self._queue_edit(chat_id, message_id, None, reply_markup)
+        return self._queue_edit(chat_id, message_id, None, reply_markup, interactive)
 
     async def delete(self, chat_id: int, message_id: int) -> bool:
         """Delete a message; False when Telegram refused (already gone, too old)."""
@@ -216,12 +309,20 @@ class Outbox:
         async def run() -> bool:
             return bool(await self._bot.delete_message(chat_id, message_id))
 
+        lane = self._lane(chat_id)
+        waiting = lane.pending_edits.pop(message_id, None)
+        if waiting is not None:
+            # An edit of a message about to go would only come back "not found".
+            for q in lane.queues.values():
+                with contextlib.suppress(ValueError):
+                    q.remove(waiting)
+            self._resolve_edit(waiting, EditResult("failed", "message deleted"))
         try:
             ok: bool = await self._submit(chat_id, _Op(kind="delete", run=run))
         except BadRequest as err:
             log.info("telegram.outbox.delete_refused chat=%s error=%s", chat_id, err.message)
             return False
-        self._lane(chat_id).known.pop(message_id, None)
+        lane.known.pop(message_id, None)
         return ok
 
     async def pin(self, chat_id: int, message_id: int) -> bool:
@@ -240,7 +341,7 @@ class Outbox:
         return ok
 
     async def call(self, chat_id: int, run: Callable[[], Awaitable[Any]]) -> Any:
-        """Run any other Bot call for this chat under the same pacing and RetryAfter rules."""
+        """Run any other Bot call for this chat under the same pacing and retry rules."""
         return await self._submit(chat_id, _Op(kind="call", run=run))
 
     async def typing(self, chat_id: int, *, thread_id: int | None = None) -> None:
@@ -255,6 +356,13 @@ class Outbox:
         except TelegramError as err:
             log.info("telegram.outbox.typing_failed chat=%s error=%s", chat_id, type(err).__name__)
 
+    def waiting(self, chat_id: int) -> dict[Priority, int]:
+        """How many operations wait in this chat, per priority (diagnostics, tests)."""
+        lane = self._lanes.get(chat_id)
+        if lane is None:
+            return {"interactive": 0, "progress": 0, "low": 0}
+        return {p: len(q) for p, q in lane.queues.items()}
+
     def forget(self, chat_id: int, message_id: int) -> None:
         """Drop what the outbox remembers of a message (so the next edit is always sent)."""
         self._lane(chat_id).known.pop(message_id, None)
@@ -267,9 +375,9 @@ class Outbox:
                 for lane in self._lanes.values()
                 if lane.worker is not None and not lane.worker.done()
             ]
-            if not workers:
+            if not workers and not self._tasks:
                 return
-            await asyncio.gather(*workers, return_exceptions=True)
+            await asyncio.gather(*workers, *self._tasks, return_exceptions=True)
 
     async def aclose(self) -> None:
         """Stop the workers; queued and in-flight operations fail with ``RuntimeError``
@@ -281,10 +389,13 @@ class Outbox:
                 lane.worker.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await lane.worker
-            for op in [*lane.queue, *([inflight] if inflight else [])]:
+            for op in [*lane.all_ops(), *([inflight] if inflight else [])]:
                 self._fail(op, RuntimeError("outbox closed"))
-            lane.queue.clear()
+            for q in lane.queues.values():
+                q.clear()
             lane.pending_edits.clear()
+        for task in list(self._tasks):
+            task.cancel()
 
     # ---- queueing --------------------------------------------------------------------
 
@@ -299,13 +410,26 @@ class Outbox:
         if self._closed:
             raise RuntimeError("outbox closed")
         op.future = asyncio.get_running_loop().create_future()
+        op.queued_at = self._clock()
+        if op.run_in is not None:
+            chat_id = self._moved.get(chat_id, chat_id)
+            op.run = functools.partial(op.run_in, chat_id)
         lane = self._lane(chat_id)
-        lane.queue.append(op)
+        queue = lane.queues[op.priority]
+        if op.priority == "low" and len(queue) >= LOW_QUEUE_MAX:
+            op.future.set_exception(Dropped("low-priority queue full"))
+            return op.future
+        queue.append(op)
         self._wake(lane)
         return op.future
 
     def _queue_edit(
-        self, chat_id: int, message_id: int, html: str | None, markup: InlineKeyboardMarkup | None
+        self,
+        chat_id: int,
+        message_id: int,
+        html: str | None,
+        markup: InlineKeyboardMarkup | None,
+        interactive: bool,
     ) -> asyncio.Future[EditResult]:
         if self._closed:
             raise RuntimeError("outbox closed")
@@ -318,16 +442,38 @@ class Outbox:
                 op.html = html
             op.markup = markup
             op.waiters.append(waiter)
+            if interactive and op.priority == "progress":
+                # Promoted: it now answers a press, so it goes in the interactive order.
+                lane.queues["progress"].remove(op)
+                op.priority = "interactive"
+                lane.queues["interactive"].append(op)
             return waiter
-        op = _Op(kind="edit", message_id=message_id, html=html, markup=markup, waiters=[waiter])
+        op = _Op(
+            kind="edit",
+            priority="interactive" if interactive else "progress",
+            queued_at=self._clock(),
+            message_id=message_id,
+            html=html,
+            markup=markup,
+            waiters=[waiter],
+        )
         lane.pending_edits[message_id] = op
-        lane.queue.append(op)
+        lane.queues[op.priority].append(op)
         self._wake(lane)
         return waiter
 
     def _wake(self, lane: _Lane) -> None:
         if lane.worker is None or lane.worker.done():
             lane.worker = asyncio.get_running_loop().create_task(self._work(lane))
+
+    def _next(self, lane: _Lane) -> deque[_Op]:
+        """The queue whose head goes next (see "Priority" in the module docstring)."""
+        urgent, progress, low = (lane.queues[p] for p in ("interactive", "progress", "low"))
+        if progress and (not urgent or lane.passed >= PROGRESS_EVERY):
+            return progress
+        if urgent:
+            return urgent
+        return progress or low
 
     # ---- pacing ----------------------------------------------------------------------
 
@@ -340,40 +486,63 @@ class Outbox:
         if lane.tokens < 1.0:
             wait = max(wait, (1.0 - lane.tokens) / rate)
         if lane.chat_id < 0:
-            while lane.recent and lane.recent[0] <= now - _GROUP_WINDOW_S:
-                lane.recent.popleft()
+            self._trim_window(lane, now)
             if len(lane.recent) >= self._group_per_minute:
                 wait = max(wait, lane.recent[0] + _GROUP_WINDOW_S - now)
         return wait
+
+    def _trim_window(self, lane: _Lane, now: float) -> None:
+        while lane.recent and lane.recent[0] <= now - _GROUP_WINDOW_S:
+            lane.recent.popleft()
 
     def _spend(self, lane: _Lane, now: float) -> None:
         lane.tokens -= 1.0
         if lane.chat_id < 0:
             lane.recent.append(now)
 
+    def _drop_low(self, lane: _Lane, op: _Op, now: float) -> bool:
+        """Whether a low-priority op at the head is dropped rather than sent."""
+        if now - op.queued_at > LOW_MAX_AGE_S:
+            return True
+        if lane.chat_id < 0:
+            # A refusal never spends the half of a group's minute that replies need.
+            self._trim_window(lane, now)
+            return len(lane.recent) >= self._group_per_minute // 2
+        return False
+
     # ---- the worker ------------------------------------------------------------------
 
     async def _work(self, lane: _Lane) -> None:
-        while lane.queue:
-            op = lane.queue[0]
+        while not lane.empty():
+            queue = self._next(lane)
+            op = queue[0]
             if op.kind == "edit" and self._edit_is_noop(lane, op):
-                lane.queue.popleft()
+                queue.popleft()
                 lane.pending_edits.pop(op.message_id, None)
                 self._resolve_edit(op, EditResult("unchanged"))
                 continue
             now = self._clock()
+            if op.priority == "low" and self._drop_low(lane, op, now):
+                queue.popleft()
+                self._fail(op, Dropped("dropped to keep the chat's budget for replies"))
+                continue
             wait = self._wait_s(lane, now)
             if wait > 0:
                 await self._sleep(wait)
                 continue
-            lane.queue.popleft()
+            queue.popleft()
             if op.kind == "edit":
                 lane.pending_edits.pop(op.message_id, None)  # in flight: no more coalescing
+            if op.priority == "progress":
+                lane.passed = 0
+            elif lane.queues["progress"]:
+                lane.passed += 1
             self._spend(lane, now)
             op.attempts += 1
             lane.current = op
             try:
                 await self._execute(lane, op)
+                lane.noticed = False
             except RetryAfter as err:
                 pause = retry_after_s(err)
                 lane.paused_until = max(lane.paused_until, self._clock() + pause)
@@ -385,19 +554,23 @@ class Outbox:
                     op.attempts,
                 )
                 self._retry_or_fail(lane, op, err)
+            except ChatMigrated as err:
+                self._follow_migration(lane, op, err)
+            except BadRequest as err:  # a NetworkError subclass, but permanent
+                self._fail(op, err)
             except NetworkError as err:
-                # A timeout may hide a delivered send, so only edits (idempotent) retry.
+                # Timeouts and 5xx: back off and try again (a timed-out send may have
+                # arrived; sending it twice is better than losing it).
+                backoff = min(BACKOFF_MAX_S, 2.0 ** min(op.attempts - 1, 8))
                 log.warning(
-                    "telegram.outbox.network_error chat=%s kind=%s error=%s",
+                    "telegram.outbox.network_error chat=%s kind=%s error=%s backoff_s=%s",
                     lane.chat_id,
                     op.kind,
                     type(err).__name__,
+                    backoff,
                 )
-                if op.kind == "edit":
-                    lane.paused_until = max(lane.paused_until, self._clock() + self._interval_s)
-                    self._retry_or_fail(lane, op, err)
-                else:
-                    self._fail(op, err)
+                lane.paused_until = max(lane.paused_until, self._clock() + backoff)
+                self._retry_or_fail(lane, op, err)
             except Exception as err:  # worker boundary: the caller gets it, the lane goes on
                 self._fail(op, err)
             finally:
@@ -409,8 +582,23 @@ class Outbox:
                     lane.recent[-1] = max(lane.recent[-1], self._clock())
 
     def _retry_or_fail(self, lane: _Lane, op: _Op, err: Exception) -> None:
-        if op.attempts >= self._max_attempts:
+        now = self._clock()
+        if op.failing_since is None:
+            op.failing_since = now
+        if op.priority == "low":
+            self._fail(op, Dropped(f"dropped after {type(err).__name__}"))
+            return
+        # Give up once the next try could only come past the deadline.
+        if max(now, lane.paused_until) - op.failing_since >= self._deadline_s:
+            log.warning(
+                "telegram.outbox.gave_up chat=%s kind=%s attempts=%s error=%s",
+                lane.chat_id,
+                op.kind,
+                op.attempts,
+                type(err).__name__,
+            )
             self._fail(op, err)
+            self._delivery_failed(lane, op, err)
             return
         if op.kind == "edit":
             newer = lane.pending_edits.get(op.message_id)
@@ -418,9 +606,59 @@ class Outbox:
                 # A newer state is already queued: it supersedes this one.
                 newer.waiters.extend(op.waiters)
                 newer.attempts = max(newer.attempts, op.attempts)
+                newer.failing_since = op.failing_since
                 return
             lane.pending_edits[op.message_id] = op
-        lane.queue.appendleft(op)
+        lane.queues[op.priority].appendleft(op)
+
+    def _follow_migration(self, lane: _Lane, op: _Op, err: ChatMigrated) -> None:
+        """The group became a supergroup: its sends go there, in order; its edits cannot."""
+        new_id = int(err.new_chat_id)
+        log.info("telegram.outbox.chat_migrated from=%s to=%s", lane.chat_id, new_id)
+        first_time = lane.chat_id not in self._moved
+        self._moved[lane.chat_id] = new_id
+        target = self._lane(new_id)
+        if op.run_in is None:
+            self._fail(op, err)  # a pin or another call names a message of the old group
+        waiting = [o for o in lane.queues["interactive"] if o.run_in is not None]
+        for o in [op, *waiting] if op.run_in is not None else waiting:
+            with contextlib.suppress(ValueError):
+                lane.queues["interactive"].remove(o)
+            assert o.run_in is not None
+            o.run = functools.partial(o.run_in, new_id)
+            target.queues[o.priority].append(o)
+        self._wake(target)
+        if first_time and self.on_chat_migrated is not None:
+            self._background(self.on_chat_migrated(lane.chat_id, new_id))
+
+    def _delivery_failed(self, lane: _Lane, op: _Op, err: Exception) -> None:
+        if op.notice:
+            return
+        if not lane.noticed and not self._closed:
+            lane.noticed = True
+            text = FAILED_NOTICE.format(minutes=max(1, round(self._deadline_s / 60)))
+            chat_id = lane.chat_id
+
+            async def run() -> Message:
+                return await self._bot.send_message(chat_id, text, link_preview_options=_NO_PREVIEW)
+
+            notice = _Op(kind="send", notice=True, run=run)
+            notice.future = asyncio.get_running_loop().create_future()
+            notice.future.add_done_callback(_consume)  # nobody awaits it
+            notice.queued_at = self._clock()
+            lane.queues["interactive"].append(notice)
+        if self.on_delivery_failed is not None:
+            self._background(
+                self.on_delivery_failed(
+                    lane.chat_id, op.message_id if op.kind == "edit" else None, err
+                )
+            )
+
+    def _background(self, coro: Coroutine[Any, Any, None]) -> None:
+        # A task, not an await: the callback will want this same lane to repost.
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _fail(self, op: _Op, err: Exception) -> None:
         if op.kind == "edit":
@@ -472,12 +710,7 @@ class Outbox:
                 lane.known.pop(op.message_id, None)
                 self._resolve_edit(op, EditResult("not_found", err.message))
                 if self._on_edit_lost is not None:
-                    # A task, not an await: the callback will want this same lane to repost.
-                    task: asyncio.Task[None] = asyncio.get_running_loop().create_task(
-                        self._on_edit_lost(lane.chat_id, op.message_id)
-                    )
-                    self._tasks.add(task)
-                    task.add_done_callback(self._tasks.discard)
+                    self._background(self._on_edit_lost(lane.chat_id, op.message_id))
             else:
                 log.warning(
                     "telegram.outbox.edit_refused chat=%s error=%s", lane.chat_id, err.message

@@ -198,6 +198,14 @@ class CardPresenter:
         if slot.task is None or slot.task.done():
             slot.task = self._spawn(self._refresh_loop(session_id, kind, slot))
 
+    def redraw_chat(self, chat_id: int) -> None:
+        """Redraw every card of the sessions in ``chat_id`` (a delivery there failed)."""
+        sessions = set(self._routes.sessions_in(chat_id))
+        sessions.update(sid for (sid, _), slot in self._slots.items() if slot.chat_id == chat_id)
+        for session_id in sorted(sessions):
+            self.refresh(session_id, "plan")
+            self.refresh(session_id, "goal")
+
     def hold(self, session_id: str) -> None:
         """Hold the session's refreshes while a command or press is decided and answered."""
         self._holds[session_id] = self._holds.get(session_id, 0) + 1
@@ -531,7 +539,9 @@ class CardPresenter:
         markup: InlineKeyboardMarkup | None,
         interactive: bool,
     ) -> asyncio.Future[EditResult]:
-        return self._outbox.edit(chat_id, message_id, html, reply_markup=markup)
+        return self._outbox.edit(
+            chat_id, message_id, html, reply_markup=markup, interactive=interactive
+        )
 
     def _pins(self, chat_id: int) -> bool:
         if self._pin_mode == "auto":

@@ -84,6 +84,10 @@ class Routes:
         self._routes[session_id] = route
         await self._meta.set_meta(route_key(session_id), route.encode())
 
+    def sessions_in(self, chat_id: int) -> list[str]:
+        """The sessions this process knows to live in ``chat_id`` (any topic)."""
+        return [sid for sid, route in self._routes.items() if route.chat_id == chat_id]
+
     async def lookup(self, session_id: str) -> ChatRoute | None:
         """The session's route from memory, else from the meta table; None when unknown."""
         route = self._routes.get(session_id)

@@ -112,6 +112,14 @@ class EngineApi(Protocol):
         """``/new``: end the key's session (cancel, disarm, archive), bind a fresh one."""
         ...
 
+    async def migrate_chat(self, old_chat_id: int, new_chat_id: int) -> list[str]:
+        """A group became a supergroup: bind its sessions to the new id; returns them.
+
+        Each moved plan's ``flow`` names the new chat and no card (the old group's messages
+        can no longer be edited), so the next drawing posts the card anew. Idempotent.
+        """
+        ...
+
     async def user_message(
         self,
         session_id: str,

@@ -268,6 +268,37 @@ class Engine:
         self._loaded.add(record.id)
         return Outcome(reply="Started a new session.", dropped=tuple(dropped))
 
+    async def migrate_chat(self, old_chat_id: int, new_chat_id: int) -> list[str]:
+        """A group became a supergroup: bind its sessions to the new id; returns them.
+
+        Each moved plan's ``flow`` names the new chat and no card (the old group's messages
+        can no longer be edited), so the next drawing posts the card anew. Idempotent.
+        """
+        moved: list[str] = []
+        for binding in await self.sessions.chat_bindings():
+            if binding.chat_id != old_chat_id:
+                continue
+            key = (new_chat_id, binding.thread_id)
+            # Replaces a session a message in the new chat may have opened meanwhile: the
+            # group's own session is the one with its history.
+            await self.sessions.bind_chat(*key, binding.session_id)
+            self._bindings[key] = binding.session_id
+            self._bindings.pop((old_chat_id, binding.thread_id), None)
+            sidecar = await self.plans.current(binding.session_id)
+            if sidecar is not None and sidecar.flow.chat_id in (None, old_chat_id):
+                flow = sidecar.flow.model_copy(
+                    update={"chat_id": new_chat_id, "card_id": None, "review_ids": []}
+                )
+                await self.plans.set_flow(binding.session_id, flow)
+            moved.append(binding.session_id)
+        _log.info(
+            "engine.app.chat_migrated from=%s to=%s sessions=%s",
+            old_chat_id,
+            new_chat_id,
+            len(moved),
+        )
+        return moved
+
     async def fork_session(self, session_id: str, *, upto_seq: int | None = None) -> str:
         """A new session with a copy of the log prefix and the current sidecar and ``.md``.
 

@@ -115,7 +115,8 @@ class CommandPlane:
                 await self.log_command(session_id, "stop", args, actor=actor)
                 return await self._stop(session_id)
             case "status":
-                return Outcome(reply=await self.status_text(session_id))
+                # The workspace path tells a group's members about the owner's machine.
+                return Outcome(reply=await self.status_text(session_id, owner=actor is not None))
             case "help":
                 return Outcome(reply=HELP_TEXT)
             case "usage":
@@ -286,10 +287,14 @@ class CommandPlane:
         dropped = [m.text for m in await self._e.agents.stop(session_id)]
         return Outcome(reply="Stopped.", dropped=tuple(dropped), goal_card="refresh")
 
-    async def status_text(self, session_id: str) -> str:
-        """``/status``: the plan, the goal, the agent and the todos in a few lines."""
+    async def status_text(self, session_id: str, *, owner: bool = True) -> str:
+        """``/status``: the plan, the goal, the agent and the todos in a few lines.
+
+        The workspace's absolute path is shown to an owner only (``owner``).
+        """
         e = self._e
-        lines = [f"Session {session_id[:8]} in {e.config.workspace}"]
+        where = f" in {e.config.workspace}" if owner else ""
+        lines = [f"Session {session_id[:8]}{where}"]
         state = await e.plans.state(session_id)
         sidecar = await e.plans.current(session_id)
         if sidecar is None:
@@ -298,7 +303,9 @@ class CommandPlane:
             label = {"pre_init": "planning", "post_init": "written", "active": "active"}[state]
             done = sum(t.status in ("completed", "deferred") for t in sidecar.tasks)
             progress = f", {done}/{len(sidecar.tasks)} done" if sidecar.tasks else ""
-            title = sidecar.title or "(untitled)"
+            title = " ".join((sidecar.title or "(untitled)").split())
+            if len(title) > 120:
+                title = title[:119] + "…"  # a title is one line wherever it is drawn
             lines.append(f"Plan: {title} ({label}{progress})")
         # The goal as this process last read it: every goal change made here goes through the
         # goal service, which re-reads after it, and the engine read the log when it loaded the

@@ -4,8 +4,8 @@ PTB talks to it with ``Application.builder().token(server.token).base_url(server
 .base_file_url(server.base_file_url)``. It keeps chats, messages (ids per chat), edits,
 pins, keyboards, documents and the bot's commands; validates what it receives as Telegram
 would and answers with Telegram's own error descriptions. Tests drive it through plain
-methods: ``user_message``, ``press``, ``bot_added``, ``fail_next``, ``storm``, and read it
-back through ``messages``, ``message``, ``calls``, ``count``.
+methods: ``user_message``, ``press``, ``bot_added``, ``fail_next``, ``fail_status``, ``storm``,
+and read it back through ``messages``, ``message``, ``calls``, ``count``.
 
 Webhooks as Telegram runs them: ``setWebhook`` records a :class:`Webhook` (``webhook``),
 ``deleteWebhook`` removes it, and ``getUpdates`` answers 409 Conflict while one is set.
@@ -28,6 +28,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from types import EllipsisType
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -142,6 +143,7 @@ class FakeChat:
     bot_is_member: bool = True
     bot_can_pin: bool = True
     chat_actions: list[str] = field(default_factory=list)
+    migrated_to: int | None = None  # a basic group upgraded to this supergroup
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"id": self.id, "type": self.type}
@@ -177,6 +179,7 @@ class _Fault:
     method: str | None  # None: any method (a storm)
     remaining: int
     retry_after: int
+    code: int = 429  # 5xx: a gateway error with no retry_after (``fail_status``)
 
 
 class FakeBotApi:
@@ -413,6 +416,35 @@ class FakeBotApi:
             }
         )
 
+    def migrate_group(
+        self, old_id: int, new_id: int, *, by_user_id: int, announce: bool = True
+    ) -> FakeChat:
+        """Upgrade basic group ``old_id`` to supergroup ``new_id`` as Telegram does: the new
+        chat (the bot a member), a ``migrate_to_chat_id`` service message in the old group
+        and a ``migrate_from_chat_id`` one in the new (``announce=False``: not yet
+        delivered); sends to the old id then answer 400 with ``migrate_to_chat_id``."""
+        old = self.chat(old_id, type="group")
+        new = self.chat(new_id, type="supergroup", title=old.title)
+        old.migrated_to = new_id
+        if not announce:
+            return new
+        for chat, field_name, value in (
+            (old, "migrate_to_chat_id", new_id),
+            (new, "migrate_from_chat_id", old_id),
+        ):
+            msg = FakeMessage(
+                chat_id=chat.id,
+                message_id=chat.next_message_id,
+                from_bot=False,
+                user_id=by_user_id,
+                date=int(time.time()),
+            )
+            chat.next_message_id += 1
+            chat.messages[msg.message_id] = msg
+            msg.raw = self._message_dict(msg) | {field_name: value}
+            self._push({"message": msg.raw})
+        return new
+
     def _member(self, status: str) -> dict[str, Any]:
         d: dict[str, Any] = {"status": status, "user": self._bot_user()}
         if status == "administrator":
@@ -442,6 +474,11 @@ class FakeBotApi:
     def fail_next(self, method: str, count: int = 1, *, retry_after: int = 1) -> None:
         """The next ``count`` calls of ``method`` answer 429 with ``retry_after``."""
         self._faults.append(_Fault(method=method, remaining=count, retry_after=retry_after))
+
+    def fail_status(self, method: str, count: int = 1, *, code: int = 502) -> None:
+        """The next ``count`` calls of ``method`` answer HTTP ``code`` (502 Bad Gateway by
+        default), as Telegram's front does when the Bot API behind it is unreachable."""
+        self._faults.append(_Fault(method=method, remaining=count, retry_after=0, code=code))
 
     def storm(self, count: int, *, retry_after: int = 1) -> None:
         """The next ``count`` calls of any method except getUpdates answer 429."""
@@ -598,6 +635,8 @@ class FakeBotApi:
         for fault in self._faults:
             if fault.remaining > 0 and fault.method in (None, method):
                 fault.remaining -= 1
+                if fault.code != 429:
+                    raise ApiError(fault.code, HTTPStatus(fault.code).phrase)
                 raise ApiError(
                     429,
                     f"Too Many Requests: retry after {fault.retry_after}",
@@ -647,6 +686,12 @@ class FakeBotApi:
         if not isinstance(chat_id, int) or chat_id not in self.chats:
             raise bad_request("chat not found")
         chat = self.chats[chat_id]
+        if chat.migrated_to is not None:
+            raise ApiError(
+                400,
+                "Bad Request: group chat was upgraded to a supergroup chat",
+                {"migrate_to_chat_id": chat.migrated_to},
+            )
         if not chat.bot_is_member:
             if chat.type == "private":
                 raise ApiError(403, "Forbidden: bot was blocked by the user")

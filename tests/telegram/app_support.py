@@ -159,6 +159,13 @@ class RecordingEngine:
         self.keys[(chat_id, thread_id)] = f"s{len(self.keys) + 100}"
         return Outcome(reply="New session.")
 
+    async def migrate_chat(self, old_chat_id: int, new_chat_id: int) -> list[str]:
+        self.calls.append(Call("migrate_chat", (old_chat_id, new_chat_id)))
+        moved = [k for k in self.keys if k[0] == old_chat_id]
+        for key in moved:
+            self.keys[(new_chat_id, key[1])] = self.keys.pop(key)
+        return [self.keys[(new_chat_id, k[1])] for k in moved]
+
     async def user_message(
         self,
         session_id: str,
@@ -335,10 +342,12 @@ async def running_bot(
     channel_slot: LateChannel | None = None,
     chat_interval_s: float = 0.0,
     group_per_minute: int = 10_000,
+    **outbox_kw: Any,
 ) -> AsyncIterator[Application[Any, Any, Any, Any, Any, Any]]:
     """The real Application polling the fake, prepared and running.
 
     The outbox paces as given (the tests' default: no waits); AIORateLimiter is off.
+    ``outbox_kw``: ``clock`` and ``sleep`` for the outbox (a ``ManualClock`` skips waits).
     """
     application = build_application(
         settings or settings_for(api),
@@ -348,6 +357,7 @@ async def running_bot(
         rate_limiter=AIORateLimiter(overall_max_rate=0, group_max_rate=0),
         chat_interval_s=chat_interval_s,
         group_per_minute=group_per_minute,
+        **outbox_kw,
     )
     async with running_app(application) as app:
         await prepare(app)

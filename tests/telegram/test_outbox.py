@@ -4,9 +4,9 @@ import asyncio
 
 import pytest
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
-from telegram.error import BadRequest
+from telegram.error import BadRequest, RetryAfter
 
-from bot.outbox import EditResult, Outbox
+from bot.outbox import Dropped, EditResult, Outbox
 from tests.fakebot.clock import ManualClock
 from tests.fakebot.server import FakeBotApi
 
@@ -160,13 +160,127 @@ async def test_retry_after_on_one_chat_does_not_block_another(
     assert [m.text for m in fake_api.bot_messages(CHAT)] == ["a"]
 
 
-async def test_gives_up_after_max_attempts(fake_api: FakeBotApi, bot: Bot) -> None:
+async def test_five_429s_in_a_row_do_not_drop_a_reply(fake_api: FakeBotApi, bot: Bot) -> None:
     fake_api.chat(CHAT)
-    out = make(bot, ManualClock(), max_attempts=2)
-    fake_api.fail_next("sendMessage", 5, retry_after=1)
-    with pytest.raises(Exception, match="Flood control"):
-        await out.send_text(CHAT, "x")
-    assert fake_api.count("sendMessage") == 2
+    clock = ManualClock()
+    out = make(bot, clock)
+    fake_api.fail_next("sendMessage", 5, retry_after=3)
+    msg = await out.send_text(CHAT, "the reply")
+    assert msg.text == "the reply"
+    assert fake_api.count("sendMessage") == 6
+    assert clock.sleeps.count(3.0) == 5
+
+
+async def test_three_502s_on_send_lose_nothing_and_keep_the_order(
+    fake_api: FakeBotApi, bot: Bot
+) -> None:
+    fake_api.chat(CHAT)
+    clock = ManualClock()
+    out = make(bot, clock)
+    fake_api.fail_status("sendMessage", 3, code=502)
+    await asyncio.gather(*(out.send_text(CHAT, f"r{i}") for i in range(4)))
+    assert [m.text for m in fake_api.bot_messages(CHAT)] == ["r0", "r1", "r2", "r3"]
+    # Backed off 1, 2, 4 s: a gateway that is down is not hammered.
+    assert clock.sleeps[:3] == [1.0, 2.0, 4.0]
+
+
+async def test_past_the_deadline_a_send_fails_once_and_the_chat_is_told(
+    fake_api: FakeBotApi, bot: Bot
+) -> None:
+    fake_api.chat(CHAT)
+    clock = ManualClock()
+    failed: list[tuple[int, int | None]] = []
+
+    async def on_failed(chat_id: int, message_id: int | None, err: Exception) -> None:
+        failed.append((chat_id, message_id))
+
+    out = make(bot, clock, deadline_s=600.0, on_delivery_failed=on_failed)
+    fake_api.fail_next("sendMessage", 5, retry_after=120)
+    with pytest.raises(RetryAfter):
+        await out.send_text(CHAT, "lost")
+    await out.flush()
+    # Tried at 0, 120 ... 480 s (a sixth try would be past 600 s), then one short notice.
+    assert fake_api.count("sendMessage") == 6
+    texts = [m.text for m in fake_api.bot_messages(CHAT)]
+    assert len(texts) == 1 and "kept refusing" in texts[0]
+    assert failed == [(CHAT, None)]
+
+
+async def test_interactive_goes_ahead_of_queued_progress_edits(
+    fake_api: FakeBotApi, bot: Bot
+) -> None:
+    fake_api.chat(CHAT)
+    clock = ManualClock()
+    out = make(bot, clock)
+    cards = [await out.send_text(CHAT, f"card{i} v0") for i in range(3)]
+    fake_api.fail_next("editMessageText", 1, retry_after=5)  # the lane stalls on progress
+    progress = [
+        out.edit(CHAT, c.message_id, f"card{i} v{n}", reply_markup=None)
+        for n in (1, 2)
+        for i, c in enumerate(cards)
+    ]
+    await fake_api.wait_for(lambda: fake_api.count("editMessageText") == 1)
+    reply = asyncio.ensure_future(out.send_text(CHAT, "the answer to /status"))
+    await asyncio.sleep(0)  # queued (the task ran up to its wait)
+    pressed = out.edit(CHAT, cards[2].message_id, "card2 pressed", reply_markup=kb("Yes"),
+                       interactive=True)  # fmt: skip
+    results = await asyncio.gather(*progress, pressed)
+    await reply
+    assert all(r.ok for r in results)
+    order = [
+        (c.params.get("text"), c.params.get("message_id"))
+        for c in fake_api.calls
+        if c.method in ("sendMessage", "editMessageText")
+    ][3:]
+    # Each card's progress coalesced to its last state; the first one drew a 429, and while
+    # the chat waited the reply and the press's edit (which took card2's progress over)
+    # were queued: they go first, then the progress edits.
+    assert [t for t, _ in order] == [
+        "card0 v2",
+        "the answer to /status",
+        "card2 pressed",
+        "card0 v2",
+        "card1 v2",
+    ]
+    assert fake_api.message(CHAT, cards[2].message_id).text == "card2 pressed"
+
+
+async def test_progress_edits_are_never_starved_by_a_stream_of_sends(
+    fake_api: FakeBotApi, bot: Bot
+) -> None:
+    fake_api.chat(CHAT)
+    out = make(bot, ManualClock())
+    card = await out.send_text(CHAT, "v0")
+    sends = [asyncio.ensure_future(out.send_text(CHAT, f"s{i}")) for i in range(12)]
+    edit = out.edit(CHAT, card.message_id, "v1", reply_markup=None)
+    await asyncio.gather(*sends, edit)
+    methods = [c.method for c in fake_api.calls if c.method in ("sendMessage", "editMessageText")]
+    assert methods.index("editMessageText") <= 1 + 4 + 1
+
+
+async def test_low_priority_sends_wait_for_everything_and_are_capped(
+    fake_api: FakeBotApi, bot: Bot
+) -> None:
+    fake_api.chat(GROUP)
+    clock = ManualClock()
+    out = make(bot, clock)
+    fake_api.fail_next("sendMessage", 1, retry_after=2)
+    first = asyncio.ensure_future(out.send_text(GROUP, "owner reply 1"))
+    await asyncio.sleep(0)
+    low = [
+        asyncio.ensure_future(out.send_text(GROUP, f"refusal {i}", priority="low"))
+        for i in range(5)
+    ]
+    second = asyncio.ensure_future(out.send_text(GROUP, "owner reply 2"))
+    done = await asyncio.gather(*low, return_exceptions=True)
+    await asyncio.gather(first, second)
+    assert sum(isinstance(d, Dropped) for d in done) == 3
+    assert [m.text for m in fake_api.bot_messages(GROUP)] == [
+        "owner reply 1",
+        "owner reply 2",
+        "refusal 0",
+        "refusal 1",
+    ]
 
 
 async def test_too_long_text_is_refused_by_the_fake(fake_api: FakeBotApi, bot: Bot) -> None:
@@ -238,3 +352,26 @@ async def test_aclose_fails_queued_and_inflight_operations(fake_api: FakeBotApi,
     with pytest.raises(RuntimeError):
         await out.send_text(CHAT, "after close")
     assert [m.text for m in fake_api.bot_messages(CHAT)] == ["v0"]
+
+
+async def test_sends_to_an_upgraded_group_follow_it_to_the_supergroup(
+    fake_api: FakeBotApi, bot: Bot
+) -> None:
+    old, new = -77, -1000077
+    fake_api.chat(old, type="group")
+    moved: list[tuple[int, int]] = []
+
+    async def on_moved(old_id: int, new_id: int) -> None:
+        moved.append((old_id, new_id))
+
+    out = make(bot, ManualClock(), on_chat_migrated=on_moved)
+    card = await out.send_text(old, "card")
+    fake_api.migrate_group(old, new, by_user_id=1, announce=False)
+    first, second = await asyncio.gather(out.send_text(old, "one"), out.send_text(old, "two"))
+    assert (first.chat_id, second.chat_id) == (new, new)
+    assert [m.text for m in fake_api.bot_messages(new)] == ["one", "two"]
+    assert fake_api.count("sendMessage") == 4  # one refusal with migrate_to_chat_id, no more
+    result = await out.edit(old, card.message_id, "card v2", reply_markup=None)
+    assert result.outcome == "failed"  # the old group's messages stay where they are
+    await out.flush()
+    assert moved == [(old, new)]
