@@ -44,7 +44,7 @@ from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
 from engine.plan.types import PlanFlow, PlanSidecar
 from engine.ports import Clock, EventLog, SessionStore
-from engine.recovery import close_interrupted_turn
+from engine.recovery import TAKE_BACK_COMMANDS, close_interrupted_turn
 from engine.scheduler import ApsScheduler, Scheduler
 from engine.todo.tool import TodoWriteTool
 from engine.tools.base import Tool
@@ -71,10 +71,6 @@ STALE_APPROVAL_NOTICE = (
 )
 
 
-# Commands after which an earlier pending approval or /plan no longer stands.
-_TAKE_BACKS = frozenset({"keep_planning", "discard", "new", "revise"})
-
-
 def _undecided(events: Sequence[SessionEvent], name: str) -> CommandRun | None:
     """The last ``command/run`` called ``name`` if nothing decided or took it back since.
 
@@ -86,7 +82,7 @@ def _undecided(events: Sequence[SessionEvent], name: str) -> CommandRun | None:
         if isinstance(event, CommandRun):
             if event.name == name:
                 return event
-            if event.name in _TAKE_BACKS:
+            if event.name in TAKE_BACK_COMMANDS:
                 return None
     return None
 
@@ -370,31 +366,39 @@ class Engine:
     # --- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> list[RestoredGoal]:
-        """Start the scheduler; return the live goals that came up disarmed after a restart."""
+        """Start the scheduler; return the live goals that came up disarmed after a restart.
+
+        Loads only the bound sessions the log marks as needing it (an interrupted turn to
+        announce, a live goal to come up disarmed, an undecided ``/plan`` or approval); every
+        other session loads when its chat next speaks, so start-up does not grow with the
+        number of sessions.
+        """
         if isinstance(self.scheduler, ApsScheduler):
             self.scheduler.start()
-        restored: list[RestoredGoal] = []
-        seen: set[str] = set()
+        bound: set[str] = set()
         for binding in await self.sessions.chat_bindings():
-            if binding.session_id in seen:
+            self._bindings.setdefault((binding.chat_id, binding.thread_id), binding.session_id)
+            bound.add(binding.session_id)
+        restored: list[RestoredGoal] = []
+        for session_id in await self.log.needs_attention():
+            if session_id not in bound:
                 continue
-            seen.add(binding.session_id)
             # Tell each chat now about a turn the last process left open, not at its next
             # message; decide what it left pending. One broken session must not stop the bot:
             # it is tried again at its next message.
             try:
-                await self.ensure_loaded(binding.session_id)
+                await self.ensure_loaded(session_id)
             except Exception as exc:
                 _log.warning(
                     "engine.app.load_failed session=%s %s: %s",
-                    binding.session_id,
+                    session_id,
                     type(exc).__name__,
                     exc,
                 )
                 continue
-            goal = self.goals.peek(binding.session_id)  # loading just read it
+            goal = self.goals.peek(session_id)  # loading just read it
             if goal is not None and goal.phase == "active" and goal.source != "task":
-                restored.append(RestoredGoal(session_id=binding.session_id, goal=goal))
+                restored.append(RestoredGoal(session_id=session_id, goal=goal))
         return restored
 
     async def shutdown(self) -> None:
