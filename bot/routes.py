@@ -8,7 +8,9 @@ goal and replies go. The sidecar's ``flow`` is a second source (see ``presenter`
 
 Meta keys written by the Telegram front end (all prefixed ``telegram.``)::
 
-    telegram.last_update_id          the last processed update_id (repeats are dropped)
+    telegram.last_update_id          the update_id watermark: all at or below it were processed
+    telegram.recent_updates          JSON {"ids": [...], "date": t}: the latest processed ids and
+                                     the newest update date (only re-deliveries are dropped)
     telegram.route.<session_id>      "<chat_id>:<thread_id>"
     telegram.goal_card.<session_id>  "<chat_id>:<message_id>" of the goal card
     telegram.review_rev.<session_id> "<plan id>:<revision>" whose text was last posted for review
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 LAST_UPDATE_KEY = "telegram.last_update_id"
+RECENT_UPDATES_KEY = "telegram.recent_updates"
 
 
 def route_key(session_id: str) -> str:
