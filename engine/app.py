@@ -412,6 +412,7 @@ class Engine:
         await self.driver.close()
         if isinstance(self.scheduler, ApsScheduler):
             self.scheduler.shutdown()
+        await self.commands.flush_logs()
         for session_id, dropped in (await self.agents.shutdown()).items():
             text = SHUTDOWN_NOTICE
             if dropped:

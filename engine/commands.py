@@ -14,6 +14,8 @@ The plan command matrix (DESIGN.md §7):
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import TYPE_CHECKING, Any, Literal
 
 from engine.api import CommandName, GoalCardState, Outcome, PlanCardState
@@ -25,7 +27,12 @@ from engine.plan.extract import validate_template_b
 if TYPE_CHECKING:
     from engine.app import Engine
 
+_log = logging.getLogger("plangate.engine.commands")
+
 STALE_TEXT = "This card is out of date."
+# Commands that change nothing: their command/run is logged without the reply waiting for the
+# commit (docs/storage.md says what a crash can lose).
+READ_ONLY_COMMANDS = frozenset({"status", "help", "show_plan"})
 
 HELP_TEXT = """plangate commands:
 /plan [request] - plan first: the agent explores and writes a plan for you to approve
@@ -63,6 +70,7 @@ class CommandPlane:
         # Keyed by (id, revision): revisions restart with every plan and goal.
         self._plan_override: dict[str, tuple[PlanCardState, str, int]] = {}
         self._goal_override: dict[str, tuple[GoalCardState, str, int]] = {}
+        self._background_logs: set[asyncio.Task[None]] = set()
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -78,6 +86,31 @@ class CommandPlane:
         """Append the ``command/run`` that records a command-plane action."""
         event = CommandRun(name=name, args=args, actor=actor, data=data or {})
         await self._e.log.append(session_id, [event])
+
+    def log_read_only(self, session_id: str, name: str, args: str, *, actor: int | None) -> None:
+        """Log a read-only command's ``command/run`` in the background (the reply does not wait
+        for the commit); a failure is logged, never raised. :meth:`flush_logs` awaits them."""
+
+        async def append() -> None:
+            try:
+                await self.log_command(session_id, name, args, actor=actor)
+            except Exception as exc:  # the command already answered; the record is best effort
+                _log.warning(
+                    "plangate.commands.log_failed session=%s command=%s %s: %s",
+                    session_id,
+                    name,
+                    type(exc).__name__,
+                    exc,
+                )
+
+        task = asyncio.get_running_loop().create_task(append())
+        self._background_logs.add(task)
+        task.add_done_callback(self._background_logs.discard)
+
+    async def flush_logs(self) -> None:
+        """Wait for the background ``command/run`` appends still in flight."""
+        while self._background_logs:
+            await asyncio.gather(*list(self._background_logs))
 
     def submit_text(
         self,
@@ -123,6 +156,8 @@ class CommandPlane:
         args = args.strip()
         if name in ("plan", "execute", "discard", "goal", "stop"):
             self._clear_overrides(session_id)
+        if name in READ_ONLY_COMMANDS:
+            self.log_read_only(session_id, name, args, actor=actor)
         match name:
             case "plan":
                 return await self._plan(session_id, args, actor=actor)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -315,6 +316,45 @@ async def test_help_and_status(tmp_path: Path, quiet_model: ScriptedProvider) ->
         assert status is not None
         assert "Plan: Chores (active, 0/2 done)" in status
         assert "Agent: idle" in status
+
+
+class FullDiskLog:
+    """The real log for reads; every append fails as on a full disk."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    async def append(self, session_id: str, events: Any) -> Any:
+        raise OSError("database or disk is full")
+
+    async def read(self, session_id: str, **kw: Any) -> Any:
+        return await self._inner.read(session_id, **kw)
+
+    async def needs_attention(self) -> list[str]:
+        return list(await self._inner.needs_attention())
+
+
+async def test_read_only_commands_log_in_the_background_and_a_failed_log_loses_the_reply_not(
+    tmp_path: Path, quiet_model: ScriptedProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with engine_rig(tmp_path, quiet_model) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(-1, 0)
+        for name in ("status", "help", "show_plan"):
+            assert (await engine.command(sid, name, "", actor=OWNER)).reply
+        await engine.commands.flush_logs()
+        logged = [e.event for e in await rig.storage.log.read(sid, types=["command/run"])]
+        assert [(e.name, e.actor) for e in logged if isinstance(e, CommandRun)] == [
+            ("status", OWNER),
+            ("help", OWNER),
+            ("show_plan", OWNER),
+        ]
+        engine.log = FullDiskLog(rig.storage.log)  # type: ignore[assignment]
+        outcome = await engine.command(sid, "status", "", actor=OWNER)
+        assert outcome.reply is not None and "Agent: idle" in outcome.reply
+        await engine.commands.flush_logs()
+        assert "log_failed" in caplog.text and "disk is full" in caplog.text
+        engine.log = rig.storage.log
 
 
 async def test_a_restart_disarms_a_live_goal_and_closes_an_interrupted_turn(
