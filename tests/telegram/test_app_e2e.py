@@ -196,6 +196,12 @@ async def test_discard_while_the_agent_works_cancels_the_turn(
         assert engine.agents.is_busy(sid)
         fake_api.user_message(GROUP, OWNER, "/discard")
         await until(lambda: _idle_and_none(engine, sid))
+        # The state is "none" once the plan is archived, a moment before /discard returns
+        # (its plan/changed commits first): wait for its reply, then for the card.
+        await fake_api.wait_for(
+            lambda: any("Plan discarded" in m.text for m in fake_api.bot_messages(GROUP)),
+            timeout_s=10,
+        )
         await parts(live.app).presenter.flush()
         plan_card = (await engine.plan_card(sid)).sidecar
         assert plan_card is not None and plan_card.flow.card_id is not None
