@@ -37,6 +37,7 @@ import logging
 import pstats
 import tempfile
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -119,12 +120,19 @@ async def burst(
     return time.perf_counter() - start
 
 
-def check_answers(api: FakeBotApi, chats: list[int], want: str, per_chat: int) -> None:
-    """Every chat got ``per_chat`` answers containing ``want`` (checked, not timed)."""
-    for chat in chats:
-        got = [m.text for m in api.chat(chat).messages.values() if m.from_bot]
-        hits = sum(want in (t or "") for t in got)
-        assert hits >= per_chat, f"chat {chat}: {got!r}"
+async def check_answers(api: FakeBotApi, chats: list[int], want: str, per_chat: int) -> None:
+    """Every chat gets ``per_chat`` answers containing ``want`` (checked, not timed; the fake
+    records a call as it arrives, a moment before it stores the message)."""
+
+    def answered(chat: int) -> int:
+        got = [m.text or "" for m in api.chat(chat).messages.values() if m.from_bot]
+        return sum(want in t for t in got)
+
+    try:
+        await api.wait_for(lambda: all(answered(c) >= per_chat for c in chats), timeout_s=30)
+    except TimeoutError:
+        short = [c for c in chats if answered(c) < per_chat]
+        raise AssertionError(f"{len(short)} chats lack an answer, e.g. chat {short[0]}") from None
 
 
 async def start_app(app: AnyApp) -> None:
@@ -257,20 +265,23 @@ async def part_burst(workdir: Path, n_chats: int, *, profile: bool) -> None:
     chats = list(range(FIRST_OWNER, FIRST_OWNER + n_chats))
     async with fake_server() as api, bare_bot(api):
         bare_s = await burst(api, chats, 3, "/status")
-        check_answers(api, chats, BARE_TEXT, 3)
+        await check_answers(api, chats, BARE_TEXT, 3)
     async with fake_server() as api, plangate_bot(api, workdir / "burst", frozenset(chats)) as pg:
         commits_before = pg.extra["commits"].commits
+        calls_before = len(api.calls)
         prof = profiled(profile)
         pg_s = await burst(api, chats, 3, "/status")
         report(prof)
         commits = pg.extra["commits"].commits - commits_before
-        check_answers(api, chats, "Agent: idle", 3)
+        methods = Counter(c.method for c in api.calls[calls_before:])
+        await check_answers(api, chats, "Agent: idle", 3)
     total = 3 * n_chats
     print(
         f"  {n_chats} chats x 3 /status in one burst: plangate {pg_s:.2f} s "
         f"({total / pg_s:.0f} replies/s, {commits} commits), bare PTB {bare_s:.2f} s "
         f"({total / bare_s:.0f} replies/s): ratio {pg_s / bare_s:.2f}x (target <= 2x)"
     )
+    print(f"  plangate's Bot API calls in the burst: {dict(methods)}")
 
 
 async def part_chats(workdir: Path, n_chats: int, *, profile: bool) -> None:
@@ -280,7 +291,7 @@ async def part_chats(workdir: Path, n_chats: int, *, profile: bool) -> None:
     async with fake_server() as api:
         async with bare_bot(api):
             bare_s = await burst(api, chats, 1, "hello")
-        check_answers(api, chats, BARE_TEXT, 1)
+        await check_answers(api, chats, BARE_TEXT, 1)
     before_mb = rss_mb()
     async with fake_server() as api:
         async with plangate_bot(api, home, owners) as pg:
@@ -288,12 +299,12 @@ async def part_chats(workdir: Path, n_chats: int, *, profile: bool) -> None:
             prof = profiled(profile)
             new_s = await burst(api, chats, 1, "hello")
             report(prof)
-            check_answers(api, chats, AGENT_REPLY, 1)
+            await check_answers(api, chats, AGENT_REPLY, 1)
             new_mb = rss_mb()
         async with plangate_bot(api, home, owners) as pg:
             restart_startup = pg.startup_s
             again_s = await burst(api, chats, 1, "hello again")
-            check_answers(api, chats, AGENT_REPLY, 2)
+            await check_answers(api, chats, AGENT_REPLY, 2)
             again_mb = rss_mb()
     print(
         f"  {n_chats} chats, one message each to the agent: bare PTB {bare_s:.2f} s; "

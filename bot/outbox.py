@@ -44,6 +44,7 @@ EditLost = Callable[[int, int], Coroutine[Any, Any, None]]
 
 _NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
 _GROUP_WINDOW_S = 60.0
+MAX_IN_FLIGHT = 16  # Bot API calls at once, all chats together
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +119,7 @@ class Outbox:
         group_per_minute: int = 20,
         max_attempts: int = 5,
         on_edit_lost: EditLost | None = None,
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         self._bot = bot
         self._clock = clock
@@ -130,6 +132,10 @@ class Outbox:
         self._lanes: dict[int, _Lane] = {}
         self._closed = False
         self._tasks: set[asyncio.Task[None]] = set()
+        # Calls in flight across all chats. Past a few, more only queue in the HTTP pool
+        # (PTB's pool_timeout of 1 s then fails a send that never left: a lost reply); the
+        # wait here has no timeout.
+        self._in_flight = asyncio.Semaphore(max_in_flight)
 
     # ---- public verbs ----------------------------------------------------------------
 
@@ -373,7 +379,8 @@ class Outbox:
             op.attempts += 1
             lane.current = op
             try:
-                await self._execute(lane, op)
+                async with self._in_flight:
+                    await self._execute(lane, op)
             except RetryAfter as err:
                 pause = retry_after_s(err)
                 lane.paused_until = max(lane.paused_until, self._clock() + pause)
