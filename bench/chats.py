@@ -297,8 +297,10 @@ async def part_chats(workdir: Path, n_chats: int, *, profile: bool) -> None:
         async with plangate_bot(api, home, owners) as pg:
             fresh_startup = pg.startup_s
             prof = profiled(profile)
+            calls_before = len(api.calls)
             new_s = await burst(api, chats, 1, "hello")
             report(prof)
+            methods = Counter(c.method for c in api.calls[calls_before:])
             await check_answers(api, chats, AGENT_REPLY, 1)
             new_mb = rss_mb()
         async with plangate_bot(api, home, owners) as pg:
@@ -311,6 +313,7 @@ async def part_chats(workdir: Path, n_chats: int, *, profile: bool) -> None:
         f"plangate, new sessions {new_s:.2f} s ({new_s / bare_s:.2f}x), after a restart "
         f"{again_s:.2f} s ({again_s / bare_s:.2f}x) (target <= 3x)"
     )
+    print(f"  plangate's Bot API calls, first round: {dict(methods)}")
     print(
         f"  RSS: {before_mb:.0f} MB before plangate started (fakes, bare side), "
         f"{new_mb:.0f} MB after the first round, {again_mb:.0f} MB after the second "

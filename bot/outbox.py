@@ -250,16 +250,26 @@ class Outbox:
         return await self._submit(chat_id, _Op(kind="call", run=run))
 
     async def typing(self, chat_id: int, *, thread_id: int | None = None) -> None:
-        """Show "typing"; not paced and dropped while the chat is paused or on any error."""
+        """Show "typing" in the background (the turn does not wait for the call); not paced,
+        dropped while the chat is paused or on any error."""
         lane = self._lane(chat_id)
-        if self._clock() < lane.paused_until:
+        if self._clock() < lane.paused_until or self._closed:
             return
-        try:
-            await self._bot.send_chat_action(chat_id, "typing", message_thread_id=thread_id)
-        except RetryAfter as err:
-            lane.paused_until = max(lane.paused_until, self._clock() + retry_after_s(err))
-        except TelegramError as err:
-            log.info("telegram.outbox.typing_failed chat=%s error=%s", chat_id, type(err).__name__)
+
+        async def send() -> None:
+            try:
+                async with self._in_flight:
+                    await self._bot.send_chat_action(chat_id, "typing", message_thread_id=thread_id)
+            except RetryAfter as err:
+                lane.paused_until = max(lane.paused_until, self._clock() + retry_after_s(err))
+            except TelegramError as err:
+                log.info(
+                    "telegram.outbox.typing_failed chat=%s error=%s", chat_id, type(err).__name__
+                )
+
+        task = asyncio.get_running_loop().create_task(send())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def forget(self, chat_id: int, message_id: int) -> None:
         """Drop what the outbox remembers of a message (so the next edit is always sent)."""
@@ -273,9 +283,9 @@ class Outbox:
                 for lane in self._lanes.values()
                 if lane.worker is not None and not lane.worker.done()
             ]
-            if not workers:
+            if not workers and not self._tasks:
                 return
-            await asyncio.gather(*workers, return_exceptions=True)
+            await asyncio.gather(*workers, *self._tasks, return_exceptions=True)
 
     async def aclose(self) -> None:
         """Stop the workers; queued and in-flight operations fail with ``RuntimeError``

@@ -124,6 +124,9 @@ class Engine:
         self.channel = channel
         self.config = config
         self._loaded: set[str] = set()
+        # Bound sessions that start-up found unmarked (no open turn, nothing undecided): their
+        # first load skips those reads.
+        self._quiet: set[str] = set()
         self._bindings: dict[tuple[int, int], str] = {}
         # The last plan of a session that just ended, so its card can say how it ended.
         self._ended: dict[str, tuple[PlanSidecar, PlanEnding]] = {}
@@ -146,6 +149,7 @@ class Engine:
             )
             await self.sessions.bind_chat(chat_id, thread_id, record.id)
             session_id = record.id
+            self._loaded.add(session_id)  # a new session: its log is empty, nothing to close
         await self.ensure_loaded(session_id)
         self._bindings[(chat_id, thread_id)] = session_id
         return session_id
@@ -169,14 +173,17 @@ class Engine:
             raise
 
     async def _load(self, session_id: str) -> None:
-        if await close_interrupted_turn(self.log, session_id):
+        quiet = session_id in self._quiet
+        self._quiet.discard(session_id)
+        if not quiet and await close_interrupted_turn(self.log, session_id):
             await safe_call("notice", self.channel.notice(session_id, INTERRUPTED_NOTICE))
         await self.goals.on_session_start(session_id)
         await self.goals.get(session_id)  # reads the log: ``goals.peek`` is current from here
         await self.plans.state(session_id)  # loads the sidecar (legacy map, corrupt move)
         for notice in self.plans.take_notices(session_id):
             await safe_call("notice", self.channel.notice(session_id, notice))
-        await self._decide_pending(session_id)
+        if not quiet:
+            await self._decide_pending(session_id)
 
     async def _decide_pending(self, session_id: str) -> None:
         stored = await self.log.read(session_id, types=("command/run", "plan/mode", "plan/changed"))
@@ -380,7 +387,9 @@ class Engine:
             self._bindings.setdefault((binding.chat_id, binding.thread_id), binding.session_id)
             bound.add(binding.session_id)
         restored: list[RestoredGoal] = []
-        for session_id in await self.log.needs_attention():
+        marked = await self.log.needs_attention()
+        self._quiet = bound - set(marked) - self._loaded
+        for session_id in marked:
             if session_id not in bound:
                 continue
             # Tell each chat now about a turn the last process left open, not at its next
