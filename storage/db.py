@@ -13,10 +13,11 @@ transaction, and commits once; a write's caller resumes only after that commit. 
 arrive while a commit is in flight wait for the next one, so N concurrent sessions pay one
 fsync, not N. A write that fails rolls back to its savepoint alone; the others still commit.
 
-Concurrency: inside a process every statement goes through one connection under one
-:class:`asyncio.Lock` (a batch spans several awaits, and a reader on the same connection
-would otherwise see uncommitted rows). Across processes, writers serialise on SQLite's own
-write lock: batches begin with ``BEGIN IMMEDIATE`` and wait up to ``busy_timeout_ms`` for it.
+Concurrency: inside a process, writes go through one connection (the writer task, under an
+:class:`asyncio.Lock`) and reads through a second, read-only one, so a read sees only
+committed rows and never waits for a batch or its fsync. Across processes, writers serialise
+on SQLite's own write lock: batches begin with ``BEGIN IMMEDIATE`` and wait up to
+``busy_timeout_ms`` for it.
 """
 
 from __future__ import annotations
@@ -64,8 +65,14 @@ def database_path(home: Path) -> Path:
 class Database:
     """An open plangate database; get one with :meth:`open` and close it when done."""
 
-    def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
+    def __init__(
+        self, conn: aiosqlite.Connection, path: Path, reader: aiosqlite.Connection
+    ) -> None:
         self._conn = conn
+        # Reads go to their own connection: a WAL reader sees the last commit and never waits
+        # for the writer's batch or its fsync (a write returns only after its commit, so a read
+        # after it sees it).
+        self._reader = reader
         self._path = path
         self._lock = asyncio.Lock()
         self._queue: list[_Write] = []
@@ -91,10 +98,18 @@ class Database:
             await _enter_wal(conn, timeout_ms=busy_timeout_ms)
             await conn.execute("PRAGMA synchronous = FULL")
             await migrate(conn)
+            reader = await aiosqlite.connect(file, isolation_level=None)
         except BaseException:
             await conn.close()
             raise
-        return cls(conn, file)
+        try:
+            await reader.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms):d}")
+            await reader.execute("PRAGMA query_only = ON")
+        except BaseException:
+            await reader.close()
+            await conn.close()
+            raise
+        return cls(conn, file, reader)
 
     @property
     def path(self) -> Path:
@@ -108,6 +123,7 @@ class Database:
             await asyncio.gather(self._writer, return_exceptions=True)
         async with self._lock:
             await self._conn.close()
+        await self._reader.close()
 
     async def __aenter__(self) -> Database:
         return self
@@ -196,14 +212,13 @@ class Database:
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[aiosqlite.Connection]:
-        """The connection under the lock, for reads outside any transaction."""
-        async with self._lock:
-            yield self._conn
+        """The read connection (``query_only``): it sees what is committed, never waits for a
+        write."""
+        yield self._reader
 
     async def fetch_all(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
-        """All rows of one query, in one trip to aiosqlite's thread, under the lock."""
-        async with self._lock:
-            return list(await self._conn.execute_fetchall(sql, parameters))
+        """All rows of one query, in one trip to the read connection's thread."""
+        return list(await self._reader.execute_fetchall(sql, parameters))
 
     async def fetch_one(self, sql: str, parameters: Sequence[Any] = ()) -> Any | None:
         """The first row of one query, or ``None``."""
