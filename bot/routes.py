@@ -84,6 +84,9 @@ class Routes:
         """Record where a session lives; writes the meta table only when it changed."""
         if self._routes.get(session_id) == route:
             return
+        # After a restart the route is usually stored already: a read is cheaper than a commit.
+        if session_id not in self._routes and await self.lookup(session_id) == route:
+            return
         self._routes[session_id] = route
         await self._meta.set_meta(route_key(session_id), route.encode())
 
