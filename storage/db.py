@@ -1,4 +1,4 @@
-"""The SQLite database: one aiosqlite connection, its pragmas, its lock, group commit
+"""The SQLite database: a writer and a reader aiosqlite connection, their pragmas, group commit
 (docs/storage.md).
 
 Durability: WAL journal with ``synchronous=FULL``. A commit returns only after the WAL frame is
@@ -39,8 +39,8 @@ from storage.migrations import migrate
 
 DATABASE_NAME = "plangate.db"
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
-# Writes per commit at most: bounds how long the lock is held (readers wait for it) and how
-# much one failed COMMIT takes down with it.
+# Writes per commit at most: bounds how long one batch holds the write lock (other processes
+# wait for it) and how much one failed COMMIT takes down with it.
 MAX_BATCH = 256
 
 T = TypeVar("T")
