@@ -28,7 +28,14 @@ from bot.keys import SessionKey, message_key, update_key
 from bot.outbox import Outbox
 from bot.presenter import CardPresenter
 from bot.render import escape
-from bot.routes import GROUPS_KEY, LAST_UPDATE_KEY, ChatRoute, MetaStore, Routes
+from bot.routes import (
+    GROUPS_KEY,
+    LAST_UPDATE_KEY,
+    RECENT_UPDATES_KEY,
+    ChatRoute,
+    MetaStore,
+    Routes,
+)
 from bot.updates import UpdateLedger
 from engine.api import CommandName, EngineApi, Outcome
 from engine.commands import STALE_TEXT
@@ -67,7 +74,7 @@ def parts(application: Application[Any, Any, Any, Any, Any, Any]) -> BotParts:
 
 
 async def load_state(bp: BotParts) -> None:
-    """Load the last processed update_id and the owner-added groups (once).
+    """Load the update ledger (watermark, recent ids) and the owner-added groups (once).
 
     Concurrent callers (``prepare`` and the first update) wait for the one load: an update
     judged before the load finished could be a repeat let through.
@@ -80,6 +87,19 @@ async def load_state(bp: BotParts) -> None:
         if stored is not None:
             bp.ledger.restore(stored)
             bp.last_update_id = bp.ledger.watermark
+        recent = await bp.meta.get_meta(RECENT_UPDATES_KEY)
+        if recent:
+            try:
+                data = json.loads(recent)
+                ids = {
+                    int(i): None if d is None else float(d) for i, d in dict(data["ids"]).items()
+                }
+                date = float(data["date"]) if data.get("date") is not None else None
+            except (ValueError, TypeError, KeyError) as exc:
+                # Unreadable: the watermark alone still drops every older id.
+                _log.warning("telegram.app.recent_updates_unreadable %s", exc)
+            else:
+                bp.ledger.restore_recent(ids, date)
         groups = await bp.meta.get_meta(GROUPS_KEY)
         if groups:
             with contextlib.suppress(ValueError, TypeError):
@@ -225,7 +245,13 @@ class Handlers:
                 # Gather a burst into one commit; a crash repeats at most this window.
                 await asyncio.sleep(UPDATE_ID_FLUSH_S)
                 written = self.bp.last_update_id
-                await self.bp.meta.set_meta(LAST_UPDATE_KEY, str(written))
+                ids, date = self.bp.ledger.recent()
+                recent = json.dumps({"ids": ids, "date": date})
+                # Concurrent writes: the group commit makes them one commit.
+                await asyncio.gather(
+                    self.bp.meta.set_meta(LAST_UPDATE_KEY, str(written)),
+                    self.bp.meta.set_meta(RECENT_UPDATES_KEY, recent),
+                )
         finally:
             self._writing_update_id = False
 

@@ -89,6 +89,9 @@ class Dropped(Exception):
     """A low-priority send the outbox dropped (queue full, too old, or the chat was limited)."""
 
 
+MAX_IN_FLIGHT = 16  # Bot API calls at once, all chats together
+
+
 @dataclass(frozen=True, slots=True)
 class EditResult:
     """How an edit ended. ``ok`` is true for edited, unchanged and not_modified."""
@@ -192,6 +195,7 @@ class Outbox:
         on_edit_lost: EditLost | None = None,
         on_delivery_failed: DeliveryFailed | None = None,
         on_chat_migrated: ChatMoved | None = None,
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         self._bot = bot
         self._clock = clock
@@ -207,6 +211,10 @@ class Outbox:
         self._lanes: dict[int, _Lane] = {}
         self._closed = False
         self._tasks: set[asyncio.Task[None]] = set()
+        # Calls in flight across all chats. Past a few, more only queue in the HTTP pool
+        # (PTB's pool_timeout of 1 s then fails a send that never left: a lost reply); the
+        # wait here has no timeout.
+        self._in_flight = asyncio.Semaphore(max_in_flight)
 
     # ---- public verbs ----------------------------------------------------------------
 
@@ -345,16 +353,26 @@ class Outbox:
         return await self._submit(chat_id, _Op(kind="call", run=run))
 
     async def typing(self, chat_id: int, *, thread_id: int | None = None) -> None:
-        """Show "typing"; not paced and dropped while the chat is paused or on any error."""
+        """Show "typing" in the background (the turn does not wait for the call); not paced,
+        dropped while the chat is paused or on any error."""
         lane = self._lane(chat_id)
-        if self._clock() < lane.paused_until:
+        if self._clock() < lane.paused_until or self._closed:
             return
-        try:
-            await self._bot.send_chat_action(chat_id, "typing", message_thread_id=thread_id)
-        except RetryAfter as err:
-            lane.paused_until = max(lane.paused_until, self._clock() + retry_after_s(err))
-        except TelegramError as err:
-            log.info("telegram.outbox.typing_failed chat=%s error=%s", chat_id, type(err).__name__)
+
+        async def send() -> None:
+            try:
+                async with self._in_flight:
+                    await self._bot.send_chat_action(chat_id, "typing", message_thread_id=thread_id)
+            except RetryAfter as err:
+                lane.paused_until = max(lane.paused_until, self._clock() + retry_after_s(err))
+            except TelegramError as err:
+                log.info(
+                    "telegram.outbox.typing_failed chat=%s error=%s", chat_id, type(err).__name__
+                )
+
+        task = asyncio.get_running_loop().create_task(send())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def waiting(self, chat_id: int) -> dict[Priority, int]:
         """How many operations wait in this chat, per priority (diagnostics, tests)."""
@@ -541,7 +559,8 @@ class Outbox:
             op.attempts += 1
             lane.current = op
             try:
-                await self._execute(lane, op)
+                async with self._in_flight:
+                    await self._execute(lane, op)
                 lane.noticed = False
             except RetryAfter as err:
                 pause = retry_after_s(err)

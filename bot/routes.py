@@ -8,7 +8,9 @@ goal and replies go. The sidecar's ``flow`` is a second source (see ``presenter`
 
 Meta keys written by the Telegram front end (all prefixed ``telegram.``)::
 
-    telegram.last_update_id          the last processed update_id (repeats are dropped)
+    telegram.last_update_id          the update_id watermark: all at or below it were processed
+    telegram.recent_updates          JSON {"ids": [...], "date": t}: the latest processed ids and
+                                     the newest update date (only re-deliveries are dropped)
     telegram.route.<session_id>      "<chat_id>:<thread_id>"
     telegram.goal_card.<session_id>  "<chat_id>:<message_id>" of the goal card
     telegram.review_rev.<session_id> "<plan id>:<revision>" whose text was last posted for review
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 LAST_UPDATE_KEY = "telegram.last_update_id"
+RECENT_UPDATES_KEY = "telegram.recent_updates"
 
 
 def route_key(session_id: str) -> str:
@@ -80,6 +83,9 @@ class Routes:
     async def remember(self, session_id: str, route: ChatRoute) -> None:
         """Record where a session lives; writes the meta table only when it changed."""
         if self._routes.get(session_id) == route:
+            return
+        # After a restart the route is usually stored already: a read is cheaper than a commit.
+        if session_id not in self._routes and await self.lookup(session_id) == route:
             return
         self._routes[session_id] = route
         await self._meta.set_meta(route_key(session_id), route.encode())

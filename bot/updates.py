@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from telegram import Update
@@ -52,6 +52,26 @@ def lane_of(update: object) -> Lane:
     return (chat.id, None) if chat is not None else None
 
 
+def update_date(update: Update) -> float | None:
+    """When Telegram says the update happened (POSIX seconds), or ``None`` when it carries no
+    date of its own (a button press carries its message's, which is older)."""
+    msg = update.message or update.channel_post
+    if msg is not None:
+        return msg.date.timestamp()
+    edited = update.edited_message or update.edited_channel_post
+    if edited is not None:
+        return (edited.edit_date or edited.date).timestamp()
+    member = update.my_chat_member or update.chat_member or update.chat_join_request
+    if member is not None:
+        return member.date.timestamp()
+    return None
+
+
+# How many of the latest taken ids are persisted (Telegram re-delivers at most what was not yet
+# confirmed: one getUpdates batch of 100, or the webhook's in-flight few).
+PERSISTED_RECENT = 1000
+
+
 class UpdateLedger:
     """Which updates arrived and which were taken up, and the watermark below which all were.
 
@@ -59,9 +79,17 @@ class UpdateLedger:
     nothing took it, when the processor is done with it (:meth:`finished`). Taken means
     processed: a crash mid-handler does not re-run it after a restart (at most once).
     ``arrived`` must be called in arrival order (the processor does it before any await);
-    ``on_advance`` is called with the new watermark each time it moves (persist it there).
-    In this process a repeat is judged by the exact ids taken (the last ``remember``); across
-    a restart, by the persisted watermark.
+    ``on_advance`` is called with the new watermark each time it moves (persist it there, with
+    :meth:`recent`).
+
+    Only re-deliveries are dropped. An id taken recently (the last ``remember`` here, the last
+    ``PERSISTED_RECENT`` across a restart) is a repeat, unless it now carries a newer date than
+    it had (a new numbering reached an old id). Another id at or below the *floor* (the
+    restored watermark, or ids forgotten) is a repeat unless its date is newer than the newest
+    update handled: Telegram restarts its numbering after a week without updates, and such an
+    update is new. It *rebases* the ledger (floor and watermark just below it), so the new
+    numbering's next ids are judged as usual. A button press carries no date of its own: below
+    the floor it counts as a repeat until a message has rebased the ledger.
     """
 
     def __init__(
@@ -70,19 +98,32 @@ class UpdateLedger:
         self.watermark: int | None = None
         self.on_advance = on_advance
         self._remember = remember
-        self._floor: int | None = None  # ids <= floor are repeats: restored, or forgotten
+        self._floor: int | None = None  # ids <= floor not in _done: judged by their date
         self._waiting: dict[int, int] = {}  # id(update object) -> update_id, not yet taken
-        self._done: set[int] = set()  # taken ids above the floor, exactly
+        # Taken ids, exactly (the latest ``remember``), with their dates.
+        self._done: dict[int, float | None] = {}
         self._ahead: set[int] = set()  # taken ids above the watermark
+        self.last_date: float | None = None  # the newest date of an update taken
 
     def restore(self, stored: int) -> None:
-        """Take a watermark persisted by an earlier process: every id up to it is a repeat."""
+        """Take a watermark persisted by an earlier process: every id up to it is old."""
         if self.watermark is None or stored > self.watermark:
             self.watermark = stored
             self._ahead = {d for d in self._ahead if d > stored}
         if self._floor is None or stored > self._floor:
             self._floor = stored
-            self._done = {d for d in self._done if d > stored}
+
+    def restore_recent(self, ids: Mapping[int, float | None], last_date: float | None) -> None:
+        """Take the ids (with dates) and the newest date :meth:`recent` persisted."""
+        self._done.update(ids)
+        if last_date is not None and (self.last_date is None or last_date > self.last_date):
+            self.last_date = last_date
+
+    def recent(self) -> tuple[dict[int, float | None], float | None]:
+        """The latest taken ids (at most ``PERSISTED_RECENT``, with their dates) and the
+        newest date, to persist."""
+        latest = sorted(self._done)[-PERSISTED_RECENT:]
+        return {i: self._done[i] for i in latest}, self.last_date
 
     def arrived(self, update: Update) -> None:
         """An update entered the processor (its handlers have not begun)."""
@@ -94,11 +135,16 @@ class UpdateLedger:
         Either way the update no longer holds the watermark back.
         """
         self._waiting.pop(id(update), None)
-        fresh = not self.is_repeat(update.update_id)
+        uid, date = update.update_id, update_date(update)
+        fresh = not self.is_repeat(uid, date)
         if fresh:
-            self._done.add(update.update_id)
-            if self.watermark is None or update.update_id > self.watermark:
-                self._ahead.add(update.update_id)
+            if self._floor is not None and uid <= self._floor:
+                self._rebase(uid)
+            self._done[uid] = date
+            if self.watermark is None or uid > self.watermark:
+                self._ahead.add(uid)
+            if date is not None and (self.last_date is None or date > self.last_date):
+                self.last_date = date
         self._advance()
         return fresh
 
@@ -107,11 +153,26 @@ class UpdateLedger:
         if id(update) in self._waiting:
             self.take(update)
 
-    def is_repeat(self, update_id: int) -> bool:
-        """True when this update id was taken before (in this process or an earlier one)."""
-        if self._floor is not None and update_id <= self._floor:
-            return True
-        return update_id in self._done
+    def is_repeat(self, update_id: int, date: float | None = None) -> bool:
+        """True when this update was taken before (in this process or an earlier one).
+
+        An id at or below the floor that is not known exactly counts as new only with a
+        ``date`` newer than every update taken (see the class docstring).
+        """
+        if update_id in self._done:
+            # The same id with a newer date is the new numbering reaching an old id.
+            seen = self._done[update_id]
+            return date is None or seen is None or date <= seen
+        if self._floor is None or update_id > self._floor:
+            return False
+        return date is None or self.last_date is None or date <= self.last_date
+
+    def _rebase(self, update_id: int) -> None:
+        """Telegram numbers anew from ``update_id``: the old numbering's ids above it stay
+        known (with their dates, a re-delivery of one is still dropped)."""
+        self._floor = update_id - 1
+        self.watermark = update_id - 1
+        self._ahead = set()
 
     @property
     def in_flight(self) -> int:
@@ -139,8 +200,9 @@ class UpdateLedger:
             limit = min(limit, min(self._waiting.values()) - 1)
         old = sorted(d for d in self._done if d <= limit)[: len(self._done) - self._remember]
         if old:
-            self._floor = old[-1]
-            self._done.difference_update(old)
+            self._floor = old[-1] if self._floor is None else max(self._floor, old[-1])
+            for d in old:
+                del self._done[d]
 
 
 class ChatLaneProcessor(BaseUpdateProcessor):
@@ -257,8 +319,10 @@ class ChatLaneProcessor(BaseUpdateProcessor):
 __all__ = [
     "DEFAULT_MAX_HELD",
     "DEFAULT_MAX_RUNNING",
+    "PERSISTED_RECENT",
     "ChatLaneProcessor",
     "Lane",
     "UpdateLedger",
     "lane_of",
+    "update_date",
 ]

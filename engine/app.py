@@ -59,7 +59,7 @@ from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
 from engine.plan.types import PlanFlow, PlanSidecar
 from engine.ports import Clock, EventLog, SessionStore
-from engine.recovery import close_interrupted_turn
+from engine.recovery import TAKE_BACK_COMMANDS, close_interrupted_turn
 from engine.scheduler import ApsScheduler, Scheduler
 from engine.todo.tool import TodoWriteTool
 from engine.tools.base import Tool
@@ -88,10 +88,6 @@ STALE_APPROVAL_NOTICE = (
 )
 
 
-# Commands after which an earlier pending approval or /plan no longer stands.
-_TAKE_BACKS = frozenset({"keep_planning", "discard", "new", "revise"})
-
-
 def _undecided(events: Sequence[SessionEvent], name: str) -> CommandRun | None:
     """The last ``command/run`` called ``name`` if nothing decided or took it back since.
 
@@ -103,7 +99,7 @@ def _undecided(events: Sequence[SessionEvent], name: str) -> CommandRun | None:
         if isinstance(event, CommandRun):
             if event.name == name:
                 return event
-            if event.name in _TAKE_BACKS:
+            if event.name in TAKE_BACK_COMMANDS:
                 return None
     return None
 
@@ -163,6 +159,9 @@ class Engine:
         self.usage.is_private = self._is_private
         self.approvals = approvals
         self._loaded: set[str] = set()
+        # Bound sessions that start-up found unmarked (no open turn, nothing undecided): their
+        # first load skips those reads.
+        self._quiet: set[str] = set()
         self._bindings: dict[tuple[int, int], str] = {}
         # The last plan of a session that just ended, so its card can say how it ended.
         self._ended: dict[str, tuple[PlanSidecar, PlanEnding]] = {}
@@ -188,6 +187,7 @@ class Engine:
             )
             await self.sessions.bind_chat(chat_id, thread_id, record.id)
             session_id = record.id
+            self._loaded.add(session_id)  # a new session: its log is empty, nothing to close
         await self.ensure_loaded(session_id)
         self._bindings[(chat_id, thread_id)] = session_id
         return session_id
@@ -211,7 +211,9 @@ class Engine:
             raise
 
     async def _load(self, session_id: str) -> None:
-        if await close_interrupted_turn(self.log, session_id):
+        quiet = session_id in self._quiet
+        self._quiet.discard(session_id)
+        if not quiet and await close_interrupted_turn(self.log, session_id):
             await safe_call("notice", self.channel.notice(session_id, INTERRUPTED_NOTICE))
         await self.approvals.load(session_id)
         await self.goals.on_session_start(session_id)
@@ -219,7 +221,8 @@ class Engine:
         await self.plans.state(session_id)  # loads the sidecar (legacy map, corrupt move)
         for notice in self.plans.take_notices(session_id):
             await safe_call("notice", self.channel.notice(session_id, notice))
-        await self._decide_pending(session_id)
+        if not quiet:
+            await self._decide_pending(session_id)
 
     async def _decide_pending(self, session_id: str) -> None:
         stored = await self.log.read(session_id, types=("command/run", "plan/mode", "plan/changed"))
@@ -508,32 +511,42 @@ class Engine:
     # --- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> list[RestoredGoal]:
-        """Start the scheduler; return the live goals that came up disarmed after a restart."""
+        """Start the scheduler; return the live goals that came up disarmed after a restart.
+
+        Loads only the bound sessions the log marks as needing it (an interrupted turn to
+        announce, a live goal to come up disarmed, an undecided ``/plan`` or approval); every
+        other session loads when its chat next speaks, so start-up does not grow with the
+        number of sessions.
+        """
         if isinstance(self.scheduler, ApsScheduler):
             self.scheduler.start()
         await self.usage.load()
-        restored: list[RestoredGoal] = []
-        seen: set[str] = set()
+        bound: set[str] = set()
         for binding in await self.sessions.chat_bindings():
-            if binding.session_id in seen:
+            self._bindings.setdefault((binding.chat_id, binding.thread_id), binding.session_id)
+            bound.add(binding.session_id)
+        restored: list[RestoredGoal] = []
+        marked = await self.log.needs_attention()
+        self._quiet = bound - set(marked) - self._loaded
+        for session_id in marked:
+            if session_id not in bound:
                 continue
-            seen.add(binding.session_id)
             # Tell each chat now about a turn the last process left open, not at its next
             # message; decide what it left pending. One broken session must not stop the bot:
             # it is tried again at its next message.
             try:
-                await self.ensure_loaded(binding.session_id)
+                await self.ensure_loaded(session_id)
             except Exception as exc:
                 _log.warning(
                     "engine.app.load_failed session=%s %s: %s",
-                    binding.session_id,
+                    session_id,
                     type(exc).__name__,
                     exc,
                 )
                 continue
-            goal = self.goals.peek(binding.session_id)  # loading just read it
+            goal = self.goals.peek(session_id)  # loading just read it
             if goal is not None and goal.phase == "active" and goal.source != "task":
-                restored.append(RestoredGoal(session_id=binding.session_id, goal=goal))
+                restored.append(RestoredGoal(session_id=session_id, goal=goal))
         return restored
 
     async def shutdown(self) -> None:
@@ -547,6 +560,7 @@ class Engine:
         await self.driver.close()
         if isinstance(self.scheduler, ApsScheduler):
             self.scheduler.shutdown()
+        await self.commands.flush_logs()
         for session_id, dropped in (await self.agents.shutdown()).items():
             text = SHUTDOWN_NOTICE
             if dropped:

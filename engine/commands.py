@@ -14,6 +14,8 @@ The plan command matrix (DESIGN.md §7):
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import TYPE_CHECKING, Any, Literal
 
 from engine.api import CommandName, Outcome
@@ -27,7 +29,12 @@ from engine.usage.meter import CAP_COMMAND
 if TYPE_CHECKING:
     from engine.app import Engine
 
+_log = logging.getLogger("plangate.engine.commands")
+
 STALE_TEXT = "This card is out of date."
+# Commands that change nothing: their command/run is logged without the reply waiting for the
+# commit (docs/storage.md says what a crash can lose).
+READ_ONLY_COMMANDS = frozenset({"status", "help", "show_plan"})
 
 HELP_TEXT = """plangate commands:
 /plan [request] - plan first: the agent explores and writes a plan for you to approve
@@ -55,6 +62,7 @@ class CommandPlane:
 
     def __init__(self, engine: Engine) -> None:
         self._e = engine
+        self._background_logs: set[asyncio.Task[None]] = set()
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -70,6 +78,31 @@ class CommandPlane:
         """Append the ``command/run`` that records a command-plane action."""
         event = CommandRun(name=name, args=args, actor=actor, data=data or {})
         await self._e.log.append(session_id, [event])
+
+    def log_read_only(self, session_id: str, name: str, args: str, *, actor: int | None) -> None:
+        """Log a read-only command's ``command/run`` in the background (the reply does not wait
+        for the commit); a failure is logged, never raised. :meth:`flush_logs` awaits them."""
+
+        async def append() -> None:
+            try:
+                await self.log_command(session_id, name, args, actor=actor)
+            except Exception as exc:  # the command already answered; the record is best effort
+                _log.warning(
+                    "plangate.commands.log_failed session=%s command=%s %s: %s",
+                    session_id,
+                    name,
+                    type(exc).__name__,
+                    exc,
+                )
+
+        task = asyncio.get_running_loop().create_task(append())
+        self._background_logs.add(task)
+        task.add_done_callback(self._background_logs.discard)
+
+    async def flush_logs(self) -> None:
+        """Wait for the background ``command/run`` appends still in flight."""
+        while self._background_logs:
+            await asyncio.gather(*list(self._background_logs))
 
     def submit_text(
         self,
@@ -97,6 +130,8 @@ class CommandPlane:
         args = args.strip()
         if name in ("plan", "execute", "discard", "goal", "stop"):
             self._e.cards.clear(session_id)
+        if name in READ_ONLY_COMMANDS:
+            self.log_read_only(session_id, name, args, actor=actor)
         match name:
             case "plan":
                 return await self._plan(session_id, args, actor=actor)

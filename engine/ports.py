@@ -70,6 +70,15 @@ class EventLog(Protocol):
         """
         ...
 
+    async def needs_attention(self) -> list[str]:
+        """The sessions start-up must load, in id order, without reading any log.
+
+        Those whose events, by :func:`engine.recovery.attention_marks`, end with an open turn,
+        a live goal or an undecided ``/plan`` or approval. A superset is allowed (loading a
+        session that needs nothing is harmless); missing one is not.
+        """
+        ...
+
 
 class SessionStore(Protocol):
     """Sessions and the chat keys bound to them."""

@@ -1,16 +1,32 @@
-"""Closing what a dead process left open (DESIGN.md §3, §14).
+"""Closing what a dead process left open.
 
 A pure function over a session's log: each ``tool/call`` without a ``tool/result`` gets a
 synthetic interrupted result (so the history stays valid for the model), and a turn left open
 gets ``turn/end {interrupted}``. :func:`load_session_events` reads a log and appends those
 closures; it needs only the :class:`engine.ports.EventLog` protocol, so every store shares it.
+
+:func:`attention_marks` says which of a log's events leave something for start-up to do (an
+open turn, a live goal, an undecided ``/plan`` or approval). A store keeps the marks per session
+as it appends, so start-up loads only the sessions that need it (docs/storage.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
-from engine.events import SessionEvent, StoredEvent, ToolCall, ToolResult, TurnEnd, TurnStart
+from engine.events import (
+    CommandRun,
+    GoalChange,
+    PlanChanged,
+    PlanMode,
+    SessionEvent,
+    StoredEvent,
+    ToolCall,
+    ToolResult,
+    TurnEnd,
+    TurnStart,
+)
 from engine.ports import EventLog
 
 INTERRUPTED_TOOL_TEXT = "interrupted: the process stopped before this tool finished"
@@ -72,3 +88,62 @@ async def close_interrupted_turn(log: EventLog, session_id: str) -> list[StoredE
     tail = await log.read(session_id, after_seq=marks[-1].seq - 1, types=_TURN_TOOLS)
     closures = interrupted_closures(stored.event for stored in tail)
     return await log.append(session_id, closures) if closures else []
+
+
+# Commands that leave a decision pending until a plan change, and the ones that take it back.
+PENDING_COMMANDS = frozenset({"plan", "approve"})
+TAKE_BACK_COMMANDS = frozenset({"keep_planning", "discard", "new", "revise"})
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionMarks:
+    """The last word of some events on each mark; ``None`` where they say nothing."""
+
+    open_turn: bool | None = None
+    live_goal: bool | None = None
+    undecided: bool | None = None
+
+    @property
+    def touched(self) -> bool:
+        return self.row() != (None, None, None)
+
+    def row(self) -> tuple[bool | None, bool | None, bool | None]:
+        return self.open_turn, self.live_goal, self.undecided
+
+    def then(self, later: AttentionMarks) -> AttentionMarks:
+        """These marks followed by ``later``'s (a later word wins)."""
+        return AttentionMarks(
+            *(b if b is not None else a for a, b in zip(self.row(), later.row(), strict=True))
+        )
+
+    @property
+    def needs_attention(self) -> bool:
+        return bool(self.open_turn or self.live_goal or self.undecided)
+
+
+def attention_marks(events: Iterable[SessionEvent]) -> AttentionMarks:
+    """What ``events``, appended in order, say about the session's start-up marks.
+
+    A superset on purpose: a marked session that needs nothing is loaded for nothing, never
+    the reverse. ``open_turn``: the last turn mark is a ``turn/start``. ``live_goal``: the
+    last goal revision is an active snapshot. ``undecided``: the last ``/plan`` or approval
+    command came after every plan change and take-back.
+    """
+    open_turn: bool | None = None
+    live_goal: bool | None = None
+    undecided: bool | None = None
+    for event in events:
+        if isinstance(event, TurnStart):
+            open_turn = True
+        elif isinstance(event, TurnEnd):
+            open_turn = False
+        elif isinstance(event, GoalChange):
+            live_goal = event.snapshot is not None and event.snapshot.phase == "active"
+        elif isinstance(event, PlanChanged | PlanMode):
+            undecided = False
+        elif isinstance(event, CommandRun):
+            if event.name in PENDING_COMMANDS:
+                undecided = True
+            elif event.name in TAKE_BACK_COMMANDS:
+                undecided = False
+    return AttentionMarks(open_turn, live_goal, undecided)

@@ -13,6 +13,7 @@ from collections.abc import Collection, Sequence
 from engine.errors import AppendConflict
 from engine.events import GoalChange, SessionEvent, StoredEvent
 from engine.ports import ChatBinding, Clock, SessionRecord, check_types
+from engine.recovery import attention_marks
 
 
 class InMemoryEventLog:
@@ -44,6 +45,13 @@ class InMemoryEventLog:
             log.extend(stored)
             self._goal_revisions.update(keys)
             return stored
+
+    async def needs_attention(self) -> list[str]:
+        return sorted(
+            session_id
+            for session_id, log in self._events.items()
+            if attention_marks(e.event for e in log).needs_attention
+        )
 
     async def read(
         self, session_id: str, *, after_seq: int = 0, types: Collection[str] | None = None

@@ -1,28 +1,37 @@
-"""The SQLite database: one aiosqlite connection, its pragmas, its lock (docs/storage.md).
+"""The SQLite database: a writer and a reader aiosqlite connection, their pragmas, group commit
+(docs/storage.md).
 
 Durability: WAL journal with ``synchronous=FULL``. A commit returns only after the WAL frame is
-written *and* fsync'd, so an acknowledged append survives SIGKILL of the process (``NORMAL``
+written *and* fsync'd, so an acknowledged write survives SIGKILL of the process (``NORMAL``
 would already do that: the bytes are in the OS page cache) and also a power cut or kernel crash
 (which ``NORMAL`` may roll back). It matches the plan sidecar, which is fsync'd too. Cost: one
-fsync per transaction, 0.2-3 ms on the development VM depending on its load.
+fsync per commit, 0.2-3 ms on the development VM depending on its load.
 
-Concurrency: inside a process every statement goes through one connection under one
-:class:`asyncio.Lock` (a transaction spans several awaits, and a reader on the same connection
-would otherwise see another coroutine's uncommitted rows). Across processes, writers serialise
-on SQLite's own write lock: transactions begin with ``BEGIN IMMEDIATE`` and wait up to
+Group commit: every write (:meth:`Database.write`) is queued for one writer task. The writer
+takes everything queued, runs each write in its own ``SAVEPOINT`` inside one ``BEGIN IMMEDIATE``
+transaction, and commits once; a write's caller resumes only after that commit. Writes that
+arrive while a commit is in flight wait for the next one, so N concurrent sessions pay one
+fsync, not N. A write that fails rolls back to its savepoint alone; the others still commit.
+
+Concurrency: inside a process, writes go through one connection (the writer task, under an
+:class:`asyncio.Lock`) and reads through a second, read-only one, so a read sees only
+committed rows and never waits for a batch or its fsync. Across processes, writers serialise
+on SQLite's own write lock: batches begin with ``BEGIN IMMEDIATE`` and wait up to
 ``busy_timeout_ms`` for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 
@@ -30,6 +39,22 @@ from storage.migrations import migrate
 
 DATABASE_NAME = "plangate.db"
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
+# Writes per commit at most: bounds how long one batch holds the write lock (other processes
+# wait for it) and how much one failed COMMIT takes down with it.
+MAX_BATCH = 256
+
+T = TypeVar("T")
+Work = Callable[[aiosqlite.Connection], Awaitable[Any]]
+
+_log = logging.getLogger("plangate.storage.db")
+
+
+@dataclass(eq=False, slots=True)
+class _Write:
+    work: Work
+    done: asyncio.Future[Any] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
 
 
 def database_path(home: Path) -> Path:
@@ -40,10 +65,21 @@ def database_path(home: Path) -> Path:
 class Database:
     """An open plangate database; get one with :meth:`open` and close it when done."""
 
-    def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
+    def __init__(
+        self, conn: aiosqlite.Connection, path: Path, reader: aiosqlite.Connection
+    ) -> None:
         self._conn = conn
+        # Reads go to their own connection: a WAL reader sees the last commit and never waits
+        # for the writer's batch or its fsync (a write returns only after its commit, so a read
+        # after it sees it).
+        self._reader = reader
         self._path = path
         self._lock = asyncio.Lock()
+        self._queue: list[_Write] = []
+        self._wake = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
+        self._closing = False
+        self.commits = 0  # batches committed, for the bench and tests
 
     @classmethod
     async def open(
@@ -62,19 +98,32 @@ class Database:
             await _enter_wal(conn, timeout_ms=busy_timeout_ms)
             await conn.execute("PRAGMA synchronous = FULL")
             await migrate(conn)
+            reader = await aiosqlite.connect(file, isolation_level=None)
         except BaseException:
             await conn.close()
             raise
-        return cls(conn, file)
+        try:
+            await reader.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms):d}")
+            await reader.execute("PRAGMA query_only = ON")
+        except BaseException:
+            await reader.close()
+            await conn.close()
+            raise
+        return cls(conn, file, reader)
 
     @property
     def path(self) -> Path:
         return self._path
 
     async def close(self) -> None:
-        """Close the connection; waits for a statement in flight."""
+        """Commit what is queued, stop the writer, close the connection."""
+        self._closing = True
+        self._wake.set()
+        if self._writer is not None:
+            await asyncio.gather(self._writer, return_exceptions=True)
         async with self._lock:
             await self._conn.close()
+        await self._reader.close()
 
     async def __aenter__(self) -> Database:
         return self
@@ -87,32 +136,89 @@ class Database:
     ) -> None:
         await self.close()
 
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        """A write transaction (``BEGIN IMMEDIATE``) under the lock: commit on exit, roll back
-        on any exception. The commit is the durability point."""
+    async def write(self, work: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
+        """Run ``work(conn)`` in a write transaction; durable when this returns its result.
+
+        ``work`` runs in the writer task inside a savepoint of a batch shared with other
+        writes, so it must only use ``conn`` (no other awaits that wait on this database).
+        An exception from ``work`` rolls back its own statements and is raised here; nothing of
+        it commits. Cancelling the caller does not cancel a write already taken up.
+        """
+        if self._closing:
+            raise RuntimeError("the database is closed")
+        item = _Write(work)
+        self._queue.append(item)
+        self._wake.set()
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._run_writer())
+        result: T = await asyncio.shield(item.done)
+        return result
+
+    async def _run_writer(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue:
+                batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+                await self._commit_batch(batch)
+            if self._closing:
+                return
+
+    async def _commit_batch(self, batch: list[_Write]) -> None:
+        results: list[tuple[_Write, Any, Exception | None]] = []
+        # A lone write needs no savepoint: its failure rolls back the whole transaction.
+        alone = len(batch) == 1
         async with self._lock:
+            conn = self._conn
             try:
-                await self._conn.execute("BEGIN IMMEDIATE")
-                yield self._conn
-                await self._conn.execute("COMMIT")
-            except BaseException:
-                # Not `if in_transaction: ROLLBACK`: a cancellation can land while a BEGIN is
-                # still queued in aiosqlite's thread, which would then open a transaction after
-                # the check. rollback() queues behind it and is a no-op when none is open.
-                await self._conn.rollback()
-                raise
+                await conn.execute("BEGIN IMMEDIATE")
+                for item in batch:
+                    if not alone:
+                        await conn.execute("SAVEPOINT w")
+                    try:
+                        value = await item.work(conn)
+                    except Exception as exc:
+                        if alone:
+                            await conn.rollback()
+                        else:
+                            await conn.execute("ROLLBACK TO w")
+                            await conn.execute("RELEASE w")
+                        results.append((item, None, exc))
+                    else:
+                        if not alone:
+                            await conn.execute("RELEASE w")
+                        results.append((item, value, None))
+                if conn.in_transaction:
+                    await conn.execute("COMMIT")
+                    self.commits += 1
+            except BaseException as exc:
+                # Nothing of the batch is durable: every caller hears the failure. rollback()
+                # is queued behind any statement in flight and is a no-op when none is open.
+                await conn.rollback()
+                _log.warning("plangate.storage.commit_failed writes=%d %r", len(batch), exc)
+                for item in batch:
+                    if not item.done.done():
+                        item.done.set_exception(_batch_error(exc))
+                if not isinstance(exc, Exception):
+                    raise
+                return
+        for item, value, error in results:
+            if item.done.done():
+                continue
+            if error is None:
+                item.done.set_result(value)
+            else:
+                item.done.set_exception(error)
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[aiosqlite.Connection]:
-        """The connection under the lock, for reads outside any transaction."""
-        async with self._lock:
-            yield self._conn
+        """The read connection (``query_only``): it sees what is committed, never waits for a
+        write."""
+        yield self._reader
 
     async def fetch_all(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
-        """All rows of one query, in one trip to aiosqlite's thread, under the lock."""
-        async with self._lock:
-            return list(await self._conn.execute_fetchall(sql, parameters))
+        """All rows of one query, in one trip to the read connection's thread."""
+        return list(await self._reader.execute_fetchall(sql, parameters))
 
     async def fetch_one(self, sql: str, parameters: Sequence[Any] = ()) -> Any | None:
         """The first row of one query, or ``None``."""
@@ -126,17 +232,31 @@ class Database:
 
     async def set_meta(self, key: str, value: str) -> None:
         """Set (or replace) one metadata value; durable when this returns."""
-        async with self.transaction() as conn:
+
+        async def work(conn: aiosqlite.Connection) -> None:
             await conn.execute(
                 "INSERT INTO meta (key, value) VALUES (?, ?) "
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 (key, value),
             )
 
+        await self.write(work)
+
     async def delete_meta(self, key: str) -> None:
         """Remove one metadata value; no error when it is absent."""
-        async with self.transaction() as conn:
+
+        async def work(conn: aiosqlite.Connection) -> None:
             await conn.execute("DELETE FROM meta WHERE key = ?", (key,))
+
+        await self.write(work)
+
+
+def _batch_error(exc: BaseException) -> Exception:
+    """What a caller of a failed batch hears: the error itself, or a RuntimeError for a
+    non-Exception (the writer task was cancelled)."""
+    if isinstance(exc, Exception):
+        return exc
+    return RuntimeError(f"the write was not committed: {type(exc).__name__}")
 
 
 async def _enter_wal(conn: aiosqlite.Connection, *, timeout_ms: int) -> None:

@@ -4,9 +4,12 @@ A row is ``(session_id, seq, type, at, payload)``. ``payload`` is the event's wh
 ``type`` included: the ``type`` column is there for queries, and a payload that carries its
 own discriminator goes from stored text to an event in one pydantic ``validate_json`` call.
 
-An append is one ``BEGIN IMMEDIATE`` transaction: the next ``seq`` is read under SQLite's write
-lock, so two processes on one file never hand out the same one, and a ``goal/change`` claims its
-``(goal id, revision)`` in ``goal_revisions`` in the same transaction (the compare-and-set).
+An append is one write of the database's group commit (``Database.write``): the next ``seq`` is
+read inside a ``BEGIN IMMEDIATE`` transaction, under SQLite's write lock, so two processes on one
+file never hand out the same one; a ``goal/change`` claims its ``(goal id, revision)`` in
+``goal_revisions`` in the same transaction (the compare-and-set); and the session's attention
+marks (``engine.recovery.attention_marks``) are updated with it, so start-up can ask which
+sessions need loading without reading their logs.
 """
 
 from __future__ import annotations
@@ -18,16 +21,27 @@ from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import aiosqlite
 from pydantic import ValidationError
 
 from engine.errors import AppendConflict, CorruptState
 from engine.events import SESSION_EVENT_ADAPTER, GoalChange, SessionEvent, StoredEvent
 from engine.ports import Clock, check_types
+from engine.recovery import attention_marks
 from storage.db import Database
 
 # Rows per fetch on replay: large enough that the per-fetch thread hop vanishes, small enough
 # to bound the raw text held at once.
 _FETCH_ROWS = 4096
+
+# A mark the append does not touch (NULL) keeps its stored value.
+_UPSERT_MARKS = (
+    "INSERT INTO session_marks (session_id, open_turn, live_goal, undecided) "
+    "VALUES (?, COALESCE(?, 0), COALESCE(?, 0), COALESCE(?, 0)) "
+    "ON CONFLICT (session_id) DO UPDATE SET "
+    "open_turn = COALESCE(?, open_turn), live_goal = COALESCE(?, live_goal), "
+    "undecided = COALESCE(?, undecided)"
+)
 
 _SELECT = "SELECT seq, at, payload FROM events WHERE session_id = ? AND seq > ? ORDER BY seq"
 
@@ -108,14 +122,16 @@ class SqliteEventLog:
             return []
         payloads = [(event.type, event.model_dump_json()) for event in events]
         goal_keys = [_goal_key(event) for event in events]
-        async with self._db.transaction() as conn:
+        marks = attention_marks(events)
+        at = self._clock()
+
+        async def work(conn: aiosqlite.Connection) -> int:
             # execute_fetchall: one trip to aiosqlite's thread, where execute + fetch + close
             # would be three; each trip costs more than the statement.
             rows = await conn.execute_fetchall(
                 "SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = ?", (session_id,)
             )
             last = int(next(iter(rows))[0])
-            at = self._clock()
             await conn.executemany(
                 "INSERT INTO events (session_id, seq, type, at, payload) VALUES (?, ?, ?, ?, ?)",
                 [
@@ -136,15 +152,29 @@ class SqliteEventLog:
                         claims,
                     )
                 except sqlite3.IntegrityError as exc:
-                    # The transaction rolls back as the exception leaves it: nothing commits.
+                    # The write rolls back as the exception leaves it: nothing commits.
                     raise AppendConflict(
                         f"a goal revision in this append is already taken in session "
                         f"{session_id}: {', '.join(f'{g} r{r}' for _, g, r, _ in claims)}"
                     ) from exc
+            if marks.touched:
+                await conn.execute(_UPSERT_MARKS, (session_id, *marks.row(), *marks.row()))
+            return last
+
+        last = await self._db.write(work)
         return [
             StoredEvent(session_id=session_id, seq=last + i, at=at, event=event)
             for i, event in enumerate(events, start=1)
         ]
+
+    async def needs_attention(self) -> list[str]:
+        """Sessions whose marks say start-up must load them (open turn, live goal, undecided
+        ``/plan`` or approval), in id order; one indexed query, no log is read."""
+        rows = await self._db.fetch_all(
+            "SELECT session_id FROM session_marks "
+            "WHERE open_turn OR live_goal OR undecided ORDER BY session_id"
+        )
+        return [str(row[0]) for row in rows]
 
     async def read(
         self, session_id: str, *, after_seq: int = 0, types: Collection[str] | None = None

@@ -67,6 +67,39 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     # 2: the usage meter's start-up read of today's model/usage records across all sessions.
     ("CREATE INDEX events_type_at ON events (type, at)",),
+    # 3: per-session attention marks (engine.recovery.attention_marks), kept by every append,
+    # so start-up loads only the sessions with an open turn, a live goal or an undecided
+    # /plan or approval. Backfilled from the log by the same rules.
+    (
+        """
+        CREATE TABLE session_marks (
+            session_id  TEXT PRIMARY KEY,
+            open_turn   INTEGER NOT NULL,
+            live_goal   INTEGER NOT NULL,
+            undecided   INTEGER NOT NULL
+        ) WITHOUT ROWID
+        """,
+        """
+        INSERT INTO session_marks (session_id, open_turn, live_goal, undecided)
+        SELECT s.session_id,
+            COALESCE((SELECT type = 'turn/start' FROM events
+                      WHERE session_id = s.session_id AND type IN ('turn/start', 'turn/end')
+                      ORDER BY seq DESC LIMIT 1), 0),
+            COALESCE((SELECT json_extract(payload, '$.snapshot.phase') = 'active' FROM events
+                      WHERE session_id = s.session_id AND type = 'goal/change'
+                      ORDER BY seq DESC LIMIT 1), 0),
+            COALESCE((SELECT type = 'command/run'
+                             AND json_extract(payload, '$.name') IN ('plan', 'approve')
+                      FROM events
+                      WHERE session_id = s.session_id
+                        AND (type IN ('plan/mode', 'plan/changed')
+                             OR (type = 'command/run' AND json_extract(payload, '$.name')
+                                 IN ('plan', 'approve', 'keep_planning', 'discard', 'new',
+                                     'revise')))
+                      ORDER BY seq DESC LIMIT 1), 0)
+        FROM (SELECT DISTINCT session_id FROM events) AS s
+        """,
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

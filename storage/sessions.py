@@ -49,8 +49,11 @@ class SqliteSessionStore:
     ) -> SessionRecord:
         """A new session with a uuid4 hex id; durable on return."""
         record = self._new_record(workspace=workspace, profile=profile, parent_id=parent_id)
-        async with self._db.transaction() as conn:
-            await _insert_session_locked(conn, record)
+
+        async def work(conn: aiosqlite.Connection) -> None:
+            await _insert_session(conn, record)
+
+        await self._db.write(work)
         return record
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
@@ -62,12 +65,15 @@ class SqliteSessionStore:
 
     async def bind_chat(self, chat_id: int, thread_id: int, session_id: str) -> None:
         """Point ``(chat_id, thread_id)`` at ``session_id``, replacing an earlier binding."""
-        async with self._db.transaction() as conn:
+
+        async def work(conn: aiosqlite.Connection) -> None:
             await conn.execute(
                 "INSERT INTO chat_bindings (chat_id, thread_id, session_id) VALUES (?, ?, ?) "
                 "ON CONFLICT (chat_id, thread_id) DO UPDATE SET session_id = excluded.session_id",
                 (chat_id, thread_id, session_id),
             )
+
+        await self._db.write(work)
 
     async def session_for_chat(self, chat_id: int, thread_id: int) -> str | None:
         row = await self._db.fetch_one(
@@ -87,7 +93,8 @@ class SqliteSessionStore:
         """A new session (``parent_id`` = ``session_id``) whose log is the parent's events with
         ``seq <= upto_seq`` (all when ``None``). Raises ``KeyError`` for an unknown session."""
         limit = _ALL if upto_seq is None else upto_seq
-        async with self._db.transaction() as conn:
+
+        async def work(conn: aiosqlite.Connection) -> SessionRecord:
             found = await conn.execute_fetchall(
                 "SELECT workspace, profile FROM sessions WHERE id = ?", (session_id,)
             )
@@ -95,7 +102,7 @@ class SqliteSessionStore:
             if parent is None:
                 raise KeyError(session_id)
             child = self._new_record(workspace=parent[0], profile=parent[1], parent_id=session_id)
-            await _insert_session_locked(conn, child)
+            await _insert_session(conn, child)
             await conn.execute(
                 "INSERT INTO events (session_id, seq, type, at, payload) "
                 "SELECT ?, seq, type, at, payload FROM events WHERE session_id = ? AND seq <= ?",
@@ -107,10 +114,19 @@ class SqliteSessionStore:
                 "WHERE session_id = ? AND seq <= ?",
                 (child.id, session_id, limit),
             )
-        return child
+            # The prefix's marks are not worked out here (forks are rare): the child is
+            # marked for loading when the parent has any mark row, which is never wrong.
+            await conn.execute(
+                "INSERT INTO session_marks (session_id, open_turn, live_goal, undecided) "
+                "SELECT ?, 1, 1, 1 FROM session_marks WHERE session_id = ?",
+                (child.id, session_id),
+            )
+            return child
+
+        return await self._db.write(work)
 
 
-async def _insert_session_locked(conn: aiosqlite.Connection, record: SessionRecord) -> None:
+async def _insert_session(conn: aiosqlite.Connection, record: SessionRecord) -> None:
     await conn.execute(
         "INSERT INTO sessions (id, workspace, profile, created_at, parent_id) "
         "VALUES (?, ?, ?, ?, ?)",

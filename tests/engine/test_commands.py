@@ -6,13 +6,15 @@ test queues a turn.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from engine.app import Engine
 from engine.commands import HELP_TEXT, STALE_TEXT
-from engine.events import CommandRun, TurnStart, UserMessage
+from engine.events import CommandRun, TurnEnd, TurnStart, UserMessage
 from engine.model.script import say
 from engine.model.scripted import ScriptedProvider
 from engine.plan.machine import TaskSpec
@@ -319,6 +321,45 @@ async def test_help_and_status(tmp_path: Path, quiet_model: ScriptedProvider) ->
         assert "Agent: idle" in status
 
 
+class FullDiskLog:
+    """The real log for reads; every append fails as on a full disk."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    async def append(self, session_id: str, events: Any) -> Any:
+        raise OSError("database or disk is full")
+
+    async def read(self, session_id: str, **kw: Any) -> Any:
+        return await self._inner.read(session_id, **kw)
+
+    async def needs_attention(self) -> list[str]:
+        return list(await self._inner.needs_attention())
+
+
+async def test_read_only_commands_log_in_the_background_and_a_failed_log_loses_the_reply_not(
+    tmp_path: Path, quiet_model: ScriptedProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with engine_rig(tmp_path, quiet_model) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(-1, 0)
+        for name in ("status", "help", "show_plan"):
+            assert (await engine.command(sid, name, "", actor=OWNER)).reply
+        await engine.commands.flush_logs()
+        logged = [e.event for e in await rig.storage.log.read(sid, types=["command/run"])]
+        assert [(e.name, e.actor) for e in logged if isinstance(e, CommandRun)] == [
+            ("status", OWNER),
+            ("help", OWNER),
+            ("show_plan", OWNER),
+        ]
+        engine.log = FullDiskLog(rig.storage.log)  # type: ignore[assignment]
+        outcome = await engine.command(sid, "status", "", actor=OWNER)
+        assert outcome.reply is not None and "Agent: idle" in outcome.reply
+        await engine.commands.flush_logs()
+        assert "log_failed" in caplog.text and "disk is full" in caplog.text
+        engine.log = rig.storage.log
+
+
 async def test_a_restart_disarms_a_live_goal_and_closes_an_interrupted_turn(
     tmp_path: Path, quiet_model: ScriptedProvider
 ) -> None:
@@ -339,6 +380,35 @@ async def test_a_restart_disarms_a_live_goal_and_closes_an_interrupted_turn(
         # Loading again in the same process tells nothing twice.
         await rig2.engine.session_for_chat(-1, 0)
         assert len(rig2.channel.of("notice")) == 1
+
+
+async def test_start_up_loads_only_the_sessions_with_something_to_announce(
+    tmp_path: Path, quiet_model: ScriptedProvider
+) -> None:
+    async with engine_rig(tmp_path, quiet_model) as rig:
+        sids = await asyncio.gather(*(rig.engine.session_for_chat(-100 - i, 0) for i in range(200)))
+        for sid in sids[:150]:  # sessions with a history, all closed
+            await rig.engine.command(sid, "status", "", actor=OWNER)
+            await rig.storage.log.append(
+                sid, [TurnStart(turn_id="t"), TurnEnd(turn_id="t", outcome="completed")]
+            )
+        interrupted, goal_sid, quiet = sids[3], sids[170], sids[10]
+        await rig.storage.log.append(interrupted, [TurnStart(turn_id="t-dead")])
+        await rig.engine.goals.create(goal_sid, "Keep it green", arm=False)
+    async with engine_rig(tmp_path, quiet_model) as rig2:  # the rig has run start()
+        engine = rig2.engine
+        assert engine._loaded == {interrupted, goal_sid}
+        notices = rig2.channel.of("notice")
+        assert [c.session_id for c in notices] == [interrupted]
+        # Closed now, so only the goal is left to announce.
+        engine._loaded.clear()
+        restored = await engine.start()
+        assert [r.session_id for r in restored] == [goal_sid]
+        assert engine._loaded == {goal_sid}
+        # Any other session loads when its chat speaks (the binding is already known).
+        assert await engine.session_for_chat(-110, 0) == quiet
+        await engine.command(quiet, "status", "", actor=OWNER)
+        assert quiet in engine._loaded
 
 
 async def test_fork_copies_the_log_prefix_and_the_plan_but_not_the_card(

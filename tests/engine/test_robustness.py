@@ -47,6 +47,9 @@ class FlakyLog:
     async def append(self, session_id: str, events: Sequence[SessionEvent]) -> list[StoredEvent]:
         return await self._inner.append(session_id, events)  # type: ignore[attr-defined, no-any-return]
 
+    async def needs_attention(self) -> list[str]:
+        return await self._inner.needs_attention()  # type: ignore[attr-defined, no-any-return]
+
     async def read(
         self, session_id: str, *, after_seq: int = 0, types: Collection[str] | None = None
     ) -> list[StoredEvent]:
@@ -61,6 +64,7 @@ async def test_a_session_that_fails_to_load_does_not_stop_start_up_and_loads_lat
     async with engine_rig(tmp_path, ScriptedProvider([])) as rig:
         broken = await rig.engine.session_for_chat(-1, 0)
         fine = await rig.engine.session_for_chat(-2, 0)
+        await rig.engine.goals.create(broken, "this one fails to load")
         await rig.engine.goals.create(fine, "keep going")
     async with engine_rig(tmp_path, ScriptedProvider([])) as rig:
         flaky = FlakyLog(rig.engine.log, broken)

@@ -209,6 +209,8 @@ class FakeBotApi:
         self._poll_generation = 0
         self.webhook: Webhook | None = None
         self._update_ids = itertools.count(1)
+        # Added to the dates of injected messages: lets a test say "a week later".
+        self.date_offset_s = 0
         self._query_ids = itertools.count(1)
         self._file_ids = itertools.count(1)
         self._open_queries: dict[str, tuple[int, int]] = {}
@@ -288,6 +290,11 @@ class FakeBotApi:
             "username": self.username,
         }
 
+    def renumber_updates(self, start: int) -> None:
+        """Number the next updates from ``start``, as Telegram may after a week without any
+        (its getUpdates docs): ids can go backwards."""
+        self._update_ids = itertools.count(start)
+
     def _push(self, update: dict[str, Any]) -> dict[str, Any]:
         update["update_id"] = self.last_update_id = next(self._update_ids)
         self._updates.append(update)
@@ -324,7 +331,7 @@ class FakeBotApi:
             message_id=chat.next_message_id,
             from_bot=False,
             user_id=user_id,
-            date=int(time.time()),
+            date=int(time.time()) + self.date_offset_s,
             text=text,
             html=text,
             thread_id=thread_id,

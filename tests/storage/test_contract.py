@@ -284,3 +284,29 @@ async def test_loading_a_closed_log_appends_nothing(stores: Stores) -> None:
     loaded = await load_session_events(stores.log, "s1")
     assert [e.event for e in loaded] == events
     assert await load_session_events(stores.log, "empty") == []
+
+
+async def test_needs_attention_names_open_turns_live_goals_and_undecided_commands(
+    stores: Stores,
+) -> None:
+    log = stores.log
+    await log.append("idle", [TurnStart(turn_id="t"), TurnEnd(turn_id="t", outcome="completed")])
+    await log.append("open", [TurnStart(turn_id="t"), says("hi")])
+    await log.append("open", [says("no turn mark: still open")])
+    await log.append("goal", [goal(1)])
+    await log.append("done", [goal(1)])
+    await log.append("done", [goal(2, phase="complete")])
+    await log.append("cleared", [goal(1), cleared(2)])
+    await log.append("plan", [CommandRun(name="plan", data={"target": True})])
+    await log.append("planned", [CommandRun(name="plan"), PlanMode(active=True)])
+    await log.append("approved", [CommandRun(name="approve", data={"revision": 1})])
+    await log.append("taken-back", [CommandRun(name="approve"), CommandRun(name="discard")])
+    await log.append("status", [CommandRun(name="status")])
+    # A conflicting append commits nothing, its marks included.
+    await log.append("conflict", [goal(1, phase="complete")])
+    with pytest.raises(AppendConflict):
+        await log.append("conflict", [TurnStart(turn_id="t"), goal(1)])
+    assert await log.needs_attention() == ["approved", "goal", "open", "plan"]
+    await log.append("open", [TurnEnd(turn_id="t", outcome="interrupted")])
+    await log.append("goal", [goal(2, phase="paused")])
+    assert await log.needs_attention() == ["approved", "plan"]

@@ -14,13 +14,14 @@ import aiosqlite
 import pytest
 
 from engine.errors import AppendConflict, CorruptState
-from engine.events import UserMessage
+from engine.events import CommandRun, PlanMode, TurnEnd, TurnStart, UserMessage
 from engine.recovery import load_session_events
+from engine.testing import InMemoryEventLog
 from storage.db import Database, database_path
 from storage.eventlog import SqliteEventLog
-from storage.migrations import SCHEMA_VERSION, migrate, user_version
+from storage.migrations import MIGRATIONS, SCHEMA_VERSION, migrate, user_version
 from storage.sessions import SqliteSessionStore
-from tests.storage.helpers import goal, says
+from tests.storage.helpers import cleared, goal, says
 
 
 async def test_everything_survives_close_and_reopen(tmp_path: Path) -> None:
@@ -208,3 +209,90 @@ async def test_processes_opening_a_new_file_together_all_succeed(tmp_path: Path)
         for child in children:
             _, err = await asyncio.wait_for(child.communicate(), 30)
             assert child.returncode == 0, err.decode()
+
+
+async def test_concurrent_appends_share_commits_and_a_conflict_fails_alone(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "p.db"
+    async with await Database.open(path) as db:
+        log = SqliteEventLog(db)
+        await log.append("s0", [goal(1)])
+        before = db.commits
+        appends = [log.append(f"s{i % 10}", [says(f"m{i}"), says(f"n{i}")]) for i in range(60)]
+        appends.insert(30, log.append("s0", [says("lost"), goal(1)]))  # revision 1 is taken
+        results = await asyncio.gather(*appends, return_exceptions=True)
+        assert isinstance(results.pop(30), AppendConflict)
+        # Writes that queued while a commit was in flight shared the next one.
+        assert db.commits - before < len(results)
+    async with await Database.open(path) as db:
+        log = SqliteEventLog(db)
+        for session in range(10):
+            events = await log.read(f"s{session}")
+            assert [e.seq for e in events] == list(range(1, len(events) + 1))
+            texts = {e.event.text for e in events if isinstance(e.event, UserMessage)}
+            assert "lost" not in texts
+            assert texts == {f"{p}{i}" for i in range(session, 60, 10) for p in "mn"}
+        returned = [s for r in results if isinstance(r, list) for s in r]
+        assert len(returned) == 120
+        for stored in returned:
+            assert (await log.read(stored.session_id, after_seq=stored.seq - 1))[0] == stored
+
+
+async def test_a_failing_write_in_a_batch_rolls_back_alone(tmp_path: Path) -> None:
+    async with await Database.open(tmp_path / "p.db") as db:
+
+        async def put(conn: aiosqlite.Connection, key: str) -> str:
+            await conn.execute("INSERT INTO meta (key, value) VALUES (?, 'v')", (key,))
+            return key
+
+        async def broken(conn: aiosqlite.Connection) -> None:
+            await conn.execute("INSERT INTO meta (key, value) VALUES ('half', 'v')")
+            raise ValueError("the work failed half-way")
+
+        results = await asyncio.gather(
+            db.write(lambda c: put(c, "a")),
+            db.write(broken),
+            db.write(lambda c: put(c, "b")),
+            return_exceptions=True,
+        )
+        assert results[0] == "a" and results[2] == "b"
+        assert isinstance(results[1], ValueError)
+        assert await db.get_meta("a") == "v" and await db.get_meta("b") == "v"
+        assert await db.get_meta("half") is None
+        # Alone in its batch, the same failure rolls back as well, and the next write works.
+        with pytest.raises(ValueError, match="half-way"):
+            await db.write(broken)
+        assert await db.get_meta("half") is None
+        await db.set_meta("after", "1")
+    with pytest.raises(RuntimeError, match="closed"):
+        await db.set_meta("late", "1")
+
+
+async def test_upgrading_backfills_the_attention_marks_from_the_log(tmp_path: Path) -> None:
+    logs = {
+        "idle": [TurnStart(turn_id="t"), TurnEnd(turn_id="t", outcome="completed")],
+        "open": [TurnStart(turn_id="t"), says("hi")],
+        "goal": [goal(1), says("x")],
+        "done": [goal(1), goal(2, phase="complete")],
+        "cleared": [goal(1), cleared(2)],
+        "plan": [CommandRun(name="plan", data={"target": True}), says("x")],
+        "planned": [CommandRun(name="plan"), PlanMode(active=True)],
+        "taken-back": [CommandRun(name="approve"), CommandRun(name="revise")],
+        "approved": [CommandRun(name="revise"), CommandRun(name="approve")],
+    }
+    path = tmp_path / "old.db"
+    async with aiosqlite.connect(path, isolation_level=None) as conn:
+        await migrate(conn, MIGRATIONS[:1])
+        for session, events in logs.items():
+            for seq, event in enumerate(events, start=1):
+                await conn.execute(
+                    "INSERT INTO events VALUES (?, ?, ?, 1.0, ?)",
+                    (session, seq, event.type, event.model_dump_json()),
+                )
+    fake = InMemoryEventLog()
+    for session, events in logs.items():
+        await fake.append(session, events)
+    async with await Database.open(path) as db:
+        got = await SqliteEventLog(db).needs_attention()
+    assert got == await fake.needs_attention() == ["approved", "goal", "open", "plan"]

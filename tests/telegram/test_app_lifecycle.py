@@ -46,6 +46,35 @@ async def test_repeated_updates_after_a_restart_are_dropped(
     assert [c.args[1] for c in engine.named("user_message")] == ["one", "two", "three"]
 
 
+async def test_update_ids_that_restart_lower_after_a_week_are_answered(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    engine = RecordingEngine()
+    fake_api.renumber_updates(5000)
+    async with open_db(tmp_path / "p.db") as db:
+        async with running_bot(fake_api, engine, db):
+            old = fake_api.user_message(OWNER, OWNER, "before")
+            await eventually(lambda: len(engine.named("user_message")) == 1)
+        assert await db.get_meta(LAST_UPDATE_KEY) == "5000"
+        # A week without updates: Telegram numbers anew, far below the stored watermark.
+        fake_api.date_offset_s = 7 * 86400
+        fake_api.renumber_updates(77)
+        # The old process's last update comes again first (its offset was not confirmed).
+        fake_api._updates.append({"update_id": 5000, "message": old.raw})
+        later = fake_api.user_message(OWNER, OWNER, "a week later")
+        async with running_bot(fake_api, engine, db):
+            await eventually(lambda: len(engine.named("user_message")) == 2)
+            await fake_api.drain()
+        assert await db.get_meta(LAST_UPDATE_KEY) == "77"
+        # After another restart, a re-delivery in the new numbering is dropped; the next is not.
+        fake_api._updates.append({"update_id": 77, "message": later.raw})
+        async with running_bot(fake_api, engine, db):
+            fake_api.user_message(OWNER, OWNER, "next")
+            await eventually(lambda: len(engine.named("user_message")) == 3)
+            await fake_api.drain()
+    assert [c.args[1] for c in engine.named("user_message")] == ["before", "a week later", "next"]
+
+
 async def test_groups_an_owner_adds_are_remembered_and_others_are_left(
     fake_api: FakeBotApi, tmp_path: Path
 ) -> None:

@@ -341,3 +341,36 @@ async def test_the_same_update_delivered_twice_is_handled_once(
         assert await fake_api.deliver_webhook(proxy_to=proxy) == 200
         await eventually(lambda: len(engine.named("user_message")) == 2)
     assert [c.args[1] for c in engine.named("user_message")] == ["once", "after"]
+
+
+async def test_update_ids_that_restart_lower_after_a_restart_are_handled(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    engine = RecordingEngine()
+    port = free_port()
+    proxy = f"http://127.0.0.1:{port}"
+    settings = webhook_settings(fake_api, port)
+    fake_api.renumber_updates(5000)
+    async with open_db(tmp_path / "p.db") as db:
+        async with serving(fake_api, engine, db, settings):
+            fake_api.user_message(OWNER, OWNER, "before")
+            old = fake_api.pending()[0]
+            assert await fake_api.deliver_webhook(proxy_to=proxy) == 200
+            await eventually(lambda: len(engine.named("user_message")) == 1)
+        assert await db.get_meta(LAST_UPDATE_KEY) == "5000"
+        # A week without updates: Telegram numbers anew, far below the stored watermark.
+        fake_api.date_offset_s = 7 * 86400
+        fake_api.renumber_updates(77)
+        async with serving(fake_api, engine, db, settings):
+            fake_api.user_message(OWNER, OWNER, "a week later")
+            update = fake_api.pending()[0]
+            assert update["update_id"] == 77
+            assert await fake_api.deliver_webhook(proxy_to=proxy) == 200
+            await eventually(lambda: len(engine.named("user_message")) == 2)
+            # Re-deliveries of handled updates, new numbering and old, are still dropped.
+            assert await fake_api.deliver_webhook(update, proxy_to=proxy) == 200
+            assert await fake_api.deliver_webhook(old, proxy_to=proxy) == 200
+            fake_api.user_message(OWNER, OWNER, "next")
+            assert await fake_api.deliver_webhook(proxy_to=proxy) == 200
+            await eventually(lambda: len(engine.named("user_message")) == 3)
+    assert [c.args[1] for c in engine.named("user_message")] == ["before", "a week later", "next"]

@@ -322,6 +322,7 @@ async def test_document_pin_delete(fake_api: FakeBotApi, bot: Bot) -> None:
     assert await out.delete(CHAT, card.message_id)
     assert not await out.delete(CHAT, card.message_id)
     await out.typing(CHAT)
+    await out.flush()  # typing is sent in the background
     assert fake_api.chats[CHAT].chat_actions == ["typing"]
 
 

@@ -179,11 +179,11 @@ async def test_a_group_the_owner_adds_is_known_before_its_topics_are_heard(
 # ---- the processor and the ledger on their own ---------------------------------------------
 
 
-def _message(update_id: int, chat_id: int, *, thread: int | None = None) -> Update:
+def _message(update_id: int, chat_id: int, *, thread: int | None = None, date: int = 0) -> Update:
     chat_type = "private" if chat_id > 0 else "supergroup"
     message: dict[str, Any] = {
         "message_id": update_id,
-        "date": 0,
+        "date": date,
         "chat": {"id": chat_id, "type": chat_type},
         "from": {"id": OWNER, "is_bot": False, "first_name": "O"},
         "text": "x",
@@ -351,3 +351,47 @@ def test_the_ledger_remembers_a_bounded_number_of_ids_and_never_forgets_a_waitin
 async def _until(predicate: Any) -> None:
     while not predicate():
         await asyncio.sleep(0.005)
+
+
+def _press(update_id: int) -> Update:
+    return Update.de_json(
+        {
+            "update_id": update_id,
+            "callback_query": {
+                "id": f"q{update_id}",
+                "from": {"id": OWNER, "is_bot": False, "first_name": "O"},
+                "chat_instance": "c",
+                "data": "p:x",
+            },
+        },
+        None,
+    )
+
+
+def _taken(ledger: UpdateLedger, update: Update) -> bool:
+    ledger.arrived(update)
+    return ledger.take(update)
+
+
+def test_ids_that_restart_lower_with_newer_dates_are_new_and_rebase_the_ledger() -> None:
+    week = 7 * 86400
+    old = UpdateLedger()
+    assert _taken(old, _message(5000, OWNER, date=1000))
+    ids, last = old.recent()
+    ledger = UpdateLedger()  # a restart
+    ledger.restore(5000)
+    ledger.restore_recent(ids, last)
+    assert not _taken(ledger, _message(5000, OWNER, date=1000))  # a re-delivery
+    assert not _taken(ledger, _message(4000, OWNER, date=900))  # older, forgotten: a repeat
+    assert not _taken(ledger, _press(80))  # no date of its own: judged a repeat
+    assert _taken(ledger, _message(77, OWNER, date=1000 + week))  # the new numbering
+    assert ledger.watermark == 77 and ledger.last_date == 1000 + week
+    # Rebased: the next ids of the new numbering, presses included, are new even within
+    # the same second; a re-delivery of 77 is not.
+    assert _taken(ledger, _message(78, OWNER, date=1000 + week))
+    assert _taken(ledger, _press(79))
+    assert not _taken(ledger, _message(77, OWNER, date=1000 + week))
+    assert ledger.watermark == 79
+    # Reaching an id the old numbering used: a newer date says it is new, the same one not.
+    assert not _taken(ledger, _message(5000, OWNER, date=1000))
+    assert _taken(ledger, _message(5000, OWNER, date=2000 + week))
