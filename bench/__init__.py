@@ -1,1 +1,1 @@
-"""Benchmarks, each a ratio against a bare baseline measured in the same run (DESIGN.md §11)."""
+"""Benchmarks, each a ratio against a bare baseline measured in the same run (docs/bench.md)."""

@@ -1,4 +1,4 @@
-"""Event log throughput and cold replay against bare sqlite3 (DESIGN.md §11).
+"""Event log throughput and cold replay against bare sqlite3 (docs/bench.md).
 
 Run: ``python -m bench.eventlog [--events N] [--batch B] [--repeat R] [--only PART]``.
 

@@ -1,4 +1,4 @@
-"""Extraction of a 2,000-step template-B plan against markdown-it-py's bare parse (DESIGN.md §11).
+"""Extraction of a 2,000-step template-B plan against markdown-it-py's bare parse (docs/bench.md).
 
 Run: ``python -m bench.extract [--steps N] [--repeat R]``.
 

@@ -1,4 +1,4 @@
-"""Telegram benchmarks (DESIGN.md §11): command overhead, and Bot API calls per plan change.
+"""Telegram benchmarks (docs/bench.md): command overhead, and Bot API calls per plan change.
 
 Run: ``python -m bench.telegram [--commands N] [--tasks T] [--model-delay S]``.
 

@@ -1,4 +1,4 @@
-"""Who may do what, decided before any handler runs (DESIGN.md §7, §14).
+"""Who may do what, decided before any handler runs (docs/telegram.md).
 
 ``decide`` is pure: facts about one update (``UpdateFacts``, extracted by ``facts_of``) plus
 the policy and a little state in, an ``AccessDecision`` out. ``AccessGate`` holds that state

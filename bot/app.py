@@ -160,7 +160,7 @@ def build_application(
         .base_url(api_url)
         .base_file_url(file_url(api_url))
         .rate_limiter(rate_limiter if rate_limiter is not None else AIORateLimiter())
-        .job_queue(None)  # the engine owns the one scheduler (DESIGN.md §13)
+        .job_queue(None)  # the engine owns the one scheduler (docs/architecture.md)
         .concurrent_updates(ChatLaneProcessor(max_running=MAX_RUNNING_UPDATES, ledger=ledger))
         .build()
     )

@@ -1,4 +1,4 @@
-"""Callback data for the plan and goal card buttons (DESIGN.md §7, §14).
+"""Callback data for the plan and goal card buttons (docs/telegram.md).
 
 Format: ``p:<action>:<8 chars of plan id>:<revision>`` or ``g:<action>:<8 chars of goal
 id>:<revision>``, at most 64 bytes (Telegram's limit). A tool approval button is

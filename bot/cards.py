@@ -1,4 +1,4 @@
-"""Pure builders of the plan card and the goal card (DESIGN.md §7, §14).
+"""Pure builders of the plan card and the goal card (docs/telegram.md).
 
 A card is one message: title, status, a progress bar, a window of tasks around the current
 one with counts, and the buttons for its state. Builders take plain values (the sidecar, a
@@ -23,7 +23,7 @@ from engine.plan.types import PlanSidecar, PlanTask
 
 Button = tuple[str, str]  # (label, callback data)
 
-# Labels, exactly as DESIGN.md §14 lists them.
+# Labels, exactly as docs/telegram.md lists them (tests match on them).
 APPROVE = "✅ Approve"
 KEEP_PLANNING = "✏️ Keep planning"
 DISCARD = "🗑 Discard"

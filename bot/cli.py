@@ -1,4 +1,4 @@
-"""The ``plangate`` command line: ``run``, ``demo``, ``doctor`` (DESIGN.md §9, §14).
+"""The ``plangate`` command line: ``run``, ``demo``, ``doctor`` (README.md, docs/operations.md).
 
 A bare ``plangate`` runs the bot when a token is set and the offline demo otherwise. This
 module is the composition root: the only place that knows engine, storage and bot at once.

@@ -1,4 +1,4 @@
-"""Session keys on Telegram: ``(chat_id, message_thread_id or 0)`` (DESIGN.md §3).
+"""Session keys on Telegram: ``(chat_id, message_thread_id or 0)`` (docs/architecture.md).
 
 A forum topic is its own session; the thread id counts only when the message
 ``is_topic_message`` (a reply chain in an ordinary group carries a thread id too, but it is

@@ -1,7 +1,7 @@
 """Where a session lives in Telegram: its chat key and the bot's small durable state.
 
 A session's key on Telegram is ``(chat_id, message_thread_id or 0)`` (``bot.keys``,
-DESIGN.md §3). The engine maps keys to sessions; the front end needs the reverse
+docs/architecture.md). The engine maps keys to sessions; the front end needs the reverse
 (session -> chat) to post what the agent says on its own. :class:`Routes` keeps it from the
 updates seen, in memory and in the ``meta`` table, so a restart still knows where a session's
 goal and replies go. The sidecar's ``flow`` is a second source (see ``presenter``).
@@ -14,7 +14,8 @@ Meta keys written by the Telegram front end (all prefixed ``telegram.``)::
     telegram.route.<session_id>      "<chat_id>:<thread_id>"
     telegram.goal_card.<session_id>  "<chat_id>:<message_id>" of the goal card
     telegram.review_rev.<session_id> "<plan id>:<revision>" whose text was last posted for review
-    telegram.groups                  JSON {chat_id: owner id} of groups an owner added the bot to
+    telegram.groups                  JSON sorted list of the chat ids of groups an owner added
+                                     the bot to
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Settings from the environment and ``.env`` (DESIGN.md §9, §14).
+"""Settings from the environment and ``.env`` (docs/configuration.md).
 
 Every variable has the prefix ``PLANGATE_``; the bot token may also come as
 ``TELEGRAM_BOT_TOKEN`` and the model key as ``OPENAI_API_KEY``. The process environment wins

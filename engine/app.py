@@ -1,4 +1,4 @@
-"""The engine facade: composition of the machines and the command plane (DESIGN.md §7, §8).
+"""The engine facade: composition of the machines and the command plane (docs/architecture.md).
 
 :class:`Engine` implements :class:`engine.api.EngineApi`. It owns one of each service (plan,
 goal, agent registry, round driver, scheduler) for the whole process and decides every
@@ -636,7 +636,7 @@ def build_engine(
     the_scheduler = scheduler or ApsScheduler()
 
     async def planning(session_id: str) -> bool:
-        # No goal round is dispatched while the plan is being edited (DESIGN.md §14).
+        # No goal round is dispatched while the plan is being edited (docs/goals.md).
         return await plans.state(session_id) in ("pre_init", "post_init")
 
     idle = IdleRoundWatch(goals, log, limit=config.goal_idle_rounds)

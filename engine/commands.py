@@ -1,9 +1,9 @@
-"""The command plane: every slash command and button press, decided (DESIGN.md §7, §14).
+"""The command plane: every slash command and button press, decided (docs/commands.md).
 
 Commands run without opening a model turn and are logged as ``command/run``. Each returns an
 :class:`engine.api.Outcome` that the front end renders; nothing here knows Telegram.
 
-The plan command matrix (DESIGN.md §7):
+The plan command matrix (docs/commands.md):
 
     command     NoPlan          pre-init             post-init             Active
     /plan       enter pre-init  "already planning"   "already planning"    offer Revise
@@ -168,7 +168,7 @@ class CommandPlane:
         if state == "none":
             await self.log_command(session_id, "plan", text, actor=actor, data={"target": True})
             if controller.busy:
-                # The switch commits at the next step boundary (spec/plan-goal-todo.md §2).
+                # The switch commits at the next step boundary (docs/plan-lifecycle.md).
                 controller.request_plan_mode(True)
                 reply = "Planning starts when the current step ends."
             else:
@@ -268,7 +268,7 @@ class CommandPlane:
         """``/discard`` and the confirmed Discard button: cancel the turn first, then archive.
 
         A pending approval or ``/plan`` is taken back, never committed later; the goal is
-        disarmed (DESIGN.md §14).
+        disarmed (docs/goals.md).
         """
         plans = self._e.plans
         controller = self._e.agents.controller(session_id)

@@ -1,4 +1,4 @@
-"""The session event log's vocabulary (DESIGN.md §3).
+"""The session event log's vocabulary (docs/architecture.md).
 
 Events are a pydantic discriminated union on ``type``. Storage keeps each as
 ``(session_id, seq, type, at, payload)``; :class:`StoredEvent` is that row seen by the engine.
@@ -111,7 +111,7 @@ class CommandRun(_Event):
 
 
 class PlanMode(_Event):
-    """Plan mode committed: ``active`` means Editing (DESIGN.md §14)."""
+    """Plan mode committed: ``active`` means Editing (docs/plan-lifecycle.md)."""
 
     type: Literal["plan/mode"] = "plan/mode"
     active: bool

@@ -1,4 +1,4 @@
-"""The ports the engine needs from the outside, as Protocols (DESIGN.md §1).
+"""The ports the engine needs from the outside, as Protocols (docs/architecture.md).
 
 ``storage/`` implements the stores; ``bot/`` implements the channel. The engine is tested
 against in-memory fakes of the same protocols (``engine.testing``).

@@ -1,4 +1,4 @@
-"""Projections: pure folds over a session's log (DESIGN.md §3).
+"""Projections: pure folds over a session's log (docs/architecture.md).
 
 A cold start, a resume and a fork rebuild state by the same fold. Each machine owns its fold
 (``fold_plan_mode``, ``fold_goal``, ``fold_todos``); :func:`fold_session` runs all three in one
@@ -64,7 +64,7 @@ def apply_goal_event(state: GoalSnapshot | None, event: SessionEvent) -> GoalSna
     """The current goal: the last snapshot, ``None`` after its tombstone, plus admitted rounds.
 
     A goal-source ``user/message`` of the current goal at its current revision IS the admission
-    of a round: it adds one to ``rounds_started`` without a new revision (DESIGN.md §14). A
+    of a round: it adds one to ``rounds_started`` without a new revision (docs/goals.md). A
     tombstone clears only the goal it names, so a late clear of a replaced goal cannot erase its
     successor.
     """

@@ -1,4 +1,4 @@
-"""The one scheduler interface every engine timer goes through (DESIGN.md §13).
+"""The one scheduler interface every engine timer goes through (docs/architecture.md).
 
 :class:`Scheduler` is the port; :class:`ApsScheduler` implements it on one APScheduler 3.11
 ``AsyncIOScheduler`` that the engine owns. Jobs are in memory only: a restart forgets them, which

@@ -1,4 +1,4 @@
-"""In-memory fakes of the engine's ports, for tests and the offline demo.
+"""In-memory fakes of the engine's ports, for tests and benches (the demo uses real SQLite).
 
 They keep the same contracts as ``storage/`` (one contract test runs against both).
 """

@@ -1,4 +1,4 @@
-"""The session event log in SQLite: :class:`engine.ports.EventLog` (DESIGN.md §3).
+"""The session event log in SQLite: :class:`engine.ports.EventLog` (docs/storage.md).
 
 A row is ``(session_id, seq, type, at, payload)``. ``payload`` is the event's whole JSON,
 ``type`` included: the ``type`` column is there for queries, and a payload that carries its

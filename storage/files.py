@@ -1,4 +1,4 @@
-"""Session folders and atomic file writes (DESIGN.md §4, §14).
+"""Session folders and atomic file writes (docs/plan-json-spec.md).
 
 Layout under the plangate home:
 

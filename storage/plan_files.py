@@ -1,4 +1,4 @@
-"""FilePlanStore: plan sidecars and session ``.md`` files on disk (DESIGN.md §4, §14).
+"""FilePlanStore: plan sidecars and session ``.md`` files on disk (docs/plan-json-spec.md).
 
 Files of a session live in its session folder (``storage.files.session_dir``)::
 
@@ -17,8 +17,10 @@ session never changes workspace).
 deleted, a ``.plangate_plan_<id>.legacy-done`` marker in the session folder stops the fallback
 from bringing it back.
 
-IO is synchronous inside the async methods: the files are small and every call runs under the
-plan service's per-session lock.
+The atomic writes of a save or an archive (temp file, fsync, rename, fsync the folder) run off
+the event loop in a worker thread, so a slow disk does not stall other chats; the small reads,
+the deletes and a fork's copy stay inline. Every call runs
+under the plan service's per-session lock, so one session's writes never race each other.
 """
 
 from __future__ import annotations

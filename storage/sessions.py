@@ -1,4 +1,4 @@
-"""Sessions and chat bindings in SQLite: :class:`engine.ports.SessionStore` (DESIGN.md §3).
+"""Sessions and chat bindings in SQLite: :class:`engine.ports.SessionStore` (docs/storage.md).
 
 A fork copies a prefix of the parent's log (rows and goal-revision claims, with their original
 ``seq`` and ``at``) into a new session in one transaction. Copying the plan sidecar and ``.md``

@@ -1,7 +1,7 @@
 """Adapters from the plan and goal services to the agent's ports (engine.agent.ports).
 
-:class:`PlanServiceAdapter` wraps H2's :class:`~engine.plan.service.PlanService` and its gate;
-H4's ``GoalService`` satisfies :class:`~engine.agent.ports.GoalPort` as it is.
+:class:`PlanServiceAdapter` wraps :class:`~engine.plan.service.PlanService` and its gate;
+``GoalService`` satisfies :class:`~engine.agent.ports.GoalPort` as it is.
 """
 
 from __future__ import annotations

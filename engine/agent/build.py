@@ -91,8 +91,8 @@ def build_agent(
 ) -> AgentRegistry:
     """Assemble the agent. ``extra_tools`` are the plan, todo and goal tools.
 
-    ``plan`` is a :class:`~engine.agent.ports.PlanPort` (wrap H2's ``PlanService`` in
-    :class:`engine.agent.adapters.PlanServiceAdapter`); ``goals`` is H4's ``GoalService``;
+    ``plan`` is a :class:`~engine.agent.ports.PlanPort` (wrap ``PlanService`` in
+    :class:`engine.agent.adapters.PlanServiceAdapter`); ``goals`` is the ``GoalService``;
     ``driver`` may be attached later with ``set_driver``; ``approvals`` is the owner's
     approval gate (none: every call the plan gate allows runs).
     """

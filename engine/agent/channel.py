@@ -1,4 +1,4 @@
-"""The channel the agent tells things to (DESIGN.md §1, §8, §14 "Telegram").
+"""The channel the agent tells things to (docs/agent.md, docs/telegram.md).
 
 The engine never imports Telegram: ``bot/`` implements :class:`Channel` for Telegram and the
 console demo implements it for a terminal. Every method is a notification; the agent does not

@@ -1,4 +1,4 @@
-"""The messages sent to the model, rebuilt from the log for every step (DESIGN.md §8).
+"""The messages sent to the model, rebuilt from the log for every step (docs/agent.md).
 
 Rebuilt, not re-read: a :class:`TurnSplitter` converts each event once, and the agent keeps
 one per session (``engine.agent.history``), so a step converts only the events logged since
@@ -10,7 +10,7 @@ and, once the log is over budget, a summary of older turns), then the recent tur
 The summary is extractive and deterministic: per older turn, one line with the first words of
 the user's message, the tools it used (name x count) and the first words of the agent's last
 answer. It never carries plan, goal or todo state: those come from the projections in the state
-section on every step (spec/plan-goal-todo.md §15). The budget counts characters, not tokens.
+section on every step. The budget counts characters, not tokens.
 
 Invariants the model server relies on: every assistant ``tool_calls`` entry is followed by its
 ``tool`` result (a call without one gets a synthetic interrupted result, a result without a

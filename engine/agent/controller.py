@@ -1,4 +1,4 @@
-"""Per-session controllers and their registry (DESIGN.md §8, §14).
+"""Per-session controllers and their registry (docs/agent.md).
 
 One :class:`SessionController` per session owns an inbox of queued messages, at most one
 running turn (an ``asyncio.Task`` that drains the inbox) and the process-local state: the
@@ -159,7 +159,7 @@ class SessionController:
         """Cancel the running turn, kill its bash, drop and return the queued messages.
 
         The turn is closed with ``turn/end {cancelled}`` before this returns, and the goal is
-        disarmed (DESIGN.md §14 ``/stop``). Pending plan switches still commit.
+        disarmed (as ``/stop`` does). Pending plan switches still commit.
         """
         dropped = list(self._inbox)
         self._inbox.clear()

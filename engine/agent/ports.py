@@ -1,7 +1,7 @@
 """What the agent needs from the plan and goal machines, as small Protocols.
 
 The agent does not import the plan or goal services; the composition root passes objects
-that satisfy these protocols (``engine.agent.adapters`` wraps H2's ``PlanService`` and H4's
+that satisfy these protocols (``engine.agent.adapters`` wraps ``PlanService`` and
 ``GoalService``/driver). Tests pass small fakes.
 """
 

@@ -1,9 +1,9 @@
-"""The system prompt: ordered sections (DESIGN.md §8, spec/plan-goal-todo.md §3).
+"""The system prompt: ordered sections (docs/agent.md).
 
 Each section has an order and renders text or nothing. The plan policy section (order 50) is
 present only while the plan is Editing and shows template B; the state section (order 90) is
 rendered from the projections and the live plan (plan status and checklist, goal, todos), never
-from a summary (spec/plan-goal-todo.md §15). The goal round prompt itself is the goal driver's.
+from a summary. The goal round prompt itself is the goal driver's.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Test doubles for the agent: a channel that records what it was told.
 
-Used by the engine's tests and usable by the offline demo (it prints nothing itself).
+Used by the engine's tests (the demo has its own console channel); it prints nothing itself.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One turn: ``turn/start`` -> steps -> ``turn/end`` (DESIGN.md §8).
+"""One turn: ``turn/start`` -> steps -> ``turn/end`` (docs/agent.md).
 
 A step is: the pre-step hook (pending plan switch or approval, goal-round re-validation) ->
 context built from the log -> one model call -> ``assistant/message`` and ``tool/call`` events ->

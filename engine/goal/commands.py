@@ -1,4 +1,4 @@
-"""``/goal`` for the command plane: a pure parser and one apply function (DESIGN.md §7, §14).
+"""``/goal`` for the command plane: a pure parser and one apply function (docs/goals.md).
 
     /goal                        show the goal
     /goal <objective>            create and arm (or edit the objective of a goal not complete)

@@ -1,4 +1,4 @@
-"""RoundDriver: keeps an armed goal working, one round at a time (spec §8, DESIGN.md §6, §14).
+"""RoundDriver: keeps an armed goal working, one round at a time (docs/goals.md).
 
 Per session there is at most one attempt, which moves queued -> claimed -> submitted:
 
@@ -36,7 +36,7 @@ UNCERTAIN_OUTCOMES = frozenset({"cancelled", "failed", "interrupted"})
 
 
 class RoundTarget(Protocol):
-    """The agent as the driver sees it (H7's controller implements it)."""
+    """The agent as the driver sees it (the agent registry implements it)."""
 
     def is_idle(self, session_id: str) -> bool:
         """No running turn and no queued human message."""

@@ -1,4 +1,4 @@
-"""The goal machine's pure core: replay and transitions (spec/plan-goal-todo.md §6, DESIGN.md §14).
+"""The goal machine's pure core: replay and transitions (docs/goals.md).
 
 ``fold_goal(events)`` rebuilds :class:`GoalState` from a log; ``decide(state, command, ...)``
 returns the events a command appends, or a :class:`GoalRefusal` with a stable code. Nothing here
@@ -49,7 +49,7 @@ GoalRefusalCode = Literal[
     "not-allowed",
 ]
 
-# One fixed text per code (DESIGN.md §14 "Refusals have a stable code and one fixed text").
+# One fixed text per code, so tests check codes and the owner always reads the same words.
 REFUSAL_TEXT: dict[GoalRefusalCode, str] = {
     "stale-revision": "the goal changed since this was drawn (stale revision); nothing was changed",
     "no-goal": "there is no goal in this session",

@@ -1,4 +1,4 @@
-"""GoalService: the goal machine's async shell (spec/plan-goal-todo.md §6-7, DESIGN.md §6, §14).
+"""GoalService: the goal machine's async shell (docs/goals.md).
 
 Each verb refreshes the session's goal fold from the log, decides with the pure
 :func:`engine.goal.fold.decide` under a per-session lock, appends, then notifies listeners. The
@@ -303,7 +303,7 @@ if TYPE_CHECKING:
     from engine.plan.criteria import TaskCriteriaSink
 
     def _implements_task_criteria_sink(goals: GoalService) -> TaskCriteriaSink:
-        return goals  # mypy checks that GoalService satisfies H2's port
+        return goals  # mypy checks that GoalService satisfies the plan's criteria port
 
 
 __all__ = ["DEFAULT_MAX_GOAL_ROUNDS", "GoalListener", "GoalService"]

@@ -1,4 +1,4 @@
-"""The model-facing goal tools: get_goal, create_goal, update_goal (DESIGN.md §8, spec §9).
+"""The model-facing goal tools: get_goal, create_goal, update_goal (docs/goals.md).
 
 Authority comes from ``ToolContext.source`` (the message that opened the turn), never from the
 arguments. An autonomous round (:class:`GoalRoundSource`) may read the goal, complete it or

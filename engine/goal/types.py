@@ -1,4 +1,4 @@
-"""Goal state machine types (spec/plan-goal-todo.md §6-11).
+"""Goal state machine types (docs/goals.md).
 
 A goal keeps a stable ``id`` across revisions; ``GoalRef {id, revision}`` names one exact
 version and every mutation presents one (compare-and-set).

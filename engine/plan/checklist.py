@@ -1,4 +1,4 @@
-"""Checklist operations of an Active plan, as pure transitions (spec/adr-0003 C3).
+"""Checklist operations of an Active plan, as pure transitions (docs/plan-json-spec.md).
 
 ``add_tasks`` / ``start`` / ``complete`` / ``skip`` are Active only; the last ``complete`` or
 ``skip`` (nothing pending or in progress) archives the plan. ``start`` never approves.
@@ -43,7 +43,7 @@ def add_tasks(
 ) -> Result:
     """``add_tasks`` / ``add_task``: Active only; the new tasks are ``source: agent``.
 
-    The one exception is the seed fallback (DESIGN.md §14): on an Active design plan with no
+    The one exception is the seed fallback (docs/review-fixes.md): on an Active design plan with no
     tasks at all, the model seeds the checklist, so the tasks are ``source: plan`` without
     identity and re-approval replaces them instead of carrying them.
     """

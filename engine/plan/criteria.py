@@ -1,6 +1,6 @@
 """The port through which a started task's acceptance criteria become the session goal.
 
-H4's GoalService implements it with a ``source: "task"`` goal (DESIGN.md §14). The plan
+The GoalService implements it with a ``source: "task"`` goal (docs/goals.md, task goals). The plan
 service calls ``set_task_criteria`` when a task with criteria starts and
 ``clear_task_criteria`` on complete, skip, discard, revise and abandon.
 """

@@ -1,4 +1,4 @@
-"""From approved plan Markdown to work items (spec/plan-reconciliation.md, DESIGN.md §5, §14).
+"""From approved plan Markdown to work items (docs/extraction.md).
 
 One parse (markdown-it-py, CommonMark) serves both the extractor and the template-B validator.
 Block tokens carry source line maps, so every ``work_body`` is built only from exact source

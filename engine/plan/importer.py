@@ -1,4 +1,4 @@
-"""Reading a ``plan init file_path=...`` import (inside the workspace only, DESIGN.md §12).
+"""Reading a ``plan init file_path=...`` import (inside the workspace only, docs/plan-json-spec.md).
 
 A JSON file gives tasks as a list, or as an object with a ``tasks`` list (an OpenCrabs plan
 JSON works). Any other text is read as Markdown and its work items become the tasks.

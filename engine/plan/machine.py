@@ -1,4 +1,4 @@
-"""The plan lifecycle as pure transitions (spec/adr-0003, DESIGN.md §4, §14).
+"""The plan lifecycle as pure transitions (docs/plan-lifecycle.md).
 
 Every function takes the live sidecar (or ``None`` for NoPlan), the session ``.md`` text (or
 ``None``) and one input, and returns a :class:`Transition` (the new state plus what to do with
@@ -181,7 +181,7 @@ def make_tasks(
 
 
 def init(sidecar: PlanSidecar | None, md: str | None, inp: InitInput, ctx: Context) -> Result:
-    """``plan init``: design, checklist or import, with the ADR's disambiguation rules.
+    """``plan init``: design, checklist or import, with the disambiguation rules of docs/plan-lifecycle.md.
 
     Pre-init is not live: design upgrades it, checklist and import replace it.
     """

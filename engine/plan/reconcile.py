@@ -1,6 +1,6 @@
 """Seeding a checklist from work items, and reconciling it on re-approval.
 
-Pure functions over :class:`PlanTask` values (spec/plan-reconciliation.md, DESIGN.md §5, §14).
+Pure functions over :class:`PlanTask` values (docs/extraction.md).
 Identity is strict: ``heading_path`` + ``work_body`` of a version-1 ``plan_identity``. State
 carries only across an exactly-one-to-exactly-one identity match; anything ambiguous restarts.
 """

@@ -1,4 +1,4 @@
-"""The plan service's use of H3's extraction and reconciliation (engine.plan.extract/reconcile).
+"""The plan service's use of extraction and reconciliation (engine.plan.extract/reconcile).
 
 Bundled so tests can pass their own and the service reads one object.
 """

@@ -1,4 +1,4 @@
-"""PlanService: applies the pure plan transitions under a per-session lock (DESIGN.md §3, §4).
+"""PlanService: applies the pure plan transitions under a per-session lock (docs/plan-lifecycle.md).
 
 Order of every change: decide (engine.plan.machine) -> write the sidecar and ``.md`` through
 the :class:`~engine.plan.store.PlanStore` -> append ``plan/mode`` (when Editing starts or
@@ -90,7 +90,7 @@ PlanListener = Callable[[PlanChange], Awaitable[None]]
 class PlanService:
     """The plan lifecycle of every session.
 
-    ``criteria`` receives task acceptance criteria (H4's GoalService); ``seeding`` defaults to
+    ``criteria`` receives task acceptance criteria (the GoalService); ``seeding`` defaults to
     the real extractor and reconciler. Reads are served from a per-session cache that every
     write goes through, so one process must own a session's plan files.
     """

@@ -1,6 +1,6 @@
 """The port the plan service persists through (storage/plan_files.py implements it on files).
 
-The sidecar is the plan's authority (DESIGN.md §3): the service writes it here first and
+The sidecar is the plan's authority (docs/architecture.md): the service writes it here first and
 appends ``plan/mode`` / ``plan/changed`` to the event log only after the write returned.
 """
 

@@ -1,4 +1,4 @@
-"""The ``plan`` tool: one tool, one ``op`` argument (DESIGN.md §8, spec/adr-0003 C3).
+"""The ``plan`` tool: one tool, one ``op`` argument (docs/plan-json-spec.md).
 
 Argument names are a contract: ``init {title, mode?, tasks?, file_path?}``,
 ``add_tasks {tasks}``, ``add_task {title, description?, acceptance_criteria?, dependencies?}``

@@ -1,4 +1,4 @@
-"""The plan sidecar: a superset of OpenCrabs' plan JSON (DESIGN.md §4).
+"""The plan sidecar: a superset of OpenCrabs' plan JSON (docs/plan-json-spec.md).
 
 Unknown root and task fields are kept (``extra="allow"``) and written back unchanged.
 Task ids are strings: OpenCrabs writes UUIDs; plangate mints ``"1"``, ``"2"``, ... from
@@ -17,7 +17,7 @@ TaskSource = Literal["plan", "agent"]
 
 
 class PlanIdentity(BaseModel):
-    """The strict identity of a seeded plan task (spec/plan-reconciliation.md)."""
+    """The strict identity of a seeded plan task (docs/extraction.md)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -69,7 +69,7 @@ class PlanFlow(BaseModel):
 
 
 class PlanRevising(BaseModel):
-    """An Active plan's checklist kept aside while the owner revises it (DESIGN.md §14)."""
+    """An Active plan's checklist kept aside while the owner revises it (docs/plan-lifecycle.md)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -109,7 +109,7 @@ class PlanSidecar(BaseModel):
     submitted_revision: int | None = None
 
 
-# --- derived state and the legacy load map (spec/adr-0003 "Legacy status load map") -------
+# --- derived state and the legacy load map (docs/plan-json-spec.md) -------
 
 PlanState = Literal["none", "pre_init", "post_init", "active"]
 """The derived lifecycle state: NoPlan, Editing pre-init, Editing post-init, Active."""
@@ -263,7 +263,7 @@ def encode_sidecar(sidecar: PlanSidecar) -> str:
 def derive_state(sidecar: PlanSidecar | None, *, md_exists: bool) -> PlanState:
     """NoPlan / pre-init / post-init / Active from the live sidecar and the ``.md``'s presence.
 
-    An ``.md`` next to a pre-init sidecar means post-init (DESIGN.md §14).
+    An ``.md`` next to a pre-init sidecar means post-init (docs/plan-lifecycle.md).
     """
     if sidecar is None:
         return "none"

@@ -1,4 +1,4 @@
-"""The todo machine's pure core (spec/plan-goal-todo.md §12-13).
+"""The todo machine's pure core (docs/goals.md).
 
 A todo list is a whole value: each ``todo/write`` replaces it. The standing projection is null
 before the first write and cleared by every ``turn/start`` (not by ``turn/end``), so a finished

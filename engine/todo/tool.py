@@ -1,4 +1,4 @@
-"""The ``todo_write`` tool (spec/plan-goal-todo.md §12, §14).
+"""The ``todo_write`` tool (docs/goals.md).
 
 One call sends the whole list, which replaces the last one: success appends one ``todo/write``.
 The ``allow_parallel_in_progress`` setting shapes both what the model is told and what is

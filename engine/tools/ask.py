@@ -1,7 +1,7 @@
-"""The ``ask_user`` tool: put a question to the owner and return at once (DESIGN.md §14).
+"""The ``ask_user`` tool: put a question to the owner and return at once (docs/agent.md).
 
 The question (with its options as buttons) goes to the channel; the answer arrives later as an
-ordinary user message that opens a new turn. Autonomous goal rounds may not ask (§14): nobody is
+ordinary user message that opens a new turn. Autonomous goal rounds may not ask: nobody is
 there to answer.
 """
 

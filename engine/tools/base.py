@@ -1,4 +1,4 @@
-"""What every tool is to the runtime (DESIGN.md §8).
+"""What every tool is to the runtime (docs/agent.md).
 
 A tool has a name, a JSON schema for its arguments, a concurrency answer and a ``run``. The
 runtime runs a call in parallel only when ``is_concurrency_safe(args)`` returns exactly
@@ -22,7 +22,7 @@ class ToolContext:
     workspace: Path
     turn_id: str
     # The source of the user message that opened the turn: authority is derived from it
-    # (spec/plan-goal-todo.md §9), never from the model's arguments.
+    # (docs/goals.md), never from the model's arguments.
     source: MessageSource
     extras: dict[str, Any] = field(default_factory=dict)
 

@@ -1,4 +1,4 @@
-"""ToolRuntime: runs one model batch of tool calls (DESIGN.md §8, spec/plan-goal-todo.md §14).
+"""ToolRuntime: runs one model batch of tool calls (docs/goals.md).
 
 A call runs in parallel only when its tool's ``is_concurrency_safe(args)`` returns exactly
 ``True``; a missing method, an exception or any other value (truthy included) makes it

@@ -1,4 +1,4 @@
-"""Workspace paths and locks shared by the file tools and ``bash`` (DESIGN.md §8, §14).
+"""Workspace paths and locks shared by the file tools and ``bash`` (docs/agent.md).
 
 A path is resolved (symlinks and ``..``) before it is judged, so ``../x`` and a symlink that
 points out of the workspace are both outside. Write tools and ``bash`` hold one asyncio lock

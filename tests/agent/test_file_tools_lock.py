@@ -1,4 +1,4 @@
-"""Write tools resolve their path under the workspace lock (DESIGN.md §14).
+"""Write tools resolve their path under the workspace lock (docs/agent.md).
 
 A ``bash`` holding the lock may swap a folder for a symlink that points out of the workspace;
 a write that resolved its path before waiting for the lock would then write outside.

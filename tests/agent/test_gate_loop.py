@@ -1,6 +1,6 @@
 """The plan gate through the loop, and an approval that arrives while a batch runs.
 
-Real PlanService (H2) on real files, the real plan tool, the scripted model.
+Real PlanService on real files, the real plan tool, the scripted model.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The command plane over every plan state, stale presses, /new and a restart (DESIGN.md §7, §14).
+"""The command plane over every plan state, stale presses, /new and a restart (docs/commands.md).
 
 The engine runs on real files and SQLite; the model is scripted and never reached unless a
 test queues a turn.

@@ -1,5 +1,5 @@
 """A pending /plan or approval that a dead process logged but never committed is decided on
-load, the same way it would have been (DESIGN.md §14); one that was taken back is not."""
+load, the same way it would have been (docs/plan-lifecycle.md); one that was taken back is not."""
 
 from __future__ import annotations
 

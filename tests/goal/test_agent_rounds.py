@@ -1,4 +1,4 @@
-"""The driver against H7's real agent (AgentRegistry as RoundTarget) and the scripted model."""
+"""The driver against the real agent (AgentRegistry as RoundTarget) and the scripted model."""
 
 from __future__ import annotations
 

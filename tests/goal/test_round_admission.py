@@ -1,4 +1,4 @@
-"""A goal round is validated before it is admitted (spec/plan-goal-todo §8, DESIGN.md §14).
+"""A goal round is validated before it is admitted (docs/goals.md).
 
 Admission is the goal-source ``user/message``: it counts toward the cap, so a round refused at
 its first pre-step must leave no ``user/message`` (and no ``turn/start``) behind, and the fold

@@ -1,4 +1,4 @@
-"""H2's PlanService drives GoalService as its TaskCriteriaSink (a task goal is a label)."""
+"""PlanService drives GoalService as its TaskCriteriaSink (a task goal is a label)."""
 
 from __future__ import annotations
 

@@ -99,7 +99,7 @@ class Harness:
         return await PlanTool(self.plans).run(dict(args), ctx)
 
     async def write_md(self, text: str, sid: str = SID) -> None:
-        """What write_file does for the agent, then the service hook H7 calls."""
+        """What write_file does for the agent, then the service hook the agent calls."""
         path = await self.plans.md_path(sid)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

@@ -1,4 +1,4 @@
-"""One test per rule of spec/plan-reconciliation.md and DESIGN.md §14 "Extraction".
+"""One test per extraction rule of docs/extraction.md.
 
 Each test is named after the rule it checks.
 """

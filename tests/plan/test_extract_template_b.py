@@ -1,4 +1,4 @@
-"""validate_template_b: what a plan lacks before Approve (ADR template B)."""
+"""validate_template_b: what a plan lacks before Approve (template B, docs/plan-json-spec.md)."""
 
 from __future__ import annotations
 

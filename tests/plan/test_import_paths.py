@@ -1,4 +1,4 @@
-"""Plan import reads only regular files inside the workspace (DESIGN.md §12, §14)."""
+"""Plan import reads only regular files inside the workspace (docs/plan-json-spec.md)."""
 
 from __future__ import annotations
 

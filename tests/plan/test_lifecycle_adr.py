@@ -1,7 +1,7 @@
-"""One test per "Done when" bullet of ADR-0003 phases C1-C3 and per Verification item.
+"""One test per rule of docs/plan-lifecycle.md and docs/plan-json-spec.md.
 
-Names: ``test_c1_*`` / ``test_c2_*`` / ``test_c3_*`` for the phases' Done-when lists,
-``test_verify_*`` for the Verification section.
+Names: ``test_c1_*`` for the states, pre-init and the gates, ``test_c2_*`` for the session
+``.md``, ``test_c3_*`` for the plan tool contract, ``test_verify_*`` for end-to-end checks.
 """
 
 from __future__ import annotations

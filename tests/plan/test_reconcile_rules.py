@@ -1,4 +1,4 @@
-"""One test per reconciliation rule of spec/plan-reconciliation.md and DESIGN.md §5, §14."""
+"""One test per reconciliation rule of docs/extraction.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Seed fallback (DESIGN.md §14): tasks added to an empty Active design plan are plan tasks."""
+"""Seed fallback (docs/review-fixes.md): tasks added to an empty Active design plan are plan tasks."""
 
 from __future__ import annotations
 

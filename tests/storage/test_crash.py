@@ -1,4 +1,4 @@
-"""Crash test (DESIGN.md §10): SIGKILL writers at random moments, then check on restart that
+"""Crash test (docs/storage.md): SIGKILL writers at random moments, then check on restart that
 nothing acknowledged is lost and nothing is half-written.
 
 Each round starts two child processes (tests/storage/crash_child.py) on one database and one

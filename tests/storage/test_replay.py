@@ -1,4 +1,4 @@
-"""Replay (DESIGN.md §3): a 10,000-event session folds cold to the projections it had live."""
+"""Replay (docs/storage.md): a 10,000-event session folds cold to the projections it had live."""
 
 from __future__ import annotations
 
