@@ -316,7 +316,7 @@ class AccessGate:
             return
         if not self._carry(old_chat_id, new_chat_id):
             return
-        log.info("telegram.access.migrate from=%s to=%s", old_chat_id, new_chat_id)
+        log.info("plangate.access.migrate from=%s to=%s", old_chat_id, new_chat_id)
         moving = self._moving[new_chat_id] = asyncio.Event()
         try:
             if self._on_group_added is not None:
@@ -391,7 +391,7 @@ class AccessGate:
         if moving is not None:
             await moving.wait()  # judged once the group's move to this id is complete
         d = self.decide(update, bot_id=bot.id, bot_username=bot.username)
-        log.debug("telegram.access.decision update=%s action=%s", update.update_id, d.action)
+        log.debug("plangate.access.decision update=%s action=%s", update.update_id, d.action)
         try:
             if d.action == "group_added" and chat and self._on_group_added is not None:
                 await self._on_group_added(chat.id)
@@ -409,13 +409,13 @@ class AccessGate:
                 else:
                     await update.message.reply_text(self._refusal_text, parse_mode=ParseMode.HTML)
             elif d.action == "leave" and chat is not None:
-                log.info("telegram.access.leave chat=%s", chat.id)
+                log.info("plangate.access.leave chat=%s", chat.id)
                 await bot.leave_chat(chat.id)
                 if self._on_group_gone is not None:
                     await self._on_group_gone(chat.id)
         except TelegramError as err:
             log.warning(
-                "telegram.access.action_failed action=%s error=%s", d.action, type(err).__name__
+                "plangate.access.action_failed action=%s error=%s", d.action, type(err).__name__
             )
         if not d.passes:
             raise ApplicationHandlerStop

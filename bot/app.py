@@ -219,7 +219,7 @@ def build_application(
 
     async def save_groups(chat_id: int) -> None:
         # The gate already updated its set; persist all of it (a handful of ids).
-        _log.info("telegram.app.groups_changed chat=%s", chat_id)
+        _log.info("plangate.app.groups_changed chat=%s", chat_id)
         await db_meta.set_meta(GROUPS_KEY, json.dumps(sorted(holder[0].added_groups)))
 
     async def migrate(old: int, new: int) -> None:
@@ -280,7 +280,7 @@ async def prepare(application: Application[Any, Any, Any, Any, Any, Any]) -> Non
     try:
         await application.bot.set_my_commands([BotCommand(c, d) for c, d in MENU])
     except TelegramError as err:
-        _log.warning("telegram.app.set_my_commands_failed %s", type(err).__name__)
+        _log.warning("plangate.app.set_my_commands_failed %s", type(err).__name__)
 
 
 async def announce_restored(
@@ -291,7 +291,7 @@ async def announce_restored(
     for item in restored:
         route = await bp.channel.route(item.session_id)
         if route is None:
-            _log.warning("telegram.app.restored_without_chat session=%s", item.session_id)
+            _log.warning("plangate.app.restored_without_chat session=%s", item.session_id)
             continue
         bp.presenter.restick(item.session_id, "goal", note=RESTART_NOTE)
 
@@ -339,7 +339,7 @@ async def start_webhook(updater: Updater, settings: BotSettings, webhook_url: st
     if not secret:
         # setWebhook runs on every start, so a per-run secret always matches Telegram's.
         secret = secrets.token_urlsafe(32)
-        _log.info("telegram.app.webhook_secret generated (PLANGATE_WEBHOOK_SECRET unset)")
+        _log.info("plangate.app.webhook_secret generated (PLANGATE_WEBHOOK_SECRET unset)")
     try:
         await updater.start_webhook(
             listen=host,
@@ -408,7 +408,7 @@ async def serve(
                     )
                 await application.start()
                 await announce_restored(application, restored)
-                _log.info("telegram.app.running mode=%s", "webhook" if webhook_url else "polling")
+                _log.info("plangate.app.running mode=%s", "webhook" if webhook_url else "polling")
                 await stop.wait()
             finally:
                 # No new updates; then the engine closes its turns while the chat can still

@@ -107,7 +107,7 @@ class TelegramChannel:
         flow = data.sidecar.flow if data.sidecar is not None else None
         if flow is not None and flow.chat_id is not None:
             return ChatRoute(flow.chat_id, flow.thread_id or 0)
-        _log.warning("telegram.channel.no_route session=%s", session_id)
+        _log.warning("plangate.channel.no_route session=%s", session_id)
         return None
 
     async def reply(self, session_id: str, text: str, *, reply_to: int | None) -> None:
@@ -143,7 +143,7 @@ class TelegramChannel:
         except BadRequest as err:
             if "parse entities" not in err.message:
                 raise
-            _log.warning("telegram.channel.html_refused %s", err.message)
+            _log.warning("plangate.channel.html_refused %s", err.message)
             await self._outbox.send_text(
                 route.chat_id, escape(_plain(html)), thread_id=route.thread, reply_to=reply_to
             )
@@ -329,13 +329,13 @@ class LateChannel:
         if self._target is not None:
             await self._target.reply(session_id, text, reply_to=reply_to)
         else:
-            _log.warning("telegram.channel.unbound reply session=%s", session_id)
+            _log.warning("plangate.channel.unbound reply session=%s", session_id)
 
     async def ask(self, session_id: str, question: str, options: Sequence[str]) -> None:
         if self._target is not None:
             await self._target.ask(session_id, question, options)
         else:
-            _log.warning("telegram.channel.unbound ask session=%s", session_id)
+            _log.warning("plangate.channel.unbound ask session=%s", session_id)
 
     async def typing(self, session_id: str) -> None:
         if self._target is not None:
@@ -361,13 +361,13 @@ class LateChannel:
         if self._target is not None:
             await self._target.notice(session_id, text)
         else:
-            _log.warning("telegram.channel.unbound notice session=%s", session_id)
+            _log.warning("plangate.channel.unbound notice session=%s", session_id)
 
     async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
         if self._target is not None:
             await self._target.approval_asked(session_id, view)
         else:
-            _log.warning("telegram.channel.unbound approval session=%s", session_id)
+            _log.warning("plangate.channel.unbound approval session=%s", session_id)
 
     async def approval_closed(
         self, session_id: str, view: ApprovalView, decision: ApprovalDecision

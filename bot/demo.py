@@ -1,4 +1,4 @@
-"""``plangate demo``: the whole flow offline, in the terminal (README.md; scripts: docs/providers.md).
+"""``plangate demo``: the whole flow offline, in the terminal (README.md).
 
 A console channel stands in for the chat, the scripted model for the LLM, and a temporary home
 and workspace for the real ones. The engine, the plan files, the SQLite log and the card

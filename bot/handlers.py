@@ -40,7 +40,7 @@ from bot.updates import UpdateLedger
 from engine.api import CommandName, EngineApi, Outcome
 from engine.commands import STALE_TEXT
 
-_log = logging.getLogger("plangate.app")
+_log = logging.getLogger("plangate.handlers")
 
 MAX_TOAST = 200
 SHOW_PLAN_PATTERN = re.compile(r"^/show[-_]plan(?:@([A-Za-z0-9_]{3,32}))?(?:\s|$)", re.IGNORECASE)
@@ -97,7 +97,7 @@ async def load_state(bp: BotParts) -> None:
                 date = float(data["date"]) if data.get("date") is not None else None
             except (ValueError, TypeError, KeyError) as exc:
                 # Unreadable: the watermark alone still drops every older id.
-                _log.warning("telegram.app.recent_updates_unreadable %s", exc)
+                _log.warning("plangate.handlers.recent_updates_unreadable %s", exc)
             else:
                 bp.ledger.restore_recent(ids, date)
         groups = await bp.meta.get_meta(GROUPS_KEY)
@@ -128,7 +128,7 @@ class Handlers:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # worker boundary: log, the bot goes on
-                _log.warning("telegram.app.render_failed %s: %s", type(exc).__name__, exc)
+                _log.warning("plangate.handlers.render_failed %s: %s", type(exc).__name__, exc)
 
         task = asyncio.get_running_loop().create_task(guarded())
         self.bp.tasks.add(task)
@@ -225,7 +225,7 @@ class Handlers:
         bp = self.bp
         await load_state(bp)
         if not bp.ledger.take(update):
-            _log.info("telegram.app.repeat_dropped update=%s", update.update_id)
+            _log.info("plangate.handlers.repeat_dropped update=%s", update.update_id)
             raise ApplicationHandlerStop
 
     def _update_id_advanced(self, watermark: int) -> None:
@@ -442,7 +442,7 @@ class Handlers:
         update_id = update.update_id if isinstance(update, Update) else None
         detail = "".join(traceback.format_exception(type(err), err, err.__traceback__))
         _log.error(
-            "telegram.app.error update=%s type=%s\n%s",
+            "plangate.handlers.error update=%s type=%s\n%s",
             update_id,
             type(err).__name__,
             redact(detail, self.bp.token),
@@ -479,7 +479,7 @@ async def _answer(query: Any, text: str | None, *, alert: bool) -> None:
         await query.answer(text, show_alert=alert)
     except TelegramError as err:
         # Too old or already answered: the press itself still counted.
-        _log.info("telegram.app.answer_failed %s", type(err).__name__)
+        _log.info("plangate.handlers.answer_failed %s", type(err).__name__)
 
 
 def _reply_text(outcome: Outcome) -> str | None:

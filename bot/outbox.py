@@ -328,7 +328,7 @@ class Outbox:
         try:
             ok: bool = await self._submit(chat_id, _Op(kind="delete", run=run))
         except BadRequest as err:
-            log.info("telegram.outbox.delete_refused chat=%s error=%s", chat_id, err.message)
+            log.info("plangate.outbox.delete_refused chat=%s error=%s", chat_id, err.message)
             return False
         lane.known.pop(message_id, None)
         return ok
@@ -344,7 +344,7 @@ class Outbox:
         try:
             ok: bool = await self._submit(chat_id, _Op(kind="pin", run=run))
         except BadRequest as err:
-            log.info("telegram.outbox.pin_refused chat=%s error=%s", chat_id, err.message)
+            log.info("plangate.outbox.pin_refused chat=%s error=%s", chat_id, err.message)
             return False
         return ok
 
@@ -367,7 +367,7 @@ class Outbox:
                 lane.paused_until = max(lane.paused_until, self._clock() + retry_after_s(err))
             except TelegramError as err:
                 log.info(
-                    "telegram.outbox.typing_failed chat=%s error=%s", chat_id, type(err).__name__
+                    "plangate.outbox.typing_failed chat=%s error=%s", chat_id, type(err).__name__
                 )
 
         task = asyncio.get_running_loop().create_task(send())
@@ -566,7 +566,7 @@ class Outbox:
                 pause = retry_after_s(err)
                 lane.paused_until = max(lane.paused_until, self._clock() + pause)
                 log.warning(
-                    "telegram.outbox.retry_after chat=%s kind=%s retry_after_s=%s attempt=%s",
+                    "plangate.outbox.retry_after chat=%s kind=%s retry_after_s=%s attempt=%s",
                     lane.chat_id,
                     op.kind,
                     pause,
@@ -582,7 +582,7 @@ class Outbox:
                 # arrived; sending it twice is better than losing it).
                 backoff = min(BACKOFF_MAX_S, 2.0 ** min(op.attempts - 1, 8))
                 log.warning(
-                    "telegram.outbox.network_error chat=%s kind=%s error=%s backoff_s=%s",
+                    "plangate.outbox.network_error chat=%s kind=%s error=%s backoff_s=%s",
                     lane.chat_id,
                     op.kind,
                     type(err).__name__,
@@ -610,7 +610,7 @@ class Outbox:
         # Give up once the next try could only come past the deadline.
         if max(now, lane.paused_until) - op.failing_since >= self._deadline_s:
             log.warning(
-                "telegram.outbox.gave_up chat=%s kind=%s attempts=%s error=%s",
+                "plangate.outbox.gave_up chat=%s kind=%s attempts=%s error=%s",
                 lane.chat_id,
                 op.kind,
                 op.attempts,
@@ -633,7 +633,7 @@ class Outbox:
     def _follow_migration(self, lane: _Lane, op: _Op, err: ChatMigrated) -> None:
         """The group became a supergroup: its sends go there, in order; its edits cannot."""
         new_id = int(err.new_chat_id)
-        log.info("telegram.outbox.chat_migrated from=%s to=%s", lane.chat_id, new_id)
+        log.info("plangate.outbox.chat_migrated from=%s to=%s", lane.chat_id, new_id)
         first_time = lane.chat_id not in self._moved
         self._moved[lane.chat_id] = new_id
         target = self._lane(new_id)
@@ -732,7 +732,7 @@ class Outbox:
                     self._background(self._on_edit_lost(lane.chat_id, op.message_id))
             else:
                 log.warning(
-                    "telegram.outbox.edit_refused chat=%s error=%s", lane.chat_id, err.message
+                    "plangate.outbox.edit_refused chat=%s error=%s", lane.chat_id, err.message
                 )
                 self._resolve_edit(op, EditResult("failed", err.message))
             return

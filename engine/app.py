@@ -66,7 +66,7 @@ from engine.tools.base import Tool
 from engine.tools.sandbox import SandboxSettings
 from engine.usage.meter import UsageConfig, UsageMeter
 
-_log = logging.getLogger("engine.app")
+_log = logging.getLogger("plangate.engine")
 
 PlanEnding = Literal["completed", "discarded", "abandoned"]
 # The store's archive reasons that end a plan in a way its card names; anything else discards.
@@ -295,7 +295,7 @@ class Engine:
                 await self.plans.set_flow(binding.session_id, flow)
             moved.append(binding.session_id)
         _log.info(
-            "engine.app.chat_migrated from=%s to=%s sessions=%s",
+            "plangate.engine.chat_migrated from=%s to=%s sessions=%s",
             old_chat_id,
             new_chat_id,
             len(moved),
@@ -538,7 +538,7 @@ class Engine:
                 await self.ensure_loaded(session_id)
             except Exception as exc:
                 _log.warning(
-                    "engine.app.load_failed session=%s %s: %s",
+                    "plangate.engine.load_failed session=%s %s: %s",
                     session_id,
                     type(exc).__name__,
                     exc,
@@ -571,7 +571,7 @@ class Engine:
                     safe_call("notice", self.channel.notice(session_id, text)), NOTICE_WAIT_S
                 )
             except TimeoutError:
-                _log.warning("engine.app.shutdown_notice_timeout session=%s", session_id)
+                _log.warning("plangate.engine.shutdown_notice_timeout session=%s", session_id)
 
 
 def build_engine(

@@ -29,7 +29,7 @@ from engine.usage.meter import CAP_COMMAND
 if TYPE_CHECKING:
     from engine.app import Engine
 
-_log = logging.getLogger("plangate.engine.commands")
+_log = logging.getLogger("plangate.commands")
 
 STALE_TEXT = "This card is out of date."
 # Commands that change nothing: their command/run is logged without the reply waiting for the
@@ -168,7 +168,7 @@ class CommandPlane:
         if state == "none":
             await self.log_command(session_id, "plan", text, actor=actor, data={"target": True})
             if controller.busy:
-                # The switch commits at the next step boundary (docs/plan-lifecycle.md).
+                # The switch commits at the next step boundary (docs/commands.md).
                 controller.request_plan_mode(True)
                 reply = "Planning starts when the current step ends."
             else:

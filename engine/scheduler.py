@@ -19,7 +19,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 JobFn = Callable[[], Awaitable[None]]
 
-log = logging.getLogger("engine.scheduler")
+log = logging.getLogger("plangate.scheduler")
 
 
 class Scheduler(Protocol):

@@ -46,7 +46,7 @@ MAX_BATCH = 256
 T = TypeVar("T")
 Work = Callable[[aiosqlite.Connection], Awaitable[Any]]
 
-_log = logging.getLogger("plangate.storage.db")
+_log = logging.getLogger("plangate.db")
 
 
 @dataclass(eq=False, slots=True)
@@ -195,7 +195,7 @@ class Database:
                 # Nothing of the batch is durable: every caller hears the failure. rollback()
                 # is queued behind any statement in flight and is a no-op when none is open.
                 await conn.rollback()
-                _log.warning("plangate.storage.commit_failed writes=%d %r", len(batch), exc)
+                _log.warning("plangate.db.commit_failed writes=%d %r", len(batch), exc)
                 for item in batch:
                     if not item.done.done():
                         item.done.set_exception(_batch_error(exc))

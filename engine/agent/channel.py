@@ -17,7 +17,7 @@ from engine.events import ApprovalDecision, TurnOutcome
 if TYPE_CHECKING:
     from engine.approval.service import ApprovalView
 
-_log = logging.getLogger("engine.agent.channel")
+_log = logging.getLogger("plangate.agent.channel")
 
 
 class Channel(Protocol):
@@ -82,7 +82,7 @@ async def safe_call(what: str, call: Awaitable[None]) -> None:
     try:
         await call
     except Exception as exc:  # worker boundary: a front-end failure never breaks a turn
-        _log.warning("engine.agent.channel.failed %s %s: %s", what, type(exc).__name__, exc)
+        _log.warning("plangate.agent.channel.failed %s %s: %s", what, type(exc).__name__, exc)
 
 
 __all__ = ["Channel", "safe_call"]

@@ -32,7 +32,7 @@ from engine.plan.types import PlanTask
 from engine.tools.base import ToolContext
 from engine.tools.runtime import ToolCallRequest, ToolRuntime
 
-_log = logging.getLogger("engine.agent.controller")
+_log = logging.getLogger("plangate.agent.controller")
 
 ApprovalRequest = Literal["committed", "pending", "stale"]
 # Told after every turn: (session id, the message that opened it, how it ended).
@@ -120,7 +120,7 @@ class SessionController:
         shutdown began the message is dropped (and logged): no turn may outlive the stores.
         """
         if self.closed:
-            _log.warning("engine.agent.controller.closed_drop session=%s", self.session_id)
+            _log.warning("plangate.agent.controller.closed_drop session=%s", self.session_id)
             return
         self._inbox.append(InboundMessage(text, source or HumanSource(), message_id))
         if not self.busy:
@@ -226,7 +226,7 @@ class SessionController:
             self._current = None
             raise
         except Exception as exc:  # worker boundary: log the type, keep the process alive
-            _log.exception("engine.agent.controller.drain_failed %s", type(exc).__name__)
+            _log.exception("plangate.agent.controller.drain_failed %s", type(exc).__name__)
             self._current = None
         finally:
             self._notify_idle()
@@ -345,7 +345,7 @@ class SessionController:
                 self._background.add(task)
                 task.add_done_callback(self._background.discard)
         except Exception as exc:  # the driver's failure must not kill the agent worker
-            _log.warning("engine.agent.controller.notify_idle_failed %s", type(exc).__name__)
+            _log.warning("plangate.agent.controller.notify_idle_failed %s", type(exc).__name__)
 
 
 def _cancelling(task: asyncio.Task[object] | None) -> bool:

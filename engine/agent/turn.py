@@ -46,7 +46,7 @@ from engine.tools.base import ToolContext, ToolOutcome
 from engine.tools.runtime import ToolCallRequest, ToolRuntime
 from engine.usage.ledger import BudgetRefusal, request_chars
 
-_log = logging.getLogger("engine.agent.turn")
+_log = logging.getLogger("plangate.agent.turn")
 
 CANCELLED_TOOL_TEXT = "cancelled: the user stopped the turn before this tool finished"
 
@@ -218,7 +218,7 @@ async def run_turn(
         if is_cancel:
             raise
         # A bug in a tool runtime or a store: the turn is closed, the worker goes on.
-        _log.exception("engine.agent.turn.failed %s", type(exc).__name__)
+        _log.exception("plangate.agent.turn.failed %s", type(exc).__name__)
         await safe_call(
             "notice", deps.channel.notice(session_id, f"The turn failed: {type(exc).__name__}")
         )

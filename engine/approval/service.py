@@ -51,7 +51,7 @@ from engine.ports import EventLog
 from engine.tools.base import ToolContext
 from engine.tools.runtime import ToolCallRequest
 
-_log = logging.getLogger("plangate.approval")
+_log = logging.getLogger("plangate.approval.service")
 
 DEFAULT_TIMEOUT_S = 600.0
 APPROVAL_EVENT_TYPES = frozenset({"approval/requested", "approval/decided", "approval/rule"})
@@ -363,7 +363,7 @@ class ToolApprovals:
             ],
         )
         _log.info(
-            "plangate.approval.decided session=%s tool=%s decision=%s",
+            "plangate.approval.service.decided session=%s tool=%s decision=%s",
             session_id,
             view.tool,
             decision,

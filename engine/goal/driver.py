@@ -29,7 +29,7 @@ from engine.goal.service import GoalService
 from engine.goal.types import GoalSnapshot
 from engine.scheduler import Scheduler
 
-log = logging.getLogger("engine.goal.driver")
+log = logging.getLogger("plangate.goal.driver")
 
 # Turn outcomes after which nobody knows how far the round got: the goal is disarmed.
 UNCERTAIN_OUTCOMES = frozenset({"cancelled", "failed", "interrupted"})
@@ -191,7 +191,7 @@ class RoundDriver:
         if session.job == "soon":
             session.job = None  # a date job is gone once it fired
         if session.attempt is not None:
-            log.info("goal.driver.tick_dropped session=%s", session_id)
+            log.info("plangate.goal.driver.tick_dropped session=%s", session_id)
             return
         if not self._goals.is_armed(session_id):
             return
@@ -234,7 +234,7 @@ class RoundDriver:
                     message=f"all {goal.max_goal_rounds} rounds used; raise the cap to go on",
                 )
                 if isinstance(result, GoalRefusal):
-                    log.info("goal.driver.round_limit_refused code=%s", result.code)
+                    log.info("plangate.goal.driver.round_limit_refused code=%s", result.code)
                 return
             source = GoalRoundSource(
                 goal_id=goal.id, revision=goal.revision, round=goal.rounds_started + 1
@@ -248,7 +248,7 @@ class RoundDriver:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # worker boundary: an unclassified failure never re-runs
-            log.warning("goal.driver.attempt_failed error=%s", type(exc).__name__)
+            log.warning("plangate.goal.driver.attempt_failed error=%s", type(exc).__name__)
             await self._goals.disarm(session_id)
         finally:
             if session.attempt is attempt:

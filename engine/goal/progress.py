@@ -147,7 +147,7 @@ class IdleRoundWatch:
         idle = await self.streak(session_id, goal.id)
         if idle < self.limit:
             return
-        log.info("goal.progress.blocked session=%s idle_rounds=%d", session_id, idle)
+        log.info("plangate.goal.progress.blocked session=%s idle_rounds=%d", session_id, idle)
         await self._goals.block(
             session_id,
             goal.ref,

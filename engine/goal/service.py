@@ -45,7 +45,7 @@ from engine.goal.fold import (
 from engine.goal.types import GoalRef, GoalSnapshot, GoalTombstone
 from engine.ports import Clock, EventLog
 
-log = logging.getLogger("engine.goal.service")
+log = logging.getLogger("plangate.goal.service")
 
 # Called after every committed change and every arm/disarm: (session_id, current goal or None).
 GoalListener = Callable[[str, GoalSnapshot | None], Awaitable[None] | None]
@@ -229,7 +229,7 @@ class GoalService:
         command = SetTaskGoal(task_id=task_id, title=title, criteria=tuple(criteria))
         result = await self._run(session_id, command)
         if isinstance(result, GoalRefusal):
-            log.info("goal.task_criteria.skipped code=%s", result.code)
+            log.info("plangate.goal.service.task_criteria_skipped code=%s", result.code)
 
     async def clear_task_criteria(self, session_id: str) -> None:
         """Clear the task goal, if that is what the session's goal is; a user goal stays."""
@@ -296,7 +296,7 @@ class GoalService:
                 if inspect.isawaitable(outcome):
                     await outcome
             except Exception as exc:  # a listener's failure must not undo a committed change
-                log.warning("goal.listener.failed error=%s", type(exc).__name__)
+                log.warning("plangate.goal.service.listener_failed error=%s", type(exc).__name__)
 
 
 if TYPE_CHECKING:

@@ -36,7 +36,7 @@ from engine.model.types import (
     ModelUsage,
 )
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("plangate.model.openai_provider")
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 # The SDK refuses to start without a key; local servers (vLLM, Ollama, llama.cpp) ignore it.
@@ -175,7 +175,7 @@ class OpenAIProvider:
                     ) from None
                 delay = retry_after if retry_after is not None else self._backoff(attempt)
                 log.warning(
-                    "model.openai.retry status=%s attempt=%d delay_s=%.2f",
+                    "plangate.model.openai_provider.retry status=%s attempt=%d delay_s=%.2f",
                     status,
                     attempt + 1,
                     delay,
@@ -185,7 +185,7 @@ class OpenAIProvider:
                     raise ModelError(self._unreachable(exc, attempts=attempt + 1)) from None
                 delay = self._backoff(attempt)
                 log.warning(
-                    "model.openai.retry error=%s attempt=%d delay_s=%.2f",
+                    "plangate.model.openai_provider.retry error=%s attempt=%d delay_s=%.2f",
                     type(exc).__name__,
                     attempt + 1,
                     delay,

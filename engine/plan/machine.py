@@ -181,7 +181,7 @@ def make_tasks(
 
 
 def init(sidecar: PlanSidecar | None, md: str | None, inp: InitInput, ctx: Context) -> Result:
-    """``plan init``: design, checklist or import, with the disambiguation rules of docs/plan-lifecycle.md.
+    """``plan init``: design, checklist or import, and its disambiguation (docs/plan-lifecycle.md).
 
     Pre-init is not live: design upgrades it, checklist and import replace it.
     """

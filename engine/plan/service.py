@@ -38,7 +38,7 @@ from engine.plan.types import PlanFlow, PlanSidecar, PlanState
 from engine.ports import Clock, EventLog
 from engine.projections import PlanModeState, apply_plan_mode_event
 
-_log = logging.getLogger("engine.plan.service")
+_log = logging.getLogger("plangate.plan.service")
 
 CORRUPT_NOTICE = (
     "The plan file of this session could not be read; it was moved aside to {path}. "
@@ -138,12 +138,16 @@ class PlanService:
             try:
                 await self._apply_criteria(change.session_id, effect)
             except Exception as exc:  # the plan change is committed; the label is secondary
-                _log.warning("plan.criteria.failed %s: %s", type(exc).__name__, exc)
+                _log.warning(
+                    "plangate.plan.service.criteria_failed %s: %s", type(exc).__name__, exc
+                )
             for listener in self._listeners:
                 try:
                     await listener(change)
                 except Exception as exc:  # a card redraw must never undo a committed change
-                    _log.warning("plan.listener.failed %s: %s", type(exc).__name__, exc)
+                    _log.warning(
+                        "plangate.plan.service.listener_failed %s: %s", type(exc).__name__, exc
+                    )
 
     # --- plumbing ---------------------------------------------------------------------------
 

@@ -354,9 +354,9 @@ class _Confined:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         if self.cgroup is not None and not self.cgroup.remove():
-            log.warning("bash.cgroup_left folder=%s", self.cgroup.folder)
+            log.warning("plangate.tools.bash.cgroup_left folder=%s", self.cgroup.folder)
 
 
-log = logging.getLogger("plangate.bash")
+log = logging.getLogger("plangate.tools.bash")
 
 __all__ = ["BashLimits", "BashTool", "PlanViewSource", "kill_process_group"]

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 from engine.tools.base import Tool, ToolContext, ToolOutcome
 from engine.tools.schema import check_schema
 
-log = logging.getLogger("engine.tools.runtime")
+log = logging.getLogger("plangate.tools.runtime")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +90,9 @@ class ToolRuntime:
         try:
             answer = method(call.arguments)
         except Exception as exc:
-            log.info("tools.runtime.concurrency_check_failed tool=%s error=%s", call.name, exc)
+            log.info(
+                "plangate.tools.runtime.concurrency_check_failed tool=%s error=%s", call.name, exc
+            )
             return False
         return answer is True
 
@@ -149,7 +151,9 @@ class ToolRuntime:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a broken gate denies: fail closed
-                log.warning("tools.runtime.gate_failed tool=%s error=%s", call.name, type(exc))
+                log.warning(
+                    "plangate.tools.runtime.gate_failed tool=%s error=%s", call.name, type(exc)
+                )
                 denied = "the tool gate failed; the call was not run"
             if denied is not None:
                 return ToolOutcome(content=denied, is_error=True)
@@ -158,7 +162,7 @@ class ToolRuntime:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # worker boundary: the model sees the failure, the turn goes on
-            log.warning("tools.runtime.tool_failed tool=%s error=%s", call.name, type(exc))
+            log.warning("plangate.tools.runtime.tool_failed tool=%s error=%s", call.name, type(exc))
             return _error(f"{call.name} failed: {type(exc).__name__}: {exc}")
         if not isinstance(outcome, ToolOutcome):
             return _error(f"{call.name} returned no result")

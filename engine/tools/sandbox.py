@@ -24,7 +24,7 @@ from pathlib import Path
 
 from engine.tools.workspace import is_within, real_path
 
-log = logging.getLogger("plangate.sandbox")
+log = logging.getLogger("plangate.tools.sandbox")
 
 # System folders mounted read-only (a symlink such as /bin -> usr/bin is recreated as a link).
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
@@ -269,7 +269,7 @@ class PidsCgroup:
             folder.mkdir()
             (folder / "pids.max").write_text(str(max_processes))
         except OSError as exc:
-            log.warning("sandbox.cgroup_failed folder=%s error=%s", folder, exc)
+            log.warning("plangate.tools.sandbox.cgroup_failed folder=%s error=%s", folder, exc)
             with contextlib.suppress(OSError):
                 folder.rmdir()
             return None

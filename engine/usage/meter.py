@@ -172,7 +172,7 @@ class UsageMeter:
         )
         if refusal is not None:
             log.info(
-                "usage.refused session=%s kind=%s used=%d estimate=%d limit=%d",
+                "plangate.usage.meter.refused session=%s kind=%s used=%d estimate=%d limit=%d",
                 session_id,
                 refusal.kind,
                 refusal.used,

@@ -17,7 +17,7 @@ TASK_B = "6f1c8a52-3b7e-4d2a-9a51-0c2b9e7d1a02"
 
 
 def opencrabs_plan(status: str) -> dict[str, Any]:
-    """Every sidecar field of docs/plan-json-spec.md as OpenCrabs writes it, plus unknown root and task fields."""
+    """Every sidecar field (docs/plan-json-spec.md) as OpenCrabs writes it, plus unknown fields."""
     return {
         "id": "0b7e6f2c-1d3a-4c5b-8e9f-a1b2c3d4e5f6",
         "session_id": SID,

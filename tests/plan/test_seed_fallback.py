@@ -1,4 +1,4 @@
-"""Seed fallback (docs/review-fixes.md): tasks added to an empty Active design plan are plan tasks."""
+"""Seed fallback (docs/review-fixes.md): tasks added to an empty Active design plan: plan tasks."""
 
 from __future__ import annotations
 

@@ -122,11 +122,23 @@ async def test_the_error_handler_logs_the_type_without_the_token(
             raise RuntimeError(f"boom with {fake_api.token} inside")
 
     engine = Exploding()
-    caplog.set_level(logging.ERROR, logger="telegram.app")
-    async with open_db(tmp_path / "p.db") as db, running_bot(fake_api, engine, db):
-        fake_api.user_message(OWNER, OWNER, "/status")
-        await eventually(lambda: any("telegram.app.error" in r.message for r in caplog.records))
-        await eventually(lambda: len(fake_api.bot_messages(OWNER)) == 1)
+    caplog.set_level(logging.ERROR, logger="plangate.handlers")
+    # Quieting python-telegram-bot's own tree must not quiet plangate's loggers.
+    library = logging.getLogger("telegram")
+    before = library.level
+    library.setLevel(logging.CRITICAL)
+    try:
+        async with open_db(tmp_path / "p.db") as db, running_bot(fake_api, engine, db):
+            fake_api.user_message(OWNER, OWNER, "/status")
+            await eventually(
+                lambda: any(
+                    r.name == "plangate.handlers" and "plangate.handlers.error" in r.message
+                    for r in caplog.records
+                )
+            )
+            await eventually(lambda: len(fake_api.bot_messages(OWNER)) == 1)
+    finally:
+        library.setLevel(before)
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "type=RuntimeError" in text
     assert fake_api.token not in text and "TEST-token" not in text
