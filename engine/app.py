@@ -48,6 +48,7 @@ from engine.recovery import close_interrupted_turn
 from engine.scheduler import ApsScheduler, Scheduler
 from engine.todo.tool import TodoWriteTool
 from engine.tools.base import Tool
+from engine.tools.files import FileLimits
 
 _log = logging.getLogger("engine.app")
 
@@ -100,6 +101,8 @@ class EngineConfig:
     max_goal_rounds: int = 20
     todo_parallel: bool = True
     max_steps: int = 50
+    # Caps of the file tools (grep's deadline among them); the defaults suit a real bot.
+    file_limits: FileLimits | None = None
 
 
 class Engine:
@@ -449,6 +452,7 @@ def build_engine(
         goals=goals,
         extra_tools=tools,
         settings=AgentSettings(max_steps=config.max_steps),
+        file_limits=config.file_limits,
     )
     the_scheduler = scheduler or ApsScheduler()
 

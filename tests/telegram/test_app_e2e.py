@@ -25,6 +25,7 @@ from engine.model.openai_provider import OpenAIProvider
 from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
 from engine.model.types import ModelProvider, ModelReply
+from engine.tools.files import FileLimits
 from storage.open import Storage, open_storage
 from tests.engine.helpers import EXECUTION, GREET_PY, PLAN_MD, PLANNING, settle
 from tests.fakebot.server import FakeBotApi, FakeMessage
@@ -49,6 +50,7 @@ async def live_bot(
     *,
     max_goal_rounds: int = 20,
     model: ModelProvider | None = None,
+    file_limits: FileLimits | None = None,
 ) -> AsyncIterator[Live]:
     """The real engine over real storage, wired to the real application on the fake API."""
     workspace = tmp_path / "work"
@@ -69,7 +71,9 @@ async def live_bot(
         plan_store=storage.plan_store,
         model=model,
         channel=slot,
-        config=EngineConfig(workspace=workspace, max_goal_rounds=max_goal_rounds),
+        config=EngineConfig(
+            workspace=workspace, max_goal_rounds=max_goal_rounds, file_limits=file_limits
+        ),
     )
     try:
         async with running_bot(api, engine, storage.db, channel_slot=slot) as app:

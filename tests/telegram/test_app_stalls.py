@@ -1,0 +1,89 @@
+"""One chat's bad input must not stall the bot: while it is handled, /status elsewhere answers.
+
+The real engine over real files and SQLite, the real PTB Application on the fake Bot API. The
+model is gated on its first call so the /status update is already waiting when the bad tool call
+starts: a frozen event loop would then answer it only after the freeze.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from pathlib import Path
+
+from engine.model.script import ScriptedCall, ScriptStep, say
+from engine.tools.files import FileLimits
+from tests.fakebot.server import FakeBotApi
+from tests.telegram.app_support import GROUP, OWNER, eventually
+from tests.telegram.test_app_e2e import GatedProvider, live_bot
+
+# The one timing bound these tests allow: a frozen loop answers after seconds, or never.
+STATUS_WITHIN_S = 2.0
+
+
+def _grep_step(pattern: str, *, times: int = 1) -> ScriptStep:
+    calls = tuple(ScriptedCall("grep", {"pattern": pattern}) for _ in range(times))
+    return ScriptStep(tool_calls=calls)
+
+
+async def _status_latency(fake_api: FakeBotApi, model: GatedProvider) -> float:
+    """Queue /status in the group, release the gated model call, time the answer."""
+    await asyncio.wait_for(model.entered.wait(), 10)
+    loop = asyncio.get_running_loop()
+    before = len(fake_api.bot_messages(GROUP))
+    started = loop.time()
+    fake_api.user_message(GROUP, OWNER, "/status")
+    model.release.set()  # the bad tool call starts now, with /status already waiting
+    await eventually(lambda: len(fake_api.bot_messages(GROUP)) > before, timeout_s=60)
+    return loop.time() - started
+
+
+async def test_a_runaway_regex_is_stopped_and_status_answers_meanwhile(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    # ^(a+)+$ backtracks 2^n steps on n a's and a b: seconds here, for ever at forty.
+    (work / "a.txt").write_text("a" * 27 + "b\n", encoding="utf-8")
+    model = GatedProvider(
+        [_grep_step("^(a+)+$"), say("The search was stopped.", expect="grep stopped after")],
+        gate_at=1,
+    )
+    limits = FileLimits(grep_timeout_s=4.0)
+    async with live_bot(fake_api, tmp_path, [], model=model, file_limits=limits):
+        fake_api.user_message(OWNER, OWNER, "find the runs of a")
+        latency = await _status_latency(fake_api, model)
+        assert model.calls == 1  # answered while the search was still running
+        await eventually(
+            lambda: any("was stopped" in m.text for m in fake_api.bot_messages(OWNER)),
+            timeout_s=20,
+        )
+    assert latency < STATUS_WITHIN_S
+
+
+async def test_a_fifo_in_the_workspace_does_not_block_six_parallel_greps(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    fifo = work / "pipe"
+    os.mkfifo(fifo)
+    (work / "notes.txt").write_text("the needle\n", encoding="utf-8")
+    model = GatedProvider(
+        [_grep_step("needle", times=6), say("Found it.", expect="notes.txt:1: the needle")],
+        gate_at=1,
+    )
+    try:
+        async with live_bot(fake_api, tmp_path, [], model=model):
+            fake_api.user_message(OWNER, OWNER, "where is the needle?")
+            latency = await _status_latency(fake_api, model)
+            await eventually(
+                lambda: any("Found it." in m.text for m in fake_api.bot_messages(OWNER)),
+                timeout_s=20,
+            )
+    finally:
+        # Without the fix, readers sit in open() on the FIFO: a writer lets them go.
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert latency < STATUS_WITHIN_S
