@@ -34,7 +34,7 @@ from telegram import Bot, Message
 
 from bot import cards
 from bot.outbox import Outbox
-from bot.render import escape, markdown_to_html, split_html
+from bot.render import escape, messages_or_document
 from bot.routes import ChatRoute, MetaStore, Routes, goal_card_key, review_rev_key
 from engine.api import EngineApi, GoalCardData, GoalCardState, PlanCardData, PlanCardState
 
@@ -369,8 +369,8 @@ class CardPresenter:
         """Post the plan text for review; returns the ids of the messages sent."""
         if not markdown.strip():
             return []
-        chunks = split_html(markdown_to_html(markdown))
-        if len(chunks) > MAX_REVIEW_MESSAGES:
+        chunks = await messages_or_document(markdown, max_messages=MAX_REVIEW_MESSAGES)
+        if chunks is None:
             msg: Message = await self._outbox.send_document(
                 route.chat_id,
                 markdown.encode("utf-8"),
