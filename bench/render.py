@@ -20,7 +20,7 @@ from pathlib import Path
 
 from bot.render import markdown_to_html, split_html
 
-_WORDS = "the quick brown fox jumps over a lazy dog and runs far".split()
+_WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "runs", "far"]
 _ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -48,7 +48,8 @@ def _best(fn: Callable[[], object], repeat: int) -> float:
 
 
 def _default_corpus() -> Path | None:
-    for candidate in (_ROOT.parent / "shared" / "corpus", _ROOT.parent.parent / "shared" / "corpus"):
+    for up in (_ROOT.parent, _ROOT.parent.parent):  # beside the checkout, or a worktree's
+        candidate = up / "shared" / "corpus"
         if candidate.is_dir():
             return candidate
     return None
@@ -79,8 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     if len(sizes) > 1:
         lo, hi = sizes[0], sizes[-1]
         print(
-            f"split({hi}) / split({lo}) = {split_ms[hi] / split_ms[lo]:.1f} "
-            f"(linear: {hi / lo:.1f})"
+            f"split({hi}) / split({lo}) = {split_ms[hi] / split_ms[lo]:.1f} (linear: {hi / lo:.1f})"
         )
 
     corpus = opts.corpus or _default_corpus()

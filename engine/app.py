@@ -46,6 +46,7 @@ from engine.plan.types import PlanFlow, PlanSidecar
 from engine.ports import Clock, EventLog, SessionStore
 from engine.recovery import close_interrupted_turn
 from engine.scheduler import ApsScheduler, Scheduler
+from engine.text import clean_text
 from engine.todo.tool import TodoWriteTool
 from engine.tools.base import Tool
 from engine.tools.files import FileLimits
@@ -258,7 +259,7 @@ class Engine:
         """Queue a message for the agent and return at once (never waits for the turn)."""
         await self.ensure_loaded(session_id)
         self.commands.submit_text(
-            session_id, text, actor=actor, message_id=message_id, feedback=feedback
+            session_id, clean_text(text), actor=actor, message_id=message_id, feedback=feedback
         )
 
     async def command(
@@ -266,7 +267,7 @@ class Engine:
     ) -> Outcome:
         """Run a command in the command plane (logged as ``command/run``; opens no turn)."""
         await self.ensure_loaded(session_id)
-        return await self.commands.run(session_id, name, args, actor=actor)
+        return await self.commands.run(session_id, name, clean_text(args), actor=actor)
 
     async def press(
         self,

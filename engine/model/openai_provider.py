@@ -29,6 +29,7 @@ import openai
 
 from engine.errors import ConfigError
 from engine.model.types import ModelAuthError, ModelError, ModelReply, ModelToolCall
+from engine.text import clean_text, clean_value
 
 log = logging.getLogger(__name__)
 
@@ -226,6 +227,7 @@ def parse_completion(response: Any) -> ModelReply:
 
     Argument text that is not a JSON object becomes ``arguments={}`` with the text kept in
     ``raw_arguments``; a missing call id gets a stable one so the conversation stays valid.
+    Text is cleaned of lone surrogates (``engine.text``): the event log could not store it.
     """
     choices = getattr(response, "choices", None)
     if not choices:
@@ -240,13 +242,13 @@ def parse_completion(response: Any) -> ModelReply:
         arguments, raw_kept = _parse_arguments(raw)
         calls.append(
             ModelToolCall(
-                id=tool_call.id or f"call_{index}",
-                name=function.name or "",
-                arguments=arguments,
-                raw_arguments=raw_kept,
+                id=clean_text(tool_call.id or f"call_{index}"),
+                name=clean_text(function.name or ""),
+                arguments=clean_value(arguments),
+                raw_arguments=clean_text(raw_kept),
             )
         )
-    return ModelReply(text=message.content or "", tool_calls=tuple(calls))
+    return ModelReply(text=clean_text(message.content or ""), tool_calls=tuple(calls))
 
 
 def _parse_arguments(raw: str) -> tuple[dict[str, Any], str]:

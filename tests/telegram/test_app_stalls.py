@@ -87,3 +87,62 @@ async def test_a_fifo_in_the_workspace_does_not_block_six_parallel_greps(
         with contextlib.suppress(OSError):
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
     assert latency < STATUS_WITHIN_S
+
+
+async def test_a_ten_megabyte_reply_goes_as_a_document_and_status_answers_meanwhile(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    huge = "\n\n".join(
+        f"Paragraph {i}: " + "lorem ipsum dolor sit amet " * 20 for i in range(19_000)
+    )
+    assert len(huge) > 10_000_000
+    model = GatedProvider([say(huge)], gate_at=1)
+    async with live_bot(fake_api, tmp_path, [], model=model):
+        fake_api.user_message(OWNER, OWNER, "write me a novel")
+        latency = await _status_latency(fake_api, model)
+        await eventually(
+            lambda: any(m.document is not None for m in fake_api.bot_messages(OWNER)),
+            timeout_s=30,
+        )
+    sent = [m for m in fake_api.bot_messages(OWNER) if m.document is not None]
+    assert len(sent) == 1 and sent[0].document is not None
+    assert sent[0].document["file_name"] == "reply.md"
+    assert sent[0].text.startswith("Paragraph 0: lorem")  # the caption: its opening
+    texts = [m for m in fake_api.bot_messages(OWNER) if m.document is None]
+    assert not [m for m in texts if m.text.startswith("Paragraph")]  # no wall of messages
+    assert latency < STATUS_WITHIN_S
+
+
+async def test_lone_surrogates_are_replaced_and_the_turn_is_answered(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    # Over the real openai SDK: JSON carries "\ud800" as an escape, which decodes to a lone
+    # surrogate that UTF-8 (the event log, SQLite, Telegram) cannot encode.
+    script = [say("Done \ud800 here.", expect="hello \ufffd there")]
+    async with live_bot(fake_api, tmp_path, script):
+        fake_api.user_message(OWNER, OWNER, "hello \udc00 there")
+        await eventually(
+            lambda: any("Done" in m.text for m in fake_api.bot_messages(OWNER)), timeout_s=20
+        )
+    assert [m.text for m in fake_api.bot_messages(OWNER) if "Done" in m.text] == [
+        "Done \ufffd here."
+    ]
+
+
+async def test_a_reply_of_only_link_definitions_is_split_and_delivered(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    # Link definitions render to nothing: the reply falls back to its source text, which must
+    # be split like any other (9 KB in one message is refused as too long).
+    defs = "\n".join(f"[ref{i}]: https://example.com/docs/page-{i}" for i in range(240))
+    assert 9_000 < len(defs) < 5 * 4096
+    async with live_bot(fake_api, tmp_path, [say(defs)]):
+        fake_api.user_message(OWNER, OWNER, "list the references")
+        await eventually(
+            lambda: any("ref239" in m.text for m in fake_api.bot_messages(OWNER)), timeout_s=20
+        )
+    parts = [m.text for m in fake_api.bot_messages(OWNER) if "[ref" in m.text]
+    assert len(parts) >= 3
+    assert all(len(p) <= 4096 for p in parts)
+    lines = [line for part in parts for line in part.splitlines() if line]
+    assert lines == defs.split("\n")  # every line, once, in order
