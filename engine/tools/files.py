@@ -310,6 +310,7 @@ async def _search(request: dict[str, Any], timeout_s: float) -> ToolOutcome:
     try:
         child = await asyncio.create_subprocess_exec(
             sys.executable,
+            "-S",  # the search needs the standard library only: skip site-packages start-up
             "-m",
             "engine.tools.search",
             stdin=asyncio.subprocess.PIPE,
@@ -335,7 +336,7 @@ async def _search(request: dict[str, Any], timeout_s: float) -> ToolOutcome:
             elif "error" in item:
                 problem = str(item["error"])
 
-    timed_out = False
+    timed_out = finished = False
     try:
         child.stdin.write(json.dumps(request).encode("utf-8"))
         with contextlib.suppress(ConnectionError):
@@ -343,10 +344,13 @@ async def _search(request: dict[str, Any], timeout_s: float) -> ToolOutcome:
         child.stdin.close()
         try:
             await asyncio.wait_for(collect(child.stdout), timeout_s)
+            finished = True
         except TimeoutError:
             timed_out = True
     finally:
-        if child.returncode is None:
+        # Not after a normal end: kill() polls, and reaping the child there leaves asyncio's
+        # watcher an unknown pid (a spurious warning and exit code 255).
+        if not finished and child.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 child.kill()
         await child.wait()
