@@ -148,7 +148,9 @@ class TelegramChannel:
             )
         # Only the first message is shown: render no more than it can hold, off the loop.
         shown_text = question[: 2 * TELEGRAM_TEXT_LIMIT]
-        html = "❓ " + (await asyncio.to_thread(markdown_messages, shown_text))[0]
+        # The mark takes 2 of the message's units; a blank question shows as the mark alone.
+        chunks = await asyncio.to_thread(markdown_messages, shown_text, TELEGRAM_TEXT_LIMIT - 2)
+        html = "❓ " + (chunks[0] if chunks else "")
         msg = await self._outbox.send_text(
             route.chat_id, html, thread_id=route.thread, reply_markup=markup
         )
