@@ -4,9 +4,9 @@ Handler map (groups run in order; a group's first matching handler runs)::
 
     group -2  TypeHandler(Update)        drop repeats: update ids already processed (ledger)
     group -1  AccessGate (bot.access)     who may do what; leaves groups; refusals, alerts
-    group  0  CommandHandler plan execute discard goal stop new status help start(=help)
+    group  0  CommandHandler plan execute discard goal stop new status usage help start(=help)
               MessageHandler /show-plan, /show_plan, /show-plan@bot (one regex)
-              CallbackQueryHandler ^[pg]:  plan and goal card buttons -> engine.press
+              CallbackQueryHandler ^[pga]: plan, goal and tool approval buttons -> engine.press
               CallbackQueryHandler ^q:     ask_user option buttons -> the owner's message
               MessageHandler text          to the agent (engine.user_message)
     errors    one handler: logs the error type, token redacted
@@ -74,6 +74,7 @@ MENU: tuple[tuple[str, str], ...] = (
     ("stop", "Stop the running turn"),
     ("new", "Start a fresh session"),
     ("status", "What the agent is doing"),
+    ("usage", "Tokens and cost: today, this session, the goal"),
     ("help", "How to use plangate"),
 )
 # CommandHandler names -> engine command names (/start behaves as /help).
@@ -84,6 +85,7 @@ COMMANDS: tuple[tuple[str, CommandName], ...] = (
     ("goal", "goal"),
     ("stop", "stop"),
     ("status", "status"),
+    ("usage", "usage"),
     ("help", "help"),
     ("start", "help"),
 )
@@ -167,7 +169,9 @@ def build_application(
         routes,
         db_meta,
         edit_interval_s=float(getattr(settings, "flow_edit_interval", 1.5)),
+        group_edit_interval_s=getattr(settings, "flow_group_edit_interval", None),
         bot=application.bot,
+        pin=getattr(settings, "pin_cards", "auto"),
     )
     channel = TelegramChannel(engine, outbox, presenter, routes)
     if channel_slot is not None:
@@ -233,7 +237,7 @@ def build_application(
     application.add_handler(
         MessageHandler(filters.Regex(SHOW_PLAN_PATTERN) & filters.TEXT, h.show_plan)
     )
-    application.add_handler(CallbackQueryHandler(h.press, pattern=r"^[pg]:"))
+    application.add_handler(CallbackQueryHandler(h.press, pattern=r"^[pga]:"))
     application.add_handler(CallbackQueryHandler(h.option, pattern=QUESTION_PATTERN))
     application.add_handler(CallbackQueryHandler(h.unknown_press))
     application.add_handler(MessageHandler(filters.TEXT & ~filters.COMMAND, h.text))

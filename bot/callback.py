@@ -1,7 +1,9 @@
 """Callback data for the plan and goal card buttons (DESIGN.md §7, §14).
 
 Format: ``p:<action>:<8 chars of plan id>:<revision>`` or ``g:<action>:<8 chars of goal
-id>:<revision>``, at most 64 bytes (Telegram's limit). A press counts only when the short
+id>:<revision>``, at most 64 bytes (Telegram's limit). A tool approval button is
+``a:<once|session|deny|rule>:<8 chars of the request id>:0``: a request has no revisions, it
+is open or closed, and its id names exactly one tool call. A press counts only when the short
 id and the revision match the live plan or goal; :func:`decode` only checks the shape, so a
 forged or malformed string decodes to ``None`` and is never acted on.
 """
@@ -12,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-CallbackKind = Literal["p", "g"]
+CallbackKind = Literal["p", "g", "a"]
 
 MAX_CALLBACK_BYTES = 64
 SHORT_ID_LEN = 8
@@ -24,8 +26,17 @@ PLAN_DISCARD = "discard"
 PLAN_DISCARD_YES = "discard_yes"
 PLAN_REVISE = "revise"
 PLAN_CANCEL = "cancel"
+PLAN_RESUME = "resume"
 PLAN_ACTIONS = frozenset(
-    {PLAN_APPROVE, PLAN_KEEP, PLAN_DISCARD, PLAN_DISCARD_YES, PLAN_REVISE, PLAN_CANCEL}
+    {
+        PLAN_APPROVE,
+        PLAN_KEEP,
+        PLAN_DISCARD,
+        PLAN_DISCARD_YES,
+        PLAN_REVISE,
+        PLAN_CANCEL,
+        PLAN_RESUME,
+    }
 )
 
 # Goal card actions.
@@ -39,10 +50,18 @@ GOAL_ACTIONS = frozenset(
     {GOAL_PAUSE, GOAL_RESUME, GOAL_START, GOAL_CLEAR, GOAL_CLEAR_YES, GOAL_CANCEL}
 )
 
-_ACTIONS: dict[str, frozenset[str]] = {"p": PLAN_ACTIONS, "g": GOAL_ACTIONS}
+# Tool approval actions; ``rule`` is the Allow button of a call denied in an unattended turn.
+APPROVAL_ONCE = "once"
+APPROVAL_SESSION = "session"
+APPROVAL_DENY = "deny"
+APPROVAL_RULE = "rule"
+APPROVAL_ACTIONS = frozenset({APPROVAL_ONCE, APPROVAL_SESSION, APPROVAL_DENY, APPROVAL_RULE})
+
+_ACTIONS: dict[str, frozenset[str]] = {"p": PLAN_ACTIONS, "g": GOAL_ACTIONS, "a": APPROVAL_ACTIONS}
+_KINDS: dict[str, CallbackKind] = {"p": "p", "g": "g", "a": "a"}
 # Ids are uuid hex (or uuid text with dashes); a revision is a non-negative int without
 # leading zeros so that one revision has exactly one encoding.
-_PATTERN = re.compile(r"(p|g):([a-z_]{1,16}):([0-9A-Za-z_-]{1,8}):(0|[1-9][0-9]{0,17})")
+_PATTERN = re.compile(r"(p|g|a):([a-z_]{1,16}):([0-9A-Za-z_-]{1,8}):(0|[1-9][0-9]{0,17})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +99,9 @@ def decode(data: str | None) -> CallbackData | None:
     if m is None:
         return None
     kind, action, sid, rev = m.groups()
-    if action not in _ACTIONS[kind]:
+    if action not in _ACTIONS[kind] or (kind == "a" and rev != "0"):
         return None
-    return CallbackData(
-        kind="p" if kind == "p" else "g", action=action, short_id=sid, revision=int(rev)
-    )
+    return CallbackData(kind=_KINDS[kind], action=action, short_id=sid, revision=int(rev))
 
 
 def plan_data(action: str, plan_id: str, revision: int) -> str:
@@ -95,3 +112,8 @@ def plan_data(action: str, plan_id: str, revision: int) -> str:
 def goal_data(action: str, goal_id: str, revision: int) -> str:
     """Callback data for a goal card button."""
     return encode("g", action, goal_id, revision)
+
+
+def approval_data(action: str, request_id: str) -> str:
+    """Callback data for a tool approval button (revision 0: a request is open or closed)."""
+    return encode("a", action, request_id, 0)

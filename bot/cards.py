@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup
 
 from bot import callback as cb
-from bot.render import TELEGRAM_TEXT_LIMIT, escape, utf16_len
+from bot.render import TELEGRAM_TEXT_LIMIT, escape, markdown_to_html, utf16_len
 from engine.api import PlanCardState
 from engine.goal.types import GoalSnapshot
+from engine.plan.extract import extract_work_items
 from engine.plan.types import PlanSidecar, PlanTask
 
 Button = tuple[str, str]  # (label, callback data)
@@ -70,10 +71,11 @@ def to_markup(view: CardView) -> InlineKeyboardMarkup | None:
 
 _PLAN_STATUS: dict[PlanCardState, str] = {
     "none": "No plan",
-    "planning": "Planning — nothing written yet",
+    "planning": "Planning — exploring the project; nothing is changed",
     "written": "Planning — writing the plan",
     "review": "Ready for review",
     "active": "In progress",
+    "paused": "Paused",
     "revise_offer": "In progress — revise the plan?",
     "confirm_discard": "Discard this plan?",
     "done": "Done",
@@ -151,8 +153,10 @@ def _plan_buttons(
             (b(APPROVE, cb.PLAN_APPROVE),),
             (b(KEEP_PLANNING, cb.PLAN_KEEP), b(DISCARD, cb.PLAN_DISCARD)),
         )
-    if state == "active":
-        return ((b(DISCARD, cb.PLAN_DISCARD),),)
+    if state in ("planning", "written", "active"):
+        return ((b(DISCARD, cb.PLAN_DISCARD),),)  # a live plan always offers Discard
+    if state == "paused":
+        return ((b(RESUME, cb.PLAN_RESUME), b(DISCARD, cb.PLAN_DISCARD)),)
     if state == "revise_offer":
         return ((b(REVISE, cb.PLAN_REVISE), b(CANCEL, cb.PLAN_CANCEL)),)
     if state == "confirm_discard":
@@ -161,18 +165,30 @@ def _plan_buttons(
 
 
 def build_plan_card(
-    sidecar: PlanSidecar | None, state: PlanCardState, *, note: str | None = None
+    sidecar: PlanSidecar | None,
+    state: PlanCardState,
+    *,
+    note: str | None = None,
+    markdown: str | None = None,
+    attached: bool = False,
 ) -> CardView:
-    """The plan card for this sidecar in this state; ``note`` is one extra line of plain text."""
+    """The plan card for this sidecar in this state; ``note`` is one extra line of plain text.
+
+    In review the card carries the plan itself (``markdown``, rendered) when it fits one
+    message; otherwise (or with ``attached``: the ``.md`` went as a document) it lists the
+    plan's steps with their Done when lines.
+    """
     if sidecar is None or state == "none":
         return CardView(_fit(["📋 <b>No plan</b>"], note) or "No plan")
-    title = _clip_units(sidecar.title or "Untitled plan", 400)
+    title = _clip_units(sidecar.title or "New plan", 400)
     status = _PLAN_STATUS[state]
     if sidecar.revising is not None and sidecar.status == "Editing":
         status = "Revising — " + status[0].lower() + status[1:]
     head = [f"📋 <b>{title}</b>", f"<i>{escape(status)}</i>"]
     tasks = sidecar.tasks
     buttons = _plan_buttons(state, sidecar.id, sidecar.revision)
+    if state in ("review", "confirm_discard") and markdown and not tasks:
+        return CardView(_review_text(head, markdown, note, attached=attached), buttons)
     if not tasks:
         body = ["", "No checklist yet: /execute seeds it."] if sidecar.status == "Active" else []
         return CardView(_fit(head + body, note) or escape("Plan card too long."), buttons)
@@ -187,9 +203,54 @@ def build_plan_card(
     return CardView(_fit(head, note) or escape("Plan card too long to show."), buttons)
 
 
+def review_fits(sidecar: PlanSidecar, markdown: str, note: str | None = None) -> bool:
+    """True when the whole plan text fits on the review card (no document needed)."""
+    if len(markdown) > 8 * TELEGRAM_TEXT_LIMIT:
+        return False  # cannot fit; rendering megabytes here would hold the event loop
+    head = [f"📋 <b>{_clip_units(sidecar.title or 'New plan', 400)}</b>", "<i>x</i>"]
+    return _fit([*head, "", _plan_body(markdown)], note) is not None
+
+
+def _plan_body(markdown: str) -> str:
+    """The plan's Markdown as card HTML, its leading ``# Title`` left to the card's head."""
+    lines = markdown.strip().splitlines()
+    if lines and lines[0].startswith("# "):
+        lines = lines[1:]
+    return markdown_to_html("\n".join(lines).strip())
+
+
+def _review_text(head: list[str], markdown: str, note: str | None, *, attached: bool) -> str:
+    if not attached:
+        whole = _fit([*head, "", _plan_body(markdown)], note)
+        if whole is not None:
+            return whole
+    # Too long for one message: the .md document carries the text, the card the steps.
+    steps = [(item.title, item.acceptance_criteria) for item in extract_work_items(markdown)]
+    lines = [*head, "", "<i>The whole plan is attached as plan.md.</i>", ""]
+    for limit in (len(steps), 40, 20, 10, 5, 0):
+        shown: list[str] = []
+        for i, (step, criteria) in enumerate(steps[:limit], start=1):
+            shown.append(f"{i}. {_clip(step)}")
+            shown.extend(f"   <i>Done when: {_clip(c)}</i>" for c in criteria[:2])
+        if limit < len(steps):
+            shown.append(f"<i>… {len(steps) - limit} more steps</i>")
+        text = _fit([*lines, *shown], note)
+        if text is not None:
+            return text
+    return _fit(head, note) or escape("Plan card too long to show.")
+
+
 # ---- goal card -------------------------------------------------------------------------
 
 _GOAL_PHASE = {"active": "Active", "paused": "Paused", "blocked": "Blocked", "complete": "Complete"}
+# What the owner does about each blocked code (docs/goals.md has the same table).
+_BLOCKED_FIX = {
+    "round-limit": "Raise the cap with /goal rounds N, then Resume.",
+    "budget-limit": "Raise the budget with /goal budget 500k (or the daily cap with /usage cap), "
+    "then Resume.",
+    "no-progress": "Send a hint or sharpen the objective, then Resume.",
+    "needs-approval": "Allow the command, then Resume.",
+}
 
 
 def _goal_buttons(
@@ -222,8 +283,10 @@ def build_goal_card(
     armed: bool,
     confirm_clear: bool = False,
     note: str | None = None,
+    tokens_used: int = 0,
 ) -> CardView:
-    """The goal card: objective, phase (and whether it runs now), rounds, buttons."""
+    """The goal card: objective, phase (and whether it runs now), rounds and tokens against
+    the budget, why it is blocked and the fix, buttons."""
     if goal is None:
         return CardView(_fit(["🎯 <b>No goal</b>"], note) or "No goal")
     phase = _GOAL_PHASE[goal.phase]
@@ -236,13 +299,18 @@ def build_goal_card(
         lines.append("<i>Clear this goal?</i>")
     lines.append(_clip_units(goal.objective, 2000))
     if goal.source != "task":
+        budget = f" / {goal.token_budget:,}" if goal.token_budget else ""
         lines.append(
             f"Rounds {progress_bar(goal.rounds_started, goal.max_goal_rounds)}"
+            + f" · tokens {tokens_used:,}{budget}"
             + (f" · every {_every(goal.schedule_s)}" if goal.schedule_s else "")
         )
     if goal.blocked is not None:
         code, message = _clip(goal.blocked.code, 40), _clip_units(goal.blocked.message, 500)
         lines.append(f"⚠️ {code}: {message}")
+        fix = _BLOCKED_FIX.get(goal.blocked.code)
+        if fix is not None:
+            lines.append(f"<i>{escape(fix)}</i>")
     text = _fit(lines, note) or escape("Goal card too long to show.")
     return CardView(text, _goal_buttons(goal, armed=armed, confirm_clear=confirm_clear))
 

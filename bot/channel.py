@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup
 from telegram.error import BadRequest
 
+from bot import callback as cb
 from bot.outbox import Outbox
 from bot.presenter import CardPresenter
 from bot.render import (
@@ -33,19 +34,39 @@ from bot.render import (
     escape,
     markdown_messages,
     messages_or_document,
+    utf16_len,
 )
 from bot.routes import ChatRoute, Routes
 from engine.agent.channel import Channel
 from engine.api import EngineApi
-from engine.events import TurnOutcome
+from engine.approval.service import ApprovalView
+from engine.events import ApprovalDecision, TurnOutcome
 
-_log = logging.getLogger("telegram.channel")
+_log = logging.getLogger("plangate.channel")
 
 QUESTION_KIND = "q"
 QUESTION_PATTERN = r"^q:[0-9a-f]{8}:[0-9]{1,2}$"
 _QUESTION = re.compile(QUESTION_PATTERN)
 MAX_OPTION_LABEL = 60
 MAX_OPTIONS = 10
+# Approval buttons and the way a request ended, as the message shows it.
+ALLOW_ONCE = "✅ Allow once"
+ALLOW_SESSION = "♾ Allow for this session"
+DENY = "⛔ Deny"
+_CLOSED = {
+    "once": "✅ Allowed once.",
+    "session": "✅ Allowed for this session.",
+    "deny": "⛔ Denied.",
+    "timeout": "⌛ Nobody answered in time: denied.",
+    "stopped": "⏹ Stopped: denied.",
+    "interrupted": "Interrupted by a restart: denied.",
+    "unattended": "Not run.",
+}
+# The most of a command an approval message shows, in UTF-16 units of HTML (the rest is cut,
+# marked with …), so the message with its diff stays under Telegram's 4,096.
+MAX_COMMAND_SHOWN = 1200
+# A write's diff longer than this (escaped) goes as a .patch document above the message.
+MAX_DIFF_SHOWN = 2500
 # A reply longer than this many messages is sent as one reply.md document.
 MAX_REPLY_MESSAGES = 5
 # Telegram shows "typing" for about 5 s; asking again sooner only spends API calls. In a
@@ -81,6 +102,8 @@ class TelegramChannel:
         self._routes = routes
         self._questions: dict[str, Question] = {}
         self._typing_at: dict[str, float] = {}
+        # Approval messages on screen, by request id: where to say how they ended.
+        self._approvals: dict[str, tuple[int, int, str]] = {}
 
     async def route(self, session_id: str) -> ChatRoute | None:
         """Where the session lives: the routes seen, else the plan sidecar's ``flow``."""
@@ -120,9 +143,10 @@ class TelegramChannel:
     async def _send(self, route: ChatRoute, html: str, *, reply_to: int | None) -> None:
         """Send HTML; if Telegram cannot parse it (a renderer bug), send it as plain text."""
         try:
-            await self._outbox.send_text(
+            sent = await self._outbox.send_text(
                 route.chat_id, html, thread_id=route.thread, reply_to=reply_to
             )
+            self._presenter.saw_message(route.chat_id, sent.message_id)
         except BadRequest as err:
             if "parse entities" not in err.message:
                 raise
@@ -199,6 +223,72 @@ class TelegramChannel:
         """Redraw the goal card (coalesced)."""
         self._presenter.refresh(session_id, "goal")
 
+    async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
+        """Post one approval message: the tool, the command and the buttons.
+
+        A waiting call gets Allow once / Allow for this session (when a rule can allow the
+        command) / Deny; a call denied in an unattended turn gets one Allow button that adds
+        the rule. The plan card redraws to show "waiting for you".
+        """
+        route = await self.route(session_id)
+        if route is None:
+            return
+        code = f"<pre>{_escaped_within(view.command or view.tool, MAX_COMMAND_SHOWN)}</pre>"
+        if view.diff:
+            code += await self._diff_html(route, view)
+        rows: list[list[InlineKeyboardButton]] = []
+        if view.unattended:
+            html_text = (
+                f"🔐 <b>{escape(view.tool)} was not run</b>: it needs your approval, and this "
+                f"turn had nobody to ask (a goal round or an unattended checklist turn).\n{code}"
+            )
+            if view.rule:
+                label = _label(f"✅ Allow “{view.rule_text}” for this session")
+                rows.append([_button(label, cb.APPROVAL_RULE, view)])
+        else:
+            html_text = f"🔐 <b>Allow {escape(view.tool)}?</b>\n{code}"
+            first = [_button(ALLOW_ONCE, cb.APPROVAL_ONCE, view)]
+            if view.rule:
+                first.append(_button(ALLOW_SESSION, cb.APPROVAL_SESSION, view))
+            rows = [first, [_button(DENY, cb.APPROVAL_DENY, view)]]
+        markup = InlineKeyboardMarkup(rows) if rows else None
+        msg = await self._outbox.send_text(
+            route.chat_id, html_text, thread_id=route.thread, reply_markup=markup
+        )
+        if not view.unattended:
+            self._approvals[view.request_id] = (route.chat_id, msg.message_id, html_text)
+        self._presenter.refresh(session_id, "plan")
+
+    async def _diff_html(self, route: ChatRoute, view: ApprovalView) -> str:
+        """The diff inline when short; else sent as a ``.patch`` document and named here."""
+        diff = view.diff or ""
+        inline = escape(diff)
+        if utf16_len(inline) <= MAX_DIFF_SHOWN:
+            return f'\n<pre><code class="language-diff">{inline}</code></pre>'
+        name = (view.command.rsplit("/", 1)[-1].split(" ")[-1] or "change") + ".patch"
+        await self._outbox.send_document(
+            route.chat_id,
+            diff.encode("utf-8"),
+            name,
+            caption_html=escape(f"The change {view.command} would make"),
+            thread_id=route.thread,
+        )
+        return f"\nThe diff ({diff.count(chr(10))} lines) is attached above as {escape(name)}."
+
+    async def approval_closed(
+        self, session_id: str, view: ApprovalView, decision: ApprovalDecision
+    ) -> None:
+        """Say on the approval message how it ended; its buttons go."""
+        self._presenter.refresh(session_id, "plan")
+        found = self._approvals.pop(view.request_id, None)
+        if found is None:
+            return
+        chat_id, message_id, html_text = found
+        ended = _CLOSED.get(decision, "Closed.")
+        if decision == "session" and view.rule:
+            ended = f"✅ Allowed for this session: {escape(view.rule_text)}"
+        self._outbox.edit(chat_id, message_id, f"{html_text}\n<i>{ended}</i>", reply_markup=None)
+
     async def notice(self, session_id: str, text: str) -> None:
         """A short system line, in italics."""
         route = await self.route(session_id)
@@ -216,6 +306,19 @@ def _first_words(text: str, limit: int) -> str:
 
 def _plain(html_text: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", html_text))
+
+
+def _escaped_within(text: str, max_units: int) -> str:
+    """``text`` escaped, cut (marked with …) so the HTML is at most ``max_units`` UTF-16 units."""
+    out, limit = escape(text), len(text)
+    while utf16_len(out) > max_units and limit > 1:
+        limit = limit * 3 // 4
+        out = escape(text[:limit]) + "…"
+    return out
+
+
+def _button(label: str, action: str, view: ApprovalView) -> InlineKeyboardButton:
+    return InlineKeyboardButton(label, callback_data=cb.approval_data(action, view.request_id))
 
 
 def _label(option: str) -> str:
@@ -270,6 +373,18 @@ class LateChannel:
             await self._target.notice(session_id, text)
         else:
             _log.warning("telegram.channel.unbound notice session=%s", session_id)
+
+    async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
+        if self._target is not None:
+            await self._target.approval_asked(session_id, view)
+        else:
+            _log.warning("telegram.channel.unbound approval session=%s", session_id)
+
+    async def approval_closed(
+        self, session_id: str, view: ApprovalView, decision: ApprovalDecision
+    ) -> None:
+        if self._target is not None:
+            await self._target.approval_closed(session_id, view, decision)
 
 
 __all__ = ["QUESTION_PATTERN", "LateChannel", "Question", "TelegramChannel"]

@@ -20,7 +20,8 @@ from bot.presenter import goal_view, plan_view
 from bot.render import markdown_to_html
 from engine.api import Outcome
 from engine.app import Engine, EngineConfig, build_engine
-from engine.events import TurnOutcome
+from engine.approval.service import ApprovalView
+from engine.events import ApprovalDecision, TurnOutcome
 from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
 from storage.open import open_storage
@@ -131,6 +132,14 @@ class ConsoleChannel:
     async def notice(self, session_id: str, text: str) -> None:
         self.line("plangate", f"ℹ️ {text}")
 
+    async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
+        self.line("plangate", f"🔐 allow {view.tool}? {view.command}")
+
+    async def approval_closed(
+        self, session_id: str, view: ApprovalView, decision: ApprovalDecision
+    ) -> None:
+        self.line("plangate", f"🔐 {view.tool}: {decision}")
+
     def _card(self, who: str, text: str, buttons: Sequence[Sequence[object]], *, last: str) -> None:
         labels = "  ".join(f"[{b[0]}]" for row in buttons for b in row)  # type: ignore[index]
         shown = html_to_text(text) + (f"\n{labels}" if labels else "")
@@ -167,7 +176,10 @@ async def run_demo(out: TextIO = sys.stdout) -> int:
             plan_store=storage.plan_store,
             model=ScriptedProvider(demo_script()),
             channel=channel,
-            config=EngineConfig(workspace=workspace, max_goal_rounds=3),
+            # The demo's checklist and goal round run unattended: its one command is allowed.
+            config=EngineConfig(
+                workspace=workspace, max_goal_rounds=3, allow_bash=(("python3", "test_greet.py"),)
+            ),
         )
         holder.append(engine)
         await engine.start()

@@ -1,4 +1,4 @@
-"""``plangate doctor``: check the settings, the folders, the token and the model.
+"""``plangate doctor``: check the settings, the folders, the sandbox, the token and the model.
 
 Each check prints one line: ``ok`` or what is wrong and how to fix it. The exit code is 0 only
 when every check passed.
@@ -6,6 +6,7 @@ when every check passed.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import tempfile
@@ -17,10 +18,11 @@ from telegram import Bot
 from telegram.error import InvalidToken, NetworkError, TelegramError
 
 from bot.app import file_url
-from bot.runner import model_from_settings
+from bot.runner import model_from_settings, sandbox_settings
 from bot.settings import Settings, load_settings, run_problems
 from engine.errors import ConfigError
 from engine.model.types import ModelError
+from engine.tools.sandbox import probe
 
 
 def _writable(folder: Path) -> str | None:
@@ -81,6 +83,31 @@ async def check_model(settings: Settings) -> tuple[bool, str]:
     return True, f"model: ok, {status}"
 
 
+def check_sandbox(settings: Settings) -> tuple[bool, str]:
+    """Whether bash's bubblewrap sandbox works here, and which limits bind."""
+    sandbox = sandbox_settings(settings)
+    if not sandbox.enabled:
+        return True, (
+            "sandbox: off (PLANGATE_SANDBOX=off): bash runs unconfined; remove the setting "
+            "to confine it"
+        )
+    status = probe(sandbox, refresh=True)
+    if status.problem is not None:
+        return False, f"sandbox: {status.problem}"
+    network = "on" if sandbox.network else "off"
+    limits = {
+        "cgroup": "processes capped by a pids cgroup",
+        "rlimit": "processes capped by RLIMIT_NPROC",
+        "none": "processes NOT capped",
+    }[status.process_limit]
+    line = (
+        f"sandbox: ok, bubblewrap works; network {network}, memory {sandbox.memory_mb} MB, {limits}"
+    )
+    if status.notes:
+        return False, f"{line}; {'; '.join(status.notes)}"
+    return True, line
+
+
 async def run_doctor(
     out: TextIO = sys.stdout, *, load: Callable[[], Settings] = load_settings
 ) -> int:
@@ -106,6 +133,7 @@ async def run_doctor(
         results.append((False, f"workspace {workspace}: not writable by this user"))
     else:
         results.append((True, f"workspace {workspace}: ok"))
+    results.append(await asyncio.to_thread(check_sandbox, settings))
     results.append(await check_telegram(settings))
     results.append(await check_model(settings))
     for _, line in results:

@@ -33,7 +33,7 @@ from bot.updates import UpdateLedger
 from engine.api import CommandName, EngineApi, Outcome
 from engine.commands import STALE_TEXT
 
-_log = logging.getLogger("telegram.app")
+_log = logging.getLogger("plangate.app")
 
 MAX_TOAST = 200
 SHOW_PLAN_PATTERN = re.compile(r"^/show[-_]plan(?:@([A-Za-z0-9_]{3,32}))?(?:\s|$)", re.IGNORECASE)
@@ -157,7 +157,8 @@ class Handlers:
             self.bp.gate.expect_reply(key, actor)
         text = _reply_text(outcome) if with_reply else None
         if text is None:
-            self._cards(session_id, outcome)
+            # No words: the card itself is the answer (to the command, when there is one).
+            self._cards(session_id, outcome, reply_to=reply_to)
             self.bp.presenter.release(session_id)
             return
 
@@ -182,16 +183,16 @@ class Handlers:
 
         self._spawn(deliver())
 
-    def _cards(self, session_id: str, outcome: Outcome) -> None:
+    def _cards(self, session_id: str, outcome: Outcome, *, reply_to: int | None = None) -> None:
         p = self.bp.presenter
         if outcome.plan_card == "restick":
-            p.restick(session_id, "plan", state=outcome.plan_card_state)
+            p.restick(session_id, "plan", reply_to=reply_to)
         elif outcome.plan_card == "refresh":
-            p.refresh(session_id, "plan", state=outcome.plan_card_state)
+            p.refresh(session_id, "plan", interactive=True)
         if outcome.goal_card == "restick":
-            p.restick(session_id, "goal", state=outcome.goal_card_state)
+            p.restick(session_id, "goal")
         elif outcome.goal_card == "refresh":
-            p.refresh(session_id, "goal", state=outcome.goal_card_state)
+            p.refresh(session_id, "goal", interactive=True)
 
     # ---- group -2 ----------------------------------------------------------------------
 
@@ -248,6 +249,7 @@ class Handlers:
             return
         key = message_key(msg)
         session_id = await self._session(key)
+        self.bp.presenter.saw_message(key[0], msg.message_id)
         args = _command_args(msg.text or "")
         actor = user.id if user and self._is_owner(update) else None
         outcome = await self._decide(
@@ -296,7 +298,7 @@ class Handlers:
     # ---- buttons -----------------------------------------------------------------------
 
     async def press(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        """A plan or goal card button: decode, engine.press, answer, redraw."""
+        """A plan, goal or tool approval button: decode, engine.press, answer, redraw."""
         query = update.callback_query
         key = update_key(update)
         if query is None:
@@ -306,6 +308,7 @@ class Handlers:
             await self._stale(update)
             return
         session_id = await self._session(key)
+        pressed = query.message.message_id if isinstance(query.message, Message) else None
         outcome = await self._decide(
             session_id,
             self.bp.engine.press(
@@ -315,12 +318,16 @@ class Handlers:
                 short_id=data.short_id,
                 revision=data.revision,
                 actor=query.from_user.id,
+                message_id=pressed,
             ),
         )
         reply = _reply_text(outcome)
         toast = outcome.reply if outcome.reply and len(outcome.reply) <= MAX_TOAST else None
         as_message = reply is not None and (outcome.await_feedback or toast is None)
         await _answer(query, None if as_message else toast, alert=outcome.alert)
+        if data.kind == "a" and not outcome.stale:
+            # An approval message is used once; its close (or this) takes the buttons away.
+            self._strip_pressed(query.message)
         if outcome.stale:
             # Take the dead buttons away; if it was the live card, the redraw restores it.
             self._strip_pressed(query.message)
@@ -387,6 +394,7 @@ class Handlers:
         feedback = bool(decision and decision.feedback)
         key = message_key(msg)
         session_id = await self._session(key)
+        self.bp.presenter.saw_message(key[0], msg.message_id)
         text = _strip_mention(msg.text, context.bot.username or "")
         if not text:
             return

@@ -1,19 +1,22 @@
 """The plan card and the goal card on Telegram: one live message each per session.
 
-The presenter draws a card from ``engine.plan_card()`` / ``engine.goal_card()`` with
-``bot.cards`` and delivers it through the outbox:
+The presenter draws what the engine says (``engine.plan_card()`` / ``engine.goal_card()``)
+with ``bot.cards`` and delivers it through the outbox; it keeps no card state of its own,
+only where the cards are:
 
-- one card message per session, edited in place; the plan card's id lives in the sidecar's
-  ``flow`` (``engine.set_plan_flow``), the goal card's in the meta table, so a restart keeps
-  editing the same message;
-- refreshes are coalesced: at most one draw per card per ``edit_interval_s``, and the draw
-  reads the engine at draw time, so the last state is always the one delivered; an unchanged
-  text and keyboard makes no call (the outbox compares);
-- "message to edit not found" reposts the card;
-- restick = a new card at the bottom, the old card's keyboard stripped, the new one pinned
-  where allowed;
-- when the plan card enters review, the plan text goes first (rendered and split, or as a
-  ``.md`` document when long), then the card is posted under it.
+- one card message per plan, edited in place from ``/plan`` to Done; its id is written to the
+  sidecar's ``flow`` (``engine.set_plan_flow``) the moment Telegram returns it, before any
+  other call for that card, so every later drawing (the final Done included) edits it and a
+  restart keeps editing it; the goal card's id lives in the meta table;
+- in review the card carries the plan itself; a plan too long for one message goes once per
+  revision as the ``.md`` document (a reply to the card) and the card lists the steps;
+- refreshes are coalesced: at most one draw per card per ``edit_interval_s``, reading the
+  engine at draw time, so the last state is always the one delivered; an unchanged text and
+  keyboard makes no call (the outbox compares);
+- the card is posted anew only on restick (``/plan``, ``/show-plan``), when it has scrolled
+  far up as a plan enters review (``REPOST_AFTER_MESSAGES``), or when its message is gone;
+  the old message keeps a "moved below" line and no buttons;
+- pinning is a setting (``pin``: ``auto`` pins in private chats only).
 
 Every public verb returns at once and works in a background task; :meth:`flush` waits for
 them (tests, shutdown). Failures are logged, never raised into a handler.
@@ -23,26 +26,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast, get_args
+from typing import Any, Literal
 
-from telegram import Bot, Message
+from telegram import Bot, InlineKeyboardMarkup, Message
 
 from bot import cards
-from bot.outbox import Outbox
-from bot.render import escape, messages_or_document
+from bot.outbox import EditResult, Outbox
+from bot.render import escape
 from bot.routes import ChatRoute, MetaStore, Routes, goal_card_key, review_rev_key
-from engine.api import EngineApi, GoalCardData, GoalCardState, PlanCardData, PlanCardState
+from engine.agent.checklist import current_task, task_label
+from engine.api import EngineApi, GoalCardData, PlanCardData
 
-_log = logging.getLogger("telegram.presenter")
+_log = logging.getLogger("plangate.presenter")
 
 CardKind = Literal["plan", "goal"]
-# Review text longer than this many messages goes as one .md document instead.
-MAX_REVIEW_MESSAGES = 3
+PinCards = Literal["auto", "always", "never"]
+# A plan entering review is reposted at the bottom when this many messages came after it.
+REPOST_AFTER_MESSAGES = 10
+# While a turn works, the card's "last progress" line is brought up to date this often.
+HEARTBEAT_S = 60.0
 
 _ENDED_NOTE = {
     "discarded": "🗑 Discarded: {title}",
@@ -52,24 +59,60 @@ BUSY_NOTE = "⏳ The agent is working…"
 MOVED_NOTE = "This card moved below ⬇️"
 
 
-def plan_view(data: PlanCardData) -> cards.CardView:
+def plan_view(
+    data: PlanCardData, *, now: float | None = None, attached: bool = False
+) -> cards.CardView:
     """The plan card for the engine's card data.
 
     A plan that just ended is drawn from its last sidecar: a completed one as done, a
     discarded or abandoned one as "No plan" with a line saying what happened to it.
+    ``attached``: the plan text went as a document, so the review card lists the steps.
     """
     sidecar = data.sidecar
     if data.ended in _ENDED_NOTE and sidecar is not None:
         note = _ENDED_NOTE[data.ended].format(title=sidecar.title or "Untitled plan")
         return cards.build_plan_card(None, "none", note=note)
-    busy = data.busy and data.state in ("planning", "written", "active")
-    return cards.build_plan_card(sidecar, data.state, note=BUSY_NOTE if busy else None)
+    return cards.build_plan_card(
+        sidecar,
+        data.state,
+        note=plan_note(data, now=time.time() if now is None else now),
+        markdown=data.markdown,
+        attached=attached,
+    )
+
+
+def plan_note(data: PlanCardData, *, now: float) -> str | None:
+    """The card's line under the status: working on what, waiting for whom, or why halted."""
+    if data.waiting is not None:
+        return f"👉 Waiting for you: {data.waiting}."
+    if data.halted is not None:
+        return f"⏸ {data.halted}"
+    if not data.busy or data.state not in ("planning", "written", "active"):
+        return None
+    if data.state != "active" or data.sidecar is None or not data.sidecar.tasks:
+        return BUSY_NOTE
+    task = current_task(data.sidecar.tasks)
+    line = f"⏳ Working on {task_label(task)}" if task is not None else BUSY_NOTE
+    if data.last_progress_at is not None:
+        line += f" · last progress {_ago(now - data.last_progress_at)}"
+    return line
+
+
+def _ago(seconds: float) -> str:
+    minutes = int(max(0.0, seconds) // 60)
+    if minutes < 1:
+        return "just now"
+    return f"{minutes} min ago" if minutes < 120 else f"{minutes // 60} h ago"
 
 
 def goal_view(data: GoalCardData, *, note: str | None = None) -> cards.CardView:
     """The goal card for the engine's card data."""
     return cards.build_goal_card(
-        data.goal, armed=data.armed, confirm_clear=data.state == "confirm_clear", note=note
+        data.goal,
+        armed=data.armed,
+        confirm_clear=data.state == "confirm_clear",
+        note=note,
+        tokens_used=data.tokens_used,
     )
 
 
@@ -79,11 +122,18 @@ class _Slot:
 
     message_id: int | None = None
     chat_id: int | None = None
+    # The plan the card was drawn for (a plan card's message belongs to one plan).
+    plan_id: str | None = None
+    pinned: bool = False
     dirty: bool = False
-    override: str | None = None
     note: str | None = None
     last_draw_s: float = -math.inf
+    last_state: str | None = None
+    # A press or a command asked for this redraw: it goes now, ahead of progress edits.
+    interactive: bool = False
+    waiting: bool = False  # the refresh loop sleeps out the edit interval
     task: asyncio.Task[None] | None = None
+    heartbeat: asyncio.Task[None] | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -98,35 +148,53 @@ class CardPresenter:
         meta: MetaStore,
         *,
         edit_interval_s: float = 1.5,
+        group_edit_interval_s: float | None = None,
         bot: Bot | None = None,
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        pin: PinCards = "auto",
     ) -> None:
         self._engine = engine
         self._outbox = outbox
         self._routes = routes
         self._meta = meta
         self._interval_s = edit_interval_s
+        # In a group every call counts against about 20 a minute: progress edits are spaced
+        # further, leaving the budget to what a person waits for.
+        self._group_interval_s = max(edit_interval_s, group_edit_interval_s or edit_interval_s)
         self._bot = bot
         self._clock = clock
         self._sleep = sleep
         self._slots: dict[tuple[str, CardKind], _Slot] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._holds: dict[str, int] = {}
+        self._pin_mode = pin
+        # The newest message id seen per chat (ours and the owners'): how far up a card is.
+        self._latest: dict[int, int] = {}
 
     # ---- public verbs ------------------------------------------------------------------
 
-    def refresh(self, session_id: str, kind: CardKind, *, state: str | None = None) -> None:
-        """Redraw the card in place soon (coalesced); ``state`` overrides the derived state.
+    def saw_message(self, chat_id: int, message_id: int) -> None:
+        """A message appeared in the chat (an update, or one of ours): cards scroll up."""
+        if message_id > self._latest.get(chat_id, 0):
+            self._latest[chat_id] = message_id
 
-        While the session is held (a command is being decided) the redraw waits for
-        :meth:`release`, so the command's reply comes before a card the command created.
+    def refresh(self, session_id: str, kind: CardKind, *, interactive: bool = False) -> None:
+        """Redraw the card in place soon (coalesced), from the engine's card data.
+
+        ``interactive``: the visible answer to a press or a command; it is drawn at once,
+        not after the edit interval, and goes ahead of queued progress edits. While the
+        session is held (a command is being decided) the redraw waits for :meth:`release`,
+        so the command's reply comes before a card the command created.
         """
         slot = self._slot(session_id, kind)
         slot.dirty = True
-        slot.override = state
+        slot.interactive = slot.interactive or interactive
         if self._holds.get(session_id):
             return
+        if interactive and slot.waiting and slot.task is not None and not slot.task.done():
+            slot.task.cancel()  # it only sleeps: draw now instead
+            slot.task = None
         if slot.task is None or slot.task.done():
             slot.task = self._spawn(self._refresh_loop(session_id, kind, slot))
 
@@ -147,14 +215,19 @@ class CardPresenter:
                 slot.task = self._spawn(self._refresh_loop(session_id, kind, slot))
 
     def restick(
-        self, session_id: str, kind: CardKind, *, state: str | None = None, note: str | None = None
+        self,
+        session_id: str,
+        kind: CardKind,
+        *,
+        note: str | None = None,
+        reply_to: int | None = None,
     ) -> None:
         """Post the card anew at the bottom and strip the old one's keyboard (in background)."""
         slot = self._slot(session_id, kind)
         slot.dirty = False  # the restick draws the latest state itself
-        slot.override = state
         slot.note = note
-        self._spawn(self._locked(slot, self._draw(session_id, kind, slot, restick=True)))
+        draw = self._draw(session_id, kind, slot, restick=True, reply_to=reply_to)
+        self._spawn(self._locked(slot, draw))
 
     def show_copy(self, session_id: str, route: ChatRoute, *, reply_to: int | None) -> None:
         """Send a copy of the plan card without buttons (a non-owner's /show-plan)."""
@@ -181,6 +254,9 @@ class CardPresenter:
 
     async def aclose(self) -> None:
         """Cancel pending draws (shutdown)."""
+        for slot in self._slots.values():
+            if slot.heartbeat is not None:
+                slot.heartbeat.cancel()
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):
@@ -211,27 +287,59 @@ class CardPresenter:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # worker boundary: a card failure never reaches a handler
-            _log.warning("telegram.presenter.failed %s: %s", type(exc).__name__, exc)
+            _log.warning("plangate.presenter.failed %s: %s", type(exc).__name__, exc)
 
     async def _refresh_loop(self, session_id: str, kind: CardKind, slot: _Slot) -> None:
         while slot.dirty:
-            wait = slot.last_draw_s + self._interval_s - self._now()
-            if wait > 0:
-                await self._sleep(wait)
+            interval = self._group_interval_s if (slot.chat_id or 0) < 0 else self._interval_s
+            wait = slot.last_draw_s + interval - self._now()
+            if wait > 0 and not slot.interactive:
+                slot.waiting = True
+                try:
+                    await self._sleep(wait)
+                finally:
+                    slot.waiting = False
             if self._holds.get(session_id):
                 return  # release() starts the loop again
             slot.dirty = False
+            interactive, slot.interactive = slot.interactive, False
             async with slot.lock:
-                await self._guard(self._draw(session_id, kind, slot, restick=False))
+                draw = self._draw(session_id, kind, slot, restick=False, interactive=interactive)
+                await self._guard(draw)
             slot.last_draw_s = self._now()
+
+    def _beat(self, session_id: str, slot: _Slot) -> None:
+        """Bring a working card's "last progress" up to date in a while (one timer a card).
+
+        Not one of the draws :meth:`flush` waits for: it only rewrites a relative time.
+        """
+        if slot.heartbeat is not None and not slot.heartbeat.done():
+            return
+
+        async def later() -> None:
+            await asyncio.sleep(HEARTBEAT_S)
+            self.refresh(session_id, "plan")
+
+        slot.heartbeat = asyncio.get_running_loop().create_task(later())
 
     # ---- drawing -----------------------------------------------------------------------
 
-    async def _draw(self, session_id: str, kind: CardKind, slot: _Slot, *, restick: bool) -> None:
+    async def _draw(
+        self,
+        session_id: str,
+        kind: CardKind,
+        slot: _Slot,
+        *,
+        restick: bool,
+        reply_to: int | None = None,
+        interactive: bool = False,
+    ) -> None:
         if kind == "plan":
-            await self._draw_plan(session_id, slot, restick=restick)
+            await self._draw_plan(
+                session_id, slot, restick=restick, reply_to=reply_to, interactive=interactive
+            )
         else:
-            await self._draw_goal(session_id, slot, restick=restick)
+            await self._draw_goal(session_id, slot, restick=restick, interactive=interactive)
 
     async def _route(self, session_id: str, data: PlanCardData | None = None) -> ChatRoute | None:
         route = await self._routes.lookup(session_id)
@@ -244,61 +352,110 @@ class CardPresenter:
             return ChatRoute(flow.chat_id, flow.thread_id or 0)
         return None
 
-    async def _draw_plan(self, session_id: str, slot: _Slot, *, restick: bool) -> None:
+    async def _draw_plan(
+        self,
+        session_id: str,
+        slot: _Slot,
+        *,
+        restick: bool,
+        reply_to: int | None = None,
+        interactive: bool = False,
+    ) -> None:
         data = await self._engine.plan_card(session_id)
-        if slot.override is not None:
-            data = dataclasses.replace(data, state=_plan_state(slot.override))
-            slot.override = None
         route = await self._route(session_id, data)
         if route is None:
-            _log.info("telegram.presenter.no_route session=%s", session_id)
+            _log.info("plangate.presenter.no_route session=%s", session_id)
             return
         sidecar = data.sidecar
-        view = plan_view(data)
+        current: int | None = None
         if sidecar is not None:
             flow = sidecar.flow
-            current = flow.card_id if flow.chat_id in (None, route.chat_id) else None
-            if current is None and slot.message_id is not None and slot.chat_id == route.chat_id:
+            if flow.chat_id in (None, route.chat_id):
+                current = flow.card_id
+            mine = slot.chat_id == route.chat_id and slot.message_id is not None
+            if current is None and mine and slot.plan_id == sidecar.id:
+                current = slot.message_id  # drawn by this process, its id not yet stored
+            elif current is None and mine and slot.plan_id != sidecar.id:
                 # The previous plan's card: leave its last text, take its buttons away.
+                assert slot.message_id is not None
                 self._outbox.edit_keyboard(route.chat_id, slot.message_id, None)
                 slot.message_id = None
+            if current is None and data.ended is not None and not restick:
+                return  # an ended plan whose card is unknown: never a new "Done" card
         else:
             current = slot.message_id if slot.chat_id == route.chat_id else None
             if current is None and not restick:
                 return  # no plan and no card on screen: nothing to draw
+        attached = False
         review_ids: list[int] | None = None
-        if data.state == "review" and sidecar is not None:
-            # Revisions restart with every plan: the plan id is part of what was posted.
+        entering_review = data.state == "review" and slot.last_state != "review"
+        slot.last_state = data.state
+        if sidecar is not None and data.state == "review" and data.markdown:
+            attached = not cards.review_fits(sidecar, data.markdown)
+            if entering_review and current is not None and self._scrolled(route, current):
+                restick = True
+        view = plan_view(data, attached=attached)
+        plan_id = sidecar.id if sidecar is not None and data.ended is None else None
+        moved = self._moved_html(sidecar.title if sidecar is not None else "", "📋")
+
+        async def stored(card_id: int) -> None:
+            if sidecar is not None:
+                await self._engine.set_plan_flow(
+                    session_id,
+                    chat_id=route.chat_id,
+                    thread_id=route.thread,
+                    card_id=card_id,
+                    plan_id=sidecar.id,
+                )
+
+        new_id = await self._deliver(
+            route,
+            current,
+            view,
+            slot,
+            restick=restick,
+            moved_html=moved,
+            reply_to=reply_to,
+            on_new_id=stored,
+            interactive=interactive,
+        )
+        slot.plan_id = sidecar.id if sidecar is not None else None
+        if attached and sidecar is not None and data.markdown is not None:
+            # Once per revision (plan id too: revisions restart with every plan).
             posted = f"{sidecar.id}:{sidecar.revision}"
             if await self._meta.get_meta(review_rev_key(session_id)) != posted:
-                review_ids = await self._send_review(route, sidecar.title, sidecar.description)
+                review_ids = [await self._send_plan_document(route, sidecar.title, data, new_id)]
                 await self._meta.set_meta(review_rev_key(session_id), posted)
-                restick = True
-        title = sidecar.title if sidecar is not None and sidecar.title else "Plan"
-        moved = f"📋 <b>{escape(_short(title))}</b>\n<i>{MOVED_NOTE}</i>"
-        new_id = await self._deliver(route, current, view, restick=restick, moved_html=moved)
-        slot.chat_id = route.chat_id
-        slot.message_id = new_id
-        if sidecar is not None and (new_id != current or review_ids is not None):
-            await self._engine.set_plan_flow(
-                session_id,
-                chat_id=route.chat_id,
-                thread_id=route.thread,
-                card_id=new_id,
-                review_ids=review_ids,
-            )
-        if sidecar is None and data.state in ("none", "done"):
+                await self._engine.set_plan_flow(
+                    session_id,
+                    chat_id=route.chat_id,
+                    thread_id=route.thread,
+                    card_id=new_id,
+                    review_ids=review_ids,
+                    plan_id=plan_id,
+                )
+        if data.busy and data.state == "active":
+            self._beat(session_id, slot)
+        if sidecar is None or data.state in ("none", "done"):
             slot.message_id = None  # the plan is gone: the next plan gets a card of its own
+            slot.plan_id = None
 
-    async def _draw_goal(self, session_id: str, slot: _Slot, *, restick: bool) -> None:
+    def _scrolled(self, route: ChatRoute, card_id: int) -> bool:
+        """The card has scrolled far up: enough messages came after it."""
+        return self._latest.get(route.chat_id, card_id) - card_id > REPOST_AFTER_MESSAGES
+
+    @staticmethod
+    def _moved_html(title: str, icon: str) -> str:
+        return f"{icon} <b>{escape(_short(title or 'Plan'))}</b>\n<i>{MOVED_NOTE}</i>"
+
+    async def _draw_goal(
+        self, session_id: str, slot: _Slot, *, restick: bool, interactive: bool = False
+    ) -> None:
         data = await self._engine.goal_card(session_id)
-        if slot.override is not None:
-            data = dataclasses.replace(data, state=_goal_state(slot.override))
-            slot.override = None
         note, slot.note = slot.note, None
         route = await self._route(session_id)
         if route is None:
-            _log.info("telegram.presenter.no_route session=%s", session_id)
+            _log.info("plangate.presenter.no_route session=%s", session_id)
             return
         stored = await self._meta.get_meta(goal_card_key(session_id))
         current = _stored_card(stored, route.chat_id)
@@ -307,11 +464,21 @@ class CardPresenter:
             # plan card's current task, so it never posts a goal card by itself.
             return
         view = goal_view(data, note=note)
-        moved = f"🎯 <b>Goal</b>\n<i>{MOVED_NOTE}</i>"
-        new_id = await self._deliver(route, current, view, restick=restick, moved_html=moved)
+
+        async def stored(card_id: int) -> None:
+            await self._meta.set_meta(goal_card_key(session_id), f"{route.chat_id}:{card_id}")
+
+        new_id = await self._deliver(
+            route,
+            current,
+            view,
+            slot,
+            restick=restick,
+            moved_html=self._moved_html("Goal", "🎯"),
+            on_new_id=stored,
+            interactive=interactive,
+        )
         slot.chat_id, slot.message_id = route.chat_id, new_id
-        if new_id != current:
-            await self._meta.set_meta(goal_card_key(session_id), f"{route.chat_id}:{new_id}")
         if data.goal is None:
             await self._meta.set_meta(goal_card_key(session_id), "")  # cleared: next goal, new card
 
@@ -320,36 +487,63 @@ class CardPresenter:
         route: ChatRoute,
         current: int | None,
         view: cards.CardView,
+        slot: _Slot,
         *,
         restick: bool,
         moved_html: str,
+        on_new_id: Callable[[int], Awaitable[None]],
+        reply_to: int | None = None,
+        interactive: bool = False,
     ) -> int:
         """Edit the card in place, or post it anew (restick, first card, or edit lost).
 
-        A reposted card's old message keeps no buttons and says where the card went, so it
-        never shows a stale state ("working…") forever.
+        A new card's id is stored (``on_new_id``) before any other call for it; then the old
+        message keeps no buttons and says where the card went, so it never shows a stale
+        state ("working…") forever.
         """
         markup = cards.to_markup(view)
         if current is not None and not restick:
-            result = await self._outbox.edit(route.chat_id, current, view.text, reply_markup=markup)
+            result = await self._edit(route.chat_id, current, view.text, markup, interactive)
             if result.outcome != "not_found":
                 return current
-            _log.info("telegram.presenter.repost chat=%s message=%s", route.chat_id, current)
+            _log.info("plangate.presenter.repost chat=%s message=%s", route.chat_id, current)
             current = None
         msg = await self._outbox.send_text(
-            route.chat_id, view.text, thread_id=route.thread, reply_markup=markup
+            route.chat_id, view.text, thread_id=route.thread, reply_markup=markup, reply_to=reply_to
         )
+        slot.chat_id, slot.message_id = route.chat_id, msg.message_id
+        self.saw_message(route.chat_id, msg.message_id)
+        await on_new_id(msg.message_id)
+        was_pinned, slot.pinned = slot.pinned, False
         if current is not None:
             self._outbox.edit(route.chat_id, current, moved_html, reply_markup=None)
-            await self._unpin(route.chat_id, current)
-        await self._pin(route.chat_id, msg.message_id)
+            if was_pinned:
+                await self._unpin(route.chat_id, current)
+        if self._pins(route.chat_id):
+            slot.pinned = await self._pin(route.chat_id, msg.message_id)
         return msg.message_id
 
-    async def _pin(self, chat_id: int, message_id: int) -> None:
+    def _edit(
+        self,
+        chat_id: int,
+        message_id: int,
+        html: str,
+        markup: InlineKeyboardMarkup | None,
+        interactive: bool,
+    ) -> asyncio.Future[EditResult]:
+        return self._outbox.edit(chat_id, message_id, html, reply_markup=markup)
+
+    def _pins(self, chat_id: int) -> bool:
+        if self._pin_mode == "auto":
+            return chat_id > 0  # private chats only: in a group a pin is a call and a ping
+        return self._pin_mode == "always"
+
+    async def _pin(self, chat_id: int, message_id: int) -> bool:
         try:
-            await self._outbox.pin(chat_id, message_id)
+            return await self._outbox.pin(chat_id, message_id)
         except Exception as exc:  # pinning is a nicety: missing rights or a 403 change nothing
-            _log.info("telegram.presenter.pin_failed chat=%s %s", chat_id, type(exc).__name__)
+            _log.info("plangate.presenter.pin_failed chat=%s %s", chat_id, type(exc).__name__)
+            return False
 
     async def _unpin(self, chat_id: int, message_id: int) -> None:
         """Unpin the card a restick replaced, so pins do not pile up (failures ignored)."""
@@ -363,27 +557,23 @@ class CardPresenter:
         try:
             await self._outbox.call(chat_id, run)
         except Exception as exc:  # an unpinned or unpinnable card changes nothing
-            _log.info("telegram.presenter.unpin_failed chat=%s %s", chat_id, type(exc).__name__)
+            _log.info("plangate.presenter.unpin_failed chat=%s %s", chat_id, type(exc).__name__)
 
-    async def _send_review(self, route: ChatRoute, title: str, markdown: str) -> list[int]:
-        """Post the plan text for review; returns the ids of the messages sent."""
-        if not markdown.strip():
-            return []
-        chunks = await messages_or_document(markdown, max_messages=MAX_REVIEW_MESSAGES)
-        if chunks is None:
-            msg: Message = await self._outbox.send_document(
-                route.chat_id,
-                markdown.encode("utf-8"),
-                "plan.md",
-                caption_html=f"📄 The plan: <b>{escape(title or 'Untitled plan')}</b>",
-                thread_id=route.thread,
-            )
-            return [msg.message_id]
-        ids: list[int] = []
-        for chunk in chunks:
-            sent = await self._outbox.send_text(route.chat_id, chunk, thread_id=route.thread)
-            ids.append(sent.message_id)
-        return ids
+    async def _send_plan_document(
+        self, route: ChatRoute, title: str, data: PlanCardData, card_id: int
+    ) -> int:
+        """The plan too long for the card, as the session ``.md``, a reply to the card."""
+        markdown = data.markdown or ""
+        msg: Message = await self._outbox.send_document(
+            route.chat_id,
+            markdown.encode("utf-8"),
+            "plan.md",
+            caption_html=f"📄 The plan: <b>{escape(_short(title or 'Untitled plan'))}</b>",
+            thread_id=route.thread,
+            reply_to=card_id,
+        )
+        self.saw_message(route.chat_id, msg.message_id)
+        return msg.message_id
 
     async def _send_copy(self, session_id: str, route: ChatRoute, reply_to: int | None) -> None:
         async def send() -> None:
@@ -415,18 +605,6 @@ class CardPresenter:
         return slot.message_id if slot is not None else None
 
 
-def _plan_state(value: str) -> PlanCardState:
-    if value in get_args(PlanCardState):
-        return cast(PlanCardState, value)
-    raise ValueError(f"unknown plan card state {value!r}")
-
-
-def _goal_state(value: str) -> GoalCardState:
-    if value in get_args(GoalCardState):
-        return cast(GoalCardState, value)
-    raise ValueError(f"unknown goal card state {value!r}")
-
-
 def _short(title: str, limit: int = 120) -> str:
     title = " ".join(title.split())
     return title if len(title) <= limit else title[: limit - 1] + "…"
@@ -442,4 +620,4 @@ def _stored_card(stored: str | None, chat_id: int) -> int | None:
         return None
 
 
-__all__ = ["CardKind", "CardPresenter", "goal_view", "plan_view"]
+__all__ = ["CardKind", "CardPresenter", "PinCards", "goal_view", "plan_note", "plan_view"]

@@ -1,4 +1,4 @@
-"""Markdown to Telegram HTML, and splitting HTML into messages (DESIGN.md §7).
+"""Markdown to Telegram HTML, and splitting HTML into messages.
 
 Telegram's HTML subset: ``b i u s code pre a blockquote`` (``pre`` may hold one
 ``<code class="language-x">``). Everything else is text: escaped with

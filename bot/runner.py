@@ -6,7 +6,9 @@ engine, storage and bot together (with the demo and the doctor).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from pathlib import Path
 
 from telegram.error import InvalidToken
 
@@ -16,7 +18,11 @@ from bot.settings import Settings, load_settings, require_run_settings
 from engine.app import EngineConfig, build_engine
 from engine.errors import ConfigError
 from engine.model.openai_provider import OpenAIProvider
+from engine.tools.sandbox import SandboxSettings, probe
+from engine.usage.meter import UsageConfig
 from storage.open import open_storage
+
+_log = logging.getLogger("plangate.runner")
 
 
 class RedactingFilter(logging.Filter):
@@ -57,6 +63,35 @@ def model_from_settings(settings: Settings) -> OpenAIProvider:
     return OpenAIProvider(settings.model, base_url=settings.model_base_url, api_key=key)
 
 
+def sandbox_settings(settings: Settings) -> SandboxSettings:
+    """bash's sandbox as the settings describe it; the home and the .env file stay hidden."""
+    hidden = [settings.home]
+    env_file = Path(".env").absolute()
+    if env_file.is_file():
+        hidden.append(env_file)
+    return SandboxSettings(
+        enabled=settings.sandbox == "on",
+        network=settings.bash_network,
+        memory_mb=settings.bash_memory_mb,
+        max_processes=settings.bash_max_processes,
+        env_pass=settings.bash_env,
+        hidden=tuple(hidden),
+    )
+
+
+def sandbox_warning(sandbox: SandboxSettings) -> str | None:
+    """The start-up warning about bash's confinement, ``None`` when it is whole."""
+    if not sandbox.enabled:
+        return (
+            "PLANGATE_SANDBOX=off: bash runs unconfined as this user, with the network, "
+            "and pre-init plan mode cannot keep it from changing the project"
+        )
+    status = probe(sandbox)
+    if status.problem is not None:
+        return f"{status.problem} (every bash call is refused until then)"
+    return "; ".join(status.notes) or None
+
+
 def engine_config(settings: Settings) -> EngineConfig:
     return EngineConfig(
         workspace=settings.workspace,
@@ -64,6 +99,18 @@ def engine_config(settings: Settings) -> EngineConfig:
         max_goal_rounds=settings.goal_max_rounds,
         todo_parallel=settings.todo_parallel,
         max_steps=settings.max_steps,
+        stall_steps=settings.checklist_stall_steps,
+        sandbox=sandbox_settings(settings),
+        usage=UsageConfig(
+            daily_tokens=settings.daily_tokens,
+            price_input=settings.price_input,
+            price_output=settings.price_output,
+            footer=settings.usage_footer,
+        ),
+        goal_idle_rounds=settings.goal_idle_rounds,
+        allow_bash=settings.allow_bash,
+        approval_timeout_s=settings.approval_timeout,
+        ask_writes=settings.ask_writes,
     )
 
 
@@ -72,6 +119,10 @@ async def run_bot() -> int:
     settings = load_settings()
     require_run_settings(settings)
     configure_logging(settings)
+    config = engine_config(settings)
+    warning = await asyncio.to_thread(sandbox_warning, config.sandbox)
+    if warning is not None:
+        _log.warning("sandbox: %s", warning)
     model = model_from_settings(settings)
     storage = await open_storage(settings.home.expanduser())
     channel = LateChannel()
@@ -81,7 +132,7 @@ async def run_bot() -> int:
         plan_store=storage.plan_store,
         model=model,
         channel=channel,
-        config=engine_config(settings),
+        config=config,
     )
     try:
         await serve(settings, engine, storage.db, channel_slot=channel)

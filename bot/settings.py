@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import (
     AliasChoices,
@@ -33,7 +33,11 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from engine.approval.policy import Rule, RuleError, parse_rules
 from engine.errors import ConfigError
+from engine.goal.commands import parse_interval
+from engine.tools.sandbox import forbidden_env_name
+from engine.usage.ledger import parse_tokens
 
 PREFIX = "PLANGATE_"
 # The openai SDK refuses to start without a key; local servers (Ollama, vLLM) ignore it.
@@ -46,6 +50,7 @@ _ENVIRON: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.Context
 _INTEGER = re.compile(r"[+-]?\d+")
 _PROFILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _fail(detail: str) -> PydanticCustomError:
@@ -147,9 +152,35 @@ class Settings(BaseSettings):
     max_steps: int = Field(default=50, ge=1)
     # Seconds between two edits of one card (the env name predates the unit-suffix habit).
     flow_edit_interval: float = Field(default=1.5, gt=0, allow_inf_nan=False)
+    # Seconds between two progress edits of one card in a group (about 20 calls a minute
+    # there: progress takes at most half, what a person waits for goes first).
+    flow_group_edit_interval: float = Field(default=6.0, gt=0, allow_inf_nan=False)
+    # Pin the plan card: auto pins in private chats only (a group pin costs a call and pings).
+    pin_cards: Literal["auto", "always", "never"] = "auto"
+    # Steps in a row without checklist progress after which an approved checklist stalls.
+    checklist_stall_steps: int = Field(default=12, ge=1)
     webhook_url: str | None = None
     webhook_secret: SecretStr | None = None
     webhook_listen: str | None = None
+    # bash's sandbox: "off" runs bash unconfined (on purpose only; a warning at start).
+    sandbox: Literal["on", "off"] = "on"
+    bash_network: bool = False
+    bash_memory_mb: int = Field(default=2048, ge=64)
+    bash_max_processes: int = Field(default=256, ge=16)
+    bash_env: Annotated[tuple[str, ...], NoDecode] = ()
+    # Usage and budgets (docs/goals.md): prices per million tokens, the bot's daily token cap
+    # (UTC day; 200k and 2m are accepted), the closing-reply footer, the no-progress limit.
+    price_input: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    price_output: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    daily_tokens: int | None = Field(default=None, ge=1)
+    usage_footer: Literal["off", "private", "on"] = "private"
+    goal_idle_rounds: int = Field(default=3, ge=1)
+    # Command prefixes bash runs without asking ("pytest,git status,ls"), as word tuples.
+    allow_bash: Annotated[tuple[Rule, ...], NoDecode] = ()
+    # Seconds a tool approval waits for the owner before it is denied ("600", "90s", "10m").
+    approval_timeout: Annotated[float, NoDecode] = 600.0
+    # Writes to existing workspace files ask too (with a diff) in NoPlan and Active.
+    ask_writes: bool = False
 
     @classmethod
     def settings_customise_sources(
@@ -162,6 +193,24 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return init_settings, _EnvironSource(settings_cls), dotenv_settings, file_secret_settings
 
+    @field_validator("daily_tokens", mode="before")
+    @classmethod
+    def _daily_tokens(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        amount = parse_tokens(value)
+        if amount is None:
+            raise _fail(f"expected a token count like 500000, 500k or 2m, got {_shown(value)}")
+        return amount
+
+    @model_validator(mode="after")
+    def _prices(self) -> Settings:
+        if (self.price_input is None) != (self.price_output is None):
+            raise _fail(
+                "PLANGATE_PRICE_INPUT and PLANGATE_PRICE_OUTPUT go together: set both or neither"
+            )
+        return self
+
     @field_validator("owner_ids", mode="before")
     @classmethod
     def _owner_ids(cls, value: object) -> object:
@@ -171,6 +220,35 @@ class Settings(BaseSettings):
     @classmethod
     def _allowed_chat_ids(cls, value: object) -> object:
         return _parse_ids(value, kind="chat", positive=False)
+
+    @field_validator("allow_bash", mode="before")
+    @classmethod
+    def _allow_bash(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        try:
+            return parse_rules(value)
+        except RuleError as exc:
+            raise _fail(
+                f"expected comma-separated command prefixes like 'pytest,git status' with no "
+                f"shell operators; {exc}"
+            ) from None
+
+    @field_validator("approval_timeout", mode="before")
+    @classmethod
+    def _approval_timeout(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        seconds: float | None = parse_interval(text)
+        if seconds is None:
+            try:
+                seconds = float(text)
+            except ValueError:
+                seconds = None
+        if seconds is None or not 0 < seconds < float("inf"):
+            raise _fail(f"expected seconds or a duration like 90s, 10m or 1h, got {_shown(value)}")
+        return seconds
 
     @field_validator("telegram_api_url", "model_base_url", "webhook_url", mode="after")
     @classmethod
@@ -203,6 +281,27 @@ class Settings(BaseSettings):
         if not colon or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
             raise _fail(f"expected host:port, e.g. 0.0.0.0:8443, got {_shown(value)}")
         return f"{host}:{int(port)}"
+
+    @field_validator("sandbox", mode="before")
+    @classmethod
+    def _sandbox(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("bash_env", mode="before")
+    @classmethod
+    def _bash_env(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        names = tuple(name.strip() for name in value.split(",") if name.strip())
+        for name in names:
+            if not _ENV_NAME.fullmatch(name):
+                raise _fail(f"expected variable names separated by commas, got {_shown(name)}")
+            if forbidden_env_name(name):
+                raise _fail(
+                    f"{name} looks like a secret (PLANGATE_*, or TOKEN/KEY/SECRET/PASSWORD in "
+                    "the name) and is never passed to bash"
+                )
+        return names
 
     @field_validator("home", mode="after")
     @classmethod

@@ -19,20 +19,23 @@ from engine.plan.types import PlanSidecar
 # The typed command names; `/show-plan`, `/show_plan` and `/show-plan@bot` all arrive as
 # "show_plan", and `/start` as "help".
 CommandName = Literal[
-    "plan", "show_plan", "execute", "discard", "goal", "stop", "new", "status", "help"
+    "plan", "show_plan", "execute", "discard", "goal", "stop", "new", "status", "help", "usage"
 ]
 # Anyone in an allowed group may run these; every other command is owner-only.
 READ_ONLY_COMMANDS: frozenset[str] = frozenset({"show_plan", "status", "help"})
 
-# How the plan card should look after an outcome. ``review`` is the card with Approve /
-# Keep planning / Discard; ``revise_offer`` carries Revise plan / Cancel; ``confirm_discard``
-# swaps the keyboard for Yes, discard / Cancel (bound to the same revision).
+# The plan card's state, decided by the engine (engine.cards.plan_card_state). ``review``
+# is the card with Approve / Keep planning / Discard; ``active`` a checklist being worked
+# through; ``paused`` an Active checklist with tasks left that is not running (after /stop,
+# a restart or a stall: Resume / Discard); ``revise_offer`` carries Revise plan / Cancel;
+# ``confirm_discard`` swaps the keyboard for Yes, discard / Cancel (same revision).
 PlanCardState = Literal[
     "none",
     "planning",
     "written",
     "review",
     "active",
+    "paused",
     "revise_offer",
     "confirm_discard",
     "done",
@@ -43,13 +46,21 @@ CardAction = Literal["refresh", "restick"]
 
 @dataclass(frozen=True, slots=True)
 class PlanCardData:
-    """Everything the plan card is drawn from."""
+    """Everything the plan card is drawn from; the front end draws exactly this."""
 
     state: PlanCardState
     sidecar: PlanSidecar | None
     busy: bool = False
     # Set when the plan just ended: the card shows the last sidecar with this ending.
     ended: Literal["completed", "discarded", "abandoned"] | None = None
+    # The plan text (the session .md) while it is up for review: the card carries it.
+    markdown: str | None = None
+    # Something waits for the owner: the review, a question, a tool approval.
+    waiting: str | None = None
+    # Wall-clock time of the checklist's last progress while it runs.
+    last_progress_at: float | None = None
+    # Why an Active checklist is not running (stalled, stopped, restarted), for the card.
+    halted: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +70,8 @@ class GoalCardData:
     state: GoalCardState
     goal: GoalSnapshot | None
     armed: bool = False
+    # Tokens the goal's rounds used so far (shown against its budget).
+    tokens_used: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,18 +79,15 @@ class Outcome:
     """What a command or a press decided. ``reply`` is plain text (the front end escapes it).
 
     ``plan_card`` / ``goal_card``: redraw the card in place (``refresh``) or post it anew at
-    the bottom and strip the old keyboard (``restick``); ``plan_card_state`` /
-    ``goal_card_state`` override the derived card state for that drawing (confirmation and
-    Revise offer keyboards). ``await_feedback``: the owner's next message in this session is
+    the bottom and strip the old keyboard (``restick``); what the card shows is the engine's
+    card data at drawing time. ``await_feedback``: the owner's next message in this session is
     feedback for the planner (Keep planning, Revise). ``alert``: answer a button press with
     an alert rather than a toast. ``stale``: the pressed card is out of date.
     """
 
     reply: str | None = None
     plan_card: CardAction | None = None
-    plan_card_state: PlanCardState | None = None
     goal_card: CardAction | None = None
-    goal_card_state: GoalCardState | None = None
     await_feedback: bool = False
     alert: bool = False
     dropped: Sequence[str] = field(default_factory=tuple)
@@ -124,16 +134,20 @@ class EngineApi(Protocol):
         self,
         session_id: str,
         *,
-        kind: Literal["p", "g"],
+        kind: Literal["p", "g", "a"],
         action: str,
         short_id: str,
         revision: int,
         actor: int | None,
+        message_id: int | None = None,
     ) -> Outcome:
         """A button press, bound to the plan or goal revision it was drawn for.
 
-        A stale press (id or revision no longer current, or the action not allowed now) is
-        answered "This card is out of date." and changes nothing.
+        Kind ``a`` is a tool approval button, bound to its request id (revision always 0).
+
+        A stale press (id or revision no longer current, the action not allowed now, or a
+        plan card other than the one ``flow`` names: ``message_id`` is the pressed message)
+        is answered "This card is out of date." and changes nothing.
         """
         ...
 
@@ -149,8 +163,14 @@ class EngineApi(Protocol):
         thread_id: int | None,
         card_id: int | None,
         review_ids: Sequence[int] | None = None,
+        plan_id: str | None = None,
     ) -> None:
-        """Remember the plan card's (and plan-text messages') ids in the sidecar's ``flow``."""
+        """Remember the plan card's (and plan-text messages') ids in the sidecar's ``flow``.
+
+        Call it the moment Telegram returns a card's id, before any other call for that
+        card. With ``plan_id`` it writes only while that plan is the live one (or the one
+        that just ended, whose card still shows it).
+        """
         ...
 
     async def start(self) -> list[RestoredGoal]:

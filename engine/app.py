@@ -14,15 +14,17 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from engine.agent.adapters import PlanServiceAdapter
 from engine.agent.build import build_agent, workspace_from_store
 from engine.agent.channel import Channel, safe_call
+from engine.agent.checklist import DEFAULT_STALL_STEPS
 from engine.agent.config import AgentSettings
-from engine.agent.controller import AgentRegistry
+from engine.agent.controller import AgentRegistry, InboundMessage
+from engine.agent.turn import TurnResult
 from engine.api import (
     CommandName,
     GoalCardData,
@@ -31,12 +33,25 @@ from engine.api import (
     PlanCardState,
     RestoredGoal,
 )
+from engine.approval.policy import Rule
+from engine.approval.service import DEFAULT_TIMEOUT_S, ApprovalView, ToolApprovals
+from engine.cards import CardChoices, plan_card_state
 from engine.commands import CommandPlane
-from engine.events import CommandRun, PlanChanged, PlanMode, SessionEvent
+from engine.events import (
+    CommandRun,
+    FeedbackSource,
+    GoalRoundSource,
+    HumanSource,
+    MessageSource,
+    PlanChanged,
+    PlanMode,
+    SessionEvent,
+)
 from engine.goal.driver import RoundDriver
+from engine.goal.progress import IdleRoundWatch
 from engine.goal.service import GoalService
 from engine.goal.tools import goal_tools
-from engine.goal.types import GoalSnapshot
+from engine.goal.types import NEEDS_APPROVAL, GoalSnapshot
 from engine.model.types import ModelProvider
 from engine.plan.extract import validate_template_b
 from engine.plan.service import PlanChange, PlanService
@@ -50,6 +65,8 @@ from engine.text import clean_text
 from engine.todo.tool import TodoWriteTool
 from engine.tools.base import Tool
 from engine.tools.files import FileLimits
+from engine.tools.sandbox import SandboxSettings
+from engine.usage.meter import UsageConfig, UsageMeter
 
 _log = logging.getLogger("engine.app")
 
@@ -102,6 +119,19 @@ class EngineConfig:
     max_goal_rounds: int = 20
     todo_parallel: bool = True
     max_steps: int = 50
+    # Steps without checklist progress after which an approved checklist stops, stalled.
+    stall_steps: int = DEFAULT_STALL_STEPS
+    # How bash is confined; the default is the full sandbox with no hidden paths named.
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    usage: UsageConfig = field(default_factory=UsageConfig)
+    # Idle goal rounds in a row after which the goal is blocked no-progress.
+    goal_idle_rounds: int = 3
+    # Command prefixes bash may run without asking (PLANGATE_ALLOW_BASH), and how long a
+    # request waits for the owner before it is denied (PLANGATE_APPROVAL_TIMEOUT).
+    allow_bash: tuple[Rule, ...] = ()
+    approval_timeout_s: float = DEFAULT_TIMEOUT_S
+    # File writes in NoPlan and Active ask the owner too, with a diff (PLANGATE_ASK_WRITES).
+    ask_writes: bool = False
     # Caps of the file tools (grep's deadline among them); the defaults suit a real bot.
     file_limits: FileLimits | None = None
 
@@ -121,6 +151,8 @@ class Engine:
         scheduler: Scheduler,
         channel: Channel,
         config: EngineConfig,
+        approvals: ToolApprovals,
+        usage: UsageMeter | None = None,
     ) -> None:
         self.log = log
         self.sessions = sessions
@@ -131,13 +163,19 @@ class Engine:
         self.scheduler = scheduler
         self.channel = channel
         self.config = config
+        self.usage = usage or UsageMeter(log, goals=goals, config=config.usage)
+        self.usage.is_private = self._is_private
+        self.approvals = approvals
         self._loaded: set[str] = set()
         self._bindings: dict[tuple[int, int], str] = {}
         # The last plan of a session that just ended, so its card can say how it ended.
         self._ended: dict[str, tuple[PlanSidecar, PlanEnding]] = {}
+        # The one owner of what the cards show besides plan, goal and agent state.
+        self.cards = CardChoices()
         self.commands = CommandPlane(self)
         plans.add_listener(self._on_plan_change)
         goals.add_listener(self._on_goal_change)
+        agents.set_turn_listener(self._on_turn_end)
 
     # --- sessions ---------------------------------------------------------------------------
 
@@ -179,6 +217,7 @@ class Engine:
     async def _load(self, session_id: str) -> None:
         if await close_interrupted_turn(self.log, session_id):
             await safe_call("notice", self.channel.notice(session_id, INTERRUPTED_NOTICE))
+        await self.approvals.load(session_id)
         await self.goals.on_session_start(session_id)
         await self.goals.get(session_id)  # reads the log: ``goals.peek`` is current from here
         await self.plans.state(session_id)  # loads the sidecar (legacy map, corrupt move)
@@ -224,6 +263,7 @@ class Engine:
             dropped = [m.text for m in await self.agents.stop(old)]
             await self.goals.disarm(old)  # the driver drops the goal's jobs on disarm
             await self.plans.abandon(old)
+            self.cards.forget(old)
         record = await self.sessions.create_session(
             workspace=str(self.config.workspace), profile=self.config.profile
         )
@@ -258,6 +298,9 @@ class Engine:
     ) -> None:
         """Queue a message for the agent and return at once (never waits for the turn)."""
         await self.ensure_loaded(session_id)
+        if self.cards.question(session_id):
+            self.cards.set_question(session_id, False)  # the owner answered
+            await safe_call("plan_changed", self.channel.plan_changed(session_id))
         self.commands.submit_text(
             session_id, clean_text(text), actor=actor, message_id=message_id, feedback=feedback
         )
@@ -273,11 +316,12 @@ class Engine:
         self,
         session_id: str,
         *,
-        kind: Literal["p", "g"],
+        kind: Literal["p", "g", "a"],
         action: str,
         short_id: str,
         revision: int,
         actor: int | None,
+        message_id: int | None = None,
     ) -> Outcome:
         """A button press bound to the revision it was drawn for; stale presses change nothing."""
         await self.ensure_loaded(session_id)
@@ -288,49 +332,86 @@ class Engine:
             short_id=short_id,
             revision=revision,
             actor=actor,
+            message_id=message_id,
         )
 
     # --- cards ------------------------------------------------------------------------------
 
     async def plan_card(self, session_id: str) -> PlanCardData:
+        """What the plan card shows now (engine.cards has the rule)."""
         sidecar = await self.plans.current(session_id)
-        busy = self.agents.is_busy(session_id)
+        controller = self.agents.controller(session_id)
+        busy = controller.busy
         if sidecar is None:
             ended = self._ended.get(session_id)
             if ended is not None:
                 final: PlanCardState = "done" if ended[1] == "completed" else "none"
                 return PlanCardData(state=final, sidecar=ended[0], busy=busy, ended=ended[1])
             return PlanCardData(state="none", sidecar=None, busy=busy)
-        chosen = self.commands.plan_override(session_id, sidecar.id, sidecar.revision)
+        phase = await self.plans.state(session_id)
+        run = controller.checklist
+        review_ready = phase == "post_init" and await self._review_ready(session_id, sidecar)
+        state = plan_card_state(
+            phase=phase,
+            sidecar=sidecar,
+            review_ready=review_ready,
+            choice=self.cards.plan_choice(session_id, sidecar.id, sidecar.revision),
+            awaits_feedback=self.cards.awaits_feedback(session_id, sidecar.id),
+            running=busy or run.armed,
+        )
+        waiting: str | None = None
+        approval = self.pending_approval(session_id)
+        if approval is not None:
+            waiting = f"approval of a {approval.tool} call (the message below)"
+        elif self.cards.question(session_id) and not busy:
+            waiting = "a question"
+        elif state == "review":
+            waiting = "your review"
+        halted: str | None = None
+        if state == "paused":
+            if run.stalled is not None:
+                label, steps = run.stalled
+                halted = f"Stalled on {label}: no progress in {steps} steps."
+            else:
+                halted = "Paused: Resume runs the rest of the checklist."
         return PlanCardData(
-            state=chosen or await self.derived_plan_card_state(session_id),
+            state=state,
             sidecar=sidecar,
             busy=busy,
+            markdown=await self.plans.md_text(session_id) if review_ready else None,
+            waiting=waiting,
+            last_progress_at=run.last_progress_at if run.armed else None,
+            halted=halted,
         )
 
-    async def derived_plan_card_state(self, session_id: str) -> PlanCardState:
-        """The card state the live plan implies: review once submitted or template B is valid."""
-        state = await self.plans.state(session_id)
-        if state == "none":
-            return "none"
-        if state == "pre_init":
-            return "planning"
-        if state == "active":
-            return "active"
-        sidecar = await self.plans.current(session_id)
-        if sidecar is not None and self.commands.is_kept(session_id, sidecar.id, sidecar.revision):
-            return "written"
-        if sidecar is not None and sidecar.submitted_revision == sidecar.revision:
-            return "review"
+    def pending_approval(self, session_id: str) -> ApprovalView | None:
+        """The tool call this session waits on the owner for ("waiting for you"), if any."""
+        return self.approvals.pending(session_id)
+
+    async def _review_ready(self, session_id: str, sidecar: PlanSidecar) -> bool:
+        """Review once ``submit`` was called for this revision or template B is valid."""
+        if sidecar.submitted_revision == sidecar.revision:
+            return True
         md = await self.plans.md_text(session_id)
-        return "review" if md and not validate_template_b(md) else "written"
+        return bool(md) and not validate_template_b(md or "")
 
     async def goal_card(self, session_id: str) -> GoalCardData:
         goal = await self.goals.get(session_id)
         if goal is None:
             return GoalCardData(state="none", goal=None)
-        state = self.commands.goal_override(session_id, goal.id, goal.revision) or "live"
-        return GoalCardData(state=state, goal=goal, armed=self.goals.is_armed(session_id))
+        state = self.cards.goal_choice(session_id, goal.id, goal.revision) or "live"
+        return GoalCardData(
+            state=state,
+            goal=goal,
+            armed=self.goals.is_armed(session_id),
+            tokens_used=await self.usage.goal_tokens(session_id, goal.id),
+        )
+
+    def _is_private(self, session_id: str) -> bool:
+        # Telegram's private chats have positive ids, groups negative ones.
+        return any(
+            chat_id > 0 and sid == session_id for (chat_id, _), sid in self._bindings.items()
+        )
 
     async def set_plan_flow(
         self,
@@ -340,10 +421,19 @@ class Engine:
         thread_id: int | None,
         card_id: int | None,
         review_ids: Sequence[int] | None = None,
+        plan_id: str | None = None,
     ) -> None:
-        """Remember the plan card's (and plan-text messages') ids in the sidecar's ``flow``."""
+        """Remember the plan card's (and plan-text messages') ids in the sidecar's ``flow``.
+
+        Written the moment Telegram returns the id. A plan that ended meanwhile keeps its
+        last card in memory, so its final drawing edits that message.
+        """
         sidecar = await self.plans.current(session_id)
-        if sidecar is None:
+        if sidecar is None or (plan_id is not None and sidecar.id != plan_id):
+            ended = self._ended.get(session_id)
+            if ended is not None and ended[0].id == plan_id and card_id is not None:
+                flow = ended[0].flow.model_copy(update={"chat_id": chat_id, "card_id": card_id})
+                self._ended[session_id] = (ended[0].model_copy(update={"flow": flow}), ended[1])
             return
         flow = sidecar.flow.model_copy(
             update={
@@ -371,12 +461,30 @@ class Engine:
     async def _on_goal_change(self, session_id: str, goal: GoalSnapshot | None) -> None:
         await safe_call("goal_changed", self.channel.goal_changed(session_id))
 
+    async def _on_turn_end(
+        self, session_id: str, message: InboundMessage, result: TurnResult
+    ) -> None:
+        """Card state that turns decide: the planner's feedback turn, a question asked."""
+        redraw = False
+        if isinstance(message.source, FeedbackSource | HumanSource):
+            # Whatever the planner did with the owner's words, the review keyboard comes back.
+            sidecar = await self.plans.current(session_id)
+            if sidecar is not None and self.cards.awaits_feedback(session_id, sidecar.id):
+                self.cards.feedback_done(session_id)
+                redraw = True
+        if result.asked:
+            self.cards.set_question(session_id, True)
+            redraw = True
+        if redraw:
+            await safe_call("plan_changed", self.channel.plan_changed(session_id))
+
     # --- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> list[RestoredGoal]:
         """Start the scheduler; return the live goals that came up disarmed after a restart."""
         if isinstance(self.scheduler, ApsScheduler):
             self.scheduler.start()
+        await self.usage.load()
         restored: list[RestoredGoal] = []
         seen: set[str] = set()
         for binding in await self.sessions.chat_bindings():
@@ -438,7 +546,34 @@ def build_engine(
 ) -> Engine:
     """Assemble an :class:`Engine` from its ports: the one composition of the services."""
     goals = GoalService(log, clock=clock, default_max_rounds=config.max_goal_rounds)
+    usage = UsageMeter(log, goals=goals, config=config.usage, clock=clock)
     plans = PlanService(plan_store, log, criteria=goals, clock=clock)
+
+    async def block_for_approval(
+        session_id: str, source: MessageSource, view: ApprovalView
+    ) -> None:
+        # A goal round never waits on a person: its goal stops until the owner allows it.
+        if not isinstance(source, GoalRoundSource):
+            return
+        goal = await goals.get(session_id)
+        if goal is None or goal.id != source.goal_id or goal.phase != "active":
+            return
+        what = view.command or view.tool
+        await goals.block(
+            session_id,
+            goal.ref,
+            code=NEEDS_APPROVAL,
+            message=f"{view.tool} needs your approval: {what}",
+        )
+
+    approvals = ToolApprovals(
+        log,
+        channel,
+        rules=config.allow_bash,
+        timeout_s=config.approval_timeout_s,
+        on_unattended=block_for_approval,
+        ask_writes=config.ask_writes,
+    )
     tools: list[Tool] = [
         PlanTool(plans),
         TodoWriteTool(log, allow_parallel_in_progress=config.todo_parallel),
@@ -452,7 +587,10 @@ def build_engine(
         plan=PlanServiceAdapter(plans),
         goals=goals,
         extra_tools=tools,
-        settings=AgentSettings(max_steps=config.max_steps),
+        settings=AgentSettings(max_steps=config.max_steps, stall_steps=config.stall_steps),
+        sandbox=config.sandbox,
+        usage=usage,
+        approvals=approvals,
         file_limits=config.file_limits,
     )
     the_scheduler = scheduler or ApsScheduler()
@@ -461,7 +599,10 @@ def build_engine(
         # No goal round is dispatched while the plan is being edited (DESIGN.md §14).
         return await plans.state(session_id) in ("pre_init", "post_init")
 
-    driver = RoundDriver(goals, agents, the_scheduler, hold=planning)
+    idle = IdleRoundWatch(goals, log, limit=config.goal_idle_rounds)
+    driver = RoundDriver(
+        goals, agents, the_scheduler, hold=planning, after_round=idle.round_settled
+    )
     agents.set_driver(driver)
     return Engine(
         log=log,
@@ -473,6 +614,8 @@ def build_engine(
         scheduler=the_scheduler,
         channel=channel,
         config=config,
+        usage=usage,
+        approvals=approvals,
     )
 
 

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from engine.api import CommandName, GoalCardState, Outcome, PlanCardState
-from engine.events import CommandRun, FeedbackSource, HumanSource, SeedSource
+from engine.api import CommandName, Outcome
+from engine.events import CommandRun, FeedbackSource, HumanSource
 from engine.goal.commands import describe_goal, parse_goal_command, run_goal_command
 from engine.goal.fold import GoalRefusal
 from engine.plan.extract import validate_template_b
+from engine.usage.ledger import fmt_tokens, parse_tokens
+from engine.usage.meter import CAP_COMMAND
 
 if TYPE_CHECKING:
     from engine.app import Engine
@@ -32,16 +34,14 @@ HELP_TEXT = """plangate commands:
 /show-plan - show the plan card again at the bottom of the chat
 /execute - approve the written plan, or continue the checklist
 /discard - discard the plan (it is archived, not deleted)
-/goal [objective | pause | resume | clear | done | rounds N | every 30m | every off]
+/goal [objective [--tokens 200k] | pause | resume | clear | done | rounds N | budget 500k
+  | every 30m | every off]
+/usage - tokens and cost: today, this session, the goal (/usage cap 2m: raise the daily cap)
 /stop - stop the running turn and pause the goal
 /new - start a fresh session in this chat
 /status - what the agent is doing
 /help - this list"""
 
-CONTINUE_PROMPT = (
-    "Continue the approved plan: call plan start for the next pending task, do it, then plan "
-    "complete with evidence."
-)
 SEED_RETRY_PROMPT = (
     "The plan is approved but its checklist is empty. Read the plan at {md_path} and call "
     "plan add_tasks with one task per implementation step (title, description, acceptance "
@@ -55,14 +55,6 @@ class CommandPlane:
 
     def __init__(self, engine: Engine) -> None:
         self._e = engine
-        # The plan (id, revision) at which the owner pressed Keep planning: the review
-        # keyboard stays off until the plan changes (revisions restart with every plan).
-        self._kept: dict[str, tuple[str, int]] = {}
-        # Interface states the owner chose (Revise offer, confirmations), bound to the
-        # revision they were drawn for, so a redraw while the agent works keeps them.
-        # Keyed by (id, revision): revisions restart with every plan and goal.
-        self._plan_override: dict[str, tuple[PlanCardState, str, int]] = {}
-        self._goal_override: dict[str, tuple[GoalCardState, str, int]] = {}
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -96,24 +88,6 @@ class CommandPlane:
         )
         self._e.agents.controller(session_id).submit(text, source=source, message_id=message_id)
 
-    def plan_override(self, session_id: str, plan_id: str, revision: int) -> PlanCardState | None:
-        """The card state the owner chose for this plan at this revision, if any."""
-        chosen = self._plan_override.get(session_id)
-        return chosen[0] if chosen is not None and chosen[1:] == (plan_id, revision) else None
-
-    def goal_override(self, session_id: str, goal_id: str, revision: int) -> GoalCardState | None:
-        """The card state the owner chose for this goal at this revision, if any."""
-        chosen = self._goal_override.get(session_id)
-        return chosen[0] if chosen is not None and chosen[1:] == (goal_id, revision) else None
-
-    def _clear_overrides(self, session_id: str) -> None:
-        self._plan_override.pop(session_id, None)
-        self._goal_override.pop(session_id, None)
-
-    def is_kept(self, session_id: str, plan_id: str, revision: int) -> bool:
-        """Keep planning was pressed on this plan at this revision (no review keyboard)."""
-        return self._kept.get(session_id) == (plan_id, revision)
-
     # --- commands ---------------------------------------------------------------------------
 
     async def run(
@@ -122,7 +96,7 @@ class CommandPlane:
         """Run one command; refusals are outcomes with a reply, never exceptions."""
         args = args.strip()
         if name in ("plan", "execute", "discard", "goal", "stop"):
-            self._clear_overrides(session_id)
+            self._e.cards.clear(session_id)
         match name:
             case "plan":
                 return await self._plan(session_id, args, actor=actor)
@@ -144,6 +118,8 @@ class CommandPlane:
                 return Outcome(reply=await self.status_text(session_id))
             case "help":
                 return Outcome(reply=HELP_TEXT)
+            case "usage":
+                return await self._usage(session_id, args, actor=actor)
             case "new":
                 # /new rebinds a chat key; the engine's new_session does it.
                 return Outcome(reply="Use /new in the chat to start a fresh session.")
@@ -165,12 +141,12 @@ class CommandPlane:
                 )
                 if not result.ok:
                     return Outcome(reply=result.text)
-                reply = "Planning. The agent may explore the project but will not change it."
+                reply = ""  # the card says it: one message, not two
             if text:
                 self.submit_text(session_id, text, actor=actor, message_id=None)
             else:
-                reply += " What should it plan? Send your request."
-            return Outcome(reply=reply, plan_card="restick")
+                reply = (reply + " What should it plan? Send your request.").strip()
+            return Outcome(reply=reply or None, plan_card="restick")
         await self.log_command(session_id, "plan", text, actor=actor)
         if state in ("pre_init", "post_init"):
             if text:
@@ -182,12 +158,8 @@ class CommandPlane:
                 reply="This checklist has no plan text to revise. /discard it to plan anew.",
                 plan_card="restick",
             )
-        self._plan_override[session_id] = ("revise_offer", sidecar.id, sidecar.revision)
-        return Outcome(
-            reply="A plan is being carried out. Revise it?",
-            plan_card="restick",
-            plan_card_state="revise_offer",
-        )
+        self._e.cards.choose_plan(session_id, "revise_offer", sidecar.id, sidecar.revision)
+        return Outcome(reply="A plan is being carried out. Revise it?", plan_card="restick")
 
     async def _revisable(self, session_id: str) -> bool:
         sidecar = await self._e.plans.current(session_id)
@@ -215,19 +187,24 @@ class CommandPlane:
             )
         if state == "post_init":
             return await self.approve(session_id, await plans.revision(session_id), actor=actor)
+        return await self.run_checklist(session_id)
+
+    async def run_checklist(self, session_id: str) -> Outcome:
+        """``/execute`` or Resume on an Active plan: run the checklist on to its end."""
+        plans = self._e.plans
         sidecar = await plans.current(session_id)
         controller = self._e.agents.controller(session_id)
         if controller.busy:
-            return Outcome(reply="The agent is working; it goes on with the checklist.")
+            await controller.run_checklist()
+            return Outcome(
+                reply="The agent is working; it goes on with the checklist.", plan_card="refresh"
+            )
         if sidecar is not None and not sidecar.tasks:
             md_path = await plans.md_path(session_id)
-            prompt = SEED_RETRY_PROMPT.format(md_path=md_path)
-            controller.submit(prompt, source=SeedSource(plan_id=sidecar.id))
+            await controller.run_checklist(SEED_RETRY_PROMPT.format(md_path=md_path))
             return Outcome(reply="Building the checklist again.", plan_card="refresh")
-        controller.submit(
-            CONTINUE_PROMPT, source=SeedSource(plan_id=sidecar.id if sidecar else None)
-        )
-        return Outcome(reply="Continuing with the next task.", plan_card="refresh")
+        await controller.run_checklist()
+        return Outcome(reply="Continuing with the checklist.", plan_card="refresh")
 
     async def approve(self, session_id: str, revision: int, *, actor: int | None) -> Outcome:
         """Approve the plan at ``revision``: now when idle, at the next step when busy."""
@@ -241,10 +218,11 @@ class CommandPlane:
         )
         controller = self._e.agents.controller(session_id)
         answer = await controller.request_approval(revision=revision, actor=actor)
-        self._kept.pop(session_id, None)
+        self._e.cards.feedback_done(session_id)
         if answer == "pending":
             return Outcome(
-                reply="Approved. It takes effect when the current step ends.", plan_card="refresh"
+                reply="Approved. The checklist starts when the current step ends.",
+                plan_card="refresh",
             )
         if answer == "stale":
             return Outcome(reply="The approval did not go through.", plan_card="refresh")
@@ -260,7 +238,7 @@ class CommandPlane:
         controller = self._e.agents.controller(session_id)
         pending_plan = controller.pending_plan_mode is True
         controller.cancel_pending()
-        self._clear_overrides(session_id)
+        self._e.cards.clear(session_id)
         dropped = [m.text for m in await self._e.agents.stop(session_id)]
         state = await plans.state(session_id)
         if state == "none":
@@ -271,7 +249,7 @@ class CommandPlane:
         result = await plans.discard(session_id)
         if not result.ok:
             return Outcome(reply=result.text, plan_card="refresh", dropped=tuple(dropped))
-        self._kept.pop(session_id, None)
+        self._e.cards.feedback_done(session_id)
         if state == "pre_init":
             reply = "Planning cancelled."
         elif revising:
@@ -285,6 +263,23 @@ class CommandPlane:
         result = await run_goal_command(self._e.goals, session_id, spec)
         card: Literal["refresh", "restick"] = "restick" if spec.action == "show" else "refresh"
         return Outcome(reply=result.text, goal_card=card)
+
+    async def _usage(self, session_id: str, args: str, *, actor: int | None) -> Outcome:
+        meter = self._e.usage
+        if not args:
+            return Outcome(reply=await meter.report(session_id))
+        word, _, rest = args.partition(" ")
+        cap = parse_tokens(rest) if word.lower() == "cap" else None
+        if cap is None:
+            return Outcome(reply="usage: /usage, or /usage cap <tokens> (like 500k or 2m)")
+        # Logged, so the raised cap holds after a restart too (the last one logged stands).
+        await self.log_command(session_id, CAP_COMMAND, args, actor=actor, data={"cap": cap})
+        meter.set_daily_cap(cap)
+        return Outcome(
+            reply=f"Daily token cap set to {fmt_tokens(cap)} (today: "
+            f"{fmt_tokens(meter.today().tokens)} used). A blocked goal goes on after Resume.",
+            goal_card="refresh",
+        )
 
     async def _stop(self, session_id: str) -> Outcome:
         # The dropped messages travel as data; the front end lists them under the reply.
@@ -314,6 +309,9 @@ class CommandPlane:
         queued = len(controller.queued)
         agent = "working" if controller.busy else "idle"
         lines.append(f"Agent: {agent}" + (f", {queued} queued" if queued else ""))
+        waiting = e.approvals.pending(session_id)
+        if waiting is not None:
+            lines.append(f"Waiting for you: allow {waiting.tool} {waiting.command[:200]}?")
         return "\n".join(lines)
 
     # --- presses ----------------------------------------------------------------------------
@@ -322,25 +320,44 @@ class CommandPlane:
         self,
         session_id: str,
         *,
-        kind: Literal["p", "g"],
+        kind: Literal["p", "g", "a"],
         action: str,
         short_id: str,
         revision: int,
         actor: int | None,
+        message_id: int | None = None,
     ) -> Outcome:
-        """A button press; counts only if id, revision and the action match the state now."""
+        """A button press; counts only if id, revision and the action match the state now.
+
+        A plan press counts only on the card ``flow`` names: an older copy of the card
+        (reposted since) is out of date even at the same revision.
+        """
+        if kind == "a":
+            return await self._approval_press(session_id, action, short_id, actor=actor)
         if kind == "p":
-            return await self._plan_press(session_id, action, short_id, revision, actor=actor)
+            return await self._plan_press(
+                session_id, action, short_id, revision, actor=actor, message_id=message_id
+            )
         return await self._goal_press(session_id, action, short_id, revision, actor=actor)
 
     async def _plan_press(
-        self, session_id: str, action: str, short_id: str, revision: int, *, actor: int | None
+        self,
+        session_id: str,
+        action: str,
+        short_id: str,
+        revision: int,
+        *,
+        actor: int | None,
+        message_id: int | None,
     ) -> Outcome:
         plans = self._e.plans
         sidecar = await plans.current(session_id)
         if sidecar is None or sidecar.id[:8] != short_id or sidecar.revision != revision:
             return _stale()
-        self._plan_override.pop(session_id, None)
+        card_id = sidecar.flow.card_id
+        if message_id is not None and card_id is not None and message_id != card_id:
+            return _stale()
+        self._e.cards.clear(session_id)
         state = await plans.state(session_id)
         match action:
             case "approve" if state == "post_init":
@@ -348,11 +365,14 @@ class CommandPlane:
             case "keep" if state == "post_init":
                 await self.log_command(session_id, "keep_planning", "", actor=actor)
                 self._e.agents.controller(session_id).cancel_pending()
-                self._kept[session_id] = (sidecar.id, revision)
+                self._e.cards.await_feedback(session_id, sidecar.id)
                 return Outcome(reply=FEEDBACK_QUESTION, await_feedback=True, plan_card="refresh")
+            case "resume" if state == "active":
+                await self.log_command(session_id, "resume", "", actor=actor)
+                return await self.run_checklist(session_id)
             case "discard":
-                self._plan_override[session_id] = ("confirm_discard", sidecar.id, revision)
-                return Outcome(plan_card="refresh", plan_card_state="confirm_discard")
+                self._e.cards.choose_plan(session_id, "confirm_discard", sidecar.id, revision)
+                return Outcome(plan_card="refresh")
             case "discard_yes":
                 await self.log_command(session_id, "discard", "", actor=actor)
                 return await self.discard(session_id)
@@ -368,6 +388,8 @@ class CommandPlane:
                 result = await plans.revise(session_id)
                 if not result.ok:
                     return Outcome(reply=result.text, alert=True, plan_card="refresh")
+                # Approve stays hidden until the planner has heard what should change.
+                self._e.cards.await_feedback(session_id, sidecar.id)
                 return Outcome(
                     reply=FEEDBACK_QUESTION,
                     await_feedback=True,
@@ -383,7 +405,7 @@ class CommandPlane:
         goal = await goals.get(session_id)
         if goal is None or goal.id[:8] != short_id or goal.revision != revision:
             return _stale()
-        self._goal_override.pop(session_id, None)
+        self._e.cards.clear(session_id)
         ref = goal.ref
         await self.log_command(session_id, f"goal_{action}", "", actor=actor)
         result: object
@@ -395,8 +417,8 @@ class CommandPlane:
             case "start":
                 result = await goals.arm(session_id, ref)
             case "clear":
-                self._goal_override[session_id] = ("confirm_clear", goal.id, revision)
-                return Outcome(goal_card="refresh", goal_card_state="confirm_clear")
+                self._e.cards.choose_goal(session_id, "confirm_clear", goal.id, revision)
+                return Outcome(goal_card="refresh")
             case "clear_yes":
                 result = await goals.clear(session_id, ref)
             case "cancel":
@@ -406,6 +428,24 @@ class CommandPlane:
         if isinstance(result, GoalRefusal):
             return Outcome(reply=result.message, alert=True, goal_card="refresh")
         return Outcome(goal_card="refresh")
+
+    async def _approval_press(
+        self, session_id: str, action: str, short_id: str, *, actor: int | None
+    ) -> Outcome:
+        """Allow once / Allow for this session / Deny on a waiting call, or Allow on a denied
+        unattended one (adds the rule; a blocked goal then needs Resume)."""
+        result = await self._e.approvals.answer(session_id, action, short_id, actor=actor)
+        if result.stale:
+            return _stale()
+        if action != "rule":
+            return Outcome(reply=result.text, plan_card="refresh")
+        goal = self._e.goals.peek(session_id)
+        if goal is not None and goal.phase == "blocked":
+            return Outcome(
+                reply=f"{result.text}. Press ▶️ Resume on the goal card to go on.",
+                goal_card="refresh",
+            )
+        return Outcome(reply=f"{result.text}. Send a message or /execute to go on.")
 
 
 def _stale() -> Outcome:

@@ -146,6 +146,70 @@ class TodoWrite(_Event):
     todos: list[TodoItem]
 
 
+class ModelUsageRecord(_Event):
+    """The tokens of one model call, logged with the reply it belongs to.
+
+    ``estimated``: the server reported no usage and the counts are the agent's estimate.
+    ``goal_id``: the goal whose round made the call (its budget pays for it). ``request_chars``
+    and ``prompt_estimate`` are what the budget check saw before the call, kept so the next
+    call's estimate and any later audit of a budget stop can be replayed from the log.
+    """
+
+    type: Literal["model/usage"] = "model/usage"
+    turn_id: str
+    prompt_tokens: int = Field(ge=0)
+    completion_tokens: int = Field(ge=0)
+    cached_tokens: int = Field(default=0, ge=0)
+    estimated: bool = False
+    goal_id: str | None = None
+    request_chars: int = Field(default=0, ge=0)
+    prompt_estimate: int = Field(default=0, ge=0)
+
+
+ApprovalDecision = Literal[
+    "once", "session", "deny", "timeout", "stopped", "interrupted", "unattended"
+]
+
+
+class ApprovalRequested(_Event):
+    """A tool call waits for the owner (or, unattended, was denied for want of one).
+
+    ``request_id`` names the request in callback data; ``rule`` is what "Allow for this
+    session" would add (empty when no rule can allow the command).
+    """
+
+    type: Literal["approval/requested"] = "approval/requested"
+    request_id: str
+    call_id: str
+    tool: str
+    command: str
+    rule: list[str] = Field(default_factory=list)
+    unattended: bool = False
+
+
+class ApprovalDecided(_Event):
+    """How a request ended: allowed (``once``/``session``) or denied (every other value)."""
+
+    type: Literal["approval/decided"] = "approval/decided"
+    request_id: str
+    call_id: str
+    decision: ApprovalDecision
+    actor: int | None = None
+
+
+class ApprovalRule(_Event):
+    """A rule granted for the rest of the session (replays on load).
+
+    ``tool`` ``bash``: ``words`` is a command prefix; ``files``: ``words`` is one
+    workspace-relative path whose writes are allowed.
+    """
+
+    type: Literal["approval/rule"] = "approval/rule"
+    tool: str = "bash"
+    words: list[str]
+    actor: int | None = None
+
+
 SessionEvent = Annotated[
     UserMessage
     | AssistantMessage
@@ -157,7 +221,11 @@ SessionEvent = Annotated[
     | PlanMode
     | PlanChanged
     | GoalChange
-    | TodoWrite,
+    | TodoWrite
+    | ModelUsageRecord
+    | ApprovalRequested
+    | ApprovalDecided
+    | ApprovalRule,
     Field(discriminator="type"),
 ]
 

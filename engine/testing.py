@@ -57,6 +57,18 @@ class InMemoryEventLog:
             if e.seq > after_seq and e.event.type in wanted
         ]
 
+    async def read_types_since(
+        self, types: Collection[str], *, since_at: float
+    ) -> list[StoredEvent]:
+        wanted = check_types(types)
+        found = [
+            e
+            for log in self._events.values()
+            for e in log
+            if e.event.type in wanted and e.at >= since_at
+        ]
+        return sorted(found, key=lambda e: (e.at, e.session_id, e.seq))
+
 
 class InMemorySessionStore:
     """An :class:`engine.ports.SessionStore` over an :class:`InMemoryEventLog`."""

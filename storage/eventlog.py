@@ -166,3 +166,33 @@ class SqliteEventLog:
                 while rows := list(await cursor.fetchmany(_FETCH_ROWS)):
                     out.extend(_decode(session_id, rows))
         return out
+
+    async def read_types_since(
+        self, types: Collection[str], *, since_at: float
+    ) -> list[StoredEvent]:
+        """Events of ``types`` from every session appended at or after ``since_at``, in ``at``
+        order (the usage meter's start-up read; indexed on ``(type, at)``)."""
+        wanted = sorted(check_types(types))
+        if not wanted:
+            return []
+        marks = ", ".join("?" * len(wanted))
+        query = (
+            "SELECT session_id, seq, at, payload FROM events "
+            f"WHERE type IN ({marks}) AND at >= ? ORDER BY at"
+        )
+        validate = SESSION_EVENT_ADAPTER.validate_json
+        out: list[StoredEvent] = []
+        with _gc_paused():
+            async with (
+                self._db.reading() as conn,
+                conn.execute(query, [*wanted, since_at]) as cursor,
+            ):
+                while rows := list(await cursor.fetchmany(_FETCH_ROWS)):
+                    for session_id, seq, at, payload in rows:
+                        try:
+                            event = validate(payload)
+                        except ValidationError:
+                            out.extend(_decode(session_id, [(seq, at, payload)]))  # raises
+                            continue
+                        out.append(StoredEvent(session_id, seq, at, event))
+        return out

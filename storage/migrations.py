@@ -65,6 +65,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         ) WITHOUT ROWID
         """,
     ),
+    # 2: the usage meter's start-up read of today's model/usage records across all sessions.
+    ("CREATE INDEX events_type_at ON events (type, at)",),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

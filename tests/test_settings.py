@@ -3,6 +3,7 @@ ever shown."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -276,3 +277,55 @@ def test_run_needs_a_token_and_an_owner() -> None:
     ready = load({"TELEGRAM_BOT_TOKEN": TOKEN, "PLANGATE_OWNER_IDS": "7"})
     assert run_problems(ready) == []
     require_run_settings(ready)
+
+
+def test_sandbox_settings_are_read_and_secret_names_refused() -> None:
+    s = load(
+        {
+            "PLANGATE_SANDBOX": "OFF",
+            "PLANGATE_BASH_NETWORK": "true",
+            "PLANGATE_BASH_MEMORY_MB": "4096",
+            "PLANGATE_BASH_MAX_PROCESSES": "64",
+            "PLANGATE_BASH_ENV": "GOPATH, CARGO_HOME",
+        }
+    )
+    assert (s.sandbox, s.bash_network, s.bash_memory_mb, s.bash_max_processes) == (
+        "off",
+        True,
+        4096,
+        64,
+    )
+    assert s.bash_env == ("GOPATH", "CARGO_HOME")
+    assert load({}).sandbox == "on" and load({}).bash_memory_mb == 2048
+    for secret in ("PLANGATE_TELEGRAM_TOKEN", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY"):
+        text = error_of({"PLANGATE_BASH_ENV": f"PATHX,{secret}"})
+        assert "PLANGATE_BASH_ENV" in text and "never passed to bash" in text
+    assert "PLANGATE_SANDBOX" in error_of({"PLANGATE_SANDBOX": "maybe"})
+
+
+def test_approval_settings_rules_and_timeout() -> None:
+    s = load({})
+    assert s.allow_bash == () and s.approval_timeout == 600.0
+    s = load({"PLANGATE_ALLOW_BASH": "pytest, git status,,ls", "PLANGATE_APPROVAL_TIMEOUT": "10m"})
+    assert s.allow_bash == (("pytest",), ("git", "status"), ("ls",))
+    assert s.approval_timeout == 600.0
+    assert load({"PLANGATE_APPROVAL_TIMEOUT": "90"}).approval_timeout == 90.0
+    assert load({"PLANGATE_APPROVAL_TIMEOUT": "2.5"}).approval_timeout == 2.5
+    assert load({"PLANGATE_APPROVAL_TIMEOUT": "1h"}).approval_timeout == 3600.0
+    assert s.ask_writes is False
+    assert load({"PLANGATE_ASK_WRITES": "true"}).ask_writes is True
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"PLANGATE_ALLOW_BASH": "ls;rm"}, r"^PLANGATE_ALLOW_BASH: expected comma-separated"),
+        ({"PLANGATE_ALLOW_BASH": "echo $(id)"}, r"^PLANGATE_ALLOW_BASH: .*no shell operators"),
+        ({"PLANGATE_APPROVAL_TIMEOUT": "soon"}, r"^PLANGATE_APPROVAL_TIMEOUT: expected seconds"),
+        ({"PLANGATE_APPROVAL_TIMEOUT": "0"}, r"^PLANGATE_APPROVAL_TIMEOUT: expected seconds"),
+        ({"PLANGATE_APPROVAL_TIMEOUT": "inf"}, r"^PLANGATE_APPROVAL_TIMEOUT: expected seconds"),
+        ({"PLANGATE_APPROVAL_TIMEOUT": "-5m"}, r"^PLANGATE_APPROVAL_TIMEOUT: expected seconds"),
+    ],
+)
+def test_bad_approval_settings_name_the_variable(env: dict[str, str], expected: str) -> None:
+    assert re.search(expected, error_of(env))

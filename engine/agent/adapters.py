@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from engine.agent.controller import LAPSED_TEXT
 from engine.agent.ports import ApprovalOutcome, PlanPromptView
 from engine.plan.gate import check_gate
 from engine.plan.service import PlanService
@@ -63,6 +64,9 @@ class PlanServiceAdapter:
         result = await self.service.approve(session_id, revision=revision, actor=actor)
         if result.ok:
             return ApprovalOutcome(committed=True, message=result.text)
+        if result.code == "approve-stale":
+            # The planner changed the plan between the press and the commit.
+            return ApprovalOutcome(committed=False, message=LAPSED_TEXT)
         return ApprovalOutcome(
             committed=False,
             message=f"The approval did not go through: {result.text} The card is back in review.",

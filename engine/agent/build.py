@@ -16,13 +16,17 @@ from engine.agent.channel import Channel
 from engine.agent.config import AgentDeps, AgentSettings, WorkspaceResolver
 from engine.agent.controller import AgentRegistry
 from engine.agent.ports import GoalPort, IdleListener, PlanPort
+from engine.approval.service import ToolApprovals
 from engine.model.types import ModelProvider
+from engine.plan.gate import PlanGateView
 from engine.ports import EventLog, SessionStore
 from engine.tools.ask import AskUserTool
 from engine.tools.base import Tool
-from engine.tools.bash import BashLimits, BashTool
+from engine.tools.bash import BashLimits, BashTool, PlanViewSource
 from engine.tools.files import FileLimits, file_tools
+from engine.tools.sandbox import SandboxSettings
 from engine.tools.workspace import WorkspaceLocks
+from engine.usage.meter import UsageMeter
 
 
 def workspace_from_store(sessions: SessionStore, *, default: Path) -> WorkspaceResolver:
@@ -35,6 +39,16 @@ def workspace_from_store(sessions: SessionStore, *, default: Path) -> WorkspaceR
     return resolve
 
 
+def plan_view_source(plan: PlanPort) -> PlanViewSource:
+    """What ``bash`` reads at each call: the plan state and the session ``.md``'s path."""
+
+    async def view(session_id: str) -> PlanGateView:
+        phase = (await plan.prompt_view(session_id)).phase
+        return PlanGateView(state=phase, md_path=await plan.session_md_path(session_id))
+
+    return view
+
+
 def agent_tools(
     channel: Channel,
     *,
@@ -42,11 +56,17 @@ def agent_tools(
     locks: WorkspaceLocks | None = None,
     file_limits: FileLimits | None = None,
     bash_limits: BashLimits | None = None,
+    sandbox: SandboxSettings | None = None,
 ) -> tuple[list[Tool], BashTool]:
     """The agent's own tools (read_file, list_files, grep, write_file, edit_file, bash,
     ask_user) and the bash tool itself (for ``kill_session``)."""
     shared = locks or WorkspaceLocks()
-    bash = BashTool(locks=shared, limits=bash_limits)
+    bash = BashTool(
+        locks=shared,
+        limits=bash_limits,
+        sandbox=sandbox,
+        plan_view=plan_view_source(plan) if plan is not None else None,
+    )
     tools: list[Tool] = [*file_tools(hooks=plan, locks=shared, limits=file_limits)]
     tools.extend([bash, AskUserTool(channel)])
     return tools, bash
@@ -65,14 +85,20 @@ def build_agent(
     settings: AgentSettings | None = None,
     file_limits: FileLimits | None = None,
     bash_limits: BashLimits | None = None,
+    sandbox: SandboxSettings | None = None,
+    usage: UsageMeter | None = None,
+    approvals: ToolApprovals | None = None,
 ) -> AgentRegistry:
     """Assemble the agent. ``extra_tools`` are the plan, todo and goal tools.
 
     ``plan`` is a :class:`~engine.agent.ports.PlanPort` (wrap H2's ``PlanService`` in
     :class:`engine.agent.adapters.PlanServiceAdapter`); ``goals`` is H4's ``GoalService``;
-    ``driver`` may be attached later with ``set_driver``.
+    ``driver`` may be attached later with ``set_driver``; ``approvals`` is the owner's
+    approval gate (none: every call the plan gate allows runs).
     """
-    own, bash = agent_tools(channel, plan=plan, file_limits=file_limits, bash_limits=bash_limits)
+    own, bash = agent_tools(
+        channel, plan=plan, file_limits=file_limits, bash_limits=bash_limits, sandbox=sandbox
+    )
     deps = AgentDeps(
         log=log,
         model=model,
@@ -83,8 +109,10 @@ def build_agent(
         goals=goals,
         stop_hooks=(bash.kill_session,),
         settings=settings or AgentSettings(),
+        usage=usage,
+        approvals=approvals,
     )
     return AgentRegistry(deps, driver=driver)
 
 
-__all__ = ["agent_tools", "build_agent", "workspace_from_store"]
+__all__ = ["agent_tools", "build_agent", "plan_view_source", "workspace_from_store"]

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from engine.events import TurnOutcome
+from engine.events import ApprovalDecision, TurnOutcome
+
+if TYPE_CHECKING:
+    from engine.approval.service import ApprovalView
 
 _log = logging.getLogger("engine.agent.channel")
 
@@ -53,6 +56,20 @@ class Channel(Protocol):
 
     async def notice(self, session_id: str, text: str) -> None:
         """A short system line for the chat (a failure, a stale approval, dropped messages)."""
+        ...
+
+    async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
+        """A tool call waits for the owner: post it with Allow once / for this session / Deny.
+
+        ``view.unattended``: the call was already denied (nobody to ask); offer one Allow
+        button that adds ``view.rule``. The press comes back through the engine's ``press``.
+        """
+        ...
+
+    async def approval_closed(
+        self, session_id: str, view: ApprovalView, decision: ApprovalDecision
+    ) -> None:
+        """The request ended (a press, the timeout, /stop): its buttons go, the result shows."""
         ...
 
 

@@ -12,11 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.agent.channel import Channel
+from engine.agent.checklist import DEFAULT_STALL_STEPS
 from engine.agent.history import SessionHistory
 from engine.agent.ports import GoalPort, PlanPort
+from engine.approval.service import ToolApprovals
 from engine.model.types import ModelProvider
 from engine.ports import EventLog
 from engine.tools.base import Tool
+from engine.usage.meter import UsageMeter
 
 WorkspaceResolver = Callable[[str], Awaitable[Path]]
 
@@ -38,6 +41,13 @@ class AgentSettings:
         "The plan is approved. Work through the checklist: call plan start, do the task, "
         "then plan complete with evidence, and continue with the next task."
     )
+    # The text of each continuation of an approved checklist (engine.agent.checklist).
+    continue_prompt: str = (
+        "Continue the approved plan: call plan start for the next pending task, do it, then "
+        "plan complete with evidence."
+    )
+    # Steps in a row without checklist progress after which a checklist run stops, stalled.
+    stall_steps: int = DEFAULT_STALL_STEPS
 
 
 @dataclass(slots=True)
@@ -59,8 +69,12 @@ class AgentDeps:
     # Called by stop() right after cancelling the turn (bash's kill_session).
     stop_hooks: Sequence[Callable[[str], Awaitable[None]]] = ()
     settings: AgentSettings = field(default_factory=AgentSettings)
+    # The owner's approval of risky calls (bash in NoPlan and Active); None: no approvals.
+    approvals: ToolApprovals | None = None
     # Each session's events read so far: a step reads only the log's new tail.
     history: SessionHistory = field(default_factory=SessionHistory)
+    # Usage accounting and the token limits checked before each model call (None: neither).
+    usage: UsageMeter | None = None
 
 
 __all__ = ["AgentDeps", "AgentSettings", "WorkspaceResolver"]

@@ -15,21 +15,33 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from engine.agent import checklist
 from engine.agent.channel import safe_call
+from engine.agent.checklist import ChecklistRun
 from engine.agent.config import AgentDeps
 from engine.agent.ports import IdleListener
 from engine.agent.turn import InboundMessage, TurnResult, is_goal_round, run_turn
 from engine.events import GoalRoundSource, HumanSource, MessageSource, SeedSource
+from engine.plan.types import PlanTask
 from engine.tools.base import ToolContext
 from engine.tools.runtime import ToolCallRequest, ToolRuntime
 
 _log = logging.getLogger("engine.agent.controller")
 
 ApprovalRequest = Literal["committed", "pending", "stale"]
+# Told after every turn: (session id, the message that opened it, how it ended).
+TurnListener = Callable[[str, InboundMessage, TurnResult], Awaitable[None]]
+
+LAPSED_TEXT = (
+    "The approval lapsed: the plan changed before it took effect. "
+    "The card shows the new version for review."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,11 +60,16 @@ class SessionController:
         runtime: ToolRuntime,
         *,
         on_idle: IdleListener | None = None,
+        on_turn_end: TurnListener | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.session_id = session_id
         self._deps = deps
         self._runtime = runtime
         self._on_idle = on_idle
+        self._on_turn_end = on_turn_end
+        self._clock = clock
+        self._run = ChecklistRun()
         self._inbox: deque[InboundMessage] = deque()
         self._task: asyncio.Task[None] | None = None
         self._current: InboundMessage | None = None
@@ -86,6 +103,11 @@ class SessionController:
     @property
     def pending_plan_mode(self) -> bool | None:
         return self._pending_mode
+
+    @property
+    def checklist(self) -> ChecklistRun:
+        """The checklist run: armed (it continues by itself), its progress, stalled."""
+        return self._run
 
     # --- input ----------------------------------------------------------------------------
 
@@ -155,9 +177,19 @@ class SessionController:
                     raise  # our caller was cancelled too, not only the turn
         self._task = None
         await self._commit_pending(queue_execution=False)
+        self._run = checklist.disarm(self._run)
         if self._deps.goals is not None:
             await self._deps.goals.disarm(self.session_id)
         return dropped
+
+    async def run_checklist(self, prompt: str | None = None) -> None:
+        """The owner's consent to run the checklist to its end (``/execute``, Resume).
+
+        Arms the run and queues its next turn unless one is running (it continues then).
+        """
+        await self._arm()
+        if not self.busy:
+            self.submit(prompt or self._deps.settings.continue_prompt, source=SeedSource())
 
     async def wait_idle(self) -> None:
         """Wait until the inbox is drained (tests, shutdown)."""
@@ -185,6 +217,7 @@ class SessionController:
                     )
                     self.last_result = result
                     self._current = None
+                    await self._after_turn(message, result)
                     self._notify_idle(outcome=result.outcome)
                     if is_goal_round(message.source) and result.outcome in ("failed", "cancelled"):
                         await self._disarm()
@@ -201,10 +234,60 @@ class SessionController:
     def _has_pending(self) -> bool:
         return self._pending_mode is not None or self._pending_approval is not None
 
+    async def _tasks(self) -> tuple[bool, list[PlanTask]]:
+        """Whether the plan is Active, and its tasks (the sidecar, read at this moment)."""
+        plan = self._deps.plan
+        if plan is None:
+            return False, []
+        view = await plan.prompt_view(self.session_id)
+        return view.phase == "active", list(view.tasks)
+
+    async def _arm(self) -> None:
+        _, tasks = await self._tasks()
+        self._run = checklist.arm(self._run, tasks, now=self._clock())
+
+    async def _after_turn(self, message: InboundMessage, result: TurnResult) -> None:
+        """Tell the listener; keep an armed checklist run going while it makes progress."""
+        if self._on_turn_end is not None:
+            await safe_call("turn_end", self._on_turn_end(self.session_id, message, result))
+        if not self._run.armed:
+            return
+        if result.outcome in ("failed", "cancelled"):
+            self._run = checklist.disarm(self._run)
+            return
+        active, tasks = await self._tasks()
+        if not checklist.should_continue(self._run, tasks, active=active):
+            self._run = checklist.disarm(self._run)
+            return
+        # A question waits for the owner, or the owner spoke: their turn goes first, and
+        # the run goes on after it.
+        if result.asked or self._inbox or self.closed:
+            return
+        self.submit(self._deps.settings.continue_prompt, source=SeedSource())
+
+    async def _observe_checklist(self) -> str | None:
+        """Account for the last step's progress; a stalled run ends the turn here."""
+        if not self._run.armed:
+            return None
+        active, tasks = await self._tasks()
+        if not active:
+            return None
+        self._run = checklist.observe_step(
+            self._run, tasks, now=self._clock(), stall_steps=self._deps.settings.stall_steps
+        )
+        if self._run.stalled is None or self._run.armed:
+            return None
+        await safe_call("plan_changed", self._deps.channel.plan_changed(self.session_id))
+        label, steps = self._run.stalled
+        return f"checklist stalled on {label}: no progress in {steps} steps"
+
     async def _pre_step(self, step: int) -> str | None:
         message = self._current
         switching_to_plan = self._pending_mode is True
         await self._commit_pending(queue_execution=False)
+        stalled = await self._observe_checklist()
+        if stalled is not None:
+            return stalled
         if message is not None and isinstance(message.source, GoalRoundSource):
             if switching_to_plan:
                 return "goal round ended: plan mode was entered"
@@ -236,11 +319,12 @@ class SessionController:
         if not outcome.committed:
             # Nothing was committed, so the plan service said nothing: redraw the card here.
             await safe_call("plan_changed", self._deps.channel.plan_changed(self.session_id))
-            text = outcome.message or (
-                "The plan changed after it was approved; the card is back in review."
-            )
+            text = outcome.message or LAPSED_TEXT
             await safe_call("notice", self._deps.channel.notice(self.session_id, text))
             return False
+        # Approval is consent to the whole checklist: a commit mid-turn lets that turn end,
+        # then the run goes on by itself (_after_turn).
+        await self._arm()
         if queue_execution:
             self.submit(self._deps.settings.execution_prompt, source=SeedSource())
         return True
@@ -277,6 +361,7 @@ class AgentRegistry:
     def __init__(self, deps: AgentDeps, *, driver: IdleListener | None = None) -> None:
         self.deps = deps
         self._driver = driver
+        self._on_turn_end: TurnListener | None = None
         self._controllers: dict[str, SessionController] = {}
         self.runtime = ToolRuntime(deps.tools, gate=self._gate)
         self._closed = False
@@ -287,12 +372,22 @@ class AgentRegistry:
         for controller in self._controllers.values():
             controller._on_idle = driver
 
+    def set_turn_listener(self, listener: TurnListener | None) -> None:
+        """Be told after every turn of every session (the engine's card state)."""
+        self._on_turn_end = listener
+        for controller in self._controllers.values():
+            controller._on_turn_end = listener
+
     def controller(self, session_id: str) -> SessionController:
         """The session's controller, created on first use."""
         found = self._controllers.get(session_id)
         if found is None:
             found = self._controllers[session_id] = SessionController(
-                session_id, self.deps, self.runtime, on_idle=self._driver
+                session_id,
+                self.deps,
+                self.runtime,
+                on_idle=self._driver,
+                on_turn_end=self._on_turn_end,
             )
             found.closed = self._closed
         return found
@@ -346,18 +441,27 @@ class AgentRegistry:
         return stopped
 
     async def _gate(self, request: ToolCallRequest, ctx: ToolContext) -> str | None:
+        """The plan gate, then the owner's approval (which may wait for a press)."""
         plan = self.deps.plan
-        if plan is None:
+        if plan is not None:
+            denied = await plan.check_tool(
+                ctx.session_id, request.name, request.arguments, workspace=ctx.workspace
+            )
+            if denied is not None:
+                return denied
+        approvals = self.deps.approvals
+        if approvals is None or not approvals.may_ask(request.name):
             return None
-        return await plan.check_tool(
-            ctx.session_id, request.name, request.arguments, workspace=ctx.workspace
-        )
+        phase = (await plan.prompt_view(ctx.session_id)).phase if plan is not None else "none"
+        return await approvals.check(request, ctx, phase=phase)
 
 
 __all__ = [
+    "LAPSED_TEXT",
     "AgentRegistry",
     "ApprovalRequest",
     "InboundMessage",
     "PendingApproval",
     "SessionController",
+    "TurnListener",
 ]

@@ -8,9 +8,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from engine.events import TurnOutcome
+from engine.events import ApprovalDecision, TurnOutcome
+
+if TYPE_CHECKING:
+    from engine.approval.service import ApprovalView
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,14 @@ class RecordingChannel:
 
     async def notice(self, session_id: str, text: str) -> None:
         await self._record("notice", session_id, text=text)
+
+    async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
+        await self._record("approval_asked", session_id, view=view)
+
+    async def approval_closed(
+        self, session_id: str, view: ApprovalView, decision: ApprovalDecision
+    ) -> None:
+        await self._record("approval_closed", session_id, view=view, decision=decision)
 
     def of(self, method: str) -> list[ChannelCall]:
         """The recorded calls of one method, in order."""

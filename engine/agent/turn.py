@@ -8,6 +8,11 @@ pre-step hook says so (``completed`` with a detail), on a model error (``failed`
 the task is cancelled (``cancelled``; every open call gets a synthetic interrupted result).
 A goal round's first check runs before its ``user/message`` is logged; a round refused there
 logs nothing.
+
+With a usage meter every model call is checked against the daily cap and the goal's token
+budget first (a call that would cross a limit is not made: the turn ends ``completed`` with
+the refusal as its detail and its line as the reply), and each reply's ``model/usage`` record
+is appended with its ``assistant/message``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from engine.events import (
     AssistantMessage,
     GoalRoundSource,
     MessageSource,
+    SeedSource,
     SessionEvent,
     ToolCall,
     ToolResult,
@@ -38,6 +44,7 @@ from engine.events import (
 from engine.model.types import ModelError, ModelToolCall
 from engine.tools.base import ToolContext, ToolOutcome
 from engine.tools.runtime import ToolCallRequest, ToolRuntime
+from engine.usage.ledger import BudgetRefusal, request_chars
 
 _log = logging.getLogger("engine.agent.turn")
 
@@ -62,6 +69,8 @@ class TurnResult:
     outcome: TurnOutcome
     final_text: str = ""
     detail: str = ""
+    # ask_user was answered "sent" in this turn: a question now waits for the owner.
+    asked: bool = False
 
 
 def _invalid_arguments(call: ModelToolCall) -> ToolOutcome | None:
@@ -98,6 +107,14 @@ async def run_turn(
         refused = await pre_step(0)
         if refused is not None:
             return TurnResult(turn_id, "completed", "", refused)
+        if deps.usage is not None:
+            # A round that could not make even its first call is not admitted (not counted).
+            budget, _ = await deps.usage.check(
+                session_id, message.source, chars=None, extra_chars=len(message.text)
+            )
+            if budget is not None:
+                await safe_call("notice", deps.channel.notice(session_id, budget.line))
+                return TurnResult(turn_id, "completed", "", f"{budget.kind}: refused")
         validated = True
     await log.append(
         session_id,
@@ -114,6 +131,8 @@ async def run_turn(
     last_said = ""
     outcome: TurnOutcome = "max_steps"
     detail = ""
+    asked = False
+    budget_stop: BudgetRefusal | None = None
     try:
         for step in range(deps.settings.max_steps):
             # Step 0 of a goal round was checked just before its admission above.
@@ -123,7 +142,17 @@ async def run_turn(
                 break
             await safe_call("typing", deps.channel.typing(session_id))
             messages = await _context(deps, session_id, workspace_text=str(workspace))
-            reply = await deps.model.complete(messages, runtime.specs())
+            specs = runtime.specs()
+            chars = estimate = 0
+            if deps.usage is not None:
+                chars = request_chars(messages, specs)
+                budget_stop, estimate = await deps.usage.check(
+                    session_id, message.source, chars=chars
+                )
+                if budget_stop is not None:
+                    outcome, detail = "completed", f"{budget_stop.kind}: call not made"
+                    break
+            reply = await deps.model.complete(messages, specs)
             final_text = reply.text
             if reply.text.strip():
                 last_said = reply.text
@@ -133,7 +162,19 @@ async def run_turn(
                 for c in reply.tool_calls
             ]
             events.extend(calls)
-            await log.append(session_id, events)
+            if deps.usage is not None:
+                events.append(
+                    deps.usage.record_for(
+                        turn_id=turn_id,
+                        source=message.source,
+                        reply=reply,
+                        chars=chars,
+                        estimate=estimate,
+                    )
+                )
+            stored = await log.append(session_id, events)
+            if deps.usage is not None:
+                await deps.usage.recorded(stored)
             if not calls:
                 outcome = "completed"
                 break
@@ -148,6 +189,10 @@ async def run_turn(
             )
             open_calls = {}
             final_text = ""
+            asked = asked or any(
+                c.name == "ask_user" and not o.is_error
+                for c, o in zip(reply.tool_calls, outcomes, strict=True)
+            )
         else:
             detail = f"stopped after {deps.settings.max_steps} steps"
     except ModelError as exc:
@@ -183,13 +228,20 @@ async def run_turn(
     text = final_text.strip()
     if not text and outcome == "completed" and detail:
         text = last_said.strip()
-    if outcome == "max_steps":
+    if budget_stop is not None:
+        text = (text + "\n\n" if text else "") + budget_stop.line
+    if text and deps.usage is not None:
+        usage = await deps.usage.session(session_id)
+        footer = deps.usage.footer(session_id, usage, turn_id)
+        if footer:
+            text = f"{text}\n\n{footer}"
+    if outcome == "max_steps" and not continues(message.source):
         text = (text + "\n\n" if text else "") + (
             f"(I stopped after {deps.settings.max_steps} steps; send a message to continue.)"
         )
     if text:
         await safe_call("reply", deps.channel.reply(session_id, text, reply_to=message.message_id))
-    return TurnResult(turn_id, outcome, final_text, detail)
+    return TurnResult(turn_id, outcome, final_text, detail, asked=asked)
 
 
 async def _run_batch(
@@ -226,6 +278,11 @@ async def _context(
         )
     )
     return assemble_messages(turns, system_prompt=system, settings=deps.settings)
+
+
+def continues(source: MessageSource) -> bool:
+    """``True`` for a turn of a checklist run: it goes on by itself after the step cap."""
+    return isinstance(source, SeedSource)
 
 
 def is_goal_round(source: MessageSource) -> bool:

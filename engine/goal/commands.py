@@ -4,6 +4,8 @@
     /goal <objective>            create and arm (or edit the objective of a goal not complete)
     /goal pause | resume | clear | done
     /goal rounds N               set the cap to N
+    /goal <objective> --tokens 200k   create with a token budget (k and m suffixes)
+    /goal budget 500k            set (raise) the token budget; Resume then continues
     /goal every 30m [objective]  set the schedule (s, m, h, d); creates and arms with objective
     /goal every off              back to "next round when idle"
 
@@ -17,28 +19,34 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from engine.goal.fold import GoalRefusal, refusal
+from engine.goal.fold import UNCHANGED, GoalRefusal, refusal
 from engine.goal.service import GoalService
 from engine.goal.types import GoalSnapshot
+from engine.usage.ledger import fmt_tokens, parse_tokens
 
 USAGE = (
-    "usage: /goal [objective | pause | resume | clear | done | rounds N | "
-    "every <N>s|m|h|d [objective] | every off]"
+    "usage: /goal [objective [--tokens 200k] | pause | resume | clear | done | rounds N | "
+    "budget 500k | every <N>s|m|h|d [objective] | every off]"
 )
 
 _UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _INTERVAL = re.compile(r"^(\d+)\s*([smhd])$", re.IGNORECASE)
+_TOKENS_FLAG = re.compile(r"(?:^|\s)--tokens(?:\s+|=)(\S+)\s*$")
+TOKENS_ERROR = "a token amount is a whole number like 5000, 200k or 1.5m"
 
 
 @dataclass(frozen=True, slots=True)
 class GoalCommandSpec:
     """A parsed ``/goal``: ``action`` and its operands; ``error`` is set for a usage mistake."""
 
-    action: Literal["show", "set", "pause", "resume", "clear", "done", "rounds", "every", "usage"]
+    action: Literal[
+        "show", "set", "pause", "resume", "clear", "done", "rounds", "every", "budget", "usage"
+    ]
     objective: str | None = None
     rounds: int | None = None
     schedule_s: int | None = None
     error: str | None = None
+    token_budget: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +71,25 @@ def parse_goal_command(args: str) -> GoalCommandSpec:
     text = args.strip()
     if not text:
         return GoalCommandSpec(action="show")
+    budget: int | None = None
+    flag = _TOKENS_FLAG.search(text)
+    if flag is not None:
+        budget = parse_tokens(flag.group(1))
+        if budget is None:
+            return GoalCommandSpec(action="usage", error=f"--tokens: {TOKENS_ERROR}")
+        text = text[: flag.start()].strip()
+        if not text:
+            return GoalCommandSpec(action="usage", error="--tokens needs an objective before it")
     head, _, rest = text.partition(" ")
     word = head.lower()
     rest = rest.strip()
     if word in ("pause", "resume", "clear", "done") and not rest:
         return GoalCommandSpec(action=word)  # type: ignore[arg-type]
+    if word == "budget" and budget is None:
+        amount = parse_tokens(rest) if rest else None
+        if amount is None:
+            return GoalCommandSpec(action="usage", error=f"/goal budget: {TOKENS_ERROR}")
+        return GoalCommandSpec(action="budget", token_budget=amount)
     if word == "rounds":
         if rest.isdigit() and int(rest) >= 1:
             return GoalCommandSpec(action="rounds", rounds=int(rest))
@@ -82,9 +104,12 @@ def parse_goal_command(args: str) -> GoalCommandSpec:
                 action="usage", error="/goal every needs an interval like 30m, 2h or 1d, or off"
             )
         return GoalCommandSpec(
-            action="every", schedule_s=interval, objective=objective.strip() or None
+            action="every",
+            schedule_s=interval,
+            objective=objective.strip() or None,
+            token_budget=budget,
         )
-    return GoalCommandSpec(action="set", objective=text)
+    return GoalCommandSpec(action="set", objective=text, token_budget=budget)
 
 
 def describe_goal(goal: GoalSnapshot | None, *, armed: bool) -> str:
@@ -97,9 +122,10 @@ def describe_goal(goal: GoalSnapshot | None, *, armed: bool) -> str:
     if goal.blocked is not None:
         state += f" ({goal.blocked.code}: {goal.blocked.message})"
     every = f", every {goal.schedule_s}s" if goal.schedule_s else ""
+    budget = f", budget {fmt_tokens(goal.token_budget)} tokens" if goal.token_budget else ""
     return (
         f"Goal: {goal.objective}\nStatus: {state}; rounds {goal.rounds_started}/"
-        f"{goal.max_goal_rounds}{every}"
+        f"{goal.max_goal_rounds}{every}{budget}"
     )
 
 
@@ -125,11 +151,16 @@ async def run_goal_command(
         case "set":
             assert spec.objective is not None
             if live and goal is not None:
-                return done(
-                    await goals.edit(session_id, goal.ref, objective=spec.objective),
-                    "Goal updated.",
+                edited = await goals.edit(
+                    session_id,
+                    goal.ref,
+                    objective=spec.objective,
+                    token_budget=UNCHANGED if spec.token_budget is None else spec.token_budget,
                 )
-            created = await goals.create(session_id, spec.objective, arm=True)
+                return done(edited, "Goal updated.")
+            created = await goals.create(
+                session_id, spec.objective, arm=True, token_budget=spec.token_budget
+            )
             return done(created, "Goal set.")
         case "every":
             if live and goal is not None:
@@ -140,10 +171,14 @@ async def run_goal_command(
             if spec.objective is None:
                 return GoalCommandResult(text="No goal to schedule.", refused=refusal("no-goal"))
             created = await goals.create(
-                session_id, spec.objective, schedule_s=spec.schedule_s, arm=True
+                session_id,
+                spec.objective,
+                schedule_s=spec.schedule_s,
+                arm=True,
+                token_budget=spec.token_budget,
             )
             return done(created, "Goal set.")
-        case "pause" | "resume" | "clear" | "done" | "rounds":
+        case "pause" | "resume" | "clear" | "done" | "rounds" | "budget":
             if goal is None:
                 return GoalCommandResult(text="There is no goal.", refused=refusal("no-goal"))
             ref = goal.ref
@@ -153,6 +188,12 @@ async def run_goal_command(
                 return done(await goals.resume(session_id, ref), "Resumed.")
             if spec.action == "done":
                 return done(await goals.complete(session_id, ref), "Marked complete.")
+            if spec.action == "budget":
+                edited = await goals.edit(session_id, ref, token_budget=spec.token_budget)
+                lead = "Budget set." + (
+                    " Press Resume to go on." if goal.phase == "blocked" else ""
+                )
+                return done(edited, lead)
             if spec.action == "rounds":
                 return done(await goals.edit(session_id, ref, max_rounds=spec.rounds), "Cap set.")
             cleared = await goals.clear(session_id, ref)

@@ -93,13 +93,17 @@ class RoundDriver:
         scheduler: Scheduler,
         *,
         hold: Callable[[str], Awaitable[bool]] | None = None,
+        after_round: Callable[[str, GoalRoundSource], Awaitable[None]] | None = None,
     ) -> None:
         """``hold(session_id)`` True keeps a queued round waiting (the plan is Editing: no round
-        is dispatched then); call :meth:`notify_idle` when the reason goes away."""
+        is dispatched then); call :meth:`notify_idle` when the reason goes away.
+        ``after_round(session_id, source)`` runs once an admitted round has ended, before the
+        next one is asked for (the no-progress detector)."""
         self._goals = goals
         self._target = target
         self._scheduler = scheduler
         self._hold = hold
+        self._after_round = after_round
         self._sessions: dict[str, _Session] = {}
         self._background: set[asyncio.Task[None]] = set()
         goals.add_listener(self._on_goal_change)
@@ -239,6 +243,8 @@ class RoundDriver:
             await self._target.submit_round(session_id, round_prompt(goal, source.round), source)
             attempt.state = "submitted"
             await self._wait_settled(session_id, source, attempt)
+            if self._after_round is not None:
+                await self._after_round(session_id, source)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # worker boundary: an unclassified failure never re-runs

@@ -44,6 +44,7 @@ GoalRefusalCode = Literal[
     "empty-objective",
     "invalid-max-rounds",
     "invalid-schedule",
+    "invalid-budget",
     "task-goal",
     "not-allowed",
 ]
@@ -59,6 +60,7 @@ REFUSAL_TEXT: dict[GoalRefusalCode, str] = {
     "empty-objective": "the objective is empty",
     "invalid-max-rounds": "max rounds must be a whole number of at least 1",
     "invalid-schedule": "the schedule must be a whole number of seconds, at least 1",
+    "invalid-budget": "the token budget must be a whole number of tokens, at least 1",
     "task-goal": "a task goal is a label and cannot run rounds",
     "not-allowed": "an autonomous goal round may only complete or block the goal",
 }
@@ -106,6 +108,8 @@ def check_goal_snapshot(snapshot: GoalSnapshot) -> list[str]:
         problems.append("blocked must be set in phase blocked and only there")
     if not snapshot.objective.strip():
         problems.append("empty objective")
+    if snapshot.token_budget is not None and snapshot.token_budget < 1:
+        problems.append("token_budget below 1")
     return problems
 
 
@@ -164,6 +168,7 @@ class CreateGoal:
     max_rounds: int | None = None
     source: Literal["user", "model"] = "user"
     schedule_s: int | None = None
+    token_budget: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +177,7 @@ class EditGoal:
     objective: str | None = None
     max_rounds: int | None = None
     schedule_s: int | _Unchanged | None = UNCHANGED
+    token_budget: int | _Unchanged | None = UNCHANGED
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +274,7 @@ def _create_events(
     source: Literal["user", "model", "task"],
     schedule_s: int | None,
     now: float,
+    token_budget: int | None = None,
 ) -> list[SessionEvent]:
     events: list[SessionEvent] = []
     if state.goal is not None:
@@ -285,6 +292,7 @@ def _create_events(
         rounds_started=0,
         source=source,
         schedule_s=schedule_s,
+        token_budget=token_budget,
         created_at=now,
         updated_at=now,
     )
@@ -323,6 +331,8 @@ def decide(
                 return refusal("invalid-max-rounds")
             if not _valid_schedule(command.schedule_s):
                 return refusal("invalid-schedule")
+            if not _valid_max(command.token_budget):
+                return refusal("invalid-budget")
             if _is_live_user_goal(goal):
                 return refusal("goal-exists")
             return _apply(
@@ -335,6 +345,7 @@ def decide(
                     source=command.source,
                     schedule_s=command.schedule_s,
                     now=now,
+                    token_budget=command.token_budget,
                 ),
             )
         case SetTaskGoal():
@@ -399,6 +410,10 @@ def _decide_on_current(
                 if not _valid_schedule(command.schedule_s):
                     return refusal("invalid-schedule")
                 changes["schedule_s"] = command.schedule_s
+            if not isinstance(command.token_budget, _Unchanged):
+                if not _valid_max(command.token_budget):
+                    return refusal("invalid-budget")
+                changes["token_budget"] = command.token_budget
             return _apply(state, _revise(goal, now, **changes))
         case PauseGoal():
             if phase != "active":

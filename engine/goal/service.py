@@ -113,6 +113,7 @@ class GoalService:
         schedule_s: int | None = None,
         source: Literal["user", "model"] = "user",
         arm: bool = False,
+        token_budget: int | None = None,
     ) -> GoalSnapshot | GoalRefusal:
         """Create a goal at r1 with a fresh id; ``arm`` for an owner's ``/goal <objective>``.
 
@@ -120,7 +121,11 @@ class GoalService:
         goal or a complete goal is replaced.
         """
         command = CreateGoal(
-            objective=objective, max_rounds=max_rounds, source=source, schedule_s=schedule_s
+            objective=objective,
+            max_rounds=max_rounds,
+            source=source,
+            schedule_s=schedule_s,
+            token_budget=token_budget,
         )
         result = await self._run(session_id, command, arm=arm)
         return self._snapshot_result(result)
@@ -133,10 +138,16 @@ class GoalService:
         objective: str | None = None,
         max_rounds: int | None = None,
         schedule_s: int | _Unchanged | None = UNCHANGED,
+        token_budget: int | _Unchanged | None = UNCHANGED,
     ) -> GoalSnapshot | GoalRefusal:
-        """Change objective, cap or schedule; keeps the phase (that is how a cap is raised)."""
+        """Change objective, cap, schedule or token budget; keeps the phase (that is how a cap
+        or a budget is raised: Resume then continues a blocked goal)."""
         command = EditGoal(
-            ref=ref, objective=objective, max_rounds=max_rounds, schedule_s=schedule_s
+            ref=ref,
+            objective=objective,
+            max_rounds=max_rounds,
+            schedule_s=schedule_s,
+            token_budget=token_budget,
         )
         return self._snapshot_result(await self._run(session_id, command))
 

@@ -12,7 +12,15 @@ from pydantic import BaseModel, ConfigDict
 
 GoalPhase = Literal["active", "paused", "blocked", "complete"]
 GoalSource = Literal["user", "model", "task"]
-BlockedCode = Literal["round-limit", "model-reported", "user"]
+# Why a goal is blocked; docs/goals.md says what the owner does about each. needs-approval:
+# a goal round wanted a tool call that asks the owner; rounds never wait on a person, so the
+# call was denied and the goal stops until the owner allows it and resumes.
+BlockedCode = Literal[
+    "round-limit", "model-reported", "user", "budget-limit", "no-progress", "needs-approval"
+]
+BUDGET_LIMIT: BlockedCode = "budget-limit"
+NO_PROGRESS: BlockedCode = "no-progress"
+NEEDS_APPROVAL: BlockedCode = "needs-approval"
 
 
 class GoalRef(BaseModel):
@@ -46,6 +54,9 @@ class GoalSnapshot(BaseModel):
     source: GoalSource = "user"
     # Seconds between scheduled rounds; None means "next round when idle".
     schedule_s: int | None = None
+    # Tokens the goal's rounds may use in all (None: no goal budget); the usage meter sums
+    # what they used from the log's model/usage records.
+    token_budget: int | None = None
     created_at: float = 0.0
     updated_at: float = 0.0
 
@@ -68,6 +79,9 @@ class GoalTombstone(BaseModel):
 
 
 __all__ = [
+    "BUDGET_LIMIT",
+    "NEEDS_APPROVAL",
+    "NO_PROGRESS",
     "BlockedCode",
     "GoalBlocked",
     "GoalPhase",

@@ -28,7 +28,13 @@ from urllib.parse import urlsplit, urlunsplit
 import openai
 
 from engine.errors import ConfigError
-from engine.model.types import ModelAuthError, ModelError, ModelReply, ModelToolCall
+from engine.model.types import (
+    ModelAuthError,
+    ModelError,
+    ModelReply,
+    ModelToolCall,
+    ModelUsage,
+)
 from engine.text import clean_text, clean_value
 
 log = logging.getLogger(__name__)
@@ -97,10 +103,14 @@ class OpenAIProvider:
         Raises ModelAuthError when the key is refused, ModelError for anything else that
         leaves no reply after the retries.
         """
-        kwargs: dict[str, Any] = {"model": self.model, "messages": list(messages)}
+        body: dict[str, Any] = {"messages": list(messages)}
         if tools:  # the API refuses an empty tools array
-            kwargs["tools"] = list(tools)
-            kwargs["tool_choice"] = "auto"
+            body["tools"] = list(tools)
+            body["tool_choice"] = "auto"
+        # The messages are plain JSON already. Passed as typed arguments, the SDK walks every
+        # message of the context on each call, on the event loop (a second or more per call
+        # late in a long turn); as ``extra_body`` they are sent as they are.
+        kwargs: dict[str, Any] = {"model": self.model, "messages": [], "extra_body": body}
         create = cast(Callable[..., Awaitable[Any]], self._client.chat.completions.create)
         response = await self._with_retries(lambda: create(**kwargs))
         return parse_completion(response)
@@ -248,7 +258,30 @@ def parse_completion(response: Any) -> ModelReply:
                 raw_arguments=clean_text(raw_kept),
             )
         )
-    return ModelReply(text=clean_text(message.content or ""), tool_calls=tuple(calls))
+    return ModelReply(
+        text=clean_text(message.content or ""), tool_calls=tuple(calls), usage=parse_usage(response)
+    )
+
+
+def parse_usage(response: Any) -> ModelUsage | None:
+    """The response's ``usage`` (cached tokens from ``prompt_tokens_details``); ``None`` when the
+    server sent none or sent counts that are not whole numbers >= 0."""
+    usage = getattr(response, "usage", None)
+    if usage is None:
+        return None
+    prompt = _count(getattr(usage, "prompt_tokens", None))
+    completion = _count(getattr(usage, "completion_tokens", None))
+    if prompt is None or completion is None:
+        return None
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = _count(getattr(details, "cached_tokens", None)) if details is not None else None
+    return ModelUsage(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached or 0)
+
+
+def _count(value: object) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
 
 
 def _parse_arguments(raw: str) -> tuple[dict[str, Any], str]:

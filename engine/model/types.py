@@ -29,11 +29,24 @@ class ModelToolCall:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelUsage:
+    """The token counts a server reported for one call (``cached`` is part of ``prompt``)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class ModelReply:
-    """One assistant reply: text (possibly empty) and the tool calls, in order."""
+    """One assistant reply: text (possibly empty), the tool calls in order, and ``usage``.
+
+    ``usage`` is ``None`` when the server reported none (the agent estimates it then).
+    """
 
     text: str
     tool_calls: tuple[ModelToolCall, ...] = ()
+    usage: ModelUsage | None = None
 
 
 class ModelProvider(Protocol):

@@ -1,6 +1,13 @@
-"""The ``bash`` tool: one command in the workspace, in its own process group (DESIGN.md §8).
+"""The ``bash`` tool: one command in the workspace, confined by bubblewrap.
 
-The command runs as ``bash -c`` with ``start_new_session=True`` so it leads a fresh process
+The command runs as ``bash -c`` inside the sandbox of :mod:`engine.tools.sandbox` (its own
+pid namespace: when the call ends the namespace ends and every process in it, ``setsid`` and
+``nohup`` jobs included). The workspace is mounted read-only before ``plan init`` and writable
+in Active and NoPlan; after ``plan init`` bash does not run at all. The plan state is read at
+each call through ``plan_view``. Without bubblewrap the call is refused with the fix, unless
+the sandbox was switched off on purpose (``SandboxSettings(enabled=False)``).
+
+The outer process runs with ``start_new_session=True`` so it leads a fresh process
 group. On timeout or cancellation (``/stop``) the WHOLE group is sent SIGTERM, then SIGKILL after
 a grace period, and the leader is awaited before the tool returns or re-raises. When the command
 itself ends, whatever it left running in its group (``sleep 100 &``) is killed the same way: no
@@ -13,13 +20,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
 import os
 import signal
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from engine.plan.gate import GATE_TEXTS, PlanGateView
 from engine.tools.base import ToolContext, ToolOutcome
+from engine.tools.sandbox import PidsCgroup, SandboxSettings, bwrap_argv, find_pids_cgroup, probe
 from engine.tools.workspace import WorkspaceLocks
+
+# The plan state and the session .md at the moment of a call (NoPlan when not given).
+PlanViewSource = Callable[[str], Awaitable[PlanGateView]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +117,18 @@ class BashTool:
         "processes are killed when the command returns; there is no interactive input."
     )
 
-    def __init__(self, *, locks: WorkspaceLocks | None = None, limits: BashLimits | None = None):
+    def __init__(
+        self,
+        *,
+        locks: WorkspaceLocks | None = None,
+        limits: BashLimits | None = None,
+        sandbox: SandboxSettings | None = None,
+        plan_view: PlanViewSource | None = None,
+    ):
         self._locks = locks or WorkspaceLocks()
         self._limits = limits or BashLimits()
+        self._sandbox = sandbox or SandboxSettings()
+        self._plan_view = plan_view
         self._running: dict[str, set[asyncio.subprocess.Process]] = {}
 
     @property
@@ -138,16 +163,85 @@ class BashTool:
             return await self._run(command, timeout_s, ctx)
 
     async def _run(self, command: str, timeout_s: float, ctx: ToolContext) -> ToolOutcome:
-        process = await asyncio.create_subprocess_exec(
-            "bash",
-            "-c",
-            command,
-            cwd=str(ctx.workspace),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
+        view = (
+            await self._plan_view(ctx.session_id)
+            if self._plan_view is not None
+            else PlanGateView(state="none")
         )
+        if view.state == "post_init":  # the gate refuses first; this holds without it too
+            return ToolOutcome(GATE_TEXTS["gate-editing-bash"], is_error=True)
+        if not self._sandbox.enabled:
+            process = await self._spawn(
+                ["bash", "-c", command],
+                cwd=str(ctx.workspace),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+            return await self._collect(process, timeout_s, ctx, _Confined())
+        status = await asyncio.to_thread(probe, self._sandbox)
+        if status.problem is not None:
+            return ToolOutcome(status.problem, is_error=True)
+        hidden = [view.md_path.parent] if view.md_path is not None else []
+        info_r, info_w = os.pipe()
+        cgroup: PidsCgroup | None = None
+        try:
+            argv = bwrap_argv(
+                self._sandbox,
+                workspace=ctx.workspace,
+                writable=view.state != "pre_init",
+                command=command,
+                hidden=hidden,
+                info_fd=info_w,
+            )
+            if status.process_limit == "cgroup":
+                parent = find_pids_cgroup()
+                if parent is not None:
+                    cgroup = PidsCgroup.create(parent, self._sandbox.max_processes)
+            if cgroup is not None:
+                argv = cgroup.enter_argv(argv)
+            process = await self._spawn(
+                argv,
+                cwd="/",
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=(info_w,),
+            )
+        except BaseException:
+            os.close(info_r)
+            if cgroup is not None:
+                await _Confined(cgroup=cgroup).finish(self._limits.kill_grace_s + 1.0)
+            raise
+        finally:
+            os.close(info_w)
+        confined = _Confined(cgroup=cgroup, info=asyncio.create_task(_read_info(info_r)))
+        return await self._collect(process, timeout_s, ctx, confined)
+
+    async def _spawn(self, argv: list[str], **kwargs: Any) -> asyncio.subprocess.Process:
+        """Start ``argv``; a cancellation during the start still kills the whole group.
+
+        The child can run (and start jobs) before ``create_subprocess_exec`` returns, and
+        asyncio's own clean-up on cancellation kills only the leader.
+        """
+        start = asyncio.ensure_future(asyncio.create_subprocess_exec(*argv, **kwargs))
+        try:
+            return await asyncio.shield(start)
+        except asyncio.CancelledError:
+            with contextlib.suppress(BaseException):
+                process = await start
+                await kill_process_group(process, grace_s=self._limits.kill_grace_s)
+            raise
+
+    async def _collect(
+        self,
+        process: asyncio.subprocess.Process,
+        timeout_s: float,
+        ctx: ToolContext,
+        confined: _Confined,
+    ) -> ToolOutcome:
         running = self._running.setdefault(ctx.session_id, set())
         running.add(process)
         collected = bytearray()
@@ -182,6 +276,7 @@ class BashTool:
             raise
         finally:
             running.discard(process)
+            await confined.finish(self._limits.kill_grace_s + 1.0)
         return self._outcome(collected, dropped, process.returncode, timed_out, timeout_s)
 
     def _outcome(
@@ -201,4 +296,67 @@ class BashTool:
         return ToolOutcome(f"{head}\n{text}{note}".rstrip(), is_error=code != 0)
 
 
-__all__ = ["BashLimits", "BashTool", "kill_process_group"]
+def _running(pid: int) -> bool:
+    """``True`` while ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+async def _read_info(fd: int) -> int | None:
+    """The host pid of the sandbox's init, from bwrap's ``--info-fd`` (``None`` if it failed)."""
+
+    def read() -> bytes:
+        data = b""
+        try:
+            while chunk := os.read(fd, 4096):
+                data += chunk
+        finally:
+            os.close(fd)
+        return data
+
+    raw = await asyncio.to_thread(read)
+    try:
+        pid = json.loads(raw.decode("utf-8", "replace")).get("child-pid")
+    except (ValueError, AttributeError):
+        return None
+    return pid if isinstance(pid, int) else None
+
+
+@dataclass
+class _Confined:
+    """What must be gone before a sandboxed call returns: the sandbox init and its cgroup."""
+
+    cgroup: PidsCgroup | None = None
+    info: asyncio.Task[int | None] | None = None
+
+    async def finish(self, bound_s: float) -> None:
+        """Wait (bounded) until the pid namespace is gone, then drop the cgroup.
+
+        The namespace's init exits only after every process in it is dead, so its end is the
+        end of everything the call started. Completes even when the caller is cancelled.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + bound_s
+        pid = None
+        if self.info is not None:
+            with contextlib.suppress(BaseException):
+                pid = await asyncio.shield(asyncio.wait_for(self.info, bound_s))
+        while loop.time() < deadline:
+            gone = pid is None or not _running(pid)
+            if gone and (self.cgroup is None or self.cgroup.empty()):
+                break
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(_POLL_S)
+        if pid is not None and _running(pid):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        if self.cgroup is not None and not self.cgroup.remove():
+            log.warning("bash.cgroup_left folder=%s", self.cgroup.folder)
+
+
+log = logging.getLogger("plangate.bash")
+
+__all__ = ["BashLimits", "BashTool", "PlanViewSource", "kill_process_group"]

@@ -37,7 +37,9 @@ from engine.tools.workspace import (
     WorkspaceLocks,
     cut,
     display_path,
+    read_text_nofollow,
     real_path,
+    replace_file,
     resolve_in_workspace,
 )
 
@@ -412,8 +414,7 @@ class WriteFileTool(_WriteTool):
 
 
 def _write(path: Path, content: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(content, encoding="utf-8")
+    replace_file(path, content.encode("utf-8"))
 
 
 class EditFileTool(_WriteTool):
@@ -450,7 +451,7 @@ class EditFileTool(_WriteTool):
             path = await self._resolve(raw, ctx)
             if not path.is_file():
                 return _error(f"error: {raw!r} is not a file")
-            text = await asyncio.to_thread(path.read_text, encoding="utf-8")
+            text = await asyncio.to_thread(read_text_nofollow, path)
             count = text.count(old)
             if count == 0:
                 return _error(f"error: old_text was not found in {raw}; read the file first")
@@ -460,7 +461,7 @@ class EditFileTool(_WriteTool):
                     "it unique, or set replace_all"
                 )
             updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
-            await asyncio.to_thread(path.write_text, updated, encoding="utf-8")
+            await asyncio.to_thread(_write, path, updated)
             await self._after_write(path, ctx)
         replaced = count if replace_all else 1
         return ToolOutcome(content=f"replaced {replaced} occurrence(s) in {raw}")

@@ -8,7 +8,10 @@ per workspace while they run, so two sessions on one project never interleave mu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import secrets
+import stat
 from pathlib import Path
 
 
@@ -74,6 +77,63 @@ def display_path(path: Path, workspace: Path) -> str:
         return str(path)
 
 
+class PathChanged(OSError):
+    """The folder of a write is no longer the one its path resolved to (swapped mid-call)."""
+
+
+def _open_folder(folder: Path) -> int:
+    """An fd on ``folder`` that is still the resolved folder, else :class:`PathChanged`."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    if real_path(Path(f"/proc/self/fd/{fd}")) != folder:
+        os.close(fd)
+        raise PathChanged(f"{folder} changed while it was being written; try again")
+    return fd
+
+
+def read_text_nofollow(path: Path) -> str:
+    """The UTF-8 text of the resolved ``path``, refusing a symlink swapped in since."""
+    folder = _open_folder(path.parent)
+    try:
+        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=folder)
+    finally:
+        os.close(folder)
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read().decode("utf-8")
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to the resolved ``path`` by a temporary file renamed over it.
+
+    The folder is opened once and checked to be the resolved one; the rename replaces the
+    directory entry itself, so a symlink or a hard link found there (or swapped in after the
+    path was checked) is replaced, never written through. An existing file's mode is kept.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    folder = _open_folder(path.parent)
+    try:
+        try:
+            old = os.stat(path.name, dir_fd=folder, follow_symlinks=False)
+            mode = old.st_mode & 0o7777 if stat.S_ISREG(old.st_mode) else 0o666
+        except FileNotFoundError:
+            mode = 0o666
+        tmp = f".{path.name}.{secrets.token_hex(6)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=folder)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            if mode != 0o666:
+                os.chmod(tmp, mode, dir_fd=folder)
+            os.rename(tmp, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=folder)
+            raise
+    finally:
+        os.close(folder)
+
+
 class WorkspaceLocks:
     """One ``asyncio.Lock`` per resolved workspace path, created on first use."""
 
@@ -98,10 +158,13 @@ def cut(text: str, limit: int, *, what: str = "output") -> str:
 
 __all__ = [
     "OutsideWorkspace",
+    "PathChanged",
     "WorkspaceLocks",
     "cut",
     "display_path",
     "is_within",
+    "read_text_nofollow",
     "real_path",
+    "replace_file",
     "resolve_in_workspace",
 ]

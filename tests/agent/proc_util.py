@@ -23,3 +23,24 @@ async def wait_for_file(path: Path, *, attempts: int = 500) -> str:
             return path.read_text().strip()
         await asyncio.sleep(0.01)
     raise AssertionError(f"{path} never appeared")
+
+
+def processes_with(marker: str) -> list[int]:
+    """Host pids of live processes whose command line contains ``marker``.
+
+    Inside the sandbox ``$!`` is a pid of its own namespace, so tests find their processes by
+    a unique word in the command line instead.
+    """
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (
+                (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+            )
+        except OSError:
+            continue
+        if marker in cmdline and alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found

@@ -1,4 +1,9 @@
-"""bash: output, exit codes, caps, and killing the whole process group."""
+"""bash: output, exit codes, caps, and killing the whole process group.
+
+The process-group tests read host pids from the command, so they run with the sandbox off on
+purpose (inside it ``$!`` is a pid of the sandbox's own namespace); tests/agent/test_sandbox.py
+shows the same guarantees for the sandbox.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +15,11 @@ import pytest
 from engine.events import HumanSource
 from engine.tools.base import ToolContext
 from engine.tools.bash import BashLimits, BashTool
+from engine.tools.sandbox import SandboxSettings
 from tests.agent.proc_util import alive, wait_for_file
 
 FAST = BashLimits(kill_grace_s=0.5)
+UNCONFINED = SandboxSettings(enabled=False)
 
 
 def ctx(ws: Path) -> ToolContext:
@@ -39,7 +46,7 @@ async def test_output_is_capped_with_a_note(tmp_path: Path) -> None:
 
 async def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
-    tool = BashTool(limits=FAST)
+    tool = BashTool(limits=FAST, sandbox=UNCONFINED)
     command = f"sleep 300 & echo $! > {pidfile}; wait"
     out = await tool.run({"command": command, "timeout_s": 0.5}, ctx(tmp_path))
     assert out.is_error and out.content.startswith("timed out after 0.5s")
@@ -49,7 +56,7 @@ async def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
 
 async def test_background_job_does_not_outlive_the_call(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
-    tool = BashTool(limits=FAST)
+    tool = BashTool(limits=FAST, sandbox=UNCONFINED)
     out = await tool.run({"command": f"sleep 300 & echo $! > {pidfile}"}, ctx(tmp_path))
     assert out.content.startswith("exit code 0")
     assert not alive(int(pidfile.read_text()))
@@ -57,7 +64,7 @@ async def test_background_job_does_not_outlive_the_call(tmp_path: Path) -> None:
 
 async def test_cancellation_kills_the_group(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
-    tool = BashTool(limits=FAST)
+    tool = BashTool(limits=FAST, sandbox=UNCONFINED)
     task = asyncio.create_task(
         tool.run({"command": f"sleep 300 & echo $! > {pidfile}; wait"}, ctx(tmp_path))
     )

@@ -23,7 +23,7 @@ from engine.model.types import ModelError, ModelReply
 from engine.tools.base import ToolContext
 from engine.tools.runtime import ToolCallRequest
 from tests.agent.harness import SID, make_agent
-from tests.agent.proc_util import alive, wait_for_file
+from tests.agent.proc_util import processes_with, wait_for_file
 
 
 @pytest.fixture
@@ -138,19 +138,21 @@ async def test_stop_during_long_bash_kills_the_group_and_next_message_is_fresh(
     ws: Path,
 ) -> None:
     pidfile = ws / "pid"
+    marker = "300.0137"  # a unique word to find the sandboxed sleep among host processes
     agent = make_agent(
         ws,
         [
-            call("bash", {"command": f"sleep 300 & echo $! > {pidfile}; wait"}),
+            call("bash", {"command": f"sleep {marker} & echo $! > {pidfile}; wait"}),
             say("fresh turn", expect="after stop"),
         ],
     )
     agent.registry.submit(SID, "run the long thing", message_id=1)
-    grandchild = int(await wait_for_file(pidfile))
+    await wait_for_file(pidfile)
+    assert processes_with(f"sleep {marker}")
     agent.registry.submit(SID, "queued behind", message_id=2)
     dropped = await asyncio.wait_for(agent.registry.stop(SID), 30)
     assert [m.text for m in dropped] == ["queued behind"]
-    assert not alive(grandchild)
+    assert processes_with(f"sleep {marker}") == []
     events = await agent.events()
     result = next(e for e in events if isinstance(e, ToolResult))
     assert result.interrupted and result.is_error

@@ -37,6 +37,7 @@ async def test_doctor_passes_when_everything_answers(
     assert any(line.startswith(f"telegram: ok, @{fake_api.username}") for line in lines)
     assert any("privacy mode is on" in line for line in lines)
     assert any(line.startswith("model: ok") for line in lines)
+    assert any(line.startswith("sandbox: ok, bubblewrap works; network off") for line in lines)
     assert lines[-1] == "all checks passed"
 
 

@@ -8,10 +8,13 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.agent.checklist import DEFAULT_STALL_STEPS
 from engine.agent.testing import RecordingChannel
 from engine.app import Engine, EngineConfig, build_engine
 from engine.model.script import call, say
 from engine.model.types import ModelProvider
+from engine.ports import Clock
+from engine.usage.meter import UsageConfig
 from storage.open import Storage, open_storage
 
 PLAN_MD = """# Greeting module
@@ -37,6 +40,9 @@ PLANNING = [
 GREET_PY = 'def hello(name):\n    return f"Hello, {name}!"\n'
 TEST_PY = 'import greet\n\nassert greet.hello("x") == "Hello, x!"\nprint("ok")\n'
 
+# The rule that lets the scripted checklist run its test without asking.
+ALLOW_TEST_RUN: tuple[tuple[str, ...], ...] = (("python3", "test_greet.py"),)
+
 EXECUTION = [
     call("plan", {"op": "start"}),
     call("write_file", {"path": "greet.py", "content": GREET_PY}),
@@ -60,13 +66,28 @@ class Rig:
 
 @asynccontextmanager
 async def engine_rig(
-    tmp_path: Path, model: ModelProvider, *, max_goal_rounds: int = 20
+    tmp_path: Path,
+    model: ModelProvider,
+    *,
+    max_goal_rounds: int = 20,
+    usage: UsageConfig | None = None,
+    goal_idle_rounds: int = 3,
+    clock: Clock | None = None,
+    stall_steps: int = DEFAULT_STALL_STEPS,
+    max_steps: int = 50,
+    allow_bash: tuple[tuple[str, ...], ...] = ALLOW_TEST_RUN,
+    approval_timeout_s: float = 600.0,
 ) -> AsyncIterator[Rig]:
-    """An engine over real files and SQLite in ``tmp_path``; shut down afterwards."""
+    """An engine over real files and SQLite in ``tmp_path``; shut down afterwards.
+
+    ``clock`` (for the log's timestamps and the engine) pins the usage day in tests.
+    ``allow_bash`` defaults to the one command the scripted checklist runs (it runs
+    unattended, so it would be denied without a rule).
+    """
     home = tmp_path / "home"
     workspace = tmp_path / "work"
     workspace.mkdir(exist_ok=True)
-    storage = await open_storage(home)
+    storage = await open_storage(home, clock=clock)
     channel = RecordingChannel()
     engine = build_engine(
         log=storage.log,
@@ -74,7 +95,17 @@ async def engine_rig(
         plan_store=storage.plan_store,
         model=model,
         channel=channel,
-        config=EngineConfig(workspace=workspace, max_goal_rounds=max_goal_rounds),
+        config=EngineConfig(
+            workspace=workspace,
+            max_goal_rounds=max_goal_rounds,
+            usage=usage or UsageConfig(),
+            goal_idle_rounds=goal_idle_rounds,
+            stall_steps=stall_steps,
+            max_steps=max_steps,
+            allow_bash=allow_bash,
+            approval_timeout_s=approval_timeout_s,
+        ),
+        **({"clock": clock} if clock is not None else {}),
     )
     await engine.start()
     try:

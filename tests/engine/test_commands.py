@@ -76,7 +76,8 @@ async def test_plan_on_an_active_design_plan_offers_revise(
         await settle(engine, sid)
         assert await engine.plans.state(sid) == "active"
         outcome = await engine.command(sid, "plan", "", actor=OWNER)
-        assert outcome.plan_card_state == "revise_offer"
+        assert outcome.plan_card == "restick"
+        assert (await engine.plan_card(sid)).state == "revise_offer"
         sidecar = await engine.plans.current(sid)
         assert sidecar is not None
         press = await engine.press(
@@ -100,7 +101,7 @@ async def test_plan_on_a_checklist_cannot_be_revised(
         sid = await rig.engine.session_for_chat(-1, 0)
         await _active_checklist(rig, sid)
         outcome = await rig.engine.command(sid, "plan", "", actor=OWNER)
-        assert outcome.plan_card_state is None
+        assert (await rig.engine.plan_card(sid)).state != "revise_offer"
         assert outcome.reply is not None and "/discard" in outcome.reply
 
 
@@ -229,11 +230,13 @@ async def test_stale_and_misplaced_presses_change_nothing(
         confirm = await engine.press(
             sid, kind="p", action="discard", short_id=short, revision=rev, actor=OWNER
         )
-        assert confirm.plan_card_state == "confirm_discard"
+        assert confirm.plan_card == "refresh"
+        assert (await engine.plan_card(sid)).state == "confirm_discard"
         cancel = await engine.press(
             sid, kind="p", action="cancel", short_id=short, revision=rev, actor=OWNER
         )
-        assert cancel.plan_card == "refresh" and cancel.plan_card_state is None
+        assert cancel.plan_card == "refresh"
+        assert (await engine.plan_card(sid)).state == "review"
         assert await engine.plans.state(sid) == "post_init"
 
 

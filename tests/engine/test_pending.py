@@ -134,7 +134,7 @@ async def test_confirmation_and_revise_offer_survive_a_redraw(tmp_path: Path) ->
         sid = await engine.session_for_chat(-1, 0)
         await post_init(rig, sid)
         confirm = await _press(rig, sid, "discard")
-        assert confirm.plan_card_state == "confirm_discard"
+        assert confirm.plan_card == "refresh"
         assert (await engine.plan_card(sid)).state == "confirm_discard"
         assert (await engine.plan_card(sid)).state == "confirm_discard"  # a second redraw
         await _press(rig, sid, "cancel")
@@ -142,13 +142,13 @@ async def test_confirmation_and_revise_offer_survive_a_redraw(tmp_path: Path) ->
         await engine.command(sid, "execute", "", actor=OWNER)
         await settle(engine, sid)
         offer = await engine.command(sid, "plan", "", actor=OWNER)
-        assert offer.plan_card_state == "revise_offer"
+        assert offer.plan_card == "restick"
         assert (await engine.plan_card(sid)).state == "revise_offer"
         await engine.command(sid, "show_plan", "", actor=OWNER)  # read-only: keeps it
         assert (await engine.plan_card(sid)).state == "revise_offer"
         await engine.command(sid, "execute", "", actor=OWNER)  # acting clears it
         await settle(engine, sid)
-        assert (await engine.plan_card(sid)).state == "active"
+        assert (await engine.plan_card(sid)).state == "paused"  # the run ended: Resume
 
 
 async def test_shutdown_tells_a_working_chat_what_stopped_and_what_was_not_handled(

@@ -10,8 +10,9 @@ and the model name), answers from a ``Script``, and records every request. Fault
 
 Use the ``fake_openai`` fixture (import it into a conftest.py), or
 ``async with FakeOpenAIServer(script) as server:``; point a client at ``server.base_url``.
-A request the script does not fit (an ``expect`` mismatch, a tool not offered) is answered
-with HTTP 400 and its text is kept in ``server.errors``.
+Every completion reports ``server.usage`` (prompt, completion, cached tokens; set it to ``None``
+for a server that sends no usage). A request the script does not fit (an ``expect`` mismatch,
+a tool not offered) is answered with HTTP 400 and its text is kept in ``server.errors``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,15 @@ class RecordedRequest:
     body: Any
 
 
+@dataclass(frozen=True, slots=True)
+class FakeUsage:
+    """The usage figures the fake reports for each completion."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+
+
 @dataclass(slots=True)
 class _Fault:
     status: int
@@ -59,6 +69,7 @@ class FakeOpenAIServer:
     models: tuple[str, ...] = (FAKE_MODEL,)
     # When set, a request without ``Authorization: Bearer <api_key>`` gets 401.
     api_key: str | None = None
+    usage: FakeUsage | None = field(default_factory=lambda: FakeUsage(1, 1))
     requests: list[RecordedRequest] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     _faults: list[_Fault] = field(default_factory=list)
@@ -214,7 +225,9 @@ class FakeOpenAIServer:
         except ModelError as exc:
             return self._bad_request(f"script divergence: {exc}")
         self._counter += 1
-        return web.json_response(_completion(reply, model=model, number=self._counter))
+        return web.json_response(
+            _completion(reply, model=model, number=self._counter, usage=self.usage)
+        )
 
     def _bad_request(self, message: str) -> web.Response:
         self.errors.append(message)
@@ -245,7 +258,9 @@ def _error(
     )
 
 
-def _completion(reply: ModelReply, *, model: str, number: int) -> dict[str, Any]:
+def _completion(
+    reply: ModelReply, *, model: str, number: int, usage: FakeUsage | None
+) -> dict[str, Any]:
     tool_calls = [
         {
             "id": c.id,
@@ -262,7 +277,7 @@ def _completion(reply: ModelReply, *, model: str, number: int) -> dict[str, Any]
         message["tool_calls"] = tool_calls
     elif message["content"] is None:
         message["content"] = ""
-    return {
+    body: dict[str, Any] = {
         "id": f"chatcmpl-fake-{number}",
         "object": "chat.completion",
         "created": int(time.time()),
@@ -275,8 +290,15 @@ def _completion(reply: ModelReply, *, model: str, number: int) -> dict[str, Any]
                 "logprobs": None,
             }
         ],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     }
+    if usage is not None:
+        body["usage"] = {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+        }
+    return body
 
 
 @pytest_asyncio.fixture

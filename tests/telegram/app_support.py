@@ -47,6 +47,8 @@ class Settings:
     owner_ids: frozenset[int] = frozenset({OWNER})
     allowed_chat_ids: frozenset[int] = frozenset({GROUP})
     flow_edit_interval: float = 0.05
+    flow_group_edit_interval: float = 0.05
+    pin_cards: str = "auto"
     webhook_url: str | None = None
     webhook_secret: str | None = None
     webhook_listen: str | None = None
@@ -74,6 +76,8 @@ class RecordingEngine:
         self.goals: dict[str, GoalSnapshot] = {}
         self.armed: set[str] = set()
         self.outcomes: dict[str, Outcome] = {}
+        # Card states the owner chose (confirmations), as the engine keeps them.
+        self.chosen: dict[str, PlanCardState] = {}
         self.restored: list[RestoredGoal] = []
         self.fail_plan_card = False
         # Set to the bot's channel to be told of plan changes mid-command, as the engine is.
@@ -207,6 +211,7 @@ class RecordingEngine:
         short_id: str,
         revision: int,
         actor: int | None,
+        message_id: int | None = None,
     ) -> Outcome:
         self.calls.append(
             Call(
@@ -218,6 +223,7 @@ class RecordingEngine:
                     "short_id": short_id,
                     "revision": revision,
                     "actor": actor,
+                    "message_id": message_id,
                 },
             )
         )
@@ -239,8 +245,10 @@ class RecordingEngine:
             self.plan_states[session_id] = "written"
             return Outcome(reply="What should change?", plan_card="refresh", await_feedback=True)
         if action == "discard":
-            return Outcome(plan_card="refresh", plan_card_state="confirm_discard")
+            self.chosen[session_id] = "confirm_discard"
+            return Outcome(plan_card="refresh")
         if action == "cancel":
+            self.chosen.pop(session_id, None)
             return Outcome(plan_card="refresh")
         return Outcome(reply=STALE)
 
@@ -248,7 +256,9 @@ class RecordingEngine:
         if self.fail_plan_card:
             raise RuntimeError("plan store down")
         plan = self.plans.get(session_id)
-        return PlanCardData(state=self.plan_states.get(session_id, "none"), sidecar=plan)
+        state = self.chosen.get(session_id) or self.plan_states.get(session_id, "none")
+        markdown = plan.description if plan is not None and state == "review" else None
+        return PlanCardData(state=state, sidecar=plan, markdown=markdown or None)
 
     async def goal_card(self, session_id: str) -> GoalCardData:
         goal = self.goals.get(session_id)
@@ -264,6 +274,7 @@ class RecordingEngine:
         thread_id: int | None,
         card_id: int | None,
         review_ids: Sequence[int] | None = None,
+        plan_id: str | None = None,
     ) -> None:
         self.calls.append(
             Call(
@@ -274,11 +285,12 @@ class RecordingEngine:
                     "thread_id": thread_id,
                     "card_id": card_id,
                     "review_ids": review_ids,
+                    "plan_id": plan_id,
                 },
             )
         )
         plan = self.plans.get(session_id)
-        if plan is None:
+        if plan is None or (plan_id is not None and plan.id != plan_id):
             return
         flow = plan.flow.model_copy(
             update={"chat_id": chat_id, "thread_id": thread_id, "card_id": card_id}
@@ -321,16 +333,21 @@ async def running_bot(
     *,
     settings: Settings | None = None,
     channel_slot: LateChannel | None = None,
+    chat_interval_s: float = 0.0,
+    group_per_minute: int = 10_000,
 ) -> AsyncIterator[Application[Any, Any, Any, Any, Any, Any]]:
-    """The real Application (fast pacing for tests) polling the fake, prepared and running."""
+    """The real Application polling the fake, prepared and running.
+
+    The outbox paces as given (the tests' default: no waits); AIORateLimiter is off.
+    """
     application = build_application(
         settings or settings_for(api),
         engine,
         db_meta=db,
         channel_slot=channel_slot,
         rate_limiter=AIORateLimiter(overall_max_rate=0, group_max_rate=0),
-        chat_interval_s=0.0,
-        group_per_minute=10_000,
+        chat_interval_s=chat_interval_s,
+        group_per_minute=group_per_minute,
     )
     async with running_app(application) as app:
         await prepare(app)

@@ -138,7 +138,10 @@ async def test_a_long_plan_goes_for_review_as_a_document(
     assert doc.document is not None and doc.document["file_name"] == "plan.md"
     assert fake_api.files[f"documents/{doc.document['file_id']}"] == long_md.encode()
     card = fake_api.message(GROUP, engine.plans["s1"].flow.card_id or 0)
-    assert card.message_id > doc.message_id and card.buttons
+    # The card stays where it was (one message per plan) and lists the steps; the
+    # document is a reply to it.
+    assert card.buttons and "Step 1" in card.text and "attached" in card.text
+    assert doc.reply_to == card.message_id
 
 
 async def test_pin_failures_are_ignored(fake_api: FakeBotApi, tmp_path: Path) -> None:

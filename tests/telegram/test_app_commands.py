@@ -16,6 +16,7 @@ from tests.telegram.app_support import (
     eventually,
     open_db,
     running_bot,
+    settings_for,
 )
 
 
@@ -33,25 +34,36 @@ async def test_menu_registers_show_plan_not_show_dash_plan(
         "stop",
         "new",
         "status",
+        "usage",
         "help",
     ]
 
 
-async def test_plan_in_group_replies_and_posts_a_pinned_card(
+async def test_plan_in_group_replies_and_posts_a_card_pinned_only_when_set(
     fake_api: FakeBotApi, tmp_path: Path
 ) -> None:
     engine = RecordingEngine()
     async with open_db(tmp_path / "p.db") as db, running_bot(fake_api, engine, db):
+        fake_api.user_message(GROUP, OWNER, "/plan first")
+        await eventually(lambda: len(engine.named("set_plan_flow")) == 1)
+    # Pinning is off in groups by default: a pin is a call and a notification for everyone.
+    assert fake_api.chat(GROUP).pinned == []
+    engine = RecordingEngine()
+    settings = settings_for(fake_api, pin_cards="always")
+    async with (
+        open_db(tmp_path / "q.db") as db,
+        running_bot(fake_api, engine, db, settings=settings),
+    ):
         cmd = fake_api.user_message(GROUP, OWNER, "/plan add a login page\nwith OAuth")
         await eventually(lambda: len(engine.named("set_plan_flow")) == 1)
         await eventually(lambda: fake_api.chat(GROUP).pinned != [])
     call = engine.named("command")[0]
     assert call.args == ("s1", "plan", "add a login page\nwith OAuth")
     assert call.kwargs == {"actor": OWNER}
-    bot_msgs = fake_api.bot_messages(GROUP)
+    bot_msgs = [m for m in fake_api.bot_messages(GROUP) if m.message_id > cmd.message_id]
     reply, card = bot_msgs[0], bot_msgs[1]
     assert reply.text == "Planning." and reply.reply_to == cmd.message_id
-    assert "Add login" in card.text and "nothing written yet" in card.text
+    assert "Add login" in card.text and "nothing is changed" in card.text
     flow = engine.named("set_plan_flow")[0].kwargs
     assert flow["chat_id"] == GROUP and flow["card_id"] == card.message_id
     assert fake_api.chat(GROUP).pinned == [card.message_id]
@@ -61,7 +73,11 @@ async def test_show_plan_forms_restick_the_card_and_strip_the_old_one(
     fake_api: FakeBotApi, tmp_path: Path
 ) -> None:
     engine = RecordingEngine()
-    async with open_db(tmp_path / "p.db") as db, running_bot(fake_api, engine, db):
+    settings = settings_for(fake_api, pin_cards="always")
+    async with (
+        open_db(tmp_path / "p.db") as db,
+        running_bot(fake_api, engine, db, settings=settings),
+    ):
         engine.open_plan("s1")
         engine.keys[(GROUP, 0)] = "s1"
         engine.write_plan("s1", "## Context\nx\n\n## Implementation steps\n1. Do it")
@@ -191,7 +207,8 @@ async def test_new_retires_the_old_cards_and_binds_a_fresh_session(
         await eventually(lambda: len(engine.named("set_plan_flow")) == 1)
         card_id = engine.plans["s1"].flow.card_id
         assert card_id is not None
-        assert fake_api.message(OWNER, card_id).buttons == []  # planning: no buttons yet
+        # Planning: only Discard (a live plan always offers it).
+        assert len(fake_api.message(OWNER, card_id).buttons) == 1
         engine.write_plan("s1", "## Implementation steps\n1. Do it")
         fake_api.user_message(OWNER, OWNER, "/show_plan")
         await eventually(lambda: len(engine.named("set_plan_flow")) >= 2)

@@ -7,103 +7,21 @@ refused, the owner's Approve, the checklist run to done and archived, a stale Ap
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from telegram.ext import Application
-
-from bot.app import announce_restored, parts
-from bot.channel import LateChannel
+from bot.app import parts
 from bot.routes import goal_card_key
-from engine.api import RestoredGoal
-from engine.app import Engine, EngineConfig, build_engine
+from engine.app import Engine
 from engine.events import UserMessage
-from engine.model.openai_provider import OpenAIProvider
 from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
-from engine.model.types import ModelProvider, ModelReply
-from engine.tools.files import FileLimits
-from storage.open import Storage, open_storage
+from engine.model.types import ModelReply
 from tests.engine.helpers import EXECUTION, GREET_PY, PLAN_MD, PLANNING, settle
 from tests.fakebot.server import FakeBotApi, FakeMessage
-from tests.fakes.openai_server import FAKE_MODEL, FakeOpenAIServer
-from tests.telegram.app_support import GROUP, OWNER, STALE, STRANGER, eventually, running_bot
-
-
-@dataclass
-class Live:
-    app: Application[Any, Any, Any, Any, Any, Any]
-    engine: Engine
-    storage: Storage
-    workspace: Path
-    restored: list[RestoredGoal]
-
-
-@asynccontextmanager
-async def live_bot(
-    api: FakeBotApi,
-    tmp_path: Path,
-    script: Sequence[ScriptStep],
-    *,
-    max_goal_rounds: int = 20,
-    model: ModelProvider | None = None,
-    file_limits: FileLimits | None = None,
-) -> AsyncIterator[Live]:
-    """The real engine over real storage, wired to the real application on the fake API."""
-    workspace = tmp_path / "work"
-    workspace.mkdir(exist_ok=True)
-    # By default the real openai SDK talks to the fake chat-completions server on loopback.
-    server: FakeOpenAIServer | None = None
-    sdk: OpenAIProvider | None = None
-    if model is None:
-        server = FakeOpenAIServer()
-        server.play(list(script))
-        await server.start()
-        model = sdk = OpenAIProvider(FAKE_MODEL, base_url=server.base_url, api_key="test-key")
-    storage = await open_storage(tmp_path / "home")
-    slot = LateChannel()
-    engine = build_engine(
-        log=storage.log,
-        sessions=storage.sessions,
-        plan_store=storage.plan_store,
-        model=model,
-        channel=slot,
-        config=EngineConfig(
-            workspace=workspace, max_goal_rounds=max_goal_rounds, file_limits=file_limits
-        ),
-    )
-    try:
-        async with running_bot(api, engine, storage.db, channel_slot=slot) as app:
-            restored = await engine.start()
-            await announce_restored(app, restored)  # as serve() does
-            try:
-                yield Live(app, engine, storage, workspace, restored)
-            finally:
-                await engine.shutdown()
-                await parts(app).presenter.flush()
-    finally:
-        await storage.close()
-        if sdk is not None:
-            await sdk.aclose()
-        if server is not None:
-            await server.stop()
-
-
-def labels(msg: FakeMessage) -> list[str]:
-    return [text for row in msg.buttons for text, _ in row]
-
-
-def button(msg: FakeMessage, label: str) -> str:
-    return next(d for row in msg.buttons for text, d in row if text == label)
-
-
-async def card(api: FakeBotApi, live: Live, session_id: str) -> FakeMessage:
-    data = await live.engine.plan_card(session_id)
-    assert data.sidecar is not None and data.sidecar.flow.card_id is not None
-    return api.message(GROUP, data.sidecar.flow.card_id)
+from tests.telegram.app_support import GROUP, OWNER, STALE, STRANGER, eventually
+from tests.telegram.live import Live, button, card, labels, live_bot, until
 
 
 async def test_plan_review_approve_run_to_done_in_a_group(
@@ -118,14 +36,13 @@ async def test_plan_review_approve_run_to_done_in_a_group(
         await settle(engine, sid)
         await parts(live.app).presenter.flush()
 
-        # The review card: plan text above it, Approve / Keep planning / Discard on it.
+        # The review card carries the plan and Approve / Keep planning / Discard.
         review = await card(fake_api, live, sid)
         assert labels(review) == ["✅ Approve", "✏️ Keep planning", "🗑 Discard"]
         assert "Greeting module" in review.text and "review" in review.text.lower()
+        assert "Implementation steps" in review.text and "Done when" in review.text
         data = await engine.plan_card(sid)
-        assert data.sidecar is not None
-        review_ids = data.sidecar.flow.review_ids
-        assert review_ids and "Implementation steps" in fake_api.message(GROUP, review_ids[0]).text
+        assert data.sidecar is not None and data.sidecar.flow.review_ids == []
         assert any(m.text == "The plan is ready for review." for m in fake_api.bot_messages(GROUP))
         approve = button(review, "✅ Approve")
 
@@ -178,16 +95,6 @@ class GatedProvider:
         return await self.inner.complete(messages, tools)
 
 
-async def until(check: Callable[[], Awaitable[bool]], *, timeout_s: float = 20.0) -> None:
-    """Wait (bounded) until the async ``check()`` holds."""
-
-    async def loop() -> None:
-        while not await check():
-            await asyncio.sleep(0.02)
-
-    await asyncio.wait_for(loop(), timeout_s)
-
-
 async def test_discard_while_the_agent_works_cancels_the_turn(
     fake_api: FakeBotApi, tmp_path: Path
 ) -> None:
@@ -200,6 +107,7 @@ async def test_discard_while_the_agent_works_cancels_the_turn(
         assert engine.agents.is_busy(sid)
         fake_api.user_message(GROUP, OWNER, "/discard")
         await until(lambda: _idle_and_none(engine, sid))
+        await until(lambda: _ended(engine, sid))
         await parts(live.app).presenter.flush()
         plan_card = (await engine.plan_card(sid)).sidecar
         assert plan_card is not None and plan_card.flow.card_id is not None
@@ -207,6 +115,10 @@ async def test_discard_while_the_agent_works_cancels_the_turn(
     assert model.calls == 2  # the blocked model call was cancelled, nothing after it
     assert "Discarded" in shown.text and shown.buttons == []
     assert not any("ready for review" in m.text for m in fake_api.bot_messages(GROUP))
+
+
+async def _ended(engine: Engine, sid: str) -> bool:
+    return (await engine.plan_card(sid)).ended is not None
 
 
 async def _idle_and_none(engine: Engine, sid: str) -> bool:
@@ -321,8 +233,8 @@ async def test_keep_planning_in_private_hears_the_feedback_and_reviews_again(
                 m.text.startswith("What should change?") for m in fake_api.bot_messages(OWNER)
             )
         )
-        await parts(live.app).presenter.flush()
-        assert fake_api.message(OWNER, first.message_id).buttons == []  # no longer in review
+        # While the planner works on the feedback: no Approve, but Discard stays.
+        await eventually(lambda: labels(fake_api.message(OWNER, first.message_id)) == ["🗑 Discard"])
 
         fake_api.user_message(OWNER, OWNER, "Make step 2 shorter")
         await until(lambda: _has_feedback(live, sid))
@@ -331,10 +243,12 @@ async def test_keep_planning_in_private_hears_the_feedback_and_reviews_again(
         again = await engine.plan_card(sid)
         assert again.state == "review" and again.sidecar is not None
         second = fake_api.message(OWNER, again.sidecar.flow.card_id or 0)
-    assert second.message_id > first.message_id and second.buttons  # reposted under the text
-    review_text = fake_api.message(OWNER, again.sidecar.flow.review_ids[0]).text
-    assert "write and run it" in review_text
-    assert any(m.text == "Updated the plan." for m in fake_api.bot_messages(OWNER))
+    # The same card, edited: it carries the new plan text and the review keyboard again.
+    assert second.message_id == first.message_id
+    assert labels(second) == ["✅ Approve", "✏️ Keep planning", "🗑 Discard"]
+    assert "write and run it" in second.text
+    # A private chat's closing reply carries the usage footer (PLANGATE_USAGE_FOOTER=private).
+    assert any(m.text.startswith("Updated the plan.\n\n— ") for m in fake_api.bot_messages(OWNER))
 
 
 async def _has_feedback(live: Live, sid: str) -> bool:
@@ -391,7 +305,10 @@ async def test_plan_on_an_active_plan_offers_revise_on_the_card(
         offer = fake_api_card(fake_api, review)
         assert "1/2" in offer.text
         fake_api.press(GROUP, offer.message_id, button(offer, "Cancel"), user_id=OWNER)
-        await eventually(lambda: labels(fake_api_card(fake_api, review)) == ["🗑 Discard"])
+        # The run ended when the model had nothing more to say: paused, with Resume.
+        await eventually(
+            lambda: labels(fake_api_card(fake_api, review)) == ["▶️ Resume", "🗑 Discard"]
+        )
         assert await engine.plans.state(sid) == "active"
 
 

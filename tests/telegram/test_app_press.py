@@ -37,7 +37,10 @@ async def review_card(api: FakeBotApi, engine: RecordingEngine) -> FakeMessage:
     engine.write_plan("s1", PLAN_MD)
     api.user_message(GROUP, OWNER, "/show_plan")
     await eventually(
-        lambda: engine.plans["s1"].flow.card_id is not None and bool(card_of(api, engine).buttons)
+        lambda: (
+            engine.plans["s1"].flow.card_id is not None
+            and "Ready for review" in card_of(api, engine).text
+        )
     )
     return card_of(api, engine)
 
@@ -60,6 +63,7 @@ async def test_owner_approve_goes_to_the_engine_and_the_card_becomes_a_checklist
         "short_id": engine.plans["s1"].id[:8],
         "revision": review_rev,
         "actor": OWNER,
+        "message_id": card.message_id,
     }
     assert fake_api.callback_answers[qid]["text"] == "Approved."
     checklist = fake_api.message(GROUP, card.message_id)
@@ -67,17 +71,16 @@ async def test_owner_approve_goes_to_the_engine_and_the_card_becomes_a_checklist
     assert [t for row in checklist.buttons for t, _ in row] == ["🗑 Discard"]
 
 
-async def test_review_text_is_posted_before_the_review_card(
+async def test_the_review_card_carries_the_plan_text_in_one_message(
     fake_api: FakeBotApi, tmp_path: Path
 ) -> None:
     engine = RecordingEngine()
     async with open_db(tmp_path / "p.db") as db, running_bot(fake_api, engine, db):
         card = await review_card(fake_api, engine)
         review_ids = engine.plans["s1"].flow.review_ids
-    assert len(review_ids) == 1
-    review = fake_api.message(GROUP, review_ids[0])
-    assert "Implementation steps" in review.text and "Write the model" in review.text
-    assert review.message_id < card.message_id  # the card sits under the plan text
+    assert review_ids == []  # no separate plan-text messages
+    assert "Implementation steps" in card.text and "Write the model" in card.text
+    assert [m.message_id for m in fake_api.bot_messages(GROUP)][-1] == card.message_id
 
 
 async def test_non_owner_press_is_refused_with_an_alert_and_changes_nothing(
@@ -166,21 +169,24 @@ async def test_discard_swaps_in_the_confirmation_keyboard_on_the_same_card(
         )
 
 
-async def test_a_second_plan_at_the_same_revision_is_posted_for_review_too(
+async def test_a_second_plan_at_the_same_revision_gets_a_review_card_of_its_own(
     fake_api: FakeBotApi, tmp_path: Path
 ) -> None:
     engine = RecordingEngine()
     async with open_db(tmp_path / "p.db") as db, running_bot(fake_api, engine, db):
         first = await review_card(fake_api, engine)
-        first_review = engine.plans["s1"].flow.review_ids
         fake_api.user_message(GROUP, OWNER, "/discard")
         await eventually(lambda: "s1" not in engine.plans)
         engine.open_plan("s1", title="Second plan")
         engine.write_plan("s1", "## Implementation steps\n1. Something else")
         assert engine.plans["s1"].revision == 2  # the same revision as the first plan had
         fake_api.user_message(GROUP, OWNER, "/show_plan")
-        await eventually(lambda: bool(engine.plans["s1"].flow.review_ids))
-    second_review = engine.plans["s1"].flow.review_ids
-    assert second_review != first_review
-    assert "Something else" in fake_api.message(GROUP, second_review[0]).text
-    assert first.message_id < second_review[0]
+        await eventually(
+            lambda: (
+                engine.plans["s1"].flow.card_id is not None
+                and "Something else" in card_of(fake_api, engine).text
+            )
+        )
+        second = card_of(fake_api, engine)
+    assert second.message_id > first.message_id
+    assert fake_api.message(GROUP, first.message_id).buttons == []

@@ -76,3 +76,16 @@ def test_decode_never_raises_and_accepts_only_canonical_strings(data: str) -> No
 def test_plan_round_trip(action: str, plan_id: str, revision: int) -> None:
     d = cb.decode(cb.plan_data(action, plan_id, revision))
     assert d is not None and d.action == action and d.matches(plan_id, revision)
+
+
+def test_approval_buttons_round_trip_bound_to_the_request() -> None:
+    data = cb.approval_data(cb.APPROVAL_SESSION, "3f2a9c10deadbeef" * 2)
+    assert data == "a:session:3f2a9c10:0"
+    assert cb.decode(data) == cb.CallbackData("a", "session", "3f2a9c10", 0)
+    for action in ("once", "deny", "rule"):
+        assert cb.decode(f"a:{action}:3f2a9c10:0") is not None
+    # A request has no revisions; plan or goal actions are not approval actions.
+    for bad in ("a:once:3f2a9c10:1", "a:approve:3f2a9c10:0", "a:pause:3f2a9c10:0", "a:once::0"):
+        assert cb.decode(bad) is None
+    with pytest.raises(ValueError):
+        cb.encode("a", "approve", "3f2a9c10", 0)

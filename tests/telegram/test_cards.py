@@ -74,7 +74,11 @@ def test_plan_buttons_by_state_exactly_as_designed() -> None:
     assert labels(build_plan_card(p, "active")) == [[DISCARD]]
     assert labels(build_plan_card(p, "revise_offer")) == [[REVISE, CANCEL]]
     assert labels(build_plan_card(p, "confirm_discard")) == [[YES_DISCARD, CANCEL]]
-    for state in ("none", "planning", "written", "done"):
+    # While a plan is live the card always offers Discard; Resume when paused.
+    for live in ("planning", "written"):
+        assert labels(build_plan_card(p, live)) == [[DISCARD]]  # type: ignore[arg-type]
+    assert labels(build_plan_card(p, "paused")) == [[RESUME, DISCARD]]
+    for state in ("none", "done"):
         assert build_plan_card(p, state).buttons == ()  # type: ignore[arg-type]
     assert APPROVE == "✅ Approve" and KEEP_PLANNING == "✏️ Keep planning" and DISCARD == "🗑 Discard"
 

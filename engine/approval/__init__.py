@@ -1,0 +1,1 @@
+"""Tool approvals: the policy (pure) and the gate that asks the owner from the chat."""

@@ -1,0 +1,476 @@
+"""Tool approvals: the owner allows or denies a tool call from the chat.
+
+:class:`ToolApprovals` is the second gate of a call (after the plan gate). When the policy
+says ask, the call waits: ``approval/requested`` is logged, the chat gets one message with
+Allow once / Allow for this session / Deny, and the first of these ends the wait:
+
+- a press (``answer``): ``once`` runs the call, ``session`` also adds a rule, ``deny`` refuses;
+- ``PLANGATE_APPROVAL_TIMEOUT`` without an answer: denied;
+- ``/stop`` (the turn is cancelled): denied at once, the turn closes as cancelled.
+
+Every end is one ``approval/decided``; a rule is one ``approval/rule``. A turn whose opening
+message is not the owner's (a goal round, a seeded or continued checklist turn) never waits:
+the call is denied as ``unattended`` and the ``on_unattended`` hook runs (it blocks the goal
+``needs-approval``); its message offers one Allow button that adds the rule.
+
+On load the session's rules replay, and a request a dead process left waiting is closed as
+``interrupted`` (denied): a restart never turns a pending request into an allow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from engine.agent.channel import safe_call
+from engine.approval.policy import (
+    BASH,
+    WRITE_TOOLS,
+    Rule,
+    bash_command,
+    decide,
+    may_ask,
+    rule_text,
+    session_rule,
+)
+from engine.approval.preview import write_diff, write_target
+from engine.events import (
+    ApprovalDecided,
+    ApprovalDecision,
+    ApprovalRequested,
+    ApprovalRule,
+    FeedbackSource,
+    HumanSource,
+    MessageSource,
+)
+from engine.ports import EventLog
+from engine.tools.base import ToolContext
+from engine.tools.runtime import ToolCallRequest
+
+_log = logging.getLogger("plangate.approval")
+
+DEFAULT_TIMEOUT_S = 600.0
+APPROVAL_EVENT_TYPES = frozenset({"approval/requested", "approval/decided", "approval/rule"})
+
+# Press actions (callback data ``a:<action>:<8 chars of the request id>:0``).
+ApprovalAction = Literal["once", "session", "deny", "rule"]
+
+DENIED_TEXT = "denied: the owner denied this call; it was not run. Do not retry it as it is."
+TIMEOUT_TEXT = (
+    "denied: nobody answered the approval request within {timeout}; the call was not run."
+)
+UNATTENDED_TEXT = (
+    "denied: this call needs the owner's approval and nobody is watching this turn (a goal "
+    "round or an unattended checklist turn); it was not run. The owner was asked to allow it."
+)
+
+
+def describe_timeout(seconds: float) -> str:
+    """``600`` -> ``10m``; the way the owner set it."""
+    whole = int(seconds)
+    if whole != seconds or whole < 60:
+        return f"{seconds:g}s"
+    for unit, size in (("h", 3600), ("m", 60)):
+        if whole % size == 0:
+            return f"{whole // size}{unit}"
+    return f"{whole}s"
+
+
+# Rule families: bash command prefixes, and the files whose writes the session allowed.
+RuleFamily = Literal["bash", "files"]
+
+
+def family_of(tool: str) -> RuleFamily:
+    """Which rules a tool's calls are matched against."""
+    return "files" if tool in WRITE_TOOLS else "bash"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalView:
+    """One request as the chat shows it. ``rule`` is what "Allow for this session" adds.
+
+    ``command`` is the bash command, or ``<tool> <path>`` for a write; ``diff`` is the unified
+    diff of a write to an existing text file (not logged: it can be large).
+    """
+
+    request_id: str
+    call_id: str
+    tool: str
+    command: str
+    rule: Rule | None
+    unattended: bool = False
+    diff: str | None = None
+
+    @property
+    def short_id(self) -> str:
+        return self.request_id[:8]
+
+    @property
+    def family(self) -> RuleFamily:
+        return family_of(self.tool)
+
+    @property
+    def rule_text(self) -> str:
+        if not self.rule:
+            return ""
+        return f"writes to {self.rule[0]}" if self.family == "files" else rule_text(self.rule)
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerResult:
+    """What a press did; ``stale`` when it matched no open request (out of date)."""
+
+    text: str
+    stale: bool = False
+    rule: Rule | None = None
+
+
+class ApprovalNotifier(Protocol):
+    """The chat side of approvals (the agent's Channel has these two methods)."""
+
+    async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
+        """Post the request with its buttons (one Allow button when ``view.unattended``)."""
+        ...
+
+    async def approval_closed(
+        self, session_id: str, view: ApprovalView, decision: ApprovalDecision
+    ) -> None:
+        """The request ended: take its buttons away and say how it ended."""
+        ...
+
+
+# Runs when an unattended turn's call was denied for want of an approval.
+UnattendedHook = Callable[[str, MessageSource, ApprovalView], Awaitable[None]]
+
+
+@dataclass
+class _Pending:
+    view: ApprovalView
+    answer: asyncio.Future[ApprovalDecision]
+    actor: int | None = None
+
+
+@dataclass
+class _Session:
+    rules: list[Rule] = field(default_factory=list)
+    # Workspace-relative files the session allowed writes to (when writes ask).
+    write_rules: list[str] = field(default_factory=list)
+    pending: _Pending | None = None
+    # Unattended denials whose Allow button still counts: request id -> view.
+    offers: dict[str, ApprovalView] = field(default_factory=dict)
+
+
+def is_attended(source: MessageSource) -> bool:
+    """A turn opened by the owner's own message (or feedback) has someone to ask."""
+    return isinstance(source, HumanSource | FeedbackSource)
+
+
+class ToolApprovals:
+    """The approval gate, its pending requests and the session rules of this process."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        notifier: ApprovalNotifier,
+        *,
+        rules: Iterable[Sequence[str]] = (),
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        on_unattended: UnattendedHook | None = None,
+        ask_writes: bool = False,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError("the approval timeout must be positive")
+        self._log = log
+        self._notifier = notifier
+        self._rules: tuple[Rule, ...] = tuple(tuple(r) for r in rules if r)
+        self.timeout_s = timeout_s
+        self.on_unattended = on_unattended
+        self.ask_writes = ask_writes
+        self._sessions: dict[str, _Session] = {}
+
+    def _session(self, session_id: str) -> _Session:
+        return self._sessions.setdefault(session_id, _Session())
+
+    # --- queries ----------------------------------------------------------------------------
+
+    def rules(self, session_id: str) -> tuple[Rule, ...]:
+        """The settings' rules, then the ones granted in this session."""
+        return self._rules + tuple(self._session(session_id).rules)
+
+    def may_ask(self, tool: str) -> bool:
+        """Whether a call of ``tool`` can ever wait here (else the gate need not look)."""
+        return may_ask(tool, ask_writes=self.ask_writes)
+
+    def _granted(self, state: _Session, view: ApprovalView) -> bool:
+        if not view.rule:
+            return False
+        if view.family == "files":
+            return view.rule[0] in state.write_rules
+        return view.rule in state.rules
+
+    def pending(self, session_id: str) -> ApprovalView | None:
+        """The request the session waits on ("waiting for you"), if any."""
+        found = self._sessions.get(session_id)
+        return found.pending.view if found is not None and found.pending is not None else None
+
+    # --- replay -----------------------------------------------------------------------------
+
+    async def load(self, session_id: str) -> None:
+        """Replay the session's rules; close a request a dead process left open as denied."""
+        state = self._sessions[session_id] = _Session()
+        stored = await self._log.read(session_id, types=APPROVAL_EVENT_TYPES)
+        open_requests: dict[str, ApprovalRequested] = {}
+        for item in stored:
+            event = item.event
+            if isinstance(event, ApprovalRule):
+                self._remember(state, event.tool, tuple(event.words))
+            elif isinstance(event, ApprovalRequested):
+                if event.unattended:
+                    if event.rule:
+                        state.offers[event.request_id] = _view(event)
+                else:
+                    open_requests[event.request_id] = event
+            elif isinstance(event, ApprovalDecided):
+                open_requests.pop(event.request_id, None)
+        # Offers whose rule is already granted are spent.
+        state.offers = {k: v for k, v in state.offers.items() if not self._granted(state, v)}
+        closures = [
+            ApprovalDecided(request_id=r.request_id, call_id=r.call_id, decision="interrupted")
+            for r in open_requests.values()
+        ]
+        if closures:
+            await self._log.append(session_id, closures)
+
+    # --- the gate ---------------------------------------------------------------------------
+
+    async def check(self, request: ToolCallRequest, ctx: ToolContext, *, phase: str) -> str | None:
+        """``None`` runs the call; a string denies it (the model reads it as the result).
+
+        May wait for the owner up to the timeout. Cancelled (``/stop``), the request is
+        closed as ``stopped`` and the cancellation goes on.
+        """
+        session_id = ctx.session_id
+        target: str | None = None
+        if self.ask_writes and request.name in WRITE_TOOLS:
+            target = await asyncio.to_thread(write_target, ctx.workspace, request.arguments)
+        decision = decide(
+            request.name,
+            request.arguments,
+            phase=phase,
+            rules=self.rules(session_id),
+            ask_writes=self.ask_writes,
+            write_target=target,
+            write_rules=self._session(session_id).write_rules,
+        )
+        if decision == "allow":
+            return None
+        diff: str | None = None
+        rule: Rule | None = None
+        if request.name == BASH:
+            command = bash_command(request.arguments)
+            rule = session_rule(command)
+        elif target is not None:
+            command, rule = f"{request.name} {target}", (target,)
+            diff = await asyncio.to_thread(
+                write_diff, ctx.workspace, request.name, request.arguments, target
+            )
+        else:
+            command = request.name
+        view = ApprovalView(
+            request_id=uuid.uuid4().hex,
+            call_id=request.call_id,
+            tool=request.name,
+            command=command,
+            rule=rule,
+            unattended=not is_attended(ctx.source),
+            diff=diff,
+        )
+        requested = ApprovalRequested(
+            request_id=view.request_id,
+            call_id=view.call_id,
+            tool=view.tool,
+            command=view.command,
+            rule=list(view.rule or ()),
+            unattended=view.unattended,
+        )
+        if view.unattended:
+            await self._log.append(
+                session_id,
+                [
+                    requested,
+                    ApprovalDecided(
+                        request_id=view.request_id, call_id=view.call_id, decision="unattended"
+                    ),
+                ],
+            )
+            if view.rule:
+                self._session(session_id).offers[view.request_id] = view
+            if self.on_unattended is not None:
+                await self.on_unattended(session_id, ctx.source, view)
+            await safe_call("approval_asked", self._notifier.approval_asked(session_id, view))
+            return UNATTENDED_TEXT
+        return await self._wait(session_id, view, requested)
+
+    async def _wait(
+        self, session_id: str, view: ApprovalView, requested: ApprovalRequested
+    ) -> str | None:
+        state = self._session(session_id)
+        if state.pending is not None:  # calls asking run one at a time; never two prompts
+            await self._finish(session_id, state.pending, "deny")
+        pending = _Pending(view, asyncio.get_running_loop().create_future())
+        state.pending = pending
+        await self._log.append(session_id, [requested])
+        await safe_call("approval_asked", self._notifier.approval_asked(session_id, view))
+        try:
+            decision = await asyncio.wait_for(asyncio.shield(pending.answer), self.timeout_s)
+        except TimeoutError:
+            decision = await self._finish(session_id, pending, "timeout")
+        except asyncio.CancelledError:
+            await asyncio.shield(self._finish(session_id, pending, "stopped"))
+            raise
+        if decision in ("once", "session"):
+            return None
+        if decision == "timeout":
+            return TIMEOUT_TEXT.format(timeout=describe_timeout(self.timeout_s))
+        return DENIED_TEXT
+
+    async def _finish(
+        self,
+        session_id: str,
+        pending: _Pending,
+        decision: ApprovalDecision,
+        *,
+        actor: int | None = None,
+    ) -> ApprovalDecision:
+        """Close ``pending`` once with ``decision``; the first close wins."""
+        state = self._session(session_id)
+        if pending.answer.done():
+            return pending.answer.result()
+        pending.answer.set_result(decision)
+        if state.pending is pending:
+            state.pending = None
+        view = pending.view
+        await self._log.append(
+            session_id,
+            [
+                ApprovalDecided(
+                    request_id=view.request_id, call_id=view.call_id, decision=decision, actor=actor
+                )
+            ],
+        )
+        _log.info(
+            "plangate.approval.decided session=%s tool=%s decision=%s",
+            session_id,
+            view.tool,
+            decision,
+        )
+        await safe_call(
+            "approval_closed", self._notifier.approval_closed(session_id, view, decision)
+        )
+        return decision
+
+    # --- presses ----------------------------------------------------------------------------
+
+    async def answer(
+        self, session_id: str, action: str, short_id: str, *, actor: int | None
+    ) -> AnswerResult:
+        """A press on a request's button; anything that matches no open request is stale."""
+        state = self._session(session_id)
+        if action == "rule":
+            return await self._grant_offer(session_id, state, short_id, actor=actor)
+        pending = state.pending
+        if pending is None or pending.view.short_id != short_id or pending.answer.done():
+            return AnswerResult("", stale=True)
+        view = pending.view
+        if action == "once":
+            await self._finish(session_id, pending, "once", actor=actor)
+            return AnswerResult("Allowed once.")
+        if action == "session" and view.rule:
+            await self.add_rule(session_id, view.rule, actor=actor, family=view.family)
+            await self._finish(session_id, pending, "session", actor=actor)
+            return AnswerResult(f"Allowed for this session: {view.rule_text}", rule=view.rule)
+        if action == "deny":
+            await self._finish(session_id, pending, "deny", actor=actor)
+            return AnswerResult("Denied.")
+        return AnswerResult("", stale=True)
+
+    async def _grant_offer(
+        self, session_id: str, state: _Session, short_id: str, *, actor: int | None
+    ) -> AnswerResult:
+        found = next((v for k, v in state.offers.items() if k[:8] == short_id), None)
+        if found is None or not found.rule:
+            return AnswerResult("", stale=True)
+        state.offers.pop(found.request_id, None)
+        await self.add_rule(session_id, found.rule, actor=actor, family=found.family)
+        return AnswerResult(f"Allowed for this session: {found.rule_text}", rule=found.rule)
+
+    async def add_rule(
+        self, session_id: str, rule: Rule, *, actor: int | None, family: RuleFamily = "bash"
+    ) -> None:
+        """Grant ``rule`` for the rest of the session (logged, so it replays).
+
+        ``family`` ``files``: ``rule`` is one workspace-relative path whose writes are allowed.
+        """
+        state = self._session(session_id)
+        known = state.write_rules if family == "files" else state.rules
+        if not rule or (rule[0] if family == "files" else rule) in known:
+            return
+        event = ApprovalRule(tool=family, words=list(rule), actor=actor)
+        await self._log.append(session_id, [event])  # logged first: what is granted replays
+        self._remember(state, family, rule)
+        state.offers = {k: v for k, v in state.offers.items() if not self._granted(state, v)}
+
+    @staticmethod
+    def _remember(state: _Session, family: str, rule: Rule) -> bool:
+        """Add a rule to this process's state; False when empty or already there."""
+        if not rule:
+            return False
+        if family == "files":
+            if rule[0] in state.write_rules:
+                return False
+            state.write_rules.append(rule[0])
+            return True
+        if rule in state.rules:
+            return False
+        state.rules.append(rule)
+        return True
+
+    async def deny_pending(self, session_id: str, decision: ApprovalDecision = "stopped") -> None:
+        """Deny the session's open request now (``/stop`` without a running turn, ``/new``)."""
+        found = self._sessions.get(session_id)
+        if found is not None and found.pending is not None:
+            await self._finish(session_id, found.pending, decision)
+
+
+def _view(event: ApprovalRequested) -> ApprovalView:
+    return ApprovalView(
+        request_id=event.request_id,
+        call_id=event.call_id,
+        tool=event.tool,
+        command=event.command,
+        rule=tuple(event.rule) or None,
+        unattended=event.unattended,
+    )
+
+
+__all__ = [
+    "APPROVAL_EVENT_TYPES",
+    "DEFAULT_TIMEOUT_S",
+    "DENIED_TEXT",
+    "TIMEOUT_TEXT",
+    "UNATTENDED_TEXT",
+    "AnswerResult",
+    "ApprovalAction",
+    "ApprovalNotifier",
+    "ApprovalView",
+    "RuleFamily",
+    "ToolApprovals",
+    "UnattendedHook",
+    "describe_timeout",
+    "family_of",
+    "is_attended",
+]

@@ -1,0 +1,159 @@
+"""The no-progress detector: did a turn change anything durable? (pure over events)
+
+A turn made progress when, among its events, there is at least one of:
+
+- a file written: a ``write_file`` or ``edit_file`` result that is not an error;
+- a checklist change: a ``plan`` tool result that is not an error, for any op but ``show``,
+  or a ``plan/changed`` event;
+- a todo change: a ``todo/write`` event;
+- a goal update: a ``goal/change`` event (``update_goal``, say).
+
+Reading, searching and commands run with ``bash`` change nothing the agent can see durably, so a
+turn of only those is idle. :func:`idle_streak` counts a goal's idle rounds in a row from a log;
+anything the owner does to the goal between rounds (a ``goal/change`` outside a round: Resume,
+an edit, a budget raise) or a message of the owner's starts the count again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+
+from engine.events import (
+    GoalChange,
+    GoalRoundSource,
+    PlanChanged,
+    SessionEvent,
+    TodoWrite,
+    ToolCall,
+    ToolResult,
+    TurnEnd,
+    UserMessage,
+)
+from engine.goal.service import GoalService
+from engine.goal.types import NO_PROGRESS
+from engine.ports import EventLog
+
+log = logging.getLogger("plangate.goal.progress")
+
+FILE_TOOLS = frozenset({"write_file", "edit_file"})
+# The event types the two functions below read (a filtered log read needs no more).
+PROGRESS_EVENT_TYPES = frozenset(
+    {
+        "user/message",
+        "tool/call",
+        "tool/result",
+        "plan/changed",
+        "todo/write",
+        "goal/change",
+        "turn/end",
+    }
+)
+
+
+def turn_made_progress(events: Sequence[SessionEvent]) -> bool:
+    """``True`` when the events of one turn include a durable change (see the module rules)."""
+    plan_ops: dict[str, object] = {}
+    for event in events:
+        if isinstance(event, ToolCall) and event.name == "plan":
+            plan_ops[event.call_id] = event.arguments.get("op")
+        elif isinstance(event, ToolResult) and not event.is_error:
+            if event.name in FILE_TOOLS:
+                return True
+            if event.name == "plan" and plan_ops.get(event.call_id, "show") != "show":
+                return True
+        elif isinstance(event, PlanChanged | TodoWrite | GoalChange):
+            return True
+    return False
+
+
+class IdleCounter:
+    """:func:`idle_streak` fed one event at a time (the driver keeps one per session)."""
+
+    def __init__(self, goal_id: str) -> None:
+        self.goal_id = goal_id
+        self.streak = 0
+        self._round: list[SessionEvent] | None = None
+
+    def feed(self, event: SessionEvent) -> None:
+        if isinstance(event, UserMessage):
+            source = event.source
+            if isinstance(source, GoalRoundSource) and source.goal_id == self.goal_id:
+                self._round = []
+            else:
+                self._round = None
+                self.streak = 0  # the owner spoke: the count starts again
+        elif self._round is not None:
+            if isinstance(event, TurnEnd):
+                self.streak = 0 if turn_made_progress(self._round) else self.streak + 1
+                self._round = None
+            else:
+                self._round.append(event)
+        elif isinstance(event, GoalChange):
+            self.streak = 0  # the owner (or a limit) changed the goal between rounds
+
+
+def idle_streak(events: Iterable[SessionEvent], goal_id: str) -> int:
+    """How many of the goal's last rounds in a row made no progress (0 after any that did).
+
+    A round is its goal-source ``user/message`` up to its ``turn/end``.
+    """
+    counter = IdleCounter(goal_id)
+    for event in events:
+        counter.feed(event)
+    return counter.streak
+
+
+__all__ = [
+    "FILE_TOOLS",
+    "PROGRESS_EVENT_TYPES",
+    "IdleCounter",
+    "IdleRoundWatch",
+    "idle_streak",
+    "turn_made_progress",
+]
+
+
+class IdleRoundWatch:
+    """After each settled goal round: block the goal ``no-progress`` once ``limit`` rounds in a
+    row were idle. The count is folded from the log, so it survives a restart."""
+
+    def __init__(self, goals: GoalService, log: EventLog, *, limit: int) -> None:
+        self._goals = goals
+        self._log = log
+        self.limit = limit
+        self._counters: dict[str, tuple[int, IdleCounter]] = {}
+
+    async def streak(self, session_id: str, goal_id: str) -> int:
+        """The goal's idle rounds in a row, as the log says now."""
+        last_seq, counter = self._counters.get(session_id, (0, IdleCounter(goal_id)))
+        if counter.goal_id != goal_id:
+            last_seq, counter = 0, IdleCounter(goal_id)
+        for stored in await self._log.read(
+            session_id, after_seq=last_seq, types=PROGRESS_EVENT_TYPES
+        ):
+            counter.feed(stored.event)
+            last_seq = stored.seq
+        self._counters[session_id] = (last_seq, counter)
+        return counter.streak
+
+    async def round_settled(self, session_id: str, source: GoalRoundSource) -> None:
+        """Called by the round driver once a round of ``source`` ran to its end."""
+        goal = await self._goals.get(session_id)
+        if goal is None or goal.id != source.goal_id or goal.phase != "active":
+            return
+        if goal.rounds_left <= 0:
+            return  # the cap stops it anyway: round-limit, whose fix comes first
+        idle = await self.streak(session_id, goal.id)
+        if idle < self.limit:
+            return
+        log.info("goal.progress.blocked session=%s idle_rounds=%d", session_id, idle)
+        await self._goals.block(
+            session_id,
+            goal.ref,
+            code=NO_PROGRESS,
+            message=(
+                f"{idle} rounds in a row changed nothing (no file written, no checklist, todo "
+                "or goal change); give it a hint or change the objective, then Resume"
+            ),
+        )

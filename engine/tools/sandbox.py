@@ -1,0 +1,360 @@
+"""The bubblewrap sandbox ``bash`` runs in: mounts, environment, limits, and a start-up probe.
+
+One call = one ``bwrap`` process with fresh user, pid, ipc, uts (and, unless the network is
+on, network) namespaces. Only the system folders (read-only), a short list of ``/etc`` files, a
+private ``/tmp`` and the workspace are mounted; the workspace is read-only or writable as the
+caller asks. Paths the caller names as hidden (the plangate home, the plan folder, the settings
+file) are masked when they lie inside something mounted. The environment is rebuilt from
+nothing. Inside, ``ulimit`` caps the address space and the process count; where a pids cgroup
+can be created (running as root, when ``RLIMIT_NPROC`` does not bind) each call also gets its
+own cgroup with ``pids.max``. Everything is decided by the mounts, never by reading the command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.tools.workspace import is_within, real_path
+
+log = logging.getLogger("plangate.sandbox")
+
+# System folders mounted read-only (a symlink such as /bin -> usr/bin is recreated as a link).
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
+# The /etc entries programs need; the rest of /etc (shadow, service env files with tokens in
+# them) stays out.
+ETC_ENTRIES = (
+    "alternatives",
+    "bash.bashrc",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "debian_version",
+    "gitconfig",
+    "group",
+    "host.conf",
+    "hostname",
+    "hosts",
+    "inputrc",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "mime.types",
+    "nsswitch.conf",
+    "os-release",
+    "passwd",
+    "profile",
+    "protocols",
+    "python3",
+    "resolv.conf",
+    "services",
+    "ssl",
+    "terminfo",
+    "timezone",
+)
+SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Names never passed in, whatever the settings say.
+_SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
+
+FIX = "install bubblewrap (apt-get install bubblewrap) or set PLANGATE_SANDBOX=off on purpose"
+
+
+def forbidden_env_name(name: str) -> bool:
+    """``True`` for a variable that must never reach bash: ``PLANGATE_*``, tokens, keys."""
+    upper = name.upper()
+    return upper.startswith("PLANGATE_") or any(mark in upper for mark in _SECRET_MARKERS)
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxSettings:
+    """How ``bash`` is confined. ``enabled=False`` is the unconfined mode, set on purpose."""
+
+    enabled: bool = True
+    network: bool = False
+    memory_mb: int = 2048
+    max_processes: int = 256
+    # Variables copied from the bot's environment on purpose (secret-looking names never are).
+    env_pass: tuple[str, ...] = ()
+    # Never visible inside: the plangate home, the settings file.
+    hidden: tuple[Path, ...] = ()
+    bwrap: str = "bwrap"
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxStatus:
+    """What the probe found: ``problem`` is the one-line refusal, ``None`` when usable."""
+
+    problem: str | None
+    process_limit: str = "rlimit"  # "cgroup", "rlimit" or "none"
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def sandbox_env(settings: SandboxSettings, environ: Mapping[str, str]) -> dict[str, str]:
+    """The whole environment inside the sandbox."""
+    env = {
+        "PATH": SANDBOX_PATH,
+        "HOME": "/tmp",
+        "LANG": environ.get("LANG") or "C.UTF-8",
+        "TERM": "dumb",
+        # No .pyc files left in the project by the agent's test runs.
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    for name in settings.env_pass:
+        if not forbidden_env_name(name) and name in environ:
+            env[name] = environ[name]
+    return env
+
+
+def _system_mounts() -> list[str]:
+    args: list[str] = []
+    for folder in SYSTEM_DIRS:
+        path = Path(folder)
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), folder]
+        elif path.is_dir():
+            args += ["--ro-bind", folder, folder]
+    for entry in ETC_ENTRIES:
+        path = Path("/etc") / entry
+        if path.exists():
+            args += ["--ro-bind", str(path), str(path)]
+    return args
+
+
+def _mounted_roots(workspace: Path) -> list[Path]:
+    roots = [workspace]
+    for folder in SYSTEM_DIRS:
+        path = Path(folder)
+        if path.is_dir() and not path.is_symlink():
+            roots.append(real_path(path))
+    roots.append(Path("/etc"))
+    return roots
+
+
+def _masks(hidden: Iterable[Path], workspace: Path) -> list[str]:
+    """Mount over every hidden path that lies inside something mounted."""
+    args: list[str] = []
+    roots = _mounted_roots(workspace)
+    for raw in hidden:
+        path = real_path(raw)
+        if not path.exists() or not any(is_within(path, root) for root in roots):
+            continue
+        if path.is_dir():
+            args += ["--tmpfs", str(path), "--remount-ro", str(path)]
+        else:
+            args += ["--ro-bind", "/dev/null", str(path)]
+    return args
+
+
+def bwrap_argv(
+    settings: SandboxSettings,
+    *,
+    workspace: Path,
+    writable: bool,
+    command: str,
+    hidden: Sequence[Path] = (),
+    environ: Mapping[str, str] | None = None,
+    info_fd: int | None = None,
+) -> list[str]:
+    """The ``bwrap`` command line that runs ``command`` with ``bash -c`` in the sandbox."""
+    ws = str(real_path(workspace))
+    args = [
+        settings.bwrap,
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+        "--hostname",
+        "sandbox",
+    ]
+    if not settings.network:
+        args.append("--unshare-net")
+    if info_fd is not None:
+        args += ["--info-fd", str(info_fd)]
+    args += _system_mounts()
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
+    args += ["--bind" if writable else "--ro-bind", ws, ws]
+    args += _masks([*settings.hidden, *hidden], real_path(workspace))
+    args += ["--chdir", ws, "--clearenv"]
+    for name, value in sandbox_env(settings, os.environ if environ is None else environ).items():
+        args += ["--setenv", name, value]
+    # ulimit sets soft and hard limits together; nothing inside can raise a hard limit again.
+    limits = (
+        f"ulimit -v {settings.memory_mb * 1024} && ulimit -u {settings.max_processes} "
+        '&& exec bash -c "$1"'
+    )
+    args += ["--", "bash", "-c", limits, "bash", command]
+    return args
+
+
+# --- the pids cgroup -----------------------------------------------------------------------
+
+
+def _own_cgroups() -> list[tuple[str, str]]:
+    """``(controllers, path)`` pairs of this process (``controllers`` is empty for v2)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    pairs = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            pairs.append((parts[1], parts[2]))
+    return pairs
+
+
+def _cgroup_mounts() -> list[tuple[str, str, str]]:
+    """``(mount point, fstype, super options)`` of the cgroup file systems."""
+    mounts = []
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        left, sep, right = line.partition(" - ")
+        if not sep:
+            continue
+        fields, tail = left.split(), right.split()
+        if len(fields) >= 5 and len(tail) >= 3 and tail[0] in ("cgroup", "cgroup2"):
+            mounts.append((fields[4], tail[0], tail[2]))
+    return mounts
+
+
+def find_pids_cgroup() -> Path | None:
+    """A writable cgroup folder under which a child with ``pids.max`` can be made, if any."""
+    own = _own_cgroups()
+    for point, fstype, options in _cgroup_mounts():
+        if fstype == "cgroup" and "pids" in options.split(","):
+            path = next((p for c, p in own if "pids" in c.split(",")), None)
+        elif fstype == "cgroup2":
+            path = next((p for c, p in own if c == ""), None)
+        else:
+            continue
+        if path is None:
+            continue
+        folder = Path(point) / path.lstrip("/")
+        if fstype == "cgroup2":
+            try:
+                enabled = (folder / "cgroup.subtree_control").read_text().split()
+            except OSError:
+                continue
+            if "pids" not in enabled:
+                continue
+        if folder.is_dir() and os.access(folder, os.W_OK):
+            return folder
+    return None
+
+
+class PidsCgroup:
+    """One call's cgroup with ``pids.max``; :meth:`enter_argv` puts the sandbox in it."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    @classmethod
+    def create(cls, parent: Path, max_processes: int) -> PidsCgroup | None:
+        """A fresh child cgroup of ``parent``, ``None`` when the kernel says no."""
+        folder = parent / f"plangate-bash-{uuid.uuid4().hex[:12]}"
+        try:
+            folder.mkdir()
+            (folder / "pids.max").write_text(str(max_processes))
+        except OSError as exc:
+            log.warning("sandbox.cgroup_failed folder=%s error=%s", folder, exc)
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+            return None
+        return cls(folder)
+
+    def enter_argv(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` prefixed by a shell that moves itself into the cgroup, then execs it."""
+        procs = str(self.folder / "cgroup.procs")
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', procs, *argv]
+
+    def empty(self) -> bool:
+        try:
+            return not (self.folder / "cgroup.procs").read_text().split()
+        except OSError:
+            return True
+
+    def remove(self) -> bool:
+        try:
+            self.folder.rmdir()
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return True
+
+
+# --- the probe -------------------------------------------------------------------------------
+
+_PROBES: dict[SandboxSettings, SandboxStatus] = {}
+
+
+def probe(settings: SandboxSettings, *, refresh: bool = False) -> SandboxStatus:
+    """Can ``bwrap`` create its namespaces here? Runs ``true`` in a sandbox once, cached.
+
+    Blocking (a short subprocess): call it from a thread inside the event loop.
+    """
+    if not refresh and settings in _PROBES:
+        return _PROBES[settings]
+    status = _probe(settings)
+    _PROBES[settings] = status
+    return status
+
+
+def _probe(settings: SandboxSettings) -> SandboxStatus:
+    with tempfile.TemporaryDirectory(prefix="plangate-probe-") as folder:
+        argv = bwrap_argv(settings, workspace=Path(folder), writable=True, command="true")
+        try:
+            done = subprocess.run(argv, capture_output=True, timeout=20, check=False)
+        except FileNotFoundError:
+            return SandboxStatus(f"bash is unavailable: {settings.bwrap} is not installed; {FIX}")
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return SandboxStatus(f"bash is unavailable: bubblewrap failed to start ({exc}); {FIX}")
+    if done.returncode != 0:
+        why = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        reason = why[-1] if why else f"exit code {done.returncode}"
+        return SandboxStatus(
+            f"bash is unavailable: bubblewrap cannot create its namespaces here ({reason}); "
+            "allow unprivileged user namespaces (see the README's security model) or "
+            "set PLANGATE_SANDBOX=off on purpose"
+        )
+    if os.geteuid() != 0:
+        return SandboxStatus(None, "rlimit")
+    parent = find_pids_cgroup()
+    cgroup = PidsCgroup.create(parent, settings.max_processes) if parent is not None else None
+    if cgroup is not None:
+        cgroup.remove()
+        return SandboxStatus(None, "cgroup")
+    return SandboxStatus(
+        None,
+        "none",
+        (
+            "running as root without a writable pids cgroup: the process-count limit does "
+            "not bind; run plangate as a normal user (the Docker image does)",
+        ),
+    )
+
+
+__all__ = [
+    "FIX",
+    "PidsCgroup",
+    "SandboxSettings",
+    "SandboxStatus",
+    "bwrap_argv",
+    "find_pids_cgroup",
+    "forbidden_env_name",
+    "probe",
+    "sandbox_env",
+]

@@ -1,0 +1,1 @@
+"""Usage accounting: tokens and cost of every model call, and the token limits (docs/goals.md)."""

@@ -1,0 +1,274 @@
+"""bash in the real bubblewrap sandbox: mounts per plan state, network, limits, no leftovers,
+no secrets; and write_file never writing through a link. Real processes, no mocks."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from engine.agent.adapters import PlanServiceAdapter
+from engine.events import HumanSource, ToolResult
+from engine.model.script import call, say
+from engine.plan.gate import PlanGateView
+from engine.plan.service import PlanService
+from engine.testing import InMemoryEventLog
+from engine.tools.base import ToolContext
+from engine.tools.bash import BashLimits, BashTool
+from engine.tools.files import WriteFileTool
+from engine.tools.sandbox import SandboxSettings, probe
+from storage.plan_files import FilePlanStore, SessionLocation
+from tests.agent.harness import SID, make_agent
+from tests.agent.proc_util import processes_with
+
+FAST = BashLimits(kill_grace_s=0.5)
+
+
+def ctx(ws: Path, session_id: str = "s1") -> ToolContext:
+    return ToolContext(session_id=session_id, workspace=ws, turn_id="t1", source=HumanSource())
+
+
+def view_of(state: str, md: Path | None = None):  # type: ignore[no-untyped-def]
+    async def view(session_id: str) -> PlanGateView:
+        return PlanGateView(state=state, md_path=md)  # type: ignore[arg-type]
+
+    return view
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Every entry under ``root``: kind, mode, and content or link target."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        st = path.lstat()
+        if path.is_symlink():
+            what = "link:" + os.readlink(path)
+        elif path.is_dir():
+            what = "dir"
+        else:
+            what = hashlib.sha256(path.read_bytes()).hexdigest()
+        out[str(path.relative_to(root))] = f"{oct(st.st_mode)} {what}"
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _needs_bwrap() -> None:
+    # The sandbox must work where these tests run (.ci/run installs bubblewrap); a missing
+    # bwrap is a failure with the fix, not a skip.
+    status = probe(SandboxSettings())
+    assert status.problem is None, status.problem
+
+
+def project(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    (ws / "src").mkdir(parents=True)
+    (ws / "src" / "app.py").write_text("print('hello')\n")
+    (ws / "notes.txt").write_text("hello notes\n")
+    (ws / "link").symlink_to("src/app.py")
+    return ws
+
+
+async def test_pre_init_bash_changes_no_byte_while_ls_and_grep_work(tmp_path: Path) -> None:
+    ws = project(tmp_path)
+    log = InMemoryEventLog()
+
+    async def locate(session_id: str) -> SessionLocation:
+        return SessionLocation(workspace=str(ws))
+
+    plans = PlanService(FilePlanStore(tmp_path / "home", locate), log)
+    assert (await plans.enter_pre_init(SID)).ok  # what /plan does
+    before = tree_digest(ws)
+    commands = [
+        "ls src && grep -rn hello .",
+        "echo changed > src/app.py",
+        "rm -f src/app.py notes.txt",
+        "mv src/app.py src/moved.py",
+        "chmod 000 src/app.py",
+        "echo through-link > link",
+        "touch brand-new && mkdir newdir",
+    ]
+    script = [*(call("bash", {"command": c}) for c in commands), say("explored")]
+    agent = make_agent(ws, script, plan=PlanServiceAdapter(plans), log=log)
+    agent.registry.submit(SID, "look around", message_id=1)
+    await asyncio.wait_for(agent.registry.wait_idle(SID), 60)
+    got = [e for e in await agent.events() if isinstance(e, ToolResult)]
+    assert len(got) == len(commands)
+    assert not got[0].is_error and "app.py" in got[0].content
+    assert "./notes.txt:1:hello notes" in got[0].content
+    for result in got[1:]:
+        assert result.is_error and "Read-only file system" in result.content, result.content
+    assert tree_digest(ws) == before
+
+
+async def test_active_bash_sees_only_the_workspace(tmp_path: Path) -> None:
+    ws = project(tmp_path)
+    home = ws / ".plangate"  # the home inside the workspace: masked, not just unmounted
+    sidecar = home / "projects" / "p" / "session" / "plan-s1.json"
+    sidecar.parent.mkdir(parents=True)
+    sidecar.write_text('{"secret": "sidecar"}')
+    (home / "plangate.db").write_text("database bytes")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    other_plans = tmp_path / "plans"  # a plan folder outside the workspace
+    other_plans.mkdir()
+    md = other_plans / "plan-s1.md"
+    md.write_text("# the plan")
+    tool = BashTool(
+        limits=FAST,
+        sandbox=SandboxSettings(hidden=(home,)),
+        plan_view=view_of("active", md),
+    )
+    wrote = await tool.run({"command": "echo ok > made.txt && cat made.txt"}, ctx(ws))
+    assert not wrote.is_error and (ws / "made.txt").read_text() == "ok\n"
+    escape = await tool.run({"command": f"touch {outside}/x"}, ctx(ws))
+    assert escape.is_error and not (outside / "x").exists()
+    for path in (sidecar, home / "plangate.db", md):
+        seen = await tool.run({"command": f"cat {path}"}, ctx(ws))
+        assert seen.is_error and "No such file" in seen.content, seen.content
+    listed = await tool.run({"command": "ls -A .plangate | wc -l"}, ctx(ws))
+    assert listed.content == "exit code 0\n0"
+
+
+async def _connect_result(tool: BashTool, ws: Path) -> tuple[str, int]:
+    hits = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal hits
+        hits += 1
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        out = await tool.run(
+            {"command": f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected"}, ctx(ws)
+        )
+    finally:
+        server.close()
+        await server.wait_closed()
+    return out.content, hits
+
+
+async def test_network_is_off_by_default_and_on_by_setting(tmp_path: Path) -> None:
+    ws = project(tmp_path)
+    off = BashTool(limits=FAST, plan_view=view_of("active"))
+    content, hits = await _connect_result(off, ws)
+    assert "connected" not in content and hits == 0
+    on = BashTool(limits=FAST, sandbox=SandboxSettings(network=True), plan_view=view_of("active"))
+    content, hits = await _connect_result(on, ws)
+    assert "connected" in content and hits == 1
+
+
+async def test_fork_bomb_and_huge_allocation_are_contained(tmp_path: Path) -> None:
+    ws = project(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    tool = BashTool(limits=FAST, sandbox=SandboxSettings(max_processes=64, memory_mb=512))
+    big = await tool.run(
+        {"command": "python3 -c 'b = bytearray(10 * 1024**3); print(len(b))'"}, ctx(ws)
+    )
+    assert big.is_error and "MemoryError" in big.content
+    bomb = asyncio.create_task(
+        tool.run(
+            {"command": "bomb4711(){ bomb4711|bomb4711& }; bomb4711; sleep 30", "timeout_s": 4},
+            ctx(ws),
+        )
+    )
+    await asyncio.sleep(0.5)
+    # Another session's call (another project, so no shared lock) answers meanwhile.
+    meanwhile = await asyncio.wait_for(
+        tool.run({"command": "echo still here"}, ctx(other, "s2")), 30
+    )
+    assert meanwhile.content == "exit code 0\nstill here"
+    assert not bomb.done()
+    out = await asyncio.wait_for(bomb, 60)
+    assert "fork" in out.content  # "fork: retry: Resource temporarily unavailable"
+    assert processes_with("bomb4711") == []
+
+
+@pytest.mark.parametrize("launcher", ["setsid", "nohup"])
+async def test_background_jobs_do_not_outlive_the_call(tmp_path: Path, launcher: str) -> None:
+    ws = project(tmp_path)
+    tool = BashTool(limits=FAST, plan_view=view_of("active"))
+    loop = "sh -c 'while :; do date >> bg.txt; sleep 0.2; done'"
+    command = f"{launcher} {loop} > /dev/null 2>&1 & sleep 0.5; echo started"
+    out = await tool.run({"command": command}, ctx(ws))
+    assert out.content == "exit code 0\nstarted"
+    size = (ws / "bg.txt").stat().st_size
+    assert size > 0
+    await asyncio.sleep(0.6)
+    assert (ws / "bg.txt").stat().st_size == size
+    assert processes_with("bg.txt") == []
+
+
+async def test_environment_holds_no_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PLANGATE_TELEGRAM_TOKEN", "123:tg-token-value")
+    monkeypatch.setenv("PLANGATE_MODEL_API_KEY", "model-key-value")
+    monkeypatch.setenv("OPENAI_API_KEY", "openai-key-value")
+    monkeypatch.setenv("GITHUB_TOKEN", "gh-token-value")
+    monkeypatch.setenv("MY_SETTING", "wanted")
+    ws = project(tmp_path)
+    sandbox = SandboxSettings(env_pass=("MY_SETTING", "OPENAI_API_KEY"))
+    out = await BashTool(limits=FAST, sandbox=sandbox).run({"command": "env"}, ctx(ws))
+    assert "MY_SETTING=wanted" in out.content
+    for leak in ("PLANGATE_", "tg-token", "key-value", "gh-token", "TOKEN", "API_KEY"):
+        assert leak not in out.content, out.content
+
+
+async def test_missing_bubblewrap_refuses_with_the_fix(tmp_path: Path) -> None:
+    ws = project(tmp_path)
+    tool = BashTool(limits=FAST, sandbox=SandboxSettings(bwrap=str(tmp_path / "no-bwrap")))
+    out = await tool.run({"command": "touch x"}, ctx(ws))
+    assert out.is_error and "\n" not in out.content
+    assert "PLANGATE_SANDBOX=off" in out.content and "apt-get install bubblewrap" in out.content
+    assert not (ws / "x").exists()
+
+
+async def test_write_file_through_a_hard_link_leaves_the_outside_file(tmp_path: Path) -> None:
+    ws = project(tmp_path)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("outside original\n")
+    os.link(outside, ws / "hl.txt")
+    out = await WriteFileTool().run({"path": "hl.txt", "content": "new\n"}, ctx(ws))
+    assert not out.is_error
+    assert outside.read_text() == "outside original\n"
+    assert (ws / "hl.txt").read_text() == "new\n"
+
+
+async def test_write_file_racing_a_symlink_swap_never_writes_outside(tmp_path: Path) -> None:
+    ws = project(tmp_path)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("outside original\n")
+    target = ws / "racy.txt"
+    target.write_text("inside\n")
+    stop = threading.Event()
+
+    def swap() -> None:
+        # Flip the last component between a regular file and a link out, by atomic renames.
+        n = 0
+        while not stop.is_set():
+            n += 1
+            link, plain = ws / f".l{n}", ws / f".p{n}"
+            link.symlink_to(outside)
+            plain.write_text("inside\n")
+            os.replace(link, target)
+            os.replace(plain, target)
+
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    tool = WriteFileTool()
+    try:
+        for i in range(150):
+            await tool.run({"path": "racy.txt", "content": f"write {i}\n"}, ctx(ws))
+    finally:
+        stop.set()
+        swapper.join(10)
+    assert outside.read_text() == "outside original\n"
+
+
+def test_bwrap_is_on_path_for_ci() -> None:
+    assert shutil.which("bwrap") is not None

@@ -1,0 +1,144 @@
+"""The approval gate over a real SQLite log: waiting, presses, unattended denials, replay."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from engine.agent.testing import RecordingChannel
+from engine.approval.service import (
+    DENIED_TEXT,
+    UNATTENDED_TEXT,
+    ApprovalView,
+    ToolApprovals,
+)
+from engine.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    GoalRoundSource,
+    HumanSource,
+    MessageSource,
+    SeedSource,
+)
+from engine.tools.base import ToolContext
+from engine.tools.runtime import ToolCallRequest
+from storage.open import Storage, open_storage
+
+
+@pytest.fixture
+async def storage(tmp_path: Path) -> AsyncIterator[Storage]:
+    opened = await open_storage(tmp_path / "home")
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def new_session(storage: Storage, tmp_path: Path) -> str:
+    return (await storage.sessions.create_session(workspace=str(tmp_path))).id
+
+
+def ctx(sid: str, source: MessageSource) -> ToolContext:
+    return ToolContext(session_id=sid, workspace=Path("/w"), turn_id="t", source=source)
+
+
+def bash(command: str, call_id: str = "call_1_0") -> ToolCallRequest:
+    return ToolCallRequest(call_id=call_id, name="bash", arguments={"command": command})
+
+
+async def decided(storage: Storage, sid: str) -> list[str]:
+    stored = await storage.log.read(sid, types=("approval/decided",))
+    return [s.event.decision for s in stored if isinstance(s.event, ApprovalDecided)]
+
+
+async def test_a_waiting_call_is_answered_once_and_only_by_its_own_id(
+    storage: Storage, tmp_path: Path
+) -> None:
+    sid = await new_session(storage, tmp_path)
+    channel = RecordingChannel()
+    gate = ToolApprovals(storage.log, channel)
+    waiting = asyncio.create_task(
+        gate.check(bash("rm -rf build"), ctx(sid, HumanSource()), phase="active")
+    )
+    [asked] = await asyncio.wait_for(channel.wait_for("approval_asked"), 5)
+    view = asked.args["view"]
+    assert isinstance(view, ApprovalView) and view.command == "rm -rf build"
+    assert gate.pending(sid) == view
+    assert (await gate.answer(sid, "once", "zzzzzzzz", actor=1)).stale  # another request
+    assert (await gate.answer("other", "once", view.short_id, actor=1)).stale  # another session
+    assert not waiting.done()
+    assert (await gate.answer(sid, "deny", view.short_id, actor=1)).text == "Denied."
+    assert await asyncio.wait_for(waiting, 5) == DENIED_TEXT
+    assert (await gate.answer(sid, "once", view.short_id, actor=1)).stale  # repeated press
+    assert await decided(storage, sid) == ["deny"]
+    [closed] = channel.of("approval_closed")
+    assert closed.args["decision"] == "deny"
+
+
+async def test_a_compound_command_offers_no_session_rule(storage: Storage, tmp_path: Path) -> None:
+    sid = await new_session(storage, tmp_path)
+    channel = RecordingChannel()
+    gate = ToolApprovals(storage.log, channel, rules=[("ls",)])
+    waiting = asyncio.create_task(
+        gate.check(bash("ls; rm -rf x"), ctx(sid, HumanSource()), phase="none")
+    )
+    [asked] = await asyncio.wait_for(channel.wait_for("approval_asked"), 5)
+    view = asked.args["view"]
+    assert view.rule is None
+    assert (await gate.answer(sid, "session", view.short_id, actor=1)).stale
+    assert (await gate.answer(sid, "once", view.short_id, actor=1)).text == "Allowed once."
+    assert await asyncio.wait_for(waiting, 5) is None
+    assert gate.rules(sid) == (("ls",),)
+
+
+async def test_unattended_turns_never_wait_and_their_allow_adds_the_rule_once(
+    storage: Storage, tmp_path: Path
+) -> None:
+    sid = await new_session(storage, tmp_path)
+    channel = RecordingChannel()
+    hooked: list[tuple[str, str]] = []
+
+    async def hook(session_id: str, source: MessageSource, view: ApprovalView) -> None:
+        hooked.append((session_id, view.command))
+
+    gate = ToolApprovals(storage.log, channel, on_unattended=hook)
+    rounds = GoalRoundSource(goal_id="g", revision=1, round=1)
+    for source in (rounds, SeedSource()):
+        denied = await gate.check(bash("git status -s"), ctx(sid, source), phase="active")
+        assert denied == UNATTENDED_TEXT
+    assert hooked == [(sid, "git status -s")] * 2
+    assert gate.pending(sid) is None
+    assert await decided(storage, sid) == ["unattended", "unattended"]
+    first, second = (c.args["view"] for c in channel.of("approval_asked"))
+    assert first.unattended and first.rule == ("git", "status")
+
+    # The offer survives a restart (replay), and counts once: the rule covers both offers.
+    again = ToolApprovals(storage.log, RecordingChannel())
+    await again.load(sid)
+    assert (await again.answer(sid, "rule", first.short_id, actor=1)).rule == ("git", "status")
+    assert (await again.answer(sid, "rule", second.short_id, actor=1)).stale
+    assert await again.check(bash("git status"), ctx(sid, rounds), phase="active") is None
+
+
+async def test_a_restart_closes_a_pending_request_as_denied_and_keeps_the_rules(
+    storage: Storage, tmp_path: Path
+) -> None:
+    sid = await new_session(storage, tmp_path)
+    gate = ToolApprovals(storage.log, RecordingChannel())
+    await gate.add_rule(sid, ("pytest",), actor=1)
+    # What a process that died while the owner had not answered leaves in the log.
+    await storage.log.append(
+        sid,
+        [ApprovalRequested(request_id="r" * 32, call_id="call_1_0", tool="bash", command="make")],
+    )
+    fresh = ToolApprovals(storage.log, RecordingChannel())
+    await fresh.load(sid)
+    assert await decided(storage, sid) == ["interrupted"]
+    assert fresh.pending(sid) is None
+    assert (await fresh.answer(sid, "once", "rrrrrrrr", actor=1)).stale  # never an allow
+    assert fresh.rules(sid) == (("pytest",),)
+    await fresh.load(sid)  # loading again closes nothing twice
+    assert await decided(storage, sid) == ["interrupted"]

@@ -1,0 +1,95 @@
+"""An approved checklist runs to its end by itself, stalls without progress, and never
+restarts by itself: the real engine over real files and SQLite, the scripted model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.events import SeedSource, UserMessage
+from engine.model.script import call, say
+from engine.model.scripted import ScriptedProvider
+from tests.engine.helpers import OWNER, engine_rig, post_init, settle
+
+TASK_1 = [
+    call("plan", {"op": "start"}),
+    call("plan", {"op": "complete", "evidence": "greet.py written"}),
+]
+TASK_2 = [
+    call("plan", {"op": "start"}),
+    call("plan", {"op": "complete", "evidence": "the test prints ok"}),
+]
+
+
+async def _seeds(rig: object, sid: str) -> int:
+    events = [s.event for s in await rig.storage.log.read(sid)]  # type: ignore[attr-defined]
+    return sum(isinstance(e, UserMessage) and isinstance(e.source, SeedSource) for e in events)
+
+
+async def _press(rig: object, sid: str, action: str) -> str | None:
+    engine = rig.engine  # type: ignore[attr-defined]
+    sidecar = await engine.plans.current(sid)
+    outcome = await engine.press(
+        sid, kind="p", action=action, short_id=sidecar.id[:8],
+        revision=sidecar.revision, actor=OWNER,
+    )  # fmt: skip
+    return outcome.reply
+
+
+async def test_a_run_without_progress_stalls_and_resume_runs_it_to_the_end(
+    tmp_path: Path,
+) -> None:
+    # Three steps that change nothing, then (after Resume) the two tasks.
+    model = ScriptedProvider([say("Thinking."), say("Still thinking."), say("Hm."), *TASK_1,
+                              *TASK_2, say("All done.")])  # fmt: skip
+    async with engine_rig(tmp_path, model, stall_steps=3) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(-1, 0)
+        await post_init(rig, sid)
+        await engine.command(sid, "execute", "", actor=OWNER)
+        await settle(engine, sid)
+        card = await engine.plan_card(sid)
+        assert card.state == "paused"
+        assert card.halted == "Stalled on task 1: no progress in 3 steps."
+        assert await _seeds(rig, sid) == 3  # the execution turn and two continuations
+        assert await _press(rig, sid, "resume") == "Continuing with the checklist."
+        await settle(engine, sid)
+        assert await engine.plans.state(sid) == "none"  # archived: both tasks done
+        assert (await engine.plan_card(sid)).state == "done"
+
+
+async def test_progress_keeps_the_run_going_across_the_step_cap(tmp_path: Path) -> None:
+    model = ScriptedProvider([*TASK_1, *TASK_2])
+    async with engine_rig(tmp_path, model, stall_steps=3, max_steps=1) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(-1, 0)
+        await post_init(rig, sid)
+        await engine.command(sid, "execute", "", actor=OWNER)
+        await settle(engine, sid)
+        # One step per turn: each continuation made progress, so the next one followed,
+        # until the last task archived the plan.
+        assert await engine.plans.state(sid) == "none"
+        assert await _seeds(rig, sid) == 4
+        replies = [c.args["text"] for c in rig.channel.calls if c.method == "reply"]
+        assert not any("send a message to continue" in r for r in replies)
+
+
+async def test_stop_pauses_the_run_and_a_restart_never_resumes_it(tmp_path: Path) -> None:
+    model = ScriptedProvider([*TASK_1, say("Task 1 is done.")])
+    async with engine_rig(tmp_path, model, stall_steps=2) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(-1, 0)
+        await post_init(rig, sid)
+        await engine.command(sid, "execute", "", actor=OWNER)
+        await settle(engine, sid)
+        # The script ran out after task 1: the failed continuation ends the run.
+        assert (await engine.plan_card(sid)).state == "paused"
+        await engine.command(sid, "stop", "", actor=OWNER)
+        assert (await engine.plan_card(sid)).state == "paused"
+        seeds = await _seeds(rig, sid)
+    async with engine_rig(tmp_path, ScriptedProvider([])) as again:
+        sid2 = await again.engine.session_for_chat(-1, 0)
+        assert sid2 == sid
+        await settle(again.engine, sid)
+        card = await again.engine.plan_card(sid)
+        assert card.state == "paused" and card.halted is not None
+        assert await _seeds(again, sid) == seeds  # nothing ran by itself

@@ -1,0 +1,139 @@
+"""The live rig: the real engine over real storage, the real application on the fake Bot
+API, and by default the real openai SDK against the fake chat-completions server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from telegram.ext import Application
+
+from bot.app import announce_restored, parts
+from bot.channel import LateChannel
+from engine.api import RestoredGoal
+from engine.app import Engine, EngineConfig, build_engine
+from engine.model.openai_provider import OpenAIProvider
+from engine.model.script import ScriptStep
+from engine.model.types import ModelProvider
+from engine.tools.files import FileLimits
+from storage.open import Storage, open_storage
+from tests.engine.helpers import ALLOW_TEST_RUN
+from tests.fakebot.server import FakeBotApi, FakeMessage
+from tests.fakes.openai_server import FAKE_MODEL, FakeOpenAIServer
+from tests.telegram.app_support import GROUP, running_bot, settings_for
+
+
+@dataclass
+class Live:
+    app: Application[Any, Any, Any, Any, Any, Any]
+    engine: Engine
+    storage: Storage
+    workspace: Path
+    restored: list[RestoredGoal]
+    # The fake chat-completions server (None when the test passed its own model).
+    model_server: FakeOpenAIServer | None = None
+
+
+@asynccontextmanager
+async def live_bot(
+    api: FakeBotApi,
+    tmp_path: Path,
+    script: Sequence[ScriptStep],
+    *,
+    max_goal_rounds: int = 20,
+    model: ModelProvider | None = None,
+    group_pacing: bool = False,
+    max_steps: int = 50,
+    edit_interval_s: float = 0.05,
+    allow_bash: tuple[tuple[str, ...], ...] = ALLOW_TEST_RUN,
+    approval_timeout_s: float = 600.0,
+    ask_writes: bool = False,
+    file_limits: FileLimits | None = None,
+) -> AsyncIterator[Live]:
+    """The real engine over real storage, wired to the real application on the fake API.
+
+    ``group_pacing``: the shipped outbox pacing (about a call a second per chat, 20 per
+    rolling minute in a group), as a real group has it; otherwise the tests' (no waits).
+    """
+    workspace = tmp_path / "work"
+    workspace.mkdir(exist_ok=True)
+    # By default the real openai SDK talks to the fake chat-completions server on loopback.
+    server: FakeOpenAIServer | None = None
+    sdk: OpenAIProvider | None = None
+    if model is None:
+        server = FakeOpenAIServer()
+        server.play(list(script))
+        await server.start()
+        model = sdk = OpenAIProvider(FAKE_MODEL, base_url=server.base_url, api_key="test-key")
+    storage = await open_storage(tmp_path / "home")
+    slot = LateChannel()
+    engine = build_engine(
+        log=storage.log,
+        sessions=storage.sessions,
+        plan_store=storage.plan_store,
+        model=model,
+        channel=slot,
+        config=EngineConfig(
+            workspace=workspace,
+            max_goal_rounds=max_goal_rounds,
+            max_steps=max_steps,
+            allow_bash=allow_bash,
+            approval_timeout_s=approval_timeout_s,
+            ask_writes=ask_writes,
+            file_limits=file_limits,
+        ),
+    )
+    pacing = {"chat_interval_s": 1.0, "group_per_minute": 20} if group_pacing else {}
+    settings = settings_for(
+        api,
+        flow_edit_interval=edit_interval_s,
+        flow_group_edit_interval=6.0 if group_pacing else edit_interval_s,
+    )
+    try:
+        async with running_bot(
+            api, engine, storage.db, channel_slot=slot, settings=settings, **pacing
+        ) as app:
+            restored = await engine.start()
+            await announce_restored(app, restored)  # as serve() does
+            try:
+                yield Live(app, engine, storage, workspace, restored, server)
+            finally:
+                await engine.shutdown()
+                await parts(app).presenter.flush()
+    finally:
+        await storage.close()
+        if sdk is not None:
+            await sdk.aclose()
+        if server is not None:
+            await server.stop()
+
+
+def labels(msg: FakeMessage) -> list[str]:
+    return [text for row in msg.buttons for text, _ in row]
+
+
+def button(msg: FakeMessage, label: str) -> str:
+    return next(d for row in msg.buttons for text, d in row if text == label)
+
+
+async def card(
+    api: FakeBotApi, live: Live, session_id: str, *, chat_id: int = GROUP
+) -> FakeMessage:
+    """The live plan card, as the sidecar's ``flow`` names it."""
+    data = await live.engine.plan_card(session_id)
+    assert data.sidecar is not None and data.sidecar.flow.card_id is not None
+    return api.message(chat_id, data.sidecar.flow.card_id)
+
+
+async def until(check: Callable[[], Awaitable[bool]], *, timeout_s: float = 20.0) -> None:
+    """Wait (bounded) until the async ``check()`` holds."""
+
+    async def loop() -> None:
+        while not await check():
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(loop(), timeout_s)
