@@ -61,8 +61,10 @@ from engine.plan.types import PlanFlow, PlanSidecar
 from engine.ports import Clock, EventLog, SessionStore
 from engine.recovery import TAKE_BACK_COMMANDS, close_interrupted_turn
 from engine.scheduler import ApsScheduler, Scheduler
+from engine.text import clean_text
 from engine.todo.tool import TodoWriteTool
 from engine.tools.base import Tool
+from engine.tools.files import FileLimits
 from engine.tools.sandbox import SandboxSettings
 from engine.usage.meter import UsageConfig, UsageMeter
 
@@ -126,6 +128,8 @@ class EngineConfig:
     approval_timeout_s: float = DEFAULT_TIMEOUT_S
     # File writes in NoPlan and Active ask the owner too, with a diff (PLANGATE_ASK_WRITES).
     ask_writes: bool = False
+    # Caps of the file tools (grep's deadline among them); the defaults suit a real bot.
+    file_limits: FileLimits | None = None
 
 
 class Engine:
@@ -332,7 +336,7 @@ class Engine:
             self.cards.set_question(session_id, False)  # the owner answered
             await safe_call("plan_changed", self.channel.plan_changed(session_id))
         self.commands.submit_text(
-            session_id, text, actor=actor, message_id=message_id, feedback=feedback
+            session_id, clean_text(text), actor=actor, message_id=message_id, feedback=feedback
         )
 
     async def command(
@@ -340,7 +344,7 @@ class Engine:
     ) -> Outcome:
         """Run a command in the command plane (logged as ``command/run``; opens no turn)."""
         await self.ensure_loaded(session_id)
-        return await self.commands.run(session_id, name, args, actor=actor)
+        return await self.commands.run(session_id, name, clean_text(args), actor=actor)
 
     async def press(
         self,
@@ -632,6 +636,7 @@ def build_engine(
         sandbox=config.sandbox,
         usage=usage,
         approvals=approvals,
+        file_limits=config.file_limits,
     )
     the_scheduler = scheduler or ApsScheduler()
 
