@@ -55,6 +55,7 @@ from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
 from engine.plan.types import PlanFlow, PlanSidecar
 from engine.ports import Clock, EventLog, SessionStore
+from engine.projections import TAKE_BACK_COMMANDS
 from engine.recovery import close_interrupted_turn
 from engine.scheduler import ApsScheduler, Scheduler
 from engine.todo.tool import TodoWriteTool
@@ -84,10 +85,6 @@ STALE_APPROVAL_NOTICE = (
 )
 
 
-# Commands after which an earlier pending approval or /plan no longer stands.
-_TAKE_BACKS = frozenset({"keep_planning", "discard", "new", "revise"})
-
-
 def _undecided(events: Sequence[SessionEvent], name: str) -> CommandRun | None:
     """The last ``command/run`` called ``name`` if nothing decided or took it back since.
 
@@ -99,7 +96,7 @@ def _undecided(events: Sequence[SessionEvent], name: str) -> CommandRun | None:
         if isinstance(event, CommandRun):
             if event.name == name:
                 return event
-            if event.name in _TAKE_BACKS:
+            if event.name in TAKE_BACK_COMMANDS:
                 return None
     return None
 
