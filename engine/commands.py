@@ -32,7 +32,7 @@ STALE_TEXT = "This card is out of date."
 HELP_TEXT = """plangate commands:
 /plan [request] - plan first: the agent explores and writes a plan for you to approve
 /show-plan - show the plan card again at the bottom of the chat
-/execute - approve the written plan, or continue the checklist
+/execute [text] - approve the written plan, or continue the checklist (text goes to the agent)
 /discard - discard the plan (it is archived, not deleted)
 /goal [objective [--tokens 200k] | pause | resume | clear | done | rounds N | budget 500k
   | every 30m | every off]
