@@ -59,7 +59,8 @@ from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
 from engine.plan.types import PlanFlow, PlanSidecar
 from engine.ports import Clock, EventLog, SessionStore
-from engine.recovery import TAKE_BACK_COMMANDS, close_interrupted_turn
+from engine.projections import TAKE_BACK_COMMANDS
+from engine.recovery import close_interrupted_turn
 from engine.scheduler import ApsScheduler, Scheduler
 from engine.text import clean_text
 from engine.todo.tool import TodoWriteTool

@@ -183,6 +183,16 @@ class FilePlanStore:
         text = encode_sidecar(sidecar)
         await run_durable(atomic_write_text, await self.json_path(session_id), text)
 
+    async def set_aside_md(self, session_id: str) -> str | None:
+        path = await self.md_path(session_id)
+        target = path.with_name(f"{path.name}.stale-{utc_stamp()}")
+        try:
+            os.replace(path, target)
+        except FileNotFoundError:
+            return None
+        fsync_dir(path.parent)
+        return str(target)
+
     async def delete(self, session_id: str) -> None:
         for path in (await self.json_path(session_id), await self.md_path(session_id)):
             with contextlib.suppress(FileNotFoundError):
