@@ -218,7 +218,8 @@ class Engine:
     async def _load(self, session_id: str) -> None:
         quiet = session_id in self._quiet
         self._quiet.discard(session_id)
-        if not quiet and await close_interrupted_turn(self.log, session_id):
+        interrupted = not quiet and bool(await close_interrupted_turn(self.log, session_id))
+        if interrupted:
             await safe_call("notice", self.channel.notice(session_id, INTERRUPTED_NOTICE))
         await self.approvals.load(session_id)
         await self.goals.on_session_start(session_id)
@@ -228,6 +229,10 @@ class Engine:
             await safe_call("notice", self.channel.notice(session_id, notice))
         if not quiet:
             await self._decide_pending(session_id)
+        if interrupted:
+            # The card still shows the turn as working: redraw it (a checklist left by the
+            # dead process is paused now, with Resume; nothing restarts by itself).
+            await safe_call("plan_changed", self.channel.plan_changed(session_id))
 
     async def _decide_pending(self, session_id: str) -> None:
         stored = await self.log.read(session_id, types=("command/run", "plan/mode", "plan/changed"))
