@@ -137,7 +137,7 @@ async def card_run(tasks: int, *, model_delay_s: float, workdir: Path) -> CardRu
             api.press(GROUP, card.message_id, approve, user_id=OWNER)
             # The last task can end a turn at the step cap: the card's Done is the end.
             await api.wait_for(
-                lambda: "Done" in api.message(GROUP, card.message_id).text,
+                lambda: f"{tasks}/{tasks}" in api.message(GROUP, card.message_id).text,
                 timeout_s=600 + 4 * tasks * model_delay_s,
             )
             await engine.agents.wait_idle(sid)

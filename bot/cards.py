@@ -205,6 +205,8 @@ def build_plan_card(
 
 def review_fits(sidecar: PlanSidecar, markdown: str, note: str | None = None) -> bool:
     """True when the whole plan text fits on the review card (no document needed)."""
+    if len(markdown) > 8 * TELEGRAM_TEXT_LIMIT:
+        return False  # cannot fit; rendering megabytes here would hold the event loop
     head = [f"📋 <b>{_clip_units(sidecar.title or 'New plan', 400)}</b>", "<i>x</i>"]
     return _fit([*head, "", _plan_body(markdown)], note) is not None
 

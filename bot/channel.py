@@ -28,7 +28,14 @@ from telegram.error import BadRequest
 from bot import callback as cb
 from bot.outbox import Outbox
 from bot.presenter import CardPresenter
-from bot.render import escape, markdown_to_html, split_html, utf16_len
+from bot.render import (
+    TELEGRAM_TEXT_LIMIT,
+    clip_html,
+    escape,
+    markdown_messages,
+    messages_or_document,
+    utf16_len,
+)
 from bot.routes import ChatRoute, Routes
 from engine.agent.channel import Channel
 from engine.api import EngineApi
@@ -114,18 +121,18 @@ class TelegramChannel:
         """Post a turn's final text (Markdown) as a reply to the message that opened it.
 
         Longer than ``MAX_REPLY_MESSAGES`` messages: the whole text goes as ``reply.md`` with
-        its opening as the caption, rather than a wall of messages.
+        its opening as the caption, rather than a wall of messages. Rendering runs in a thread.
         """
         route = await self.route(session_id)
         if route is None or not text.strip():
             return
-        chunks = split_html(markdown_to_html(text)) or [escape(text)]
-        if len(chunks) > MAX_REPLY_MESSAGES:
+        chunks = await messages_or_document(text, max_messages=MAX_REPLY_MESSAGES)
+        if chunks is None:
             await self._outbox.send_document(
                 route.chat_id,
-                text.encode("utf-8"),
+                text.encode("utf-8", "replace"),
                 "reply.md",
-                caption_html=escape(_first_words(text, 200)),
+                caption_html=escape(_first_words(text[:1000], 200)),
                 thread_id=route.thread,
                 reply_to=reply_to,
             )
@@ -163,7 +170,11 @@ class TelegramChannel:
                     for i, o in enumerate(shown)
                 ]
             )
-        html = "❓ " + (split_html(markdown_to_html(question)) or [escape(question)])[0]
+        # Only the first message is shown: render no more than it can hold, off the loop.
+        shown_text = question[: 2 * TELEGRAM_TEXT_LIMIT]
+        # The mark takes 2 of the message's units; a blank question shows as the mark alone.
+        chunks = await asyncio.to_thread(markdown_messages, shown_text, TELEGRAM_TEXT_LIMIT - 2)
+        html = "❓ " + (chunks[0] if chunks else "")
         msg = await self._outbox.send_text(
             route.chat_id, html, thread_id=route.thread, reply_markup=markup
         )
@@ -284,7 +295,7 @@ class TelegramChannel:
         if route is None or not text.strip():
             return
         await self._outbox.send_text(
-            route.chat_id, "<i>" + escape(text[:3500]) + "</i>", thread_id=route.thread
+            route.chat_id, clip_html("<i>" + escape(text[:3500]) + "</i>"), thread_id=route.thread
         )
 
 

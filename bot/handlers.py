@@ -27,7 +27,7 @@ from bot.channel import TelegramChannel
 from bot.keys import SessionKey, message_key, update_key
 from bot.outbox import Outbox
 from bot.presenter import CardPresenter
-from bot.render import escape
+from bot.render import clip_html, escape
 from bot.routes import (
     GROUPS_KEY,
     LAST_UPDATE_KEY,
@@ -491,7 +491,9 @@ def _reply_text(outcome: Outcome) -> str | None:
         listed = "\n".join(f"• {escape(_clip(' '.join(d.split()), 200))}" for d in outcome.dropped)
         parts_.append(f"Dropped {len(outcome.dropped)} queued message(s):\n{listed}")
     text = "\n\n".join(parts_)
-    return text[:4000] if text.strip() else None
+    # Cut by visible UTF-16 units with entities kept whole: a cut by characters could split
+    # "&amp;" or carry 4,000 emoji (8,000 units) into a message Telegram rejects.
+    return clip_html(text, 4000) if text.strip() else None
 
 
 def _clip(text: str, limit: int) -> str:

@@ -9,10 +9,16 @@ Headings become bold lines, lists become text bullets or numbers, tables become 
 is itself too long is cut inside, closing the open tags at the end of one chunk and
 reopening them at the start of the next. The limit counts UTF-16 code units of the visible
 text, as Telegram does.
+
+``markdown_messages`` is what every send path uses: render, split, and when the Markdown renders
+to nothing visible (a reply made only of link definitions) its escaped source, split too, so
+no path sends an unsplit text. ``messages_or_document`` does that in a thread and says "send it
+as a document" (``None``) for text over a size limit, without rendering it at all.
 """
 
 from __future__ import annotations
 
+import asyncio
 import html
 import re
 from dataclasses import dataclass
@@ -35,7 +41,8 @@ def _attr(value: str) -> str:
 
 def utf16_len(text: str) -> int:
     """Length in UTF-16 code units, the unit Telegram's limits count in."""
-    return len(text.encode("utf-16-le")) // 2
+    # surrogatepass: a lone surrogate that slipped past sanitizing counts as one unit, not a crash.
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 _SAFE_SCHEMES = ("http://", "https://", "tg://", "mailto:")
@@ -193,6 +200,38 @@ def markdown_to_html(markdown: str) -> str:
     return result if isinstance(result, str) else ""
 
 
+def markdown_messages(markdown: str, limit: int = TELEGRAM_TEXT_LIMIT) -> list[str]:
+    """Markdown as Telegram HTML messages of at most ``limit`` visible units each.
+
+    Text that renders to nothing visible is sent as its escaped source, split the same way.
+    CPU-bound (linear): on the event loop, use :func:`messages_or_document` for long text.
+    """
+    chunks = split_html(markdown_to_html(markdown), limit)
+    return chunks or split_html(escape(markdown), limit)
+
+
+def clip_html(text: str, limit: int = TELEGRAM_TEXT_LIMIT) -> str:
+    """``text`` (Telegram HTML) cut to one message of at most ``limit`` visible units, tags
+    balanced and entities whole, with "…" when something was cut."""
+    chunks = split_html(text, limit - 1)
+    if len(chunks) <= 1:
+        return chunks[0] if chunks else text
+    return chunks[0] + "…"
+
+
+async def messages_or_document(markdown: str, *, max_messages: int) -> list[str] | None:
+    """The messages for ``markdown``, rendered off the event loop; ``None`` when it should go
+    as a document instead (longer than ``max_messages`` messages).
+
+    Text whose source alone is longer than ``max_messages`` full messages is not rendered at
+    all: a 10 MB reply costs seconds of rendering that no one would read as messages.
+    """
+    if len(markdown) > max_messages * TELEGRAM_TEXT_LIMIT:
+        return None
+    chunks = await asyncio.to_thread(markdown_messages, markdown)
+    return None if len(chunks) > max_messages else chunks
+
+
 # ---- splitting ---------------------------------------------------------------------------
 
 _TOKEN = re.compile(
@@ -214,21 +253,30 @@ def _pieces(src: str) -> list[_Piece]:
     out: list[_Piece] = []
     pos = 0
     for m in _TOKEN.finditer(src):
-        for ch in src[pos : m.start()]:
-            out.append(_Piece(ch, utf16_len(ch)))
+        out.extend(_Piece(ch, _char_len(ch)) for ch in src[pos : m.start()])
         if m.group(2) is not None:
             out.append(_Piece(m.group(0), 0, m.group(2).lower(), m.group(1) == "/"))
         else:
             out.append(_Piece(m.group(0), utf16_len(html.unescape(m.group(0)))))
         pos = m.end()
-    for ch in src[pos:]:
-        out.append(_Piece(ch, utf16_len(ch)))
+    out.extend(_Piece(ch, _char_len(ch)) for ch in src[pos:])
     return out
 
 
+def _char_len(ch: str) -> int:
+    return 2 if ord(ch) > 0xFFFF else 1
+
+
 def visible_len(src: str) -> int:
-    """UTF-16 length of the text Telegram would show for this HTML."""
-    return sum(p.visible for p in _pieces(src))
+    """UTF-16 length of the text Telegram would show for this HTML (linear in ``src``)."""
+    total = 0
+    pos = 0
+    for m in _TOKEN.finditer(src):
+        total += utf16_len(src[pos : m.start()])
+        if m.group(2) is None:  # an entity shows as the character it names
+            total += utf16_len(html.unescape(m.group(0)))
+        pos = m.end()
+    return total + utf16_len(src[pos:])
 
 
 def _split_block(block: str, limit: int) -> list[str]:
@@ -280,8 +328,11 @@ def _closing(stack: list[_Piece]) -> str:
     return "".join(f"</{p.tag}>" for p in reversed(stack))
 
 
+_TAG = re.compile(r"<(/?)([a-zA-Z][a-zA-Z0-9-]*)([^>]*)>")
+
+
 def _has_text(chunk: str) -> bool:
-    return any(p.tag is None and not p.src.isspace() for p in _pieces(chunk))
+    return bool(_TAG.sub("", chunk).strip())
 
 
 def split_html(text: str, limit: int = TELEGRAM_TEXT_LIMIT) -> list[str]:
@@ -289,28 +340,34 @@ def split_html(text: str, limit: int = TELEGRAM_TEXT_LIMIT) -> list[str]:
 
     Cuts between blocks (blank lines outside tags) first; only a block longer than the limit
     is cut inside, with its open tags closed and reopened. Every chunk is balanced HTML.
+    Linear in the text (each block is measured once), but still CPU work: callers on the event
+    loop run it in a thread for anything long.
     """
     if limit < 2:
         raise ValueError("limit must be at least 2")
-    blocks = _blocks(text)
+    sep = visible_len(_BLOCK_SEP)
     chunks: list[str] = []
-    current = ""
-    for block in blocks:
-        candidate = block if not current else current + _BLOCK_SEP + block
-        if visible_len(candidate) <= limit:
-            current = candidate
+    current: list[str] = []
+    size = 0
+    for block in _blocks(text):
+        length = visible_len(block)
+        if current and size + sep + length <= limit:
+            current.append(block)
+            size += sep + length
             continue
         if current:
-            chunks.append(current)
-            current = ""
-        if visible_len(block) <= limit:
-            current = block
-        else:
-            parts = _split_block(block, limit)
-            chunks.extend(parts[:-1])
-            current = parts[-1] if parts else ""
-    if _has_text(current):
-        chunks.append(current)
+            chunks.append(_BLOCK_SEP.join(current))
+            current, size = [], 0
+        if length <= limit:
+            current, size = [block], length
+            continue
+        parts = _split_block(block, limit)
+        chunks.extend(parts[:-1])
+        if parts:
+            current, size = [parts[-1]], visible_len(parts[-1])
+    rest = _BLOCK_SEP.join(current)
+    if _has_text(rest):
+        chunks.append(rest)
     return chunks
 
 

@@ -59,10 +59,13 @@ from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
 from engine.plan.types import PlanFlow, PlanSidecar
 from engine.ports import Clock, EventLog, SessionStore
-from engine.recovery import TAKE_BACK_COMMANDS, close_interrupted_turn
+from engine.projections import TAKE_BACK_COMMANDS
+from engine.recovery import close_interrupted_turn
 from engine.scheduler import ApsScheduler, Scheduler
+from engine.text import clean_text
 from engine.todo.tool import TodoWriteTool
 from engine.tools.base import Tool
+from engine.tools.files import FileLimits
 from engine.tools.sandbox import SandboxSettings
 from engine.usage.meter import UsageConfig, UsageMeter
 
@@ -126,6 +129,8 @@ class EngineConfig:
     approval_timeout_s: float = DEFAULT_TIMEOUT_S
     # File writes in NoPlan and Active ask the owner too, with a diff (PLANGATE_ASK_WRITES).
     ask_writes: bool = False
+    # Caps of the file tools (grep's deadline among them); the defaults suit a real bot.
+    file_limits: FileLimits | None = None
 
 
 class Engine:
@@ -213,7 +218,8 @@ class Engine:
     async def _load(self, session_id: str) -> None:
         quiet = session_id in self._quiet
         self._quiet.discard(session_id)
-        if not quiet and await close_interrupted_turn(self.log, session_id):
+        interrupted = not quiet and bool(await close_interrupted_turn(self.log, session_id))
+        if interrupted:
             await safe_call("notice", self.channel.notice(session_id, INTERRUPTED_NOTICE))
         await self.approvals.load(session_id)
         await self.goals.on_session_start(session_id)
@@ -223,6 +229,10 @@ class Engine:
             await safe_call("notice", self.channel.notice(session_id, notice))
         if not quiet:
             await self._decide_pending(session_id)
+        if interrupted:
+            # The card still shows the turn as working: redraw it (a checklist left by the
+            # dead process is paused now, with Resume; nothing restarts by itself).
+            await safe_call("plan_changed", self.channel.plan_changed(session_id))
 
     async def _decide_pending(self, session_id: str) -> None:
         stored = await self.log.read(session_id, types=("command/run", "plan/mode", "plan/changed"))
@@ -332,7 +342,7 @@ class Engine:
             self.cards.set_question(session_id, False)  # the owner answered
             await safe_call("plan_changed", self.channel.plan_changed(session_id))
         self.commands.submit_text(
-            session_id, text, actor=actor, message_id=message_id, feedback=feedback
+            session_id, clean_text(text), actor=actor, message_id=message_id, feedback=feedback
         )
 
     async def command(
@@ -340,7 +350,7 @@ class Engine:
     ) -> Outcome:
         """Run a command in the command plane (logged as ``command/run``; opens no turn)."""
         await self.ensure_loaded(session_id)
-        return await self.commands.run(session_id, name, args, actor=actor)
+        return await self.commands.run(session_id, name, clean_text(args), actor=actor)
 
     async def press(
         self,
@@ -632,6 +642,7 @@ def build_engine(
         sandbox=config.sandbox,
         usage=usage,
         approvals=approvals,
+        file_limits=config.file_limits,
     )
     the_scheduler = scheduler or ApsScheduler()
 

@@ -39,7 +39,7 @@ READ_ONLY_COMMANDS = frozenset({"status", "help", "show_plan"})
 HELP_TEXT = """plangate commands:
 /plan [request] - plan first: the agent explores and writes a plan for you to approve
 /show-plan - show the plan card again at the bottom of the chat
-/execute - approve the written plan, or continue the checklist
+/execute [text] - approve the written plan, or continue the checklist (text goes to the agent)
 /discard - discard the plan (it is archived, not deleted)
 /goal [objective [--tokens 200k] | pause | resume | clear | done | rounds N | budget 500k
   | every 30m | every off]
@@ -55,6 +55,7 @@ SEED_RETRY_PROMPT = (
     "criteria from its Done when lines), then start the first task."
 )
 FEEDBACK_QUESTION = "What should change? Reply with your feedback for the planner."
+TEXT_NOT_SENT = "The text after /execute was not sent to the agent."
 
 
 class CommandPlane:
@@ -139,7 +140,7 @@ class CommandPlane:
                 return await self._show_plan(session_id)
             case "execute":
                 await self.log_command(session_id, "execute", args, actor=actor)
-                return await self._execute(session_id, actor=actor)
+                return await self._execute(session_id, args, actor=actor)
             case "discard":
                 await self.log_command(session_id, "discard", args, actor=actor)
                 return await self.discard(session_id)
@@ -211,19 +212,29 @@ class CommandPlane:
             return Outcome(reply="Planning; nothing written yet.", plan_card="restick")
         return Outcome(plan_card="restick")
 
-    async def _execute(self, session_id: str, *, actor: int | None) -> Outcome:
+    async def _execute(self, session_id: str, text: str, *, actor: int | None) -> Outcome:
+        """``/execute [text]``: the text goes to the agent as the owner's message once the
+        approval stands (or with the checklist's continuation); a refusal says it was not sent."""
         plans = self._e.plans
         state = await plans.state(session_id)
         if state == "none":
-            return Outcome(reply="No plan to execute. Start one with /plan.")
+            return Outcome(reply=_unsent("No plan to execute. Start one with /plan.", text))
         if state == "pre_init":
             return Outcome(
-                reply="No plan written yet: the agent is still exploring. "
-                "Approve once the plan is written."
+                reply=_unsent(
+                    "No plan written yet: the agent is still exploring. "
+                    "Approve once the plan is written.",
+                    text,
+                )
             )
         if state == "post_init":
-            return await self.approve(session_id, await plans.revision(session_id), actor=actor)
-        return await self.run_checklist(session_id)
+            revision = await plans.revision(session_id)
+            return await self.approve(session_id, revision, actor=actor, text=text)
+        outcome = await self.run_checklist(session_id)
+        if text:
+            # Queued behind the checklist's next turn: the owner's turn goes first after it.
+            self.submit_text(session_id, text, actor=actor, message_id=None)
+        return outcome
 
     async def run_checklist(self, session_id: str) -> Outcome:
         """``/execute`` or Resume on an Active plan: run the checklist on to its end."""
@@ -242,26 +253,38 @@ class CommandPlane:
         await controller.run_checklist()
         return Outcome(reply="Continuing with the checklist.", plan_card="refresh")
 
-    async def approve(self, session_id: str, revision: int, *, actor: int | None) -> Outcome:
-        """Approve the plan at ``revision``: now when idle, at the next step when busy."""
+    async def approve(
+        self, session_id: str, revision: int, *, actor: int | None, text: str = ""
+    ) -> Outcome:
+        """Approve the plan at ``revision``: now when idle, at the next step when busy.
+
+        ``text`` (from ``/execute text``) is queued as the owner's message once the approval is
+        committed or pending; it runs after the turn that is running or queued, under Active.
+        """
         md = await self._e.plans.md_text(session_id) or ""
         missing = validate_template_b(md)
         if missing:
             lines = "\n".join(f"- {item}" for item in missing)
-            return Outcome(reply=f"The plan cannot be approved yet. Missing:\n{lines}")
+            return Outcome(
+                reply=_unsent(f"The plan cannot be approved yet. Missing:\n{lines}", text)
+            )
         await self.log_command(
             session_id, "approve", str(revision), actor=actor, data={"revision": revision}
         )
         controller = self._e.agents.controller(session_id)
         answer = await controller.request_approval(revision=revision, actor=actor)
         self._e.cards.feedback_done(session_id)
+        if answer == "stale":
+            return Outcome(
+                reply=_unsent("The approval did not go through.", text), plan_card="refresh"
+            )
+        if text:
+            self.submit_text(session_id, text, actor=actor, message_id=None)
         if answer == "pending":
             return Outcome(
                 reply="Approved. The checklist starts when the current step ends.",
                 plan_card="refresh",
             )
-        if answer == "stale":
-            return Outcome(reply="The approval did not go through.", plan_card="refresh")
         return Outcome(reply="Approved. Working through the checklist.", plan_card="refresh")
 
     async def discard(self, session_id: str) -> Outcome:
@@ -492,3 +515,8 @@ class CommandPlane:
 
 def _stale() -> Outcome:
     return Outcome(reply=STALE_TEXT, alert=True, stale=True)
+
+
+def _unsent(reply: str, text: str) -> str:
+    """``reply``, plus the line that says the owner's ``/execute`` text went nowhere."""
+    return f"{reply}\n{TEXT_NOT_SENT}" if text else reply

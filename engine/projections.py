@@ -41,6 +41,11 @@ PROJECTION_EVENT_TYPES: frozenset[str] = frozenset(
 )
 
 
+# The owner's commands that take back a pending ``/plan`` or approval: once one is logged, the
+# pending switch never commits (the controller forgets it; a restart must not revive it).
+TAKE_BACK_COMMANDS: frozenset[str] = frozenset({"keep_planning", "discard", "new", "revise"})
+
+
 @dataclass(frozen=True, slots=True)
 class PlanModeState:
     """``active``: last committed ``plan/mode``; ``pending``: a switch not yet committed."""
@@ -50,9 +55,14 @@ class PlanModeState:
 
 
 def apply_plan_mode_event(state: PlanModeState, event: SessionEvent) -> PlanModeState:
-    """``command/run(name="plan")`` derives a wanted target; ``plan/mode`` commits and clears it."""
+    """``command/run(name="plan")`` derives a wanted target; ``plan/mode`` commits and clears it.
+
+    A take-back command (:data:`TAKE_BACK_COMMANDS`) clears it uncommitted.
+    """
     if isinstance(event, PlanMode):
         return PlanModeState(active=event.active, pending=None)
+    if isinstance(event, CommandRun) and event.name in TAKE_BACK_COMMANDS:
+        return PlanModeState(active=state.active, pending=None)
     if isinstance(event, CommandRun) and event.name == "plan":
         wanted = event.data.get("target")
         if isinstance(wanted, bool) and wanted != state.active:

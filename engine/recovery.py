@@ -28,6 +28,7 @@ from engine.events import (
     TurnStart,
 )
 from engine.ports import EventLog
+from engine.projections import TAKE_BACK_COMMANDS
 
 INTERRUPTED_TOOL_TEXT = "interrupted: the process stopped before this tool finished"
 
@@ -90,9 +91,9 @@ async def close_interrupted_turn(log: EventLog, session_id: str) -> list[StoredE
     return await log.append(session_id, closures) if closures else []
 
 
-# Commands that leave a decision pending until a plan change, and the ones that take it back.
+# Commands that leave a decision pending until a plan change; the ones that take it back are
+# engine.projections.TAKE_BACK_COMMANDS (the plan-mode fold clears a pending /plan on them).
 PENDING_COMMANDS = frozenset({"plan", "approve"})
-TAKE_BACK_COMMANDS = frozenset({"keep_planning", "discard", "new", "revise"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,11 +10,26 @@ Layout under the plangate home:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import os
 import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
+
+# fsync'd writes get their own threads: the default pool is shared with everything else that
+# blocks (tools, DNS lookups), and a save stuck behind it would stall every plan change.
+_DURABLE_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="plangate-durable")
+
+
+async def run_durable(fn: Callable[..., _T], *args: Any) -> _T:
+    """Run a blocking durable write ``fn(*args)`` on the durable-write threads and await it."""
+    return await asyncio.get_running_loop().run_in_executor(_DURABLE_POOL, fn, *args)
 
 
 def workspace_slug(workspace: str | os.PathLike[str]) -> str:

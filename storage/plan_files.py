@@ -25,7 +25,6 @@ under the plan service's per-session lock, so one session's writes never race ea
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -39,7 +38,13 @@ from pydantic import ValidationError
 from engine.plan.store import ArchiveReason, PlanLoad
 from engine.plan.types import PlanSidecar, decode_sidecar, encode_sidecar
 from engine.ports import SessionStore
-from storage.files import atomic_write_text, fsync_dir, legacy_session_dir, session_dir
+from storage.files import (
+    atomic_write_text,
+    fsync_dir,
+    legacy_session_dir,
+    run_durable,
+    session_dir,
+)
 
 _PREFIX = ".plangate_plan_"
 _LEGACY_PREFIXES = (".plangate_plan_", ".opencrabs_plan_")
@@ -176,9 +181,19 @@ class FilePlanStore:
         # and an .md next to a pre-init sidecar already reads as post-init.
         # fsync'd writes run off the event loop (every checklist step saves the sidecar).
         if md is not None:
-            await asyncio.to_thread(atomic_write_text, await self.md_path(session_id), md)
+            await run_durable(atomic_write_text, await self.md_path(session_id), md)
         text = encode_sidecar(sidecar)
-        await asyncio.to_thread(atomic_write_text, await self.json_path(session_id), text)
+        await run_durable(atomic_write_text, await self.json_path(session_id), text)
+
+    async def set_aside_md(self, session_id: str) -> str | None:
+        path = await self.md_path(session_id)
+        target = path.with_name(f"{path.name}.stale-{utc_stamp()}")
+        try:
+            os.replace(path, target)
+        except FileNotFoundError:
+            return None
+        fsync_dir(path.parent)
+        return str(target)
 
     async def delete(self, session_id: str) -> None:
         for path in (await self.json_path(session_id), await self.md_path(session_id)):
@@ -204,9 +219,9 @@ class FilePlanStore:
         md_live = await self.md_path(session_id)
         md_text = await self.read_md(session_id)
         if md_text is not None:
-            await asyncio.to_thread(atomic_write_text, folder / f"{stem}.md", md_text)
+            await run_durable(atomic_write_text, folder / f"{stem}.md", md_text)
         body = json.dumps(record, indent=2) + "\n"
-        await asyncio.to_thread(atomic_write_text, folder / f"{stem}.json", body)
+        await run_durable(atomic_write_text, folder / f"{stem}.json", body)
         for path in (await self.json_path(session_id), md_live):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()

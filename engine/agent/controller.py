@@ -76,7 +76,6 @@ class SessionController:
         self._pending_mode: bool | None = None
         self._pending_approval: PendingApproval | None = None
         self._background: set[asyncio.Future[object]] = set()
-        self.last_result: TurnResult | None = None
         # Set when the process shuts down: nothing new may start a turn after that.
         self.closed = False
 
@@ -215,7 +214,6 @@ class SessionController:
                     result = await run_turn(
                         self._deps, self._runtime, self.session_id, message, pre_step=self._pre_step
                     )
-                    self.last_result = result
                     self._current = None
                     await self._after_turn(message, result)
                     self._notify_idle(outcome=result.outcome)

@@ -35,6 +35,7 @@ from engine.model.types import (
     ModelToolCall,
     ModelUsage,
 )
+from engine.text import clean_text, clean_value
 
 log = logging.getLogger("plangate.model.openai_provider")
 
@@ -236,6 +237,7 @@ def parse_completion(response: Any) -> ModelReply:
 
     Argument text that is not a JSON object becomes ``arguments={}`` with the text kept in
     ``raw_arguments``; a missing call id gets a stable one so the conversation stays valid.
+    Text is cleaned of lone surrogates (``engine.text``): the event log could not store it.
     """
     choices = getattr(response, "choices", None)
     if not choices:
@@ -250,14 +252,14 @@ def parse_completion(response: Any) -> ModelReply:
         arguments, raw_kept = _parse_arguments(raw)
         calls.append(
             ModelToolCall(
-                id=tool_call.id or f"call_{index}",
-                name=function.name or "",
-                arguments=arguments,
-                raw_arguments=raw_kept,
+                id=clean_text(tool_call.id or f"call_{index}"),
+                name=clean_text(function.name or ""),
+                arguments=clean_value(arguments),
+                raw_arguments=clean_text(raw_kept),
             )
         )
     return ModelReply(
-        text=message.content or "", tool_calls=tuple(calls), usage=parse_usage(response)
+        text=clean_text(message.content or ""), tool_calls=tuple(calls), usage=parse_usage(response)
     )
 
 

@@ -310,13 +310,14 @@ _LABEL = re.compile(r"^\*\*(problem|target state|intent)(?::\*\*|\*\*:)(.*)$", r
 def validate_template_b(markdown: str) -> list[str]:
     """Return what the plan lacks to be approvable template B; ``[]`` when it is valid.
 
-    Checks the ``#`` title, ``## Context`` with non-empty Problem, Target state and Intent,
-    and at least one numbered step with text in ``## Implementation steps``. Same parse as
-    extraction.
+    Checks that the trimmed text opens with a non-empty ``# `` title (an H1 further down, or a
+    setext ``Title`` / ``=====``, does not count), ``## Context`` with non-empty Problem,
+    Target state and Intent, and at least one numbered step with text in
+    ``## Implementation steps``. Same parse as extraction.
     """
-    doc = parse_plan(markdown)
+    doc = parse_plan(markdown.strip())
     missing: list[str] = []
-    if not any(t.strip() for t in doc.titles):
+    if not (doc.opening_title or "").strip():
         missing.append(MISSING_TITLE)
     contexts = [s for s in doc.sections if s.level == 2 and norm_name(s.name) == "context"]
     if not contexts:

@@ -57,7 +57,8 @@ class Transition:
 
     ``sidecar`` is the new live sidecar, ``None`` for NoPlan. With ``archive`` set the service
     writes ``sidecar`` (the final state) and moves both files to the archive; with ``sidecar``
-    ``None`` and no ``archive`` it deletes the live files. ``md`` is written when not ``None``.
+    ``None`` and no ``archive`` it deletes the live files. ``md`` is written when not ``None``;
+    with ``set_aside_md`` an ``.md`` already on disk is moved aside before the sidecar is written.
     """
 
     sidecar: PlanSidecar | None
@@ -67,6 +68,7 @@ class Transition:
     criteria: CriteriaEffect = None
     reason: str = ""
     seeded: int | None = None
+    set_aside_md: bool = False
 
 
 Result = Transition | Refusal
@@ -101,7 +103,11 @@ def touch(sidecar: PlanSidecar, ctx: Context, **update: object) -> PlanSidecar:
 
 
 def enter_pre_init(sidecar: PlanSidecar | None, md: str | None, ctx: Context) -> Result:
-    """``/plan`` from NoPlan: write the durable minimal pre-init sidecar."""
+    """``/plan`` from NoPlan: write the durable minimal pre-init sidecar.
+
+    An ``.md`` left from NoPlan (the agent may write the path while ungated) is moved aside:
+    next to the new sidecar it would read as post-init, approvable without any ``plan init``.
+    """
     state = state_of(sidecar, md)
     if state in ("pre_init", "post_init"):
         return refusal("pre-init-already")
@@ -117,7 +123,7 @@ def enter_pre_init(sidecar: PlanSidecar | None, md: str | None, ctx: Context) ->
         working_directory=ctx.working_directory,
         revision=1,
     )
-    return Transition(sidecar=fresh, text="Plan mode is on.", reason="pre_init")
+    return Transition(sidecar=fresh, text="Plan mode is on.", reason="pre_init", set_aside_md=True)
 
 
 # --- init --------------------------------------------------------------------------------------

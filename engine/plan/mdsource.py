@@ -52,12 +52,17 @@ class Section:
 
 @dataclass(slots=True)
 class Doc:
-    """The parse: normalised source lines, ``#`` titles, sections in order, code lines."""
+    """The parse: normalised source lines, ``#`` titles, sections in order, code lines.
+
+    ``opening_title`` is the text of the ATX ``# `` heading the document opens with (its first
+    block), ``None`` when it opens with anything else (a setext title included).
+    """
 
     lines: list[str]
     titles: list[str]
     sections: list[Section]
     code_lines: frozenset[int]
+    opening_title: str | None = None
 
 
 def normalise(markdown: str) -> list[str]:
@@ -119,7 +124,19 @@ def parse_plan(markdown: str) -> Doc:
         if current is not None:
             current.blocks.append(Block(kind, tok.map[0], tok.map[1], span))
         i = j
-    return Doc(lines=lines, titles=titles, sections=sections, code_lines=frozenset(code))
+    first = tokens[0] if tokens else None
+    opening = (
+        tokens[1].content
+        if first is not None and first.type == "heading_open" and first.markup == "#"
+        else None
+    )
+    return Doc(
+        lines=lines,
+        titles=titles,
+        sections=sections,
+        code_lines=frozenset(code),
+        opening_title=opening,
+    )
 
 
 def _is_comment(html: str) -> bool:

@@ -215,6 +215,9 @@ class PlanService:
         before = machine.state_of(live.sidecar, live.md)
         old_revision = live.sidecar.revision if live.sidecar is not None else 0
         new = _Live(sidecar=t.sidecar, md=t.md if t.md is not None else live.md)
+        if t.set_aside_md:
+            await self._store.set_aside_md(session_id)
+            new = _Live(sidecar=t.sidecar, md=t.md)
         if t.archive is not None and t.sidecar is not None:
             await self._store.archive(session_id, t.sidecar, reason=t.archive)
             new = _Live(sidecar=None, md=None)

@@ -49,6 +49,10 @@ class PlanStore(Protocol):
         """The absolute path of the session ``.md`` (the write location, existing or not)."""
         ...
 
+    async def set_aside_md(self, session_id: str) -> str | None:
+        """Move the live ``.md`` out of the way (kept, renamed); its new path, or ``None``."""
+        ...
+
     async def delete(self, session_id: str) -> None:
         """Remove the live sidecar and ``.md`` (a pre-init flag being cleared)."""
         ...

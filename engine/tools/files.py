@@ -6,35 +6,56 @@ first; a path outside it is refused with a clear result, except the session's pl
 ``md_written`` hook. Writes hold the workspace lock (shared with ``bash``) and resolve their
 path under it. Output is capped with a note saying it was cut. Errors are results
 (``is_error``), never exceptions.
+
+The read side never blocks the bot: files are read only when regular (a FIFO or device is
+refused or skipped, checked on a non-blocking descriptor), reads and walks run on this module's
+own small thread pool (so tools cannot exhaust the pool other code uses), and ``grep``'s search
+runs in a child process killed at ``FileLimits.grep_timeout_s`` (see ``engine.tools.search``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fnmatch
+import json
+import logging
 import os
-import re
+import stat
+import sys
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from engine.tools.base import Tool, ToolContext, ToolOutcome
+from engine.tools.search import glob_match, walk_files
 from engine.tools.workspace import (
     OutsideWorkspace,
     WorkspaceLocks,
     cut,
     display_path,
-    is_within,
     read_text_nofollow,
     real_path,
     replace_file,
     resolve_in_workspace,
 )
 
-# Folders nobody wants walked by list_files or grep.
-SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "node_modules", "__pycache__"})
+_log = logging.getLogger("plangate.tools.files")
+_T = TypeVar("_T")
+
+# The read tools' own threads: a slow disk or a stuck read ties up these, never the default
+# pool that the event loop's other users (DNS lookups, durable writes elsewhere) rely on.
+_READ_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="plangate-files")
+
+# The project root, put on the child's path so it runs this checkout's search module.
+_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+async def _in_pool(fn: Callable[..., _T], *args: Any) -> _T:
+    return await asyncio.get_running_loop().run_in_executor(_READ_POOL, fn, *args)
 
 
 class SessionMdHooks(Protocol):
@@ -53,6 +74,8 @@ class FileLimits:
     grep_matches: int = 300
     grep_line_chars: int = 300
     grep_file_bytes: int = 2_000_000
+    # A search still running after this is killed; the model is told, with what it found.
+    grep_timeout_s: float = 10.0
 
 
 def _error(text: str) -> ToolOutcome:
@@ -155,7 +178,10 @@ class ReadFileTool(_FileTool):
         if not path.is_file():
             return _error(f"error: {raw!r} is not a file")
         limit = min(limit, self._limits.read_lines)
-        shown, total = await asyncio.to_thread(_read_lines, path, max(offset, 1) - 1, limit)
+        read = await _in_pool(_read_lines, path, max(offset, 1) - 1, limit)
+        if read is None:
+            return _error(f"error: {raw!r} is not a regular file (a FIFO, socket or device)")
+        shown, total = read
         if total == 0:
             return ToolOutcome(content=f"({raw} is empty)")
         start = max(offset, 1) - 1
@@ -168,29 +194,23 @@ class ReadFileTool(_FileTool):
         return ToolOutcome(content=cut(body, self._limits.read_chars))
 
 
-def _read_lines(path: Path, start: int, limit: int) -> tuple[list[str], int]:
-    """Lines ``start..start+limit`` and the total line count, streaming (big files are fine)."""
-    shown: list[str] = []
-    total = 0
-    with path.open(encoding="utf-8", errors="replace", newline=None) as handle:
-        for index, line in enumerate(handle):
-            total = index + 1
-            if start <= index < start + limit:
-                shown.append(line.rstrip("\n"))
-    return shown, total
-
-
-def _walk(root: Path, workspace: Path) -> Iterator[Path]:
-    """Files under ``root``; symlinked folders are not followed, and a file whose link
-    resolves outside the workspace is skipped (grep must not read through it)."""
-    inside = real_path(workspace)
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
-        for name in sorted(files):
-            path = Path(folder) / name
-            if path.is_symlink() and not is_within(real_path(path), inside):
-                continue
-            yield path
+def _read_lines(path: Path, start: int, limit: int) -> tuple[list[str], int] | None:
+    """Lines ``start..start+limit`` and the total line count, streaming (big files are fine);
+    ``None`` when ``path`` is not a regular file (checked on the open, non-blocking fd)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        shown: list[str] = []
+        total = 0
+        with open(fd, encoding="utf-8", errors="replace", newline=None, closefd=False) as handle:
+            for index, line in enumerate(handle):
+                total = index + 1
+                if start <= index < start + limit:
+                    shown.append(line.rstrip("\n"))
+        return shown, total
+    finally:
+        os.close(fd)
 
 
 class ListFilesTool(_FileTool):
@@ -218,14 +238,14 @@ class ListFilesTool(_FileTool):
         root = await self._resolve(raw, ctx)
         if not root.is_dir():
             return _error(f"error: {raw!r} is not a folder")
-        return await asyncio.to_thread(self._list, root, pattern, ctx.workspace)
+        return await _in_pool(self._list, root, pattern, ctx.workspace)
 
     def _list(self, root: Path, pattern: str | None, workspace: Path) -> ToolOutcome:
         found: list[str] = []
         total = 0
-        for path in _walk(root, workspace):
+        for path in walk_files(root, workspace):
             rel = display_path(path, workspace)
-            if pattern and not (_glob_match(rel, pattern) or fnmatch.fnmatch(path.name, pattern)):
+            if pattern and not (glob_match(rel, pattern) or fnmatch.fnmatch(path.name, pattern)):
                 continue
             total += 1
             if len(found) < self._limits.list_entries:
@@ -238,16 +258,12 @@ class ListFilesTool(_FileTool):
         return ToolOutcome(content=body)
 
 
-def _glob_match(rel: str, pattern: str) -> bool:
-    # fnmatch's '*' already crosses '/', so '**/' only needs to also match zero folders.
-    return fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(rel, pattern.replace("**/", ""))
-
-
 class GrepTool(_FileTool):
     name = "grep"
     description = (
         "Search file contents with a Python regular expression. path is a file or folder "
-        "(default: the workspace); glob filters file names, e.g. '*.py'. Returns path:line: text."
+        "(default: the workspace); glob filters file names, e.g. '*.py'. Returns path:line: text. "
+        "A search that runs too long is stopped (keep patterns simple: no nested repeats)."
     )
 
     @property
@@ -271,45 +287,93 @@ class GrepTool(_FileTool):
         assert pattern is not None
         raw = _str_arg(args, "path", required=False) or "."
         glob = _str_arg(args, "glob", required=False)
-        try:
-            regex = re.compile(pattern)
-        except re.error as exc:
-            return _error(f"error: invalid regular expression: {exc}")
         root = await self._resolve(raw, ctx)
         if not root.exists():
             return _error(f"error: {raw!r} does not exist")
-        return await asyncio.to_thread(self._grep, regex, root, glob, ctx.workspace)
-
-    def _grep(
-        self, regex: re.Pattern[str], root: Path, glob: str | None, workspace: Path
-    ) -> ToolOutcome:
+        if not (root.is_dir() or root.is_file()):
+            return _error(f"error: {raw!r} is not a regular file (a FIFO, socket or device)")
         limits = self._limits
-        files = [root] if root.is_file() else _walk(root, workspace)
-        hits: list[str] = []
-        total = 0
-        for path in files:
-            rel = display_path(path, workspace)
-            if glob and not (fnmatch.fnmatch(path.name, glob) or _glob_match(rel, glob)):
-                continue
-            try:
-                if path.stat().st_size > limits.grep_file_bytes:
-                    continue
-                data = path.read_bytes()
-            except OSError:
-                continue
-            if b"\0" in data[:8192]:
-                continue  # binary
-            for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
-                if regex.search(line):
-                    total += 1
-                    if len(hits) < limits.grep_matches:
-                        hits.append(f"{rel}:{number}: {line[: limits.grep_line_chars]}")
-        if not hits:
-            return ToolOutcome(content="(no matches)")
-        body = "\n".join(hits)
-        if total > len(hits):
-            body += f"\n[matches cut: {total - len(hits)} more not shown]"
-        return ToolOutcome(content=body)
+        request = {
+            "pattern": pattern,
+            "root": str(root),
+            "workspace": str(real_path(ctx.workspace)),
+            "glob": glob,
+            "max_matches": limits.grep_matches,
+            "line_chars": limits.grep_line_chars,
+            "file_bytes": limits.grep_file_bytes,
+        }
+        return await _search(request, limits.grep_timeout_s)
+
+
+async def _search(request: dict[str, Any], timeout_s: float) -> ToolOutcome:
+    """Run one search in a child interpreter; kill it at ``timeout_s`` (or on cancel)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH")) if p)
+    try:
+        child = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-S",  # the search needs the standard library only: skip site-packages start-up
+            "-m",
+            "engine.tools.search",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            env=env,
+        )
+    except OSError as exc:
+        return _error(f"error: grep could not start its search process: {exc.strerror or exc}")
+    assert child.stdin is not None and child.stdout is not None
+    hits: list[str] = []
+    total: int | None = None
+    problem: str | None = None
+
+    async def collect(stdout: asyncio.StreamReader) -> None:
+        nonlocal total, problem
+        while line := await stdout.readline():
+            item = json.loads(line)
+            if "hit" in item:
+                hits.append(str(item["hit"]))
+            elif "total" in item:
+                total = int(item["total"])
+            elif "error" in item:
+                problem = str(item["error"])
+
+    timed_out = finished = False
+    try:
+        child.stdin.write(json.dumps(request).encode("utf-8"))
+        with contextlib.suppress(ConnectionError):
+            await child.stdin.drain()
+        child.stdin.close()
+        try:
+            await asyncio.wait_for(collect(child.stdout), timeout_s)
+            finished = True
+        except TimeoutError:
+            timed_out = True
+    finally:
+        # Not after a normal end: kill() polls, and reaping the child there leaves asyncio's
+        # watcher an unknown pid (a spurious warning and exit code 255).
+        if not finished and child.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                child.kill()
+        await child.wait()
+    if problem is not None:
+        return _error(f"error: {problem}")
+    if timed_out:
+        _log.info("plangate.tools.grep.timeout pattern=%r", request["pattern"][:80])
+        found = "\n".join(hits) if hits else "(no matches before it was stopped)"
+        return _error(
+            f"error: grep stopped after {timeout_s:g} s without finishing (a pattern with "
+            "nested repeats such as (a+)+ can take forever; simplify it or narrow path/glob). "
+            f"Matches found so far:\n{found}"
+        )
+    if total is None:
+        return _error(f"error: grep's search process failed (exit code {child.returncode})")
+    if not hits:
+        return ToolOutcome(content="(no matches)")
+    body = "\n".join(hits)
+    if total > len(hits):
+        body += f"\n[matches cut: {total - len(hits)} more not shown]"
+    return ToolOutcome(content=body)
 
 
 class _WriteTool(_FileTool):

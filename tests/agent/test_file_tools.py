@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from engine.tools.files import (
     WriteFileTool,
     file_tools,
 )
+from engine.tools.search import read_regular
 
 
 class MdHooks:
@@ -200,3 +203,57 @@ async def test_read_file_past_the_end_and_empty(ws: Path) -> None:
     assert (await ReadFileTool().run({"path": "e.txt"}, ctx(ws))).content == "(e.txt is empty)"
     out = await ReadFileTool().run({"path": "a.txt", "offset": 10}, ctx(ws))
     assert "past the end" in out.content and "3 lines" in out.content
+
+
+async def test_grep_with_a_runaway_pattern_is_stopped_with_a_clear_result(ws: Path) -> None:
+    # Forty a's and a b: Python's re would backtrack for ever; the child is killed instead.
+    (ws / "a.txt").write_text("aaa\n" + "a" * 40 + "b\n")
+    tool = GrepTool(limits=FileLimits(grep_timeout_s=1.0))
+    out = await asyncio.wait_for(tool.run({"pattern": "^(a+)+$|^aaa$"}, ctx(ws)), 20)
+    assert out.is_error
+    assert "grep stopped after 1 s" in out.content
+    assert "a.txt:1: aaa" in out.content  # what was found before the deadline is kept
+
+
+async def test_grep_cancelled_kills_its_search(ws: Path) -> None:
+    (ws / "a.txt").write_text("a" * 40 + "b\n")
+    task = asyncio.create_task(GrepTool().run({"pattern": "^(a+)+$"}, ctx(ws)))
+    await asyncio.sleep(0.5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 10)
+    assert not _search_children()
+
+
+def _search_children() -> list[str]:
+    """Command lines of this process's children running the grep search."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == os.getpid() and "engine.tools.search" in cmd:
+            found.append(cmd)
+    return found
+
+
+async def test_non_regular_files_are_refused_or_skipped(ws: Path) -> None:
+    os.mkfifo(ws / "pipe")
+    (ws / "src" / "link").symlink_to(ws / "pipe")
+    out = await asyncio.wait_for(ReadFileTool().run({"path": "pipe"}, ctx(ws)), 10)
+    assert out.is_error and "'pipe' is not a file" in out.content
+    out = await asyncio.wait_for(GrepTool().run({"pattern": "x", "path": "pipe"}, ctx(ws)), 10)
+    assert out.is_error and "not a regular file" in out.content
+    out = await asyncio.wait_for(GrepTool().run({"pattern": "one|return"}, ctx(ws)), 10)
+    assert out.content.splitlines() == ["a.txt:1: one", "src/m.py:2:     return 1"]
+    out = await asyncio.wait_for(ListFilesTool().run({}, ctx(ws)), 10)
+    assert out.content.splitlines() == ["a.txt", "src/m.py"]
+
+
+def test_a_fifo_swapped_in_after_the_check_does_not_block_the_read(ws: Path) -> None:
+    # The walk's stat and the open are two steps: the open itself must not wait for a writer.
+    os.mkfifo(ws / "late")
+    assert read_regular(ws / "late", 1_000) is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.events import SeedSource, UserMessage
+from engine.events import SeedSource, TurnStart, UserMessage
 from engine.model.script import call, say
 from engine.model.scripted import ScriptedProvider
 from tests.engine.helpers import OWNER, engine_rig, post_init, settle
@@ -93,3 +93,22 @@ async def test_stop_pauses_the_run_and_a_restart_never_resumes_it(tmp_path: Path
         card = await again.engine.plan_card(sid)
         assert card.state == "paused" and card.halted is not None
         assert await _seeds(again, sid) == seeds  # nothing ran by itself
+
+
+async def test_a_run_a_dead_process_left_comes_back_paused_and_its_card_is_redrawn(
+    tmp_path: Path,
+) -> None:
+    async with engine_rig(tmp_path, ScriptedProvider([])) as rig:
+        sid = await rig.engine.session_for_chat(-1, 0)
+        await post_init(rig, sid)
+        revision = await rig.engine.plans.revision(sid)
+        assert (await rig.engine.plans.approve(sid, revision=revision, actor=OWNER)).ok
+        # A turn of the run was open when the process died (no turn/end).
+        await rig.storage.log.append(sid, [TurnStart(turn_id="t-dead")])
+    async with engine_rig(tmp_path, ScriptedProvider([])) as again:
+        await settle(again.engine, sid)
+        redraws = [c for c in again.channel.calls if c.method == "plan_changed"]
+        assert [c.session_id for c in redraws] == [sid]
+        card = await again.engine.plan_card(sid)
+        assert card.state == "paused" and not card.busy
+        assert await _seeds(again, sid) == 0  # nothing ran by itself

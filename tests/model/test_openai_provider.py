@@ -370,3 +370,14 @@ async def test_check_lists_what_the_server_has_when_the_model_is_missing(
 
     with pytest.raises(ModelError, match=r"the server lists: fake-model, other-model"):
         await make_provider(model="ghost").check()
+
+
+async def test_lone_surrogates_in_text_and_arguments_become_replacement_characters(
+    fake_openai: FakeOpenAIServer, make_provider: MakeProvider
+) -> None:
+    # The title of a plan, say: stored in the sidecar and the event log, both UTF-8.
+    call = ScriptedCall("read_file", {"path": "a\udc80.txt", "tags": ["x\ud800"]})
+    fake_openai.play([ScriptStep(text="odd \ud83d text", tool_calls=(call,))])
+    reply = await make_provider().complete(HELLO, [READ_FILE])
+    assert reply.text == "odd \ufffd text"
+    assert reply.tool_calls[0].arguments == {"path": "a\ufffd.txt", "tags": ["x\ufffd"]}

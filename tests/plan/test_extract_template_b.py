@@ -108,3 +108,30 @@ def test_several_labels_in_one_paragraph_each_count() -> None:
         "**Problem:** no checklist\n**Target state:** a checklist from the plan\n",
     )
     assert validate_template_b(md) == []
+
+
+def test_the_title_must_open_the_plan() -> None:
+    later = VALID.replace("# Add extraction\n", "Some words first.\n\n# Add extraction\n")
+    assert validate_template_b(later) == [MISSING_TITLE]
+    below = VALID.replace("# Add extraction\n", "") + "\n# Add extraction\n"
+    assert validate_template_b(below) == [MISSING_TITLE]
+    commented = "<!-- draft -->\n" + VALID
+    assert validate_template_b(commented) == [MISSING_TITLE]
+
+
+def test_a_setext_title_is_not_a_hash_title() -> None:
+    setext = VALID.replace("# Add extraction\n", "Add extraction\n==============\n")
+    assert validate_template_b(setext) == [MISSING_TITLE]
+
+
+def test_a_level_two_heading_first_is_not_a_title() -> None:
+    assert validate_template_b(VALID.replace("# Add extraction\n", "## Add extraction\n")) == [
+        MISSING_TITLE
+    ]
+
+
+def test_the_title_is_found_after_trimming_leading_blank_lines_and_spaces() -> None:
+    assert validate_template_b("\n\n   \n" + VALID) == []
+    assert validate_template_b("    " + VALID) == []  # trimmed first: not indented code
+    assert validate_template_b(VALID.replace("# Add extraction", "#\tAdd extraction")) == []
+    assert validate_template_b(VALID.replace("# Add extraction", "# Add extraction #")) == []

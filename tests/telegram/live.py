@@ -19,6 +19,7 @@ from engine.app import Engine, EngineConfig, build_engine
 from engine.model.openai_provider import OpenAIProvider
 from engine.model.script import ScriptStep
 from engine.model.types import ModelProvider
+from engine.tools.files import FileLimits
 from storage.open import Storage, open_storage
 from tests.engine.helpers import ALLOW_TEST_RUN
 from tests.fakebot.server import FakeBotApi, FakeMessage
@@ -51,6 +52,7 @@ async def live_bot(
     allow_bash: tuple[tuple[str, ...], ...] = ALLOW_TEST_RUN,
     approval_timeout_s: float = 600.0,
     ask_writes: bool = False,
+    file_limits: FileLimits | None = None,
 ) -> AsyncIterator[Live]:
     """The real engine over real storage, wired to the real application on the fake API.
 
@@ -82,6 +84,7 @@ async def live_bot(
             allow_bash=allow_bash,
             approval_timeout_s=approval_timeout_s,
             ask_writes=ask_writes,
+            file_limits=file_limits,
         ),
     )
     pacing = {"chat_interval_s": 1.0, "group_per_minute": 20} if group_pacing else {}

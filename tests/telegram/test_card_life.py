@@ -7,6 +7,7 @@ real engine, real storage, the real openai SDK against the fake model server.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
 from pathlib import Path
@@ -201,18 +202,24 @@ def question_turn(*, changes_plan: bool) -> list[ScriptStep]:
     return [first, say("Step 2 runs the test.")]
 
 
+async def ask_while_held(api: FakeBotApi, live: Live) -> asyncio.Event:
+    """The owner asks the planner a question; its model call is held in flight until set."""
+    assert live.model_server is not None
+    release = live.model_server.hold_next()
+    asked = len(live.model_server.chat_requests)
+    api.user_message(GROUP, OWNER, f"@{api.username} what does step 2 do?")
+    # The planner's step began (and its pre-step ran) before anything the test does next.
+    await until(lambda: _requests(live, asked + 1))
+    return release
+
+
 async def test_approve_while_the_planner_answers_runs_the_checklist_after_that_turn(
     fake_api: FakeBotApi, tmp_path: Path
 ) -> None:
     script = [*PLANNING, *question_turn(changes_plan=False), *EXECUTION]
     async with live_bot(fake_api, tmp_path, script) as live:
-        assert live.model_server is not None
         sid, review = await reviewed(fake_api, live)
-        release = live.model_server.hold_next()
-        asked = len(live.model_server.chat_requests)
-        fake_api.user_message(GROUP, OWNER, f"@{fake_api.username} what does step 2 do?")
-        # The planner's model call is in flight (its step began before the press).
-        await until(lambda: _requests(live, asked + 1))
+        release = await ask_while_held(fake_api, live)
         qid = fake_api.press(GROUP, review.message_id, button(review, APPROVE), user_id=OWNER)
         await eventually(lambda: qid in fake_api.callback_answers)
         assert "when the current step ends" in (fake_api.callback_answers[qid]["text"] or "")
@@ -227,13 +234,8 @@ async def test_approve_lapses_when_the_planner_changes_the_plan_meanwhile(
 ) -> None:
     script = [*PLANNING, *question_turn(changes_plan=True)]
     async with live_bot(fake_api, tmp_path, script) as live:
-        assert live.model_server is not None
         sid, review = await reviewed(fake_api, live)
-        release = live.model_server.hold_next()
-        asked = len(live.model_server.chat_requests)
-        fake_api.user_message(GROUP, OWNER, f"@{fake_api.username} what does step 2 do?")
-        # The planner's model call is in flight (its step began before the press).
-        await until(lambda: _requests(live, asked + 1))
+        release = await ask_while_held(fake_api, live)
         fake_api.press(GROUP, review.message_id, button(review, APPROVE), user_id=OWNER)
         await until(lambda: _pending(live, sid))
         release.set()

@@ -4,7 +4,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot.render import escape, markdown_to_html, split_html, utf16_len, visible_len
+from bot.render import (
+    clip_html,
+    escape,
+    markdown_messages,
+    markdown_to_html,
+    split_html,
+    utf16_len,
+    visible_len,
+)
 from tests.fakebot.tg_html import HtmlParseError, parse_html
 
 
@@ -132,3 +140,20 @@ def test_split_chunks_fit_and_parse(parts: list[str], limit: int) -> None:
     # Nothing visible is lost: the chunks' text is the original's, modulo the whitespace
     # at cut points.
     assert "".join("".join(visible(c).split()) for c in chunks) == "".join(whole.split())
+
+
+def test_clip_html_counts_visible_units_and_keeps_entities_whole() -> None:
+    emoji = "😀" * 4000  # 8,000 UTF-16 units in 4,000 characters
+    clipped = clip_html(emoji, 4000)
+    assert clipped.endswith("…") and visible_len(clipped) <= 4000
+    amps = clip_html("<b>" + "&amp;" * 5000 + "</b>", 100)
+    assert visible_len(amps) <= 100 and amps.endswith("</b>…")
+    assert "&am" not in amps.replace("&amp;", "")
+    assert clip_html("short") == "short"
+
+
+def test_markdown_that_renders_to_nothing_is_sent_as_its_source_split() -> None:
+    defs = "\n".join(f"[r{i}]: https://example.com/{i}" for i in range(400))
+    assert markdown_to_html(defs) == ""
+    chunks = markdown_messages(defs)
+    assert len(chunks) > 1 and all(visible_len(c) <= 4096 for c in chunks)

@@ -1,0 +1,133 @@
+"""The workspace walk, and ``grep``'s search run as a separate process that can be killed.
+
+A regular expression from the model can backtrack for longer than the universe lasts
+(``^(a+)+$`` on forty ``a`` and a ``b``), and Python's ``re`` holds the interpreter while it
+does: run in a thread it freezes every chat. So the search runs here, in a child interpreter
+(``python -m engine.tools.search``) that the grep tool kills at its deadline. This module
+imports only the standard library so the child starts in tens of milliseconds.
+
+Only regular files are read: a FIFO, socket or device in the workspace is skipped by the walk,
+and every file is opened ``O_NONBLOCK`` and checked with ``fstat`` before it is read (a FIFO
+swapped in after the walk cannot block the open).
+
+The child reads one JSON request on stdin and writes JSON lines: ``{"hit": ...}`` for each
+match shown, then ``{"total": N}``; or ``{"error": ...}`` for a bad pattern.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import stat
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+# Folders nobody wants walked by list_files or grep.
+SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "node_modules", "__pycache__"})
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def walk_files(root: Path, workspace: Path) -> Iterator[Path]:
+    """Regular files under ``root``, sorted; symlinked folders are not followed, a link that
+    resolves outside the workspace is skipped, and so is anything not a regular file."""
+    inside = os.path.realpath(workspace)
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        for name in sorted(files):
+            path = Path(folder) / name
+            try:
+                info = os.stat(path)  # follows a link: the target is what would be read
+            except OSError:
+                continue
+            if not stat.S_ISREG(info.st_mode):
+                continue
+            if path.is_symlink() and not _inside(os.path.realpath(path), inside):
+                continue
+            yield path
+
+
+def read_regular(path: Path, max_bytes: int) -> bytes | None:
+    """The file's bytes, or ``None`` when it is not a regular file or is over ``max_bytes``.
+
+    Opened non-blocking and checked on the open descriptor, so a FIFO never blocks the caller.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
+            return None
+        chunks: list[bytes] = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def glob_match(rel: str, pattern: str) -> bool:
+    """``pattern`` against a relative path; ``**/`` also matches zero folders."""
+    # fnmatch's '*' already crosses '/', so '**/' only needs to also match zero folders.
+    return fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(rel, pattern.replace("**/", ""))
+
+
+def _relative(path: Path, workspace: str) -> str:
+    try:
+        return str(path.relative_to(workspace)) or "."
+    except ValueError:
+        return str(path)
+
+
+def search(request: dict[str, Any], emit: Any) -> None:
+    """Run one grep request, calling ``emit`` with each JSON-able line of the answer."""
+    try:
+        regex = re.compile(request["pattern"])
+    except (re.error, OverflowError, RecursionError) as exc:
+        emit({"error": f"invalid regular expression: {exc}"})
+        return
+    root = Path(request["root"])
+    workspace = os.path.realpath(request["workspace"])
+    glob: str | None = request.get("glob")
+    max_matches = int(request["max_matches"])
+    line_chars = int(request["line_chars"])
+    file_bytes = int(request["file_bytes"])
+    files: Iterator[Path] = iter([root]) if root.is_file() else walk_files(root, Path(workspace))
+    total = 0
+    for path in files:
+        rel = _relative(path, workspace)
+        if glob and not (fnmatch.fnmatch(path.name, glob) or glob_match(rel, glob)):
+            continue
+        try:
+            data = read_regular(path, file_bytes)
+        except OSError:
+            continue
+        if data is None or b"\0" in data[:8192]:
+            continue  # not a regular file, too big, or binary
+        for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+            if regex.search(line):
+                total += 1
+                if total <= max_matches:
+                    emit({"hit": f"{rel}:{number}: {line[:line_chars]}"})
+    emit({"total": total})
+
+
+def main() -> None:
+    request = json.loads(sys.stdin.read())
+    out = sys.stdout
+
+    def emit(item: dict[str, Any]) -> None:
+        # Flushed line by line: what was found before a kill at the deadline is still shown.
+        out.write(json.dumps(item) + "\n")
+        out.flush()
+
+    search(request, emit)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""One chat's bad input must not stall the bot: while it is handled, /status elsewhere answers.
+
+The real engine over real files and SQLite, the real PTB Application on the fake Bot API. The
+model is gated on its first call so the /status update is already waiting when the bad tool call
+starts: a frozen event loop would then answer it only after the freeze.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from pathlib import Path
+
+from engine.model.script import ScriptedCall, ScriptStep, say
+from engine.tools.files import FileLimits
+from tests.fakebot.server import FakeBotApi
+from tests.telegram.app_support import GROUP, OWNER, eventually
+from tests.telegram.live import live_bot
+from tests.telegram.test_app_e2e import GatedProvider
+
+# The one timing bound these tests allow: a frozen loop answers after seconds, or never.
+STATUS_WITHIN_S = 2.0
+
+
+def _grep_step(pattern: str, *, times: int = 1) -> ScriptStep:
+    calls = tuple(ScriptedCall("grep", {"pattern": pattern}) for _ in range(times))
+    return ScriptStep(tool_calls=calls)
+
+
+async def _status_latency(fake_api: FakeBotApi, model: GatedProvider) -> float:
+    """Queue /status in the group, release the gated model call, time the answer."""
+    await asyncio.wait_for(model.entered.wait(), 10)
+    loop = asyncio.get_running_loop()
+    before = len(fake_api.bot_messages(GROUP))
+    started = loop.time()
+    fake_api.user_message(GROUP, OWNER, "/status")
+    model.release.set()  # the bad tool call starts now, with /status already waiting
+    await eventually(lambda: len(fake_api.bot_messages(GROUP)) > before, timeout_s=60)
+    return loop.time() - started
+
+
+async def test_a_runaway_regex_is_stopped_and_status_answers_meanwhile(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    # ^(a+)+$ backtracks 2^n steps on n a's and a b: seconds here, for ever at forty.
+    (work / "a.txt").write_text("a" * 27 + "b\n", encoding="utf-8")
+    model = GatedProvider(
+        [_grep_step("^(a+)+$"), say("The search was stopped.", expect="grep stopped after")],
+        gate_at=1,
+    )
+    limits = FileLimits(grep_timeout_s=4.0)
+    async with live_bot(fake_api, tmp_path, [], model=model, file_limits=limits):
+        fake_api.user_message(OWNER, OWNER, "find the runs of a")
+        latency = await _status_latency(fake_api, model)
+        assert model.calls == 1  # answered while the search was still running
+        await eventually(
+            lambda: any("was stopped" in m.text for m in fake_api.bot_messages(OWNER)),
+            timeout_s=20,
+        )
+    assert latency < STATUS_WITHIN_S
+
+
+async def test_a_fifo_in_the_workspace_does_not_block_six_parallel_greps(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    fifo = work / "pipe"
+    os.mkfifo(fifo)
+    (work / "notes.txt").write_text("the needle\n", encoding="utf-8")
+    model = GatedProvider(
+        [_grep_step("needle", times=6), say("Found it.", expect="notes.txt:1: the needle")],
+        gate_at=1,
+    )
+    try:
+        async with live_bot(fake_api, tmp_path, [], model=model):
+            fake_api.user_message(OWNER, OWNER, "where is the needle?")
+            latency = await _status_latency(fake_api, model)
+            await eventually(
+                lambda: any("Found it." in m.text for m in fake_api.bot_messages(OWNER)),
+                timeout_s=20,
+            )
+    finally:
+        # Without the fix, readers sit in open() on the FIFO: a writer lets them go.
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert latency < STATUS_WITHIN_S
+
+
+async def test_a_ten_megabyte_reply_goes_as_a_document_and_status_answers_meanwhile(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    huge = "\n\n".join(
+        f"Paragraph {i}: " + "lorem ipsum dolor sit amet " * 20 for i in range(19_000)
+    )
+    assert len(huge) > 10_000_000
+    model = GatedProvider([say(huge)], gate_at=1)
+    async with live_bot(fake_api, tmp_path, [], model=model):
+        fake_api.user_message(OWNER, OWNER, "write me a novel")
+        latency = await _status_latency(fake_api, model)
+        await eventually(
+            lambda: any(m.document is not None for m in fake_api.bot_messages(OWNER)),
+            timeout_s=30,
+        )
+    sent = [m for m in fake_api.bot_messages(OWNER) if m.document is not None]
+    assert len(sent) == 1 and sent[0].document is not None
+    assert sent[0].document["file_name"] == "reply.md"
+    assert sent[0].text.startswith("Paragraph 0: lorem")  # the caption: its opening
+    texts = [m for m in fake_api.bot_messages(OWNER) if m.document is None]
+    assert not [m for m in texts if m.text.startswith("Paragraph")]  # no wall of messages
+    assert latency < STATUS_WITHIN_S
+
+
+async def test_lone_surrogates_are_replaced_and_the_turn_is_answered(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    # Over the real openai SDK: JSON carries "\ud800" as an escape, which decodes to a lone
+    # surrogate that UTF-8 (the event log, SQLite, Telegram) cannot encode.
+    script = [say("Done \ud800 here.", expect="hello \ufffd there")]
+    async with live_bot(fake_api, tmp_path, script):
+        fake_api.user_message(OWNER, OWNER, "hello \udc00 there")
+        await eventually(
+            lambda: any("Done" in m.text for m in fake_api.bot_messages(OWNER)), timeout_s=20
+        )
+    replies = [m.text for m in fake_api.bot_messages(OWNER) if "Done" in m.text]
+    assert len(replies) == 1 and replies[0].startswith("Done \ufffd here.")
+
+
+async def test_a_reply_of_only_link_definitions_is_split_and_delivered(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    # Link definitions render to nothing: the reply falls back to its source text, which must
+    # be split like any other (9 KB in one message is refused as too long).
+    defs = "\n".join(f"[ref{i}]: https://example.com/docs/page-{i}" for i in range(240))
+    assert 9_000 < len(defs) < 5 * 4096
+    async with live_bot(fake_api, tmp_path, [say(defs)]):
+        # In the group: a private reply would end with the usage footer, which renders.
+        fake_api.user_message(GROUP, OWNER, "@plangate_test_bot list the references")
+        await eventually(
+            lambda: any("ref239" in m.text for m in fake_api.bot_messages(GROUP)), timeout_s=20
+        )
+    parts = [m.text for m in fake_api.bot_messages(GROUP) if "[ref" in m.text]
+    assert len(parts) >= 3
+    assert all(len(p) <= 4096 for p in parts)
+    # (a private reply may end with the usage footer: not a definition line)
+    lines = [line for part in parts for line in part.splitlines() if line.startswith("[ref")]
+    assert lines == defs.split("\n")  # every line, once, in order
