@@ -310,8 +310,8 @@ _LABEL = re.compile(r"^\*\*(problem|target state|intent)(?::\*\*|\*\*:)(.*)$", r
 def validate_template_b(markdown: str) -> list[str]:
     """Return what the plan lacks to be approvable template B; ``[]`` when it is valid.
 
-    Checks that the trimmed text opens with a non-empty ``# `` title (an H1 further down, or a
-    setext ``Title`` / ``=====``, does not count), ``## Context`` with non-empty Problem,
+    Checks that the trimmed text opens with a non-empty ``# `` title (a level-one heading further
+    down, or a setext ``Title`` / ``=====``, does not count), ``## Context`` with non-empty Problem,
     Target state and Intent, and at least one numbered step with text in
     ``## Implementation steps``. Same parse as extraction.
     """
