@@ -180,11 +180,7 @@ def build_plan_card(
     """
     if sidecar is None or state == "none":
         return CardView(_fit(["📋 <b>No plan</b>"], note) or "No plan")
-    title = _clip_units(sidecar.title or "New plan", 400)
-    status = _PLAN_STATUS[state]
-    if sidecar.revising is not None and sidecar.status == "Editing":
-        status = "Revising — " + status[0].lower() + status[1:]
-    head = [f"📋 <b>{title}</b>", f"<i>{escape(status)}</i>"]
+    head = _plan_head(sidecar, state)
     tasks = sidecar.tasks
     buttons = _plan_buttons(state, sidecar.id, sidecar.revision)
     if state in ("review", "confirm_discard") and markdown and not tasks:
@@ -203,12 +199,21 @@ def build_plan_card(
     return CardView(_fit(head, note) or escape("Plan card too long to show."), buttons)
 
 
-def review_fits(sidecar: PlanSidecar, markdown: str, note: str | None = None) -> bool:
-    """True when the whole plan text fits on the review card (no document needed)."""
+def _plan_head(sidecar: PlanSidecar, state: PlanCardState) -> list[str]:
+    title = _clip_units(sidecar.title or "New plan", 400)
+    status = _PLAN_STATUS[state]
+    if sidecar.revising is not None and sidecar.status == "Editing":
+        status = "Revising — " + status[0].lower() + status[1:]
+    return [f"📋 <b>{title}</b>", f"<i>{escape(status)}</i>"]
+
+
+def review_fits(
+    sidecar: PlanSidecar, markdown: str, *, state: PlanCardState, note: str | None = None
+) -> bool:
+    """True when the whole plan text fits on the card drawn with this state and note."""
     if len(markdown) > 8 * TELEGRAM_TEXT_LIMIT:
         return False  # cannot fit; rendering megabytes here would hold the event loop
-    head = [f"📋 <b>{_clip_units(sidecar.title or 'New plan', 400)}</b>", "<i>x</i>"]
-    return _fit([*head, "", _plan_body(markdown)], note) is not None
+    return _fit([*_plan_head(sidecar, state), "", _plan_body(markdown)], note) is not None
 
 
 def _plan_body(markdown: str) -> str:

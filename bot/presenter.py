@@ -169,6 +169,7 @@ class CardPresenter:
         self._tasks: set[asyncio.Task[None]] = set()
         self._holds: dict[str, int] = {}
         self._pin_mode = pin
+        self._closed = False
         # The newest message id seen per chat (ours and the owners'): how far up a card is.
         self._latest: dict[int, int] = {}
 
@@ -190,10 +191,13 @@ class CardPresenter:
         slot = self._slot(session_id, kind)
         slot.dirty = True
         slot.interactive = slot.interactive or interactive
-        if self._holds.get(session_id):
-            return
-        if interactive and slot.waiting and slot.task is not None and not slot.task.done():
-            slot.task.cancel()  # it only sleeps: draw now instead
+        if not self._holds.get(session_id):
+            self._kick(session_id, kind, slot)
+
+    def _kick(self, session_id: str, kind: CardKind, slot: _Slot) -> None:
+        """Start the slot's refresh loop; an interactive redraw cuts a sleeping one short."""
+        if slot.interactive and slot.waiting and slot.task is not None and not slot.task.done():
+            slot.task.cancel()  # it only sleeps out the interval: draw now instead
             slot.task = None
         if slot.task is None or slot.task.done():
             slot.task = self._spawn(self._refresh_loop(session_id, kind, slot))
@@ -219,8 +223,8 @@ class CardPresenter:
         self._holds.pop(session_id, None)
         for kind in ("plan", "goal"):
             slot = self._slots.get((session_id, kind))
-            if slot is not None and slot.dirty and (slot.task is None or slot.task.done()):
-                slot.task = self._spawn(self._refresh_loop(session_id, kind, slot))
+            if slot is not None and slot.dirty:
+                self._kick(session_id, kind, slot)
 
     def restick(
         self,
@@ -250,6 +254,8 @@ class CardPresenter:
         known: set[tuple[int, int]] = set()
         for kind in ("plan", "goal"):
             slot = self._slots.pop((session_id, kind), None)
+            if slot is not None and slot.heartbeat is not None:
+                slot.heartbeat.cancel()
             if slot is not None and slot.message_id is not None and slot.chat_id is not None:
                 known.add((slot.chat_id, slot.message_id))
         self._spawn(self._guard(self._retire(session_id, known)))
@@ -262,6 +268,7 @@ class CardPresenter:
 
     async def aclose(self) -> None:
         """Cancel pending draws (shutdown)."""
+        self._closed = True
         for slot in self._slots.values():
             if slot.heartbeat is not None:
                 slot.heartbeat.cancel()
@@ -326,7 +333,8 @@ class CardPresenter:
 
         async def later() -> None:
             await asyncio.sleep(HEARTBEAT_S)
-            self.refresh(session_id, "plan")
+            if not self._closed and self._slots.get((session_id, "plan")) is slot:
+                self.refresh(session_id, "plan")
 
         slot.heartbeat = asyncio.get_running_loop().create_task(later())
 
@@ -399,7 +407,8 @@ class CardPresenter:
         entering_review = data.state == "review" and slot.last_state != "review"
         slot.last_state = data.state
         if sidecar is not None and data.state == "review" and data.markdown:
-            attached = not cards.review_fits(sidecar, data.markdown)
+            note = plan_note(data, now=time.time())
+            attached = not cards.review_fits(sidecar, data.markdown, state=data.state, note=note)
             if entering_review and current is not None and self._scrolled(route, current):
                 restick = True
         view = plan_view(data, attached=attached)

@@ -41,7 +41,6 @@ from engine.events import (
     CommandRun,
     FeedbackSource,
     GoalRoundSource,
-    HumanSource,
     MessageSource,
     PlanChanged,
     PlanMode,
@@ -469,23 +468,29 @@ class Engine:
         last card in memory, so its final drawing edits that message.
         """
         sidecar = await self.plans.current(session_id)
-        if sidecar is None or (plan_id is not None and sidecar.id != plan_id):
-            ended = self._ended.get(session_id)
-            if ended is not None and ended[0].id == plan_id and card_id is not None:
-                flow = ended[0].flow.model_copy(update={"chat_id": chat_id, "card_id": card_id})
-                self._ended[session_id] = (ended[0].model_copy(update={"flow": flow}), ended[1])
-            return
-        flow = sidecar.flow.model_copy(
-            update={
-                "chat_id": chat_id,
-                "thread_id": thread_id,
-                "card_id": card_id,
-                "review_ids": list(review_ids)
-                if review_ids is not None
-                else list(sidecar.flow.review_ids),
-            }
-        )
-        await self.plans.set_flow(session_id, flow)
+        written = False
+        if sidecar is not None and (plan_id is None or sidecar.id == plan_id):
+            flow = sidecar.flow.model_copy(
+                update={
+                    "chat_id": chat_id,
+                    "thread_id": thread_id,
+                    "card_id": card_id,
+                    "review_ids": list(review_ids)
+                    if review_ids is not None
+                    else list(sidecar.flow.review_ids),
+                }
+            )
+            # The plan may end between the read and the write: set_flow checks under its lock.
+            written = await self.plans.set_flow(session_id, flow, plan_id=sidecar.id)
+        ended = self._ended.get(session_id)
+        if (
+            not written
+            and ended is not None
+            and card_id is not None
+            and plan_id in (None, ended[0].id)
+        ):
+            flow = ended[0].flow.model_copy(update={"chat_id": chat_id, "card_id": card_id})
+            self._ended[session_id] = (ended[0].model_copy(update={"flow": flow}), ended[1])
 
     async def _on_plan_change(self, change: PlanChange) -> None:
         if change.after is None and change.before is not None:
@@ -506,7 +511,7 @@ class Engine:
     ) -> None:
         """Card state that turns decide: the planner's feedback turn, a question asked."""
         redraw = False
-        if isinstance(message.source, FeedbackSource | HumanSource):
+        if isinstance(message.source, FeedbackSource):
             # Whatever the planner did with the owner's words, the review keyboard comes back.
             sidecar = await self.plans.current(session_id)
             if sidecar is not None and self.cards.awaits_feedback(session_id, sidecar.id):

@@ -70,6 +70,8 @@ class SessionController:
         self._on_turn_end = on_turn_end
         self._clock = clock
         self._run = ChecklistRun()
+        # A quiet continuation's closing words, posted when the run pauses or ends.
+        self._held = ""
         self._inbox: deque[InboundMessage] = deque()
         self._task: asyncio.Task[None] | None = None
         self._current: InboundMessage | None = None
@@ -176,7 +178,13 @@ class SessionController:
                     raise  # our caller was cancelled too, not only the turn
         self._task = None
         await self._commit_pending(queue_execution=False)
-        self._run = checklist.disarm(self._run)
+        was_armed, self._run = self._run.armed, checklist.disarm(self._run)
+        held, self._held = self._held, ""
+        if held:  # what the stopped run last said, kept for its end
+            await safe_call("reply", self._deps.channel.reply(self.session_id, held, reply_to=None))
+        if was_armed:
+            # The cancelled turn's redraw may have read the run as armed: draw it paused.
+            await safe_call("plan_changed", self._deps.channel.plan_changed(self.session_id))
         if self._deps.goals is not None:
             await self._deps.goals.disarm(self.session_id)
         return dropped
@@ -211,8 +219,16 @@ class SessionController:
                 if self._inbox:
                     message = self._inbox.popleft()
                     self._current = message
+                    # A continuation's closing words wait for the end of the run: in a group
+                    # each would be a message, and the card already shows the progress.
+                    quiet = self._run.armed and isinstance(message.source, SeedSource)
                     result = await run_turn(
-                        self._deps, self._runtime, self.session_id, message, pre_step=self._pre_step
+                        self._deps,
+                        self._runtime,
+                        self.session_id,
+                        message,
+                        pre_step=self._pre_step,
+                        quiet=quiet,
                     )
                     self._current = None
                     await self._after_turn(message, result)
@@ -248,20 +264,30 @@ class SessionController:
         """Tell the listener; keep an armed checklist run going while it makes progress."""
         if self._on_turn_end is not None:
             await safe_call("turn_end", self._on_turn_end(self.session_id, message, result))
-        if not self._run.armed:
+        continued = False
+        tasks_left = False
+        if self._run.armed:
+            if result.outcome in ("failed", "cancelled"):
+                self._run = checklist.disarm(self._run)
+            else:
+                active, tasks = await self._tasks()
+                tasks_left = active and checklist.tasks_left(tasks)
+                if not checklist.should_continue(self._run, tasks, active=active):
+                    self._run = checklist.disarm(self._run)
+                # A question waits for the owner, or the owner spoke: their turn goes first,
+                # and the run goes on after it.
+                elif not (result.asked or self._inbox or self.closed):
+                    self.submit(self._deps.settings.continue_prompt, source=SeedSource())
+                    continued = True
+        if continued:
+            self._held = result.held or self._held
             return
-        if result.outcome in ("failed", "cancelled"):
-            self._run = checklist.disarm(self._run)
-            return
-        active, tasks = await self._tasks()
-        if not checklist.should_continue(self._run, tasks, active=active):
-            self._run = checklist.disarm(self._run)
-            return
-        # A question waits for the owner, or the owner spoke: their turn goes first, and
-        # the run goes on after it.
-        if result.asked or self._inbox or self.closed:
-            return
-        self.submit(self._deps.settings.continue_prompt, source=SeedSource())
+        # The run paused or ended: say the last thing it said (an earlier turn's words only
+        # while tasks are left; a finished plan's card says Done).
+        text = result.held or (self._held if tasks_left else "")
+        self._held = ""
+        if text:
+            await safe_call("reply", self._deps.channel.reply(self.session_id, text, reply_to=None))
 
     async def _observe_checklist(self) -> str | None:
         """Account for the last step's progress; a stalled run ends the turn here."""

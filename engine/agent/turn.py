@@ -71,6 +71,8 @@ class TurnResult:
     detail: str = ""
     # ask_user was answered "sent" in this turn: a question now waits for the owner.
     asked: bool = False
+    # With ``quiet``: the closing words the turn did not post (the caller decides).
+    held: str = ""
 
 
 def _invalid_arguments(call: ModelToolCall) -> ToolOutcome | None:
@@ -90,6 +92,7 @@ async def run_turn(
     message: InboundMessage,
     *,
     pre_step: PreStep,
+    quiet: bool = False,
 ) -> TurnResult:
     """Run one whole turn for ``message`` and return how it ended.
 
@@ -239,6 +242,8 @@ async def run_turn(
         text = (text + "\n\n" if text else "") + (
             f"(I stopped after {deps.settings.max_steps} steps; send a message to continue.)"
         )
+    if text and quiet:
+        return TurnResult(turn_id, outcome, final_text, detail, asked=asked, held=text)
     if text:
         await safe_call("reply", deps.channel.reply(session_id, text, reply_to=message.message_id))
     return TurnResult(turn_id, outcome, final_text, detail, asked=asked)

@@ -411,15 +411,22 @@ class PlanService:
             session_id, lambda live, ctx: machine.abandon(live.sidecar, live.md, ctx)
         )
 
-    async def set_flow(self, session_id: str, flow: PlanFlow) -> None:
-        """Store the Telegram card ids; no revision bump, no events (buttons stay valid)."""
+    async def set_flow(
+        self, session_id: str, flow: PlanFlow, *, plan_id: str | None = None
+    ) -> bool:
+        """Store the Telegram card ids; no revision bump, no events (buttons stay valid).
+
+        Returns False, writing nothing, when there is no live plan (or, with ``plan_id``,
+        when the live plan is another one): checked under the session's lock.
+        """
         async with self._lock(session_id):
             live = await self._load_locked(session_id)
-            if live.sidecar is None:
-                return
+            if live.sidecar is None or (plan_id is not None and live.sidecar.id != plan_id):
+                return False
             updated = live.sidecar.model_copy(update={"flow": flow})
             await self._store.save(session_id, updated)
             self._live[session_id] = _Live(sidecar=updated, md=live.md)
+            return True
 
     async def fork(self, source_id: str, target_id: str) -> None:
         """Copy the plan files of ``source_id`` to a new session ``target_id``."""

@@ -112,3 +112,21 @@ async def test_a_run_a_dead_process_left_comes_back_paused_and_its_card_is_redra
         card = await again.engine.plan_card(sid)
         assert card.state == "paused" and not card.busy
         assert await _seeds(again, sid) == 0  # nothing ran by itself
+
+
+async def test_a_run_says_its_closing_words_once_not_after_every_continuation(
+    tmp_path: Path,
+) -> None:
+    script = [*TASK_1, say("Task 1 is done."), *TASK_2, say("All done: both tasks.")]
+    async with engine_rig(tmp_path, ScriptedProvider(script), stall_steps=3) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(-1, 0)
+        await post_init(rig, sid)
+        await engine.command(sid, "execute", "", actor=OWNER)
+        await settle(engine, sid)
+        assert await engine.plans.state(sid) == "none"
+        assert await _seeds(rig, sid) == 2  # the execution turn and one continuation
+        replies = [c.args["text"] for c in rig.channel.calls if c.method == "reply"]
+        # In a group each reply is a message: the card shows the progress, the chat hears
+        # the run's last words once.
+        assert replies == ["All done: both tasks."]

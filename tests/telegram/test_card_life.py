@@ -282,7 +282,7 @@ async def test_revise_hides_approve_until_the_planner_has_answered(
         sid, review = await reviewed(fake_api, live)
         # A stop after step 1 so the checklist does not run on through the script.
         fake_api.press(GROUP, review.message_id, button(review, APPROVE), user_id=OWNER)
-        await until(lambda: _reply(fake_api, "Step 1 is done."))
+        await until(lambda: _started(live, sid, 1))
         fake_api.user_message(GROUP, OWNER, "/stop")
         await settle(live.engine, sid)
         fake_api.user_message(GROUP, OWNER, "/plan")
