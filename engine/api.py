@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Final, Literal, Protocol
 
 from engine.goal.types import GoalSnapshot
 from engine.plan.types import PlanSidecar
@@ -41,6 +41,59 @@ PlanCardState = Literal[
     "done",
 ]
 GoalCardState = Literal["none", "live", "confirm_clear"]
+
+# The button protocol. A press names its card kind (``p`` plan, ``g`` goal, ``a`` tool
+# approval), an action of that kind, the first 8 characters of the plan, goal or request id,
+# and the revision the button was drawn for. The front end encodes and decodes it
+# (bot/callback.py); the command plane matches these constants, so a typo fails to import.
+PressKind = Literal["p", "g", "a"]
+PLAN_APPROVE: Final = "approve"
+PLAN_KEEP: Final = "keep"
+PLAN_DISCARD: Final = "discard"
+PLAN_DISCARD_YES: Final = "discard_yes"
+PLAN_REVISE: Final = "revise"
+PLAN_CANCEL: Final = "cancel"
+PLAN_RESUME: Final = "resume"
+GOAL_PAUSE: Final = "pause"
+GOAL_RESUME: Final = "resume"
+GOAL_START: Final = "start"
+GOAL_CLEAR: Final = "clear"
+GOAL_CLEAR_YES: Final = "clear_yes"
+GOAL_CANCEL: Final = "cancel"
+# ``rule`` is the Allow button of a call denied in an unattended turn.
+APPROVAL_ONCE: Final = "once"
+APPROVAL_SESSION: Final = "session"
+APPROVAL_DENY: Final = "deny"
+APPROVAL_RULE: Final = "rule"
+PRESS_ACTIONS: Final[dict[PressKind, frozenset[str]]] = {
+    "p": frozenset(
+        {
+            PLAN_APPROVE,
+            PLAN_KEEP,
+            PLAN_DISCARD,
+            PLAN_DISCARD_YES,
+            PLAN_REVISE,
+            PLAN_CANCEL,
+            PLAN_RESUME,
+        }
+    ),
+    "g": frozenset({GOAL_PAUSE, GOAL_RESUME, GOAL_START, GOAL_CLEAR, GOAL_CLEAR_YES, GOAL_CANCEL}),
+    "a": frozenset({APPROVAL_ONCE, APPROVAL_SESSION, APPROVAL_DENY, APPROVAL_RULE}),
+}
+SHORT_ID_LEN: Final = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Press:
+    """A decoded button press: its kind and action, the id prefix, the revision it was drawn
+    for. Only the shape is checked; whether it still counts is the engine's decision."""
+
+    kind: PressKind
+    action: str
+    short_id: str
+    revision: int
+
+
 CardAction = Literal["refresh", "restick"]
 
 
@@ -142,7 +195,7 @@ class EngineApi(Protocol):
         self,
         session_id: str,
         *,
-        kind: Literal["p", "g", "a"],
+        kind: PressKind,
         action: str,
         short_id: str,
         revision: int,

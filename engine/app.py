@@ -31,6 +31,7 @@ from engine.api import (
     Outcome,
     PlanCardData,
     PlanCardState,
+    PressKind,
     RestoredGoal,
 )
 from engine.approval.policy import Rule
@@ -355,7 +356,7 @@ class Engine:
         self,
         session_id: str,
         *,
-        kind: Literal["p", "g", "a"],
+        kind: PressKind,
         action: str,
         short_id: str,
         revision: int,

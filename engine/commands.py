@@ -18,6 +18,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Literal
 
+from engine import api
 from engine.api import CommandName, Outcome
 from engine.events import CommandRun, FeedbackSource, HumanSource
 from engine.goal.commands import describe_goal, parse_goal_command, run_goal_command
@@ -391,7 +392,7 @@ class CommandPlane:
         self,
         session_id: str,
         *,
-        kind: Literal["p", "g", "a"],
+        kind: api.PressKind,
         action: str,
         short_id: str,
         revision: int,
@@ -431,25 +432,25 @@ class CommandPlane:
         self._e.cards.clear(session_id)
         state = await plans.state(session_id)
         match action:
-            case "approve" if state == "post_init":
+            case api.PLAN_APPROVE if state == "post_init":
                 return await self.approve(session_id, revision, actor=actor)
-            case "keep" if state == "post_init":
+            case api.PLAN_KEEP if state == "post_init":
                 await self.log_command(session_id, "keep_planning", "", actor=actor)
                 self._e.agents.controller(session_id).cancel_pending()
                 self._e.cards.await_feedback(session_id, sidecar.id)
                 return Outcome(reply=FEEDBACK_QUESTION, await_feedback=True, plan_card="refresh")
-            case "resume" if state == "active":
+            case api.PLAN_RESUME if state == "active":
                 await self.log_command(session_id, "resume", "", actor=actor)
                 return await self.run_checklist(session_id)
-            case "discard":
+            case api.PLAN_DISCARD:
                 self._e.cards.choose_plan(session_id, "confirm_discard", sidecar.id, revision)
                 return Outcome(plan_card="refresh")
-            case "discard_yes":
+            case api.PLAN_DISCARD_YES:
                 await self.log_command(session_id, "discard", "", actor=actor)
                 return await self.discard(session_id)
-            case "cancel":
+            case api.PLAN_CANCEL:
                 return Outcome(plan_card="refresh")
-            case "revise" if state == "active" and await self._revisable(session_id):
+            case api.PLAN_REVISE if state == "active" and await self._revisable(session_id):
                 await self.log_command(session_id, "revise", "", actor=actor)
                 # Editing must hold from the first moment: a turn still executing the
                 # checklist is stopped before the plan reopens (its bash could write on).
@@ -481,18 +482,18 @@ class CommandPlane:
         await self.log_command(session_id, f"goal_{action}", "", actor=actor)
         result: object
         match action:
-            case "pause":
+            case api.GOAL_PAUSE:
                 result = await goals.pause(session_id, ref)
-            case "resume":
+            case api.GOAL_RESUME:
                 result = await goals.resume(session_id, ref)
-            case "start":
+            case api.GOAL_START:
                 result = await goals.arm(session_id, ref)
-            case "clear":
+            case api.GOAL_CLEAR:
                 self._e.cards.choose_goal(session_id, "confirm_clear", goal.id, revision)
                 return Outcome(goal_card="refresh")
-            case "clear_yes":
+            case api.GOAL_CLEAR_YES:
                 result = await goals.clear(session_id, ref)
-            case "cancel":
+            case api.GOAL_CANCEL:
                 return Outcome(goal_card="refresh")
             case _:
                 return _stale()
@@ -508,7 +509,7 @@ class CommandPlane:
         result = await self._e.approvals.answer(session_id, action, short_id, actor=actor)
         if result.stale:
             return _stale()
-        if action != "rule":
+        if action != api.APPROVAL_RULE:
             return Outcome(reply=result.text, plan_card="refresh")
         goal = self._e.goals.peek(session_id)
         if goal is not None and goal.phase == "blocked":

@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bot import callback as cb
+from engine.api import PRESS_ACTIONS
 
 
 def test_round_trip_and_binding() -> None:
@@ -12,9 +13,9 @@ def test_round_trip_and_binding() -> None:
     assert data == "p:approve:01234567:12"
     d = cb.decode(data)
     assert d == cb.CallbackData("p", "approve", "01234567", 12)
-    assert d.matches("0123456789abcdef", 12)
-    assert not d.matches("0123456789abcdef", 13)
-    assert not d.matches("1123456789abcdef", 12)
+    assert (d.short_id, d.revision) == ("0123456789abcdef"[:8], 12)
+    assert (d.short_id, d.revision) != ("0123456789abcdef"[:8], 13)
+    assert (d.short_id, d.revision) != ("1123456789abcdef"[:8], 12)
     g = cb.decode(cb.goal_data(cb.GOAL_CLEAR_YES, "feedbeef-0000", 0))
     assert g == cb.CallbackData("g", "clear_yes", "feedbeef", 0)
 
@@ -51,7 +52,7 @@ def test_encode_refuses_what_decode_would_reject() -> None:
 
 
 def test_every_action_fits_64_bytes_at_the_largest_revision() -> None:
-    for kind, actions in (("p", cb.PLAN_ACTIONS), ("g", cb.GOAL_ACTIONS)):
+    for kind, actions in (("p", PRESS_ACTIONS["p"]), ("g", PRESS_ACTIONS["g"])):
         for action in actions:
             data = cb.encode(kind, action, "f" * 32, 10**18 - 1)  # type: ignore[arg-type]
             assert len(data.encode()) <= cb.MAX_CALLBACK_BYTES
@@ -69,13 +70,15 @@ def test_decode_never_raises_and_accepts_only_canonical_strings(data: str) -> No
 
 @settings(max_examples=100, deadline=None)
 @given(
-    action=st.sampled_from(sorted(cb.PLAN_ACTIONS)),
+    action=st.sampled_from(sorted(PRESS_ACTIONS["p"])),
     plan_id=st.text(alphabet="0123456789abcdef-", min_size=1, max_size=36),
     revision=st.integers(min_value=0, max_value=10**12),
 )
 def test_plan_round_trip(action: str, plan_id: str, revision: int) -> None:
     d = cb.decode(cb.plan_data(action, plan_id, revision))
-    assert d is not None and d.action == action and d.matches(plan_id, revision)
+    assert (
+        d is not None and d.action == action and (d.short_id, d.revision) == (plan_id[:8], revision)
+    )
 
 
 def test_approval_buttons_round_trip_bound_to_the_request() -> None:

@@ -76,7 +76,11 @@ class MiniBot:
         assert q is not None and key is not None and q.message is not None
         data = cb.decode(q.data)
         sidecar = self.plans.get(key)
-        if data is None or sidecar is None or not data.matches(sidecar.id, sidecar.revision):
+        if (
+            data is None
+            or sidecar is None
+            or (data.short_id, data.revision) != (sidecar.id[:8], sidecar.revision)
+        ):
             await q.answer("This card is out of date.")
             await self.outbox.edit_keyboard(key[0], q.message.message_id, None)
             return

@@ -87,8 +87,8 @@ def test_plan_buttons_are_bound_to_id_and_revision() -> None:
     view = build_plan_card(plan(status="Editing"), "review")
     decoded = [cb.decode(data) for row in view.buttons for _, data in row]
     assert [d.action for d in decoded if d] == [cb.PLAN_APPROVE, cb.PLAN_KEEP, cb.PLAN_DISCARD]
-    assert all(d is not None and d.matches(PLAN_ID, 7) for d in decoded)
-    assert all(d is not None and not d.matches(PLAN_ID, 8) for d in decoded)
+    assert all(d is not None and (d.short_id, d.revision) == (PLAN_ID[:8], 7) for d in decoded)
+    assert all(d is not None and (d.short_id, d.revision) != (PLAN_ID[:8], 8) for d in decoded)
 
 
 def test_plan_card_text_has_title_status_bar_and_window() -> None:
@@ -130,7 +130,7 @@ def test_goal_card_buttons() -> None:
     view = build_goal_card(goal(), armed=True)
     d = cb.decode(view.buttons[0][0][1])
     assert d is not None and d.kind == "g" and d.action == cb.GOAL_PAUSE
-    assert d.matches("feedbeefcafe0000", 3)
+    assert (d.short_id, d.revision) == ("feedbeefcafe0000"[:8], 3)
 
 
 def test_goal_card_text() -> None:
