@@ -266,12 +266,13 @@ class SessionController:
             await safe_call("turn_end", self._on_turn_end(self.session_id, message, result))
         continued = False
         tasks_left = False
+        if self._run.armed or self._held:
+            active, tasks = await self._tasks()
+            tasks_left = active and checklist.tasks_left(tasks)
         if self._run.armed:
             if result.outcome in ("failed", "cancelled"):
                 self._run = checklist.disarm(self._run)
             else:
-                active, tasks = await self._tasks()
-                tasks_left = active and checklist.tasks_left(tasks)
                 if not checklist.should_continue(self._run, tasks, active=active):
                     self._run = checklist.disarm(self._run)
                 # A question waits for the owner, or the owner spoke: their turn goes first,

@@ -293,7 +293,8 @@ async def test_plan_on_an_active_plan_offers_revise_on_the_card(
         await parts(live.app).presenter.flush()
         review = await card(fake_api, live, sid)
         fake_api.press(GROUP, review.message_id, button(review, "✅ Approve"), user_id=OWNER)
-        await until(lambda: _has_reply(fake_api, "Step 1 is done."))
+        # Step 1, then continuations that change nothing until the run stalls.
+        await until(lambda: _paused(engine, sid))
         await settle(engine, sid)
         await parts(live.app).presenter.flush()
         assert await engine.plans.state(sid) == "active"
@@ -305,7 +306,7 @@ async def test_plan_on_an_active_plan_offers_revise_on_the_card(
         offer = fake_api_card(fake_api, review)
         assert "1/2" in offer.text
         fake_api.press(GROUP, offer.message_id, button(offer, "Cancel"), user_id=OWNER)
-        # The run ended when the model had nothing more to say: paused, with Resume.
+        # The run stalled: paused, with Resume.
         await eventually(
             lambda: labels(fake_api_card(fake_api, review)) == ["▶️ Resume", "🗑 Discard"]
         )
@@ -318,6 +319,10 @@ def fake_api_card(api: FakeBotApi, review: FakeMessage) -> FakeMessage:
         m for m in api.bot_messages(GROUP) if m.text.startswith("📋") and "moved" not in m.text
     ]
     return cards[-1] if cards else review
+
+
+async def _paused(engine: Engine, sid: str) -> bool:
+    return (await engine.plan_card(sid)).state == "paused"
 
 
 async def _has_reply(api: FakeBotApi, text: str) -> bool:
