@@ -97,6 +97,11 @@ def observe_step(
     return dataclasses.replace(run, steps_without_progress=count)
 
 
+def heard_owner(run: ChecklistRun) -> ChecklistRun:
+    """The owner spoke (an answer, feedback): the count of steps without progress restarts."""
+    return dataclasses.replace(run, steps_without_progress=0)
+
+
 def should_continue(run: ChecklistRun, tasks: Sequence[PlanTask], *, active: bool) -> bool:
     """After a turn: queue the next continuation?"""
     return run.armed and active and tasks_left(tasks)
@@ -110,6 +115,7 @@ __all__ = [
     "current_task",
     "disarm",
     "fingerprint",
+    "heard_owner",
     "observe_step",
     "should_continue",
     "task_label",

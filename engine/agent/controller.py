@@ -27,7 +27,13 @@ from engine.agent.checklist import ChecklistRun
 from engine.agent.config import AgentDeps
 from engine.agent.ports import IdleListener
 from engine.agent.turn import InboundMessage, TurnResult, is_goal_round, run_turn
-from engine.events import GoalRoundSource, HumanSource, MessageSource, SeedSource
+from engine.events import (
+    FeedbackSource,
+    GoalRoundSource,
+    HumanSource,
+    MessageSource,
+    SeedSource,
+)
 from engine.plan.types import PlanTask
 from engine.tools.base import ToolContext
 from engine.tools.runtime import ToolCallRequest, ToolRuntime
@@ -72,6 +78,8 @@ class SessionController:
         self._run = ChecklistRun()
         # A quiet continuation's closing words, posted when the run pauses or ends.
         self._held = ""
+        # The last turn asked the owner a question (ask_user) that is not answered yet.
+        self._asked = False
         self._inbox: deque[InboundMessage] = deque()
         self._task: asyncio.Task[None] | None = None
         self._current: InboundMessage | None = None
@@ -89,8 +97,9 @@ class SessionController:
         return self._task is not None and not self._task.done()
 
     def is_idle(self) -> bool:
-        """No running turn and no queued message."""
-        return not self.busy and not self._inbox
+        """No running turn and no queued message (a checklist run waiting on the owner's
+        answer to its question is not idle: a goal round must not go in between)."""
+        return not self.busy and not self._inbox and not (self._run.armed and self._asked)
 
     @property
     def queued(self) -> list[InboundMessage]:
@@ -123,7 +132,12 @@ class SessionController:
         if self.closed:
             _log.warning("plangate.agent.controller.closed_drop session=%s", self.session_id)
             return
-        self._inbox.append(InboundMessage(text, source or HumanSource(), message_id))
+        source = source or HumanSource()
+        if isinstance(source, HumanSource | FeedbackSource):
+            # The owner spoke: a question is answered, and the run's count starts afresh.
+            self._asked = False
+            self._run = checklist.heard_owner(self._run)
+        self._inbox.append(InboundMessage(text, source, message_id))
         if not self.busy:
             self._task = asyncio.create_task(self._drain(), name=f"agent:{self.session_id}")
 
@@ -180,6 +194,7 @@ class SessionController:
         await self._commit_pending(queue_execution=False)
         was_armed, self._run = self._run.armed, checklist.disarm(self._run)
         held, self._held = self._held, ""
+        self._asked = False
         if held:  # what the stopped run last said, kept for its end
             await safe_call("reply", self._deps.channel.reply(self.session_id, held, reply_to=None))
         if was_armed:
@@ -264,6 +279,7 @@ class SessionController:
         """Tell the listener; keep an armed checklist run going while it makes progress."""
         if self._on_turn_end is not None:
             await safe_call("turn_end", self._on_turn_end(self.session_id, message, result))
+        self._asked = self._asked or result.asked
         continued = False
         tasks_left = False
         if self._run.armed or self._held:

@@ -3,6 +3,7 @@ restarts by itself: the real engine over real files and SQLite, the scripted mod
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from engine.events import SeedSource, TurnStart, UserMessage
@@ -130,3 +131,29 @@ async def test_a_run_says_its_closing_words_once_not_after_every_continuation(
         # In a group each reply is a message: the card shows the progress, the chat hears
         # the run's last words once.
         assert replies == ["All done: both tasks."]
+
+
+async def test_a_question_holds_the_run_and_goal_rounds_until_the_owner_answers(
+    tmp_path: Path,
+) -> None:
+    script = [
+        call("ask_user", {"question": "Which greeting?"}),
+        say("I asked which greeting to use."),
+        *TASK_1,
+        *TASK_2,
+        say("Done with both."),
+    ]
+    async with engine_rig(tmp_path, ScriptedProvider(script), stall_steps=3) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(-1, 0)
+        await post_init(rig, sid)
+        await engine.command(sid, "execute", "", actor=OWNER)
+        await asyncio.wait_for(engine.agents.wait_idle(sid), 10)  # the turn's task ended
+        # The run waits for the answer: no continuation, and not idle for a goal round.
+        assert await _seeds(rig, sid) == 1
+        assert not engine.agents.is_idle(sid)
+        assert (await engine.plan_card(sid)).waiting == "a question"
+        await engine.user_message(sid, "Hello, name!", actor=OWNER, message_id=None)
+        await settle(engine, sid)
+        assert await engine.plans.state(sid) == "none"
+        assert engine.agents.is_idle(sid)
