@@ -16,15 +16,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from bot.compose import open_plangate
 from bot.presenter import goal_view, plan_view
 from bot.render import markdown_to_html
 from engine.api import Outcome
-from engine.app import Engine, EngineConfig, build_engine
+from engine.app import Engine, EngineConfig
 from engine.approval.service import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
 from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
-from storage.open import open_storage
 
 OWNER = 1
 DEMO_TIMEOUT_S = 50.0
@@ -167,27 +167,22 @@ async def run_demo(out: TextIO = sys.stdout) -> int:
         workspace = root / "workspace"
         workspace.mkdir()
         (workspace / "README.md").write_text("# demo project\n", encoding="utf-8")
-        storage = await open_storage(root / "home")
         holder: list[Engine] = []
         channel = ConsoleChannel(out, lambda: holder[0] if holder else None)
-        engine = build_engine(
-            log=storage.log,
-            sessions=storage.sessions,
-            plan_store=storage.plan_store,
-            model=ScriptedProvider(demo_script()),
-            channel=channel,
-            # The demo's checklist and goal round run unattended: its one command is allowed.
-            config=EngineConfig(
-                workspace=workspace, max_goal_rounds=3, allow_bash=(("python3", "test_greet.py"),)
-            ),
+        # The demo's checklist and goal round run unattended: its one command is allowed.
+        config = EngineConfig(
+            workspace=workspace, max_goal_rounds=3, allow_bash=(("python3", "test_greet.py"),)
         )
-        holder.append(engine)
-        await engine.start()
-        try:
-            return await asyncio.wait_for(_play(engine, channel, workspace), DEMO_TIMEOUT_S)
-        finally:
-            await engine.shutdown()
-            await storage.close()
+        async with open_plangate(
+            root / "home", model=ScriptedProvider(demo_script()), channel=channel, config=config
+        ) as opened:
+            engine = opened.engine
+            holder.append(engine)
+            await engine.start()
+            try:
+                return await asyncio.wait_for(_play(engine, channel, workspace), DEMO_TIMEOUT_S)
+            finally:
+                await engine.shutdown()
 
 
 async def _play(engine: Engine, channel: ConsoleChannel, workspace: Path) -> int:

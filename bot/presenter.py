@@ -125,6 +125,8 @@ class _Slot:
     # The plan the card was drawn for (a plan card's message belongs to one plan).
     plan_id: str | None = None
     pinned: bool = False
+    # The ended plan whose last card this slot drew (a finished plan is posted at most once).
+    ended_posted: str | None = None
     dirty: bool = False
     note: str | None = None
     last_draw_s: float = -math.inf
@@ -396,8 +398,15 @@ class CardPresenter:
                 assert slot.message_id is not None
                 self._outbox.edit_keyboard(route.chat_id, slot.message_id, None)
                 slot.message_id = None
-            if current is None and data.ended is not None and not restick:
-                return  # an ended plan whose card is unknown: never a new "Done" card
+            # An ended plan whose card is unknown: a plan that finished before its first
+            # drawing gets one Done card, never a second; a discarded one gets none.
+            if (
+                current is None
+                and data.ended is not None
+                and not restick
+                and (data.ended != "completed" or slot.ended_posted == sidecar.id)
+            ):
+                return
         else:
             current = slot.message_id if slot.chat_id == route.chat_id else None
             if current is None and not restick:
@@ -437,6 +446,8 @@ class CardPresenter:
             interactive=interactive,
         )
         slot.plan_id = sidecar.id if sidecar is not None else None
+        if data.ended is not None and sidecar is not None:
+            slot.ended_posted = sidecar.id
         if attached and sidecar is not None and data.markdown is not None:
             # Once per revision (plan id too: revisions restart with every plan).
             posted = f"{sidecar.id}:{sidecar.revision}"

@@ -14,13 +14,13 @@ from telegram.error import InvalidToken
 
 from bot.app import redact, serve
 from bot.channel import LateChannel
+from bot.compose import open_plangate
 from bot.settings import Settings, load_settings, require_run_settings
-from engine.app import EngineConfig, build_engine
+from engine.app import EngineConfig
 from engine.errors import ConfigError
 from engine.model.openai_provider import OpenAIProvider
 from engine.tools.sandbox import SandboxSettings, probe
 from engine.usage.meter import UsageConfig
-from storage.open import open_storage
 
 _log = logging.getLogger("plangate.runner")
 
@@ -124,18 +124,12 @@ async def run_bot() -> int:
     if warning is not None:
         _log.warning("sandbox: %s", warning)
     model = model_from_settings(settings)
-    storage = await open_storage(settings.home.expanduser())
     channel = LateChannel()
-    engine = build_engine(
-        log=storage.log,
-        sessions=storage.sessions,
-        plan_store=storage.plan_store,
-        model=model,
-        channel=channel,
-        config=config,
-    )
     try:
-        await serve(settings, engine, storage.db, channel_slot=channel)
+        async with open_plangate(
+            settings.home.expanduser(), model=model, channel=channel, config=config
+        ) as opened:
+            await serve(settings, opened.engine, opened.storage.db, channel_slot=channel)
     except InvalidToken:
         raise ConfigError(
             "PLANGATE_TELEGRAM_TOKEN: the Telegram server refused the token (getMe: "
@@ -143,5 +137,4 @@ async def run_bot() -> int:
         ) from None
     finally:
         await model.aclose()
-        await storage.close()
     return 0

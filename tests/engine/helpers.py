@@ -8,14 +8,15 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from bot.compose import open_plangate
 from engine.agent.checklist import DEFAULT_STALL_STEPS
 from engine.agent.testing import RecordingChannel
-from engine.app import Engine, EngineConfig, build_engine
+from engine.app import Engine, EngineConfig
 from engine.model.script import call, say
 from engine.model.types import ModelProvider
 from engine.ports import Clock
 from engine.usage.meter import UsageConfig
-from storage.open import Storage, open_storage
+from storage.open import Storage
 
 PLAN_MD = """# Greeting module
 
@@ -87,32 +88,26 @@ async def engine_rig(
     home = tmp_path / "home"
     workspace = tmp_path / "work"
     workspace.mkdir(exist_ok=True)
-    storage = await open_storage(home, clock=clock)
     channel = RecordingChannel()
-    engine = build_engine(
-        log=storage.log,
-        sessions=storage.sessions,
-        plan_store=storage.plan_store,
-        model=model,
-        channel=channel,
-        config=EngineConfig(
-            workspace=workspace,
-            max_goal_rounds=max_goal_rounds,
-            usage=usage or UsageConfig(),
-            goal_idle_rounds=goal_idle_rounds,
-            stall_steps=stall_steps,
-            max_steps=max_steps,
-            allow_bash=allow_bash,
-            approval_timeout_s=approval_timeout_s,
-        ),
-        **({"clock": clock} if clock is not None else {}),
+    config = EngineConfig(
+        workspace=workspace,
+        max_goal_rounds=max_goal_rounds,
+        usage=usage or UsageConfig(),
+        goal_idle_rounds=goal_idle_rounds,
+        stall_steps=stall_steps,
+        max_steps=max_steps,
+        allow_bash=allow_bash,
+        approval_timeout_s=approval_timeout_s,
     )
-    await engine.start()
-    try:
-        yield Rig(engine, channel, storage, workspace, home)
-    finally:
-        await engine.shutdown()
-        await storage.close()
+    async with open_plangate(
+        home, model=model, channel=channel, config=config, clock=clock
+    ) as opened:
+        engine = opened.engine
+        await engine.start()
+        try:
+            yield Rig(engine, channel, opened.storage, workspace, home)
+        finally:
+            await engine.shutdown()
 
 
 async def settle(engine: Engine, session_id: str, *, timeout_s: float = 20.0) -> None:

@@ -14,13 +14,14 @@ from telegram.ext import Application
 
 from bot.app import announce_restored, parts
 from bot.channel import LateChannel
+from bot.compose import open_plangate
 from engine.api import RestoredGoal
-from engine.app import Engine, EngineConfig, build_engine
+from engine.app import Engine, EngineConfig
 from engine.model.openai_provider import OpenAIProvider
 from engine.model.script import ScriptStep
 from engine.model.types import ModelProvider
 from engine.tools.files import FileLimits
-from storage.open import Storage, open_storage
+from storage.open import Storage
 from tests.engine.helpers import ALLOW_TEST_RUN
 from tests.fakebot.server import FakeBotApi, FakeMessage
 from tests.fakes.openai_server import FAKE_MODEL, FakeOpenAIServer
@@ -69,23 +70,15 @@ async def live_bot(
         server.play(list(script))
         await server.start()
         model = sdk = OpenAIProvider(FAKE_MODEL, base_url=server.base_url, api_key="test-key")
-    storage = await open_storage(tmp_path / "home")
     slot = LateChannel()
-    engine = build_engine(
-        log=storage.log,
-        sessions=storage.sessions,
-        plan_store=storage.plan_store,
-        model=model,
-        channel=slot,
-        config=EngineConfig(
-            workspace=workspace,
-            max_goal_rounds=max_goal_rounds,
-            max_steps=max_steps,
-            allow_bash=allow_bash,
-            approval_timeout_s=approval_timeout_s,
-            ask_writes=ask_writes,
-            file_limits=file_limits,
-        ),
+    config = EngineConfig(
+        workspace=workspace,
+        max_goal_rounds=max_goal_rounds,
+        max_steps=max_steps,
+        allow_bash=allow_bash,
+        approval_timeout_s=approval_timeout_s,
+        ask_writes=ask_writes,
+        file_limits=file_limits,
     )
     pacing = {"chat_interval_s": 1.0, "group_per_minute": 20} if group_pacing else {}
     settings = settings_for(
@@ -94,18 +87,26 @@ async def live_bot(
         flow_group_edit_interval=6.0 if group_pacing else edit_interval_s,
     )
     try:
-        async with running_bot(
-            api, engine, storage.db, channel_slot=slot, settings=settings, **pacing
-        ) as app:
+        async with (
+            open_plangate(tmp_path / "home", model=model, channel=slot, config=config) as opened,
+            running_bot(
+                api,
+                opened.engine,
+                opened.storage.db,
+                channel_slot=slot,
+                settings=settings,
+                **pacing,
+            ) as app,
+        ):
+            engine = opened.engine
             restored = await engine.start()
             await announce_restored(app, restored)  # as serve() does
             try:
-                yield Live(app, engine, storage, workspace, restored, server)
+                yield Live(app, engine, opened.storage, workspace, restored, server)
             finally:
                 await engine.shutdown()
                 await parts(app).presenter.flush()
     finally:
-        await storage.close()
         if sdk is not None:
             await sdk.aclose()
         if server is not None:

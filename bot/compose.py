@@ -1,0 +1,60 @@
+"""The one composition of plangate: the stores under a home, and the engine built on them.
+
+The bot's runner, the offline demo, the benches and the test rigs all open plangate through
+:func:`open_plangate`, so the wiring of ports to services is written once. Starting and
+shutting down the engine stay with the caller (``bot.app.serve`` does both for the bot).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.agent.channel import Channel
+from engine.app import Engine, EngineConfig, build_engine
+from engine.model.types import ModelProvider
+from engine.ports import Clock
+from storage.open import Storage, open_storage
+
+
+@dataclass(frozen=True, slots=True)
+class Plangate:
+    """An opened plangate: its stores and its engine."""
+
+    storage: Storage
+    engine: Engine
+
+
+@asynccontextmanager
+async def open_plangate(
+    home: Path,
+    *,
+    model: ModelProvider,
+    channel: Channel,
+    config: EngineConfig,
+    clock: Clock | None = None,
+) -> AsyncIterator[Plangate]:
+    """Open (creating and migrating) the stores under ``home`` and build the engine.
+
+    The database is closed on exit; shut the engine down before that.
+    """
+    storage = await open_storage(home, clock=clock)
+    try:
+        engine = build_engine(
+            log=storage.log,
+            sessions=storage.sessions,
+            plan_store=storage.plan_store,
+            model=model,
+            channel=channel,
+            config=config,
+            clock=clock or time.time,
+        )
+        yield Plangate(storage, engine)
+    finally:
+        await storage.close()
+
+
+__all__ = ["Plangate", "open_plangate"]
