@@ -244,6 +244,8 @@ class SessionController:
                         message,
                         pre_step=self._pre_step,
                         quiet=quiet,
+                        # An armed run goes on after the step cap: no "send a message".
+                        runs_on=self._run.armed,
                     )
                     self._current = None
                     await self._after_turn(message, result)

@@ -32,7 +32,6 @@ from engine.events import (
     AssistantMessage,
     GoalRoundSource,
     MessageSource,
-    SeedSource,
     SessionEvent,
     ToolCall,
     ToolResult,
@@ -93,12 +92,14 @@ async def run_turn(
     *,
     pre_step: PreStep,
     quiet: bool = False,
+    runs_on: bool = False,
 ) -> TurnResult:
     """Run one whole turn for ``message`` and return how it ended.
 
     The caller must not hold any lock: model calls and tools run here for minutes. On
     cancellation the turn is closed (``turn/end {cancelled}``) before ``CancelledError``
-    propagates.
+    propagates. ``quiet``: keep the closing words in ``TurnResult.held`` instead of posting
+    them; ``runs_on``: a checklist run continues after this turn (no "send a message").
     """
     log = deps.log
     turn_id = uuid.uuid4().hex
@@ -238,7 +239,7 @@ async def run_turn(
         footer = deps.usage.footer(session_id, usage, turn_id)
         if footer:
             text = f"{text}\n\n{footer}"
-    if outcome == "max_steps" and not continues(message.source):
+    if outcome == "max_steps" and not runs_on:
         text = (text + "\n\n" if text else "") + (
             f"(I stopped after {deps.settings.max_steps} steps; send a message to continue.)"
         )
@@ -283,11 +284,6 @@ async def _context(
         )
     )
     return assemble_messages(turns, system_prompt=system, settings=deps.settings)
-
-
-def continues(source: MessageSource) -> bool:
-    """``True`` for a turn of a checklist run: it goes on by itself after the step cap."""
-    return isinstance(source, SeedSource)
 
 
 def is_goal_round(source: MessageSource) -> bool:
