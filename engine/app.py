@@ -338,12 +338,12 @@ class Engine:
     ) -> None:
         """Queue a message for the agent and return at once (never waits for the turn)."""
         await self.ensure_loaded(session_id)
-        if self.cards.question(session_id):
-            self.cards.set_question(session_id, False)  # the owner answered
-            await safe_call("plan_changed", self.channel.plan_changed(session_id))
+        answered = self.agents.controller(session_id).awaiting_answer
         self.commands.submit_text(
             session_id, clean_text(text), actor=actor, message_id=message_id, feedback=feedback
         )
+        if answered:  # the card no longer waits for the owner
+            await safe_call("plan_changed", self.channel.plan_changed(session_id))
 
     async def command(
         self, session_id: str, name: CommandName, args: str, *, actor: int | None
@@ -403,7 +403,7 @@ class Engine:
         approval = self.pending_approval(session_id)
         if approval is not None:
             waiting = f"approval of a {approval.tool} call (the message below)"
-        elif self.cards.question(session_id) and not busy:
+        elif controller.awaiting_answer and not busy:
             waiting = "a question"
         elif state == "review":
             waiting = "your review"
@@ -518,8 +518,7 @@ class Engine:
             if sidecar is not None and self.cards.awaits_feedback(session_id, sidecar.id):
                 self.cards.feedback_done(session_id)
                 redraw = True
-        if result.asked:
-            self.cards.set_question(session_id, True)
+        if result.asked:  # the card says a question waits for the owner
             redraw = True
         if redraw:
             await safe_call("plan_changed", self.channel.plan_changed(session_id))

@@ -1,8 +1,8 @@
 """The cards' state: one owner, in the engine.
 
 What the plan card and the goal card show is decided here and nowhere else, from the plan
-(the sidecar and its ``.md``), the goal, the agent (busy, the checklist run), a question
-waiting for the owner, and the few choices the owner made on the card itself (a Revise offer
+(the sidecar and its ``.md``), the goal, the agent (busy, the checklist run, a question
+waiting for the owner), and the few choices the owner made on the card itself (a Revise offer
 or a confirmation keyboard, each bound to the plan or goal revision it was drawn for; the
 planner working on feedback after Keep planning or Revise). Front ends draw what
 :class:`engine.api.PlanCardData` says and record message ids; they keep no card state.
@@ -28,8 +28,6 @@ class _Choices:
     goal: tuple[GoalCardState, str, int] | None = None
     # The plan whose review keyboard waits for the planner's feedback turn to end.
     feedback_plan: str | None = None
-    # An ask_user question waits for the owner's answer.
-    question: bool = False
 
 
 class CardChoices:
@@ -73,13 +71,6 @@ class CardChoices:
 
     def awaits_feedback(self, session_id: str, plan_id: str) -> bool:
         return self._of(session_id).feedback_plan == plan_id
-
-    def set_question(self, session_id: str, waiting: bool) -> None:
-        """A question waits for the owner (set after ask_user, cleared by their message)."""
-        self._of(session_id).question = waiting
-
-    def question(self, session_id: str) -> bool:
-        return self._of(session_id).question
 
     def forget(self, session_id: str) -> None:
         """The session ended (``/new``)."""

@@ -297,7 +297,6 @@ class CommandPlane:
         plans = self._e.plans
         controller = self._e.agents.controller(session_id)
         pending_plan = controller.pending_plan_mode is True
-        self._e.cards.set_question(session_id, False)
         controller.cancel_pending()
         self._e.cards.clear(session_id)
         dropped = [m.text for m in await self._e.agents.stop(session_id)]
@@ -345,8 +344,7 @@ class CommandPlane:
     async def _stop(self, session_id: str) -> Outcome:
         # The dropped messages travel as data; the front end lists them under the reply.
         dropped = [m.text for m in await self._e.agents.stop(session_id)]
-        # Nothing waits for the owner any more: no question, no feedback turn.
-        self._e.cards.set_question(session_id, False)
+        # Nothing waits for the owner any more (the stop answered any question): no feedback.
         self._e.cards.feedback_done(session_id)
         return Outcome(
             reply="Stopped.", dropped=tuple(dropped), plan_card="refresh", goal_card="refresh"

@@ -115,6 +115,12 @@ class SessionController:
         return self._pending_mode
 
     @property
+    def awaiting_answer(self) -> bool:
+        """A question (``ask_user``) waits for the owner: set by the turn that asked, cleared
+        by the owner's next message or ``/stop``."""
+        return self._asked
+
+    @property
     def checklist(self) -> ChecklistRun:
         """The checklist run: armed (it continues by itself), its progress, stalled."""
         return self._run
@@ -279,25 +285,23 @@ class SessionController:
 
     async def _after_turn(self, message: InboundMessage, result: TurnResult) -> None:
         """Tell the listener; keep an armed checklist run going while it makes progress."""
+        self._asked = self._asked or result.asked
         if self._on_turn_end is not None:
             await safe_call("turn_end", self._on_turn_end(self.session_id, message, result))
-        self._asked = self._asked or result.asked
         continued = False
         tasks_left = False
         if self._run.armed or self._held:
             active, tasks = await self._tasks()
             tasks_left = active and checklist.tasks_left(tasks)
         if self._run.armed:
-            if result.outcome in ("failed", "cancelled"):
+            failed = result.outcome in ("failed", "cancelled")
+            if failed or not checklist.should_continue(self._run, tasks, active=active):
                 self._run = checklist.disarm(self._run)
-            else:
-                if not checklist.should_continue(self._run, tasks, active=active):
-                    self._run = checklist.disarm(self._run)
-                # A question waits for the owner, or the owner spoke: their turn goes first,
-                # and the run goes on after it.
-                elif not (result.asked or self._inbox or self.closed):
-                    self.submit(self._deps.settings.continue_prompt, source=SeedSource())
-                    continued = True
+            # A question waits for the owner, or the owner spoke: their turn goes first, and
+            # the run goes on after it.
+            elif not (result.asked or self._inbox or self.closed):
+                self.submit(self._deps.settings.continue_prompt, source=SeedSource())
+                continued = True
         if continued:
             self._held = result.held or self._held
             return
