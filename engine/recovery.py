@@ -111,12 +111,6 @@ class AttentionMarks:
     def row(self) -> tuple[bool | None, bool | None, bool | None]:
         return self.open_turn, self.live_goal, self.undecided
 
-    def then(self, later: AttentionMarks) -> AttentionMarks:
-        """These marks followed by ``later``'s (a later word wins)."""
-        return AttentionMarks(
-            *(b if b is not None else a for a, b in zip(self.row(), later.row(), strict=True))
-        )
-
     @property
     def needs_attention(self) -> bool:
         return bool(self.open_turn or self.live_goal or self.undecided)

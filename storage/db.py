@@ -196,7 +196,12 @@ class Database:
                 # is queued behind any statement in flight and is a no-op when none is open.
                 await conn.rollback()
                 _log.warning("plangate.db.commit_failed writes=%d %r", len(batch), exc)
-                for item in batch:
+                failed = batch
+                if not isinstance(exc, Exception):
+                    # The writer dies with this (cancellation): nothing queued behind the batch
+                    # would ever be answered, so every waiting caller hears it too.
+                    failed, self._queue = [*batch, *self._queue], []
+                for item in failed:
                     if not item.done.done():
                         item.done.set_exception(_batch_error(exc))
                 if not isinstance(exc, Exception):

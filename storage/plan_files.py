@@ -188,12 +188,8 @@ class FilePlanStore:
     async def set_aside_md(self, session_id: str) -> str | None:
         path = await self.md_path(session_id)
         target = path.with_name(f"{path.name}.stale-{utc_stamp()}")
-        try:
-            os.replace(path, target)
-        except FileNotFoundError:
-            return None
-        fsync_dir(path.parent)
-        return str(target)
+        moved = await run_durable(_replace_durably, path, target)
+        return str(target) if moved else None
 
     async def delete(self, session_id: str) -> None:
         for path in (await self.json_path(session_id), await self.md_path(session_id)):
@@ -243,3 +239,13 @@ class FilePlanStore:
         if src_md.is_file():
             atomic_write_text(await self.md_path(target_id), src_md.read_text(encoding="utf-8"))
         atomic_write_text(await self.json_path(target_id), json.dumps(data, indent=2) + "\n")
+
+
+def _replace_durably(path: Path, target: Path) -> bool:
+    """Rename ``path`` to ``target`` and sync the folder; False when there is no ``path``."""
+    try:
+        os.replace(path, target)
+    except FileNotFoundError:
+        return False
+    fsync_dir(path.parent)
+    return True

@@ -11,7 +11,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from engine.tools.workspace import display_path, is_within, real_path, resolve_path
+from engine.tools.search import read_regular
+from engine.tools.workspace import (
+    OutsideWorkspace,
+    display_path,
+    real_path,
+    resolve_in_workspace,
+)
 
 # Files larger than this are not read for a diff.
 MAX_PREVIEW_BYTES = 1_000_000
@@ -23,8 +29,9 @@ def write_target(workspace: Path, args: Mapping[str, Any]) -> str | None:
     raw = args.get("path")
     if not isinstance(raw, str) or not raw.strip():
         return None
-    resolved = resolve_path(raw, workspace)
-    if not is_within(resolved, real_path(workspace)):
+    try:
+        resolved = resolve_in_workspace(raw, workspace)
+    except OutsideWorkspace:
         return None
     return display_path(resolved, workspace)
 
@@ -37,10 +44,12 @@ def write_diff(workspace: Path, tool: str, args: Mapping[str, Any], target: str)
     try:
         if not path.exists() and tool == "write_file":
             before, fromfile = "", "/dev/null"  # a new file: all of it is added
-        elif not path.is_file() or path.stat().st_size > MAX_PREVIEW_BYTES:
-            return None
         else:
-            before = path.read_text(encoding="utf-8")
+            # Regular files only, opened non-blocking (a FIFO never blocks the thread).
+            data = read_regular(path, MAX_PREVIEW_BYTES)
+            if data is None:
+                return None
+            before = data.decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return None
     after = _after(tool, args, before)

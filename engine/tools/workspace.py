@@ -91,12 +91,19 @@ def _open_folder(folder: Path) -> int:
 
 
 def read_text_nofollow(path: Path) -> str:
-    """The UTF-8 text of the resolved ``path``, refusing a symlink swapped in since."""
+    """The UTF-8 text of the resolved ``path``, refusing a symlink swapped in since.
+
+    Opened non-blocking and checked on the descriptor: a FIFO swapped in raises
+    ``OSError`` rather than blocking the thread.
+    """
     folder = _open_folder(path.parent)
     try:
-        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=folder)
+        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
     finally:
         os.close(folder)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file")
     with os.fdopen(fd, "rb") as handle:
         return handle.read().decode("utf-8")
 

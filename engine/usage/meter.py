@@ -226,10 +226,8 @@ class UsageMeter:
         for item in stored:
             if not isinstance(item.event, ModelUsageRecord):
                 continue
-            loaded = item.session_id in self._sessions
-            usage = await self.session(item.session_id)
-            if loaded:  # a first load has just read this record from the log already
-                usage.apply(item)
+            # apply() skips what a first load just read from the log (by seq).
+            (await self.session(item.session_id)).apply(item)
             self._day(item.at).add(item.event)
 
     # --- what people see ------------------------------------------------------------------
