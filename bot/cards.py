@@ -9,6 +9,7 @@ were drawn for (``bot.callback``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -211,26 +212,39 @@ def review_fits(
     sidecar: PlanSidecar, markdown: str, *, state: PlanCardState, note: str | None = None
 ) -> bool:
     """True when the whole plan text fits on the card drawn with this state and note."""
-    if len(markdown) > 8 * TELEGRAM_TEXT_LIMIT:
-        return False  # cannot fit; rendering megabytes here would hold the event loop
-    return _fit([*_plan_head(sidecar, state), "", _plan_body(markdown)], note) is not None
+    body = _plan_body(markdown)
+    return bool(body) and _fit([*_plan_head(sidecar, state), "", body], note) is not None
 
 
+# A review card is redrawn many times at one revision: its plan text is rendered (and its
+# steps extracted) once, not on every draw on the event loop.
+@functools.lru_cache(maxsize=16)
 def _plan_body(markdown: str) -> str:
     """The plan's Markdown as card HTML, its leading ``# Title`` left to the card's head."""
+    if len(markdown) > 8 * TELEGRAM_TEXT_LIMIT:
+        return ""  # cannot fit one message anyway (the card lists the steps)
     lines = markdown.strip().splitlines()
     if lines and lines[0].startswith("# "):
         lines = lines[1:]
     return markdown_to_html("\n".join(lines).strip())
 
 
+@functools.lru_cache(maxsize=16)
+def _plan_steps(markdown: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The plan's steps with their Done when lines (extracted once per plan text)."""
+    return tuple(
+        (item.title, tuple(item.acceptance_criteria)) for item in extract_work_items(markdown)
+    )
+
+
 def _review_text(head: list[str], markdown: str, note: str | None, *, attached: bool) -> str:
-    if not attached:
-        whole = _fit([*head, "", _plan_body(markdown)], note)
+    body = "" if attached else _plan_body(markdown)
+    if body:
+        whole = _fit([*head, "", body], note)
         if whole is not None:
             return whole
     # Too long for one message: the .md document carries the text, the card the steps.
-    steps = [(item.title, item.acceptance_criteria) for item in extract_work_items(markdown)]
+    steps = _plan_steps(markdown)
     lines = [*head, "", "<i>The whole plan is attached as plan.md.</i>", ""]
     for limit in (len(steps), 40, 20, 10, 5, 0):
         shown: list[str] = []

@@ -352,12 +352,11 @@ class Handlers:
         toast = outcome.reply if outcome.reply and len(outcome.reply) <= MAX_TOAST else None
         as_message = reply is not None and (outcome.await_feedback or toast is None)
         await _answer(query, None if as_message else toast, alert=outcome.alert)
-        if data.kind == "a" and not outcome.stale:
-            # An approval message is used once; its close (or this) takes the buttons away.
+        if data.kind == "a" or outcome.stale:
+            # An approval message is used once; a stale card's buttons are dead.
             self._strip_pressed(query.message)
         if outcome.stale:
-            # Take the dead buttons away; if it was the live card, the redraw restores it.
-            self._strip_pressed(query.message)
+            # If it was the live card, the redraw restores its keyboard.
             self.bp.presenter.refresh(session_id, "plan")
             self.bp.presenter.refresh(session_id, "goal")
         self._render(

@@ -59,7 +59,7 @@ from telegram import Bot, InlineKeyboardMarkup, InputFile, LinkPreviewOptions, M
 from telegram.constants import ParseMode
 from telegram.error import BadRequest, ChatMigrated, NetworkError, RetryAfter, TelegramError
 
-from bot.render import split_html, visible_len
+from bot.render import clip_html
 
 log = logging.getLogger("plangate.outbox")
 
@@ -112,14 +112,6 @@ def retry_after_s(err: RetryAfter) -> float:
     if isinstance(value, dtm.timedelta):
         return value.total_seconds()
     return float(value)
-
-
-def clip_caption(caption_html: str, limit: int = CAPTION_LIMIT) -> str:
-    """Caption HTML whose visible text fits ``limit`` UTF-16 units (cut with "…", balanced)."""
-    if visible_len(caption_html) <= limit:
-        return caption_html
-    head = split_html(caption_html, limit - 1)
-    return (head[0] if head else "") + "…"
 
 
 def _consume(future: asyncio.Future[Any]) -> None:
@@ -266,7 +258,7 @@ class Outbox:
 
         The caption is clipped to Telegram's 1,024 visible UTF-16 units.
         """
-        caption = clip_caption(caption_html) if caption_html else None
+        caption = clip_html(caption_html, CAPTION_LIMIT) if caption_html else None
 
         async def run_in(chat: int) -> Message:
             return await self._bot.send_document(
@@ -370,9 +362,7 @@ class Outbox:
                     "plangate.outbox.typing_failed chat=%s error=%s", chat_id, type(err).__name__
                 )
 
-        task = asyncio.get_running_loop().create_task(send())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._background(send())
 
     def waiting(self, chat_id: int) -> dict[Priority, int]:
         """How many operations wait in this chat, per priority (diagnostics, tests)."""

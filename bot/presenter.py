@@ -33,10 +33,10 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from telegram import Bot, InlineKeyboardMarkup, Message
+from telegram import Bot, Message
 
 from bot import cards
-from bot.outbox import EditResult, Outbox
+from bot.outbox import Outbox
 from bot.render import escape
 from bot.routes import ChatRoute, MetaStore, Routes, goal_card_key, review_rev_key
 from engine.agent.checklist import current_task, task_label
@@ -334,7 +334,7 @@ class CardPresenter:
             return
 
         async def later() -> None:
-            await asyncio.sleep(HEARTBEAT_S)
+            await self._sleep(HEARTBEAT_S)
             if not self._closed and self._slots.get((session_id, "plan")) is slot:
                 self.refresh(session_id, "plan")
 
@@ -531,7 +531,9 @@ class CardPresenter:
         """
         markup = cards.to_markup(view)
         if current is not None and not restick:
-            result = await self._edit(route.chat_id, current, view.text, markup, interactive)
+            result = await self._outbox.edit(
+                route.chat_id, current, view.text, reply_markup=markup, interactive=interactive
+            )
             if result.outcome != "not_found":
                 return current
             _log.info("plangate.presenter.repost chat=%s message=%s", route.chat_id, current)
@@ -550,18 +552,6 @@ class CardPresenter:
         if self._pins(route.chat_id):
             slot.pinned = await self._pin(route.chat_id, msg.message_id)
         return msg.message_id
-
-    def _edit(
-        self,
-        chat_id: int,
-        message_id: int,
-        html: str,
-        markup: InlineKeyboardMarkup | None,
-        interactive: bool,
-    ) -> asyncio.Future[EditResult]:
-        return self._outbox.edit(
-            chat_id, message_id, html, reply_markup=markup, interactive=interactive
-        )
 
     def _pins(self, chat_id: int) -> bool:
         if self._pin_mode == "auto":
