@@ -202,11 +202,12 @@ async def test_a_goal_round_that_needs_approval_blocks_then_allow_and_resume_con
         toast = await press(fake_api, notice, allow)
         assert toast.startswith("Allowed for this session: touch")
         assert live.engine.approvals.rules(sid) == (("touch",),)
-        await parts(live.app).presenter.flush()
+        # The press is answered before its redraw is queued: wait for the card, bounded.
         stored = await live.storage.db.get_meta(goal_card_key(sid))
         assert stored is not None
-        card = fake_api.message(CHAT, int(stored.split(":")[-1]))
-        assert "needs-approval" in card.text
+        card_id = int(stored.split(":")[-1])
+        await eventually(lambda: "needs-approval" in fake_api.message(CHAT, card_id).text)
+        card = fake_api.message(CHAT, card_id)
         fake_api.press(CHAT, card.message_id, button(card, "▶️ Resume"), user_id=OWNER)
         await until(lambda: phase("complete"))
         assert (live.workspace / "goal.txt").exists()
