@@ -39,7 +39,7 @@ from bot.render import (
 from bot.routes import ChatRoute, Routes
 from engine.agent.channel import Channel
 from engine.api import EngineApi
-from engine.approval.service import ApprovalView
+from engine.approval.policy import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
 
 _log = logging.getLogger("plangate.channel")

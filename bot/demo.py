@@ -21,7 +21,7 @@ from bot.presenter import goal_view, plan_view
 from bot.render import markdown_to_html
 from engine.api import Outcome
 from engine.app import Engine, EngineConfig
-from engine.approval.service import ApprovalView
+from engine.approval.policy import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
 from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider

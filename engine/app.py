@@ -34,8 +34,8 @@ from engine.api import (
     PressKind,
     RestoredGoal,
 )
-from engine.approval.policy import Rule
-from engine.approval.service import DEFAULT_TIMEOUT_S, ApprovalView, ToolApprovals
+from engine.approval.policy import ApprovalView, Rule
+from engine.approval.service import DEFAULT_TIMEOUT_S, ToolApprovals
 from engine.cards import CardChoices, plan_card_state
 from engine.commands import CommandPlane
 from engine.events import (

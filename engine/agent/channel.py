@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 from engine.events import ApprovalDecision, TurnOutcome
 
 if TYPE_CHECKING:
-    from engine.approval.service import ApprovalView
+    from engine.approval.policy import ApprovalView
 
 _log = logging.getLogger("plangate.agent.channel")
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from engine.events import ApprovalDecision, TurnOutcome
 
 if TYPE_CHECKING:
-    from engine.approval.service import ApprovalView
+    from engine.approval.policy import ApprovalView
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 Decision = Literal["allow", "deny", "ask"]
@@ -165,15 +166,58 @@ def decide(
     return "allow"
 
 
+# Rule families: bash command prefixes, and the files whose writes the session allowed.
+RuleFamily = Literal["bash", "files"]
+
+
+def family_of(tool: str) -> RuleFamily:
+    """Which rules a tool's calls are matched against."""
+    return "files" if tool in WRITE_TOOLS else "bash"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalView:
+    """One request as the chat shows it. ``rule`` is what "Allow for this session" adds.
+
+    ``command`` is the bash command, or ``<tool> <path>`` for a write; ``diff`` is the unified
+    diff of a write to an existing text file (not logged: it can be large).
+    """
+
+    request_id: str
+    call_id: str
+    tool: str
+    command: str
+    rule: Rule | None
+    unattended: bool = False
+    diff: str | None = None
+
+    @property
+    def short_id(self) -> str:
+        return self.request_id[:8]
+
+    @property
+    def family(self) -> RuleFamily:
+        return family_of(self.tool)
+
+    @property
+    def rule_text(self) -> str:
+        if not self.rule:
+            return ""
+        return f"writes to {self.rule[0]}" if self.family == "files" else rule_text(self.rule)
+
+
 __all__ = [
     "BASH",
     "WRITE_TOOLS",
+    "ApprovalView",
     "Decision",
     "Rule",
     "RuleError",
+    "RuleFamily",
     "bash_command",
     "command_words",
     "decide",
+    "family_of",
     "is_simple",
     "matches",
     "may_ask",

@@ -30,11 +30,12 @@ from engine.agent.channel import safe_call
 from engine.approval.policy import (
     BASH,
     WRITE_TOOLS,
+    ApprovalView,
     Rule,
+    RuleFamily,
     bash_command,
     decide,
     may_ask,
-    rule_text,
     session_rule,
 )
 from engine.approval.preview import write_diff, write_target
@@ -78,46 +79,6 @@ def describe_timeout(seconds: float) -> str:
         if whole % size == 0:
             return f"{whole // size}{unit}"
     return f"{whole}s"
-
-
-# Rule families: bash command prefixes, and the files whose writes the session allowed.
-RuleFamily = Literal["bash", "files"]
-
-
-def family_of(tool: str) -> RuleFamily:
-    """Which rules a tool's calls are matched against."""
-    return "files" if tool in WRITE_TOOLS else "bash"
-
-
-@dataclass(frozen=True, slots=True)
-class ApprovalView:
-    """One request as the chat shows it. ``rule`` is what "Allow for this session" adds.
-
-    ``command`` is the bash command, or ``<tool> <path>`` for a write; ``diff`` is the unified
-    diff of a write to an existing text file (not logged: it can be large).
-    """
-
-    request_id: str
-    call_id: str
-    tool: str
-    command: str
-    rule: Rule | None
-    unattended: bool = False
-    diff: str | None = None
-
-    @property
-    def short_id(self) -> str:
-        return self.request_id[:8]
-
-    @property
-    def family(self) -> RuleFamily:
-        return family_of(self.tool)
-
-    @property
-    def rule_text(self) -> str:
-        if not self.rule:
-            return ""
-        return f"writes to {self.rule[0]}" if self.family == "files" else rule_text(self.rule)
 
 
 @dataclass(frozen=True, slots=True)
@@ -466,11 +427,8 @@ __all__ = [
     "AnswerResult",
     "ApprovalAction",
     "ApprovalNotifier",
-    "ApprovalView",
-    "RuleFamily",
     "ToolApprovals",
     "UnattendedHook",
     "describe_timeout",
-    "family_of",
     "is_attended",
 ]
