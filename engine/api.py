@@ -16,10 +16,11 @@ from typing import Final, Literal, Protocol
 from engine.goal.types import GoalSnapshot
 from engine.plan.types import PlanSidecar
 
-# The typed command names; `/show-plan`, `/show_plan` and `/show-plan@bot` all arrive as
-# "show_plan", and `/start` as "help".
+# The command plane's command names; `/show-plan`, `/show_plan` and `/show-plan@bot` all arrive
+# as "show_plan", and `/start` as "help". ``/new`` is not among them: it rebinds a chat key
+# (:meth:`EngineApi.new_session`), which a session's command cannot do.
 CommandName = Literal[
-    "plan", "show_plan", "execute", "discard", "goal", "stop", "new", "status", "help", "usage"
+    "plan", "show_plan", "execute", "discard", "goal", "stop", "status", "help", "usage"
 ]
 # Anyone in an allowed group may run these; every other command is owner-only.
 READ_ONLY_COMMANDS: frozenset[str] = frozenset({"show_plan", "status", "help"})

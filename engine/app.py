@@ -1,8 +1,9 @@
-"""The engine facade: composition of the machines and the command plane (docs/architecture.md).
+"""The engine facade: one of each service for the process, composed (docs/architecture.md).
 
-:class:`Engine` implements :class:`engine.api.EngineApi`. It owns one of each service (plan,
-goal, agent registry, round driver, scheduler) for the whole process and decides every
-command and button press; the decisions live in :mod:`engine.commands`.
+:class:`Engine` implements :class:`engine.api.EngineApi` by handing each call to the part that
+owns it: :class:`~engine.sessions.Sessions` (chat bindings, first loads, ``/new``, fork),
+:class:`~engine.commands.CommandPlane` (commands, presses, the owner's messages) and
+:class:`~engine.cards.Cards` (what the cards show). It owns start-up and shutdown.
 
 Front ends build one with :func:`build_engine` from ports (the event log, the session store,
 the plan store, a model, a channel) and never reach into the services themselves.
@@ -16,53 +17,38 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from engine.agent.adapters import PlanServiceAdapter
 from engine.agent.build import build_agent, workspace_from_store
 from engine.agent.channel import Channel, safe_call
 from engine.agent.checklist import DEFAULT_STALL_STEPS
 from engine.agent.config import AgentSettings
-from engine.agent.controller import AgentRegistry, InboundMessage
-from engine.agent.turn import TurnResult
+from engine.agent.controller import AgentRegistry
 from engine.api import (
     CommandName,
     GoalCardData,
     Outcome,
     PlanCardData,
-    PlanCardState,
     PressKind,
     RestoredGoal,
 )
 from engine.approval.policy import ApprovalView, Rule
 from engine.approval.service import DEFAULT_TIMEOUT_S, ToolApprovals
-from engine.cards import CardChoices, plan_card_state
+from engine.cards import CardChoices, Cards
 from engine.commands import CommandPlane
-from engine.events import (
-    CommandRun,
-    FeedbackSource,
-    GoalRoundSource,
-    MessageSource,
-    PlanChanged,
-    PlanMode,
-    SessionEvent,
-)
+from engine.events import GoalRoundSource, MessageSource
 from engine.goal.driver import RoundDriver
 from engine.goal.progress import IdleRoundWatch
 from engine.goal.service import GoalService
 from engine.goal.tools import goal_tools
-from engine.goal.types import NEEDS_APPROVAL, GoalSnapshot
+from engine.goal.types import NEEDS_APPROVAL
 from engine.model.types import ModelProvider
-from engine.plan.extract import validate_template_b
 from engine.plan.service import PlanChange, PlanService
 from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
-from engine.plan.types import PlanFlow, PlanSidecar
 from engine.ports import Clock, EventLog, SessionStore
-from engine.projections import TAKE_BACK_COMMANDS
-from engine.recovery import close_interrupted_turn
 from engine.scheduler import ApsScheduler, Scheduler
-from engine.text import clean_text
+from engine.sessions import Sessions
 from engine.todo.tool import TodoWriteTool
 from engine.tools.base import Tool
 from engine.tools.files import FileLimits
@@ -71,40 +57,9 @@ from engine.usage.meter import UsageConfig, UsageMeter
 
 _log = logging.getLogger("plangate.engine")
 
-PlanEnding = Literal["completed", "discarded", "abandoned"]
-# The store's archive reasons that end a plan in a way its card names; anything else discards.
-_ENDINGS: dict[str, PlanEnding] = {"completed": "completed", "abandoned": "abandoned"}
-
-INTERRUPTED_NOTICE = (
-    "The last turn was interrupted when plangate stopped; it will not be re-run. "
-    "Send a message to continue."
-)
-
-
 # How long shutdown waits for one chat's notice before it goes on.
 NOTICE_WAIT_S = 5.0
 SHUTDOWN_NOTICE = "plangate is stopping: the running turn was stopped and will not be re-run."
-PLAN_RESUMED_NOTICE = "Planning, asked for before plangate stopped, is on now."
-STALE_APPROVAL_NOTICE = (
-    "An approval given before plangate stopped was for an older version of the plan; "
-    "the plan is back in review."
-)
-
-
-def _undecided(events: Sequence[SessionEvent], name: str) -> CommandRun | None:
-    """The last ``command/run`` called ``name`` if nothing decided or took it back since.
-
-    A plan change (``plan/mode``, ``plan/changed``) decides it; a take-back command cancels it.
-    """
-    for event in reversed(events):
-        if isinstance(event, PlanChanged | PlanMode):
-            return None
-        if isinstance(event, CommandRun):
-            if event.name == name:
-                return event
-            if event.name in TAKE_BACK_COMMANDS:
-                return None
-    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,13 +89,19 @@ class EngineConfig:
 
 
 class Engine:
-    """One process's plangate: sessions, plans, goals, the agent and the command plane."""
+    """One process's plangate: its services, composed; every call goes to the part that owns it.
+
+    The parts are public for tests and tools that read state (``plans``, ``goals``, ``agents``,
+    ``usage``, ``approvals``, ``log``); front ends use only the :class:`EngineApi` methods.
+    """
 
     def __init__(
         self,
         *,
         log: EventLog,
-        sessions: SessionStore,
+        sessions: Sessions,
+        commands: CommandPlane,
+        cards: Cards,
         plans: PlanService,
         goals: GoalService,
         agents: AgentRegistry,
@@ -149,10 +110,12 @@ class Engine:
         channel: Channel,
         config: EngineConfig,
         approvals: ToolApprovals,
-        usage: UsageMeter | None = None,
+        usage: UsageMeter,
     ) -> None:
         self.log = log
         self.sessions = sessions
+        self.commands = commands
+        self.cards = cards
         self.plans = plans
         self.goals = goals
         self.agents = agents
@@ -160,170 +123,30 @@ class Engine:
         self.scheduler = scheduler
         self.channel = channel
         self.config = config
-        self.usage = usage or UsageMeter(log, goals=goals, config=config.usage)
-        self.usage.is_private = self._is_private
+        self.usage = usage
         self.approvals = approvals
-        self._loaded: set[str] = set()
-        # Bound sessions that start-up found unmarked (no open turn, nothing undecided): their
-        # first load skips those reads.
-        self._quiet: set[str] = set()
-        self._bindings: dict[tuple[int, int], str] = {}
-        # The last plan of a session that just ended, so its card can say how it ended.
-        self._ended: dict[str, tuple[PlanSidecar, PlanEnding]] = {}
-        # The one owner of what the cards show besides plan, goal and agent state.
-        self.cards = CardChoices()
-        self.commands = CommandPlane(self)
-        plans.add_listener(self._on_plan_change)
-        goals.add_listener(self._on_goal_change)
-        agents.set_turn_listener(self._on_turn_end)
 
     # --- sessions ---------------------------------------------------------------------------
 
     async def session_for_chat(self, chat_id: int, thread_id: int) -> str:
         """The session bound to the chat key, created and bound on first use."""
-        # Bindings change only through this engine (/new), so a hit needs no database trip.
-        session_id = self._bindings.get((chat_id, thread_id))
-        if session_id is not None:
-            return session_id
-        session_id = await self.sessions.session_for_chat(chat_id, thread_id)
-        if session_id is None:
-            record = await self.sessions.create_session(
-                workspace=str(self.config.workspace), profile=self.config.profile
-            )
-            await self.sessions.bind_chat(chat_id, thread_id, record.id)
-            session_id = record.id
-            self._loaded.add(session_id)  # a new session: its log is empty, nothing to close
-        await self.ensure_loaded(session_id)
-        self._bindings[(chat_id, thread_id)] = session_id
-        return session_id
+        return await self.sessions.for_chat(chat_id, thread_id)
 
     async def ensure_loaded(self, session_id: str) -> None:
-        """First touch of a session in this process: close what a dead process left open.
-
-        An interrupted turn is never re-run; the chat is told once. A corrupt sidecar that the
-        plan store moved aside is reported. A pending ``/plan`` or approval that the dead
-        process had logged but not committed is decided now, the same way it would have been.
-        """
-        if session_id in self._loaded:
-            return
-        # Marked loaded before the awaits so concurrent first touches do it once; a failure
-        # unmarks it, so the next touch tries again.
-        self._loaded.add(session_id)
-        try:
-            await self._load(session_id)
-        except BaseException:
-            self._loaded.discard(session_id)
-            raise
-
-    async def _load(self, session_id: str) -> None:
-        quiet = session_id in self._quiet
-        self._quiet.discard(session_id)
-        interrupted = not quiet and bool(await close_interrupted_turn(self.log, session_id))
-        if interrupted:
-            await safe_call("notice", self.channel.notice(session_id, INTERRUPTED_NOTICE))
-        await self.approvals.load(session_id)
-        await self.goals.on_session_start(session_id)
-        await self.goals.get(session_id)  # reads the log: ``goals.peek`` is current from here
-        await self.plans.state(session_id)  # loads the sidecar (legacy map, corrupt move)
-        for notice in self.plans.take_notices(session_id):
-            await safe_call("notice", self.channel.notice(session_id, notice))
-        if not quiet:
-            await self._decide_pending(session_id)
-        if interrupted:
-            # The card still shows the turn as working: redraw it (a checklist left by the
-            # dead process is paused now, with Resume; nothing restarts by itself).
-            await safe_call("plan_changed", self.channel.plan_changed(session_id))
-
-    async def _decide_pending(self, session_id: str) -> None:
-        stored = await self.log.read(session_id, types=("command/run", "plan/mode", "plan/changed"))
-        events = [s.event for s in stored]
-        switch = _undecided(events, "plan")
-        if (
-            switch is not None
-            and switch.data.get("target") is True
-            and await self.plans.state(session_id) == "none"
-        ):
-            await self.plans.enter_pre_init(
-                session_id, working_directory=str(self.config.workspace)
-            )
-            await safe_call("notice", self.channel.notice(session_id, PLAN_RESUMED_NOTICE))
-        approval = _undecided(events, "approve")
-        revision = approval.data.get("revision") if approval is not None else None
-        current = await self.plans.current(session_id)
-        if not isinstance(revision, int) or current is None:
-            return
-        if await self.plans.state(session_id) != "post_init":
-            return
-        if current.revision == revision:
-            await self.agents.controller(session_id).request_approval(
-                revision=revision, actor=approval.actor if approval else None
-            )
-        else:
-            await safe_call("notice", self.channel.notice(session_id, STALE_APPROVAL_NOTICE))
+        """Load a session in this process if it is not yet (see :class:`Sessions`)."""
+        await self.sessions.ensure_loaded(session_id)
 
     async def new_session(self, chat_id: int, thread_id: int, *, actor: int) -> Outcome:
         """``/new``: end the key's session (cancel, disarm, archive), bind a fresh one."""
-        old = await self.sessions.session_for_chat(chat_id, thread_id)
-        dropped: list[str] = []
-        if old is not None:
-            await self.ensure_loaded(old)
-            await self.commands.log_command(old, "new", "", actor=actor)
-            self.agents.controller(old).cancel_pending()
-            dropped = [m.text for m in await self.agents.stop(old)]
-            await self.goals.disarm(old)  # the driver drops the goal's jobs on disarm
-            await self.plans.abandon(old)
-            self.cards.forget(old)
-        record = await self.sessions.create_session(
-            workspace=str(self.config.workspace), profile=self.config.profile
-        )
-        await self.sessions.bind_chat(chat_id, thread_id, record.id)
-        self._bindings[(chat_id, thread_id)] = record.id
-        self._loaded.add(record.id)
-        return Outcome(reply="Started a new session.", dropped=tuple(dropped))
+        return await self.sessions.new_session(chat_id, thread_id, actor=actor)
 
     async def migrate_chat(self, old_chat_id: int, new_chat_id: int) -> list[str]:
-        """A group became a supergroup: bind its sessions to the new id; returns them.
-
-        Each moved plan's ``flow`` names the new chat and no card (the old group's messages
-        can no longer be edited), so the next drawing posts the card anew. Idempotent.
-        """
-        moved: list[str] = []
-        for binding in await self.sessions.chat_bindings():
-            if binding.chat_id != old_chat_id:
-                continue
-            key = (new_chat_id, binding.thread_id)
-            # Replaces a session a message in the new chat may have opened meanwhile: the
-            # group's own session is the one with its history.
-            await self.sessions.bind_chat(*key, binding.session_id)
-            self._bindings[key] = binding.session_id
-            self._bindings.pop((old_chat_id, binding.thread_id), None)
-            sidecar = await self.plans.current(binding.session_id)
-            if sidecar is not None and sidecar.flow.chat_id in (None, old_chat_id):
-                flow = sidecar.flow.model_copy(
-                    update={"chat_id": new_chat_id, "card_id": None, "review_ids": []}
-                )
-                await self.plans.set_flow(binding.session_id, flow)
-            moved.append(binding.session_id)
-        _log.info(
-            "plangate.engine.chat_migrated from=%s to=%s sessions=%s",
-            old_chat_id,
-            new_chat_id,
-            len(moved),
-        )
-        return moved
+        """A group became a supergroup: bind its sessions to the new id; returns them."""
+        return await self.sessions.migrate_chat(old_chat_id, new_chat_id)
 
     async def fork_session(self, session_id: str, *, upto_seq: int | None = None) -> str:
-        """A new session with a copy of the log prefix and the current sidecar and ``.md``.
-
-        The copy is bound to no chat and owns no card: its ``flow`` ids are cleared, so it
-        never edits the parent's messages.
-        """
-        await self.ensure_loaded(session_id)
-        record = await self.sessions.fork(session_id, upto_seq=upto_seq)
-        await self.plans.fork(session_id, record.id)
-        if await self.plans.current(record.id) is not None:
-            await self.plans.set_flow(record.id, PlanFlow())
-        return record.id
+        """An unbound copy of the session (log prefix, sidecar, ``.md``); owns no card."""
+        return await self.sessions.fork(session_id, upto_seq=upto_seq)
 
     # --- messages, commands, presses --------------------------------------------------------
 
@@ -337,20 +160,17 @@ class Engine:
         feedback: bool = False,
     ) -> None:
         """Queue a message for the agent and return at once (never waits for the turn)."""
-        await self.ensure_loaded(session_id)
-        answered = self.agents.controller(session_id).awaiting_answer
-        self.commands.submit_text(
-            session_id, clean_text(text), actor=actor, message_id=message_id, feedback=feedback
+        await self.sessions.ensure_loaded(session_id)
+        await self.commands.message(
+            session_id, text, actor=actor, message_id=message_id, feedback=feedback
         )
-        if answered:  # the card no longer waits for the owner
-            await safe_call("plan_changed", self.channel.plan_changed(session_id))
 
     async def command(
         self, session_id: str, name: CommandName, args: str, *, actor: int | None
     ) -> Outcome:
         """Run a command in the command plane (logged as ``command/run``; opens no turn)."""
-        await self.ensure_loaded(session_id)
-        return await self.commands.run(session_id, name, clean_text(args), actor=actor)
+        await self.sessions.ensure_loaded(session_id)
+        return await self.commands.run(session_id, name, args, actor=actor)
 
     async def press(
         self,
@@ -364,7 +184,7 @@ class Engine:
         message_id: int | None = None,
     ) -> Outcome:
         """A button press bound to the revision it was drawn for; stale presses change nothing."""
-        await self.ensure_loaded(session_id)
+        await self.sessions.ensure_loaded(session_id)
         return await self.commands.press(
             session_id,
             kind=kind,
@@ -379,79 +199,15 @@ class Engine:
 
     async def plan_card(self, session_id: str) -> PlanCardData:
         """What the plan card shows now (engine.cards has the rule)."""
-        sidecar = await self.plans.current(session_id)
-        controller = self.agents.controller(session_id)
-        busy = controller.busy
-        if sidecar is None:
-            ended = self._ended.get(session_id)
-            if ended is not None:
-                final: PlanCardState = "done" if ended[1] == "completed" else "none"
-                return PlanCardData(state=final, sidecar=ended[0], busy=busy, ended=ended[1])
-            return PlanCardData(state="none", sidecar=None, busy=busy)
-        phase = await self.plans.state(session_id)
-        run = controller.checklist
-        review_ready = phase == "post_init" and await self._review_ready(session_id, sidecar)
-        state = plan_card_state(
-            phase=phase,
-            sidecar=sidecar,
-            review_ready=review_ready,
-            choice=self.cards.plan_choice(session_id, sidecar.id, sidecar.revision),
-            awaits_feedback=self.cards.awaits_feedback(session_id, sidecar.id),
-            running=busy or run.armed,
-        )
-        waiting: str | None = None
-        approval = self.pending_approval(session_id)
-        if approval is not None:
-            waiting = f"approval of a {approval.tool} call (the message below)"
-        elif controller.awaiting_answer and not busy:
-            waiting = "a question"
-        elif state == "review":
-            waiting = "your review"
-        halted: str | None = None
-        if state == "paused":
-            if run.stalled is not None:
-                label, steps = run.stalled
-                halted = f"Stalled on {label}: no progress in {steps} steps."
-            else:
-                halted = "Paused: Resume runs the rest of the checklist."
-        return PlanCardData(
-            state=state,
-            sidecar=sidecar,
-            busy=busy,
-            markdown=await self.plans.md_text(session_id) if review_ready else None,
-            waiting=waiting,
-            last_progress_at=run.last_progress_at if run.armed else None,
-            halted=halted,
-        )
+        return await self.cards.plan_card(session_id)
+
+    async def goal_card(self, session_id: str) -> GoalCardData:
+        """What the goal card shows now."""
+        return await self.cards.goal_card(session_id)
 
     def pending_approval(self, session_id: str) -> ApprovalView | None:
         """The tool call this session waits on the owner for ("waiting for you"), if any."""
         return self.approvals.pending(session_id)
-
-    async def _review_ready(self, session_id: str, sidecar: PlanSidecar) -> bool:
-        """Review once ``submit`` was called for this revision or template B is valid."""
-        if sidecar.submitted_revision == sidecar.revision:
-            return True
-        md = await self.plans.md_text(session_id)
-        return bool(md) and not validate_template_b(md or "")
-
-    async def goal_card(self, session_id: str) -> GoalCardData:
-        goal = await self.goals.get(session_id)
-        if goal is None:
-            return GoalCardData(state="none", goal=None)
-        state = self.cards.goal_choice(session_id, goal.id, goal.revision) or "live"
-        return GoalCardData(
-            state=state,
-            goal=goal,
-            armed=self.goals.is_armed(session_id),
-            tokens_used=await self.usage.goal_tokens(session_id, goal.id),
-        )
-
-    def _is_private(self, session_id: str) -> bool:
-        # Telegram's private chats have positive ids, groups negative ones.
-        return any(
-            chat_id > 0 and sid == session_id for (chat_id, _), sid in self._bindings.items()
-        )
 
     async def set_plan_flow(
         self,
@@ -463,65 +219,15 @@ class Engine:
         review_ids: Sequence[int] | None = None,
         plan_id: str | None = None,
     ) -> None:
-        """Remember the plan card's (and plan-text messages') ids in the sidecar's ``flow``.
-
-        Written the moment Telegram returns the id. A plan that ended meanwhile keeps its
-        last card in memory, so its final drawing edits that message.
-        """
-        sidecar = await self.plans.current(session_id)
-        written = False
-        if sidecar is not None and (plan_id is None or sidecar.id == plan_id):
-            flow = sidecar.flow.model_copy(
-                update={
-                    "chat_id": chat_id,
-                    "thread_id": thread_id,
-                    "card_id": card_id,
-                    "review_ids": list(review_ids)
-                    if review_ids is not None
-                    else list(sidecar.flow.review_ids),
-                }
-            )
-            # The plan may end between the read and the write: set_flow checks under its lock.
-            written = await self.plans.set_flow(session_id, flow, plan_id=sidecar.id)
-        ended = self._ended.get(session_id)
-        if (
-            not written
-            and ended is not None
-            and card_id is not None
-            and plan_id in (None, ended[0].id)
-        ):
-            flow = ended[0].flow.model_copy(update={"chat_id": chat_id, "card_id": card_id})
-            self._ended[session_id] = (ended[0].model_copy(update={"flow": flow}), ended[1])
-
-    async def _on_plan_change(self, change: PlanChange) -> None:
-        if change.after is None and change.before is not None:
-            ending = _ENDINGS.get(change.archived or "", "discarded")
-            self._ended[change.session_id] = (change.archived_sidecar or change.before, ending)
-        elif change.after is not None:
-            self._ended.pop(change.session_id, None)
-        if change.after is None or change.after.status == "Active":
-            # Planning ended: a goal round held back while Editing may go now.
-            self.driver.notify_idle(change.session_id)
-        await safe_call("plan_changed", self.channel.plan_changed(change.session_id))
-
-    async def _on_goal_change(self, session_id: str, goal: GoalSnapshot | None) -> None:
-        await safe_call("goal_changed", self.channel.goal_changed(session_id))
-
-    async def _on_turn_end(
-        self, session_id: str, message: InboundMessage, result: TurnResult
-    ) -> None:
-        """Card state that turns decide: the planner's feedback turn, a question asked."""
-        redraw = False
-        if isinstance(message.source, FeedbackSource):
-            # Whatever the planner did with the owner's words, the review keyboard comes back.
-            sidecar = await self.plans.current(session_id)
-            if sidecar is not None and self.cards.awaits_feedback(session_id, sidecar.id):
-                self.cards.feedback_done(session_id)
-                redraw = True
-        if result.asked:  # the card says a question waits for the owner
-            redraw = True
-        if redraw:
-            await safe_call("plan_changed", self.channel.plan_changed(session_id))
+        """Remember the plan card's ids in the sidecar's ``flow`` (:meth:`Cards.set_plan_flow`)."""
+        await self.cards.set_plan_flow(
+            session_id,
+            chat_id=chat_id,
+            thread_id=thread_id,
+            card_id=card_id,
+            review_ids=review_ids,
+            plan_id=plan_id,
+        )
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -530,35 +236,13 @@ class Engine:
 
         Loads only the bound sessions the log marks as needing it (an interrupted turn to
         announce, a live goal to come up disarmed, an undecided ``/plan`` or approval); every
-        other session loads when its chat next speaks, so start-up does not grow with the
-        number of sessions.
+        other session loads when its chat next speaks.
         """
         if isinstance(self.scheduler, ApsScheduler):
             self.scheduler.start()
         await self.usage.load()
-        bound: set[str] = set()
-        for binding in await self.sessions.chat_bindings():
-            self._bindings.setdefault((binding.chat_id, binding.thread_id), binding.session_id)
-            bound.add(binding.session_id)
         restored: list[RestoredGoal] = []
-        marked = await self.log.needs_attention()
-        self._quiet = bound - set(marked) - self._loaded
-        for session_id in marked:
-            if session_id not in bound:
-                continue
-            # Tell each chat now about a turn the last process left open, not at its next
-            # message; decide what it left pending. One broken session must not stop the bot:
-            # it is tried again at its next message.
-            try:
-                await self.ensure_loaded(session_id)
-            except Exception as exc:
-                _log.warning(
-                    "plangate.engine.load_failed session=%s %s: %s",
-                    session_id,
-                    type(exc).__name__,
-                    exc,
-                )
-                continue
+        for session_id in await self.sessions.load_bound():
             goal = self.goals.peek(session_id)  # loading just read it
             if goal is not None and goal.phase == "active" and goal.source != "task":
                 restored.append(RestoredGoal(session_id=session_id, goal=goal))
@@ -660,9 +344,53 @@ def build_engine(
         goals, agents, the_scheduler, hold=planning, after_round=idle.round_settled
     )
     agents.set_driver(driver)
+
+    async def wake_driver(change: PlanChange) -> None:
+        if change.after is None or change.after.status == "Active":
+            # Planning ended: a goal round held back while Editing may go now.
+            driver.notify_idle(change.session_id)
+
+    plans.add_listener(wake_driver)
+    choices = CardChoices()
+    cards = Cards(
+        plans=plans,
+        goals=goals,
+        agents=agents,
+        approvals=approvals,
+        usage=usage,
+        channel=channel,
+        choices=choices,
+    )
+    agents.set_turn_listener(cards.on_turn_end)
+    the_sessions = Sessions(
+        sessions,
+        log=log,
+        plans=plans,
+        goals=goals,
+        agents=agents,
+        approvals=approvals,
+        cards=choices,
+        channel=channel,
+        workspace=config.workspace,
+        profile=config.profile,
+    )
+    usage.is_private = the_sessions.is_private
+    commands = CommandPlane(
+        log=log,
+        plans=plans,
+        goals=goals,
+        agents=agents,
+        approvals=approvals,
+        usage=usage,
+        cards=choices,
+        channel=channel,
+        workspace=config.workspace,
+    )
     return Engine(
         log=log,
-        sessions=sessions,
+        sessions=the_sessions,
+        commands=commands,
+        cards=cards,
         plans=plans,
         goals=goals,
         agents=agents,
@@ -675,4 +403,4 @@ def build_engine(
     )
 
 
-__all__ = ["Engine", "EngineConfig", "build_engine"]
+__all__ = ["SHUTDOWN_NOTICE", "Engine", "EngineConfig", "build_engine"]

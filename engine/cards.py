@@ -7,17 +7,30 @@ or a confirmation keyboard, each bound to the plan or goal revision it was drawn
 planner working on feedback after Keep planning or Revise). Front ends draw what
 :class:`engine.api.PlanCardData` says and record message ids; they keep no card state.
 
-:func:`plan_card_state` is the pure rule; :class:`CardChoices` holds the owner's choices. See
+:func:`plan_card_state` is the pure rule; :class:`CardChoices` holds the owner's choices;
+:class:`Cards` reads the services and answers what each card shows now, keeps the plan card's
+message ids in the sidecar's ``flow``, and asks the channel to redraw when a card changes. See
 docs/telegram.md "The plan card's life".
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from engine.api import GoalCardState, PlanCardState
+from engine.agent.channel import Channel, safe_call
+from engine.agent.controller import AgentRegistry, InboundMessage
+from engine.agent.turn import TurnResult
+from engine.api import GoalCardData, GoalCardState, PlanCardData, PlanCardState
+from engine.approval.service import ToolApprovals
+from engine.events import FeedbackSource
+from engine.goal.service import GoalService
+from engine.goal.types import GoalSnapshot
+from engine.plan.extract import validate_template_b
+from engine.plan.service import PlanChange, PlanService
 from engine.plan.types import PlanSidecar, PlanState
+from engine.usage.meter import UsageMeter
 
 PlanChoice = Literal["revise_offer", "confirm_discard"]
 
@@ -106,4 +119,174 @@ def plan_card_state(
     return "paused"
 
 
-__all__ = ["CardChoices", "PlanChoice", "plan_card_state"]
+PlanEnding = Literal["completed", "discarded", "abandoned"]
+# The store's archive reasons that end a plan in a way its card names; anything else discards.
+_ENDINGS: dict[str, PlanEnding] = {"completed": "completed", "abandoned": "abandoned"}
+
+
+class Cards:
+    """What the plan card and the goal card show now; the one place front ends ask."""
+
+    def __init__(
+        self,
+        *,
+        plans: PlanService,
+        goals: GoalService,
+        agents: AgentRegistry,
+        approvals: ToolApprovals,
+        usage: UsageMeter,
+        channel: Channel,
+        choices: CardChoices,
+    ) -> None:
+        self._plans = plans
+        self._goals = goals
+        self._agents = agents
+        self._approvals = approvals
+        self._usage = usage
+        self._channel = channel
+        self.choices = choices
+        # The last plan of a session that just ended, so its card can say how it ended.
+        self._ended: dict[str, tuple[PlanSidecar, PlanEnding]] = {}
+        plans.add_listener(self._on_plan_change)
+        goals.add_listener(self._on_goal_change)
+
+    async def plan_card(self, session_id: str) -> PlanCardData:
+        """What the plan card shows now (:func:`plan_card_state` is the rule)."""
+        sidecar = await self._plans.current(session_id)
+        controller = self._agents.controller(session_id)
+        busy = controller.busy
+        if sidecar is None:
+            ended = self._ended.get(session_id)
+            if ended is not None:
+                final: PlanCardState = "done" if ended[1] == "completed" else "none"
+                return PlanCardData(state=final, sidecar=ended[0], busy=busy, ended=ended[1])
+            return PlanCardData(state="none", sidecar=None, busy=busy)
+        phase = await self._plans.state(session_id)
+        run = controller.checklist
+        review_ready = phase == "post_init" and await self._review_ready(session_id, sidecar)
+        state = plan_card_state(
+            phase=phase,
+            sidecar=sidecar,
+            review_ready=review_ready,
+            choice=self.choices.plan_choice(session_id, sidecar.id, sidecar.revision),
+            awaits_feedback=self.choices.awaits_feedback(session_id, sidecar.id),
+            running=busy or run.armed,
+        )
+        waiting: str | None = None
+        approval = self._approvals.pending(session_id)
+        if approval is not None:
+            waiting = f"approval of a {approval.tool} call (the message below)"
+        elif controller.awaiting_answer and not busy:
+            waiting = "a question"
+        elif state == "review":
+            waiting = "your review"
+        halted: str | None = None
+        if state == "paused":
+            if run.stalled is not None:
+                label, steps = run.stalled
+                halted = f"Stalled on {label}: no progress in {steps} steps."
+            else:
+                halted = "Paused: Resume runs the rest of the checklist."
+        return PlanCardData(
+            state=state,
+            sidecar=sidecar,
+            busy=busy,
+            markdown=await self._plans.md_text(session_id) if review_ready else None,
+            waiting=waiting,
+            last_progress_at=run.last_progress_at if run.armed else None,
+            halted=halted,
+        )
+
+    async def _review_ready(self, session_id: str, sidecar: PlanSidecar) -> bool:
+        """Review once ``submit`` was called for this revision or template B is valid."""
+        if sidecar.submitted_revision == sidecar.revision:
+            return True
+        md = await self._plans.md_text(session_id)
+        return bool(md) and not validate_template_b(md or "")
+
+    async def goal_card(self, session_id: str) -> GoalCardData:
+        """What the goal card shows now: the goal, armed or not, and its tokens so far."""
+        goal = await self._goals.get(session_id)
+        if goal is None:
+            return GoalCardData(state="none", goal=None)
+        state = self.choices.goal_choice(session_id, goal.id, goal.revision) or "live"
+        return GoalCardData(
+            state=state,
+            goal=goal,
+            armed=self._goals.is_armed(session_id),
+            tokens_used=await self._usage.goal_tokens(session_id, goal.id),
+        )
+
+    async def set_plan_flow(
+        self,
+        session_id: str,
+        *,
+        chat_id: int,
+        thread_id: int | None,
+        card_id: int | None,
+        review_ids: Sequence[int] | None = None,
+        plan_id: str | None = None,
+    ) -> None:
+        """Remember the plan card's (and plan-text messages') ids in the sidecar's ``flow``.
+
+        Written the moment Telegram returns the id. A plan that ended meanwhile keeps its
+        last card in memory, so its final drawing edits that message.
+        """
+        sidecar = await self._plans.current(session_id)
+        written = False
+        if sidecar is not None and (plan_id is None or sidecar.id == plan_id):
+            flow = sidecar.flow.model_copy(
+                update={
+                    "chat_id": chat_id,
+                    "thread_id": thread_id,
+                    "card_id": card_id,
+                    "review_ids": list(review_ids)
+                    if review_ids is not None
+                    else list(sidecar.flow.review_ids),
+                }
+            )
+            # The plan may end between the read and the write: set_flow checks under its lock.
+            written = await self._plans.set_flow(session_id, flow, plan_id=sidecar.id)
+        ended = self._ended.get(session_id)
+        if (
+            not written
+            and ended is not None
+            and card_id is not None
+            and plan_id in (None, ended[0].id)
+        ):
+            flow = ended[0].flow.model_copy(update={"chat_id": chat_id, "card_id": card_id})
+            self._ended[session_id] = (ended[0].model_copy(update={"flow": flow}), ended[1])
+
+    async def on_turn_end(
+        self, session_id: str, message: InboundMessage, result: TurnResult
+    ) -> None:
+        """Card state that turns decide: the planner's feedback turn, a question asked."""
+        redraw = False
+        if isinstance(message.source, FeedbackSource):
+            # Whatever the planner did with the owner's words, the review keyboard comes back.
+            sidecar = await self._plans.current(session_id)
+            if sidecar is not None and self.choices.awaits_feedback(session_id, sidecar.id):
+                self.choices.feedback_done(session_id)
+                redraw = True
+        if result.asked:  # the card says a question waits for the owner
+            redraw = True
+        if redraw:
+            await self.plan_changed(session_id)
+
+    async def plan_changed(self, session_id: str) -> None:
+        """Ask the front end to redraw the plan card (a failure is logged, never raised)."""
+        await safe_call("plan_changed", self._channel.plan_changed(session_id))
+
+    async def _on_plan_change(self, change: PlanChange) -> None:
+        if change.after is None and change.before is not None:
+            ending = _ENDINGS.get(change.archived or "", "discarded")
+            self._ended[change.session_id] = (change.archived_sidecar or change.before, ending)
+        elif change.after is not None:
+            self._ended.pop(change.session_id, None)
+        await self.plan_changed(change.session_id)
+
+    async def _on_goal_change(self, session_id: str, goal: GoalSnapshot | None) -> None:
+        await safe_call("goal_changed", self._channel.goal_changed(session_id))
+
+
+__all__ = ["CardChoices", "Cards", "PlanChoice", "PlanEnding", "plan_card_state"]

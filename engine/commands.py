@@ -16,19 +16,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Literal
+from pathlib import Path
+from typing import Any, Literal
 
 from engine import api
+from engine.agent.channel import Channel, safe_call
+from engine.agent.controller import AgentRegistry
 from engine.api import CommandName, Outcome
+from engine.approval.service import ToolApprovals
+from engine.cards import CardChoices
 from engine.events import CommandRun, FeedbackSource, HumanSource
 from engine.goal.commands import describe_goal, parse_goal_command, run_goal_command
 from engine.goal.fold import GoalRefusal
+from engine.goal.service import GoalService
 from engine.plan.extract import validate_template_b
+from engine.plan.service import PlanService
+from engine.ports import EventLog
+from engine.text import clean_text
 from engine.usage.ledger import fmt_tokens, parse_tokens
-from engine.usage.meter import CAP_COMMAND
-
-if TYPE_CHECKING:
-    from engine.app import Engine
+from engine.usage.meter import CAP_COMMAND, UsageMeter
 
 _log = logging.getLogger("plangate.commands")
 
@@ -60,10 +66,33 @@ TEXT_NOT_SENT = "The text after /execute was not sent to the agent."
 
 
 class CommandPlane:
-    """Decides commands and presses for an :class:`~engine.app.Engine`."""
+    """Decides every command, button press and owner's message, from the services it needs.
 
-    def __init__(self, engine: Engine) -> None:
-        self._e = engine
+    The caller loads the session first (:meth:`engine.sessions.Sessions.ensure_loaded`).
+    """
+
+    def __init__(
+        self,
+        *,
+        log: EventLog,
+        plans: PlanService,
+        goals: GoalService,
+        agents: AgentRegistry,
+        approvals: ToolApprovals,
+        usage: UsageMeter,
+        cards: CardChoices,
+        channel: Channel,
+        workspace: Path,
+    ) -> None:
+        self._log = log
+        self._plans = plans
+        self._goals = goals
+        self._agents = agents
+        self._approvals = approvals
+        self._usage = usage
+        self._cards = cards
+        self._channel = channel
+        self._workspace = workspace
         self._background_logs: set[asyncio.Task[None]] = set()
 
     # --- plumbing ---------------------------------------------------------------------------
@@ -79,7 +108,7 @@ class CommandPlane:
     ) -> None:
         """Append the ``command/run`` that records a command-plane action."""
         event = CommandRun(name=name, args=args, actor=actor, data=data or {})
-        await self._e.log.append(session_id, [event])
+        await self._log.append(session_id, [event])
 
     def log_read_only(self, session_id: str, name: str, args: str, *, actor: int | None) -> None:
         """Log a read-only command's ``command/run`` in the background (the reply does not wait
@@ -106,6 +135,23 @@ class CommandPlane:
         while self._background_logs:
             await asyncio.gather(*list(self._background_logs))
 
+    async def message(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        actor: int | None,
+        message_id: int | None,
+        feedback: bool = False,
+    ) -> None:
+        """An owner's message for the agent: queued, never waited for; it answers a question."""
+        answered = self._agents.controller(session_id).awaiting_answer
+        self.submit_text(
+            session_id, clean_text(text), actor=actor, message_id=message_id, feedback=feedback
+        )
+        if answered:  # the card no longer waits for the owner
+            await safe_call("plan_changed", self._channel.plan_changed(session_id))
+
     def submit_text(
         self,
         session_id: str,
@@ -121,7 +167,7 @@ class CommandPlane:
             if feedback
             else HumanSource(user_id=actor, message_id=message_id)
         )
-        self._e.agents.controller(session_id).submit(text, source=source, message_id=message_id)
+        self._agents.controller(session_id).submit(text, source=source, message_id=message_id)
 
     # --- commands ---------------------------------------------------------------------------
 
@@ -129,9 +175,9 @@ class CommandPlane:
         self, session_id: str, name: CommandName, args: str, *, actor: int | None
     ) -> Outcome:
         """Run one command; refusals are outcomes with a reply, never exceptions."""
-        args = args.strip()
+        args = clean_text(args).strip()
         if name in ("plan", "execute", "discard", "goal", "stop"):
-            self._e.cards.clear(session_id)
+            self._cards.clear(session_id)
         if name in READ_ONLY_COMMANDS:
             self.log_read_only(session_id, name, args, actor=actor)
         match name:
@@ -157,16 +203,13 @@ class CommandPlane:
             case "help":
                 return Outcome(reply=HELP_TEXT)
             case "usage":
-                return await self._usage(session_id, args, actor=actor)
-            case "new":
-                # /new rebinds a chat key; the engine's new_session does it.
-                return Outcome(reply="Use /new in the chat to start a fresh session.")
+                return await self._usage_command(session_id, args, actor=actor)
         return Outcome(reply=HELP_TEXT)
 
     async def _plan(self, session_id: str, text: str, *, actor: int | None) -> Outcome:
-        plans = self._e.plans
+        plans = self._plans
         state = await plans.state(session_id)
-        controller = self._e.agents.controller(session_id)
+        controller = self._agents.controller(session_id)
         if state == "none":
             await self.log_command(session_id, "plan", text, actor=actor, data={"target": True})
             if controller.busy:
@@ -175,7 +218,7 @@ class CommandPlane:
                 reply = "Planning starts when the current step ends."
             else:
                 result = await plans.enter_pre_init(
-                    session_id, working_directory=str(self._e.config.workspace)
+                    session_id, working_directory=str(self._workspace)
                 )
                 if not result.ok:
                     return Outcome(reply=result.text)
@@ -196,17 +239,17 @@ class CommandPlane:
                 reply="This checklist has no plan text to revise. /discard it to plan anew.",
                 plan_card="restick",
             )
-        self._e.cards.choose_plan(session_id, "revise_offer", sidecar.id, sidecar.revision)
+        self._cards.choose_plan(session_id, "revise_offer", sidecar.id, sidecar.revision)
         return Outcome(reply="A plan is being carried out. Revise it?", plan_card="restick")
 
     async def _revisable(self, session_id: str) -> bool:
-        sidecar = await self._e.plans.current(session_id)
+        sidecar = await self._plans.current(session_id)
         if sidecar is None or sidecar.status != "Active":
             return False
-        return sidecar.mode in (None, "design") and bool(await self._e.plans.md_text(session_id))
+        return sidecar.mode in (None, "design") and bool(await self._plans.md_text(session_id))
 
     async def _show_plan(self, session_id: str) -> Outcome:
-        state = await self._e.plans.state(session_id)
+        state = await self._plans.state(session_id)
         if state == "none":
             return Outcome(reply="No plan. Start one with /plan.")
         if state == "pre_init":
@@ -216,7 +259,7 @@ class CommandPlane:
     async def _execute(self, session_id: str, text: str, *, actor: int | None) -> Outcome:
         """``/execute [text]``: the text goes to the agent as the owner's message once the
         approval stands (or with the checklist's continuation); a refusal says it was not sent."""
-        plans = self._e.plans
+        plans = self._plans
         state = await plans.state(session_id)
         if state == "none":
             return Outcome(reply=_unsent("No plan to execute. Start one with /plan.", text))
@@ -239,9 +282,9 @@ class CommandPlane:
 
     async def run_checklist(self, session_id: str) -> Outcome:
         """``/execute`` or Resume on an Active plan: run the checklist on to its end."""
-        plans = self._e.plans
+        plans = self._plans
         sidecar = await plans.current(session_id)
-        controller = self._e.agents.controller(session_id)
+        controller = self._agents.controller(session_id)
         if controller.busy:
             await controller.run_checklist()
             return Outcome(
@@ -262,7 +305,7 @@ class CommandPlane:
         ``text`` (from ``/execute text``) is queued as the owner's message once the approval is
         committed or pending; it runs after the turn that is running or queued, under Active.
         """
-        md = await self._e.plans.md_text(session_id) or ""
+        md = await self._plans.md_text(session_id) or ""
         missing = validate_template_b(md)
         if missing:
             lines = "\n".join(f"- {item}" for item in missing)
@@ -272,9 +315,9 @@ class CommandPlane:
         await self.log_command(
             session_id, "approve", str(revision), actor=actor, data={"revision": revision}
         )
-        controller = self._e.agents.controller(session_id)
+        controller = self._agents.controller(session_id)
         answer = await controller.request_approval(revision=revision, actor=actor)
-        self._e.cards.feedback_done(session_id)
+        self._cards.feedback_done(session_id)
         if answer == "stale":
             return Outcome(
                 reply=_unsent("The approval did not go through.", text), plan_card="refresh"
@@ -294,12 +337,12 @@ class CommandPlane:
         A pending approval or ``/plan`` is taken back, never committed later; the goal is
         disarmed (docs/goals.md).
         """
-        plans = self._e.plans
-        controller = self._e.agents.controller(session_id)
+        plans = self._plans
+        controller = self._agents.controller(session_id)
         pending_plan = controller.pending_plan_mode is True
         controller.cancel_pending()
-        self._e.cards.clear(session_id)
-        dropped = [m.text for m in await self._e.agents.stop(session_id)]
+        self._cards.clear(session_id)
+        dropped = [m.text for m in await self._agents.stop(session_id)]
         state = await plans.state(session_id)
         if state == "none":
             reply = "Planning cancelled." if pending_plan else "Nothing to discard."
@@ -309,7 +352,7 @@ class CommandPlane:
         result = await plans.discard(session_id)
         if not result.ok:
             return Outcome(reply=result.text, plan_card="refresh", dropped=tuple(dropped))
-        self._e.cards.feedback_done(session_id)
+        self._cards.feedback_done(session_id)
         if state == "pre_init":
             reply = "Planning cancelled."
         elif revising:
@@ -320,12 +363,12 @@ class CommandPlane:
 
     async def _goal(self, session_id: str, args: str) -> Outcome:
         spec = parse_goal_command(args)
-        result = await run_goal_command(self._e.goals, session_id, spec)
+        result = await run_goal_command(self._goals, session_id, spec)
         card: Literal["refresh", "restick"] = "restick" if spec.action == "show" else "refresh"
         return Outcome(reply=result.text, goal_card=card)
 
-    async def _usage(self, session_id: str, args: str, *, actor: int | None) -> Outcome:
-        meter = self._e.usage
+    async def _usage_command(self, session_id: str, args: str, *, actor: int | None) -> Outcome:
+        meter = self._usage
         if not args:
             return Outcome(reply=await meter.report(session_id))
         word, _, rest = args.partition(" ")
@@ -343,9 +386,9 @@ class CommandPlane:
 
     async def _stop(self, session_id: str) -> Outcome:
         # The dropped messages travel as data; the front end lists them under the reply.
-        dropped = [m.text for m in await self._e.agents.stop(session_id)]
+        dropped = [m.text for m in await self._agents.stop(session_id)]
         # Nothing waits for the owner any more (the stop answered any question): no feedback.
-        self._e.cards.feedback_done(session_id)
+        self._cards.feedback_done(session_id)
         return Outcome(
             reply="Stopped.", dropped=tuple(dropped), plan_card="refresh", goal_card="refresh"
         )
@@ -355,11 +398,10 @@ class CommandPlane:
 
         The workspace's absolute path is shown to an owner only (``owner``).
         """
-        e = self._e
-        where = f" in {e.config.workspace}" if owner else ""
+        where = f" in {self._workspace}" if owner else ""
         lines = [f"Session {session_id[:8]}{where}"]
-        state = await e.plans.state(session_id)
-        sidecar = await e.plans.current(session_id)
+        state = await self._plans.state(session_id)
+        sidecar = await self._plans.current(session_id)
         if sidecar is None:
             lines.append("Plan: none")
         else:
@@ -373,13 +415,13 @@ class CommandPlane:
         # The goal as this process last read it: every goal change made here goes through the
         # goal service, which re-reads after it, and the engine read the log when it loaded the
         # session. A fresh read would wait behind the update_id commit (docs/bench.md).
-        goal = e.goals.peek(session_id)
-        lines.append(describe_goal(goal, armed=e.goals.is_armed(session_id)))
-        controller = e.agents.controller(session_id)
+        goal = self._goals.peek(session_id)
+        lines.append(describe_goal(goal, armed=self._goals.is_armed(session_id)))
+        controller = self._agents.controller(session_id)
         queued = len(controller.queued)
         agent = "working" if controller.busy else "idle"
         lines.append(f"Agent: {agent}" + (f", {queued} queued" if queued else ""))
-        waiting = e.approvals.pending(session_id)
+        waiting = self._approvals.pending(session_id)
         if waiting is not None:
             lines.append(f"Waiting for you: allow {waiting.tool} {waiting.command[:200]}?")
         return "\n".join(lines)
@@ -420,28 +462,28 @@ class CommandPlane:
         actor: int | None,
         message_id: int | None,
     ) -> Outcome:
-        plans = self._e.plans
+        plans = self._plans
         sidecar = await plans.current(session_id)
         if sidecar is None or sidecar.id[:8] != short_id or sidecar.revision != revision:
             return _stale()
         card_id = sidecar.flow.card_id
         if message_id is not None and card_id is not None and message_id != card_id:
             return _stale()
-        self._e.cards.clear(session_id)
+        self._cards.clear(session_id)
         state = await plans.state(session_id)
         match action:
             case api.PLAN_APPROVE if state == "post_init":
                 return await self.approve(session_id, revision, actor=actor)
             case api.PLAN_KEEP if state == "post_init":
                 await self.log_command(session_id, "keep_planning", "", actor=actor)
-                self._e.agents.controller(session_id).cancel_pending()
-                self._e.cards.await_feedback(session_id, sidecar.id)
+                self._agents.controller(session_id).cancel_pending()
+                self._cards.await_feedback(session_id, sidecar.id)
                 return Outcome(reply=FEEDBACK_QUESTION, await_feedback=True, plan_card="refresh")
             case api.PLAN_RESUME if state == "active":
                 await self.log_command(session_id, "resume", "", actor=actor)
                 return await self.run_checklist(session_id)
             case api.PLAN_DISCARD:
-                self._e.cards.choose_plan(session_id, "confirm_discard", sidecar.id, revision)
+                self._cards.choose_plan(session_id, "confirm_discard", sidecar.id, revision)
                 return Outcome(plan_card="refresh")
             case api.PLAN_DISCARD_YES:
                 await self.log_command(session_id, "discard", "", actor=actor)
@@ -452,14 +494,14 @@ class CommandPlane:
                 await self.log_command(session_id, "revise", "", actor=actor)
                 # Editing must hold from the first moment: a turn still executing the
                 # checklist is stopped before the plan reopens (its bash could write on).
-                controller = self._e.agents.controller(session_id)
+                controller = self._agents.controller(session_id)
                 controller.cancel_pending()
-                dropped = [m.text for m in await self._e.agents.stop(session_id)]
+                dropped = [m.text for m in await self._agents.stop(session_id)]
                 result = await plans.revise(session_id)
                 if not result.ok:
                     return Outcome(reply=result.text, alert=True, plan_card="refresh")
                 # Approve stays hidden until the planner has heard what should change.
-                self._e.cards.await_feedback(session_id, sidecar.id)
+                self._cards.await_feedback(session_id, sidecar.id)
                 return Outcome(
                     reply=FEEDBACK_QUESTION,
                     await_feedback=True,
@@ -471,11 +513,11 @@ class CommandPlane:
     async def _goal_press(
         self, session_id: str, action: str, short_id: str, revision: int, *, actor: int | None
     ) -> Outcome:
-        goals = self._e.goals
+        goals = self._goals
         goal = await goals.get(session_id)
         if goal is None or goal.id[:8] != short_id or goal.revision != revision:
             return _stale()
-        self._e.cards.clear(session_id)
+        self._cards.clear(session_id)
         ref = goal.ref
         await self.log_command(session_id, f"goal_{action}", "", actor=actor)
         result: object
@@ -487,7 +529,7 @@ class CommandPlane:
             case api.GOAL_START:
                 result = await goals.arm(session_id, ref)
             case api.GOAL_CLEAR:
-                self._e.cards.choose_goal(session_id, "confirm_clear", goal.id, revision)
+                self._cards.choose_goal(session_id, "confirm_clear", goal.id, revision)
                 return Outcome(goal_card="refresh")
             case api.GOAL_CLEAR_YES:
                 result = await goals.clear(session_id, ref)
@@ -504,12 +546,12 @@ class CommandPlane:
     ) -> Outcome:
         """Allow once / Allow for this session / Deny on a waiting call, or Allow on a denied
         unattended one (adds the rule; a blocked goal then needs Resume)."""
-        result = await self._e.approvals.answer(session_id, action, short_id, actor=actor)
+        result = await self._approvals.answer(session_id, action, short_id, actor=actor)
         if result.stale:
             return _stale()
         if action != api.APPROVAL_RULE:
             return Outcome(reply=result.text, plan_card="refresh")
-        goal = self._e.goals.peek(session_id)
+        goal = self._goals.peek(session_id)
         if goal is not None and goal.phase == "blocked":
             return Outcome(
                 reply=f"{result.text}. Press ▶️ Resume on the goal card to go on.",

@@ -8,11 +8,13 @@ closures; it needs only the :class:`engine.ports.EventLog` protocol, so every st
 :func:`attention_marks` says which of a log's events leave something for start-up to do (an
 open turn, a live goal, an undecided ``/plan`` or approval). A store keeps the marks per session
 as it appends, so start-up loads only the sessions that need it (docs/storage.md).
+:func:`undecided_command` finds the ``/plan`` or approval such a session left undecided; the
+session's first load (engine/sessions.py) decides it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from engine.events import (
@@ -94,6 +96,23 @@ async def close_interrupted_turn(log: EventLog, session_id: str) -> list[StoredE
 # Commands that leave a decision pending until a plan change; the ones that take it back are
 # engine.projections.TAKE_BACK_COMMANDS (the plan-mode fold clears a pending /plan on them).
 PENDING_COMMANDS = frozenset({"plan", "approve"})
+
+
+def undecided_command(events: Sequence[SessionEvent], name: str) -> CommandRun | None:
+    """The last ``command/run`` called ``name`` (one of :data:`PENDING_COMMANDS`) if nothing
+    decided or took it back since: a dead process logged it and never committed it.
+
+    A plan change (``plan/mode``, ``plan/changed``) decides it; a take-back command cancels it.
+    """
+    for event in reversed(events):
+        if isinstance(event, PlanChanged | PlanMode):
+            return None
+        if isinstance(event, CommandRun):
+            if event.name == name:
+                return event
+            if event.name in TAKE_BACK_COMMANDS:
+                return None
+    return None
 
 
 @dataclass(frozen=True, slots=True)

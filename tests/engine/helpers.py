@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,12 +12,13 @@ from pathlib import Path
 from bot.compose import open_plangate
 from engine.agent.checklist import DEFAULT_STALL_STEPS
 from engine.agent.testing import RecordingChannel
-from engine.app import Engine, EngineConfig
+from engine.app import Engine, EngineConfig, build_engine
+from engine.events import SessionEvent, StoredEvent
 from engine.model.script import call, say
 from engine.model.types import ModelProvider
-from engine.ports import Clock
+from engine.ports import Clock, EventLog
 from engine.usage.meter import UsageConfig
-from storage.open import Storage
+from storage.open import Storage, open_storage
 
 PLAN_MD = """# Greeting module
 
@@ -63,6 +65,69 @@ class Rig:
     storage: Storage
     workspace: Path
     home: Path
+
+
+class FaultyLog:
+    """The real event log, with faults switched on by the test: every append fails as on a
+    full disk (``full``), or reads of one session fail as on a locked database
+    (``locked``). ``reads`` records which sessions were read, in order."""
+
+    def __init__(self, inner: EventLog) -> None:
+        self.inner = inner
+        self.full = False
+        self.locked: str | None = None
+        self.reads: list[str] = []
+
+    async def append(self, session_id: str, events: Sequence[SessionEvent]) -> list[StoredEvent]:
+        if self.full:
+            raise OSError("database or disk is full")
+        return await self.inner.append(session_id, events)
+
+    async def read(
+        self, session_id: str, *, after_seq: int = 0, types: Collection[str] | None = None
+    ) -> list[StoredEvent]:
+        self.reads.append(session_id)
+        if session_id == self.locked:
+            raise OSError("database is locked")
+        return await self.inner.read(session_id, after_seq=after_seq, types=types)
+
+    async def needs_attention(self) -> list[str]:
+        return await self.inner.needs_attention()
+
+
+@asynccontextmanager
+async def faulty_rig(
+    tmp_path: Path, model: ModelProvider, *, start: bool = True
+) -> AsyncIterator[tuple[Rig, FaultyLog]]:
+    """:func:`engine_rig` on a :class:`FaultyLog` over the real one.
+
+    The engine is composed from the same public parts open_plangate uses (open_storage,
+    build_engine), with the log port wrapped; ``start=False`` leaves start-up to the test.
+    """
+    home = tmp_path / "home"
+    workspace = tmp_path / "work"
+    workspace.mkdir(exist_ok=True)
+    channel = RecordingChannel()
+    storage = await open_storage(home)
+    log = FaultyLog(storage.log)
+    try:
+        engine = build_engine(
+            log=log,
+            sessions=storage.sessions,
+            plan_store=storage.plan_store,
+            model=model,
+            channel=channel,
+            config=EngineConfig(workspace=workspace, allow_bash=ALLOW_TEST_RUN),
+            clock=time.time,
+        )
+        if start:
+            await engine.start()
+        try:
+            yield Rig(engine, channel, storage, workspace, home), log
+        finally:
+            await engine.shutdown()
+    finally:
+        await storage.close()
 
 
 @asynccontextmanager

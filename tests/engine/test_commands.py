@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,7 +17,7 @@ from engine.events import CommandRun, TurnEnd, TurnStart, UserMessage
 from engine.model.script import say
 from engine.model.scripted import ScriptedProvider
 from engine.plan.machine import TaskSpec
-from tests.engine.helpers import OWNER, Rig, engine_rig, post_init, settle
+from tests.engine.helpers import OWNER, Rig, engine_rig, faulty_rig, post_init, settle
 
 
 async def _active_checklist(rig: Rig, sid: str) -> None:
@@ -321,26 +320,10 @@ async def test_help_and_status(tmp_path: Path, quiet_model: ScriptedProvider) ->
         assert "Agent: idle" in status
 
 
-class FullDiskLog:
-    """The real log for reads; every append fails as on a full disk."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    async def append(self, session_id: str, events: Any) -> Any:
-        raise OSError("database or disk is full")
-
-    async def read(self, session_id: str, **kw: Any) -> Any:
-        return await self._inner.read(session_id, **kw)
-
-    async def needs_attention(self) -> list[str]:
-        return list(await self._inner.needs_attention())
-
-
 async def test_read_only_commands_log_in_the_background_and_a_failed_log_loses_the_reply_not(
     tmp_path: Path, quiet_model: ScriptedProvider, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async with engine_rig(tmp_path, quiet_model) as rig:
+    async with faulty_rig(tmp_path, quiet_model) as (rig, log):
         engine = rig.engine
         sid = await engine.session_for_chat(-1, 0)
         for name in ("status", "help", "show_plan"):
@@ -352,12 +335,12 @@ async def test_read_only_commands_log_in_the_background_and_a_failed_log_loses_t
             ("help", OWNER),
             ("show_plan", OWNER),
         ]
-        engine.log = FullDiskLog(rig.storage.log)  # type: ignore[assignment]
+        log.full = True
         outcome = await engine.command(sid, "status", "", actor=OWNER)
         assert outcome.reply is not None and "Agent: idle" in outcome.reply
         await engine.commands.flush_logs()
         assert "log_failed" in caplog.text and "disk is full" in caplog.text
-        engine.log = rig.storage.log
+        log.full = False
 
 
 async def test_a_restart_disarms_a_live_goal_and_closes_an_interrupted_turn(
@@ -395,20 +378,25 @@ async def test_start_up_loads_only_the_sessions_with_something_to_announce(
         interrupted, goal_sid, quiet = sids[3], sids[170], sids[10]
         await rig.storage.log.append(interrupted, [TurnStart(turn_id="t-dead")])
         await rig.engine.goals.create(goal_sid, "Keep it green", arm=False)
-    async with engine_rig(tmp_path, quiet_model) as rig2:  # the rig has run start()
+    async with faulty_rig(tmp_path, quiet_model) as (rig2, log):  # start() has run
         engine = rig2.engine
-        assert engine._loaded == {interrupted, goal_sid}
+        # Start-up read only the two marked sessions' logs.
+        assert set(log.reads) == {interrupted, goal_sid}
         notices = rig2.channel.of("notice")
         assert [c.session_id for c in notices] == [interrupted]
+    async with faulty_rig(tmp_path, quiet_model) as (rig3, log):
+        engine = rig3.engine
         # Closed now, so only the goal is left to announce.
-        engine._loaded.clear()
-        restored = await engine.start()
-        assert [r.session_id for r in restored] == [goal_sid]
-        assert engine._loaded == {goal_sid}
+        assert set(log.reads) == {goal_sid}
+        assert rig3.channel.of("notice") == []
         # Any other session loads when its chat speaks (the binding is already known).
+        log.reads.clear()
         assert await engine.session_for_chat(-110, 0) == quiet
         await engine.command(quiet, "status", "", actor=OWNER)
-        assert quiet in engine._loaded
+        assert set(log.reads) == {quiet}
+        log.reads.clear()
+        await engine.command(quiet, "status", "", actor=OWNER)
+        assert log.reads == []  # loaded once
 
 
 async def test_fork_copies_the_log_prefix_and_the_plan_but_not_the_card(

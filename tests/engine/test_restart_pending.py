@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.app import PLAN_RESUMED_NOTICE, STALE_APPROVAL_NOTICE
 from engine.events import CommandRun
 from engine.model.script import say
 from engine.model.scripted import ScriptedProvider
+from engine.sessions import PLAN_RESUMED_NOTICE, STALE_APPROVAL_NOTICE
 from tests.engine.helpers import OWNER, engine_rig, post_init, settle
 
 

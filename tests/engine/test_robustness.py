@@ -3,13 +3,11 @@ not stop start-up, nothing starts a turn after shutdown."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
 from pathlib import Path
 
-from engine.events import SessionEvent, StoredEvent
 from engine.model.script import say
 from engine.model.scripted import ScriptedProvider
-from tests.engine.helpers import OWNER, engine_rig, post_init
+from tests.engine.helpers import OWNER, engine_rig, faulty_rig, post_init
 
 
 async def test_a_confirmation_never_attaches_to_a_later_plan_at_the_same_revision(
@@ -36,28 +34,6 @@ async def test_a_confirmation_never_attaches_to_a_later_plan_at_the_same_revisio
         assert (await engine.plan_card(sid)).state == "review"
 
 
-class FlakyLog:
-    """The real log, but reads of one session fail until ``healed`` (a locked database)."""
-
-    def __init__(self, inner: object, broken: str) -> None:
-        self._inner = inner
-        self.broken = broken
-        self.healed = False
-
-    async def append(self, session_id: str, events: Sequence[SessionEvent]) -> list[StoredEvent]:
-        return await self._inner.append(session_id, events)  # type: ignore[attr-defined, no-any-return]
-
-    async def needs_attention(self) -> list[str]:
-        return await self._inner.needs_attention()  # type: ignore[attr-defined, no-any-return]
-
-    async def read(
-        self, session_id: str, *, after_seq: int = 0, types: Collection[str] | None = None
-    ) -> list[StoredEvent]:
-        if session_id == self.broken and not self.healed:
-            raise OSError("database is locked")
-        return await self._inner.read(session_id, after_seq=after_seq, types=types)  # type: ignore[attr-defined, no-any-return]
-
-
 async def test_a_session_that_fails_to_load_does_not_stop_start_up_and_loads_later(
     tmp_path: Path,
 ) -> None:
@@ -66,15 +42,17 @@ async def test_a_session_that_fails_to_load_does_not_stop_start_up_and_loads_lat
         fine = await rig.engine.session_for_chat(-2, 0)
         await rig.engine.goals.create(broken, "this one fails to load")
         await rig.engine.goals.create(fine, "keep going")
-    async with engine_rig(tmp_path, ScriptedProvider([])) as rig:
-        flaky = FlakyLog(rig.engine.log, broken)
-        rig.engine.log = flaky  # type: ignore[assignment]
-        rig.engine._loaded.clear()
+    async with faulty_rig(tmp_path, ScriptedProvider([]), start=False) as (rig, log):
+        log.locked = broken
         restored = await rig.engine.start()
         assert [r.session_id for r in restored] == [fine]
-        flaky.healed = True
-        await rig.engine.ensure_loaded(broken)  # tried again, now it loads
-        assert broken in rig.engine._loaded
+        log.locked = None
+        log.reads.clear()
+        # Tried again at its chat's next message; now it loads, and its goal is known.
+        assert await rig.engine.session_for_chat(-1, 0) == broken
+        status = await rig.engine.command(broken, "status", "", actor=OWNER)
+        assert broken in log.reads
+        assert status.reply is not None and "this one fails to load" in status.reply
 
 
 async def test_nothing_starts_a_turn_after_shutdown(tmp_path: Path) -> None:

@@ -1,0 +1,272 @@
+"""Sessions: which session a chat key is bound to, and each session's first load.
+
+A chat key ``(chat_id, thread_id)`` is bound to one session; :class:`Sessions` creates and
+binds one on first use, ends it and binds a fresh one on ``/new``, moves a group's bindings when
+it becomes a supergroup, and forks a session into an unbound copy.
+
+The first touch of a session in a process loads it: a turn a dead process left open is closed
+(never re-run; the chat is told once), approvals and the goal are read back (a live goal comes
+up disarmed), and a ``/plan`` or approval the dead process had logged but not committed is
+decided now, the way it would have been (docs/architecture.md "Sessions and their first load").
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from engine.agent.channel import Channel, safe_call
+from engine.agent.controller import AgentRegistry
+from engine.api import Outcome
+from engine.approval.service import ToolApprovals
+from engine.cards import CardChoices
+from engine.events import CommandRun
+from engine.goal.service import GoalService
+from engine.plan.service import PlanService
+from engine.plan.types import PlanFlow
+from engine.ports import EventLog, SessionStore
+from engine.recovery import close_interrupted_turn, undecided_command
+
+_log = logging.getLogger("plangate.sessions")
+
+INTERRUPTED_NOTICE = (
+    "The last turn was interrupted when plangate stopped; it will not be re-run. "
+    "Send a message to continue."
+)
+PLAN_RESUMED_NOTICE = "Planning, asked for before plangate stopped, is on now."
+STALE_APPROVAL_NOTICE = (
+    "An approval given before plangate stopped was for an older version of the plan; "
+    "the plan is back in review."
+)
+
+
+class Sessions:
+    """The process's sessions: chat bindings, first loads, ``/new``, fork and migration."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        *,
+        log: EventLog,
+        plans: PlanService,
+        goals: GoalService,
+        agents: AgentRegistry,
+        approvals: ToolApprovals,
+        cards: CardChoices,
+        channel: Channel,
+        workspace: Path,
+        profile: str | None = None,
+    ) -> None:
+        self.store = store
+        self._log = log
+        self._plans = plans
+        self._goals = goals
+        self._agents = agents
+        self._approvals = approvals
+        self._cards = cards
+        self._channel = channel
+        self._workspace = workspace
+        self._profile = profile
+        self._loaded: set[str] = set()
+        # Bound sessions that start-up found unmarked (no open turn, nothing undecided): their
+        # first load skips those reads.
+        self._quiet: set[str] = set()
+        self._bindings: dict[tuple[int, int], str] = {}
+
+    # --- bindings ---------------------------------------------------------------------------
+
+    async def for_chat(self, chat_id: int, thread_id: int) -> str:
+        """The session bound to the chat key, created and bound on first use; loaded."""
+        # Bindings change only through this object (/new, migration), so a hit needs no
+        # database trip.
+        session_id = self._bindings.get((chat_id, thread_id))
+        if session_id is not None:
+            return session_id
+        session_id = await self.store.session_for_chat(chat_id, thread_id)
+        if session_id is None:
+            session_id = await self._create_bound(chat_id, thread_id)
+        await self.ensure_loaded(session_id)
+        self._bindings[(chat_id, thread_id)] = session_id
+        return session_id
+
+    def chats_of(self, session_id: str) -> list[tuple[int, int]]:
+        """The chat keys bound to ``session_id`` that this process knows (usually one)."""
+        return [key for key, sid in self._bindings.items() if sid == session_id]
+
+    def is_private(self, session_id: str) -> bool:
+        """Whether the session is bound to a private chat (Telegram gives those positive ids)."""
+        return any(chat_id > 0 for chat_id, _ in self.chats_of(session_id))
+
+    async def _create_bound(self, chat_id: int, thread_id: int) -> str:
+        record = await self.store.create_session(
+            workspace=str(self._workspace), profile=self._profile
+        )
+        await self.store.bind_chat(chat_id, thread_id, record.id)
+        self._bindings[(chat_id, thread_id)] = record.id
+        self._loaded.add(record.id)  # a new session: its log is empty, nothing to close
+        return record.id
+
+    async def new_session(self, chat_id: int, thread_id: int, *, actor: int) -> Outcome:
+        """``/new``: end the key's session (cancel, disarm, archive), bind a fresh one."""
+        old = await self.store.session_for_chat(chat_id, thread_id)
+        dropped: list[str] = []
+        if old is not None:
+            await self.ensure_loaded(old)
+            await self._log.append(old, [CommandRun(name="new", args="", actor=actor)])
+            self._agents.controller(old).cancel_pending()
+            dropped = [m.text for m in await self._agents.stop(old)]
+            await self._goals.disarm(old)  # the driver drops the goal's jobs on disarm
+            await self._plans.abandon(old)
+            self._cards.forget(old)
+        await self._create_bound(chat_id, thread_id)
+        return Outcome(reply="Started a new session.", dropped=tuple(dropped))
+
+    async def migrate_chat(self, old_chat_id: int, new_chat_id: int) -> list[str]:
+        """A group became a supergroup: bind its sessions to the new id; returns them.
+
+        Each moved plan's ``flow`` names the new chat and no card (the old group's messages
+        can no longer be edited), so the next drawing posts the card anew. Idempotent.
+        """
+        moved: list[str] = []
+        for binding in await self.store.chat_bindings():
+            if binding.chat_id != old_chat_id:
+                continue
+            key = (new_chat_id, binding.thread_id)
+            # Replaces a session a message in the new chat may have opened meanwhile: the
+            # group's own session is the one with its history.
+            await self.store.bind_chat(*key, binding.session_id)
+            self._bindings[key] = binding.session_id
+            self._bindings.pop((old_chat_id, binding.thread_id), None)
+            sidecar = await self._plans.current(binding.session_id)
+            if sidecar is not None and sidecar.flow.chat_id in (None, old_chat_id):
+                flow = sidecar.flow.model_copy(
+                    update={"chat_id": new_chat_id, "card_id": None, "review_ids": []}
+                )
+                await self._plans.set_flow(binding.session_id, flow)
+            moved.append(binding.session_id)
+        _log.info(
+            "plangate.sessions.chat_migrated from=%s to=%s sessions=%s",
+            old_chat_id,
+            new_chat_id,
+            len(moved),
+        )
+        return moved
+
+    async def fork(self, session_id: str, *, upto_seq: int | None = None) -> str:
+        """A new session with a copy of the log prefix and the current sidecar and ``.md``.
+
+        The copy is bound to no chat and owns no card: its ``flow`` ids are cleared, so it
+        never edits the parent's messages.
+        """
+        await self.ensure_loaded(session_id)
+        record = await self.store.fork(session_id, upto_seq=upto_seq)
+        await self._plans.fork(session_id, record.id)
+        if await self._plans.current(record.id) is not None:
+            await self._plans.set_flow(record.id, PlanFlow())
+        return record.id
+
+    # --- loading ----------------------------------------------------------------------------
+
+    async def load_bound(self) -> list[str]:
+        """Start-up: learn the bindings and load the bound sessions the log marks.
+
+        Returns the sessions loaded. Every other session loads when its chat next speaks, so
+        start-up does not grow with the number of sessions. One broken session must not stop
+        the bot: it is logged, skipped, and tried again at its next message.
+        """
+        bound: set[str] = set()
+        for binding in await self.store.chat_bindings():
+            self._bindings.setdefault((binding.chat_id, binding.thread_id), binding.session_id)
+            bound.add(binding.session_id)
+        marked = [sid for sid in await self._log.needs_attention() if sid in bound]
+        self._quiet = bound - set(marked) - self._loaded
+        loaded: list[str] = []
+        for session_id in marked:
+            try:
+                await self.ensure_loaded(session_id)
+            except Exception as exc:
+                _log.warning(
+                    "plangate.sessions.load_failed session=%s %s: %s",
+                    session_id,
+                    type(exc).__name__,
+                    exc,
+                )
+                continue
+            loaded.append(session_id)
+        return loaded
+
+    async def ensure_loaded(self, session_id: str) -> None:
+        """First touch of a session in this process: close what a dead process left open.
+
+        An interrupted turn is never re-run; the chat is told once. A corrupt sidecar that the
+        plan store moved aside is reported. A pending ``/plan`` or approval that the dead
+        process had logged but not committed is decided now, the same way it would have been.
+        """
+        if session_id in self._loaded:
+            return
+        # Marked loaded before the awaits so concurrent first touches do it once; a failure
+        # unmarks it, so the next touch tries again.
+        self._loaded.add(session_id)
+        try:
+            await self._load(session_id)
+        except BaseException:
+            self._loaded.discard(session_id)
+            raise
+
+    async def _load(self, session_id: str) -> None:
+        quiet = session_id in self._quiet
+        self._quiet.discard(session_id)
+        interrupted = not quiet and bool(await close_interrupted_turn(self._log, session_id))
+        if interrupted:
+            await self._notice(session_id, INTERRUPTED_NOTICE)
+        await self._approvals.load(session_id)
+        await self._goals.on_session_start(session_id)
+        await self._goals.get(session_id)  # reads the log: ``goals.peek`` is current from here
+        await self._plans.state(session_id)  # loads the sidecar (legacy map, corrupt move)
+        for notice in self._plans.take_notices(session_id):
+            await self._notice(session_id, notice)
+        if not quiet:
+            await self._decide_pending(session_id)
+        if interrupted:
+            # The card still shows the turn as working: redraw it (a checklist left by the
+            # dead process is paused now, with Resume; nothing restarts by itself).
+            await safe_call("plan_changed", self._channel.plan_changed(session_id))
+
+    async def _decide_pending(self, session_id: str) -> None:
+        stored = await self._log.read(
+            session_id, types=("command/run", "plan/mode", "plan/changed")
+        )
+        events = [s.event for s in stored]
+        plans = self._plans
+        switch = undecided_command(events, "plan")
+        if (
+            switch is not None
+            and switch.data.get("target") is True
+            and await plans.state(session_id) == "none"
+        ):
+            await plans.enter_pre_init(session_id, working_directory=str(self._workspace))
+            await self._notice(session_id, PLAN_RESUMED_NOTICE)
+        approval = undecided_command(events, "approve")
+        revision = approval.data.get("revision") if approval is not None else None
+        current = await plans.current(session_id)
+        if not isinstance(revision, int) or current is None:
+            return
+        if await plans.state(session_id) != "post_init":
+            return
+        if current.revision == revision:
+            await self._agents.controller(session_id).request_approval(
+                revision=revision, actor=approval.actor if approval else None
+            )
+        else:
+            await self._notice(session_id, STALE_APPROVAL_NOTICE)
+
+    async def _notice(self, session_id: str, text: str) -> None:
+        await safe_call("notice", self._channel.notice(session_id, text))
+
+
+__all__ = [
+    "INTERRUPTED_NOTICE",
+    "PLAN_RESUMED_NOTICE",
+    "STALE_APPROVAL_NOTICE",
+    "Sessions",
+]
