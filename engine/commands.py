@@ -144,30 +144,26 @@ class CommandPlane:
         message_id: int | None,
         feedback: bool = False,
     ) -> None:
-        """An owner's message for the agent: queued, never waited for; it answers a question."""
-        answered = self._agents.controller(session_id).awaiting_answer
-        self.submit_text(
-            session_id, clean_text(text), actor=actor, message_id=message_id, feedback=feedback
-        )
-        if answered:  # the card no longer waits for the owner
-            await safe_call("plan_changed", self._channel.plan_changed(session_id))
+        """An owner's message for the agent: queued, never waited for.
 
-    def submit_text(
-        self,
-        session_id: str,
-        text: str,
-        *,
-        actor: int | None,
-        message_id: int | None,
-        feedback: bool = False,
-    ) -> None:
-        """Queue an owner's message for the agent (feedback after Keep planning or Revise)."""
+        ``feedback`` marks the answer to Keep planning or Revise. A message answers a
+        question the agent asked, so the card stops saying it waits for one.
+        """
+        controller = self._agents.controller(session_id)
+        answered = controller.awaiting_answer
         source: FeedbackSource | HumanSource = (
             FeedbackSource(user_id=actor, message_id=message_id)
             if feedback
             else HumanSource(user_id=actor, message_id=message_id)
         )
-        self._agents.controller(session_id).submit(text, source=source, message_id=message_id)
+        controller.submit(clean_text(text), source=source, message_id=message_id)
+        if answered:
+            await safe_call("plan_changed", self._channel.plan_changed(session_id))
+
+    def _pass_on(self, session_id: str, text: str, *, actor: int | None) -> None:
+        """Queue a command's text (``/plan text``, ``/execute text``) as the owner's message."""
+        source = HumanSource(user_id=actor, message_id=None)
+        self._agents.controller(session_id).submit(text, source=source, message_id=None)
 
     # --- commands ---------------------------------------------------------------------------
 
@@ -224,14 +220,14 @@ class CommandPlane:
                     return Outcome(reply=result.text)
                 reply = ""  # the card says it: one message, not two
             if text:
-                self.submit_text(session_id, text, actor=actor, message_id=None)
+                self._pass_on(session_id, text, actor=actor)
             else:
                 reply = (reply + " What should it plan? Send your request.").strip()
             return Outcome(reply=reply or None, plan_card="restick")
         await self.log_command(session_id, "plan", text, actor=actor)
         if state in ("pre_init", "post_init"):
             if text:
-                self.submit_text(session_id, text, actor=actor, message_id=None)
+                self._pass_on(session_id, text, actor=actor)
             return Outcome(reply="Already planning.", plan_card="restick")
         sidecar = await plans.current(session_id)
         if sidecar is None or not await self._revisable(session_id):
@@ -277,7 +273,7 @@ class CommandPlane:
         outcome = await self.run_checklist(session_id)
         if text:
             # Queued behind the checklist's next turn: the owner's turn goes first after it.
-            self.submit_text(session_id, text, actor=actor, message_id=None)
+            self._pass_on(session_id, text, actor=actor)
         return outcome
 
     async def run_checklist(self, session_id: str) -> Outcome:
@@ -323,7 +319,7 @@ class CommandPlane:
                 reply=_unsent("The approval did not go through.", text), plan_card="refresh"
             )
         if text:
-            self.submit_text(session_id, text, actor=actor, message_id=None)
+            self._pass_on(session_id, text, actor=actor)
         if answer == "pending":
             return Outcome(
                 reply="Approved. The checklist starts when the current step ends.",
