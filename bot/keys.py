@@ -28,4 +28,3 @@ def update_key(update: Update) -> SessionKey | None:
     if update.message is not None:
         return message_key(update.message)
     return None
-
