@@ -224,8 +224,9 @@ async def test_restart_is_disarmed_and_runs_nothing(rig: Rig) -> None:
     # A second process on the same log: same goal, no activation, no job.
     async with goal_rounds(fake_agent, log=rig.log) as second:
         goals2, sched2, agent2, driver2 = second.goals, second.sched, second.target, second.driver
-        await driver2.sync(SID)
         assert await goals2.get(SID) == goal
+        assert not goals2.is_armed(SID)
+        driver2.notify_idle(SID)  # the new process's agent goes idle: still no round
         assert not sched2.has_job(f"goal-round:{SID}")
         await settle()
         assert agent2.rounds == []
