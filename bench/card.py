@@ -25,10 +25,10 @@ from pathlib import Path
 from bench.telegram import GROUP, OWNER, PacedModel, fake_server, start_polling, stop_polling
 from bot.app import build_application, parts, prepare
 from bot.channel import LateChannel
-from engine.app import EngineConfig, build_engine
+from bot.compose import open_plangate
+from engine.app import EngineConfig
 from engine.events import PlanChanged
 from engine.model.script import ScriptedCall, ScriptStep, call, say
-from storage.open import open_storage
 from tests.fakebot.server import FakeBotApi
 
 NOT_COUNTED = {"getUpdates", "answerCallbackQuery", "sendChatAction"}
@@ -99,18 +99,18 @@ def counted(api: FakeBotApi, since: int) -> Counter[str]:
 
 async def card_run(tasks: int, *, model_delay_s: float, workdir: Path) -> CardRun:
     """One plan of ``tasks`` steps from /plan to Done in a paced group."""
-    async with fake_server(group_limit=20) as api:
-        storage = await open_storage(workdir / "home")
-        (workdir / "work").mkdir(parents=True, exist_ok=True)
-        slot = LateChannel()
-        engine = build_engine(
-            log=storage.log,
-            sessions=storage.sessions,
-            plan_store=storage.plan_store,
+    (workdir / "work").mkdir(parents=True, exist_ok=True)
+    slot = LateChannel()
+    async with (
+        fake_server(group_limit=20) as api,
+        open_plangate(
+            workdir / "home",
             model=PacedModel(script(tasks), delay_s=model_delay_s),
             channel=slot,
             config=EngineConfig(workspace=workdir / "work"),
-        )
+        ) as opened,
+    ):
+        storage, engine = opened.storage, opened.engine
         settings = Settings(telegram_token=api.token, telegram_api_url=api.base_url)
         app = build_application(settings, engine, db_meta=storage.db, channel_slot=slot)
         try:
@@ -155,7 +155,6 @@ async def card_run(tasks: int, *, model_delay_s: float, workdir: Path) -> CardRu
             await stop_polling(app)
             await bp.presenter.aclose()
             await bp.outbox.aclose()
-            await storage.close()
 
 
 def show(run: CardRun) -> None:

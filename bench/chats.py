@@ -4,7 +4,7 @@ Run: ``python -m bench.chats [--burst-chats N] [--chats N] [--profile PART]``.
 
 Everything real except Telegram and the model, as in ``bench.telegram``: python-telegram-bot
 polls the fake Bot API (``tests/fakebot/server.py``) over loopback, the engine is
-``build_engine`` over SQLite and plan files in a temporary home, the model is the scripted
+``open_plangate`` over SQLite and plan files in a temporary home, the model is the scripted
 provider answering at once. The bare side is a PTB ``Application`` with one handler that
 answers a fixed text through ``reply_text``, polling a second fake with the same settings.
 Plangate runs with its deliberate pacing off (no per-chat interval, no rate limits), so the
@@ -66,9 +66,9 @@ from bench.telegram import (
 )
 from bot.app import build_application, parts, prepare
 from bot.channel import LateChannel
-from engine.app import EngineConfig, build_engine
+from bot.compose import open_plangate
+from engine.app import EngineConfig
 from engine.model.script import say
-from storage.open import open_storage
 from tests.fakebot.server import FakeBotApi
 
 FIRST_OWNER = 500_000
@@ -189,35 +189,29 @@ async def plangate_bot(
     storage to the fake's first ``getUpdates``."""
     polls_before = api.count("getUpdates")
     began = time.perf_counter()
-    storage = await open_storage(home / "home")
     workspace = home / "work"
     workspace.mkdir(parents=True, exist_ok=True)
     model = PacedModel([say(AGENT_REPLY)] * 100_000, delay_s=0)
     slot = LateChannel()
-    engine = build_engine(
-        log=storage.log,
-        sessions=storage.sessions,
-        plan_store=storage.plan_store,
-        model=model,
-        channel=slot,
-        config=EngineConfig(workspace=workspace),
-    )
-    settings = Settings(
-        telegram_token=api.token,
-        telegram_api_url=api.base_url,
-        flow_edit_interval=0.0,
-        owner_ids=owners,
-    )
-    app = build_application(
-        settings,
-        engine,
-        db_meta=storage.db,
-        channel_slot=slot,
-        rate_limiter=AIORateLimiter(overall_max_rate=0, group_max_rate=0),
-        chat_interval_s=0.0,
-        group_per_minute=1_000_000,
-    )
-    try:
+    async with open_plangate(
+        home / "home", model=model, channel=slot, config=EngineConfig(workspace=workspace)
+    ) as opened:
+        storage, engine = opened.storage, opened.engine
+        settings = Settings(
+            telegram_token=api.token,
+            telegram_api_url=api.base_url,
+            flow_edit_interval=0.0,
+            owner_ids=owners,
+        )
+        app = build_application(
+            settings,
+            engine,
+            db_meta=storage.db,
+            channel_slot=slot,
+            rate_limiter=AIORateLimiter(overall_max_rate=0, group_max_rate=0),
+            chat_interval_s=0.0,
+            group_per_minute=1_000_000,
+        )
         await app.initialize()
         await prepare(app)
         await engine.start()
@@ -240,8 +234,6 @@ async def plangate_bot(
             await stop_polling(app)
             await bp.presenter.aclose()
             await bp.outbox.aclose()
-    finally:
-        await storage.close()
 
 
 def profiled(enabled: bool) -> cProfile.Profile | None:

@@ -301,9 +301,6 @@ class AccessGate:
         """Stop waiting for an answer in this session (e.g. the plan was discarded)."""
         self._expecting.pop(key, None)
 
-    def is_expecting(self, key: SessionKey) -> bool:
-        return key in self._expecting
-
     def is_owner(self, user_id: int | None) -> bool:
         return user_id is not None and user_id in self.owner_ids
 

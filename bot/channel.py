@@ -44,7 +44,6 @@ from engine.events import ApprovalDecision, TurnOutcome
 
 _log = logging.getLogger("plangate.channel")
 
-QUESTION_KIND = "q"
 QUESTION_PATTERN = r"^q:[0-9a-f]{8}:[0-9]{1,2}$"
 _QUESTION = re.compile(QUESTION_PATTERN)
 MAX_OPTION_LABEL = 60

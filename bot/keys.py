@@ -28,8 +28,3 @@ def update_key(update: Update) -> SessionKey | None:
     if update.message is not None:
         return message_key(update.message)
     return None
-
-
-def thread_for_reply(key: SessionKey) -> int | None:
-    """The ``message_thread_id`` to send with in this session (None outside topics)."""
-    return key[1] or None

@@ -6,7 +6,7 @@ counted from its answer, the latest it can have reached Telegram).
 
 Priority, per chat, highest first::
 
-    interactive  sends (replies, notices, cards posted), documents, pins, deletes, other
+    interactive  sends (replies, notices, cards posted), documents, pins, other
                  calls, and edits marked ``interactive=True`` (the visible effect of a
                  press or a command): strictly in the order queued
     progress     every other edit (card progress), coalesced per message: while an edit
@@ -129,7 +129,7 @@ def _markup_key(markup: InlineKeyboardMarkup | None) -> Any:
 
 @dataclass
 class _Op:
-    kind: Literal["send", "document", "edit", "delete", "pin", "unpin", "call"]
+    kind: Literal["send", "document", "edit", "pin", "call"]
     run: Callable[[], Awaitable[Any]] | None = None
     # sends and documents: the call for a chat id, so a migrated group's sends can follow it
     run_in: Callable[[int], Awaitable[Any]] | None = None
@@ -303,28 +303,6 @@ class Outbox:
         """Queue a keyboard-only edit (``None`` strips it), coalesced like ``edit``."""
         return self._queue_edit(chat_id, message_id, None, reply_markup, interactive)
 
-    async def delete(self, chat_id: int, message_id: int) -> bool:
-        """Delete a message; False when Telegram refused (already gone, too old)."""
-
-        async def run() -> bool:
-            return bool(await self._bot.delete_message(chat_id, message_id))
-
-        lane = self._lane(chat_id)
-        waiting = lane.pending_edits.pop(message_id, None)
-        if waiting is not None:
-            # An edit of a message about to go would only come back "not found".
-            for q in lane.queues.values():
-                with contextlib.suppress(ValueError):
-                    q.remove(waiting)
-            self._resolve_edit(waiting, EditResult("failed", "message deleted"))
-        try:
-            ok: bool = await self._submit(chat_id, _Op(kind="delete", run=run))
-        except BadRequest as err:
-            log.info("plangate.outbox.delete_refused chat=%s error=%s", chat_id, err.message)
-            return False
-        lane.known.pop(message_id, None)
-        return ok
-
     async def pin(self, chat_id: int, message_id: int) -> bool:
         """Pin a message quietly; False where the bot may not pin (no error raised)."""
 
@@ -370,10 +348,6 @@ class Outbox:
         if lane is None:
             return {"interactive": 0, "progress": 0, "low": 0}
         return {p: len(q) for p, q in lane.queues.items()}
-
-    def forget(self, chat_id: int, message_id: int) -> None:
-        """Drop what the outbox remembers of a message (so the next edit is always sent)."""
-        self._lane(chat_id).known.pop(message_id, None)
 
     async def flush(self) -> None:
         """Wait until every queued operation has run."""

@@ -619,11 +619,6 @@ class CardPresenter:
         for chat_id, message_id in sorted(known):
             self._outbox.edit_keyboard(chat_id, message_id, None)
 
-    def card_id(self, session_id: str, kind: CardKind) -> int | None:
-        """The message id this process last drew a session's card in (tests, diagnostics)."""
-        slot = self._slots.get((session_id, kind))
-        return slot.message_id if slot is not None else None
-
 
 def _short(title: str, limit: int = 120) -> str:
     title = " ".join(title.split())

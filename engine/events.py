@@ -232,18 +232,6 @@ SessionEvent = Annotated[
 SESSION_EVENT_ADAPTER: TypeAdapter[SessionEvent] = TypeAdapter(SessionEvent)
 
 
-def parse_event(type_: str, payload: dict[str, Any]) -> SessionEvent:
-    """Rebuild an event from its stored ``type`` and payload; raises ``ValidationError``."""
-    return SESSION_EVENT_ADAPTER.validate_python({**payload, "type": type_})
-
-
-def event_payload(event: SessionEvent) -> dict[str, Any]:
-    """The JSON-ready payload of an event, without its ``type``."""
-    data = event.model_dump(mode="json")
-    data.pop("type", None)
-    return data
-
-
 @dataclass(frozen=True, slots=True)
 class StoredEvent:
     """An event as committed to a session's log."""

@@ -247,14 +247,6 @@ class Database:
 
         await self.write(work)
 
-    async def delete_meta(self, key: str) -> None:
-        """Remove one metadata value; no error when it is absent."""
-
-        async def work(conn: aiosqlite.Connection) -> None:
-            await conn.execute("DELETE FROM meta WHERE key = ?", (key,))
-
-        await self.write(work)
-
 
 def _batch_error(exc: BaseException) -> Exception:
     """What a caller of a failed batch hears: the error itself, or a RuntimeError for a

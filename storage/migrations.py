@@ -102,8 +102,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
 )
 
-SCHEMA_VERSION = len(MIGRATIONS)
-
 
 async def user_version(conn: aiosqlite.Connection) -> int:
     """The schema version stored in the database header."""

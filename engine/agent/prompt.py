@@ -167,16 +167,10 @@ def build_system_prompt(
     return "\n\n".join(text for text in rendered if text)
 
 
-def render_state(inputs: PromptInputs) -> str:
-    """The state section alone (plan, goal, todos), e.g. for ``/status``."""
-    return _state(inputs)
-
-
 __all__ = [
     "DEFAULT_SECTIONS",
     "TEMPLATE_B",
     "PromptInputs",
     "PromptSection",
     "build_system_prompt",
-    "render_state",
 ]

@@ -57,9 +57,6 @@ _log = logging.getLogger("plangate.approval.service")
 DEFAULT_TIMEOUT_S = 600.0
 APPROVAL_EVENT_TYPES = frozenset({"approval/requested", "approval/decided", "approval/rule"})
 
-# Press actions (callback data ``a:<action>:<8 chars of the request id>:0``).
-ApprovalAction = Literal["once", "session", "deny", "rule"]
-
 DENIED_TEXT = "denied: the owner denied this call; it was not run. Do not retry it as it is."
 TIMEOUT_TEXT = (
     "denied: nobody answered the approval request within {timeout}; the call was not run."
@@ -400,12 +397,6 @@ class ToolApprovals:
         state.rules.append(rule)
         return True
 
-    async def deny_pending(self, session_id: str, decision: ApprovalDecision = "stopped") -> None:
-        """Deny the session's open request now (``/stop`` without a running turn, ``/new``)."""
-        found = self._sessions.get(session_id)
-        if found is not None and found.pending is not None:
-            await self._finish(session_id, found.pending, decision)
-
 
 def _view(event: ApprovalRequested) -> ApprovalView:
     return ApprovalView(
@@ -425,7 +416,6 @@ __all__ = [
     "TIMEOUT_TEXT",
     "UNATTENDED_TEXT",
     "AnswerResult",
-    "ApprovalAction",
     "ApprovalNotifier",
     "ToolApprovals",
     "UnattendedHook",

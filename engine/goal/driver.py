@@ -131,11 +131,6 @@ class RoundDriver:
         """Whether a round is queued, claimed or submitted for the session."""
         return self._session(session_id).attempt is not None
 
-    async def sync(self, session_id: str) -> None:
-        """Bring the session's jobs in line with its goal (after a load, for instance)."""
-        await self._goals.get(session_id)
-        self._sync_jobs(session_id)
-
     async def close(self) -> None:
         """Cancel every job and attempt (the scheduler itself is the caller's to shut down)."""
         for session_id, session in self._sessions.items():

@@ -36,6 +36,7 @@ __all__ = [
     "MISSING_TITLE",
     "WorkItem",
     "extract_work_items",
+    "located_work_items",
     "validate_template_b",
 ]
 
@@ -283,11 +284,12 @@ def extract_work_items(markdown: str) -> list[WorkItem]:
     Each item's ``heading_path`` + ``work_body`` is its strict identity: any change to a
     heading, bullet, nested line or scoping prose gives a different identity.
     """
-    return [item for _line, _bullet, item in _extract_located(markdown)]
+    return [item for _line, _bullet, item in located_work_items(markdown)]
 
 
-def _extract_located(markdown: str) -> list[tuple[int, bool, WorkItem]]:
-    """Items with their first source line and whether they are list items (for tests)."""
+def located_work_items(markdown: str) -> list[tuple[int, bool, WorkItem]]:
+    """:func:`extract_work_items` with each item's first source line (0-based) and whether it
+    is a list item."""
     doc = parse_plan(markdown)
     shared: dict[int, list[tuple[int, str]]] = {}
     raws: list[_Raw] = []

@@ -302,17 +302,17 @@ def md_written(sidecar: PlanSidecar | None, md: str | None, ctx: Context) -> Res
 
 @dataclass(frozen=True, slots=True)
 class ApproveInput:
-    """Approve at ``revision``. ``tasks``/``next_task_id`` come from seeding (or reconciling)."""
+    """Approve at ``revision``. ``tasks``/``next_task_id`` come from seeding (or reconciling);
+    the caller has checked template B first (``approve-template``)."""
 
     revision: int
     actor: int | None
-    missing: tuple[str, ...]
     tasks: tuple[PlanTask, ...]
     next_task_id: int
 
 
 def approve_check(
-    sidecar: PlanSidecar | None, md: str | None, revision: int, missing: Sequence[str]
+    sidecar: PlanSidecar | None, md: str | None, revision: int
 ) -> Refusal | PlanSidecar:
     """Whether approval at ``revision`` may go ahead (before any seeding is computed)."""
     state = state_of(sidecar, md)
@@ -324,8 +324,6 @@ def approve_check(
         return refusal("approve-active")
     if revision != sidecar.revision:
         return refusal("approve-stale")
-    if missing:
-        return refusal("approve-template", list(missing))
     return sidecar
 
 
@@ -335,7 +333,7 @@ def approve(sidecar: PlanSidecar | None, md: str | None, inp: ApproveInput, ctx:
     Re-approval of a revision mints a new plan id. Zero items leave Active with empty tasks
     (the model-driven seed turn is the fallback).
     """
-    checked = approve_check(sidecar, md, inp.revision, inp.missing)
+    checked = approve_check(sidecar, md, inp.revision)
     if isinstance(checked, Refusal):
         return checked
     update: dict[str, object] = {

@@ -366,7 +366,7 @@ class PlanService:
         def decide(live: _Live, ctx: Context) -> Transition | Refusal:
             sidecar = live.sidecar
             text = live.md if live.md is not None else (sidecar.description if sidecar else "")
-            checked = machine.approve_check(sidecar, live.md, revision, ())
+            checked = machine.approve_check(sidecar, live.md, revision)
             if isinstance(checked, Refusal):
                 return checked
             missing = tuple(seeding.validate(text))
@@ -385,7 +385,6 @@ class PlanService:
             inp = machine.ApproveInput(
                 revision=revision,
                 actor=actor,
-                missing=(),
                 tasks=tuple(tasks),
                 next_task_id=next_id,
             )

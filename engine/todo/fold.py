@@ -69,13 +69,6 @@ def normalize_todos(
     return (items if not problems else []), problems
 
 
-def check_todos(items: Sequence[TodoItem]) -> list[str]:
-    """The durable invariant of a stored list (no active-count policy): ``[]`` when sound."""
-    return [
-        f"todos[{i}]: empty content" for i, item in enumerate(items) if not item.content.strip()
-    ]
-
-
 def summarize(items: Sequence[TodoItem]) -> str:
     """``done/total`` plus the first in-progress item, for tool results and cards."""
     done = sum(1 for item in items if item.status == "completed")
@@ -91,7 +84,6 @@ def summarize(items: Sequence[TodoItem]) -> str:
 __all__ = [
     "TODO_STATUSES",
     "TodoList",
-    "check_todos",
     "empty_todo_state",
     "fold_todos",
     "normalize_todos",

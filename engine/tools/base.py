@@ -7,7 +7,7 @@ runtime runs a call in parallel only when ``is_concurrency_safe(args)`` returns 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,7 +24,6 @@ class ToolContext:
     # The source of the user message that opened the turn: authority is derived from it
     # (docs/goals.md), never from the model's arguments.
     source: MessageSource
-    extras: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

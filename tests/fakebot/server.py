@@ -243,11 +243,7 @@ class FakeBotApi:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        server = site._server
-        assert server is not None
-        sockets = getattr(server, "sockets", None)
-        assert sockets
-        self.port = sockets[0].getsockname()[1]
+        self.port = self._runner.addresses[0][1]
 
     async def stop(self) -> None:
         self._closing = True
@@ -295,8 +291,14 @@ class FakeBotApi:
         (its getUpdates docs): ids can go backwards."""
         self._update_ids = itertools.count(start)
 
-    def _push(self, update: dict[str, Any]) -> dict[str, Any]:
-        update["update_id"] = self.last_update_id = next(self._update_ids)
+    def redeliver(self, update_id: int, message: dict[str, Any]) -> None:
+        """Queue ``message`` again under its old ``update_id``, as Telegram redelivers an update
+        whose fetch the bot never acknowledged (its offset was not confirmed)."""
+        self._push({"update_id": update_id, "message": message}, renumber=False)
+
+    def _push(self, update: dict[str, Any], *, renumber: bool = True) -> dict[str, Any]:
+        if renumber:
+            update["update_id"] = self.last_update_id = next(self._update_ids)
         self._updates.append(update)
         asyncio.get_running_loop().create_task(self._notify())
         return update

@@ -56,7 +56,7 @@ class FakeUsage:
 @dataclass(slots=True)
 class _Fault:
     status: int
-    retry_after: str | None
+    headers: dict[str, str]
     message: str | None
     times: int
 
@@ -104,12 +104,18 @@ class FakeOpenAIServer:
         status: int,
         *,
         retry_after: float | str | None = None,
+        retry_after_ms: float | str | None = None,
         message: str | None = None,
         times: int = 1,
     ) -> None:
-        """Answer the next ``times`` requests with HTTP ``status`` (queued after earlier faults)."""
-        shown = None if retry_after is None else str(retry_after)
-        self._faults.append(_Fault(status, shown, message, times))
+        """Answer the next ``times`` requests with HTTP ``status`` (queued after earlier faults),
+        with the ``retry-after`` / ``retry-after-ms`` headers given."""
+        headers = {
+            name: str(value)
+            for name, value in (("retry-after", retry_after), ("retry-after-ms", retry_after_ms))
+            if value is not None
+        }
+        self._faults.append(_Fault(status, headers, message, times))
 
     def hold_next(self) -> asyncio.Event:
         """Make the next chat request wait until the returned event is set (or the server stops).
@@ -170,7 +176,7 @@ class FakeOpenAIServer:
             fault.times -= 1
             if fault.times <= 0:
                 self._faults.pop(0)
-            headers = {} if fault.retry_after is None else {"retry-after": fault.retry_after}
+            headers = dict(fault.headers)
             kind, code = _ERROR_KINDS.get(fault.status, ("server_error", None))
             message = fault.message or f"fake failure {fault.status}"
             return _error(fault.status, message, kind, code, headers=headers)

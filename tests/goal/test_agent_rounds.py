@@ -5,18 +5,15 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from engine.agent.build import build_agent
-from engine.agent.testing import RecordingChannel
+from engine.agent.controller import AgentRegistry
 from engine.events import GoalRoundSource, SessionEvent, UserMessage
-from engine.goal.driver import RoundDriver
 from engine.goal.service import GoalService
 from engine.goal.tools import goal_tools
 from engine.goal.types import GoalSnapshot
 from engine.model.script import ScriptStep, call, say
-from engine.model.scripted import ScriptedProvider
-from engine.scheduler import ApsScheduler
 from engine.testing import InMemoryEventLog
 from engine.todo.tool import TodoWriteTool
+from tests.agent.harness import goal_rounds, make_agent
 
 SID = "s1"
 WAIT_S = 20.0
@@ -25,42 +22,23 @@ WAIT_S = 20.0
 async def run_goal(
     tmp_path: Path, script: list[ScriptStep], max_rounds: int
 ) -> tuple[GoalService, list[SessionEvent]]:
-    log = InMemoryEventLog()
-    goals = GoalService(log)
-    model = ScriptedProvider(script)
+    def agent(log: InMemoryEventLog, goals: GoalService) -> AgentRegistry:
+        tools = [*goal_tools(goals), TodoWriteTool(log)]
+        return make_agent(tmp_path, script, goals=goals, extra_tools=tools, log=log).registry
 
-    async def workspace(session_id: str) -> Path:
-        return tmp_path
+    async with goal_rounds(agent) as rounds:
+        goals, registry, log = rounds.goals, rounds.target, rounds.log
+        done = asyncio.Event()
 
-    registry = build_agent(
-        log=log,
-        model=model,
-        channel=RecordingChannel(),
-        workspace_for=workspace,
-        goals=goals,
-        extra_tools=[*goal_tools(goals), TodoWriteTool(log)],
-    )
-    sched = ApsScheduler()
-    sched.start()
-    driver = RoundDriver(goals, registry, sched)
-    registry.set_driver(driver)
-    done = asyncio.Event()
+        def on_change(session_id: str, goal: GoalSnapshot | None) -> None:
+            if goal is not None and goal.phase in ("blocked", "complete"):
+                done.set()
 
-    def on_change(session_id: str, goal: GoalSnapshot | None) -> None:
-        if goal is not None and goal.phase in ("blocked", "complete"):
-            done.set()
-
-    goals.add_listener(on_change)
-    try:
+        goals.add_listener(on_change)
         goal = await goals.create(SID, "keep going", max_rounds=max_rounds, arm=True)
         assert isinstance(goal, GoalSnapshot)
         await asyncio.wait_for(done.wait(), WAIT_S)
         await asyncio.wait_for(registry.wait_idle(SID), WAIT_S)
-    finally:
-        await driver.close()
-        await registry.shutdown()
-        sched.shutdown()
-        await asyncio.sleep(0)
     return goals, [e.event for e in await log.read(SID)]
 
 

@@ -9,12 +9,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from engine.agent.ports import IdleListener
 from engine.events import GoalRoundSource, TurnEnd, TurnStart, UserMessage
 from engine.goal.driver import RoundDriver, round_prompt
 from engine.goal.service import GoalService
 from engine.goal.types import GoalSnapshot
 from engine.scheduler import ApsScheduler
 from engine.testing import InMemoryEventLog
+from tests.agent.harness import goal_rounds
 
 SID = "s1"
 WAIT_S = 10.0  # a safety bound on waits, never an assertion about speed
@@ -32,6 +34,10 @@ class FakeAgent:
     texts: list[str] = field(default_factory=list)
     outcome: str = "completed"
     turns: int = 0
+
+    def set_driver(self, driver: IdleListener | None) -> None:
+        assert isinstance(driver, RoundDriver)
+        self.driver = driver
 
     def is_idle(self, session_id: str) -> bool:
         return not self.running and not self.human_queued
@@ -72,21 +78,16 @@ class Rig:
     changes: asyncio.Event
 
 
+def fake_agent(log: InMemoryEventLog, goals: GoalService) -> FakeAgent:
+    return FakeAgent(log)
+
+
 @pytest.fixture
 async def rig() -> AsyncIterator[Rig]:
-    log = InMemoryEventLog()
-    goals = GoalService(log)
-    agent = FakeAgent(log)
-    sched = ApsScheduler()
-    sched.start(paused=True)
-    driver = RoundDriver(goals, agent, sched)
-    agent.driver = driver
-    changes = asyncio.Event()
-    goals.add_listener(lambda _sid, _goal: changes.set())
-    yield Rig(log, goals, agent, driver, sched, changes)
-    await driver.close()
-    sched.shutdown()
-    await asyncio.sleep(0)
+    async with goal_rounds(fake_agent, paused=True) as rounds:
+        changes = asyncio.Event()
+        rounds.goals.add_listener(lambda _sid, _goal: changes.set())
+        yield Rig(rounds.log, rounds.goals, rounds.target, rounds.driver, rounds.sched, changes)
 
 
 async def until(predicate: object, rig: Rig) -> None:
@@ -221,21 +222,14 @@ async def test_restart_is_disarmed_and_runs_nothing(rig: Rig) -> None:
     goal = await rig.goals.create(SID, "survive", arm=True)
     assert isinstance(goal, GoalSnapshot)
     # A second process on the same log: same goal, no activation, no job.
-    goals2 = GoalService(rig.log)
-    sched2 = ApsScheduler()
-    sched2.start()
-    agent2 = FakeAgent(rig.log)
-    driver2 = RoundDriver(goals2, agent2, sched2)
-    agent2.driver = driver2
-    try:
-        await driver2.sync(SID)
+    async with goal_rounds(fake_agent, log=rig.log) as second:
+        goals2, sched2, agent2, driver2 = second.goals, second.sched, second.target, second.driver
         assert await goals2.get(SID) == goal
+        assert not goals2.is_armed(SID)
+        driver2.notify_idle(SID)  # the new process's agent goes idle: still no round
         assert not sched2.has_job(f"goal-round:{SID}")
         await settle()
         assert agent2.rounds == []
-    finally:
-        await driver2.close()
-        sched2.shutdown()
 
 
 def test_round_prompt_quotes_objective() -> None:
@@ -269,19 +263,13 @@ async def test_scheduler_coalesces_overdue_interval_ticks() -> None:
 
 
 async def test_no_round_is_dispatched_while_held() -> None:
-    log = InMemoryEventLog()
-    goals = GoalService(log)
-    agent = FakeAgent(log)
-    sched = ApsScheduler()
-    sched.start()
     editing = {SID: True}
 
     async def hold(session_id: str) -> bool:
         return editing[session_id]
 
-    driver = RoundDriver(goals, agent, sched, hold=hold)
-    agent.driver = driver
-    try:
+    async with goal_rounds(fake_agent, hold=hold) as rounds:
+        goals, agent, driver = rounds.goals, rounds.target, rounds.driver
         goal = await goals.create(SID, "after planning", max_rounds=1, arm=True)
         assert isinstance(goal, GoalSnapshot)
         await asyncio.wait_for(_until_attempt(driver), WAIT_S)
@@ -291,10 +279,6 @@ async def test_no_round_is_dispatched_while_held() -> None:
         driver.notify_idle(SID)
         await asyncio.wait_for(_until_rounds(agent, 1), WAIT_S)
         assert [r.round for r in agent.rounds] == [1]
-    finally:
-        await driver.close()
-        sched.shutdown()
-        await asyncio.sleep(0)
 
 
 async def _until_attempt(driver: RoundDriver) -> None:

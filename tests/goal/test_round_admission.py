@@ -10,17 +10,15 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from engine.agent.build import build_agent
-from engine.agent.testing import RecordingChannel
+from engine.agent.ports import IdleListener
 from engine.events import GoalChange, GoalRoundSource, TurnStart, UserMessage
 from engine.goal.driver import RoundDriver
 from engine.goal.service import GoalService
 from engine.goal.types import GoalSnapshot
 from engine.model.script import say
-from engine.model.scripted import ScriptedProvider
 from engine.projections import fold_session
-from engine.scheduler import ApsScheduler
 from engine.testing import InMemoryEventLog
+from tests.agent.harness import goal_rounds, make_agent
 
 SID = "s1"
 WAIT_S = 20.0
@@ -39,17 +37,7 @@ class IdleRecorder:
 async def test_round_paused_before_admission_uses_no_round(tmp_path: Path) -> None:
     log = InMemoryEventLog()
     goals = GoalService(log)
-
-    async def workspace(session_id: str) -> Path:
-        return tmp_path
-
-    registry = build_agent(
-        log=log,
-        model=ScriptedProvider([say("should not run")]),
-        channel=RecordingChannel(),
-        workspace_for=workspace,
-        goals=goals,
-    )
+    registry = make_agent(tmp_path, [say("should not run")], goals=goals, log=log).registry
     idle = IdleRecorder()
     registry.set_driver(idle)
     try:
@@ -106,6 +94,10 @@ class RefusingOnceTarget:
         self.running = False
         self.rounds: list[GoalRoundSource] = []
 
+    def set_driver(self, driver: IdleListener | None) -> None:
+        assert isinstance(driver, RoundDriver)
+        self.driver = driver
+
     def is_idle(self, session_id: str) -> bool:
         return not self.running
 
@@ -124,14 +116,8 @@ class RefusingOnceTarget:
 
 
 async def test_driver_settles_a_round_refused_before_admission(tmp_path: Path) -> None:
-    log = InMemoryEventLog()
-    goals = GoalService(log)
-    target = RefusingOnceTarget(log)
-    sched = ApsScheduler()
-    sched.start()
-    driver = RoundDriver(goals, target, sched)
-    target.driver = driver
-    try:
+    async with goal_rounds(lambda log, _goals: RefusingOnceTarget(log)) as rounds:
+        goals, target = rounds.goals, rounds.target
         goal = await goals.create(SID, "keep going", max_rounds=1, arm=True)
         assert isinstance(goal, GoalSnapshot)
 
@@ -141,10 +127,6 @@ async def test_driver_settles_a_round_refused_before_admission(tmp_path: Path) -
 
         # Not stuck on the refused reservation: round 1 is offered again, then the cap blocks.
         await asyncio.wait_for(blocked(), WAIT_S)
-    finally:
-        await driver.close()
-        sched.shutdown()
-        await asyncio.sleep(0)
     assert [s.round for s in target.rounds] == [1, 1]
     final = await goals.get(SID)
     assert final is not None and final.rounds_started == 1

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from engine.errors import ConfigError
-from engine.model.openai_provider import PLACEHOLDER_API_KEY, OpenAIProvider, _retry_after_s
+from engine.model.openai_provider import PLACEHOLDER_API_KEY, OpenAIProvider
 from engine.model.script import ScriptedCall, ScriptStep, say
 from engine.model.types import ModelAuthError, ModelError
 from tests.fakes.openai_server import FAKE_MODEL, FakeOpenAIServer
@@ -342,11 +342,30 @@ async def test_retry_after_as_an_http_date(
     assert 20 < delay <= 31
 
 
-def test_retry_after_header_forms() -> None:
-    assert _retry_after_s({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5
-    assert _retry_after_s({"retry-after": "2.5"}) == 2.5
-    assert _retry_after_s({"retry-after": "soon"}) is None
-    assert _retry_after_s({}) is None
+@pytest.mark.parametrize(
+    ("retry_after", "retry_after_ms", "waited"),
+    [
+        ("9", "1500", (1.5, 1.5)),  # the milliseconds header wins
+        ("2.5", None, (2.5, 2.5)),
+        ("soon", None, (6.0, 8.0)),  # unreadable: the backoff (8 s, jitter 0.75-1)
+        (None, None, (6.0, 8.0)),
+    ],
+)
+async def test_retry_after_header_forms(
+    fake_openai: FakeOpenAIServer,
+    make_provider: MakeProvider,
+    sleeps: list[float],
+    retry_after: str | None,
+    retry_after_ms: str | None,
+    waited: tuple[float, float],
+) -> None:
+    fake_openai.play([say("ok")])
+    fake_openai.fail_next(503, retry_after=retry_after, retry_after_ms=retry_after_ms)
+
+    await make_provider(backoff_s=8.0).complete(HELLO, [])
+
+    (delay,) = sleeps
+    assert waited[0] <= delay <= waited[1]
 
 
 async def test_credentials_in_the_base_url_are_not_shown(make_provider: MakeProvider) -> None:

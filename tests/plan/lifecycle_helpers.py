@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.events import HumanSource, PlanChanged, PlanMode
+from engine.plan.seeding import Seeding
 from engine.plan.service import PlanService
 from engine.plan.tool import PlanTool
 from engine.testing import InMemoryEventLog
@@ -113,14 +114,15 @@ def make_store(home: Path, workspace: Path) -> FilePlanStore:
     return FilePlanStore(home, locate)
 
 
-def make_harness(tmp_path: Path) -> Harness:
+def make_harness(tmp_path: Path, *, seeding: Seeding | None = None) -> Harness:
     home = tmp_path / "home"
     workspace = tmp_path / "ws"
     workspace.mkdir(parents=True)
     store = make_store(home, workspace)
     log = InMemoryEventLog()
     sink = RecordingSink()
-    return Harness(home, workspace, store, log, sink, PlanService(store, log, criteria=sink))
+    plans = PlanService(store, log, criteria=sink, seeding=seeding)
+    return Harness(home, workspace, store, log, sink, plans)
 
 
 async def design_written(h: Harness, md: str = VALID_MD, sid: str = SID) -> int:

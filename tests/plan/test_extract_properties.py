@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from engine.plan.extract import _extract_located, extract_work_items
+from engine.plan.extract import extract_work_items, located_work_items
 from tests.plan.plangen import plan_lines
 
 _SETTINGS = settings(max_examples=150, deadline=None)
@@ -33,7 +33,7 @@ def _code_tokens(tokens: list[Token]) -> list[Token]:
 def test_no_line_inside_a_code_block_ever_starts_an_item(md: str) -> None:
     tokens = _tokens(md)
     item_starts = {t.map[0] for t in tokens if t.type == "list_item_open" and t.map}
-    for line, is_bullet, _item in _extract_located(md):
+    for line, is_bullet, _item in located_work_items(md):
         if not is_bullet:
             continue
         assert line in item_starts  # only a real list item starts a bullet item
@@ -48,7 +48,7 @@ def test_no_line_inside_a_code_block_ever_starts_an_item(md: str) -> None:
 @given(plan_lines(done_when=True))
 def test_every_work_body_is_made_only_of_exact_source_slices_in_document_order(md: str) -> None:
     src = _source_lines(md)
-    for line, is_bullet, item in _extract_located(md):
+    for line, is_bullet, item in located_work_items(md):
         pos = 0
         last = -1
         for piece in item.work_body.split("\n"):
@@ -71,7 +71,7 @@ def test_every_work_body_is_made_only_of_exact_source_slices_in_document_order(m
 @given(plan_lines(done_when=True))
 def test_bullet_body_ends_with_its_own_lines_marker_and_indent_removed(md: str) -> None:
     src = _source_lines(md)
-    for line, is_bullet, item in _extract_located(md):
+    for line, is_bullet, item in located_work_items(md):
         if not is_bullet:
             continue
         first = src[line].lstrip(" \t")
@@ -122,7 +122,7 @@ def _expected_bullets(md: str) -> list[tuple[int, list[str]]]:
 @settings(max_examples=200, deadline=None)
 @given(plan_lines(done_when=False))
 def test_bullet_items_match_markdown_it_token_stream(md: str) -> None:
-    got = [(line, item.heading_path) for line, b, item in _extract_located(md) if b]
+    got = [(line, item.heading_path) for line, b, item in located_work_items(md) if b]
     assert got == _expected_bullets(md)
 
 

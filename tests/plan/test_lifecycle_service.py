@@ -126,15 +126,17 @@ async def test_approve_refusals(tmp_path: Path) -> None:
 async def test_approve_with_no_work_items_keeps_empty_active(tmp_path: Path) -> None:
     # Context-only plan whose steps are not extractable: Active with empty tasks, kept.
     calls: list[str] = []
-    h = make_harness(tmp_path)
     from engine.plan.seeding import Seeding, default_seeding
 
     real = default_seeding()
-    h.plans._seeding = Seeding(
-        extract=lambda text: calls.append("extract") or [],
-        validate=real.validate,
-        seed=real.seed,
-        reconcile=real.reconcile,
+    h = make_harness(
+        tmp_path,
+        seeding=Seeding(
+            extract=lambda text: calls.append("extract") or [],
+            validate=real.validate,
+            seed=real.seed,
+            reconcile=real.reconcile,
+        ),
     )
     revision = await design_written(h)
     result = await h.plans.approve(SID, revision=revision, actor=1)

@@ -9,15 +9,16 @@ from tests.plan.lifecycle_helpers import SID, design_written, make_harness
 
 
 async def test_seed_retry_tasks_are_plan_tasks_replaced_on_reapproval(tmp_path: Path) -> None:
-    h = make_harness(tmp_path)
     real = default_seeding()
     # The first approval extracts nothing: Active with no tasks, the seed-retry state.
-    h.plans._seeding = Seeding(
-        extract=lambda text: [],
+    extracting = False
+    seeding = Seeding(
+        extract=lambda text: real.extract(text) if extracting else [],
         validate=real.validate,
         seed=real.seed,
         reconcile=real.reconcile,
     )
+    h = make_harness(tmp_path, seeding=seeding)
     revision = await design_written(h)
     assert (await h.plans.approve(SID, revision=revision, actor=1)).ok
     out = await h.tool(op="add_tasks", tasks=[{"title": "seeded by the model"}])
@@ -29,7 +30,7 @@ async def test_seed_retry_tasks_are_plan_tasks_replaced_on_reapproval(tmp_path: 
     assert not out.is_error, out.content
     assert [t["source"] for t in h.raw()["tasks"]] == ["plan", "agent"]
 
-    h.plans._seeding = real
+    extracting = True
     assert (await h.plans.revise(SID)).ok
     again = await h.plans.approve(SID, revision=await h.plans.revision(SID), actor=1)
     assert again.ok

@@ -230,8 +230,8 @@ async def test_owner_group_chatter_ignored_until_expected(fake_api: FakeBotApi) 
         fake_api.user_message(GROUP, OWNER, "add a rollback step")
         fake_api.user_message(GROUP, OWNER, "and more chatter")
         await settle(fake_api)
+    # "and more chatter" went unheard: the one expected answer was taken.
     assert probe.seen == [("add a rollback step", True, True)]
-    assert not gate.is_expecting((GROUP, 0))
 
 
 async def test_owner_replies_and_mentions_are_heard(fake_api: FakeBotApi) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from telegram import Bot
+
 from bot.app import parts
 from bot.channel import LateChannel
 from engine.api import Outcome
@@ -129,15 +131,15 @@ async def test_non_owner_show_plan_gets_a_copy_without_buttons(
 
 
 async def test_messages_reach_the_agent_only_when_addressed(
-    fake_api: FakeBotApi, tmp_path: Path
+    fake_api: FakeBotApi, bot: Bot, tmp_path: Path
 ) -> None:
     engine = RecordingEngine()
     async with open_db(tmp_path / "p.db") as db, running_bot(fake_api, engine, db):
         fake_api.user_message(OWNER, OWNER, "hello in private")
         fake_api.user_message(GROUP, OWNER, "just chatting")
         fake_api.user_message(GROUP, OWNER, f"@{fake_api.username} fix the tests")
-        bot_msg = await fake_api._api_sendMessage({"chat_id": GROUP, "text": "agent said"})
-        fake_api.user_message(GROUP, OWNER, "and the docs", reply_to=bot_msg["message_id"])
+        bot_msg = await bot.send_message(GROUP, "agent said")
+        fake_api.user_message(GROUP, OWNER, "and the docs", reply_to=bot_msg.message_id)
         fake_api.user_message(GROUP, STRANGER, f"@{fake_api.username} do my homework")
         fake_api.user_message(GROUP, STRANGER, f"@{fake_api.username} please")
         fake_api.user_message(GROUP, OWNER, "marker", thread_id=None, reply_to=None)

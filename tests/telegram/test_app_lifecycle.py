@@ -37,7 +37,7 @@ async def test_repeated_updates_after_a_restart_are_dropped(
         stored = await db.get_meta(LAST_UPDATE_KEY)
         assert stored is not None
         # Telegram redelivers an update the old process had not acknowledged.
-        fake_api._updates.append({"update_id": int(stored), "message": first.raw})
+        fake_api.redeliver(int(stored), first.raw)
         fake_api.user_message(OWNER, OWNER, "two")
         async with running_bot(fake_api, engine, db):
             await eventually(lambda: len(engine.named("user_message")) == 2)
@@ -60,14 +60,14 @@ async def test_update_ids_that_restart_lower_after_a_week_are_answered(
         fake_api.date_offset_s = 7 * 86400
         fake_api.renumber_updates(77)
         # The old process's last update comes again first (its offset was not confirmed).
-        fake_api._updates.append({"update_id": 5000, "message": old.raw})
+        fake_api.redeliver(5000, old.raw)
         later = fake_api.user_message(OWNER, OWNER, "a week later")
         async with running_bot(fake_api, engine, db):
             await eventually(lambda: len(engine.named("user_message")) == 2)
             await fake_api.drain()
         assert await db.get_meta(LAST_UPDATE_KEY) == "77"
         # After another restart, a re-delivery in the new numbering is dropped; the next is not.
-        fake_api._updates.append({"update_id": 77, "message": later.raw})
+        fake_api.redeliver(77, later.raw)
         async with running_bot(fake_api, engine, db):
             fake_api.user_message(OWNER, OWNER, "next")
             await eventually(lambda: len(engine.named("user_message")) == 3)

@@ -20,7 +20,7 @@ from bot.cards import (
     build_plan_card,
     to_markup,
 )
-from bot.keys import SessionKey, thread_for_reply, update_key
+from bot.keys import SessionKey, update_key
 from bot.outbox import Outbox
 from engine.plan.types import PlanSidecar
 from tests.fakebot.clock import ManualClock
@@ -63,7 +63,7 @@ class MiniBot:
         msg = await self.outbox.send_text(
             key[0],
             view.text,
-            thread_id=thread_for_reply(key),
+            thread_id=key[1] or None,
             reply_to=update.message.message_id,
             reply_markup=to_markup(view),
         )

@@ -39,9 +39,7 @@ async def receiver() -> AsyncIterator[Receiver]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    server = site._server
-    assert server is not None
-    port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+    port = runner.addresses[0][1]
     rec.origin = f"http://127.0.0.1:{port}"
     try:
         yield rec
