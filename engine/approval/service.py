@@ -24,7 +24,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Protocol
 
 from engine.agent.channel import safe_call
 from engine.approval.policy import (
