@@ -23,7 +23,6 @@ from engine.agent.build import build_agent, workspace_from_store
 from engine.agent.channel import Channel, safe_call
 from engine.agent.checklist import DEFAULT_STALL_STEPS
 from engine.agent.config import AgentSettings
-from engine.agent.controller import AgentRegistry
 from engine.api import (
     CommandName,
     GoalCardData,
@@ -34,7 +33,7 @@ from engine.api import (
 )
 from engine.approval.policy import ApprovalView, Rule
 from engine.approval.service import DEFAULT_TIMEOUT_S, ToolApprovals
-from engine.cards import CardChoices, Cards
+from engine.cards import Cards
 from engine.commands import CommandPlane
 from engine.events import GoalRoundSource, MessageSource
 from engine.goal.driver import RoundDriver
@@ -48,6 +47,7 @@ from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
 from engine.ports import Clock, EventLog, SessionStore
 from engine.scheduler import ApsScheduler, Scheduler
+from engine.services import Services
 from engine.sessions import Sessions
 from engine.todo.tool import TodoWriteTool
 from engine.tools.base import Tool
@@ -97,34 +97,28 @@ class Engine:
 
     def __init__(
         self,
+        services: Services,
         *,
-        log: EventLog,
         sessions: Sessions,
         commands: CommandPlane,
         cards: Cards,
-        plans: PlanService,
-        goals: GoalService,
-        agents: AgentRegistry,
         driver: RoundDriver,
         scheduler: Scheduler,
-        channel: Channel,
         config: EngineConfig,
-        approvals: ToolApprovals,
-        usage: UsageMeter,
     ) -> None:
-        self.log = log
         self.sessions = sessions
         self.commands = commands
         self.cards = cards
-        self.plans = plans
-        self.goals = goals
-        self.agents = agents
         self.driver = driver
         self.scheduler = scheduler
-        self.channel = channel
         self.config = config
-        self.usage = usage
-        self.approvals = approvals
+        self.log = services.log
+        self.plans = services.plans
+        self.goals = services.goals
+        self.agents = services.agents
+        self.approvals = services.approvals
+        self.usage = services.usage
+        self.channel = services.channel
 
     # --- sessions ---------------------------------------------------------------------------
 
@@ -143,10 +137,6 @@ class Engine:
     async def migrate_chat(self, old_chat_id: int, new_chat_id: int) -> list[str]:
         """A group became a supergroup: bind its sessions to the new id; returns them."""
         return await self.sessions.migrate_chat(old_chat_id, new_chat_id)
-
-    async def fork_session(self, session_id: str, *, upto_seq: int | None = None) -> str:
-        """An unbound copy of the session (log prefix, sidecar, ``.md``); owns no card."""
-        return await self.sessions.fork(session_id, upto_seq=upto_seq)
 
     # --- messages, commands, presses --------------------------------------------------------
 
@@ -351,55 +341,28 @@ def build_engine(
             driver.notify_idle(change.session_id)
 
     plans.add_listener(wake_driver)
-    choices = CardChoices()
-    cards = Cards(
+    services = Services(
+        log=log,
         plans=plans,
         goals=goals,
         agents=agents,
         approvals=approvals,
         usage=usage,
         channel=channel,
-        choices=choices,
+        workspace=config.workspace,
     )
+    cards = Cards(services)
     agents.set_turn_listener(cards.on_turn_end)
-    the_sessions = Sessions(
-        sessions,
-        log=log,
-        plans=plans,
-        goals=goals,
-        agents=agents,
-        approvals=approvals,
-        cards=choices,
-        channel=channel,
-        workspace=config.workspace,
-        profile=config.profile,
-    )
+    the_sessions = Sessions(sessions, services, cards=cards.choices, profile=config.profile)
     usage.is_private = the_sessions.is_private
-    commands = CommandPlane(
-        log=log,
-        plans=plans,
-        goals=goals,
-        agents=agents,
-        approvals=approvals,
-        usage=usage,
-        cards=choices,
-        channel=channel,
-        workspace=config.workspace,
-    )
     return Engine(
-        log=log,
+        services,
         sessions=the_sessions,
-        commands=commands,
+        commands=CommandPlane(services, cards=cards.choices),
         cards=cards,
-        plans=plans,
-        goals=goals,
-        agents=agents,
         driver=driver,
         scheduler=the_scheduler,
-        channel=channel,
         config=config,
-        usage=usage,
-        approvals=approvals,
     )
 
 

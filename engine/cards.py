@@ -19,18 +19,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from engine.agent.channel import Channel, safe_call
-from engine.agent.controller import AgentRegistry, InboundMessage
+from engine.agent.channel import safe_call
+from engine.agent.controller import InboundMessage
 from engine.agent.turn import TurnResult
 from engine.api import GoalCardData, GoalCardState, PlanCardData, PlanCardState
-from engine.approval.service import ToolApprovals
 from engine.events import FeedbackSource
-from engine.goal.service import GoalService
 from engine.goal.types import GoalSnapshot
 from engine.plan.extract import validate_template_b
-from engine.plan.service import PlanChange, PlanService
+from engine.plan.service import PlanChange
 from engine.plan.types import PlanSidecar, PlanState
-from engine.usage.meter import UsageMeter
+from engine.services import Services
 
 PlanChoice = Literal["revise_offer", "confirm_discard"]
 
@@ -127,28 +125,19 @@ _ENDINGS: dict[str, PlanEnding] = {"completed": "completed", "abandoned": "aband
 class Cards:
     """What the plan card and the goal card show now; the one place front ends ask."""
 
-    def __init__(
-        self,
-        *,
-        plans: PlanService,
-        goals: GoalService,
-        agents: AgentRegistry,
-        approvals: ToolApprovals,
-        usage: UsageMeter,
-        channel: Channel,
-        choices: CardChoices,
-    ) -> None:
-        self._plans = plans
-        self._goals = goals
-        self._agents = agents
-        self._approvals = approvals
-        self._usage = usage
-        self._channel = channel
-        self.choices = choices
+    def __init__(self, services: Services) -> None:
+        self._plans = services.plans
+        self._goals = services.goals
+        self._agents = services.agents
+        self._approvals = services.approvals
+        self._usage = services.usage
+        self._channel = services.channel
+        # The owner's choices on the cards; the command plane and /new change them.
+        self.choices = CardChoices()
         # The last plan of a session that just ended, so its card can say how it ended.
         self._ended: dict[str, tuple[PlanSidecar, PlanEnding]] = {}
-        plans.add_listener(self._on_plan_change)
-        goals.add_listener(self._on_goal_change)
+        self._plans.add_listener(self._on_plan_change)
+        self._goals.add_listener(self._on_goal_change)
 
     async def plan_card(self, session_id: str) -> PlanCardData:
         """What the plan card shows now (:func:`plan_card_state` is the rule)."""

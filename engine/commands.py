@@ -16,25 +16,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from pathlib import Path
 from typing import Any, Literal
 
 from engine import api
-from engine.agent.channel import Channel, safe_call
-from engine.agent.controller import AgentRegistry
+from engine.agent.channel import safe_call
 from engine.api import CommandName, Outcome
-from engine.approval.service import ToolApprovals
 from engine.cards import CardChoices
 from engine.events import CommandRun, FeedbackSource, HumanSource
 from engine.goal.commands import describe_goal, parse_goal_command, run_goal_command
 from engine.goal.fold import GoalRefusal
-from engine.goal.service import GoalService
 from engine.plan.extract import validate_template_b
-from engine.plan.service import PlanService
-from engine.ports import EventLog
+from engine.services import Services
 from engine.text import clean_text
 from engine.usage.ledger import fmt_tokens, parse_tokens
-from engine.usage.meter import CAP_COMMAND, UsageMeter
+from engine.usage.meter import CAP_COMMAND
 
 _log = logging.getLogger("plangate.commands")
 
@@ -71,28 +66,16 @@ class CommandPlane:
     The caller loads the session first (:meth:`engine.sessions.Sessions.ensure_loaded`).
     """
 
-    def __init__(
-        self,
-        *,
-        log: EventLog,
-        plans: PlanService,
-        goals: GoalService,
-        agents: AgentRegistry,
-        approvals: ToolApprovals,
-        usage: UsageMeter,
-        cards: CardChoices,
-        channel: Channel,
-        workspace: Path,
-    ) -> None:
-        self._log = log
-        self._plans = plans
-        self._goals = goals
-        self._agents = agents
-        self._approvals = approvals
-        self._usage = usage
+    def __init__(self, services: Services, *, cards: CardChoices) -> None:
+        self._log = services.log
+        self._plans = services.plans
+        self._goals = services.goals
+        self._agents = services.agents
+        self._approvals = services.approvals
+        self._usage = services.usage
+        self._channel = services.channel
+        self._workspace = services.workspace
         self._cards = cards
-        self._channel = channel
-        self._workspace = workspace
         self._background_logs: set[asyncio.Task[None]] = set()
 
     # --- plumbing ---------------------------------------------------------------------------

@@ -13,19 +13,15 @@ decided now, the way it would have been (docs/architecture.md "Sessions and thei
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
-from engine.agent.channel import Channel, safe_call
-from engine.agent.controller import AgentRegistry
+from engine.agent.channel import safe_call
 from engine.api import Outcome
-from engine.approval.service import ToolApprovals
 from engine.cards import CardChoices
 from engine.events import CommandRun
-from engine.goal.service import GoalService
-from engine.plan.service import PlanService
 from engine.plan.types import PlanFlow
-from engine.ports import EventLog, SessionStore
+from engine.ports import SessionStore
 from engine.recovery import close_interrupted_turn, undecided_command
+from engine.services import Services
 
 _log = logging.getLogger("plangate.sessions")
 
@@ -46,26 +42,20 @@ class Sessions:
     def __init__(
         self,
         store: SessionStore,
+        services: Services,
         *,
-        log: EventLog,
-        plans: PlanService,
-        goals: GoalService,
-        agents: AgentRegistry,
-        approvals: ToolApprovals,
         cards: CardChoices,
-        channel: Channel,
-        workspace: Path,
         profile: str | None = None,
     ) -> None:
         self.store = store
-        self._log = log
-        self._plans = plans
-        self._goals = goals
-        self._agents = agents
-        self._approvals = approvals
+        self._log = services.log
+        self._plans = services.plans
+        self._goals = services.goals
+        self._agents = services.agents
+        self._approvals = services.approvals
+        self._channel = services.channel
+        self._workspace = services.workspace
         self._cards = cards
-        self._channel = channel
-        self._workspace = workspace
         self._profile = profile
         self._loaded: set[str] = set()
         # Bound sessions that start-up found unmarked (no open turn, nothing undecided): their

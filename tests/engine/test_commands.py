@@ -407,7 +407,7 @@ async def test_fork_copies_the_log_prefix_and_the_plan_but_not_the_card(
         sid = await engine.session_for_chat(-1, 0)
         await post_init(rig, sid)
         await engine.set_plan_flow(sid, chat_id=-1, thread_id=None, card_id=42)
-        child = await engine.fork_session(sid)
+        child = await engine.sessions.fork(sid)
         assert child != sid
         parent_events = [e.event for e in await engine.log.read(sid)]
         assert [e.event for e in await engine.log.read(child)] == parent_events

@@ -40,5 +40,5 @@ async def test_status_shows_a_goal_from_the_log_after_a_restart_and_in_a_fork(
     async with engine_rig(tmp_path, _model()) as rig:
         assert "Goal: Ship the release" in await _status(rig, sid)
         # A fork is bound to no chat, so the engine's start did not load it: first touch.
-        fork = await rig.engine.fork_session(sid)
+        fork = await rig.engine.sessions.fork(sid)
         assert "Goal: Ship the release" in await _status(rig, fork)

@@ -1,0 +1,36 @@
+"""The process's services, one of each, as the engine's parts use them.
+
+:func:`engine.app.build_engine` builds them once; the sessions, the command plane and the
+cards each take this bundle and use the services they need, never the engine itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.agent.channel import Channel
+from engine.agent.controller import AgentRegistry
+from engine.approval.service import ToolApprovals
+from engine.goal.service import GoalService
+from engine.plan.service import PlanService
+from engine.ports import EventLog
+from engine.usage.meter import UsageMeter
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """The event log, the plan, goal, agent, approval and usage services, the chat side, and
+    the workspace new sessions are bound to."""
+
+    log: EventLog
+    plans: PlanService
+    goals: GoalService
+    agents: AgentRegistry
+    approvals: ToolApprovals
+    usage: UsageMeter
+    channel: Channel
+    workspace: Path
+
+
+__all__ = ["Services"]
