@@ -336,25 +336,35 @@ class _Confined:
         """Wait (bounded) until the pid namespace is gone, then drop the cgroup.
 
         The namespace's init exits only after every process in it is dead, so its end is the
-        end of everything the call started. Completes even when the caller is cancelled.
+        end of everything the call started. Completes even when the caller is cancelled, and
+        then raises the cancellation (a ``/stop`` that lands here is not lost).
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + bound_s
+        cancelled = False
         pid = None
         if self.info is not None:
-            with contextlib.suppress(BaseException):
+            try:
                 pid = await asyncio.shield(asyncio.wait_for(self.info, bound_s))
+            except asyncio.CancelledError:
+                cancelled = True
+            except Exception:  # no pid from the sandbox: the cgroup still bounds the wait
+                pid = None
         while loop.time() < deadline:
             gone = pid is None or not _running(pid)
             if gone and (self.cgroup is None or self.cgroup.empty()):
                 break
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await asyncio.sleep(_POLL_S)
+            except asyncio.CancelledError:
+                cancelled = True
         if pid is not None and _running(pid):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         if self.cgroup is not None and not self.cgroup.remove():
             log.warning("plangate.tools.bash.cgroup_left folder=%s", self.cgroup.folder)
+        if cancelled:
+            raise asyncio.CancelledError
 
 
 log = logging.getLogger("plangate.tools.bash")
