@@ -196,9 +196,8 @@ class BashTool:
                 info_fd=info_w,
             )
             if status.process_limit == "cgroup":
-                parent = find_pids_cgroup()
-                if parent is not None:
-                    cgroup = PidsCgroup.create(parent, self._sandbox.max_processes)
+                # Reading mountinfo and making the folder are file IO: off the event loop.
+                cgroup = await asyncio.to_thread(_new_cgroup, self._sandbox.max_processes)
             if cgroup is not None:
                 argv = cgroup.enter_argv(argv)
             process = await self._spawn(
@@ -323,6 +322,12 @@ async def _read_info(fd: int) -> int | None:
     except (ValueError, AttributeError):
         return None
     return pid if isinstance(pid, int) else None
+
+
+def _new_cgroup(max_processes: int) -> PidsCgroup | None:
+    """A fresh pids cgroup for one call, or ``None`` where there is no writable hierarchy."""
+    parent = find_pids_cgroup()
+    return None if parent is None else PidsCgroup.create(parent, max_processes)
 
 
 @dataclass
