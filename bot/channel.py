@@ -32,6 +32,7 @@ from bot.render import (
     TELEGRAM_TEXT_LIMIT,
     clip_html,
     escape,
+    escape_within,
     markdown_messages,
     messages_or_document,
     utf16_len,
@@ -41,6 +42,7 @@ from engine.agent.channel import Channel
 from engine.api import EngineApi
 from engine.approval.service import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
+from engine.text import clip
 
 _log = logging.getLogger("plangate.channel")
 
@@ -132,7 +134,7 @@ class TelegramChannel:
                 route.chat_id,
                 text.encode("utf-8", "replace"),
                 "reply.md",
-                caption_html=escape(_first_words(text[:1000], 200)),
+                caption_html=escape(clip(text[:1000], 200, one_line=True)),
                 thread_id=route.thread,
                 reply_to=reply_to,
             )
@@ -233,7 +235,7 @@ class TelegramChannel:
         route = await self.route(session_id)
         if route is None:
             return
-        code = f"<pre>{_escaped_within(view.command or view.tool, MAX_COMMAND_SHOWN)}</pre>"
+        code = f"<pre>{escape_within(view.command or view.tool, MAX_COMMAND_SHOWN)}</pre>"
         if view.diff:
             code += await self._diff_html(route, view)
         rows: list[list[InlineKeyboardButton]] = []
@@ -299,22 +301,8 @@ class TelegramChannel:
         )
 
 
-def _first_words(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def _plain(html_text: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", html_text))
-
-
-def _escaped_within(text: str, max_units: int) -> str:
-    """``text`` escaped, cut (marked with …) so the HTML is at most ``max_units`` UTF-16 units."""
-    out, limit = escape(text), len(text)
-    while utf16_len(out) > max_units and limit > 1:
-        limit = limit * 3 // 4
-        out = escape(text[:limit]) + "…"
-    return out
 
 
 def _button(label: str, action: str, view: ApprovalView) -> InlineKeyboardButton:
@@ -322,8 +310,7 @@ def _button(label: str, action: str, view: ApprovalView) -> InlineKeyboardButton
 
 
 def _label(option: str) -> str:
-    option = " ".join(option.split())
-    return option if len(option) <= MAX_OPTION_LABEL else option[: MAX_OPTION_LABEL - 1] + "…"
+    return clip(option, MAX_OPTION_LABEL, one_line=True)
 
 
 class LateChannel:

@@ -38,21 +38,29 @@ class BackgroundTasks:
         self._expected = expected
         self._tasks: set[asyncio.Task[Any]] = set()
 
-    def spawn(self, coro: Coroutine[Any, Any, T], *, name: str) -> asyncio.Task[T]:
+    def spawn(
+        self,
+        coro: Coroutine[Any, Any, T],
+        *,
+        name: str,
+        expected: tuple[type[BaseException], ...] | None = None,
+    ) -> asyncio.Task[T]:
         """Run ``coro`` as a task kept until it finishes; ``name`` appears in the log line.
 
-        The returned task may be awaited or cancelled; its failure is logged either way."""
+        ``expected`` replaces the set's own for this task. The returned task may be awaited
+        or cancelled; its failure is logged either way."""
+        quiet = self._expected if expected is None else expected
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
-        task.add_done_callback(self._done)
+        task.add_done_callback(lambda done: self._done(done, quiet))
         return task
 
-    def _done(self, task: asyncio.Task[Any]) -> None:
+    def _done(self, task: asyncio.Task[Any], quiet: tuple[type[BaseException], ...]) -> None:
         self._tasks.discard(task)
         if task.cancelled():
             return
         exc = task.exception()  # retrieved here, so asyncio never reports it again
-        if exc is None or isinstance(exc, self._expected):
+        if exc is None or isinstance(exc, quiet):
             return
         self._log.warning(
             "%s name=%s %s: %s", self._event, task.get_name(), type(exc).__name__, exc

@@ -37,6 +37,7 @@ from engine.events import (
     UserMessage,
 )
 from engine.recovery import INTERRUPTED_TOOL_TEXT
+from engine.text import clip
 
 if TYPE_CHECKING:
     # Only an annotation here: engine.agent.config imports this module's history cache.
@@ -225,11 +226,11 @@ def _has_results_after(turn: Turn) -> bool:
 
 
 def _summary_line(turn: Turn) -> str:
-    parts = [f"- user: {_clip(turn.user_text, 160)}"]
+    parts = [f"- user: {clip(turn.user_text, 160, one_line=True)}"]
     if turn.tools:
         parts.append("tools: " + ", ".join(f"{n} x{c}" for n, c in sorted(turn.tools.items())))
     if turn.last_answer:
-        parts.append(f"agent: {_clip(turn.last_answer, 200)}")
+        parts.append(f"agent: {clip(turn.last_answer, 200, one_line=True)}")
     return " | ".join(parts)
 
 
@@ -251,11 +252,6 @@ def summarize(turns: Sequence[Turn], *, budget_chars: int) -> str:
     if omitted:
         head.append(f"({omitted} earlier turns not shown)")
     return "\n".join(head + kept)
-
-
-def _clip(text: str, limit: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def build_messages(

@@ -35,6 +35,7 @@ from engine.events import (
     SeedSource,
 )
 from engine.plan.types import PlanTask
+from engine.tasks import BackgroundTasks
 from engine.tools.base import ToolContext
 from engine.tools.runtime import ToolCallRequest, ToolRuntime
 
@@ -85,7 +86,7 @@ class SessionController:
         self._current: InboundMessage | None = None
         self._pending_mode: bool | None = None
         self._pending_approval: PendingApproval | None = None
-        self._background: set[asyncio.Future[object]] = set()
+        self._background = BackgroundTasks(_log, event="notify_idle_failed")
         # Set when the process shuts down: nothing new may start a turn after that.
         self.closed = False
 
@@ -388,11 +389,13 @@ class SessionController:
         try:
             result = self._on_idle.notify_idle(self.session_id, outcome=outcome)
             if inspect.isawaitable(result):
-                task = asyncio.ensure_future(result)
-                self._background.add(task)
-                task.add_done_callback(self._background.discard)
+                self._background.spawn(_awaited(result), name=f"notify_idle:{self.session_id}")
         except Exception as exc:  # the driver's failure must not kill the agent worker
             _log.warning("plangate.agent.controller.notify_idle_failed %s", type(exc).__name__)
+
+
+async def _awaited(result: Awaitable[object]) -> None:
+    await result
 
 
 def _cancelling(task: asyncio.Task[object] | None) -> bool:

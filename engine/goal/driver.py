@@ -19,15 +19,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from engine.events import GoalRoundSource
 from engine.goal.fold import GoalRefusal
 from engine.goal.service import GoalService
 from engine.goal.types import GoalSnapshot
 from engine.scheduler import Scheduler
+from engine.tasks import BackgroundTasks
 
 log = logging.getLogger("plangate.goal.driver")
 
@@ -105,7 +106,7 @@ class RoundDriver:
         self._hold = hold
         self._after_round = after_round
         self._sessions: dict[str, _Session] = {}
-        self._background: set[asyncio.Task[None]] = set()
+        self._background = BackgroundTasks(log, event="disarm_failed")
         goals.add_listener(self._on_goal_change)
 
     # --- the agent's side -----------------------------------------------------------------
@@ -120,7 +121,7 @@ class RoundDriver:
         if attempt is not None and attempt.state == "submitted":
             attempt.turn_ended = True
         if outcome in UNCERTAIN_OUTCOMES and attempt is not None and attempt.state == "submitted":
-            self._spawn(self._goals.disarm(session_id))
+            self._background.spawn(self._goals.disarm(session_id), name=f"disarm:{session_id}")
         session.wake.set()
 
     async def validate_round(self, session_id: str, source: GoalRoundSource) -> bool:
@@ -286,11 +287,6 @@ class RoundDriver:
         goal = self._goals.peek(session_id)
         if goal is not None and goal.schedule_s is None:
             self._sync_jobs(session_id)
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._background.add(task)  # keep a reference until it finishes
-        task.add_done_callback(self._background.discard)
 
 
 class _Tick:

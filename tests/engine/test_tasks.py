@@ -97,6 +97,19 @@ async def test_an_expected_exception_is_dropped_quietly(caplog: pytest.LogCaptur
     assert caplog.records == []
 
 
+async def test_a_spawn_may_name_its_own_expected_failures(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    tasks = BackgroundTasks(LOG)
+    with caplog.at_level(logging.DEBUG, logger="plangate.test_tasks"):
+        tasks.spawn(_fail("expendable"), name="refusal", expected=(ValueError,))
+        tasks.spawn(_fail("a bug"), name="reply")
+        await asyncio.wait_for(tasks.drain(), 5)
+    assert [r.getMessage() for r in caplog.records] == [
+        "plangate.test_tasks.background_failed name=reply ValueError: a bug"
+    ]
+
+
 async def test_the_returned_task_carries_the_result() -> None:
     tasks = BackgroundTasks(LOG)
 
