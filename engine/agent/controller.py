@@ -256,9 +256,10 @@ class SessionController:
                     )
                     self._current = None
                     await self._after_turn(message, result)
-                    self._notify_idle(outcome=result.outcome)
-                    if is_goal_round(message.source) and result.outcome in ("failed", "cancelled"):
-                        await self._disarm()
+                    # The driver owns "a failed goal round disarms the goal": it is told how
+                    # a round ended, and only a round.
+                    round_outcome = result.outcome if is_goal_round(message.source) else None
+                    self._notify_idle(outcome=round_outcome)
                 await self._commit_pending(queue_execution=True)
         except asyncio.CancelledError:
             self._current = None
@@ -376,11 +377,6 @@ class SessionController:
         if queue_execution:
             self.submit(self._deps.settings.execution_prompt, source=SeedSource())
         return True
-
-    async def _disarm(self) -> None:
-        if self._deps.goals is not None:
-            await self._deps.goals.disarm(self.session_id)
-            await safe_call("goal_changed", self._deps.channel.goal_changed(self.session_id))
 
     def _notify_idle(self, *, outcome: str | None = None) -> None:
         """Wake the goal driver; it checks :meth:`is_idle` itself when it runs."""

@@ -91,7 +91,8 @@ class IdleListener(Protocol):
     """The goal round driver's side of ``notify_idle`` (may be sync or async)."""
 
     def notify_idle(self, session_id: str, *, outcome: str | None = None) -> object:
-        """A turn ended with ``outcome`` (``None``: the session's inbox drained)."""
+        """A turn ended (``outcome``: how a goal round's turn ended, ``None`` for any other
+        turn or when the session's inbox drained). A failed round disarms the goal there."""
         ...
 
 

@@ -112,16 +112,18 @@ class RoundDriver:
     # --- the agent's side -----------------------------------------------------------------
 
     def notify_idle(self, session_id: str, *, outcome: str | None = None) -> None:
-        """A turn ended (``outcome`` as in ``turn/end``, if known): wake the session's attempt.
+        """A turn ended or the session went idle: wake the session's attempt.
 
-        A goal round that ended cancelled, failed or interrupted disarms the goal.
+        ``outcome`` is how a goal round's turn ended (as in ``turn/end``; ``None`` for any
+        other turn). A round that ended cancelled, failed or interrupted disarms the goal.
         """
         session = self._session(session_id)
         attempt = session.attempt
         if attempt is not None and attempt.state == "submitted":
             attempt.turn_ended = True
-        if outcome in UNCERTAIN_OUTCOMES and attempt is not None and attempt.state == "submitted":
-            self._background.spawn(self._goals.disarm(session_id), name=f"disarm:{session_id}")
+            if outcome in UNCERTAIN_OUTCOMES:
+                failed = self._round_failed(session_id, f"turn {outcome}")
+                self._background.spawn(failed, name=f"round_failed:{session_id}")
         session.wake.set()
 
     async def validate_round(self, session_id: str, source: GoalRoundSource) -> bool:
@@ -250,7 +252,7 @@ class RoundDriver:
             raise
         except Exception as exc:  # worker boundary: an unclassified failure never re-runs
             log.warning("plangate.goal.driver.attempt_failed error=%s", type(exc).__name__)
-            await self._goals.disarm(session_id)
+            await self._round_failed(session_id, type(exc).__name__)
         finally:
             if session.attempt is attempt:
                 session.attempt = None
@@ -280,6 +282,12 @@ class RoundDriver:
             if (admitted or attempt.turn_ended) and self._target.is_idle(session_id):
                 return
             await session.wake.wait()
+
+    async def _round_failed(self, session_id: str, why: str) -> None:
+        # The one rule: after a failed round nobody knows how far it got, so the goal stops
+        # here (disarmed, no new revision) and waits for the owner's Resume.
+        log.info("plangate.goal.driver.round_failed session=%s why=%s", session_id, why)
+        await self._goals.disarm(session_id)
 
     def _after_attempt(self, session_id: str) -> None:
         # A continuous goal asks for the next round right away; a scheduled one waits for its
