@@ -1,9 +1,10 @@
-"""Background tasks: started now, finished later, never lost.
+"""Side effects whose failure is logged, never raised: background tasks and notifications.
 
 ``asyncio`` keeps only a weak reference to a task, so a task nobody holds can vanish mid-run,
 and an exception in a task nobody awaits surfaces only as "Task exception was never retrieved"
 at garbage collection, if at all. :class:`BackgroundTasks` is the one place that keeps the
 strong reference, drops it when the task is done, and logs what went wrong.
+:func:`safe_call` is the awaited kind: a chat notification that must not break the caller.
 """
 
 from __future__ import annotations
@@ -11,10 +12,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+_notify_log = logging.getLogger("plangate.notify")
+
+
+async def safe_call(what: str, call: Awaitable[None]) -> None:
+    """Await a notification (a channel method); log and swallow its failure so the caller
+    goes on.
+
+    The chat is a side effect of the log, not its authority: a Telegram outage must not turn
+    a committed step into a failed one. Cancellation is not swallowed.
+    """
+    try:
+        await call
+    except Exception as exc:  # worker boundary: a front-end failure never breaks a turn
+        _notify_log.warning("plangate.notify.failed %s %s: %s", what, type(exc).__name__, exc)
 
 
 class BackgroundTasks:
@@ -95,4 +111,4 @@ class BackgroundTasks:
                 await task
 
 
-__all__ = ["BackgroundTasks"]
+__all__ = ["BackgroundTasks", "safe_call"]

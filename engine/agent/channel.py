@@ -3,21 +3,19 @@
 The engine never imports Telegram: ``bot/`` implements :class:`Channel` for Telegram and the
 console demo implements it for a terminal. Every method is a notification; the agent does not
 wait for the chat to answer. A channel method that raises is logged by the agent and never
-breaks a turn (see :func:`safe_call`).
+breaks a turn (see :func:`engine.tasks.safe_call`).
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from engine.events import ApprovalDecision, TurnOutcome
+from engine.tasks import safe_call  # the agent's callers import it from here too
 
 if TYPE_CHECKING:
     from engine.approval.service import ApprovalView
-
-_log = logging.getLogger("plangate.agent.channel")
 
 
 class Channel(Protocol):
@@ -71,18 +69,6 @@ class Channel(Protocol):
     ) -> None:
         """The request ended (a press, the timeout, /stop): its buttons go, the result shows."""
         ...
-
-
-async def safe_call(what: str, call: Awaitable[None]) -> None:
-    """Await a channel notification; log and swallow its failure so the turn goes on.
-
-    The chat is a side effect of the log, not its authority: a Telegram outage must not turn
-    a committed step into a failed one.
-    """
-    try:
-        await call
-    except Exception as exc:  # worker boundary: a front-end failure never breaks a turn
-        _log.warning("plangate.agent.channel.failed %s %s: %s", what, type(exc).__name__, exc)
 
 
 __all__ = ["Channel", "safe_call"]

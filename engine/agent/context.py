@@ -22,8 +22,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from engine.agent.settings import AgentSettings
 from engine.events import (
     AssistantMessage,
     FeedbackSource,
@@ -38,10 +39,6 @@ from engine.events import (
 )
 from engine.recovery import INTERRUPTED_TOOL_TEXT
 from engine.text import clip
-
-if TYPE_CHECKING:
-    # Only an annotation here: engine.agent.config imports this module's history cache.
-    from engine.agent.config import AgentSettings
 
 ELIDED_TEXT = "[older tool result left out to fit the context budget]"
 

@@ -187,7 +187,7 @@ class RoundDriver:
             session.job = "soon"
 
     def _tick_fn(self, session_id: str) -> _Tick:
-        return _Tick(self, session_id)
+        return _Tick(self._tick, session_id)
 
     async def _tick(self, session_id: str) -> None:
         session = self._session(session_id)
@@ -300,12 +300,12 @@ class RoundDriver:
 class _Tick:
     """A scheduler job for one session (a callable object, so job ids stay readable)."""
 
-    def __init__(self, driver: RoundDriver, session_id: str) -> None:
-        self._driver = driver
+    def __init__(self, tick: Callable[[str], Awaitable[None]], session_id: str) -> None:
+        self._tick = tick
         self._session_id = session_id
 
     async def __call__(self) -> None:
-        await self._driver._tick(self._session_id)
+        await self._tick(self._session_id)
 
 
 def _job_id(session_id: str) -> str:
