@@ -183,7 +183,7 @@ def build_application(
         bot=application.bot,
         pin=getattr(settings, "pin_cards", "auto"),
     )
-    channel = TelegramChannel(engine, outbox, presenter, routes)
+    channel = TelegramChannel(outbox, presenter)
 
     async def delivery_failed(chat_id: int, message_id: int | None, err: Exception) -> None:
         # Past the outbox's deadline: draw the chat's cards again from the latest state.

@@ -37,9 +37,8 @@ from bot.render import (
     messages_or_document,
     utf16_len,
 )
-from bot.routes import ChatRoute, Routes
+from bot.routes import ChatRoute
 from engine.agent.channel import Channel
-from engine.api import EngineApi
 from engine.approval.service import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
 from engine.text import clip
@@ -91,33 +90,20 @@ class Question:
 class TelegramChannel:
     """``Channel`` for Telegram; every method is safe to call from any agent task."""
 
-    def __init__(
-        self,
-        engine: EngineApi,
-        outbox: Outbox,
-        presenter: CardPresenter,
-        routes: Routes,
-    ) -> None:
-        self._engine = engine
+    def __init__(self, outbox: Outbox, presenter: CardPresenter) -> None:
         self._outbox = outbox
         self._presenter = presenter
-        self._routes = routes
         self._questions: dict[str, Question] = {}
         self._typing_at: dict[str, float] = {}
         # Approval messages on screen, by request id: where to say how they ended.
         self._approvals: dict[str, tuple[int, int, str]] = {}
 
     async def route(self, session_id: str) -> ChatRoute | None:
-        """Where the session lives: the routes seen, else the plan sidecar's ``flow``."""
-        route = await self._routes.lookup(session_id)
-        if route is not None:
-            return route
-        data = await self._engine.plan_card(session_id)
-        flow = data.sidecar.flow if data.sidecar is not None else None
-        if flow is not None and flow.chat_id is not None:
-            return ChatRoute(flow.chat_id, flow.thread_id or 0)
-        _log.warning("plangate.channel.no_route session=%s", session_id)
-        return None
+        """Where the session lives (:meth:`CardPresenter.route`); a miss is logged."""
+        route = await self._presenter.route(session_id)
+        if route is None:
+            _log.warning("plangate.channel.no_route session=%s", session_id)
+        return route
 
     async def reply(self, session_id: str, text: str, *, reply_to: int | None) -> None:
         """Post a turn's final text (Markdown) as a reply to the message that opened it.

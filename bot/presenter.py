@@ -348,7 +348,9 @@ class CardPresenter:
         else:
             await self._draw_goal(session_id, slot, restick=restick, interactive=interactive)
 
-    async def _route(self, session_id: str, data: PlanCardData | None = None) -> ChatRoute | None:
+    async def route(self, session_id: str, data: PlanCardData | None = None) -> ChatRoute | None:
+        """Where the session lives: the routes seen, else the plan sidecar's ``flow`` (pass
+        the plan card ``data`` already read to save a read); ``None`` when neither knows."""
         route = await self._routes.lookup(session_id)
         if route is not None:
             return route
@@ -369,7 +371,7 @@ class CardPresenter:
         interactive: bool = False,
     ) -> None:
         data = await self._engine.plan_card(session_id)
-        route = await self._route(session_id, data)
+        route = await self.route(session_id, data)
         if route is None:
             _log.info("plangate.presenter.no_route session=%s", session_id)
             return
@@ -470,7 +472,7 @@ class CardPresenter:
     ) -> None:
         data = await self._engine.goal_card(session_id)
         note, slot.note = slot.note, None
-        route = await self._route(session_id)
+        route = await self.route(session_id)
         if route is None:
             _log.info("plangate.presenter.no_route session=%s", session_id)
             return
