@@ -42,9 +42,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.agent.config import AgentSettings
 from engine.agent.context import assemble_messages, build_messages
 from engine.agent.history import SessionHistory
+from engine.agent.settings import AgentSettings
 from engine.events import (
     AssistantMessage,
     CommandRun,

@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 
 from bench.eventlog import make_realistic_events
-from engine.agent.config import AgentSettings
 from engine.agent.context import assemble_messages
 from engine.agent.history import SessionHistory
+from engine.agent.settings import AgentSettings
 from engine.events import HumanSource, ModelUsageRecord, SessionEvent, TurnStart
 from engine.projections import replay_projections
 from engine.usage.ledger import request_chars

@@ -58,6 +58,7 @@ from bot.routes import GROUPS_KEY, ChatRoute, MetaStore, Routes, goal_card_key
 from bot.updates import ChatLaneProcessor, UpdateLedger
 from engine.api import CommandName, EngineApi, RestoredGoal
 from engine.errors import ConfigError
+from engine.tasks import BackgroundTasks
 
 _log = logging.getLogger("plangate.app")
 
@@ -182,7 +183,7 @@ def build_application(
         bot=application.bot,
         pin=getattr(settings, "pin_cards", "auto"),
     )
-    channel = TelegramChannel(engine, outbox, presenter, routes)
+    channel = TelegramChannel(outbox, presenter)
 
     async def delivery_failed(chat_id: int, message_id: int | None, err: Exception) -> None:
         # Past the outbox's deadline: draw the chat's cards again from the latest state.
@@ -192,7 +193,8 @@ def build_application(
     if channel_slot is not None:
         channel_slot.bind(channel)
 
-    background: set[asyncio.Task[None]] = set()
+    # Rendering and delivery that no handler waits for (bp.tasks; drain() awaits them).
+    background = BackgroundTasks(_log, event="render_failed")
 
     async def refuse(update: Update, text: str) -> None:
         # Sent in the background: a paced send (a full group window) must not hold the chat's
@@ -202,18 +204,16 @@ def build_application(
             return
 
         async def send() -> None:
-            with contextlib.suppress(Exception):  # Dropped included: a refusal is expendable
-                await outbox.send_text(
-                    msg.chat.id,
-                    escape(text),
-                    thread_id=message_key(msg)[1] or None,
-                    reply_to=msg.message_id,
-                    priority="low",
-                )
+            await outbox.send_text(
+                msg.chat.id,
+                escape(text),
+                thread_id=message_key(msg)[1] or None,
+                reply_to=msg.message_id,
+                priority="low",
+            )
 
-        task = asyncio.get_running_loop().create_task(send())
-        background.add(task)
-        task.add_done_callback(background.discard)
+        # Any failure (Dropped included) is fine: a refusal is expendable.
+        background.spawn(send(), name=f"refusal:{msg.chat.id}", expected=(Exception,))
 
     holder: list[AccessGate] = []
 
@@ -303,8 +303,7 @@ async def drain(application: Application[Any, Any, Any, Any, Any, Any]) -> None:
     processor = application.update_processor
     if isinstance(processor, ChatLaneProcessor):
         await processor.idle()  # its last watermark write joins bp.tasks
-    while bp.tasks:
-        await asyncio.gather(*list(bp.tasks), return_exceptions=True)
+    await bp.tasks.drain()
     await bp.presenter.flush()
 
 

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup
 
 from bot import callback as cb
-from bot.render import TELEGRAM_TEXT_LIMIT, escape, markdown_to_html, utf16_len
+from bot.render import TELEGRAM_TEXT_LIMIT, escape, escape_within, markdown_to_html, utf16_len
 from engine.api import PlanCardState
 from engine.goal.types import GoalSnapshot
 from engine.plan.extract import extract_work_items
 from engine.plan.types import PlanSidecar, PlanTask
+from engine.text import clip
 
 Button = tuple[str, str]  # (label, callback data)
 
@@ -91,22 +92,9 @@ def progress_bar(done: int, total: int, *, cells: int = BAR_CELLS) -> str:
     return "▓" * filled + "░" * (cells - filled) + f" {done}/{total}"
 
 
-def _clip(text: str, limit: int = MAX_TITLE_CHARS) -> str:
+def clip_line(text: str, limit: int = MAX_TITLE_CHARS) -> str:
     """Plain text on one line, at most ``limit`` characters, escaped for HTML."""
-    text = " ".join(text.split())
-    if len(text) > limit:
-        text = text[: limit - 1] + "…"
-    return escape(text)
-
-
-def _clip_units(text: str, max_units: int) -> str:
-    """Escaped text whose HTML is at most ``max_units`` UTF-16 units (escaping can grow it)."""
-    limit = max_units
-    out = _clip(text, limit)
-    while utf16_len(out) > max_units and limit > 1:
-        limit = limit * 3 // 4
-        out = _clip(text, limit)
-    return out
+    return escape(clip(text, limit, one_line=True))
 
 
 def _current_index(tasks: Sequence[PlanTask]) -> int:
@@ -132,7 +120,7 @@ def task_window(
     if lo > 0:
         lines.append(f"<i>… {lo} earlier</i>")
     for t in ordered[lo:hi]:
-        line = f"{_TASK_ICON.get(t.status, '⬜')} {_clip(t.id, 12)}. {_clip(t.title)}"
+        line = f"{_TASK_ICON.get(t.status, '⬜')} {clip_line(t.id, 12)}. {clip_line(t.title)}"
         lines.append(f"<b>{line}</b>" if t.status == "in_progress" else line)
     if hi < len(ordered):
         lines.append(f"<i>… {len(ordered) - hi} more</i>")
@@ -201,7 +189,7 @@ def build_plan_card(
 
 
 def _plan_head(sidecar: PlanSidecar, state: PlanCardState) -> list[str]:
-    title = _clip_units(sidecar.title or "New plan", 400)
+    title = escape_within(sidecar.title or "New plan", 400, one_line=True)
     status = _PLAN_STATUS[state]
     if sidecar.revising is not None and sidecar.status == "Editing":
         status = "Revising — " + status[0].lower() + status[1:]
@@ -249,8 +237,8 @@ def _review_text(head: list[str], markdown: str, note: str | None, *, attached: 
     for limit in (len(steps), 40, 20, 10, 5, 0):
         shown: list[str] = []
         for i, (step, criteria) in enumerate(steps[:limit], start=1):
-            shown.append(f"{i}. {_clip(step)}")
-            shown.extend(f"   <i>Done when: {_clip(c)}</i>" for c in criteria[:2])
+            shown.append(f"{i}. {clip_line(step)}")
+            shown.extend(f"   <i>Done when: {clip_line(c)}</i>" for c in criteria[:2])
         if limit < len(steps):
             shown.append(f"<i>… {len(steps) - limit} more steps</i>")
         text = _fit([*lines, *shown], note)
@@ -316,7 +304,7 @@ def build_goal_card(
     lines = [f"🎯 <b>Goal</b> <i>{escape(phase)}</i>"]
     if confirm_clear:
         lines.append("<i>Clear this goal?</i>")
-    lines.append(_clip_units(goal.objective, 2000))
+    lines.append(escape_within(goal.objective, 2000, one_line=True))
     if goal.source != "task":
         budget = f" / {goal.token_budget:,}" if goal.token_budget else ""
         lines.append(
@@ -325,7 +313,8 @@ def build_goal_card(
             + (f" · every {_every(goal.schedule_s)}" if goal.schedule_s else "")
         )
     if goal.blocked is not None:
-        code, message = _clip(goal.blocked.code, 40), _clip_units(goal.blocked.message, 500)
+        code = clip_line(goal.blocked.code, 40)
+        message = escape_within(goal.blocked.message, 500, one_line=True)
         lines.append(f"⚠️ {code}: {message}")
         fix = _BLOCKED_FIX.get(goal.blocked.code)
         if fix is not None:
@@ -344,6 +333,6 @@ def _every(seconds: int) -> str:
 def _fit(lines: list[str], note: str | None) -> str | None:
     """Join lines (plus the note); ``None`` when the HTML is over Telegram's limit."""
     if note:
-        lines = [*lines, "", _clip_units(note, 500)]
+        lines = [*lines, "", escape_within(note, 500, one_line=True)]
     text = "\n".join(lines)
     return text if utf16_len(text) <= TELEGRAM_TEXT_LIMIT else None

@@ -32,15 +32,16 @@ from bot.render import (
     TELEGRAM_TEXT_LIMIT,
     clip_html,
     escape,
+    escape_within,
     markdown_messages,
     messages_or_document,
     utf16_len,
 )
-from bot.routes import ChatRoute, Routes
+from bot.routes import ChatRoute
 from engine.agent.channel import Channel
-from engine.api import EngineApi
 from engine.approval.policy import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
+from engine.text import clip
 
 _log = logging.getLogger("plangate.channel")
 
@@ -88,33 +89,20 @@ class Question:
 class TelegramChannel:
     """``Channel`` for Telegram; every method is safe to call from any agent task."""
 
-    def __init__(
-        self,
-        engine: EngineApi,
-        outbox: Outbox,
-        presenter: CardPresenter,
-        routes: Routes,
-    ) -> None:
-        self._engine = engine
+    def __init__(self, outbox: Outbox, presenter: CardPresenter) -> None:
         self._outbox = outbox
         self._presenter = presenter
-        self._routes = routes
         self._questions: dict[str, Question] = {}
         self._typing_at: dict[str, float] = {}
         # Approval messages on screen, by request id: where to say how they ended.
         self._approvals: dict[str, tuple[int, int, str]] = {}
 
     async def route(self, session_id: str) -> ChatRoute | None:
-        """Where the session lives: the routes seen, else the plan sidecar's ``flow``."""
-        route = await self._routes.lookup(session_id)
-        if route is not None:
-            return route
-        data = await self._engine.plan_card(session_id)
-        flow = data.sidecar.flow if data.sidecar is not None else None
-        if flow is not None and flow.chat_id is not None:
-            return ChatRoute(flow.chat_id, flow.thread_id or 0)
-        _log.warning("plangate.channel.no_route session=%s", session_id)
-        return None
+        """Where the session lives (:meth:`CardPresenter.route`); a miss is logged."""
+        route = await self._presenter.route(session_id)
+        if route is None:
+            _log.warning("plangate.channel.no_route session=%s", session_id)
+        return route
 
     async def reply(self, session_id: str, text: str, *, reply_to: int | None) -> None:
         """Post a turn's final text (Markdown) as a reply to the message that opened it.
@@ -131,7 +119,7 @@ class TelegramChannel:
                 route.chat_id,
                 text.encode("utf-8", "replace"),
                 "reply.md",
-                caption_html=escape(_first_words(text[:1000], 200)),
+                caption_html=escape(clip(text[:1000], 200, one_line=True)),
                 thread_id=route.thread,
                 reply_to=reply_to,
             )
@@ -232,7 +220,7 @@ class TelegramChannel:
         route = await self.route(session_id)
         if route is None:
             return
-        code = f"<pre>{_escaped_within(view.command or view.tool, MAX_COMMAND_SHOWN)}</pre>"
+        code = f"<pre>{escape_within(view.command or view.tool, MAX_COMMAND_SHOWN)}</pre>"
         if view.diff:
             code += await self._diff_html(route, view)
         rows: list[list[InlineKeyboardButton]] = []
@@ -298,22 +286,8 @@ class TelegramChannel:
         )
 
 
-def _first_words(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def _plain(html_text: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", html_text))
-
-
-def _escaped_within(text: str, max_units: int) -> str:
-    """``text`` escaped, cut (marked with …) so the HTML is at most ``max_units`` UTF-16 units."""
-    out, limit = escape(text), len(text)
-    while utf16_len(out) > max_units and limit > 1:
-        limit = limit * 3 // 4
-        out = escape(text[:limit]) + "…"
-    return out
 
 
 def _button(label: str, action: str, view: ApprovalView) -> InlineKeyboardButton:
@@ -321,8 +295,7 @@ def _button(label: str, action: str, view: ApprovalView) -> InlineKeyboardButton
 
 
 def _label(option: str) -> str:
-    option = " ".join(option.split())
-    return option if len(option) <= MAX_OPTION_LABEL else option[: MAX_OPTION_LABEL - 1] + "…"
+    return clip(option, MAX_OPTION_LABEL, one_line=True)
 
 
 class LateChannel:

@@ -39,6 +39,8 @@ from bot.routes import (
 from bot.updates import UpdateLedger
 from engine.api import CommandName, EngineApi, Outcome
 from engine.commands import STALE_TEXT
+from engine.tasks import BackgroundTasks
+from engine.text import clip
 
 _log = logging.getLogger("plangate.handlers")
 
@@ -61,7 +63,10 @@ class BotParts:
     last_update_id: int | None = None
     loaded: bool = False
     load_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    # Rendering and delivery started by handlers (a handler never waits for them).
+    tasks: BackgroundTasks = field(
+        default_factory=lambda: BackgroundTasks(_log, event="render_failed")
+    )
     # Which updates are processed; the ChatLaneProcessor (bot.updates) feeds it.
     ledger: UpdateLedger = field(default_factory=UpdateLedger)
 
@@ -120,19 +125,6 @@ class Handlers:
         bp.ledger.on_advance = self._update_id_advanced
 
     # ---- plumbing ----------------------------------------------------------------------
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        async def guarded() -> None:
-            try:
-                await coro
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # worker boundary: log, the bot goes on
-                _log.warning("plangate.handlers.render_failed %s: %s", type(exc).__name__, exc)
-
-        task = asyncio.get_running_loop().create_task(guarded())
-        self.bp.tasks.add(task)
-        task.add_done_callback(self.bp.tasks.discard)
 
     async def _session(self, key: SessionKey) -> str:
         session_id = await self.bp.engine.session_for_chat(key[0], key[1])
@@ -201,7 +193,7 @@ class Handlers:
                 self._cards(session_id, outcome)
                 self.bp.presenter.release(session_id)
 
-        self._spawn(deliver())
+        self.bp.tasks.spawn(deliver(), name=f"reply:{session_id}")
 
     def _cards(self, session_id: str, outcome: Outcome, *, reply_to: int | None = None) -> None:
         p = self.bp.presenter
@@ -236,7 +228,7 @@ class Handlers:
         # moment, which Telegram would re-deliver anyway (their offset is not yet confirmed).
         if not self._writing_update_id:
             self._writing_update_id = True
-            self._spawn(self._persist_update_id())
+            self.bp.tasks.spawn(self._persist_update_id(), name="update_id")
 
     async def _persist_update_id(self) -> None:
         try:
@@ -384,7 +376,7 @@ class Handlers:
             # Asked in a session that /new has since ended: it must not come back to life.
             await self._stale(update, text="This question is out of date.")
             return
-        await _answer(query, _clip(f"➡️ {text}", MAX_TOAST), alert=False)
+        await _answer(query, clip(f"➡️ {text}", MAX_TOAST), alert=False)
         self.bp.outbox.edit_keyboard(question.chat_id, question.message_id, None, interactive=True)
         await self.bp.engine.user_message(
             question.session_id,
@@ -460,7 +452,7 @@ class Handlers:
                     reply_to=msg.message_id,
                 )  # fmt: skip
 
-            self._spawn(tell())
+            self.bp.tasks.spawn(tell(), name=f"error_notice:{msg.chat.id}")
 
 
 def redact(text: str, token: str) -> str:
@@ -487,16 +479,12 @@ def _reply_text(outcome: Outcome) -> str | None:
     if outcome.reply:
         parts_.append(escape(outcome.reply))
     if outcome.dropped:
-        listed = "\n".join(f"• {escape(_clip(' '.join(d.split()), 200))}" for d in outcome.dropped)
+        listed = "\n".join(f"• {escape(clip(d, 200, one_line=True))}" for d in outcome.dropped)
         parts_.append(f"Dropped {len(outcome.dropped)} queued message(s):\n{listed}")
     text = "\n\n".join(parts_)
     # Cut by visible UTF-16 units with entities kept whole: a cut by characters could split
     # "&amp;" or carry 4,000 emoji (8,000 units) into a message Telegram rejects.
     return clip_html(text, 4000) if text.strip() else None
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _command_args(text: str) -> str:

@@ -60,6 +60,7 @@ from telegram.constants import ParseMode
 from telegram.error import BadRequest, ChatMigrated, NetworkError, RetryAfter, TelegramError
 
 from bot.render import clip_html
+from engine.tasks import BackgroundTasks
 
 log = logging.getLogger("plangate.outbox")
 
@@ -202,7 +203,9 @@ class Outbox:
         self._moved: dict[int, int] = {}  # old group id -> its supergroup's id
         self._lanes: dict[int, _Lane] = {}
         self._closed = False
-        self._tasks: set[asyncio.Task[None]] = set()
+        # Typing and the owner's callbacks: a task, not an await (a callback will want this
+        # same lane to repost).
+        self._tasks = BackgroundTasks(log, event="callback_failed")
         # Calls in flight across all chats. Past a few, more only queue in the HTTP pool
         # (PTB's pool_timeout of 1 s then fails a send that never left: a lost reply); the
         # wait here has no timeout.
@@ -340,7 +343,7 @@ class Outbox:
                     "plangate.outbox.typing_failed chat=%s error=%s", chat_id, type(err).__name__
                 )
 
-        self._background(send())
+        self._tasks.spawn(send(), name=f"typing:{chat_id}")
 
     def waiting(self, chat_id: int) -> dict[Priority, int]:
         """How many operations wait in this chat, per priority (diagnostics, tests)."""
@@ -359,7 +362,8 @@ class Outbox:
             ]
             if not workers and not self._tasks:
                 return
-            await asyncio.gather(*workers, *self._tasks, return_exceptions=True)
+            await asyncio.gather(*workers, return_exceptions=True)
+            await self._tasks.drain()
 
     async def aclose(self) -> None:
         """Stop the workers; queued and in-flight operations fail with ``RuntimeError``
@@ -376,8 +380,7 @@ class Outbox:
             for q in lane.queues.values():
                 q.clear()
             lane.pending_edits.clear()
-        for task in list(self._tasks):
-            task.cancel()
+        self._tasks.cancel()
 
     # ---- queueing --------------------------------------------------------------------
 
@@ -612,7 +615,8 @@ class Outbox:
             target.queues[o.priority].append(o)
         self._wake(target)
         if first_time and self.on_chat_migrated is not None:
-            self._background(self.on_chat_migrated(lane.chat_id, new_id))
+            moved = self.on_chat_migrated(lane.chat_id, new_id)
+            self._tasks.spawn(moved, name=f"chat_migrated:{lane.chat_id}")
 
     def _delivery_failed(self, lane: _Lane, op: _Op, err: Exception) -> None:
         if op.notice:
@@ -631,17 +635,10 @@ class Outbox:
             notice.queued_at = self._clock()
             lane.queues["interactive"].append(notice)
         if self.on_delivery_failed is not None:
-            self._background(
-                self.on_delivery_failed(
-                    lane.chat_id, op.message_id if op.kind == "edit" else None, err
-                )
+            failed = self.on_delivery_failed(
+                lane.chat_id, op.message_id if op.kind == "edit" else None, err
             )
-
-    def _background(self, coro: Coroutine[Any, Any, None]) -> None:
-        # A task, not an await: the callback will want this same lane to repost.
-        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+            self._tasks.spawn(failed, name=f"delivery_failed:{lane.chat_id}")
 
     def _fail(self, op: _Op, err: Exception) -> None:
         if op.kind == "edit":
@@ -693,7 +690,8 @@ class Outbox:
                 lane.known.pop(op.message_id, None)
                 self._resolve_edit(op, EditResult("not_found", err.message))
                 if self._on_edit_lost is not None:
-                    self._background(self._on_edit_lost(lane.chat_id, op.message_id))
+                    lost = self._on_edit_lost(lane.chat_id, op.message_id)
+                    self._tasks.spawn(lost, name=f"edit_lost:{lane.chat_id}")
             else:
                 log.warning(
                     "plangate.outbox.edit_refused chat=%s error=%s", lane.chat_id, err.message

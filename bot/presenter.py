@@ -25,7 +25,6 @@ them (tests, shutdown). Failures are logged, never raised into a handler.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -37,10 +36,10 @@ from telegram import Bot, Message
 
 from bot import cards
 from bot.outbox import Outbox
-from bot.render import escape
 from bot.routes import ChatRoute, MetaStore, Routes, goal_card_key, review_rev_key
 from engine.agent.checklist import current_task, task_label
 from engine.api import EngineApi, GoalCardData, PlanCardData
+from engine.tasks import BackgroundTasks
 
 _log = logging.getLogger("plangate.presenter")
 
@@ -168,7 +167,7 @@ class CardPresenter:
         self._clock = clock
         self._sleep = sleep
         self._slots: dict[tuple[str, CardKind], _Slot] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = BackgroundTasks(_log, event="failed")
         self._holds: dict[str, int] = {}
         self._pin_mode = pin
         self._closed = False
@@ -202,7 +201,8 @@ class CardPresenter:
             slot.task.cancel()  # it only sleeps out the interval: draw now instead
             slot.task = None
         if slot.task is None or slot.task.done():
-            slot.task = self._spawn(self._refresh_loop(session_id, kind, slot))
+            loop = self._refresh_loop(session_id, kind, slot)
+            slot.task = self._tasks.spawn(loop, name=f"refresh:{kind}:{session_id}")
 
     def redraw_chat(self, chat_id: int) -> None:
         """Redraw every card of the sessions in ``chat_id`` (a delivery there failed)."""
@@ -241,11 +241,11 @@ class CardPresenter:
         slot.dirty = False  # the restick draws the latest state itself
         slot.note = note
         draw = self._draw(session_id, kind, slot, restick=True, reply_to=reply_to)
-        self._spawn(self._locked(slot, draw))
+        self._tasks.spawn(self._locked(slot, draw), name=f"restick:{kind}:{session_id}")
 
     def show_copy(self, session_id: str, route: ChatRoute, *, reply_to: int | None) -> None:
         """Send a copy of the plan card without buttons (a non-owner's /show-plan)."""
-        self._spawn(self._send_copy(session_id, route, reply_to))
+        self._tasks.spawn(self._send_copy(session_id, route, reply_to), name=f"copy:{session_id}")
 
     def retire(self, session_id: str) -> None:
         """Strip the keyboards of a session's cards and forget them (``/new``).
@@ -260,12 +260,11 @@ class CardPresenter:
                 slot.heartbeat.cancel()
             if slot is not None and slot.message_id is not None and slot.chat_id is not None:
                 known.add((slot.chat_id, slot.message_id))
-        self._spawn(self._guard(self._retire(session_id, known)))
+        self._tasks.spawn(self._retire(session_id, known), name=f"retire:{session_id}")
 
     async def flush(self) -> None:
         """Wait until every pending draw has been delivered (bounded by the callers)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._tasks.drain()
         await self._outbox.flush()
 
     async def aclose(self) -> None:
@@ -274,22 +273,12 @@ class CardPresenter:
         for slot in self._slots.values():
             if slot.heartbeat is not None:
                 slot.heartbeat.cancel()
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await self._tasks.aclose()
 
     # ---- scheduling --------------------------------------------------------------------
 
     def _slot(self, session_id: str, kind: CardKind) -> _Slot:
         return self._slots.setdefault((session_id, kind), _Slot())
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
 
     def _now(self) -> float:
         return self._clock() if self._clock is not None else asyncio.get_running_loop().time()
@@ -359,7 +348,9 @@ class CardPresenter:
         else:
             await self._draw_goal(session_id, slot, restick=restick, interactive=interactive)
 
-    async def _route(self, session_id: str, data: PlanCardData | None = None) -> ChatRoute | None:
+    async def route(self, session_id: str, data: PlanCardData | None = None) -> ChatRoute | None:
+        """Where the session lives: the routes seen, else the plan sidecar's ``flow`` (pass
+        the plan card ``data`` already read to save a read); ``None`` when neither knows."""
         route = await self._routes.lookup(session_id)
         if route is not None:
             return route
@@ -380,7 +371,7 @@ class CardPresenter:
         interactive: bool = False,
     ) -> None:
         data = await self._engine.plan_card(session_id)
-        route = await self._route(session_id, data)
+        route = await self.route(session_id, data)
         if route is None:
             _log.info("plangate.presenter.no_route session=%s", session_id)
             return
@@ -474,14 +465,14 @@ class CardPresenter:
 
     @staticmethod
     def _moved_html(title: str, icon: str) -> str:
-        return f"{icon} <b>{escape(_short(title or 'Plan'))}</b>\n<i>{MOVED_NOTE}</i>"
+        return f"{icon} <b>{cards.clip_line(title or 'Plan')}</b>\n<i>{MOVED_NOTE}</i>"
 
     async def _draw_goal(
         self, session_id: str, slot: _Slot, *, restick: bool, interactive: bool = False
     ) -> None:
         data = await self._engine.goal_card(session_id)
         note, slot.note = slot.note, None
-        route = await self._route(session_id)
+        route = await self.route(session_id)
         if route is None:
             _log.info("plangate.presenter.no_route session=%s", session_id)
             return
@@ -588,7 +579,7 @@ class CardPresenter:
             route.chat_id,
             markdown.encode("utf-8"),
             "plan.md",
-            caption_html=f"📄 The plan: <b>{escape(_short(title or 'Untitled plan'))}</b>",
+            caption_html=f"📄 The plan: <b>{cards.clip_line(title or 'Untitled plan')}</b>",
             thread_id=route.thread,
             reply_to=card_id,
         )
@@ -618,11 +609,6 @@ class CardPresenter:
             known.add((flow.chat_id, flow.card_id))
         for chat_id, message_id in sorted(known):
             self._outbox.edit_keyboard(chat_id, message_id, None)
-
-
-def _short(title: str, limit: int = 120) -> str:
-    title = " ".join(title.split())
-    return title if len(title) <= limit else title[: limit - 1] + "…"
 
 
 def _stored_card(stored: str | None, chat_id: int) -> int | None:

@@ -26,6 +26,8 @@ from typing import Any
 
 import mistune
 
+from engine.text import ELLIPSIS, clip
+
 TELEGRAM_TEXT_LIMIT = 4096
 _BLOCK_SEP = "\n\n"
 
@@ -216,7 +218,18 @@ def clip_html(text: str, limit: int = TELEGRAM_TEXT_LIMIT) -> str:
     chunks = split_html(text, limit - 1)
     if len(chunks) <= 1:
         return chunks[0] if chunks else text
-    return chunks[0] + "…"
+    return chunks[0] + ELLIPSIS
+
+
+def escape_within(text: str, max_units: int, *, one_line: bool = False) -> str:
+    """Plain ``text`` escaped and cut (by :func:`engine.text.clip`, marked with "…") so the
+    HTML is at most ``max_units`` UTF-16 units: escaping and emoji can make it longer."""
+    limit = max_units
+    out = escape(clip(text, limit, one_line=one_line))
+    while utf16_len(out) > max_units and limit > 1:
+        limit = limit * 3 // 4
+        out = escape(clip(text, limit, one_line=one_line))
+    return out
 
 
 async def messages_or_document(markdown: str, *, max_messages: int) -> list[str] | None:

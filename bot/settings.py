@@ -36,6 +36,7 @@ from pydantic_settings import (
 from engine.approval.policy import Rule, RuleError, parse_rules
 from engine.errors import ConfigError
 from engine.goal.commands import parse_interval
+from engine.text import clip
 from engine.tools.sandbox import forbidden_env_name
 from engine.usage.ledger import parse_tokens
 
@@ -59,8 +60,7 @@ def _fail(detail: str) -> PydanticCustomError:
 
 
 def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return clip(repr(value), 60)
 
 
 def _parse_ids(value: object, *, kind: str, positive: bool) -> object:

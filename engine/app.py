@@ -20,9 +20,9 @@ from pathlib import Path
 
 from engine.agent.adapters import PlanServiceAdapter
 from engine.agent.build import build_agent, workspace_from_store
-from engine.agent.channel import Channel, safe_call
+from engine.agent.channel import Channel
 from engine.agent.checklist import DEFAULT_STALL_STEPS
-from engine.agent.config import AgentSettings
+from engine.agent.settings import AgentSettings
 from engine.api import (
     CommandName,
     GoalCardData,
@@ -45,10 +45,12 @@ from engine.model.types import ModelProvider
 from engine.plan.service import PlanChange, PlanService
 from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
+from engine.plan.types import is_editing
 from engine.ports import Clock, EventLog, SessionStore
 from engine.scheduler import ApsScheduler, Scheduler
 from engine.services import Services
 from engine.sessions import Sessions
+from engine.tasks import safe_call
 from engine.todo.tool import TodoWriteTool
 from engine.tools.base import Tool
 from engine.tools.files import FileLimits
@@ -327,7 +329,7 @@ def build_engine(
 
     async def planning(session_id: str) -> bool:
         # No goal round is dispatched while the plan is being edited (docs/goals.md).
-        return await plans.state(session_id) in ("pre_init", "post_init")
+        return is_editing(await plans.state(session_id))
 
     idle = IdleRoundWatch(goals, log, limit=config.goal_idle_rounds)
     driver = RoundDriver(

@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from engine.agent.channel import safe_call
 from engine.agent.controller import InboundMessage
 from engine.agent.turn import TurnResult
 from engine.api import GoalCardData, GoalCardState, PlanCardData, PlanCardState
@@ -29,6 +28,7 @@ from engine.plan.extract import validate_template_b
 from engine.plan.service import PlanChange
 from engine.plan.types import PlanSidecar, PlanState
 from engine.services import Services
+from engine.tasks import safe_call
 
 PlanChoice = Literal["revise_offer", "confirm_discard"]
 

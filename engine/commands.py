@@ -14,20 +14,20 @@ The plan command matrix (docs/commands.md):
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any, Literal
 
 from engine import api
-from engine.agent.channel import safe_call
 from engine.api import CommandName, Outcome
 from engine.cards import CardChoices
 from engine.events import CommandRun, FeedbackSource, HumanSource
 from engine.goal.commands import describe_goal, parse_goal_command, run_goal_command
 from engine.goal.fold import GoalRefusal
 from engine.plan.extract import validate_template_b
+from engine.plan.types import is_editing
 from engine.services import Services
-from engine.text import clean_text
+from engine.tasks import BackgroundTasks, safe_call
+from engine.text import clean_text, clip
 from engine.usage.ledger import fmt_tokens, parse_tokens
 from engine.usage.meter import CAP_COMMAND
 
@@ -76,7 +76,7 @@ class CommandPlane:
         self._channel = services.channel
         self._workspace = services.workspace
         self._cards = cards
-        self._background_logs: set[asyncio.Task[None]] = set()
+        self._background_logs = BackgroundTasks(_log, event="log_failed")
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -97,26 +97,15 @@ class CommandPlane:
         """Log a read-only command's ``command/run`` in the background (the reply does not wait
         for the commit); a failure is logged, never raised. :meth:`flush_logs` awaits them."""
 
-        async def append() -> None:
-            try:
-                await self.log_command(session_id, name, args, actor=actor)
-            except Exception as exc:  # the command already answered; the record is best effort
-                _log.warning(
-                    "plangate.commands.log_failed session=%s command=%s %s: %s",
-                    session_id,
-                    name,
-                    type(exc).__name__,
-                    exc,
-                )
-
-        task = asyncio.get_running_loop().create_task(append())
-        self._background_logs.add(task)
-        task.add_done_callback(self._background_logs.discard)
+        # The command already answered; the record is best effort (logged as log_failed).
+        self._background_logs.spawn(
+            self.log_command(session_id, name, args, actor=actor),
+            name=f"session={session_id} command={name}",
+        )
 
     async def flush_logs(self) -> None:
         """Wait for the background ``command/run`` appends still in flight."""
-        while self._background_logs:
-            await asyncio.gather(*list(self._background_logs))
+        await self._background_logs.drain()
 
     async def message(
         self,
@@ -208,7 +197,7 @@ class CommandPlane:
                 reply = (reply + " What should it plan? Send your request.").strip()
             return Outcome(reply=reply or None, plan_card="restick")
         await self.log_command(session_id, "plan", text, actor=actor)
-        if state in ("pre_init", "post_init"):
+        if is_editing(state):
             if text:
                 self._pass_on(session_id, text, actor=actor)
             return Outcome(reply="Already planning.", plan_card="restick")
@@ -387,9 +376,8 @@ class CommandPlane:
             label = {"pre_init": "planning", "post_init": "written", "active": "active"}[state]
             done = sum(t.status in ("completed", "deferred") for t in sidecar.tasks)
             progress = f", {done}/{len(sidecar.tasks)} done" if sidecar.tasks else ""
-            title = " ".join((sidecar.title or "(untitled)").split())
-            if len(title) > 120:
-                title = title[:119] + "…"  # a title is one line wherever it is drawn
+            # A title is one line wherever it is drawn.
+            title = clip(sidecar.title or "(untitled)", 120, one_line=True)
             lines.append(f"Plan: {title} ({label}{progress})")
         # The goal as this process last read it: every goal change made here goes through the
         # goal service, which re-reads after it, and the engine read the log when it loaded the

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 
-from engine.agent.channel import safe_call
 from engine.api import Outcome
 from engine.cards import CardChoices
 from engine.events import CommandRun
@@ -22,6 +21,7 @@ from engine.plan.types import PlanFlow
 from engine.ports import SessionStore
 from engine.recovery import close_interrupted_turn, undecided_command
 from engine.services import Services
+from engine.tasks import safe_call
 
 _log = logging.getLogger("plangate.sessions")
 
@@ -61,7 +61,10 @@ class Sessions:
         # Bound sessions that start-up found unmarked (no open turn, nothing undecided): their
         # first load skips those reads.
         self._quiet: set[str] = set()
+        # The bindings this process knows, both ways (a session's chats: the usage footer asks
+        # on every reply whether its chat is private).
         self._bindings: dict[tuple[int, int], str] = {}
+        self._chats: dict[str, set[tuple[int, int]]] = {}
 
     # --- bindings ---------------------------------------------------------------------------
 
@@ -76,23 +79,32 @@ class Sessions:
         if session_id is None:
             session_id = await self._create_bound(chat_id, thread_id)
         await self.ensure_loaded(session_id)
-        self._bindings[(chat_id, thread_id)] = session_id
+        self._remember((chat_id, thread_id), session_id)
         return session_id
-
-    def chats_of(self, session_id: str) -> list[tuple[int, int]]:
-        """The chat keys bound to ``session_id`` that this process knows (usually one)."""
-        return [key for key, sid in self._bindings.items() if sid == session_id]
 
     def is_private(self, session_id: str) -> bool:
         """Whether the session is bound to a private chat (Telegram gives those positive ids)."""
-        return any(chat_id > 0 for chat_id, _ in self.chats_of(session_id))
+        return any(chat_id > 0 for chat_id, _ in self._chats.get(session_id, ()))
+
+    def _remember(self, key: tuple[int, int], session_id: str) -> None:
+        self._forget(key)
+        self._bindings[key] = session_id
+        self._chats.setdefault(session_id, set()).add(key)
+
+    def _forget(self, key: tuple[int, int]) -> None:
+        old = self._bindings.pop(key, None)
+        if old is not None:
+            keys = self._chats.get(old, set())
+            keys.discard(key)
+            if not keys:
+                self._chats.pop(old, None)
 
     async def _create_bound(self, chat_id: int, thread_id: int) -> str:
         record = await self.store.create_session(
             workspace=str(self._workspace), profile=self._profile
         )
         await self.store.bind_chat(chat_id, thread_id, record.id)
-        self._bindings[(chat_id, thread_id)] = record.id
+        self._remember((chat_id, thread_id), record.id)
         self._loaded.add(record.id)  # a new session: its log is empty, nothing to close
         return record.id
 
@@ -125,8 +137,8 @@ class Sessions:
             # Replaces a session a message in the new chat may have opened meanwhile: the
             # group's own session is the one with its history.
             await self.store.bind_chat(*key, binding.session_id)
-            self._bindings[key] = binding.session_id
-            self._bindings.pop((old_chat_id, binding.thread_id), None)
+            self._remember(key, binding.session_id)
+            self._forget((old_chat_id, binding.thread_id))
             sidecar = await self._plans.current(binding.session_id)
             if sidecar is not None and sidecar.flow.chat_id in (None, old_chat_id):
                 flow = sidecar.flow.model_copy(
@@ -166,7 +178,9 @@ class Sessions:
         """
         bound: set[str] = set()
         for binding in await self.store.chat_bindings():
-            self._bindings.setdefault((binding.chat_id, binding.thread_id), binding.session_id)
+            key = (binding.chat_id, binding.thread_id)
+            if key not in self._bindings:
+                self._remember(key, binding.session_id)
             bound.add(binding.session_id)
         marked = [sid for sid in await self._log.needs_attention() if sid in bound]
         self._quiet = bound - set(marked) - self._loaded

@@ -1,4 +1,4 @@
-"""Text from outside (the model, Telegram) made safe to log, store and send.
+"""Text from outside (the model, Telegram) made safe to log, store and send, and cut short.
 
 A lone UTF-16 surrogate (``"\\ud800"``, which JSON can carry as an escape) is a valid Python
 ``str`` but cannot be encoded as UTF-8: the event log's JSON, SQLite and Telegram all refuse
@@ -31,4 +31,19 @@ def clean_value(value: Any) -> Any:
     return value
 
 
-__all__ = ["clean_text", "clean_value"]
+ELLIPSIS = "…"
+
+
+def clip(text: str, limit: int, *, one_line: bool = False) -> str:
+    """``text`` cut to at most ``limit`` characters, ending in "…" when something was cut.
+
+    ``one_line`` first folds every run of whitespace (newlines included) into one space.
+    Plain text only: Telegram HTML is cut by ``bot.render.clip_html`` (tags and entities)."""
+    if limit < 1:
+        raise ValueError(f"clip limit must be at least 1, got {limit}")
+    if one_line:
+        text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + ELLIPSIS
+
+
+__all__ = ["ELLIPSIS", "clean_text", "clean_value", "clip"]

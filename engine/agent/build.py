@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from engine.agent.channel import Channel
-from engine.agent.config import AgentDeps, AgentSettings, WorkspaceResolver
+from engine.agent.config import AgentDeps, WorkspaceResolver
 from engine.agent.controller import AgentRegistry
 from engine.agent.ports import GoalPort, IdleListener, PlanPort
+from engine.agent.settings import AgentSettings
 from engine.approval.service import ToolApprovals
 from engine.model.types import ModelProvider
 from engine.plan.gate import PlanGateView

@@ -3,21 +3,18 @@
 The engine never imports Telegram: ``bot/`` implements :class:`Channel` for Telegram and the
 console demo implements it for a terminal. Every method is a notification; the agent does not
 wait for the chat to answer. A channel method that raises is logged by the agent and never
-breaks a turn (see :func:`safe_call`).
+breaks a turn (see :func:`engine.tasks.safe_call`).
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from engine.events import ApprovalDecision, TurnOutcome
 
 if TYPE_CHECKING:
     from engine.approval.policy import ApprovalView
-
-_log = logging.getLogger("plangate.agent.channel")
 
 
 class Channel(Protocol):
@@ -73,16 +70,4 @@ class Channel(Protocol):
         ...
 
 
-async def safe_call(what: str, call: Awaitable[None]) -> None:
-    """Await a channel notification; log and swallow its failure so the turn goes on.
-
-    The chat is a side effect of the log, not its authority: a Telegram outage must not turn
-    a committed step into a failed one.
-    """
-    try:
-        await call
-    except Exception as exc:  # worker boundary: a front-end failure never breaks a turn
-        _log.warning("plangate.agent.channel.failed %s %s: %s", what, type(exc).__name__, exc)
-
-
-__all__ = ["Channel", "safe_call"]
+__all__ = ["Channel"]

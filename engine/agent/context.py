@@ -22,8 +22,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from engine.agent.settings import AgentSettings
 from engine.events import (
     AssistantMessage,
     FeedbackSource,
@@ -37,10 +38,7 @@ from engine.events import (
     UserMessage,
 )
 from engine.recovery import INTERRUPTED_TOOL_TEXT
-
-if TYPE_CHECKING:
-    # Only an annotation here: engine.agent.config imports this module's history cache.
-    from engine.agent.config import AgentSettings
+from engine.text import clip
 
 ELIDED_TEXT = "[older tool result left out to fit the context budget]"
 
@@ -225,11 +223,11 @@ def _has_results_after(turn: Turn) -> bool:
 
 
 def _summary_line(turn: Turn) -> str:
-    parts = [f"- user: {_clip(turn.user_text, 160)}"]
+    parts = [f"- user: {clip(turn.user_text, 160, one_line=True)}"]
     if turn.tools:
         parts.append("tools: " + ", ".join(f"{n} x{c}" for n, c in sorted(turn.tools.items())))
     if turn.last_answer:
-        parts.append(f"agent: {_clip(turn.last_answer, 200)}")
+        parts.append(f"agent: {clip(turn.last_answer, 200, one_line=True)}")
     return " | ".join(parts)
 
 
@@ -251,11 +249,6 @@ def summarize(turns: Sequence[Turn], *, budget_chars: int) -> str:
     if omitted:
         head.append(f"({omitted} earlier turns not shown)")
     return "\n".join(head + kept)
-
-
-def _clip(text: str, limit: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def build_messages(

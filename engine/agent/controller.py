@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from engine.agent import checklist
-from engine.agent.channel import safe_call
 from engine.agent.checklist import ChecklistRun
 from engine.agent.config import AgentDeps
 from engine.agent.ports import IdleListener
@@ -35,6 +34,7 @@ from engine.events import (
     SeedSource,
 )
 from engine.plan.types import PlanTask
+from engine.tasks import BackgroundTasks, safe_call
 from engine.tools.base import ToolContext
 from engine.tools.runtime import ToolCallRequest, ToolRuntime
 
@@ -43,6 +43,18 @@ _log = logging.getLogger("plangate.agent.controller")
 ApprovalRequest = Literal["committed", "pending", "stale"]
 # Told after every turn: (session id, the message that opened it, how it ended).
 TurnListener = Callable[[str, InboundMessage, TurnResult], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class Listeners:
+    """Who hears about a session's turns: the goal driver (idle) and the engine (turn end).
+
+    One record, shared by the registry and all its controllers: a listener attached later
+    (the driver needs the registry first) reaches every controller at once."""
+
+    idle: IdleListener | None = None
+    turn_end: TurnListener | None = None
+
 
 LAPSED_TEXT = (
     "The approval lapsed: the plan changed before it took effect. "
@@ -65,15 +77,13 @@ class SessionController:
         deps: AgentDeps,
         runtime: ToolRuntime,
         *,
-        on_idle: IdleListener | None = None,
-        on_turn_end: TurnListener | None = None,
+        listeners: Listeners | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.session_id = session_id
         self._deps = deps
         self._runtime = runtime
-        self._on_idle = on_idle
-        self._on_turn_end = on_turn_end
+        self._listeners = listeners if listeners is not None else Listeners()
         self._clock = clock
         self._run = ChecklistRun()
         # A quiet continuation's closing words, posted when the run pauses or ends.
@@ -85,7 +95,7 @@ class SessionController:
         self._current: InboundMessage | None = None
         self._pending_mode: bool | None = None
         self._pending_approval: PendingApproval | None = None
-        self._background: set[asyncio.Future[object]] = set()
+        self._background = BackgroundTasks(_log, event="notify_idle_failed")
         # Set when the process shuts down: nothing new may start a turn after that.
         self.closed = False
 
@@ -255,9 +265,10 @@ class SessionController:
                     )
                     self._current = None
                     await self._after_turn(message, result)
-                    self._notify_idle(outcome=result.outcome)
-                    if is_goal_round(message.source) and result.outcome in ("failed", "cancelled"):
-                        await self._disarm()
+                    # The driver owns "a failed goal round disarms the goal": it is told how
+                    # a round ended, and only a round.
+                    round_outcome = result.outcome if is_goal_round(message.source) else None
+                    self._notify_idle(outcome=round_outcome)
                 await self._commit_pending(queue_execution=True)
         except asyncio.CancelledError:
             self._current = None
@@ -286,8 +297,9 @@ class SessionController:
     async def _after_turn(self, message: InboundMessage, result: TurnResult) -> None:
         """Tell the listener; keep an armed checklist run going while it makes progress."""
         self._asked = self._asked or result.asked
-        if self._on_turn_end is not None:
-            await safe_call("turn_end", self._on_turn_end(self.session_id, message, result))
+        on_turn_end = self._listeners.turn_end
+        if on_turn_end is not None:
+            await safe_call("turn_end", on_turn_end(self.session_id, message, result))
         continued = False
         tasks_left = False
         if self._run.armed or self._held:
@@ -376,23 +388,21 @@ class SessionController:
             self.submit(self._deps.settings.execution_prompt, source=SeedSource())
         return True
 
-    async def _disarm(self) -> None:
-        if self._deps.goals is not None:
-            await self._deps.goals.disarm(self.session_id)
-            await safe_call("goal_changed", self._deps.channel.goal_changed(self.session_id))
-
     def _notify_idle(self, *, outcome: str | None = None) -> None:
         """Wake the goal driver; it checks :meth:`is_idle` itself when it runs."""
-        if self._on_idle is None:
+        on_idle = self._listeners.idle
+        if on_idle is None:
             return
         try:
-            result = self._on_idle.notify_idle(self.session_id, outcome=outcome)
+            result = on_idle.notify_idle(self.session_id, outcome=outcome)
             if inspect.isawaitable(result):
-                task = asyncio.ensure_future(result)
-                self._background.add(task)
-                task.add_done_callback(self._background.discard)
+                self._background.spawn(_awaited(result), name=f"notify_idle:{self.session_id}")
         except Exception as exc:  # the driver's failure must not kill the agent worker
             _log.warning("plangate.agent.controller.notify_idle_failed %s", type(exc).__name__)
+
+
+async def _awaited(result: Awaitable[object]) -> None:
+    await result
 
 
 def _cancelling(task: asyncio.Task[object] | None) -> bool:
@@ -407,23 +417,18 @@ class AgentRegistry:
 
     def __init__(self, deps: AgentDeps, *, driver: IdleListener | None = None) -> None:
         self.deps = deps
-        self._driver = driver
-        self._on_turn_end: TurnListener | None = None
+        self._listeners = Listeners(idle=driver)
         self._controllers: dict[str, SessionController] = {}
         self.runtime = ToolRuntime(deps.tools, gate=self._gate)
         self._closed = False
 
     def set_driver(self, driver: IdleListener | None) -> None:
         """Attach the goal round driver after construction (it needs this registry too)."""
-        self._driver = driver
-        for controller in self._controllers.values():
-            controller._on_idle = driver
+        self._listeners.idle = driver
 
     def set_turn_listener(self, listener: TurnListener | None) -> None:
         """Be told after every turn of every session (the engine's card state)."""
-        self._on_turn_end = listener
-        for controller in self._controllers.values():
-            controller._on_turn_end = listener
+        self._listeners.turn_end = listener
 
     def controller(self, session_id: str) -> SessionController:
         """The session's controller, created on first use."""
@@ -433,8 +438,7 @@ class AgentRegistry:
                 session_id,
                 self.deps,
                 self.runtime,
-                on_idle=self._driver,
-                on_turn_end=self._on_turn_end,
+                listeners=self._listeners,
             )
             found.closed = self._closed
         return found
@@ -508,6 +512,7 @@ __all__ = [
     "AgentRegistry",
     "ApprovalRequest",
     "InboundMessage",
+    "Listeners",
     "PendingApproval",
     "SessionController",
     "TurnListener",

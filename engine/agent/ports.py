@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from engine.events import GoalRoundSource
-from engine.plan.types import PlanState, PlanTask
+from engine.plan.types import PlanState, PlanTask, is_editing
 
 # The plan service's derived state: none (NoPlan), pre_init (Editing before ``plan init``),
 # post_init (Editing after ``init``: only the session ``.md`` is writable), active.
@@ -32,7 +32,7 @@ class PlanPromptView:
 
     @property
     def is_editing(self) -> bool:
-        return self.phase in ("pre_init", "post_init")
+        return is_editing(self.phase)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +91,8 @@ class IdleListener(Protocol):
     """The goal round driver's side of ``notify_idle`` (may be sync or async)."""
 
     def notify_idle(self, session_id: str, *, outcome: str | None = None) -> object:
-        """A turn ended with ``outcome`` (``None``: the session's inbox drained)."""
+        """A turn ended (``outcome``: how a goal round's turn ended, ``None`` for any other
+        turn or when the session's inbox drained). A failed round disarms the goal there."""
         ...
 
 

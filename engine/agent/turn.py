@@ -23,7 +23,6 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from engine.agent.channel import safe_call
 from engine.agent.config import AgentDeps
 from engine.agent.context import assemble_messages
 from engine.agent.ports import PlanPromptView
@@ -41,6 +40,7 @@ from engine.events import (
     UserMessage,
 )
 from engine.model.types import ModelError, ModelToolCall
+from engine.tasks import safe_call
 from engine.tools.base import ToolContext, ToolOutcome
 from engine.tools.runtime import ToolCallRequest, ToolRuntime
 from engine.usage.ledger import BudgetRefusal, request_chars

@@ -26,7 +26,6 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from engine.agent.channel import safe_call
 from engine.approval.policy import (
     BASH,
     WRITE_TOOLS,
@@ -49,6 +48,7 @@ from engine.events import (
     MessageSource,
 )
 from engine.ports import EventLog
+from engine.tasks import safe_call
 from engine.tools.base import ToolContext
 from engine.tools.runtime import ToolCallRequest
 

@@ -19,15 +19,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from engine.events import GoalRoundSource
 from engine.goal.fold import GoalRefusal
 from engine.goal.service import GoalService
 from engine.goal.types import GoalSnapshot
 from engine.scheduler import Scheduler
+from engine.tasks import BackgroundTasks
 
 log = logging.getLogger("plangate.goal.driver")
 
@@ -105,22 +106,24 @@ class RoundDriver:
         self._hold = hold
         self._after_round = after_round
         self._sessions: dict[str, _Session] = {}
-        self._background: set[asyncio.Task[None]] = set()
+        self._background = BackgroundTasks(log, event="disarm_failed")
         goals.add_listener(self._on_goal_change)
 
     # --- the agent's side -----------------------------------------------------------------
 
     def notify_idle(self, session_id: str, *, outcome: str | None = None) -> None:
-        """A turn ended (``outcome`` as in ``turn/end``, if known): wake the session's attempt.
+        """A turn ended or the session went idle: wake the session's attempt.
 
-        A goal round that ended cancelled, failed or interrupted disarms the goal.
+        ``outcome`` is how a goal round's turn ended (as in ``turn/end``; ``None`` for any
+        other turn). A round that ended cancelled, failed or interrupted disarms the goal.
         """
         session = self._session(session_id)
         attempt = session.attempt
         if attempt is not None and attempt.state == "submitted":
             attempt.turn_ended = True
-        if outcome in UNCERTAIN_OUTCOMES and attempt is not None and attempt.state == "submitted":
-            self._spawn(self._goals.disarm(session_id))
+            if outcome in UNCERTAIN_OUTCOMES:
+                failed = self._round_failed(session_id, f"turn {outcome}")
+                self._background.spawn(failed, name=f"round_failed:{session_id}")
         session.wake.set()
 
     async def validate_round(self, session_id: str, source: GoalRoundSource) -> bool:
@@ -179,7 +182,7 @@ class RoundDriver:
             session.job = "soon"
 
     def _tick_fn(self, session_id: str) -> _Tick:
-        return _Tick(self, session_id)
+        return _Tick(self._tick, session_id)
 
     async def _tick(self, session_id: str) -> None:
         session = self._session(session_id)
@@ -244,7 +247,7 @@ class RoundDriver:
             raise
         except Exception as exc:  # worker boundary: an unclassified failure never re-runs
             log.warning("plangate.goal.driver.attempt_failed error=%s", type(exc).__name__)
-            await self._goals.disarm(session_id)
+            await self._round_failed(session_id, type(exc).__name__)
         finally:
             if session.attempt is attempt:
                 session.attempt = None
@@ -275,6 +278,12 @@ class RoundDriver:
                 return
             await session.wake.wait()
 
+    async def _round_failed(self, session_id: str, why: str) -> None:
+        # The one rule: after a failed round nobody knows how far it got, so the goal stops
+        # here (disarmed, no new revision) and waits for the owner's Resume.
+        log.info("plangate.goal.driver.round_failed session=%s why=%s", session_id, why)
+        await self._goals.disarm(session_id)
+
     def _after_attempt(self, session_id: str) -> None:
         # A continuous goal asks for the next round right away; a scheduled one waits for its
         # next tick.
@@ -282,21 +291,16 @@ class RoundDriver:
         if goal is not None and goal.schedule_s is None:
             self._sync_jobs(session_id)
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._background.add(task)  # keep a reference until it finishes
-        task.add_done_callback(self._background.discard)
-
 
 class _Tick:
     """A scheduler job for one session (a callable object, so job ids stay readable)."""
 
-    def __init__(self, driver: RoundDriver, session_id: str) -> None:
-        self._driver = driver
+    def __init__(self, tick: Callable[[str], Awaitable[None]], session_id: str) -> None:
+        self._tick = tick
         self._session_id = session_id
 
     async def __call__(self) -> None:
-        await self._driver._tick(self._session_id)
+        await self._tick(self._session_id)
 
 
 def _job_id(session_id: str) -> str:

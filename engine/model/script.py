@@ -38,6 +38,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.model.types import ModelError, ModelReply, ModelToolCall
+from engine.text import clip
 
 FINISHED_TEXT = "(script finished)"
 
@@ -242,9 +243,7 @@ def _check_expect(
     texts = [content_text(m.get("content")) for m in newest]
     if any(expect in text for text in texts):
         return
-    shown = " | ".join(texts)
-    if len(shown) > 400:
-        shown = shown[:400] + "…"
+    shown = clip(" | ".join(texts), 400)
     raise ScriptDivergence(
         f"script step {number} of {total} expected {expect!r} in the last user/tool message, "
         f"but the conversation has: {shown!r}"

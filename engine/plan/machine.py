@@ -21,6 +21,7 @@ from engine.plan.types import (
     PlanState,
     PlanTask,
     derive_state,
+    is_editing,
 )
 
 SUBMITTED_TEXT = "sent for review; end your turn"
@@ -109,7 +110,7 @@ def enter_pre_init(sidecar: PlanSidecar | None, md: str | None, ctx: Context) ->
     next to the new sidecar it would read as post-init, approvable without any ``plan init``.
     """
     state = state_of(sidecar, md)
-    if state in ("pre_init", "post_init"):
+    if is_editing(state):
         return refusal("pre-init-already")
     if state == "active":
         return refusal("plan-active-revise")

@@ -34,7 +34,7 @@ from engine.plan.machine import (
 from engine.plan.refusals import Refusal, refusal
 from engine.plan.seeding import Seeding, default_seeding
 from engine.plan.store import ArchiveReason, PlanStore
-from engine.plan.types import PlanFlow, PlanSidecar, PlanState
+from engine.plan.types import PlanFlow, PlanSidecar, PlanState, is_editing
 from engine.ports import Clock, EventLog
 from engine.projections import PlanModeState, apply_plan_mode_event
 
@@ -66,10 +66,6 @@ class PlanResult:
 class _Live:
     sidecar: PlanSidecar | None
     md: str | None
-
-
-def _editing(state: PlanState) -> bool:
-    return state in ("pre_init", "post_init")
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,8 +194,8 @@ class PlanService:
         mode = PlanModeState()
         for stored in await self._log.read(session_id, types=("plan/mode", "command/run")):
             mode = apply_plan_mode_event(mode, stored.event)
-        if mode.active != _editing(state):
-            await self._log.append(session_id, [PlanMode(active=_editing(state))])
+        if mode.active != is_editing(state):
+            await self._log.append(session_id, [PlanMode(active=is_editing(state))])
 
     def _result(self, live: _Live, text: str, code: str | None = None) -> PlanResult:
         sidecar = live.sidecar
@@ -230,8 +226,8 @@ class PlanService:
         after = machine.state_of(new.sidecar, new.md)
         revision = t.sidecar.revision if t.sidecar is not None else old_revision + 1
         events: list[SessionEvent] = []
-        if _editing(before) != _editing(after):
-            events.append(PlanMode(active=_editing(after)))
+        if is_editing(before) != is_editing(after):
+            events.append(PlanMode(active=is_editing(after)))
         plan_id = (
             t.sidecar.id
             if t.sidecar is not None

@@ -114,6 +114,12 @@ class PlanSidecar(BaseModel):
 PlanState = Literal["none", "pre_init", "post_init", "active"]
 """The derived lifecycle state: NoPlan, Editing pre-init, Editing post-init, Active."""
 
+
+def is_editing(state: PlanState) -> bool:
+    """The plan is in Editing (before or after ``plan init``): plan mode is on."""
+    return state in ("pre_init", "post_init")
+
+
 LegacyDisposition = Literal["live", "archive_completed", "archive_discarded"]
 """What loading a sidecar asks for: keep it live, or archive it (and the session is NoPlan)."""
 

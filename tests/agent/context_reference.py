@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.agent.config import AgentSettings
+from engine.agent.settings import AgentSettings
 from engine.events import (
     AssistantMessage,
     FeedbackSource,

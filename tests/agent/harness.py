@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from engine.agent.build import build_agent
-from engine.agent.config import AgentSettings
 from engine.agent.controller import AgentRegistry
 from engine.agent.ports import GoalPort, IdleListener, PlanPort
+from engine.agent.settings import AgentSettings
 from engine.agent.testing import RecordingChannel
 from engine.events import SessionEvent
 from engine.goal.driver import RoundDriver, RoundTarget

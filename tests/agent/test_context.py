@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from engine.agent.config import AgentSettings
 from engine.agent.context import ELIDED_TEXT, build_messages
 from engine.agent.ports import PlanPromptView
 from engine.agent.prompt import PromptInputs, build_system_prompt
+from engine.agent.settings import AgentSettings
 from engine.events import (
     AssistantMessage,
     GoalChange,

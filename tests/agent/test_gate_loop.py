@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.agent.adapters import PlanServiceAdapter
-from engine.agent.config import AgentSettings
 from engine.agent.controller import AgentRegistry
+from engine.agent.settings import AgentSettings
 from engine.events import SeedSource, ToolResult, TurnEnd, UserMessage
 from engine.model.script import ScriptedCall, ScriptStep, call, say
 from engine.plan.gate import GATE_TEXTS

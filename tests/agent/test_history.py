@@ -10,9 +10,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.agent.config import AgentSettings
 from engine.agent.context import TurnSplitter, assemble_messages, build_messages, split_turns
 from engine.agent.history import SessionHistory
+from engine.agent.settings import AgentSettings
 from engine.events import (
     AssistantMessage,
     CommandRun,

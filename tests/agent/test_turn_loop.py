@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from engine.agent.config import AgentSettings
+from engine.agent.settings import AgentSettings
 from engine.events import (
     AssistantMessage,
     HumanSource,

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 from engine.agent.controller import AgentRegistry
-from engine.events import GoalRoundSource, SessionEvent, UserMessage
+from engine.events import GoalRoundSource, SessionEvent, TurnEnd, UserMessage
 from engine.goal.service import GoalService
 from engine.goal.tools import goal_tools
 from engine.goal.types import GoalSnapshot
@@ -19,8 +20,16 @@ SID = "s1"
 WAIT_S = 20.0
 
 
+def _ended(goals: GoalService, goal: GoalSnapshot | None) -> bool:
+    return goal is not None and goal.phase in ("blocked", "complete")
+
+
 async def run_goal(
-    tmp_path: Path, script: list[ScriptStep], max_rounds: int
+    tmp_path: Path,
+    script: list[ScriptStep],
+    max_rounds: int,
+    *,
+    until: Callable[[GoalService, GoalSnapshot | None], bool] = _ended,
 ) -> tuple[GoalService, list[SessionEvent]]:
     def agent(log: InMemoryEventLog, goals: GoalService) -> AgentRegistry:
         tools = [*goal_tools(goals), TodoWriteTool(log)]
@@ -31,7 +40,7 @@ async def run_goal(
         done = asyncio.Event()
 
         def on_change(session_id: str, goal: GoalSnapshot | None) -> None:
-            if goal is not None and goal.phase in ("blocked", "complete"):
+            if until(goals, goal):
                 done.set()
 
         goals.add_listener(on_change)
@@ -65,3 +74,20 @@ async def test_real_agent_round_completes_goal(tmp_path: Path) -> None:
     goals, _ = await run_goal(tmp_path, script, max_rounds=5)
     goal = await goals.get(SID)
     assert goal is not None and goal.phase == "complete" and goal.rounds_started == 1
+
+
+async def test_a_round_whose_turn_fails_disarms_the_goal(tmp_path: Path) -> None:
+    # The script expects what the round's prompt does not say: the model call fails
+    # (ScriptDivergence is a ModelError), so the round's turn ends "failed".
+    script = [say("never sent", expect="a text no round prompt has")]
+    goals, events = await run_goal(
+        tmp_path,
+        script,
+        max_rounds=5,
+        until=lambda g, goal: goal is not None and not g.is_armed(SID),
+    )
+    goal = await goals.get(SID)
+    assert goal is not None and goal.phase == "active" and goal.rounds_started == 1
+    assert not goals.is_armed(SID)  # stopped, not ended: the card offers Resume
+    ends = [e.outcome for e in events if isinstance(e, TurnEnd)]
+    assert ends == ["failed"]
