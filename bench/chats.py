@@ -46,7 +46,6 @@ from typing import Any
 
 from telegram import Update
 from telegram.ext import (
-    AIORateLimiter,
     Application,
     CommandHandler,
     ContextTypes,
@@ -61,10 +60,12 @@ from bench.telegram import (
     POLL_TIMEOUT_S,
     PacedModel,
     Settings,
+    close_plangate_app,
     fake_server,
+    plangate_application,
     stop_polling,
 )
-from bot.app import build_application, parts, prepare
+from bot.app import prepare
 from bot.channel import LateChannel
 from bot.compose import open_plangate
 from engine.app import EngineConfig
@@ -203,15 +204,7 @@ async def plangate_bot(
             flow_edit_interval=0.0,
             owner_ids=owners,
         )
-        app = build_application(
-            settings,
-            engine,
-            db_meta=storage.db,
-            channel_slot=slot,
-            rate_limiter=AIORateLimiter(overall_max_rate=0, group_max_rate=0),
-            chat_interval_s=0.0,
-            group_per_minute=1_000_000,
-        )
+        app = plangate_application(settings, opened, slot, shipped_pacing=False)
         await app.initialize()
         await prepare(app)
         await engine.start()
@@ -228,12 +221,7 @@ async def plangate_bot(
         try:
             yield Started(app, startup_s, model, {"commits": storage.db})
         finally:
-            await engine.shutdown()
-            bp = parts(app)
-            await asyncio.wait_for(bp.presenter.flush(), 30)
-            await stop_polling(app)
-            await bp.presenter.aclose()
-            await bp.outbox.aclose()
+            await close_plangate_app(app, engine)
 
 
 def profiled(enabled: bool) -> cProfile.Profile | None:

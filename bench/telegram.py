@@ -53,8 +53,9 @@ from typing import Any
 from telegram import Update
 from telegram.ext import AIORateLimiter, Application, CommandHandler, ContextTypes
 
-from bot.app import ALLOWED_UPDATES, build_application, parts, prepare
+from bot.app import ALLOWED_UPDATES, build_application, drain, parts, prepare
 from bot.channel import LateChannel
+from bot.compose import Plangate as Opened
 from bot.compose import open_plangate
 from engine.app import Engine, EngineConfig
 from engine.model.script import ScriptStep, call, say
@@ -186,30 +187,45 @@ async def plangate_bot(
             telegram_api_url=api.base_url,
             flow_edit_interval=flow_edit_interval,
         )
-        if shipped_pacing:
-            app = build_application(settings, engine, db_meta=storage.db, channel_slot=slot)
-        else:
-            app = build_application(
-                settings,
-                engine,
-                db_meta=storage.db,
-                channel_slot=slot,
-                rate_limiter=AIORateLimiter(overall_max_rate=0, group_max_rate=0),
-                chat_interval_s=0.0,
-                group_per_minute=1_000_000,
-            )
+        app = plangate_application(settings, opened, slot, shipped_pacing=shipped_pacing)
         await start_polling(app)
         await prepare(app)
         await engine.start()
         try:
             yield Plangate(app, engine, storage)
         finally:
-            await engine.shutdown()
-            bp = parts(app)
-            await asyncio.wait_for(bp.presenter.flush(), 30)
-            await stop_polling(app)
-            await bp.presenter.aclose()
-            await bp.outbox.aclose()
+            await close_plangate_app(app, engine)
+
+
+def plangate_application(
+    settings: Settings, opened: Opened, slot: LateChannel, *, shipped_pacing: bool
+) -> AnyApp:
+    """The real application on an opened plangate; without ``shipped_pacing`` nothing is
+    paced (no rate limiter, no per-chat interval, no group window)."""
+    if shipped_pacing:
+        return build_application(
+            settings, opened.engine, db_meta=opened.storage.db, channel_slot=slot
+        )
+    return build_application(
+        settings,
+        opened.engine,
+        db_meta=opened.storage.db,
+        channel_slot=slot,
+        rate_limiter=AIORateLimiter(overall_max_rate=0, group_max_rate=0),
+        chat_interval_s=0.0,
+        group_per_minute=1_000_000,
+    )
+
+
+async def close_plangate_app(app: AnyApp, engine: Engine) -> None:
+    """Shut down the way ``bot.app.serve`` does: the engine, the cards, polling, the outbox."""
+    await engine.shutdown()
+    bp = parts(app)
+    # Every rendering task (the last update_id write among them) ends before the db closes.
+    await asyncio.wait_for(drain(app), 30)
+    await stop_polling(app)
+    await bp.presenter.aclose()
+    await bp.outbox.aclose()
 
 
 def bare_application(api: FakeBotApi) -> AnyApp:
