@@ -19,7 +19,7 @@ from typing import TextIO
 from bot.compose import open_plangate
 from bot.presenter import goal_view, plan_view
 from bot.render import markdown_to_html
-from engine.api import Outcome
+from engine.api import Outcome, Press
 from engine.app import Engine, EngineConfig
 from engine.approval.policy import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
@@ -206,12 +206,7 @@ async def _play(engine: Engine, channel: ConsoleChannel, workspace: Path) -> int
     _show(
         channel,
         await engine.press(
-            sid,
-            kind="p",
-            action="approve",
-            short_id=card.sidecar.id[:8],
-            revision=card.sidecar.revision,
-            actor=OWNER,
+            sid, Press("p", "approve", card.sidecar.id[:8], card.sidecar.revision), actor=OWNER
         ),
     )
     await _settle(engine, sid)

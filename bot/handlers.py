@@ -330,15 +330,7 @@ class Handlers:
         pressed = query.message.message_id if isinstance(query.message, Message) else None
         outcome = await self._decide(
             session_id,
-            self.bp.engine.press(
-                session_id,
-                kind=data.kind,
-                action=data.action,
-                short_id=data.short_id,
-                revision=data.revision,
-                actor=query.from_user.id,
-                message_id=pressed,
-            ),
+            self.bp.engine.press(session_id, data, actor=query.from_user.id, message_id=pressed),
         )
         reply = _reply_text(outcome)
         toast = outcome.reply if outcome.reply and len(outcome.reply) <= MAX_TOAST else None

@@ -193,15 +193,7 @@ class EngineApi(Protocol):
         ...
 
     async def press(
-        self,
-        session_id: str,
-        *,
-        kind: PressKind,
-        action: str,
-        short_id: str,
-        revision: int,
-        actor: int | None,
-        message_id: int | None = None,
+        self, session_id: str, press: Press, *, actor: int | None, message_id: int | None = None
     ) -> Outcome:
         """A button press, bound to the plan or goal revision it was drawn for.
 

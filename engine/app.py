@@ -28,7 +28,7 @@ from engine.api import (
     GoalCardData,
     Outcome,
     PlanCardData,
-    PressKind,
+    Press,
     RestoredGoal,
 )
 from engine.approval.policy import ApprovalView, Rule
@@ -165,27 +165,11 @@ class Engine:
         return await self.commands.run(session_id, name, args, actor=actor)
 
     async def press(
-        self,
-        session_id: str,
-        *,
-        kind: PressKind,
-        action: str,
-        short_id: str,
-        revision: int,
-        actor: int | None,
-        message_id: int | None = None,
+        self, session_id: str, press: Press, *, actor: int | None, message_id: int | None = None
     ) -> Outcome:
         """A button press bound to the revision it was drawn for; stale presses change nothing."""
         await self.sessions.ensure_loaded(session_id)
-        return await self.commands.press(
-            session_id,
-            kind=kind,
-            action=action,
-            short_id=short_id,
-            revision=revision,
-            actor=actor,
-            message_id=message_id,
-        )
+        return await self.commands.press(session_id, press, actor=actor, message_id=message_id)
 
     # --- cards ------------------------------------------------------------------------------
 

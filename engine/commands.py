@@ -396,24 +396,17 @@ class CommandPlane:
     # --- presses ----------------------------------------------------------------------------
 
     async def press(
-        self,
-        session_id: str,
-        *,
-        kind: api.PressKind,
-        action: str,
-        short_id: str,
-        revision: int,
-        actor: int | None,
-        message_id: int | None = None,
+        self, session_id: str, press: api.Press, *, actor: int | None, message_id: int | None = None
     ) -> Outcome:
         """A button press; counts only if id, revision and the action match the state now.
 
         A plan press counts only on the card ``flow`` names: an older copy of the card
         (reposted since) is out of date even at the same revision.
         """
-        if kind == "a":
+        action, short_id, revision = press.action, press.short_id, press.revision
+        if press.kind == "a":
             return await self._approval_press(session_id, action, short_id, actor=actor)
-        if kind == "p":
+        if press.kind == "p":
             return await self._plan_press(
                 session_id, action, short_id, revision, actor=actor, message_id=message_id
             )

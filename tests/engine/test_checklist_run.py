@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from engine.api import Press
 from engine.events import SeedSource, TurnStart, UserMessage
 from engine.model.script import call, say
 from engine.model.scripted import ScriptedProvider
@@ -30,9 +31,8 @@ async def _press(rig: object, sid: str, action: str) -> str | None:
     engine = rig.engine  # type: ignore[attr-defined]
     sidecar = await engine.plans.current(sid)
     outcome = await engine.press(
-        sid, kind="p", action=action, short_id=sidecar.id[:8],
-        revision=sidecar.revision, actor=OWNER,
-    )  # fmt: skip
+        sid, Press("p", action, sidecar.id[:8], sidecar.revision), actor=OWNER
+    )
     return outcome.reply
 
 

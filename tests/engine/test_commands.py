@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.api import Press
 from engine.app import Engine
 from engine.commands import HELP_TEXT, STALE_TEXT
 from engine.events import CommandRun, TurnEnd, TurnStart, UserMessage
@@ -82,9 +83,8 @@ async def test_plan_on_an_active_design_plan_offers_revise(
         sidecar = await engine.plans.current(sid)
         assert sidecar is not None
         press = await engine.press(
-            sid, kind="p", action="revise", short_id=sidecar.id[:8],
-            revision=sidecar.revision, actor=OWNER,
-        )  # fmt: skip
+            sid, Press("p", "revise", sidecar.id[:8], sidecar.revision), actor=OWNER
+        )
         assert press.await_feedback
         revised = await engine.plans.current(sid)
         assert revised is not None and revised.revising is not None
@@ -221,21 +221,15 @@ async def test_stale_and_misplaced_presses_change_nothing(
             ("p", "revise", short, rev),  # not allowed while Editing
             ("g", "pause", short, rev),  # no goal at all
         ]:
-            outcome = await engine.press(
-                sid, kind=kind, action=action, short_id=sid8, revision=revision, actor=OWNER
-            )  # type: ignore[arg-type]
+            outcome = await engine.press(sid, Press(kind, action, sid8, revision), actor=OWNER)  # type: ignore[arg-type]
             assert outcome.reply == STALE_TEXT and outcome.stale and outcome.alert
         assert await engine.plans.current(sid) == before
         assert await engine.plans.state(sid) == "post_init"
         # The confirmation is bound to the same revision; Cancel goes back.
-        confirm = await engine.press(
-            sid, kind="p", action="discard", short_id=short, revision=rev, actor=OWNER
-        )
+        confirm = await engine.press(sid, Press("p", "discard", short, rev), actor=OWNER)
         assert confirm.plan_card == "refresh"
         assert (await engine.plan_card(sid)).state == "confirm_discard"
-        cancel = await engine.press(
-            sid, kind="p", action="cancel", short_id=short, revision=rev, actor=OWNER
-        )
+        cancel = await engine.press(sid, Press("p", "cancel", short, rev), actor=OWNER)
         assert cancel.plan_card == "refresh"
         assert (await engine.plan_card(sid)).state == "review"
         assert await engine.plans.state(sid) == "post_init"
@@ -252,9 +246,8 @@ async def test_keep_planning_asks_for_feedback_and_hides_the_review_keyboard(
         sidecar = await engine.plans.current(sid)
         assert sidecar is not None
         outcome = await engine.press(
-            sid, kind="p", action="keep", short_id=sidecar.id[:8],
-            revision=sidecar.revision, actor=OWNER,
-        )  # fmt: skip
+            sid, Press("p", "keep", sidecar.id[:8], sidecar.revision), actor=OWNER
+        )
         assert outcome.await_feedback
         assert (await engine.plan_card(sid)).state == "written"
         await engine.user_message(
@@ -279,14 +272,12 @@ async def test_goal_buttons_pause_resume_and_stale_refs(
         goal = await engine.goals.get(sid)
         assert goal is not None
         paused = await engine.press(
-            sid, kind="g", action="pause", short_id=goal.id[:8], revision=goal.revision,
-            actor=OWNER,
-        )  # fmt: skip
+            sid, Press("g", "pause", goal.id[:8], goal.revision), actor=OWNER
+        )
         assert paused.reply is None
         again = await engine.press(
-            sid, kind="g", action="pause", short_id=goal.id[:8], revision=goal.revision,
-            actor=OWNER,
-        )  # fmt: skip
+            sid, Press("g", "pause", goal.id[:8], goal.revision), actor=OWNER
+        )
         assert again.reply == STALE_TEXT
         now = await engine.goals.get(sid)
         assert now is not None and now.phase == "paused"

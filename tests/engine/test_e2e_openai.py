@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engine.api import Press
 from engine.events import CommandRun, PlanChanged, UserMessage
 from engine.model.openai_provider import OpenAIProvider
 from tests.engine.helpers import (
@@ -45,12 +46,7 @@ async def test_plan_approve_execute_archive_over_the_openai_sdk(
         assert md_path.read_text() == PLAN_MD
 
         outcome = await engine.press(
-            sid,
-            kind="p",
-            action="approve",
-            short_id=card.sidecar.id[:8],
-            revision=card.sidecar.revision,
-            actor=1,
+            sid, Press("p", "approve", card.sidecar.id[:8], card.sidecar.revision), actor=1
         )
         assert outcome.reply is not None and outcome.reply.startswith("Approved")
         await settle(engine, sid)

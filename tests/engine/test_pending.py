@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from engine.api import Press
 from engine.app import SHUTDOWN_NOTICE
 from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
@@ -41,9 +42,8 @@ async def _press(rig: Rig, sid: str, action: str) -> Any:
     sidecar = await rig.engine.plans.current(sid)
     assert sidecar is not None
     return await rig.engine.press(
-        sid, kind="p", action=action, short_id=sidecar.id[:8], revision=sidecar.revision,
-        actor=OWNER,
-    )  # fmt: skip
+        sid, Press("p", action, sidecar.id[:8], sidecar.revision), actor=OWNER
+    )
 
 
 async def test_keep_planning_takes_back_a_pending_approval(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engine.api import Press
 from engine.model.script import say
 from engine.model.scripted import ScriptedProvider
 from tests.engine.helpers import OWNER, engine_rig, faulty_rig, post_init
@@ -19,10 +20,7 @@ async def test_a_confirmation_never_attaches_to_a_later_plan_at_the_same_revisio
         await post_init(rig, sid)
         first = await engine.plans.current(sid)
         assert first is not None
-        await engine.press(
-            sid, kind="p", action="discard", short_id=first.id[:8], revision=first.revision,
-            actor=OWNER,
-        )  # fmt: skip
+        await engine.press(sid, Press("p", "discard", first.id[:8], first.revision), actor=OWNER)
         assert (await engine.plan_card(sid)).state == "confirm_discard"
         # The plan goes away without the confirmation being answered; a new one reaches the
         # same revision number.

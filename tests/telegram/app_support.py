@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from telegram.ext import AIORateLimiter, Application
 
@@ -26,6 +26,7 @@ from engine.api import (
     Outcome,
     PlanCardData,
     PlanCardState,
+    Press,
     RestoredGoal,
 )
 from engine.goal.types import GoalSnapshot
@@ -212,14 +213,12 @@ class RecordingEngine:
     async def press(
         self,
         session_id: str,
+        press: Press,
         *,
-        kind: Literal["p", "g"],
-        action: str,
-        short_id: str,
-        revision: int,
         actor: int | None,
         message_id: int | None = None,
     ) -> Outcome:
+        kind, action, short_id, revision = press.kind, press.action, press.short_id, press.revision
         self.calls.append(
             Call(
                 "press",

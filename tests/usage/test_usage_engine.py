@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from engine.api import Press
 from engine.events import ModelUsageRecord, UserMessage
 from engine.goal.types import GoalSnapshot
 from engine.model.openai_provider import OpenAIProvider
@@ -223,9 +224,7 @@ async def test_a_goal_budget_stops_before_the_call_that_would_cross_it_and_resum
         assert raised.reply is not None and "Press Resume" in raised.reply
         goal = await engine.goals.get(sid)
         assert goal is not None and goal.phase == "blocked" and goal.token_budget == 2000
-        outcome = await engine.press(
-            sid, kind="g", action="resume", short_id=goal.id[:8], revision=goal.revision, actor=1
-        )
+        outcome = await engine.press(sid, Press("g", "resume", goal.id[:8], goal.revision), actor=1)
         assert outcome.reply is None
         goal = await until_goal(rig, sid, lambda g: g.phase == "blocked" and g.rounds_started > 1)
         assert goal.blocked is not None and goal.blocked.code == "budget-limit"
