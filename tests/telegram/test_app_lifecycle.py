@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bot.app import announce_restored, file_url, parse_listen, parts, redact, serve
-from bot.routes import GROUPS_KEY, LAST_UPDATE_KEY
+from bot.routes import GROUPS_KEY, LAST_UPDATE_KEY, RECENT_UPDATES_KEY
 from engine.api import RestoredGoal
 from tests.fakebot.server import FakeBotApi
 from tests.telegram.app_support import (
@@ -44,6 +44,32 @@ async def test_repeated_updates_after_a_restart_are_dropped(
             fake_api.user_message(OWNER, OWNER, "three")
             await eventually(lambda: len(engine.named("user_message")) == 3)
     assert [c.args[1] for c in engine.named("user_message")] == ["one", "two", "three"]
+
+
+@pytest.mark.parametrize(
+    "recent",
+    ["not json", "[1, 2]", '{"ids": {"x": 1}}', '{"ids": {"5": "soon"}, "date": 1}', '{"date": 2}'],
+)
+async def test_an_unreadable_ledger_of_recent_ids_loses_no_message(
+    fake_api: FakeBotApi, tmp_path: Path, caplog: pytest.LogCaptureFixture, recent: str
+) -> None:
+    engine = RecordingEngine()
+    async with open_db(tmp_path / "p.db") as db:
+        async with running_bot(fake_api, engine, db):
+            first = fake_api.user_message(OWNER, OWNER, "one")
+            await eventually(lambda: len(engine.named("user_message")) == 1)
+        stored = await db.get_meta(LAST_UPDATE_KEY)
+        assert stored is not None
+        await db.set_meta(RECENT_UPDATES_KEY, recent)
+        await db.set_meta(GROUPS_KEY, "{broken")
+        # The watermark alone still drops the re-delivered update; a new one is answered.
+        fake_api.redeliver(int(stored), first.raw)
+        fake_api.user_message(OWNER, OWNER, "two")
+        with caplog.at_level(logging.WARNING, logger="plangate"):
+            async with running_bot(fake_api, engine, db):
+                await eventually(lambda: len(engine.named("user_message")) == 2)
+    assert [c.args[1] for c in engine.named("user_message")] == ["one", "two"]
+    assert "recent_updates_unreadable" in caplog.text
 
 
 async def test_update_ids_that_restart_lower_after_a_week_are_answered(
