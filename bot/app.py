@@ -147,7 +147,8 @@ def build_application(
     """Build the PTB application with every handler registered (see the module docstring).
 
     ``channel_slot``: bound to the :class:`TelegramChannel` so an engine built earlier talks
-    to this chat. ``clock`` and ``sleep`` pace the outbox (tests pass a manual clock). The
+    to this chat. ``clock`` and ``sleep`` pace the outbox and the cards (tests pass a manual
+    clock). The
     caller still runs the application (``serve`` does it all).
     """
     token = secret_value(getattr(settings, "telegram_token", None))
@@ -182,6 +183,8 @@ def build_application(
         group_edit_interval_s=getattr(settings, "flow_group_edit_interval", None),
         bot=application.bot,
         pin=getattr(settings, "pin_cards", "auto"),
+        clock=clock,
+        sleep=sleep,
     )
     channel = TelegramChannel(outbox, presenter)
 

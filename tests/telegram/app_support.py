@@ -81,6 +81,8 @@ class RecordingEngine:
         self.chosen: dict[str, PlanCardState] = {}
         self.restored: list[RestoredGoal] = []
         self.fail_plan_card = False
+        # Extra PlanCardData fields per session (busy, last_progress_at, waiting...).
+        self.card_extra: dict[str, dict[str, Any]] = {}
         # Set to the bot's channel to be told of plan changes mid-command, as the engine is.
         self.channel: Any = None
 
@@ -264,7 +266,8 @@ class RecordingEngine:
         plan = self.plans.get(session_id)
         state = self.chosen.get(session_id) or self.plan_states.get(session_id, "none")
         markdown = plan.description if plan is not None and state == "review" else None
-        return PlanCardData(state=state, sidecar=plan, markdown=markdown or None)
+        extra = self.card_extra.get(session_id, {})
+        return PlanCardData(state=state, sidecar=plan, markdown=markdown or None, **extra)
 
     async def goal_card(self, session_id: str) -> GoalCardData:
         goal = self.goals.get(session_id)

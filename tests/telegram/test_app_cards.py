@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 
 from bot.app import parts
+from bot.presenter import HEARTBEAT_S
 from tests.fakebot.server import FakeBotApi
 from tests.telegram.app_support import (
     GROUP,
@@ -53,6 +56,48 @@ async def test_a_burst_of_changes_makes_one_edit_with_the_last_state(
         await channel.plan_changed("s1")
         await parts(app).presenter.flush()
         assert fake_api.count("editMessageText") - edits_before == 1
+
+
+async def test_a_working_card_says_when_it_last_made_progress_and_keeps_it_current(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    engine = RecordingEngine()
+    beats: list[float] = []
+    beat = asyncio.Event()
+
+    async def sleep(seconds: float) -> None:
+        # The heartbeat's wait is held until the test lets it go; every other wait passes.
+        if seconds == HEARTBEAT_S:
+            beats.append(seconds)
+            await beat.wait()
+            beat.clear()
+        else:
+            await asyncio.sleep(0)
+
+    async with (
+        open_db(tmp_path / "p.db") as db,
+        running_bot(fake_api, engine, db, sleep=sleep) as app,
+    ):
+        card_id = await active_plan(fake_api, engine)
+        engine.card_extra["s1"] = {"busy": True, "last_progress_at": time.time() - 300}
+        await parts(app).channel.plan_changed("s1")
+        await parts(app).presenter.flush()
+        text = fake_api.message(GROUP, card_id).text
+        assert "Working on" in text and "last progress 5 min ago" in text
+        await eventually(lambda: len(beats) == 1)  # a timer while the turn works
+        engine.card_extra["s1"]["last_progress_at"] = time.time() - 600
+        beat.set()  # a minute later, with no change of its own, the card is redrawn
+        await eventually(
+            lambda: "last progress 10 min ago" in fake_api.message(GROUP, card_id).text
+        )
+        await eventually(lambda: len(beats) == 2)
+        engine.card_extra["s1"] = {}  # the turn ended: the line goes, and the timer with it
+        edits = fake_api.count("editMessageText")
+        beat.set()
+        await eventually(lambda: "last progress" not in fake_api.message(GROUP, card_id).text)
+        await parts(app).presenter.flush()
+        assert fake_api.count("editMessageText") == edits + 1
+        assert len(beats) == 2
 
 
 async def test_spaced_changes_each_reach_the_card(fake_api: FakeBotApi, tmp_path: Path) -> None:
