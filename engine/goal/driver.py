@@ -115,15 +115,16 @@ class RoundDriver:
         """A turn ended or the session went idle: wake the session's attempt.
 
         ``outcome`` is how a goal round's turn ended (as in ``turn/end``; ``None`` for any
-        other turn). A round that ended cancelled, failed or interrupted disarms the goal.
+        other turn). A round that ended failed or interrupted disarms the goal, also when the
+        goal changed meanwhile and a newer round is already queued.
         """
         session = self._session(session_id)
         attempt = session.attempt
         if attempt is not None and attempt.state == "submitted":
             attempt.turn_ended = True
-            if outcome in UNCERTAIN_OUTCOMES:
-                failed = self._round_failed(session_id, f"turn {outcome}")
-                self._background.spawn(failed, name=f"round_failed:{session_id}")
+        if outcome in UNCERTAIN_OUTCOMES:
+            failed = self._round_failed(session_id, f"turn {outcome}")
+            self._background.spawn(failed, name=f"round_failed:{session_id}")
         session.wake.set()
 
     async def validate_round(self, session_id: str, source: GoalRoundSource) -> bool:

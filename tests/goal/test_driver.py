@@ -226,10 +226,26 @@ async def test_restart_is_disarmed_and_runs_nothing(rig: Rig) -> None:
         goals2, sched2, agent2, driver2 = second.goals, second.sched, second.target, second.driver
         assert await goals2.get(SID) == goal
         assert not goals2.is_armed(SID)
+        await goals2.on_session_start(SID)  # what the session's first load does
         driver2.notify_idle(SID)  # the new process's agent goes idle: still no round
         assert not sched2.has_job(f"goal-round:{SID}")
         await settle()
         assert agent2.rounds == []
+
+
+async def test_a_failed_round_disarms_the_goal_whatever_round_waits_next(rig: Rig) -> None:
+    # The owner edited the goal while a round ran: that round's attempt is gone and a newer
+    # one waits for the busy agent. The old round's turn then fails: the goal still stops.
+    rig.agent.running = True
+    goal = await rig.goals.create(SID, "edited mid-round", arm=True)
+    assert isinstance(goal, GoalSnapshot) and rig.goals.is_armed(SID)
+    rig.driver.notify_idle(SID, outcome="failed")
+    for _ in range(200):
+        if not rig.goals.is_armed(SID):
+            break
+        await asyncio.sleep(0.01)
+    assert not rig.goals.is_armed(SID)
+    assert rig.agent.rounds == []
 
 
 def test_round_prompt_quotes_objective() -> None:
