@@ -196,8 +196,16 @@ class BashTool:
                 info_fd=info_w,
             )
             if status.process_limit == "cgroup":
-                # Reading mountinfo and making the folder are file IO: off the event loop.
-                cgroup = await asyncio.to_thread(_new_cgroup, self._sandbox.max_processes)
+                # Reading mountinfo and making the folder are file IO: off the event loop. A
+                # /stop meanwhile still waits for the folder, so the clean-up below removes it.
+                made = asyncio.ensure_future(
+                    asyncio.to_thread(_new_cgroup, self._sandbox.max_processes)
+                )
+                try:
+                    cgroup = await asyncio.shield(made)
+                except asyncio.CancelledError:
+                    cgroup = await made
+                    raise
             if cgroup is not None:
                 argv = cgroup.enter_argv(argv)
             process = await self._spawn(
