@@ -197,7 +197,7 @@ def build_application(
         channel_slot.bind(channel)
 
     # Rendering and delivery that no handler waits for (bp.tasks; drain() awaits them).
-    background = BackgroundTasks(_log, event="render_failed")
+    background = BackgroundTasks(_log)
 
     async def refuse(update: Update, text: str) -> None:
         # Sent in the background: a paced send (a full group window) must not hold the chat's

@@ -8,7 +8,7 @@ shutting down the engine stay with the caller (``bot.app.serve`` does both for t
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +16,7 @@ from pathlib import Path
 from engine.agent.channel import Channel
 from engine.app import Engine, EngineConfig, build_engine
 from engine.model.types import ModelProvider
-from engine.ports import Clock
+from engine.ports import Clock, EventLog
 from storage.open import Storage, open_storage
 
 
@@ -36,15 +36,18 @@ async def open_plangate(
     channel: Channel,
     config: EngineConfig,
     clock: Clock | None = None,
+    wrap_log: Callable[[EventLog], EventLog] | None = None,
 ) -> AsyncIterator[Plangate]:
     """Open (creating and migrating) the stores under ``home`` and build the engine.
 
-    The database is closed on exit; shut the engine down before that.
+    ``wrap_log`` wraps the event log port the engine is given (to count, trace or fail
+    calls); the stores keep the real one. The database is closed on exit; shut the engine
+    down before that.
     """
     storage = await open_storage(home, clock=clock)
     try:
         engine = build_engine(
-            log=storage.log,
+            log=storage.log if wrap_log is None else wrap_log(storage.log),
             sessions=storage.sessions,
             plan_store=storage.plan_store,
             model=model,

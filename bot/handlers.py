@@ -60,13 +60,12 @@ class BotParts:
     channel: TelegramChannel
     gate: AccessGate
     token: str
+    # Rendering, delivery and the update_id write started by handlers (a handler never waits
+    # for them; bot.app.drain does).
+    tasks: BackgroundTasks
     last_update_id: int | None = None
     loaded: bool = False
     load_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    # Rendering and delivery started by handlers (a handler never waits for them).
-    tasks: BackgroundTasks = field(
-        default_factory=lambda: BackgroundTasks(_log, event="render_failed")
-    )
     # Which updates are processed; the ChatLaneProcessor (bot.updates) feeds it.
     ledger: UpdateLedger = field(default_factory=UpdateLedger)
 

@@ -51,6 +51,7 @@ from engine.scheduler import ApsScheduler, Scheduler
 from engine.services import Services
 from engine.sessions import Sessions
 from engine.tasks import safe_call
+from engine.text import clip
 from engine.todo.tool import TodoWriteTool
 from engine.tools.base import Tool
 from engine.tools.files import FileLimits
@@ -239,7 +240,7 @@ class Engine:
         for session_id, dropped in (await self.agents.shutdown()).items():
             text = SHUTDOWN_NOTICE
             if dropped:
-                listed = "\n".join(f"- {m.text[:80]}" for m in dropped)
+                listed = "\n".join(f"- {clip(m.text, 80, one_line=True)}" for m in dropped)
                 text += f" Not handled, send again if still wanted:\n{listed}"
             try:
                 await asyncio.wait_for(
@@ -339,12 +340,12 @@ def build_engine(
     )
     cards = Cards(services)
     agents.set_turn_listener(cards.on_turn_end)
-    the_sessions = Sessions(sessions, services, cards=cards.choices, profile=config.profile)
+    the_sessions = Sessions(sessions, services, cards=cards, profile=config.profile)
     usage.is_private = the_sessions.is_private
     return Engine(
         services,
         sessions=the_sessions,
-        commands=CommandPlane(services, cards=cards.choices),
+        commands=CommandPlane(services, cards=cards),
         cards=cards,
         driver=driver,
         scheduler=the_scheduler,

@@ -19,14 +19,14 @@ from typing import Any, Literal
 
 from engine import api
 from engine.api import CommandName, Outcome
-from engine.cards import CardChoices
+from engine.cards import Cards
 from engine.events import CommandRun, FeedbackSource, HumanSource
 from engine.goal.commands import describe_goal, parse_goal_command, run_goal_command
 from engine.goal.fold import GoalRefusal
 from engine.plan.extract import validate_template_b
 from engine.plan.types import is_editing
 from engine.services import Services
-from engine.tasks import BackgroundTasks, safe_call
+from engine.tasks import BackgroundTasks
 from engine.text import clean_text, clip
 from engine.usage.ledger import fmt_tokens, parse_tokens
 from engine.usage.meter import CAP_COMMAND
@@ -66,16 +66,16 @@ class CommandPlane:
     The caller loads the session first (:meth:`engine.sessions.Sessions.ensure_loaded`).
     """
 
-    def __init__(self, services: Services, *, cards: CardChoices) -> None:
+    def __init__(self, services: Services, *, cards: Cards) -> None:
         self._log = services.log
         self._plans = services.plans
         self._goals = services.goals
         self._agents = services.agents
         self._approvals = services.approvals
         self._usage = services.usage
-        self._channel = services.channel
         self._workspace = services.workspace
-        self._cards = cards
+        self._choices = cards.choices
+        self._redraw_plan = cards.plan_changed
         self._background_logs = BackgroundTasks(_log, event="log_failed")
 
     # --- plumbing ---------------------------------------------------------------------------
@@ -130,7 +130,7 @@ class CommandPlane:
         )
         controller.submit(clean_text(text), source=source, message_id=message_id)
         if answered:
-            await safe_call("plan_changed", self._channel.plan_changed(session_id))
+            await self._redraw_plan(session_id)
 
     def _pass_on(self, session_id: str, text: str, *, actor: int | None) -> None:
         """Queue a command's text (``/plan text``, ``/execute text``) as the owner's message."""
@@ -145,7 +145,7 @@ class CommandPlane:
         """Run one command; refusals are outcomes with a reply, never exceptions."""
         args = clean_text(args).strip()
         if name in ("plan", "execute", "discard", "goal", "stop"):
-            self._cards.clear(session_id)
+            self._choices.clear(session_id)
         if name in READ_ONLY_COMMANDS:
             self.log_read_only(session_id, name, args, actor=actor)
         match name:
@@ -207,7 +207,7 @@ class CommandPlane:
                 reply="This checklist has no plan text to revise. /discard it to plan anew.",
                 plan_card="restick",
             )
-        self._cards.choose_plan(session_id, "revise_offer", sidecar.id, sidecar.revision)
+        self._choices.choose_plan(session_id, "revise_offer", sidecar.id, sidecar.revision)
         return Outcome(reply="A plan is being carried out. Revise it?", plan_card="restick")
 
     async def _revisable(self, session_id: str) -> bool:
@@ -285,7 +285,7 @@ class CommandPlane:
         )
         controller = self._agents.controller(session_id)
         answer = await controller.request_approval(revision=revision, actor=actor)
-        self._cards.feedback_done(session_id)
+        self._choices.feedback_done(session_id)
         if answer == "stale":
             return Outcome(
                 reply=_unsent("The approval did not go through.", text), plan_card="refresh"
@@ -309,7 +309,7 @@ class CommandPlane:
         controller = self._agents.controller(session_id)
         pending_plan = controller.pending_plan_mode is True
         controller.cancel_pending()
-        self._cards.clear(session_id)
+        self._choices.clear(session_id)
         dropped = [m.text for m in await self._agents.stop(session_id)]
         state = await plans.state(session_id)
         if state == "none":
@@ -320,7 +320,7 @@ class CommandPlane:
         result = await plans.discard(session_id)
         if not result.ok:
             return Outcome(reply=result.text, plan_card="refresh", dropped=tuple(dropped))
-        self._cards.feedback_done(session_id)
+        self._choices.feedback_done(session_id)
         if state == "pre_init":
             reply = "Planning cancelled."
         elif revising:
@@ -356,7 +356,7 @@ class CommandPlane:
         # The dropped messages travel as data; the front end lists them under the reply.
         dropped = [m.text for m in await self._agents.stop(session_id)]
         # Nothing waits for the owner any more (the stop answered any question): no feedback.
-        self._cards.feedback_done(session_id)
+        self._choices.feedback_done(session_id)
         return Outcome(
             reply="Stopped.", dropped=tuple(dropped), plan_card="refresh", goal_card="refresh"
         )
@@ -390,7 +390,8 @@ class CommandPlane:
         lines.append(f"Agent: {agent}" + (f", {queued} queued" if queued else ""))
         waiting = self._approvals.pending(session_id)
         if waiting is not None:
-            lines.append(f"Waiting for you: allow {waiting.tool} {waiting.command[:200]}?")
+            command = clip(waiting.command, 200, one_line=True)
+            lines.append(f"Waiting for you: allow {waiting.tool} {command}?")
         return "\n".join(lines)
 
     # --- presses ----------------------------------------------------------------------------
@@ -429,7 +430,7 @@ class CommandPlane:
         card_id = sidecar.flow.card_id
         if message_id is not None and card_id is not None and message_id != card_id:
             return _stale()
-        self._cards.clear(session_id)
+        self._choices.clear(session_id)
         state = await plans.state(session_id)
         match action:
             case api.PLAN_APPROVE if state == "post_init":
@@ -437,13 +438,13 @@ class CommandPlane:
             case api.PLAN_KEEP if state == "post_init":
                 await self.log_command(session_id, "keep_planning", "", actor=actor)
                 self._agents.controller(session_id).cancel_pending()
-                self._cards.await_feedback(session_id, sidecar.id)
+                self._choices.await_feedback(session_id, sidecar.id)
                 return Outcome(reply=FEEDBACK_QUESTION, await_feedback=True, plan_card="refresh")
             case api.PLAN_RESUME if state == "active":
                 await self.log_command(session_id, "resume", "", actor=actor)
                 return await self.run_checklist(session_id)
             case api.PLAN_DISCARD:
-                self._cards.choose_plan(session_id, "confirm_discard", sidecar.id, revision)
+                self._choices.choose_plan(session_id, "confirm_discard", sidecar.id, revision)
                 return Outcome(plan_card="refresh")
             case api.PLAN_DISCARD_YES:
                 await self.log_command(session_id, "discard", "", actor=actor)
@@ -461,7 +462,7 @@ class CommandPlane:
                 if not result.ok:
                     return Outcome(reply=result.text, alert=True, plan_card="refresh")
                 # Approve stays hidden until the planner has heard what should change.
-                self._cards.await_feedback(session_id, sidecar.id)
+                self._choices.await_feedback(session_id, sidecar.id)
                 return Outcome(
                     reply=FEEDBACK_QUESTION,
                     await_feedback=True,
@@ -477,7 +478,7 @@ class CommandPlane:
         goal = await goals.get(session_id)
         if goal is None or goal.id[:8] != short_id or goal.revision != revision:
             return _stale()
-        self._cards.clear(session_id)
+        self._choices.clear(session_id)
         ref = goal.ref
         await self.log_command(session_id, f"goal_{action}", "", actor=actor)
         result: object
@@ -489,7 +490,7 @@ class CommandPlane:
             case api.GOAL_START:
                 result = await goals.arm(session_id, ref)
             case api.GOAL_CLEAR:
-                self._cards.choose_goal(session_id, "confirm_clear", goal.id, revision)
+                self._choices.choose_goal(session_id, "confirm_clear", goal.id, revision)
                 return Outcome(goal_card="refresh")
             case api.GOAL_CLEAR_YES:
                 result = await goals.clear(session_id, ref)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 
 from engine.api import Outcome
-from engine.cards import CardChoices
+from engine.cards import Cards
 from engine.events import CommandRun
 from engine.plan.types import PlanFlow
 from engine.ports import SessionStore
@@ -44,7 +44,7 @@ class Sessions:
         store: SessionStore,
         services: Services,
         *,
-        cards: CardChoices,
+        cards: Cards,
         profile: str | None = None,
     ) -> None:
         self.store = store
@@ -55,7 +55,8 @@ class Sessions:
         self._approvals = services.approvals
         self._channel = services.channel
         self._workspace = services.workspace
-        self._cards = cards
+        self._choices = cards.choices
+        self._redraw_plan = cards.plan_changed
         self._profile = profile
         self._loaded: set[str] = set()
         # Bound sessions that start-up found unmarked (no open turn, nothing undecided): their
@@ -119,7 +120,7 @@ class Sessions:
             dropped = [m.text for m in await self._agents.stop(old)]
             await self._goals.disarm(old)  # the driver drops the goal's jobs on disarm
             await self._plans.abandon(old)
-            self._cards.forget(old)
+            self._choices.forget(old)
         await self._create_bound(chat_id, thread_id)
         return Outcome(reply="Started a new session.", dropped=tuple(dropped))
 
@@ -234,7 +235,7 @@ class Sessions:
         if interrupted:
             # The card still shows the turn as working: redraw it (a checklist left by the
             # dead process is paused now, with Resume; nothing restarts by itself).
-            await safe_call("plan_changed", self._channel.plan_changed(session_id))
+            await self._redraw_plan(session_id)
 
     async def _decide_pending(self, session_id: str) -> None:
         stored = await self._log.read(

@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.compose import open_plangate
 from engine.agent.testing import RecordingChannel
-from engine.app import EngineConfig
 from engine.approval.service import (
     DENIED_TEXT,
     UNATTENDED_TEXT,
@@ -25,21 +23,19 @@ from engine.events import (
     MessageSource,
     SeedSource,
 )
-from engine.model.scripted import ScriptedProvider
 from engine.tools.base import ToolContext
 from engine.tools.runtime import ToolCallRequest
-from storage.open import Storage
+from storage.open import Storage, open_storage
 
 
 @pytest.fixture
 async def storage(tmp_path: Path) -> AsyncIterator[Storage]:
-    # The stores as plangate opens them; the gates under test are built on their log.
-    config = EngineConfig(workspace=tmp_path)
-    channel = RecordingChannel()
-    async with open_plangate(
-        tmp_path / "home", model=ScriptedProvider([]), channel=channel, config=config
-    ) as opened:
-        yield opened.storage
+    # The real stores; the gates under test are built on their log (no engine needed).
+    storage = await open_storage(tmp_path / "home")
+    try:
+        yield storage
+    finally:
+        await storage.close()
 
 
 async def new_session(storage: Storage, tmp_path: Path) -> str:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,13 +11,13 @@ from pathlib import Path
 from bot.compose import open_plangate
 from engine.agent.checklist import DEFAULT_STALL_STEPS
 from engine.agent.testing import RecordingChannel
-from engine.app import Engine, EngineConfig, build_engine
+from engine.app import Engine, EngineConfig
 from engine.events import SessionEvent, StoredEvent
 from engine.model.script import call, say
 from engine.model.types import ModelProvider
 from engine.ports import Clock, EventLog
 from engine.usage.meter import UsageConfig
-from storage.open import Storage, open_storage
+from storage.open import Storage
 
 PLAN_MD = """# Greeting module
 
@@ -99,35 +98,16 @@ class FaultyLog:
 async def faulty_rig(
     tmp_path: Path, model: ModelProvider, *, start: bool = True
 ) -> AsyncIterator[tuple[Rig, FaultyLog]]:
-    """:func:`engine_rig` on a :class:`FaultyLog` over the real one.
+    """:func:`engine_rig` whose engine talks to a :class:`FaultyLog` over the real log;
+    ``start=False`` leaves start-up to the test."""
+    made: list[FaultyLog] = []
 
-    The engine is composed from the same public parts open_plangate uses (open_storage,
-    build_engine), with the log port wrapped; ``start=False`` leaves start-up to the test.
-    """
-    home = tmp_path / "home"
-    workspace = tmp_path / "work"
-    workspace.mkdir(exist_ok=True)
-    channel = RecordingChannel()
-    storage = await open_storage(home)
-    log = FaultyLog(storage.log)
-    try:
-        engine = build_engine(
-            log=log,
-            sessions=storage.sessions,
-            plan_store=storage.plan_store,
-            model=model,
-            channel=channel,
-            config=EngineConfig(workspace=workspace, allow_bash=ALLOW_TEST_RUN),
-            clock=time.time,
-        )
-        if start:
-            await engine.start()
-        try:
-            yield Rig(engine, channel, storage, workspace, home), log
-        finally:
-            await engine.shutdown()
-    finally:
-        await storage.close()
+    def wrap(inner: EventLog) -> EventLog:
+        made.append(FaultyLog(inner))
+        return made[-1]
+
+    async with engine_rig(tmp_path, model, wrap_log=wrap, start=start) as rig:
+        yield rig, made[-1]
 
 
 @asynccontextmanager
@@ -143,6 +123,8 @@ async def engine_rig(
     max_steps: int = 50,
     allow_bash: tuple[tuple[str, ...], ...] = ALLOW_TEST_RUN,
     approval_timeout_s: float = 600.0,
+    wrap_log: Callable[[EventLog], EventLog] | None = None,
+    start: bool = True,
 ) -> AsyncIterator[Rig]:
     """An engine over real files and SQLite in ``tmp_path``; shut down afterwards.
 
@@ -165,10 +147,11 @@ async def engine_rig(
         approval_timeout_s=approval_timeout_s,
     )
     async with open_plangate(
-        home, model=model, channel=channel, config=config, clock=clock
+        home, model=model, channel=channel, config=config, clock=clock, wrap_log=wrap_log
     ) as opened:
         engine = opened.engine
-        await engine.start()
+        if start:
+            await engine.start()
         try:
             yield Rig(engine, channel, opened.storage, workspace, home)
         finally:
