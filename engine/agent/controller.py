@@ -38,6 +38,8 @@ from engine.tasks import BackgroundTasks, safe_call
 from engine.tools.base import ToolContext
 from engine.tools.runtime import ToolCallRequest, ToolRuntime
 
+CHECKLIST_DONE_TEXT = "✅ The checklist is done."
+
 _log = logging.getLogger("plangate.agent.controller")
 
 ApprovalRequest = Literal["committed", "pending", "stale"]
@@ -302,6 +304,7 @@ class SessionController:
             await safe_call("turn_end", on_turn_end(self.session_id, message, result))
         continued = False
         tasks_left = False
+        finished = False
         if self._run.armed or self._held:
             active, tasks = await self._tasks()
             tasks_left = active and checklist.tasks_left(tasks)
@@ -309,6 +312,8 @@ class SessionController:
             failed = result.outcome in ("failed", "cancelled")
             if failed or not checklist.should_continue(self._run, tasks, active=active):
                 self._run = checklist.disarm(self._run)
+                # Ended, not halted: the plan was completed (archived), or every task is done.
+                finished = not failed and not tasks_left and (not active or bool(tasks))
             # A question waits for the owner, or the owner spoke: their turn goes first, and
             # the run goes on after it.
             elif not (result.asked or self._inbox or self.closed):
@@ -321,6 +326,10 @@ class SessionController:
         # while tasks are left; a finished plan's card says Done).
         text = result.held or (self._held if tasks_left else "")
         self._held = ""
+        if finished and not text:
+            # The last turn ended with no words (at the step cap, say): an edited card
+            # notifies nobody, so the chat still hears that the run is over.
+            text = CHECKLIST_DONE_TEXT
         if text:
             await safe_call("reply", self._deps.channel.reply(self.session_id, text, reply_to=None))
 
