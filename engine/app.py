@@ -272,8 +272,8 @@ def build_engine(
         # A goal round never waits on a person: its goal stops until the owner allows it.
         if not isinstance(source, GoalRoundSource):
             return
-        goal = await goals.get(session_id)
-        if goal is None or goal.id != source.goal_id or goal.phase != "active":
+        goal = await goals.round_goal(session_id, source)
+        if goal is None:
             return
         what = view.command or view.tool
         await goals.block(

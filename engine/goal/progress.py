@@ -139,8 +139,8 @@ class IdleRoundWatch:
 
     async def round_settled(self, session_id: str, source: GoalRoundSource) -> None:
         """Called by the round driver once a round of ``source`` ran to its end."""
-        goal = await self._goals.get(session_id)
-        if goal is None or goal.id != source.goal_id or goal.phase != "active":
+        goal = await self._goals.round_goal(session_id, source)
+        if goal is None:
             return
         if goal.rounds_left <= 0:
             return  # the cap stops it anyway: round-limit, whose fix comes first

@@ -87,6 +87,14 @@ class GoalService:
         """The current goal, folded from the log as it is now (other processes included)."""
         return (await self._refresh(session_id)).goal
 
+    async def round_goal(self, session_id: str, source: GoalRoundSource) -> GoalSnapshot | None:
+        """The goal a round of ``source`` worked for, while it is still the active goal
+        (``None`` once it was cleared, replaced, paused, blocked or completed)."""
+        goal = await self.get(session_id)
+        if goal is None or goal.id != source.goal_id or goal.phase != "active":
+            return None
+        return goal
+
     def peek(self, session_id: str) -> GoalSnapshot | None:
         """The current goal as this service last read it (no IO; may lag other processes)."""
         cached = self._cache.get(session_id)
