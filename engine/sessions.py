@@ -70,7 +70,11 @@ class Sessions:
     # --- bindings ---------------------------------------------------------------------------
 
     async def for_chat(self, chat_id: int, thread_id: int) -> str:
-        """The session bound to the chat key, created and bound on first use; loaded."""
+        """The session bound to the chat key, created and bound on first use.
+
+        A binding this process already knows is answered from memory, without loading the
+        session: its first message, command or press loads it (:meth:`ensure_loaded`).
+        """
         # Bindings change only through this object (/new, migration), so a hit needs no
         # database trip.
         session_id = self._bindings.get((chat_id, thread_id))
