@@ -12,6 +12,7 @@ import pytest
 from bot.app import announce_restored, file_url, parse_listen, parts, redact, serve
 from bot.routes import GROUPS_KEY, LAST_UPDATE_KEY, RECENT_UPDATES_KEY
 from engine.api import RestoredGoal
+from storage.db import Database
 from tests.fakebot.server import FakeBotApi
 from tests.telegram.app_support import (
     OWNER,
@@ -26,18 +27,25 @@ from tests.telegram.app_support import (
 NEW_GROUP = -100999
 
 
+async def one_message_then_redelivered(
+    api: FakeBotApi, engine: RecordingEngine, db: Database
+) -> None:
+    """A bot run that handles "one"; then Telegram redelivers that update, which the old
+    process had not acknowledged, for the next run."""
+    async with running_bot(api, engine, db):
+        first = api.user_message(OWNER, OWNER, "one")
+        await eventually(lambda: len(engine.named("user_message")) == 1)
+    stored = await db.get_meta(LAST_UPDATE_KEY)
+    assert stored is not None
+    api.redeliver(int(stored), first.raw)
+
+
 async def test_repeated_updates_after_a_restart_are_dropped(
     fake_api: FakeBotApi, tmp_path: Path
 ) -> None:
     engine = RecordingEngine()
     async with open_db(tmp_path / "p.db") as db:
-        async with running_bot(fake_api, engine, db):
-            first = fake_api.user_message(OWNER, OWNER, "one")
-            await eventually(lambda: len(engine.named("user_message")) == 1)
-        stored = await db.get_meta(LAST_UPDATE_KEY)
-        assert stored is not None
-        # Telegram redelivers an update the old process had not acknowledged.
-        fake_api.redeliver(int(stored), first.raw)
+        await one_message_then_redelivered(fake_api, engine, db)
         fake_api.user_message(OWNER, OWNER, "two")
         async with running_bot(fake_api, engine, db):
             await eventually(lambda: len(engine.named("user_message")) == 2)
@@ -55,15 +63,10 @@ async def test_an_unreadable_ledger_of_recent_ids_loses_no_message(
 ) -> None:
     engine = RecordingEngine()
     async with open_db(tmp_path / "p.db") as db:
-        async with running_bot(fake_api, engine, db):
-            first = fake_api.user_message(OWNER, OWNER, "one")
-            await eventually(lambda: len(engine.named("user_message")) == 1)
-        stored = await db.get_meta(LAST_UPDATE_KEY)
-        assert stored is not None
+        # The watermark alone still drops the re-delivered update; a new one is answered.
+        await one_message_then_redelivered(fake_api, engine, db)
         await db.set_meta(RECENT_UPDATES_KEY, recent)
         await db.set_meta(GROUPS_KEY, "{broken")
-        # The watermark alone still drops the re-delivered update; a new one is answered.
-        fake_api.redeliver(int(stored), first.raw)
         fake_api.user_message(OWNER, OWNER, "two")
         with caplog.at_level(logging.WARNING, logger="plangate"):
             async with running_bot(fake_api, engine, db):
