@@ -9,10 +9,14 @@ Run: ``python -m bench.usage [--events N] [--sessions S] [--repeat R]``.
   reads) on the indexed file. Without and with the index on ``events(type, at)``, to decide
   whether it pays; also against the cold projection replay of one session, for scale.
 - append: ``SqliteEventLog.append`` of the same events with and without that index
-  (``synchronous=OFF``, so the index's cost is not hidden behind fsync).
+  (``synchronous=FULL`` as shipped).
 - per call: the budget check before a model call (``request_chars`` of the request plus
   ``UsageMeter.check``) against building that call's context incrementally (what every step
   does anyway), at the end of the long session.
+- the daily cap (``--caps N``, 0 skips it): ``UsageMeter.load`` over a log of N ``command/run``
+  events (10 sessions, the owner's one ``/usage cap`` the oldest of them: the worst case for a
+  scan from the newest) against the same load over an empty log; beside it the same ratio for
+  reading every ``command/run`` and keeping the last cap, as the load once did.
 
 Ratios are medians over interleaved runs; absolute times are printed for orientation only.
 """
@@ -33,10 +37,10 @@ from bench.eventlog import make_realistic_events
 from engine.agent.context import assemble_messages
 from engine.agent.history import SessionHistory
 from engine.agent.settings import AgentSettings
-from engine.events import HumanSource, ModelUsageRecord, SessionEvent, TurnStart
+from engine.events import CommandRun, HumanSource, ModelUsageRecord, SessionEvent, TurnStart
 from engine.projections import replay_projections
 from engine.usage.ledger import request_chars
-from engine.usage.meter import UsageConfig, UsageMeter
+from engine.usage.meter import CAP_COMMAND, UsageConfig, UsageMeter
 from storage.db import Database
 from storage.eventlog import SqliteEventLog
 
@@ -64,11 +68,14 @@ def with_usage(events: list[SessionEvent]) -> list[SessionEvent]:
 async def fill(
     path: Path, sessions: list[str], events: list[SessionEvent], *, index: bool
 ) -> float:
+    if not index:
+        # The schema from the migrations, then the index dropped on a plain connection (the
+        # Database's read connection is query_only). Appends run with synchronous=FULL as
+        # shipped: the writer's setting is not reachable from here.
+        await (await Database.open(path)).close()
+        with sqlite3.connect(path) as raw:
+            raw.execute(DROP)
     db = await Database.open(path)
-    async with db.reading() as raw:
-        await raw.execute("PRAGMA synchronous = OFF")
-        if not index:
-            await raw.execute(DROP)
     log = SqliteEventLog(db)
     start = time.perf_counter()
     for session in sessions:
@@ -141,6 +148,67 @@ async def per_call(path: Path, session: str, repeat: int) -> tuple[float, float,
     return statistics.median(checks), statistics.median(builds), ratio
 
 
+async def fill_commands(path: Path, count: int) -> None:
+    """``count`` ``command/run`` events over 10 sessions; the first is the owner's cap."""
+    db = await Database.open(path)
+    log = SqliteEventLog(db)
+    names = ("status", "help", "show-plan", "usage", "goal", "plan", "approve")
+    events: list[SessionEvent] = [
+        CommandRun(name=names[i % len(names)], args="some words of arguments", actor=7)
+        for i in range(count)
+    ]
+    if events:
+        events[0] = CommandRun(name=CAP_COMMAND, args="cap 2m", actor=7, data={"cap": 2_000_000})
+    for first in range(0, count, 500):
+        await log.append(
+            f"cap{(first // 500) % 10:02d}".ljust(32, "0"), events[first : first + 500]
+        )
+    await db.close()
+
+
+async def timed_cap_load(path: Path, *, full_read: bool) -> tuple[float, int | None]:
+    """One start-up's load, or (``full_read``) every ``command/run`` read and the last cap kept."""
+    gc.collect()
+    db = await Database.open(path)
+    log = SqliteEventLog(db)
+    meter = UsageMeter(log, config=UsageConfig(daily_tokens=10**9))
+    start = time.perf_counter()
+    if not full_read:
+        await meter.load()
+    cap: int | None = meter.daily_cap
+    if full_read:
+        for stored in await log.read_types_since({"command/run"}, since_at=0.0):
+            event = stored.event
+            if isinstance(event, CommandRun) and event.name == CAP_COMMAND:
+                cap = event.data["cap"]
+    elapsed = time.perf_counter() - start
+    await db.close()
+    return elapsed, cap
+
+
+async def cap_startup(count: int, repeat: int) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        empty, full = Path(folder) / "empty.db", Path(folder) / "full.db"
+        await fill_commands(empty, 0)
+        await fill_commands(full, count)
+        runs: dict[tuple[str, bool], list[float]] = {}
+        for _ in range(repeat):
+            for full_read in (False, True):
+                for name, path in (("empty", empty), ("full", full)):
+                    elapsed, cap = await timed_cap_load(path, full_read=full_read)
+                    expected = 10**9 if name == "empty" else 2_000_000
+                    assert cap == expected, (name, full_read, cap)
+                    runs.setdefault((name, full_read), []).append(elapsed)
+    med = statistics.median
+    for full_read, what in ((False, "UsageMeter.load"), (True, "every command/run read")):
+        ours, base = runs[("full", full_read)], runs[("empty", full_read)]
+        ratio = med(o / b for o, b in zip(ours, base, strict=True))
+        print(
+            f"daily cap at start-up, {what}: {count:,} command/run {med(ours) * 1000:.2f} ms, "
+            f"none {med(base) * 1000:.2f} ms: {ratio:.2f}x"
+        )
+
+
 async def main(events: int, sessions: int, repeat: int) -> None:
     per_session = with_usage(make_realistic_events(events // sessions))
     names = [f"bench{i:04d}".ljust(32, "0") for i in range(sessions)]
@@ -185,5 +253,10 @@ if __name__ == "__main__":
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--sessions", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--caps", type=int, default=50_000)
+    parser.add_argument("--only", choices=("all", "cap"), default="all")
     args = parser.parse_args()
-    asyncio.run(main(args.events, args.sessions, args.repeat))
+    if args.caps:
+        asyncio.run(cap_startup(args.caps, args.repeat))
+    if args.only == "all":
+        asyncio.run(main(args.events, args.sessions, args.repeat))

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Collection, Sequence
 
 from engine.errors import AppendConflict
-from engine.events import GoalChange, SessionEvent, StoredEvent
+from engine.events import CommandRun, GoalChange, SessionEvent, StoredEvent
 from engine.ports import ChatBinding, Clock, SessionRecord, check_types
 from engine.recovery import attention_marks
 
@@ -23,6 +23,8 @@ class InMemoryEventLog:
         self._clock = clock
         self._events: dict[str, list[StoredEvent]] = {}
         self._goal_revisions: set[tuple[str, str, int]] = set()
+        # Every command/run in append order, across sessions (last_command's tie-break).
+        self._commands: list[StoredEvent] = []
         self._lock = asyncio.Lock()
 
     async def append(self, session_id: str, events: Sequence[SessionEvent]) -> list[StoredEvent]:
@@ -43,6 +45,7 @@ class InMemoryEventLog:
                 for i, event in enumerate(events)
             ]
             log.extend(stored)
+            self._commands.extend(e for e in stored if isinstance(e.event, CommandRun))
             self._goal_revisions.update(keys)
             return stored
 
@@ -76,6 +79,13 @@ class InMemoryEventLog:
             if e.event.type in wanted and e.at >= since_at
         ]
         return sorted(found, key=lambda e: (e.at, e.session_id, e.seq))
+
+    async def last_command(self, name: str) -> StoredEvent | None:
+        named = [
+            e for e in self._commands if isinstance(e.event, CommandRun) and e.event.name == name
+        ]
+        # The greatest clock reading; of equal ones the later append (max keeps the first).
+        return max(reversed(named), key=lambda e: e.at, default=None)
 
 
 class InMemorySessionStore:

@@ -226,3 +226,17 @@ class SqliteEventLog:
                             continue
                         out.append(StoredEvent(session_id, seq, at, event))
         return out
+
+    async def last_command(self, name: str) -> StoredEvent | None:
+        """The newest ``command/run`` named ``name`` in any session (greatest ``at``, then the
+        later row), or ``None``: one lookup in ``events_command_name`` (migration 4), whose
+        expression and condition the query repeats so the planner can use it."""
+        row = await self._db.fetch_one(
+            "SELECT session_id, seq, at, payload FROM events "
+            "WHERE type = 'command/run' AND json_extract(payload, '$.name') = ? "
+            "ORDER BY at DESC, rowid DESC LIMIT 1",
+            (name,),
+        )
+        if row is None:
+            return None
+        return _decode(str(row[0]), [(row[1], row[2], row[3])])[0]

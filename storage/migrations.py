@@ -100,6 +100,15 @@ MIGRATIONS: tuple[Migration, ...] = (
         FROM (SELECT DISTINCT session_id FROM events) AS s
         """,
     ),
+    # 4: the usage meter's start-up lookup of the owner's last /usage cap (last_command): the
+    # newest command/run of one name without decoding the others. Partial, so only command/run
+    # rows (a small share of the log) pay for it on append.
+    (
+        """
+        CREATE INDEX events_command_name ON events (json_extract(payload, '$.name'), at)
+        WHERE type = 'command/run'
+        """,
+    ),
 )
 
 

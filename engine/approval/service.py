@@ -164,11 +164,7 @@ class ToolApprovals:
         return may_ask(tool, ask_writes=self.ask_writes)
 
     def _granted(self, state: _Session, view: ApprovalView) -> bool:
-        if not view.rule:
-            return False
-        if view.family == "files":
-            return view.rule[0] in state.write_rules
-        return view.rule in state.rules
+        return bool(view.rule) and not self._is_new(state, view.family, view.rule or ())
 
     def pending(self, session_id: str) -> ApprovalView | None:
         """The request the session waits on ("waiting for you"), if any."""
@@ -374,8 +370,7 @@ class ToolApprovals:
         ``family`` ``files``: ``rule`` is one workspace-relative path whose writes are allowed.
         """
         state = self._session(session_id)
-        known = state.write_rules if family == "files" else state.rules
-        if not rule or (rule[0] if family == "files" else rule) in known:
+        if not self._is_new(state, family, rule):
             return
         event = ApprovalRule(tool=family, words=list(rule), actor=actor)
         await self._log.append(session_id, [event])  # logged first: what is granted replays
@@ -383,19 +378,24 @@ class ToolApprovals:
         state.offers = {k: v for k, v in state.offers.items() if not self._granted(state, v)}
 
     @staticmethod
-    def _remember(state: _Session, family: str, rule: Rule) -> bool:
-        """Add a rule to this process's state; False when empty or already there."""
+    def _is_new(state: _Session, family: str, rule: Rule) -> bool:
+        """Whether ``rule`` would grant something: not empty and not already held."""
         if not rule:
             return False
         if family == "files":
-            if rule[0] in state.write_rules:
-                return False
+            return rule[0] not in state.write_rules
+        return rule not in state.rules
+
+    @classmethod
+    def _remember(cls, state: _Session, family: str, rule: Rule) -> None:
+        """Add a rule to this process's state, unless :meth:`_is_new` says it is held."""
+        # Checked again here: add_rule's append is awaited, and a replay may repeat a rule.
+        if not cls._is_new(state, family, rule):
+            return
+        if family == "files":
             state.write_rules.append(rule[0])
-            return True
-        if rule in state.rules:
-            return False
-        state.rules.append(rule)
-        return True
+        else:
+            state.rules.append(rule)
 
 
 def _view(event: ApprovalRequested) -> ApprovalView:

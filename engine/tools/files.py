@@ -8,8 +8,9 @@ path under it. Output is capped with a note saying it was cut. Errors are result
 (``is_error``), never exceptions.
 
 The read side never blocks the bot: files are read only when regular (a FIFO or device is
-refused or skipped, checked on a non-blocking descriptor), reads and walks run on this module's
-own small thread pool (so tools cannot exhaust the pool other code uses), and ``grep``'s search
+refused or skipped, checked on a non-blocking descriptor), reads, walks and writes run on this
+module's own small thread pool (so tools cannot exhaust the pool other code uses, nor wait on
+it), and ``grep``'s search
 runs in a child process killed at ``FileLimits.grep_timeout_s`` (see ``engine.tools.search``).
 """
 
@@ -46,16 +47,17 @@ from engine.tools.workspace import (
 _log = logging.getLogger("plangate.tools.files")
 _T = TypeVar("_T")
 
-# The read tools' own threads: a slow disk or a stuck read ties up these, never the default
-# pool that the event loop's other users (DNS lookups, durable writes elsewhere) rely on.
-_READ_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="plangate-files")
+# The file tools' own threads, for reads, walks and writes: a slow disk or a stuck read or
+# write ties up these, never the default pool that the event loop's other users (DNS lookups,
+# anything on asyncio.to_thread) rely on, and a busy default pool never holds up a tool.
+_FILES_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="plangate-files")
 
 # The project root, put on the child's path so it runs this checkout's search module.
 _ROOT = str(Path(__file__).resolve().parents[2])
 
 
 async def _in_pool(fn: Callable[..., _T], *args: Any) -> _T:
-    return await asyncio.get_running_loop().run_in_executor(_READ_POOL, fn, *args)
+    return await asyncio.get_running_loop().run_in_executor(_FILES_POOL, fn, *args)
 
 
 class SessionMdHooks(Protocol):
@@ -408,7 +410,7 @@ class WriteFileTool(_WriteTool):
             path = await self._resolve(raw, ctx)
             if path.is_dir():
                 return _error(f"error: {raw!r} is a folder")
-            await asyncio.to_thread(_write, path, content)
+            await _in_pool(_write, path, content)
             await self._after_write(path, ctx)
         return ToolOutcome(content=f"wrote {len(content)} characters to {raw}")
 
@@ -451,7 +453,7 @@ class EditFileTool(_WriteTool):
             path = await self._resolve(raw, ctx)
             if not path.is_file():
                 return _error(f"error: {raw!r} is not a file")
-            text = await asyncio.to_thread(read_text_nofollow, path)
+            text = await _in_pool(read_text_nofollow, path)
             count = text.count(old)
             if count == 0:
                 return _error(f"error: old_text was not found in {raw}; read the file first")
@@ -461,7 +463,7 @@ class EditFileTool(_WriteTool):
                     "it unique, or set replace_all"
                 )
             updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
-            await asyncio.to_thread(_write, path, updated)
+            await _in_pool(_write, path, updated)
             await self._after_write(path, ctx)
         replaced = count if replace_all else 1
         return ToolOutcome(content=f"replaced {replaced} occurrence(s) in {raw}")

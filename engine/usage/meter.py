@@ -53,11 +53,16 @@ FooterMode = Literal["off", "private", "on"]
 
 @runtime_checkable
 class UsageHistory(Protocol):
-    """A log that can read one kind of event across every session (start-up only)."""
+    """A log that can be asked across every session (start-up only)."""
 
     async def read_types_since(
         self, types: Collection[str], *, since_at: float
     ) -> list[StoredEvent]: ...
+
+    async def last_command(self, name: str) -> StoredEvent | None:
+        """The newest ``command/run`` named ``name`` in any session (greatest ``at``, the
+        later append on a tie), or ``None``; no other event is decoded."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,12 +107,12 @@ class UsageMeter:
         for stored in await self._log.read_types_since(USAGE_TYPES, since_at=today):
             if isinstance(stored.event, ModelUsageRecord):
                 self._day(stored.at).add(stored.event)
-        for stored in await self._log.read_types_since({"command/run"}, since_at=0.0):
-            event = stored.event
-            if isinstance(event, CommandRun) and event.name == CAP_COMMAND:
-                cap = event.data.get("cap")
-                if isinstance(cap, int) and not isinstance(cap, bool) and cap >= 1:
-                    self._cap_override = cap
+        # One indexed lookup: a year of commands is not decoded to find the last cap.
+        last = await self._log.last_command(CAP_COMMAND)
+        if last is not None and isinstance(last.event, CommandRun):
+            cap = last.event.data.get("cap")
+            if isinstance(cap, int) and not isinstance(cap, bool) and cap >= 1:
+                self._cap_override = cap
 
     # --- reading --------------------------------------------------------------------------
 

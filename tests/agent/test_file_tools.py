@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -257,3 +259,29 @@ def test_a_fifo_swapped_in_after_the_check_does_not_block_the_read(ws: Path) -> 
     # The walk's stat and the open are two steps: the open itself must not wait for a writer.
     os.mkfifo(ws / "late")
     assert read_regular(ws / "late", 1_000) is None
+
+
+async def test_writes_and_edits_land_while_the_default_thread_pool_is_busy(ws: Path) -> None:
+    # The loop's default pool (asyncio.to_thread) cut to one thread, and that thread held:
+    # a write that needed it would wait for the hold; the file tools' own pool does not.
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=1))
+    release = threading.Event()
+    held = asyncio.create_task(asyncio.to_thread(release.wait, 10))
+    try:
+        await asyncio.sleep(0)  # the held task's first step submits its job
+        wrote = await asyncio.wait_for(
+            WriteFileTool().run({"path": "new/b.txt", "content": "héllo\n"}, ctx(ws)), 5
+        )
+        assert (wrote.content, wrote.is_error) == ("wrote 6 characters to new/b.txt", False)
+        assert (ws / "new" / "b.txt").read_text() == "héllo\n"
+        edited = await asyncio.wait_for(
+            EditFileTool().run({"path": "a.txt", "old_text": "two", "new_text": "2"}, ctx(ws)),
+            5,
+        )
+        assert (edited.content, edited.is_error) == ("replaced 1 occurrence(s) in a.txt", False)
+        assert (ws / "a.txt").read_text() == "one\n2\nthree\n"
+        assert not held.done()  # the default pool's one thread was busy all along
+    finally:
+        release.set()
+        assert await asyncio.wait_for(held, 5)

@@ -18,6 +18,7 @@ from engine.approval.service import (
 from engine.events import (
     ApprovalDecided,
     ApprovalRequested,
+    ApprovalRule,
     GoalRoundSource,
     HumanSource,
     MessageSource,
@@ -143,3 +144,26 @@ async def test_a_restart_closes_a_pending_request_as_denied_and_keeps_the_rules(
     assert fresh.rules(sid) == (("pytest",),)
     await fresh.load(sid)  # loading again closes nothing twice
     assert await decided(storage, sid) == ["interrupted"]
+
+
+async def test_a_rule_is_logged_once_however_often_it_is_granted(
+    storage: Storage, tmp_path: Path
+) -> None:
+    sid = await new_session(storage, tmp_path)
+    gate = ToolApprovals(storage.log, RecordingChannel())
+    for _ in range(2):
+        await gate.add_rule(sid, ("pytest",), actor=1)
+        await gate.add_rule(sid, ("src/app.py",), actor=1, family="files")
+        await gate.add_rule(sid, (), actor=1)
+    logged = [s.event for s in await storage.log.read(sid, types=("approval/rule",))]
+    assert [(e.tool, e.words) for e in logged if isinstance(e, ApprovalRule)] == [
+        ("bash", ["pytest"]),
+        ("files", ["src/app.py"]),
+    ]
+    # Replayed, the rules are held again: granting them anew logs nothing more.
+    fresh = ToolApprovals(storage.log, RecordingChannel())
+    await fresh.load(sid)
+    assert fresh.rules(sid) == (("pytest",),)
+    await fresh.add_rule(sid, ("pytest",), actor=1)
+    await fresh.add_rule(sid, ("src/app.py",), actor=1, family="files")
+    assert len(await storage.log.read(sid, types=("approval/rule",))) == 2

@@ -31,6 +31,7 @@ from engine.events import (
 from engine.ports import EventLog, SessionStore
 from engine.recovery import INTERRUPTED_TOOL_TEXT, load_session_events
 from engine.testing import InMemoryEventLog, InMemorySessionStore
+from engine.usage.meter import UsageHistory
 from storage.db import Database
 from storage.eventlog import SqliteEventLog
 from storage.sessions import SqliteSessionStore
@@ -310,3 +311,33 @@ async def test_needs_attention_names_open_turns_live_goals_and_undecided_command
     await log.append("open", [TurnEnd(turn_id="t", outcome="interrupted")])
     await log.append("goal", [goal(2, phase="paused")])
     assert await log.needs_attention() == ["approved", "plan"]
+
+
+async def test_last_command_is_the_newest_of_its_name_in_any_session(stores: Stores) -> None:
+    log = stores.log
+    assert isinstance(log, UsageHistory)
+    assert await log.last_command("usage_cap") is None
+    await log.append("s1", [CommandRun(name="usage_cap", data={"cap": 1})])
+    newest = await log.append("s2", [says("x"), CommandRun(name="usage_cap", data={"cap": 2})])
+    # Other names do not count, nor the name anywhere but the command's own field.
+    await log.append("s1", [CommandRun(name="usage", args="cap 9", data={"cap": 9})])
+    await log.append("s3", [CommandRun(name="note", data={"name": "usage_cap", "cap": 8})])
+    await log.append("s3", [says("usage_cap"), PlanMode(active=True)])
+    assert await log.last_command("usage_cap") == newest[1]
+    assert await log.last_command("nothing") is None
+    # The greatest clock reading wins, not the last append: a clock set back is older.
+    stores.clock.now -= 100
+    await log.append("s4", [CommandRun(name="usage_cap", data={"cap": 3})])
+    assert await log.last_command("usage_cap") == newest[1]
+    # Two in one append share a reading: the later one wins.
+    stores.clock.now += 200
+    both = await log.append(
+        "s1",
+        [
+            CommandRun(name="usage_cap", data={"cap": 4}),
+            CommandRun(name="usage_cap", data={"cap": 5}),
+        ],
+    )
+    assert await log.last_command("usage_cap") == both[1]
+    usage = await log.last_command("usage")
+    assert usage is not None and usage.session_id == "s1" and usage.seq == 2

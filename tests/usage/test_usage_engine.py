@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from engine.api import Press
-from engine.events import ModelUsageRecord, UserMessage
+from engine.events import CommandRun, ModelUsageRecord, UserMessage
 from engine.goal.types import GoalSnapshot
 from engine.model.openai_provider import OpenAIProvider
 from engine.model.script import ScriptStep, call, say
@@ -297,3 +297,48 @@ async def test_the_daily_cap_blocks_a_goal_round_before_it_is_admitted(
         assert goal.blocked is not None and goal.blocked.code == "budget-limit"
         assert "daily token cap (5,000) is reached" in goal.blocked.message
         assert goal.rounds_started == 0 and len(fake_openai.chat_requests) == 1
+
+
+async def test_the_last_of_several_caps_stands_after_a_restart(
+    tmp_path: Path, fake_openai: FakeOpenAIServer
+) -> None:
+    clock = Clock()
+    capped = UsageConfig(daily_tokens=5000)
+    async with rig_over(tmp_path, fake_openai, clock, usage=capped) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(-100, 0)
+        other = await engine.session_for_chat(-200, 0)
+        for session, cap in ((sid, "1m"), (other, "3m"), (sid, "2m")):
+            clock.now += 1
+            assert "Daily token cap set" in (
+                (await engine.command(session, "usage", f"cap {cap}", actor=OWNER)).reply or ""
+            )
+        clock.now += 1
+        # Later commands of other names, one even carrying a cap: none of them is a cap.
+        await rig.storage.log.append(
+            other,
+            [
+                CommandRun(name="usage", args="cap 9m", data={"cap": 9_000_000}),
+                CommandRun(name="note", data={"name": "usage_cap", "cap": 8_000_000}),
+            ],
+        )
+        await engine.command(other, "usage", "", actor=OWNER)
+        assert engine.usage.daily_cap == 2_000_000
+    async with rig_over(tmp_path, fake_openai, clock, usage=capped) as rig:
+        assert rig.engine.usage.daily_cap == 2_000_000
+
+
+async def test_without_a_cap_logged_the_configured_one_stands_after_a_restart(
+    tmp_path: Path, fake_openai: FakeOpenAIServer
+) -> None:
+    clock = Clock()
+    capped = UsageConfig(daily_tokens=5000)
+    async with rig_over(tmp_path, fake_openai, clock, usage=capped) as rig:
+        sid = await rig.engine.session_for_chat(-100, 0)
+        await rig.engine.command(sid, "usage", "", actor=OWNER)
+        await rig.engine.command(sid, "usage", "cap lots", actor=OWNER)  # refused, not logged
+        await rig.storage.log.append(sid, [CommandRun(name="usage", data={"cap": 9_000_000})])
+    async with rig_over(tmp_path, fake_openai, clock, usage=capped) as rig:
+        assert rig.engine.usage.daily_cap == 5000
+    async with rig_over(tmp_path, fake_openai, clock) as rig:
+        assert rig.engine.usage.daily_cap is None
