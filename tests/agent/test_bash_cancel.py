@@ -108,10 +108,15 @@ def start(pool: HoldingPool, ws: Path, command: str) -> asyncio.Task[ToolOutcome
 async def test_a_stop_while_the_cgroup_is_made_waits_for_it_and_removes_it(
     tmp_path: Path,
 ) -> None:
-    # Where this runs (root, a writable pids hierarchy) each call gets its own cgroup.
-    assert probe(SandboxSettings()).process_limit == "cgroup", "needs a writable pids cgroup"
     ws = workspace(tmp_path)
     pool = HoldingPool(MAKE_CGROUP)
+    if probe(SandboxSettings()).process_limit != "cgroup":
+        # Not root, or no writable pids hierarchy: a call makes no cgroup, so there is no
+        # moment to land on. Say that much, and that the call still runs.
+        outcome = await start(pool, ws, "touch ran")
+        assert outcome.content == "exit code 0" and (ws / "ran").exists()
+        assert pool.results[MAKE_CGROUP] == []
+        return
     call = start(pool, ws, "touch ran")
     made: list[object] = []
     try:
