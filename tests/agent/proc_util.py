@@ -16,9 +16,15 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-async def wait_for_file(path: Path, *, attempts: int = 500) -> str:
-    """Poll until ``path`` has content (bounded), return it."""
-    for _ in range(attempts):
+async def wait_for_file(path: Path, *, timeout_s: float = 30.0) -> str:
+    """Poll until ``path`` has content, return it.
+
+    The bound is a safety net for a hung test, not a speed check: a sandboxed command on a
+    loaded machine can take seconds to start.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
         if path.exists() and path.read_text().strip():
             return path.read_text().strip()
         await asyncio.sleep(0.01)
