@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 
 
@@ -31,11 +32,21 @@ async def wait_for_file(path: Path, *, timeout_s: float = 30.0) -> str:
     raise AssertionError(f"{path} never appeared")
 
 
+def unique_marker() -> str:
+    """A word no other process on the host has in its command line (for ``processes_with``).
+
+    A fixed word is not enough: another run of the suite on the same machine (a second
+    checkout, another person's) has the same word in its processes at the same time. Digits
+    only, so it can also be the fraction of a ``sleep``.
+    """
+    return str(uuid.uuid4().int)[:15]
+
+
 def processes_with(marker: str) -> list[int]:
     """Host pids of live processes whose command line contains ``marker``.
 
     Inside the sandbox ``$!`` is a pid of its own namespace, so tests find their processes by
-    a unique word in the command line instead.
+    a word in the command line instead; make it with ``unique_marker``.
     """
     found = []
     for entry in Path("/proc").iterdir():
