@@ -200,7 +200,9 @@ async def test_background_jobs_do_not_outlive_the_call(tmp_path: Path, launcher:
     tool = BashTool(limits=FAST, plan_view=view_of("active"))
     bg = f"bg{unique_marker()}.txt"
     loop = f"sh -c 'while :; do date >> {bg}; sleep 0.2; done'"
-    command = f"{launcher} {loop} > /dev/null 2>&1 & sleep 0.5; echo started"
+    # The call returns once the job has written (a fixed sleep may end before it ran).
+    started = f"until [ -s {bg} ]; do sleep 0.05; done; echo started"
+    command = f"{launcher} {loop} > /dev/null 2>&1 & {started}"
     out = await tool.run({"command": command}, ctx(ws))
     assert out.content == "exit code 0\nstarted"
     size = (ws / bg).stat().st_size
