@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 
 
@@ -16,20 +17,36 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-async def wait_for_file(path: Path, *, attempts: int = 500) -> str:
-    """Poll until ``path`` has content (bounded), return it."""
-    for _ in range(attempts):
+async def wait_for_file(path: Path, *, timeout_s: float = 30.0) -> str:
+    """Poll until ``path`` has content, return it.
+
+    The bound is a safety net for a hung test, not a speed check: a sandboxed command on a
+    loaded machine can take seconds to start.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
         if path.exists() and path.read_text().strip():
             return path.read_text().strip()
         await asyncio.sleep(0.01)
     raise AssertionError(f"{path} never appeared")
 
 
+def unique_marker() -> str:
+    """A word no other process on the host has in its command line (for ``processes_with``).
+
+    A fixed word is not enough: another run of the suite on the same machine (a second
+    checkout, another person's) has the same word in its processes at the same time. Digits
+    only, so it can also be the fraction of a ``sleep``.
+    """
+    return str(uuid.uuid4().int)[:15]
+
+
 def processes_with(marker: str) -> list[int]:
     """Host pids of live processes whose command line contains ``marker``.
 
     Inside the sandbox ``$!`` is a pid of its own namespace, so tests find their processes by
-    a unique word in the command line instead.
+    a word in the command line instead; make it with ``unique_marker``.
     """
     found = []
     for entry in Path("/proc").iterdir():

@@ -24,7 +24,7 @@ from engine.tools.files import WriteFileTool
 from engine.tools.sandbox import SandboxSettings, probe
 from storage.plan_files import FilePlanStore, SessionLocation
 from tests.agent.harness import SID, make_agent
-from tests.agent.proc_util import processes_with
+from tests.agent.proc_util import processes_with, unique_marker
 
 FAST = BashLimits(kill_grace_s=0.5)
 
@@ -172,9 +172,13 @@ async def test_fork_bomb_and_huge_allocation_are_contained(tmp_path: Path) -> No
         {"command": "python3 -c 'b = bytearray(10 * 1024**3); print(len(b))'"}, ctx(ws)
     )
     assert big.is_error and "MemoryError" in big.content
+    bomb_fn = f"bomb{unique_marker()}"
     bomb = asyncio.create_task(
         tool.run(
-            {"command": "bomb4711(){ bomb4711|bomb4711& }; bomb4711; sleep 30", "timeout_s": 4},
+            {
+                "command": f"{bomb_fn}(){{ {bomb_fn}|{bomb_fn}& }}; {bomb_fn}; sleep 30",
+                "timeout_s": 4,
+            },
             ctx(ws),
         )
     )
@@ -187,22 +191,25 @@ async def test_fork_bomb_and_huge_allocation_are_contained(tmp_path: Path) -> No
     assert not bomb.done()
     out = await asyncio.wait_for(bomb, 60)
     assert "fork" in out.content  # "fork: retry: Resource temporarily unavailable"
-    assert processes_with("bomb4711") == []
+    assert processes_with(bomb_fn) == []
 
 
 @pytest.mark.parametrize("launcher", ["setsid", "nohup"])
 async def test_background_jobs_do_not_outlive_the_call(tmp_path: Path, launcher: str) -> None:
     ws = project(tmp_path)
     tool = BashTool(limits=FAST, plan_view=view_of("active"))
-    loop = "sh -c 'while :; do date >> bg.txt; sleep 0.2; done'"
-    command = f"{launcher} {loop} > /dev/null 2>&1 & sleep 0.5; echo started"
+    bg = f"bg{unique_marker()}.txt"
+    loop = f"sh -c 'while :; do date >> {bg}; sleep 0.2; done'"
+    # The call returns once the job has written (a fixed sleep may end before it ran).
+    started = f"until [ -s {bg} ]; do sleep 0.05; done; echo started"
+    command = f"{launcher} {loop} > /dev/null 2>&1 & {started}"
     out = await tool.run({"command": command}, ctx(ws))
     assert out.content == "exit code 0\nstarted"
-    size = (ws / "bg.txt").stat().st_size
+    size = (ws / bg).stat().st_size
     assert size > 0
     await asyncio.sleep(0.6)
-    assert (ws / "bg.txt").stat().st_size == size
-    assert processes_with("bg.txt") == []
+    assert (ws / bg).stat().st_size == size
+    assert processes_with(bg) == []
 
 
 async def test_environment_holds_no_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,7 +23,7 @@ from engine.model.types import ModelError, ModelReply
 from engine.tools.base import ToolContext
 from engine.tools.runtime import ToolCallRequest
 from tests.agent.harness import SID, make_agent
-from tests.agent.proc_util import processes_with, wait_for_file
+from tests.agent.proc_util import processes_with, unique_marker, wait_for_file
 
 
 @pytest.fixture
@@ -138,7 +138,7 @@ async def test_stop_during_long_bash_kills_the_group_and_next_message_is_fresh(
     ws: Path,
 ) -> None:
     pidfile = ws / "pid"
-    marker = "300.0137"  # a unique word to find the sandboxed sleep among host processes
+    marker = f"300.{unique_marker()}"  # to find the sandboxed sleep among host processes
     agent = make_agent(
         ws,
         [

@@ -315,8 +315,13 @@ class RecordingEngine:
         self.calls.append(Call("shutdown", ()))
 
 
-async def eventually(predicate: Callable[[], bool], *, timeout_s: float = 5.0) -> None:
-    """Wait (bounded) until ``predicate()`` holds, polling every 10 ms."""
+async def eventually(predicate: Callable[[], bool], *, timeout_s: float = 30.0) -> None:
+    """Wait (bounded) until ``predicate()`` holds, polling every 10 ms.
+
+    The bound only stops a hung test; a passing test never waits for it, so it is generous
+    for a loaded 2-core machine (a turn with a model call and a sandboxed bash can take
+    seconds there).
+    """
 
     async def loop() -> None:
         while not predicate():

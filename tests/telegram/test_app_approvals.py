@@ -32,7 +32,7 @@ def approval_messages(api: FakeBotApi) -> list[FakeMessage]:
 
 async def asked(api: FakeBotApi, count: int) -> FakeMessage:
     """Wait until the ``count``-th approval message is on screen; return it."""
-    await eventually(lambda: len(approval_messages(api)) >= count, timeout_s=10)
+    await eventually(lambda: len(approval_messages(api)) >= count)
     return approval_messages(api)[count - 1]
 
 
@@ -150,7 +150,7 @@ async def test_stop_denies_a_waiting_request_at_once(fake_api: FakeBotApi, tmp_p
         msg = await asked(fake_api, 1)
         sid = await live.engine.session_for_chat(CHAT, 0)
         fake_api.user_message(CHAT, OWNER, "/stop")
-        await eventually(lambda: _stopped(live, sid), timeout_s=10)
+        await eventually(lambda: _stopped(live, sid))
         assert await decisions(live, sid) == ["stopped"]
         await eventually(lambda: "Stopped: denied" in _text(fake_api, msg))
         assert not (live.workspace / "never.txt").exists()

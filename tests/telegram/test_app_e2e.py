@@ -57,7 +57,7 @@ async def test_plan_review_approve_run_to_done_in_a_group(
         qid = fake_api.press(GROUP, review.message_id, approve, user_id=OWNER)
         await eventually(lambda: qid in fake_api.callback_answers)
         assert (fake_api.callback_answers[qid]["text"] or "").startswith("Approved")
-        await eventually(lambda: (live.workspace / "test_greet.py").exists(), timeout_s=20)
+        await eventually(lambda: (live.workspace / "test_greet.py").exists())
         await settle(engine, sid)
         await parts(live.app).presenter.flush()
         assert await engine.plans.state(sid) == "none"  # archived

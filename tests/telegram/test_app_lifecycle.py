@@ -194,7 +194,7 @@ async def test_serve_polls_starts_and_stops_the_engine(
     async with open_db(tmp_path / "p.db") as db:
         task = asyncio.create_task(serve(settings_for(fake_api), engine, db, stop=stop))
         fake_api.user_message(OWNER, OWNER, "hi")
-        await eventually(lambda: len(engine.named("user_message")) == 1, timeout_s=10)
+        await eventually(lambda: len(engine.named("user_message")) == 1)
         stop.set()
         await asyncio.wait_for(task, 15)
     assert [c.name for c in engine.calls if c.name in ("start", "shutdown")] == [

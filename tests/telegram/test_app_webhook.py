@@ -91,7 +91,7 @@ async def serving(
     task = asyncio.create_task(serve(settings, engine, db, stop=stop))
     host, port = parse_listen(settings.webhook_listen)
     try:
-        await eventually(lambda: api.webhook is not None or task.done(), timeout_s=10)
+        await eventually(lambda: api.webhook is not None or task.done())
         if task.done():
             task.result()  # raises what serve() raised
         await listening(host, port)

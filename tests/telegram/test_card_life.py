@@ -41,7 +41,7 @@ def carries_approve(msg: FakeMessage) -> bool:
 async def reviewed(api: FakeBotApi, live: Live) -> tuple[str, FakeMessage]:
     """/plan in the group; the planning turn; the settled review card."""
     api.user_message(GROUP, OWNER, "/plan Add a greeting module")
-    await eventually(lambda: len(api.bot_messages(GROUP)) >= 1, timeout_s=15)
+    await eventually(lambda: len(api.bot_messages(GROUP)) >= 1)
     sid = await live.engine.session_for_chat(GROUP, 0)
     await settle(live.engine, sid)
     await parts(live.app).presenter.flush()

@@ -27,19 +27,19 @@ async def test_usage_shows_the_sums_and_private_replies_carry_the_footer(
         async with live_bot(fake_api, tmp_path, [], model=model) as live:
             engine = live.engine
             fake_api.user_message(OWNER, OWNER, "hi")  # a private chat: its id is the user's
-            await eventually(lambda: len(fake_api.bot_messages(OWNER)) >= 1, timeout_s=10)
+            await eventually(lambda: len(fake_api.bot_messages(OWNER)) >= 1)
             private = fake_api.bot_messages(OWNER)[-1].text
             assert private.startswith("Hello in private.")
             assert private.endswith("— 1,234 tokens (1,200 in, 34 out, 200 cached) in 1 call")
 
             fake_api.user_message(GROUP, OWNER, f"@{fake_api.username} hi all")
-            await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1, timeout_s=10)
+            await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
             sid = await engine.session_for_chat(GROUP, 0)
             await settle(engine, sid)
             assert fake_api.bot_messages(GROUP)[-1].text == "Hello in the group."  # no footer
 
             fake_api.user_message(GROUP, OWNER, "/usage")
-            await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 2, timeout_s=10)
+            await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 2)
             await parts(live.app).presenter.flush()
             report = fake_api.bot_messages(GROUP)[-1].text
             assert "Today (UTC): 2,468 tokens (2,400 in, 68 out, 400 cached) in 2 calls" in report
