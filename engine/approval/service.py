@@ -20,6 +20,7 @@ On load the session's rules replay, and a request a dead process left waiting is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -277,14 +278,23 @@ class ToolApprovals:
             await self._finish(session_id, state.pending, "deny")
         pending = _Pending(view, asyncio.get_running_loop().create_future())
         state.pending = pending
-        await self._log.append(session_id, [requested])
-        await safe_call("approval_asked", self._notifier.approval_asked(session_id, view))
+        logged = asyncio.ensure_future(self._log.append(session_id, [requested]))
         try:
+            # A /stop from here on (while the request is logged or its message posted, too)
+            # closes it as stopped: else it would stay "waiting for you" with live buttons.
+            await asyncio.shield(logged)
+            await safe_call("approval_asked", self._notifier.approval_asked(session_id, view))
             decision = await asyncio.wait_for(asyncio.shield(pending.answer), self.timeout_s)
         except TimeoutError:
             decision = await self._finish(session_id, pending, "timeout")
         except asyncio.CancelledError:
-            await asyncio.shield(self._finish(session_id, pending, "stopped"))
+
+            async def stopped() -> None:
+                with contextlib.suppress(Exception):
+                    await logged  # the request is in the log before its end
+                await self._finish(session_id, pending, "stopped")
+
+            await asyncio.shield(stopped())
             raise
         if decision in ("once", "session"):
             return None

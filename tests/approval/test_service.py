@@ -9,12 +9,8 @@ from pathlib import Path
 import pytest
 
 from engine.agent.testing import RecordingChannel
-from engine.approval.service import (
-    DENIED_TEXT,
-    UNATTENDED_TEXT,
-    ApprovalView,
-    ToolApprovals,
-)
+from engine.approval.policy import ApprovalView
+from engine.approval.service import DENIED_TEXT, UNATTENDED_TEXT, ToolApprovals
 from engine.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -167,3 +163,32 @@ async def test_a_rule_is_logged_once_however_often_it_is_granted(
     await fresh.add_rule(sid, ("pytest",), actor=1)
     await fresh.add_rule(sid, ("src/app.py",), actor=1, family="files")
     assert len(await storage.log.read(sid, types=("approval/rule",))) == 2
+
+
+class SlowPost(RecordingChannel):
+    """Posting the approval message takes a while (a loaded machine, a slow Bot API)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.posting = asyncio.Event()
+
+    async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
+        self.posting.set()
+        await asyncio.Event().wait()
+
+
+async def test_a_stop_while_the_request_is_posted_closes_it_stopped(
+    storage: Storage, tmp_path: Path
+) -> None:
+    sid = await new_session(storage, tmp_path)
+    channel = SlowPost()
+    gate = ToolApprovals(storage.log, channel)
+    waiting = asyncio.create_task(
+        gate.check(bash("rm -rf build"), ctx(sid, HumanSource()), phase="active")
+    )
+    await asyncio.wait_for(channel.posting.wait(), 30)
+    waiting.cancel()  # /stop while the message with the buttons is still being posted
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert gate.pending(sid) is None  # nothing waits for the owner any more
+    assert await decided(storage, sid) == ["stopped"]
