@@ -83,6 +83,8 @@ async def wait_exit(process: asyncio.subprocess.Process, *, timeout_s: float | N
 
 
 _POLL_S = 0.02
+# How long the end of a call waits for a SIGKILLed sandbox init to be gone.
+_KILL_WAIT_S = 2.0
 
 
 async def kill_process_group(process: asyncio.subprocess.Process, *, grace_s: float) -> None:
@@ -374,6 +376,14 @@ class _Confined:
         if pid is not None and _running(pid):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+            # The namespace's processes die with its init, but not at once: wait (bounded)
+            # so the call does not return while they are still going.
+            killed_by = loop.time() + _KILL_WAIT_S
+            while _running(pid) and loop.time() < killed_by:
+                try:
+                    await asyncio.sleep(_POLL_S)
+                except asyncio.CancelledError:
+                    cancelled = True
         if self.cgroup is not None and not self.cgroup.remove():
             log.warning("plangate.tools.bash.cgroup_left folder=%s", self.cgroup.folder)
         if cancelled:
