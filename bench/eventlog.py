@@ -41,6 +41,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from engine.agent.context import assemble_messages, build_messages
 from engine.agent.history import SessionHistory
@@ -368,14 +369,12 @@ async def measure_appends(
     repeat: int,
     ours_path: Path,
     bare_path: Path,
-    synchronous: str,
+    synchronous: Literal["FULL", "OFF"],
 ) -> Appends:
     """Both sides append the same events in ``repeat`` interleaved segments."""
     # The bare file gets the same schema from the same migrations.
     await (await Database.open(bare_path)).close()
-    db = await Database.open(ours_path)
-    async with db.reading() as raw:
-        await raw.execute(f"PRAGMA synchronous = {synchronous}")
+    db = await Database.open(ours_path, synchronous=synchronous)
     log = SqliteEventLog(db)
     conn = bare_connect(bare_path)
     conn.execute(f"PRAGMA synchronous = {synchronous}")
@@ -488,9 +487,7 @@ def bare_select(path: Path, query: str, params: Sequence[object], *, parse: bool
 
 async def fill(path: Path, events: Sequence[SessionEvent]) -> None:
     """Append ``events`` (not timed: ``synchronous=OFF``, one append per 50 events)."""
-    db = await Database.open(path)
-    async with db.reading() as raw:
-        await raw.execute("PRAGMA synchronous = OFF")
+    db = await Database.open(path, synchronous="OFF")
     log = SqliteEventLog(db)
     for first in range(0, len(events), 50):
         await log.append(SESSION, events[first : first + 50])

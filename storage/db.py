@@ -31,7 +31,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import aiosqlite
 
@@ -39,6 +39,9 @@ from storage.migrations import migrate
 
 DATABASE_NAME = "plangate.db"
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
+# The writer's PRAGMA synchronous values Database.open accepts (a closed set: no SQL is built
+# from a caller's string).
+_SYNCHRONOUS = {"FULL": "FULL", "OFF": "OFF"}
 # Writes per commit at most: bounds how long one batch holds the write lock (other processes
 # wait for it) and how much one failed COMMIT takes down with it.
 MAX_BATCH = 256
@@ -83,11 +86,17 @@ class Database:
 
     @classmethod
     async def open(
-        cls, path: str | os.PathLike[str], *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        synchronous: Literal["FULL", "OFF"] = "FULL",
     ) -> Database:
         """Open (creating folder and file if needed) and migrate the database at ``path``.
 
-        Raises ``CorruptState`` when the file was written by a newer plangate.
+        ``synchronous="OFF"`` drops the fsync per commit: only for benches that measure
+        plangate's own cost, never for a bot (a crash could lose committed events). Raises
+        ``CorruptState`` when the file was written by a newer plangate.
         """
         file = Path(path)
         file.parent.mkdir(parents=True, exist_ok=True)
@@ -96,7 +105,7 @@ class Database:
         try:
             await conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms):d}")
             await _enter_wal(conn, timeout_ms=busy_timeout_ms)
-            await conn.execute("PRAGMA synchronous = FULL")
+            await conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[synchronous]}")
             await migrate(conn)
             reader = await aiosqlite.connect(file, isolation_level=None)
         except BaseException:
