@@ -15,6 +15,7 @@ application exists: the engine gets the slot, ``build_application`` binds the re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import html
 import logging
 import re
@@ -41,6 +42,7 @@ from bot.routes import ChatRoute
 from engine.agent.channel import Channel
 from engine.approval.policy import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
+from engine.tasks import BackgroundTasks
 from engine.text import clip
 
 _log = logging.getLogger("plangate.channel")
@@ -96,6 +98,9 @@ class TelegramChannel:
         self._typing_at: dict[str, float] = {}
         # Approval messages on screen, by request id: where to say how they ended.
         self._approvals: dict[str, tuple[int, int, str]] = {}
+        # Approval messages still being posted, by request id.
+        self._posting: dict[str, asyncio.Future[None]] = {}
+        self._tasks = BackgroundTasks(_log)
 
     async def route(self, session_id: str) -> ChatRoute | None:
         """Where the session lives (:meth:`CardPresenter.route`); a miss is logged."""
@@ -239,11 +244,22 @@ class TelegramChannel:
                 first.append(_button(ALLOW_SESSION, cb.APPROVAL_SESSION, view))
             rows = [first, [_button(DENY, cb.APPROVAL_DENY, view)]]
         markup = InlineKeyboardMarkup(rows) if rows else None
-        msg = await self._outbox.send_text(
-            route.chat_id, html_text, thread_id=route.thread, reply_markup=markup
-        )
-        if not view.unattended:
-            self._approvals[view.request_id] = (route.chat_id, msg.message_id, html_text)
+
+        async def post() -> None:
+            try:
+                msg = await self._outbox.send_text(
+                    route.chat_id, html_text, thread_id=route.thread, reply_markup=markup
+                )
+                if not view.unattended:
+                    self._approvals[view.request_id] = (route.chat_id, msg.message_id, html_text)
+            finally:
+                self._posting.pop(view.request_id, None)
+
+        # The post goes on when the asking call is stopped meanwhile (the outbox sends it
+        # anyway): it still records the message, so the close can take its buttons away.
+        posting = asyncio.ensure_future(post())
+        self._posting[view.request_id] = posting
+        await asyncio.shield(posting)
         self._presenter.refresh(session_id, "plan")
 
     async def _diff_html(self, route: ChatRoute, view: ApprovalView) -> str:
@@ -267,6 +283,21 @@ class TelegramChannel:
     ) -> None:
         """Say on the approval message how it ended; its buttons go."""
         self._presenter.refresh(session_id, "plan")
+        posting = self._posting.get(view.request_id)
+        if posting is not None:
+            # Closed while its message is still being posted (a /stop, a paced chat): its
+            # buttons go once it is there, so no message with live buttons is left behind.
+            # The close does not wait for it (a /stop must not wait on a paced chat).
+            async def close_when_posted() -> None:
+                with contextlib.suppress(Exception):
+                    await posting
+                self._closed(view, decision)
+
+            self._tasks.spawn(close_when_posted(), name=f"approval_closed:{view.request_id}")
+            return
+        self._closed(view, decision)
+
+    def _closed(self, view: ApprovalView, decision: ApprovalDecision) -> None:
         found = self._approvals.pop(view.request_id, None)
         if found is None:
             return

@@ -12,6 +12,7 @@ decided now, the way it would have been (docs/architecture.md "Sessions and thei
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from engine.api import Outcome
@@ -66,6 +67,7 @@ class Sessions:
         # on every reply whether its chat is private).
         self._bindings: dict[tuple[int, int], str] = {}
         self._chats: dict[str, set[tuple[int, int]]] = {}
+        self._finding: dict[tuple[int, int], asyncio.Future[str]] = {}
 
     # --- bindings ---------------------------------------------------------------------------
 
@@ -77,14 +79,25 @@ class Sessions:
         """
         # Bindings change only through this object (/new, migration), so a hit needs no
         # database trip.
-        session_id = self._bindings.get((chat_id, thread_id))
+        key = (chat_id, thread_id)
+        session_id = self._bindings.get(key)
         if session_id is not None:
             return session_id
-        session_id = await self.store.session_for_chat(chat_id, thread_id)
+        # Concurrent first touches of one key wait for the one lookup: two would each create
+        # and bind a session, and one of them would be lost.
+        finding = self._finding.get(key)
+        if finding is None:
+            finding = asyncio.ensure_future(self._find_or_create(key))
+            self._finding[key] = finding
+            finding.add_done_callback(lambda _: self._finding.pop(key, None))
+        return await asyncio.shield(finding)
+
+    async def _find_or_create(self, key: tuple[int, int]) -> str:
+        session_id = await self.store.session_for_chat(*key)
         if session_id is None:
-            session_id = await self._create_bound(chat_id, thread_id)
+            session_id = await self._create_bound(*key)
         await self.ensure_loaded(session_id)
-        self._remember((chat_id, thread_id), session_id)
+        self._remember(key, session_id)
         return session_id
 
     def is_private(self, session_id: str) -> bool:

@@ -409,3 +409,14 @@ async def test_fork_copies_the_log_prefix_and_the_plan_but_not_the_card(
         assert copy.flow.card_id is None and original.flow.card_id == 42
         assert await engine.plans.md_text(child) == await engine.plans.md_text(sid)
         assert await engine.plans.state(child) == "post_init"
+
+
+async def test_first_touches_of_one_chat_at_once_make_one_session(
+    tmp_path: Path, quiet_model: ScriptedProvider
+) -> None:
+    async with engine_rig(tmp_path, quiet_model) as rig:
+        sids = await asyncio.gather(*(rig.engine.session_for_chat(-7, 0) for _ in range(5)))
+        assert len(set(sids)) == 1
+        [(count,)] = await rig.storage.db.fetch_all("SELECT count(*) FROM sessions")
+        assert count == 1
+        assert [b.session_id for b in await rig.storage.sessions.chat_bindings()] == sids[:1]

@@ -158,6 +158,28 @@ async def test_stop_denies_a_waiting_request_at_once(fake_api: FakeBotApi, tmp_p
         assert [s.event.content for s in results][-1].startswith("cancelled: the user stopped")
 
 
+async def test_a_stop_while_the_request_is_posted_leaves_no_live_buttons(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    script = [call("bash", {"command": "touch never.txt"})]
+    async with live_bot(fake_api, tmp_path, script, allow_bash=()) as live:
+        # Telegram answers the approval message 429 once: it is posted a few seconds later.
+        fake_api.fail_next("sendMessage", 1, retry_after=2)
+        fake_api.user_message(CHAT, OWNER, BOT + "touch a file")
+        await eventually(lambda: fake_api.count("sendMessage") == 1)  # answered 429
+        sid = await live.engine.session_for_chat(CHAT, 0)
+        assert live.engine.pending_approval(sid) is not None
+        assert approval_messages(fake_api) == []  # still being posted
+        fake_api.user_message(CHAT, OWNER, "/stop")
+        await eventually(lambda: _stopped(live, sid))
+        assert await decisions(live, sid) == ["stopped"]
+        # The message arrives after the stop; its buttons go all the same.
+        msg = await asked(fake_api, 1)
+        await eventually(lambda: "Stopped: denied" in _text(fake_api, msg))
+        assert fake_api.message(CHAT, msg.message_id).buttons == []
+        assert not (live.workspace / "never.txt").exists()
+
+
 async def test_a_goal_round_that_needs_approval_blocks_then_allow_and_resume_continue(
     fake_api: FakeBotApi, tmp_path: Path
 ) -> None:
