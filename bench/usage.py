@@ -9,7 +9,7 @@ Run: ``python -m bench.usage [--events N] [--sessions S] [--repeat R]``.
   reads) on the indexed file. Without and with the index on ``events(type, at)``, to decide
   whether it pays; also against the cold projection replay of one session, for scale.
 - append: ``SqliteEventLog.append`` of the same events with and without that index
-  (``synchronous=FULL`` as shipped).
+  (``synchronous=OFF``, so the fsync per commit hides nothing).
 - per call: the budget check before a model call (``request_chars`` of the request plus
   ``UsageMeter.check``) against building that call's context incrementally (what every step
   does anyway), at the end of the long session.

@@ -326,9 +326,10 @@ class SessionController:
         # while tasks are left; a finished plan's card says Done).
         text = result.held or (self._held if tasks_left else "")
         self._held = ""
-        if finished and not text:
-            # The last turn ended with no words (at the step cap, say): an edited card
-            # notifies nobody, so the chat still hears that the run is over.
+        if finished and not text and isinstance(message.source, SeedSource):
+            # The last turn, a quiet continuation, ended with no words (at the step cap,
+            # say): an edited card notifies nobody, so the chat still hears the run is over.
+            # An owner's turn already said its own words.
             text = CHECKLIST_DONE_TEXT
         if text:
             await safe_call("reply", self._deps.channel.reply(self.session_id, text, reply_to=None))

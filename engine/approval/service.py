@@ -296,6 +296,14 @@ class ToolApprovals:
 
             await asyncio.shield(stopped())
             raise
+        except Exception:
+            # The request could not be logged (a full disk): nothing may wait on it, and the
+            # call fails with the error (it is not run).
+            if not pending.answer.done():
+                pending.answer.set_result("deny")
+            if state.pending is pending:
+                state.pending = None
+            raise
         if decision in ("once", "session"):
             return None
         if decision == "timeout":

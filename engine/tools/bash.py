@@ -379,7 +379,9 @@ class _Confined:
             # The namespace's processes die with its init, but not at once: wait (bounded)
             # so the call does not return while they are still going.
             killed_by = loop.time() + _KILL_WAIT_S
-            while _running(pid) and loop.time() < killed_by:
+            while loop.time() < killed_by and (
+                _running(pid) or (self.cgroup is not None and not self.cgroup.empty())
+            ):
                 try:
                     await asyncio.sleep(_POLL_S)
                 except asyncio.CancelledError:

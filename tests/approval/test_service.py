@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -23,6 +23,7 @@ from engine.events import (
 from engine.tools.base import ToolContext
 from engine.tools.runtime import ToolCallRequest
 from storage.open import Storage, open_storage
+from tests.engine.helpers import FaultyLog
 
 
 @pytest.fixture
@@ -192,3 +193,32 @@ async def test_a_stop_while_the_request_is_posted_closes_it_stopped(
         await waiting
     assert gate.pending(sid) is None  # nothing waits for the owner any more
     assert await decided(storage, sid) == ["stopped"]
+
+
+async def test_a_request_that_cannot_be_logged_fails_the_call_and_leaves_nothing_waiting(
+    storage: Storage, tmp_path: Path
+) -> None:
+    sid = await new_session(storage, tmp_path)
+    log = FaultyLog(storage.log)
+    channel = RecordingChannel()
+    gate = ToolApprovals(log, channel)
+    log.full = True  # the disk is full when the request is to be logged
+    with pytest.raises(OSError, match="disk is full"):
+        await gate.check(bash("rm -rf build"), ctx(sid, HumanSource()), phase="active")
+    assert gate.pending(sid) is None  # no "waiting for you", no buttons
+    assert channel.of("approval_asked") == []
+    log.full = False
+    # The next request is asked normally, with no stale one denied before it.
+    waiting = asyncio.create_task(
+        gate.check(bash("rm -rf build"), ctx(sid, HumanSource()), phase="active")
+    )
+    await asyncio.wait_for(_until(lambda: gate.pending(sid) is not None), 30)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert await decided(storage, sid) == ["stopped"]
+
+
+async def _until(predicate: Callable[[], bool]) -> None:
+    while not predicate():
+        await asyncio.sleep(0.01)

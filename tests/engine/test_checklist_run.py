@@ -159,3 +159,21 @@ async def test_a_question_holds_the_run_and_goal_rounds_until_the_owner_answers(
         await settle(engine, sid)
         assert await engine.plans.state(sid) == "none"
         assert engine.agents.is_idle(sid)
+
+
+async def test_an_owner_turn_that_ends_the_run_says_its_own_words_and_no_more(
+    tmp_path: Path,
+) -> None:
+    # /execute with text: the execution turn does task 1, then the owner's turn does task 2
+    # and answers; that answer is the run's last word (no "checklist is done" after it).
+    script = [*TASK_1, say("Task 1 is done."), *TASK_2, say("Both are done, as you asked.")]
+    async with engine_rig(tmp_path, ScriptedProvider(script), stall_steps=3) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(-1, 0)
+        await post_init(rig, sid)
+        await engine.command(sid, "execute", "then finish the test too", actor=OWNER)
+        await settle(engine, sid)
+        assert await engine.plans.state(sid) == "none"
+        replies = [c.args["text"] for c in rig.channel.calls if c.method == "reply"]
+        assert replies[-1] == "Both are done, as you asked."
+        assert CHECKLIST_DONE_TEXT not in replies

@@ -293,3 +293,39 @@ async def test_upgrading_backfills_the_attention_marks_from_the_log(tmp_path: Pa
     async with await Database.open(path) as db:
         got = await SqliteEventLog(db).needs_attention()
     assert got == await fake.needs_attention() == ["approved", "goal", "open", "plan"]
+
+
+async def test_upgrading_to_the_command_index_finds_caps_logged_before_it(tmp_path: Path) -> None:
+    # A version-3 file with commands already in it: the upgrade indexes them, and the lookup
+    # that start-up makes uses the index and finds the newest (the later row on a tie).
+    path = tmp_path / "v3.db"
+    rows = [
+        ("s1", 1, CommandRun(name="usage_cap", data={"cap": 1}), 5.0),
+        ("s2", 1, CommandRun(name="usage_cap", data={"cap": 2}), 7.0),
+        ("s1", 2, CommandRun(name="status"), 9.0),
+        ("s3", 1, CommandRun(name="usage_cap", data={"cap": 3}), 7.0),
+    ]
+    async with aiosqlite.connect(path, isolation_level=None) as conn:
+        await migrate(conn, MIGRATIONS[:3])
+        for session, seq, event, at in rows:
+            await conn.execute(
+                "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
+                (session, seq, event.type, at, event.model_dump_json()),
+            )
+    async with await Database.open(path) as db:
+        assert await user_version_of(db) == len(MIGRATIONS)
+        found = await SqliteEventLog(db).last_command("usage_cap")
+        assert found is not None and (found.session_id, found.event.data) == ("s3", {"cap": 3})
+        assert await SqliteEventLog(db).last_command("nothing") is None
+        plan = await db.fetch_all(
+            "EXPLAIN QUERY PLAN SELECT session_id FROM events WHERE type = 'command/run' "
+            "AND json_extract(payload, '$.name') = ? ORDER BY at DESC, rowid DESC LIMIT 1",
+            ("usage_cap",),
+        )
+        details = " ".join(str(row[-1]) for row in plan)
+        assert "events_command_name" in details and "TEMP B-TREE" not in details
+
+
+async def user_version_of(db: Database) -> int:
+    [(version,)] = await db.fetch_all("PRAGMA user_version")
+    return int(version)
