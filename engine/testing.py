@@ -49,6 +49,24 @@ class InMemoryEventLog:
             self._goal_revisions.update(keys)
             return stored
 
+    async def copy(self, source: str, target: str, *, upto_seq: int | None = None) -> None:
+        """Copy ``source``'s log (up to ``upto_seq``) to the empty ``target``, each event with
+        its own time, as a fork does in SQLite."""
+        async with self._lock:
+            copied = [
+                StoredEvent(session_id=target, seq=e.seq, at=e.at, event=e.event)
+                for e in self._events.get(source, [])
+                if upto_seq is None or e.seq <= upto_seq
+            ]
+            assert not self._events.get(target), "a fork's log starts empty"
+            self._events[target] = copied
+            self._commands.extend(e for e in copied if isinstance(e.event, CommandRun))
+            for e in copied:  # the child's goal revisions are taken, as the parent's are
+                if isinstance(e.event, GoalChange):
+                    ref = e.event.snapshot or e.event.tombstone
+                    assert ref is not None
+                    self._goal_revisions.add((target, ref.id, ref.revision))
+
     async def needs_attention(self) -> list[str]:
         return sorted(
             session_id
@@ -127,11 +145,5 @@ class InMemorySessionStore:
         child = await self.create_session(
             workspace=parent.workspace, profile=parent.profile, parent_id=parent.id
         )
-        prefix = [
-            e.event
-            for e in await self._log.read(session_id)
-            if upto_seq is None or e.seq <= upto_seq
-        ]
-        if prefix:
-            await self._log.append(child.id, prefix)
+        await self._log.copy(session_id, child.id, upto_seq=upto_seq)
         return child

@@ -229,6 +229,8 @@ async def test_fork_copies_the_whole_log(stores: Stores) -> None:
     copied = await stores.log.read(child.id)
     assert [(e.seq, e.event) for e in copied] == list(enumerate(events, start=1))
     assert {e.session_id for e in copied} == {child.id}
+    # Each copy keeps its event's time: a fork is no newer than what it copied.
+    assert [e.at for e in copied] == [e.at for e in await stores.log.read(parent.id)]
 
 
 async def test_fork_copies_a_prefix_and_the_two_logs_part(stores: Stores) -> None:
