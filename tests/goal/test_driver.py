@@ -240,6 +240,7 @@ async def test_a_failed_round_disarms_the_goal_whatever_round_waits_next(rig: Ri
     goal = await rig.goals.create(SID, "edited mid-round", arm=True)
     assert isinstance(goal, GoalSnapshot) and rig.goals.is_armed(SID)
     rig.driver.notify_idle(SID, outcome="failed")
+
     async def disarmed() -> None:
         while rig.goals.is_armed(SID):
             await asyncio.sleep(0.01)
