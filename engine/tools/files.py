@@ -28,6 +28,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -123,7 +124,9 @@ class _FileTool(ABC):
         return await self._hooks.session_md_path(ctx.session_id) if self._hooks else None
 
     async def _resolve(self, raw: str, ctx: ToolContext) -> Path:
-        return resolve_in_workspace(raw, ctx.workspace, also_allowed=await self._md_path(ctx))
+        # Resolving follows links (file system calls): off the event loop, like the IO after.
+        also = await self._md_path(ctx)
+        return await _in_pool(partial(resolve_in_workspace, raw, ctx.workspace, also_allowed=also))
 
     @property
     @abstractmethod
@@ -177,7 +180,7 @@ class ReadFileTool(_FileTool):
         offset = _int_arg(args, "offset") or 1
         limit = _int_arg(args, "limit") or self._limits.read_lines
         path = await self._resolve(raw, ctx)
-        if not path.is_file():
+        if not await _in_pool(path.is_file):
             return _error(f"error: {raw!r} is not a file")
         limit = min(limit, self._limits.read_lines)
         read = await _in_pool(_read_lines, path, max(offset, 1) - 1, limit)
@@ -238,7 +241,7 @@ class ListFilesTool(_FileTool):
         raw = _str_arg(args, "path", required=False) or "."
         pattern = _str_arg(args, "pattern", required=False)
         root = await self._resolve(raw, ctx)
-        if not root.is_dir():
+        if not await _in_pool(root.is_dir):
             return _error(f"error: {raw!r} is not a folder")
         return await _in_pool(self._list, root, pattern, ctx.workspace)
 
@@ -290,9 +293,9 @@ class GrepTool(_FileTool):
         raw = _str_arg(args, "path", required=False) or "."
         glob = _str_arg(args, "glob", required=False)
         root = await self._resolve(raw, ctx)
-        if not root.exists():
+        if not await _in_pool(root.exists):
             return _error(f"error: {raw!r} does not exist")
-        if not (root.is_dir() or root.is_file()):
+        if not await _in_pool(lambda: root.is_dir() or root.is_file()):
             return _error(f"error: {raw!r} is not a regular file (a FIFO, socket or device)")
         limits = self._limits
         request = {
@@ -408,7 +411,7 @@ class WriteFileTool(_WriteTool):
         # workspace while this write waits.
         async with self._locks.lock_for(ctx.workspace):
             path = await self._resolve(raw, ctx)
-            if path.is_dir():
+            if await _in_pool(path.is_dir):  # a stat, off the loop like the write itself
                 return _error(f"error: {raw!r} is a folder")
             await _in_pool(_write, path, content)
             await self._after_write(path, ctx)
@@ -451,7 +454,7 @@ class EditFileTool(_WriteTool):
         # Resolved under the lock, as in write_file.
         async with self._locks.lock_for(ctx.workspace):
             path = await self._resolve(raw, ctx)
-            if not path.is_file():
+            if not await _in_pool(path.is_file):
                 return _error(f"error: {raw!r} is not a file")
             text = await _in_pool(read_text_nofollow, path)
             count = text.count(old)
