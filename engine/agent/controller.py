@@ -25,7 +25,7 @@ from engine.agent import checklist
 from engine.agent.checklist import ChecklistRun
 from engine.agent.config import AgentDeps
 from engine.agent.ports import IdleListener
-from engine.agent.turn import InboundMessage, TurnResult, is_goal_round, run_turn
+from engine.agent.turn import InboundMessage, TurnResult, run_turn
 from engine.events import (
     FeedbackSource,
     GoalRoundSource,
@@ -268,9 +268,11 @@ class SessionController:
                     self._current = None
                     await self._after_turn(message, result)
                     # The driver owns "a failed goal round disarms the goal": it is told how
-                    # a round ended, and only a round.
-                    round_outcome = result.outcome if is_goal_round(message.source) else None
-                    self._notify_idle(outcome=round_outcome)
+                    # a round ended, and for which goal, and only for a round.
+                    if isinstance(message.source, GoalRoundSource):
+                        self._notify_idle(outcome=result.outcome, goal_id=message.source.goal_id)
+                    else:
+                        self._notify_idle()
                 await self._commit_pending(queue_execution=True)
         except asyncio.CancelledError:
             self._current = None
@@ -398,13 +400,13 @@ class SessionController:
             self.submit(self._deps.settings.execution_prompt, source=SeedSource())
         return True
 
-    def _notify_idle(self, *, outcome: str | None = None) -> None:
+    def _notify_idle(self, *, outcome: str | None = None, goal_id: str | None = None) -> None:
         """Wake the goal driver; it checks :meth:`is_idle` itself when it runs."""
         on_idle = self._listeners.idle
         if on_idle is None:
             return
         try:
-            result = on_idle.notify_idle(self.session_id, outcome=outcome)
+            result = on_idle.notify_idle(self.session_id, outcome=outcome, goal_id=goal_id)
             if inspect.isawaitable(result):
                 self._background.spawn(_awaited(result), name=f"notify_idle:{self.session_id}")
         except Exception as exc:  # the driver's failure must not kill the agent worker

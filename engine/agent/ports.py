@@ -90,9 +90,12 @@ class GoalPort(Protocol):
 class IdleListener(Protocol):
     """The goal round driver's side of ``notify_idle`` (may be sync or async)."""
 
-    def notify_idle(self, session_id: str, *, outcome: str | None = None) -> object:
-        """A turn ended (``outcome``: how a goal round's turn ended, ``None`` for any other
-        turn or when the session's inbox drained). A failed round disarms the goal there."""
+    def notify_idle(
+        self, session_id: str, *, outcome: str | None = None, goal_id: str | None = None
+    ) -> object:
+        """A turn ended (``outcome``: how a goal round's turn ended, and ``goal_id`` the goal it
+        was a round of; both ``None`` for any other turn or when the session's inbox drained).
+        A failed round disarms its goal there."""
         ...
 
 

@@ -111,18 +111,23 @@ class RoundDriver:
 
     # --- the agent's side -----------------------------------------------------------------
 
-    def notify_idle(self, session_id: str, *, outcome: str | None = None) -> None:
+    def notify_idle(
+        self, session_id: str, *, outcome: str | None = None, goal_id: str | None = None
+    ) -> None:
         """A turn ended or the session went idle: wake the session's attempt.
 
-        ``outcome`` is how a goal round's turn ended (as in ``turn/end``; ``None`` for any
-        other turn). A round that ended failed or interrupted disarms the goal, also when the
-        goal changed meanwhile and a newer round is already queued.
+        ``outcome`` is how a goal round's turn ended (as in ``turn/end``) and ``goal_id`` the
+        goal it was a round of (``None`` for any other turn). A round that ended failed or
+        interrupted disarms its goal, also when the goal was edited meanwhile and a newer
+        round is already queued; a goal that replaced it (another id) is left armed.
         """
         session = self._session(session_id)
         attempt = session.attempt
         if attempt is not None and attempt.state == "submitted":
             attempt.turn_ended = True
-        if outcome in UNCERTAIN_OUTCOMES:
+        current = self._goals.peek(session_id)
+        same_goal = goal_id is None or (current is not None and current.id == goal_id)
+        if outcome in UNCERTAIN_OUTCOMES and same_goal:
             failed = self._round_failed(session_id, f"turn {outcome}")
             self._background.spawn(failed, name=f"round_failed:{session_id}")
         session.wake.set()

@@ -29,9 +29,13 @@ class Goals:
 class Driver:
     def __init__(self) -> None:
         self.calls: list[str | None] = []
+        self.goals: list[str | None] = []
 
-    def notify_idle(self, session_id: str, *, outcome: str | None = None) -> None:
+    def notify_idle(
+        self, session_id: str, *, outcome: str | None = None, goal_id: str | None = None
+    ) -> None:
         self.calls.append(outcome)
+        self.goals.append(goal_id)
 
 
 ROUND = GoalRoundSource(goal_id="g", revision=1, round=1)
@@ -73,6 +77,7 @@ async def test_goal_round_ends_when_validation_fails_and_driver_is_told(tmp_path
     assert isinstance(end, TurnEnd) and end.outcome == "completed"
     assert "no longer valid" in end.detail
     assert driver.calls == ["completed", None]
+    assert driver.goals == ["g", None]  # the round says whose it was; the drain does not
 
 
 async def test_ask_user_is_refused_in_a_goal_round(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import pytest
 from engine.agent.ports import IdleListener
 from engine.events import GoalRoundSource, TurnEnd, TurnStart, UserMessage
 from engine.goal.driver import RoundDriver, round_prompt
+from engine.goal.fold import GoalRefusal
 from engine.goal.service import GoalService
 from engine.goal.types import GoalSnapshot
 from engine.scheduler import ApsScheduler
@@ -239,7 +240,7 @@ async def test_a_failed_round_disarms_the_goal_whatever_round_waits_next(rig: Ri
     rig.agent.running = True
     goal = await rig.goals.create(SID, "edited mid-round", arm=True)
     assert isinstance(goal, GoalSnapshot) and rig.goals.is_armed(SID)
-    rig.driver.notify_idle(SID, outcome="failed")
+    rig.driver.notify_idle(SID, outcome="failed", goal_id=goal.id)
 
     async def disarmed() -> None:
         while rig.goals.is_armed(SID):
@@ -247,6 +248,27 @@ async def test_a_failed_round_disarms_the_goal_whatever_round_waits_next(rig: Ri
 
     await asyncio.wait_for(disarmed(), 30)  # a bound on the wait, not on its speed
     assert rig.agent.rounds == []
+
+
+async def test_a_failed_round_of_a_replaced_goal_leaves_the_new_goal_armed(rig: Rig) -> None:
+    # The owner cleared the goal while its round ran and set a new one: the old round's
+    # failure says nothing about the new goal, which has not run yet.
+    rig.agent.running = True
+    old = await rig.goals.create(SID, "the old aim", arm=True)
+    assert isinstance(old, GoalSnapshot)
+    assert not isinstance(await rig.goals.clear(SID, old.ref), GoalRefusal)
+    new = await rig.goals.create(SID, "the new aim", arm=True)
+    assert isinstance(new, GoalSnapshot) and new.id != old.id
+    rig.driver.notify_idle(SID, outcome="failed", goal_id=old.id)
+    await settle()
+    assert rig.goals.is_armed(SID)
+    rig.driver.notify_idle(SID, outcome="failed", goal_id=new.id)  # its own round: it stops
+
+    async def disarmed() -> None:
+        while rig.goals.is_armed(SID):
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(disarmed(), 30)
 
 
 def test_round_prompt_quotes_objective() -> None:

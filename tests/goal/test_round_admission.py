@@ -30,7 +30,9 @@ class IdleRecorder:
     def __init__(self) -> None:
         self.outcomes: list[str | None] = []
 
-    def notify_idle(self, session_id: str, *, outcome: str | None = None) -> None:
+    def notify_idle(
+        self, session_id: str, *, outcome: str | None = None, goal_id: str | None = None
+    ) -> None:
         self.outcomes.append(outcome)
 
 
