@@ -28,8 +28,8 @@ from engine.tools.runtime import ToolCallRequest
 
 RULES = parse_rules("pytest,git status,git diff,ls,make test,npm run,python3 -m pytest")
 # Most commands quote nothing (a fast split); one with quotes goes through shlex.
-PLAIN = "python3 -m pytest tests/unit -q -x --maxfail=1"
-QUOTED = "python3 -m pytest tests/unit -q -x --maxfail=1 -k 'not slow and not network'"
+PLAIN = "python3 -m pytest tests/unit -q -x --durations=5"
+QUOTED = "python3 -m pytest tests/unit -q -x --durations=5 -k 'not slow and not network'"
 
 
 class _Quiet:
