@@ -220,7 +220,12 @@ async def test_grep_with_a_runaway_pattern_is_stopped_with_a_clear_result(ws: Pa
 async def test_grep_cancelled_kills_its_search(ws: Path) -> None:
     (ws / "a.txt").write_text("a" * 40 + "b\n")
     task = asyncio.create_task(GrepTool().run({"pattern": "^(a+)+$"}, ctx(ws)))
-    await asyncio.sleep(0.5)
+    # The search child is running before the cancel (else its absence after proves nothing).
+    for _ in range(3000):
+        if _search_children():
+            break
+        await asyncio.sleep(0.01)
+    assert _search_children()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, 10)

@@ -136,7 +136,9 @@ async def test_a_group_upgraded_to_a_supergroup_keeps_its_permission_and_its_ses
     assert new in json.loads(stored or "[]")
     status = next(t for t in texts(fake_api, new) if t.startswith("Session"))
     assert status.startswith(f"Session {sid[:8]}") and "Plan: " in status
-    assert sidecar.flow.card_id is not None or any("📋" in t for t in texts(fake_api, new))
+    # The plan's card lives in the supergroup now: its flow names a message there.
+    assert sidecar.flow.card_id is not None
+    assert "📋" in fake_api.message(new, sidecar.flow.card_id).text
 
 
 async def test_a_card_edit_refused_past_the_deadline_is_noticed_once_and_redrawn(
