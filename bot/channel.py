@@ -257,7 +257,7 @@ class TelegramChannel:
 
         # The post goes on when the asking call is stopped meanwhile (the outbox sends it
         # anyway): it still records the message, so the close can take its buttons away.
-        posting = asyncio.ensure_future(post())
+        posting = self._tasks.spawn(post(), name=f"approval_asked:{view.request_id}")
         self._posting[view.request_id] = posting
         await asyncio.shield(posting)
         self._presenter.refresh(session_id, "plan")
@@ -265,8 +265,9 @@ class TelegramChannel:
     async def _diff_html(self, route: ChatRoute, view: ApprovalView) -> str:
         """The diff inline when short; else sent as a ``.patch`` document and named here."""
         diff = view.diff or ""
-        inline = escape(diff)
-        if utf16_len(inline) <= MAX_DIFF_SHOWN:
+        # Escaping never shrinks text: a diff longer than the budget skips the escape.
+        inline = escape(diff) if len(diff) <= MAX_DIFF_SHOWN else None
+        if inline is not None and utf16_len(inline) <= MAX_DIFF_SHOWN:
             return f'\n<pre><code class="language-diff">{inline}</code></pre>'
         name = (view.command.rsplit("/", 1)[-1].split(" ")[-1] or "change") + ".patch"
         await self._outbox.send_document(
@@ -304,7 +305,7 @@ class TelegramChannel:
         chat_id, message_id, html_text = found
         ended = _CLOSED.get(decision, "Closed.")
         if decision == "session" and view.rule:
-            ended = f"✅ Allowed for this session: {escape(view.rule_text)}"
+            ended = f"✅ Allowed for this session: {escape_within(view.rule_text, 200)}"
         self._outbox.edit(chat_id, message_id, f"{html_text}\n<i>{ended}</i>", reply_markup=None)
 
     async def notice(self, session_id: str, text: str) -> None:

@@ -458,7 +458,7 @@ class Outbox:
             return progress
         if urgent:
             return urgent
-        return progress or low
+        return low  # progress is empty here: a non-empty one went first above
 
     # ---- pacing ----------------------------------------------------------------------
 
