@@ -160,12 +160,14 @@ def build_plan_card(
     note: str | None = None,
     markdown: str | None = None,
     attached: bool = False,
+    steps: Sequence[tuple[str, Sequence[str]]] | None = None,
 ) -> CardView:
     """The plan card for this sidecar in this state; ``note`` is one extra line of plain text.
 
     In review the card carries the plan itself (``markdown``, rendered) when it fits one
     message; otherwise (or with ``attached``: the ``.md`` went as a document) it lists the
-    plan's steps with their Done when lines.
+    plan's steps with their Done when lines: ``steps`` as the engine parsed them (once per
+    revision, off the loop), or parsed here from ``markdown`` when not given.
     """
     if sidecar is None or state == "none":
         return CardView(_fit(["📋 <b>No plan</b>"], note) or "No plan")
@@ -173,7 +175,7 @@ def build_plan_card(
     tasks = sidecar.tasks
     buttons = _plan_buttons(state, sidecar.id, sidecar.revision)
     if state in ("review", "confirm_discard") and markdown and not tasks:
-        return CardView(_review_text(head, markdown, note, attached=attached), buttons)
+        return CardView(_review_text(head, markdown, note, attached=attached, steps=steps), buttons)
     if not tasks:
         body = ["", "No checklist yet: /execute seeds it."] if sidecar.status == "Active" else []
         return CardView(_fit(head + body, note) or escape("Plan card too long."), buttons)
@@ -225,16 +227,29 @@ def _plan_steps(markdown: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     )
 
 
-def _review_text(head: list[str], markdown: str, note: str | None, *, attached: bool) -> str:
+MAX_STEP_LINES = 400
+
+
+def _review_text(
+    head: list[str],
+    markdown: str,
+    note: str | None,
+    *,
+    attached: bool,
+    steps: Sequence[tuple[str, Sequence[str]]] | None = None,
+) -> str:
     body = "" if attached else _plan_body(markdown)
     if body:
         whole = _fit([*head, "", body], note)
         if whole is not None:
             return whole
     # Too long for one message: the .md document carries the text, the card the steps.
-    steps = _plan_steps(markdown)
+    if steps is None:
+        steps = _plan_steps(markdown)
     lines = [*head, "", "<i>The whole plan is attached as plan.md.</i>", ""]
-    for limit in (len(steps), 40, 20, 10, 5, 0):
+    # No card holds more than a few hundred step lines (4,096 characters), so a plan of
+    # thousands of steps is not clipped and escaped whole on every draw.
+    for limit in (min(len(steps), MAX_STEP_LINES), 40, 20, 10, 5, 0):
         shown: list[str] = []
         for i, (step, criteria) in enumerate(steps[:limit], start=1):
             shown.append(f"{i}. {clip_line(step)}")

@@ -108,8 +108,10 @@ class PlanCardData:
     busy: bool = False
     # Set when the plan just ended: the card shows the last sidecar with this ending.
     ended: Literal["completed", "discarded", "abandoned"] | None = None
-    # The plan text (the session .md) while it is up for review: the card carries it.
+    # The plan text (the session .md) while it is up for review: the card carries it, or
+    # its steps (title, Done when lines; parsed once per revision, off the loop) when long.
     markdown: str | None = None
+    steps: tuple[tuple[str, tuple[str, ...]], ...] | None = None
     # Something waits for the owner: the review, a question, a tool approval.
     waiting: str | None = None
     # Wall-clock time of the checklist's last progress while it runs.

@@ -42,6 +42,7 @@ from engine.goal.service import GoalService
 from engine.goal.tools import goal_tools
 from engine.goal.types import NEEDS_APPROVAL
 from engine.model.types import ModelProvider
+from engine.plan.digest import DEFAULT_MAX_PLAN_KB
 from engine.plan.service import PlanChange, PlanService
 from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
@@ -98,6 +99,8 @@ class EngineConfig:
     # and the remote Push branch pushes to (PLANGATE_GIT_REMOTE; None: Merge instead).
     worktree_root: Path | None = None
     git_remote: str | None = None
+    # The plan .md's size limit in KB (PLANGATE_MAX_PLAN_KB).
+    max_plan_kb: int = DEFAULT_MAX_PLAN_KB
 
 
 class Engine:
@@ -277,7 +280,9 @@ def build_engine(
     """Assemble an :class:`Engine` from its ports: the one composition of the services."""
     goals = GoalService(log, clock=clock, default_max_rounds=config.max_goal_rounds)
     usage = UsageMeter(log, goals=goals, config=config.usage, clock=clock)
-    plans = PlanService(plan_store, log, criteria=goals, clock=clock)
+    plans = PlanService(
+        plan_store, log, criteria=goals, clock=clock, max_plan_bytes=config.max_plan_kb * 1024
+    )
 
     async def block_for_approval(
         session_id: str, source: MessageSource, view: ApprovalView

@@ -23,6 +23,7 @@ from engine.cards import Cards
 from engine.events import CommandRun, FeedbackSource, HumanSource
 from engine.goal.commands import describe_goal, parse_goal_command, run_goal_command
 from engine.goal.fold import GoalRefusal
+from engine.plan.digest import too_big_detail
 from engine.plan.extract import validate_template_b
 from engine.plan.types import is_editing
 from engine.services import Services
@@ -273,8 +274,11 @@ class CommandPlane:
         ``text`` (from ``/execute text``) is queued as the owner's message once the approval is
         committed or pending; it runs after the turn that is running or queued, under Active.
         """
-        md = await self._plans.md_text(session_id) or ""
-        missing = validate_template_b(md)
+        digest = await self._plans.digest(session_id)
+        if digest is not None and digest.too_big:
+            too_big = too_big_detail(digest.size_bytes, self._plans.max_plan_bytes)
+            return Outcome(reply=_unsent(f"The plan cannot be approved: {too_big}.", text))
+        missing = list(digest.problems) if digest is not None else validate_template_b("")
         if missing:
             lines = "\n".join(f"- {item}" for item in missing)
             return Outcome(
