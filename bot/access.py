@@ -229,9 +229,7 @@ def decide(
         return d("ignore", "private chat of a non-owner")
     migration = facts.migration
     if migration is not None:
-        old, new = migration
-        allowed = (allowed_chat_ids, added_groups)
-        if any(old in ids for ids in allowed) and not any(new in ids for ids in allowed):
+        if carries(*migration, allowed_chat_ids=allowed_chat_ids, added_groups=added_groups):
             return d("migrate", "an allowed group became a supergroup")
         return d("ignore", "migration already carried over, or of a group not allowed")
     if facts.chat_id not in allowed_chat_ids and facts.chat_id not in added_groups:
@@ -256,6 +254,22 @@ def decide(
     if not budget_left:
         return d("ignore", OVER_BUDGET)
     return d("refuse", "non-owner addresses the bot")
+
+
+def carries(
+    old_chat_id: int,
+    new_chat_id: int,
+    *,
+    allowed_chat_ids: Collection[int],
+    added_groups: Collection[int],
+) -> bool:
+    """The one rule of a group's migration: carried over when the old id is allowed (listed
+    or owner-added) and the new one is not yet (so it is carried once). The service message
+    (``decide``) and a send that met ``ChatMigrated`` (``AccessGate.carry_over``) both ask."""
+    allowed = (allowed_chat_ids, added_groups)
+    return any(old_chat_id in ids for ids in allowed) and not any(
+        new_chat_id in ids for ids in allowed
+    )
 
 
 def _feedback(facts: UpdateFacts, expecting_reply: bool) -> bool:
@@ -340,10 +354,12 @@ class AccessGate:
             del self._moving[new_chat_id]
 
     def _carry(self, old_chat_id: int, new_chat_id: int) -> bool:
-        listed = (self.allowed_chat_ids, self.added_groups)
-        if not any(old_chat_id in ids for ids in listed):
-            return False
-        if any(new_chat_id in ids for ids in listed):
+        if not carries(
+            old_chat_id,
+            new_chat_id,
+            allowed_chat_ids=self.allowed_chat_ids,
+            added_groups=self.added_groups,
+        ):
             return False
         self.added_groups.add(new_chat_id)
         self.added_groups.discard(old_chat_id)

@@ -23,7 +23,9 @@ from engine.plan.types import PlanSidecar
 CommandName = Literal[
     "plan", "show_plan", "execute", "discard", "goal", "stop", "status", "help", "usage"
 ]
-# Anyone in an allowed group may run these; every other command is owner-only.
+# Anyone in an allowed group may run these; every other command is owner-only. They change
+# nothing, so their command/run is logged without the reply waiting (engine.commands). The one
+# set both rules read.
 READ_ONLY_COMMANDS: frozenset[str] = frozenset({"show_plan", "status", "help"})
 
 # The plan card's state, decided by the engine (engine.cards.plan_card_state). ``review``

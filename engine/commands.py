@@ -35,9 +35,6 @@ from engine.usage.meter import CAP_COMMAND
 _log = logging.getLogger("plangate.commands")
 
 STALE_TEXT = "This card is out of date."
-# Commands that change nothing: their command/run is logged without the reply waiting for the
-# commit (docs/storage.md says what a crash can lose).
-READ_ONLY_COMMANDS = frozenset({"status", "help", "show_plan"})
 
 HELP_TEXT = """plangate commands:
 /plan [request] - plan first: the agent explores and writes a plan for you to approve
@@ -148,7 +145,9 @@ class CommandPlane:
         args = clean_text(args).strip()
         if name in ("plan", "execute", "discard", "goal", "stop"):
             self._choices.clear(session_id)
-        if name in READ_ONLY_COMMANDS:
+        # Read-only commands (api.READ_ONLY_COMMANDS, the one set) change nothing: their
+        # command/run is logged without the reply waiting for the commit (docs/storage.md).
+        if name in api.READ_ONLY_COMMANDS:
             self.log_read_only(session_id, name, args, actor=actor)
         match name:
             case "plan":
