@@ -143,7 +143,9 @@ class Cards:
         """What the plan card shows now (:func:`plan_card_state` is the rule)."""
         sidecar = await self._plans.current(session_id)
         controller = self._agents.controller(session_id)
-        busy = controller.busy
+        # A turn running now, not the drain task's life: a run that stopped is drawn
+        # stopped at once, while its last turn is still closing.
+        busy = controller.working
         if sidecar is None:
             ended = self._ended.get(session_id)
             if ended is not None:
@@ -159,7 +161,7 @@ class Cards:
             review_ready=review_ready,
             choice=self.choices.plan_choice(session_id, sidecar.id, sidecar.revision),
             awaits_feedback=self.choices.awaits_feedback(session_id, sidecar.id),
-            running=busy or run.armed,
+            running=run.armed or (busy and run.paused is None),
         )
         waiting: str | None = None
         approval = self._approvals.pending(session_id)
@@ -171,9 +173,8 @@ class Cards:
             waiting = "your review"
         halted: str | None = None
         if state == "paused":
-            if run.stalled is not None:
-                label, steps = run.stalled
-                halted = f"Stalled on {label}: no progress in {steps} steps."
+            if run.paused is not None:
+                halted = run.paused.text
             else:
                 halted = "Paused: Resume runs the rest of the checklist."
         return PlanCardData(

@@ -81,6 +81,23 @@ class PlanRevising(BaseModel):
     mode: Literal["design", "checklist", "import"] | None = None
 
 
+MAX_PAUSES = 20
+
+
+class PlanPause(BaseModel):
+    """One time the approved run stopped by itself (the ``run/paused`` event, kept here so
+    the archived plan shows it): why, the stuck pattern and its evidence, the task."""
+
+    model_config = ConfigDict(extra="allow")
+
+    kind: str
+    text: str
+    pattern: str | None = None
+    evidence: str = ""
+    task_id: str | None = None
+    at: str = ""
+
+
 class PlanSidecar(BaseModel):
     """The live plan JSON. ``status`` is canonical (``Editing``/``Active``) once loaded."""
 
@@ -107,6 +124,8 @@ class PlanSidecar(BaseModel):
     # The revision the agent last submitted for review; the card shows review while it equals
     # ``revision`` (an .md write bumps the revision and ends the review).
     submitted_revision: int | None = None
+    # The run's stops, oldest first (at most MAX_PAUSES kept).
+    pauses: list[PlanPause] = Field(default_factory=list)
 
 
 # --- derived state and the legacy load map (docs/plan-json-spec.md) -------

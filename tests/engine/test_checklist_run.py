@@ -37,13 +37,13 @@ async def _press(rig: object, sid: str, action: str) -> str | None:
     return outcome.reply
 
 
-async def test_a_run_without_progress_stalls_and_resume_runs_it_to_the_end(
+async def test_a_run_that_only_talks_is_stuck_and_resume_runs_it_to_the_end(
     tmp_path: Path,
 ) -> None:
     # Three steps that change nothing, then (after Resume) the two tasks.
     model = ScriptedProvider([say("Thinking."), say("Still thinking."), say("Hm."), *TASK_1,
                               *TASK_2, say("All done.")])  # fmt: skip
-    async with engine_rig(tmp_path, model, stall_steps=3) as rig:
+    async with engine_rig(tmp_path, model) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(-1, 0)
         await post_init(rig, sid)
@@ -51,7 +51,7 @@ async def test_a_run_without_progress_stalls_and_resume_runs_it_to_the_end(
         await settle(engine, sid)
         card = await engine.plan_card(sid)
         assert card.state == "paused"
-        assert card.halted == "Stalled on task 1: no progress in 3 steps."
+        assert card.halted == "Stuck on task 1: 3 replies in a row without a tool call"
         assert await _seeds(rig, sid) == 3  # the execution turn and two continuations
         assert await _press(rig, sid, "resume") == "Continuing with the checklist."
         await settle(engine, sid)
@@ -61,7 +61,7 @@ async def test_a_run_without_progress_stalls_and_resume_runs_it_to_the_end(
 
 async def test_progress_keeps_the_run_going_across_the_step_cap(tmp_path: Path) -> None:
     model = ScriptedProvider([*TASK_1, *TASK_2])
-    async with engine_rig(tmp_path, model, stall_steps=3, max_steps=1) as rig:
+    async with engine_rig(tmp_path, model, max_steps=1) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(-1, 0)
         await post_init(rig, sid)
@@ -78,7 +78,7 @@ async def test_progress_keeps_the_run_going_across_the_step_cap(tmp_path: Path) 
 
 async def test_stop_pauses_the_run_and_a_restart_never_resumes_it(tmp_path: Path) -> None:
     model = ScriptedProvider([*TASK_1, say("Task 1 is done.")])
-    async with engine_rig(tmp_path, model, stall_steps=2) as rig:
+    async with engine_rig(tmp_path, model) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(-1, 0)
         await post_init(rig, sid)
@@ -121,7 +121,7 @@ async def test_a_run_says_its_closing_words_once_not_after_every_continuation(
     tmp_path: Path,
 ) -> None:
     script = [*TASK_1, say("Task 1 is done."), *TASK_2, say("All done: both tasks.")]
-    async with engine_rig(tmp_path, ScriptedProvider(script), stall_steps=3) as rig:
+    async with engine_rig(tmp_path, ScriptedProvider(script)) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(-1, 0)
         await post_init(rig, sid)
@@ -145,7 +145,7 @@ async def test_a_question_holds_the_run_and_goal_rounds_until_the_owner_answers(
         *TASK_2,
         say("Done with both."),
     ]
-    async with engine_rig(tmp_path, ScriptedProvider(script), stall_steps=3) as rig:
+    async with engine_rig(tmp_path, ScriptedProvider(script)) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(-1, 0)
         await post_init(rig, sid)
@@ -167,7 +167,7 @@ async def test_an_owner_turn_that_ends_the_run_says_its_own_words_and_no_more(
     # /execute with text: the execution turn does task 1, then the owner's turn does task 2
     # and answers; that answer is the run's last word (no "checklist is done" after it).
     script = [*TASK_1, say("Task 1 is done."), *TASK_2, say("Both are done, as you asked.")]
-    async with engine_rig(tmp_path, ScriptedProvider(script), stall_steps=3) as rig:
+    async with engine_rig(tmp_path, ScriptedProvider(script)) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(-1, 0)
         await post_init(rig, sid)
