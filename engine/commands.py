@@ -388,6 +388,9 @@ class CommandPlane:
         queued = len(controller.queued)
         agent = "working" if controller.busy else "idle"
         lines.append(f"Agent: {agent}" + (f", {queued} queued" if queued else ""))
+        paused = controller.checklist.paused
+        if sidecar is not None and paused is not None and not controller.checklist.armed:
+            lines.append(f"Run: {clip(paused.text, 300, one_line=True)}")
         waiting = self._approvals.pending(session_id)
         if waiting is not None:
             command = clip(waiting.command, 200, one_line=True)

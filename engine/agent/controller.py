@@ -275,6 +275,10 @@ class SessionController:
                     # A continuation's closing words wait for the end of the run: in a group
                     # each would be a message, and the card already shows the progress.
                     quiet = self._run.armed and isinstance(message.source, SeedSource)
+                    if isinstance(message.source, GoalRoundSource) and not self._run.armed:
+                        # A goal round's steps are watched within the round; across rounds
+                        # the goal's idle-rounds rule is the bound (engine.goal.progress).
+                        self._reset_watch()
                     self._working = True
                     try:
                         result = await run_turn(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from engine.agent.controller import CHECKLIST_DONE_TEXT
 from engine.api import Press
-from engine.events import SeedSource, TurnStart, UserMessage
+from engine.events import SeedSource, TurnOutcome, TurnStart, UserMessage
 from engine.model.script import call, say
 from engine.model.scripted import ScriptedProvider
 from tests.engine.helpers import OWNER, engine_rig, post_init, settle
@@ -177,3 +177,34 @@ async def test_an_owner_turn_that_ends_the_run_says_its_own_words_and_no_more(
         replies = [c.args["text"] for c in rig.channel.calls if c.method == "reply"]
         assert replies[-1] == "Both are done, as you asked."
         assert CHECKLIST_DONE_TEXT not in replies
+
+
+async def test_the_card_drawn_as_the_stuck_turn_ends_is_paused_not_working(
+    tmp_path: Path,
+) -> None:
+    # The turn-end redraw runs while the drain task still exists (busy): the card drawn then
+    # must already say why the run stopped, and a redraw follows once the turn is closed.
+    looping = [call("read_file", {"path": "README.md"})] * 4
+    model = ScriptedProvider([TASK_1[0], *looping])
+    async with engine_rig(tmp_path, model) as rig:
+        engine = rig.engine
+        (rig.workspace / "README.md").write_text("# hi\n", encoding="utf-8")
+        sid = await engine.session_for_chat(-1, 0)
+        await post_init(rig, sid)
+        drawn: list[tuple[str, bool, str | None]] = []
+        channel = rig.channel
+        recorded = channel.turn_ended
+
+        async def turn_ended(session_id: str, outcome: TurnOutcome) -> None:
+            data = await engine.plan_card(session_id)
+            drawn.append((data.state, engine.agents.is_busy(session_id), data.halted))
+            await recorded(session_id, outcome)
+
+        channel.turn_ended = turn_ended  # type: ignore[method-assign]
+        await engine.command(sid, "execute", "", actor=OWNER)
+        await settle(engine, sid)
+        words = "Stuck on task 1: `read_file README.md` 4 times with the same result"
+        assert drawn == [("paused", True, words)]
+        assert [c.method for c in channel.calls][-1] == "plan_changed"
+        card = await engine.plan_card(sid)
+        assert (card.state, card.busy, card.halted) == ("paused", False, words)
