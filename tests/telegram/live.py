@@ -58,6 +58,8 @@ async def live_bot(
     file_limits: FileLimits | None = None,
     stuck: StuckLimits | None = None,
     usage: UsageConfig | None = None,
+    projects: tuple[tuple[str, Path], ...] = (),
+    git_remote: str | None = None,
 ) -> AsyncIterator[Live]:
     """The real engine over real storage, wired to the real application on the fake API.
 
@@ -85,6 +87,8 @@ async def live_bot(
         file_limits=file_limits,
         stuck=stuck or StuckLimits(),
         usage=usage or UsageConfig(),
+        projects=projects,
+        git_remote=git_remote,
     )
     pacing = {"chat_interval_s": 1.0, "group_per_minute": 20} if group_pacing else {}
     settings = settings_for(
