@@ -29,6 +29,7 @@ from engine.plan.service import PlanChange
 from engine.plan.types import PlanSidecar, PlanState
 from engine.services import Services
 from engine.tasks import safe_call
+from engine.usage.ledger import raised_cap
 
 PlanChoice = Literal["revise_offer", "confirm_discard"]
 
@@ -172,9 +173,13 @@ class Cards:
         elif state == "review":
             waiting = "your review"
         halted: str | None = None
+        raise_cap: int | None = None
         if state == "paused":
             if run.paused is not None:
                 halted = run.paused.text
+                cap = self._usage.daily_cap
+                if run.paused.kind == "daily-cap" and cap is not None:
+                    raise_cap = raised_cap(cap, self._usage.today().tokens)
             else:
                 halted = "Paused: Resume runs the rest of the checklist."
         return PlanCardData(
@@ -185,6 +190,7 @@ class Cards:
             waiting=waiting,
             last_progress_at=run.last_progress_at if run.armed else None,
             halted=halted,
+            raise_cap=raise_cap,
         )
 
     async def _review_ready(self, session_id: str, sidecar: PlanSidecar) -> bool:

@@ -17,6 +17,7 @@ from engine.app import Engine
 from engine.events import RunPaused, SeedSource, UserMessage
 from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
+from engine.usage.ledger import fmt_tokens
 from engine.usage.meter import UsageConfig
 from tests.engine.helpers import settle
 from tests.fakebot.server import FakeBotApi, FakeMessage
@@ -158,6 +159,19 @@ async def _archived(engine: Engine, sid: str) -> bool:
     return await engine.plans.state(sid) == "none" and engine.agents.is_idle(sid)
 
 
+FINISH_ALL = [
+    call("write_file", {"path": "a.py", "content": "A = 1\n"}),
+    complete("a.py written"),
+    START,
+    call("write_file", {"path": "b.py", "content": "B = 1\n"}),
+    complete("b.py written"),
+    START,
+    call("write_file", {"path": "c.py", "content": "C = 1\n"}),
+    complete("c.py written"),
+    say("Done."),
+]
+
+
 def _big_reads(count: int) -> list[ScriptStep]:
     return [call("read_file", {"path": f"big{k}.txt"}) for k in range(count)]
 
@@ -203,18 +217,7 @@ async def test_each_loop_stops_the_run_names_it_and_resume_counts_afresh(
     fake_api: FakeBotApi, tmp_path: Path, pattern: str
 ) -> None:
     loop, words, again = LOOPS[pattern]
-    after_resume = [
-        *again,
-        call("write_file", {"path": "a.py", "content": "A = 1\n"}),
-        complete("a.py written"),
-        START,
-        call("write_file", {"path": "b.py", "content": "B = 1\n"}),
-        complete("b.py written"),
-        START,
-        call("write_file", {"path": "c.py", "content": "C = 1\n"}),
-        complete("c.py written"),
-        say("Done."),
-    ]
+    after_resume = [*again, *FINISH_ALL]
     # The loop's steps beyond where it must stop are never played: the script would
     # diverge after Resume if the run had gone on.
     script = [*PLANNING3, START, *loop, *after_resume]
@@ -279,7 +282,7 @@ async def test_bash_changing_files_for_eighty_steps_is_not_stopped(
 async def test_the_daily_cap_pauses_the_run_with_that_reason_not_stalled(
     fake_api: FakeBotApi, tmp_path: Path
 ) -> None:
-    script = [*PLANNING3, START, *explore(6), say("never reached")]
+    script = [*PLANNING3, START, *explore(6), *FINISH_ALL]
     _seed(tmp_path / "work")
     model = ScriptedProvider(script)
     async with live_bot(
@@ -301,14 +304,60 @@ async def test_the_daily_cap_pauses_the_run_with_that_reason_not_stalled(
         shown = await _stopped_card(fake_api, live, sid, words)
         assert f"⏸ {words}" in shown.text
         assert "Stalled" not in shown.text and "Stuck" not in shown.text
-        assert labels(shown) == ["▶️ Resume", "🗑 Discard"]
+        raise_to = fmt_tokens(2 * (used + 1))
+        assert labels(shown) == ["▶️ Resume", f"⬆️ Raise cap to {raise_to}", "🗑 Discard"]
         _never_working_after(shown, words)
         # One refused turn, not a dozen empty continuations.
         assert await _seeds(live, sid) == 1
         (paused,) = await _pauses(live, sid)
         assert paused.kind == "daily-cap" and paused.pattern is None
         assert any("Daily token cap reached" in m.text for m in fake_api.bot_messages(GROUP))
+        assert model.script.position == len(PLANNING3)  # no call was made over the cap
+        # Raise cap: the cap doubles (logged, so it holds after a restart) and the run goes on.
+        raise_data = button(shown, f"⬆️ Raise cap to {raise_to}")
+        qid = fake_api.press(GROUP, shown.message_id, raise_data, user_id=OWNER)
+        await eventually(lambda: qid in fake_api.callback_answers)
+        assert (fake_api.callback_answers[qid]["text"] or "").startswith(
+            f"Daily token cap raised to {raise_to}."
+        )
+        assert engine.usage.daily_cap == 2 * (used + 1)
+        # It went on (the doubled cap may run out again later: then it pauses again).
+        await until(lambda: _went_on(engine, sid, model), timeout_s=30)
+
+
+async def _went_on(engine: Engine, sid: str, model: ScriptedProvider) -> bool:
+    return model.script.position > len(PLANNING3) + 1 and engine.agents.is_idle(sid)
 
 
 async def _capped(engine: Engine, cap: int) -> bool:
     return engine.usage.daily_cap == cap
+
+
+async def test_a_goal_round_in_a_loop_is_stopped_by_the_same_detector(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    # One rule for goals and checklists: a round that reads the same file over and over is
+    # ended at the fourth read, and its goal is blocked no-progress with the detector's words.
+    _seed(tmp_path / "work")
+    script = [call("read_file", {"path": "README.md"})] * 4 + [say("never reached")]
+    model = ScriptedProvider(script)
+    async with live_bot(fake_api, tmp_path, [], model=model, max_goal_rounds=5) as live:
+        engine = live.engine
+        fake_api.user_message(GROUP, OWNER, "/goal document the project")
+        await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
+        sid = await engine.session_for_chat(GROUP, 0)
+
+        async def blocked() -> bool:
+            goal = await engine.goals.get(sid)
+            return goal is not None and goal.phase == "blocked" and engine.agents.is_idle(sid)
+
+        await until(blocked)
+        goal = await engine.goals.get(sid)
+        assert goal is not None and goal.blocked is not None
+        assert goal.blocked.code == "no-progress"
+        assert goal.blocked.message.startswith(
+            "stuck: `read_file README.md` 4 times with the same result"
+        )
+        assert goal.rounds_started == 1 and model.script.position == 4
+        (paused,) = await _pauses(live, sid)
+        assert (paused.pattern, paused.goal_id) == ("repeat", goal.id)
