@@ -298,6 +298,7 @@ def build_engine(
         on_unattended=block_for_approval,
         ask_writes=config.ask_writes,
     )
+
     async def ask_owner(ctx: ToolContext, what: str) -> str | None:
         return await approvals.ask(ctx, tool="plan", command=what)
 

@@ -376,7 +376,11 @@ class PlanService:
         on re-approval, minting a new plan id); zero items leave Active with empty tasks.
         """
         seeding = self._seed()
-        baseline = await self._baseline(session_id)
+        # Extracted once before the lock (the snapshot of what the checks watch is file IO);
+        # reused under it when the text is still the same.
+        before = await self.md_text(session_id)
+        early = list(seeding.extract(before)) if before else []
+        baseline = await self._baseline(session_id, before, early)
 
         def decide(live: _Live, ctx: Context) -> Transition | Refusal:
             sidecar = live.sidecar
@@ -387,7 +391,7 @@ class PlanService:
             missing = tuple(seeding.validate(text))
             if missing:
                 return refusal("approve-template", list(missing))
-            items = list(seeding.extract(text))
+            items = early if before and text == before else list(seeding.extract(text))
             if checked.revising is not None:
                 tasks, next_id = seeding.reconcile(
                     previous=checked.revising.tasks,
@@ -412,16 +416,15 @@ class PlanService:
 
         return await self._run(session_id, decide)
 
-    async def _baseline(self, session_id: str) -> tuple[tuple[str, ...], dict[str, str]] | None:
-        """The snapshot of the files the plan's checks watch, as the plan text names them now
+    async def _baseline(
+        self, session_id: str, text: str | None, items: Sequence[Any]
+    ) -> tuple[tuple[str, ...], dict[str, str]] | None:
+        """The snapshot of the files the checks of ``text`` (extracted as ``items``) watch
         (docs/checks.md "changed tests"); ``None`` without checks or a workspace."""
         sidecar = await self.current(session_id)
-        text = await self.md_text(session_id)
         if sidecar is None or not text or not sidecar.working_directory:
             return None
-        seeding = self._seed()
-        items = list(seeding.extract(text))
-        watched = _all_checks(tuple(seeding.plan_checks(text)), items)
+        watched = _all_checks(tuple(self._seed().plan_checks(text)), items)
         if not watched:
             return None
         workspace = Path(sidecar.working_directory)
