@@ -20,6 +20,7 @@ from bot.render import TELEGRAM_TEXT_LIMIT, escape, escape_within, markdown_to_h
 from engine.api import PlanCardState
 from engine.checks.report import how_it_ended
 from engine.checks.types import CheckResult
+from engine.events import GoalCheck
 from engine.goal.types import GoalSnapshot
 from engine.plan.extract import extract_work_items, plan_checks
 from engine.plan.types import PlanSidecar, PlanTask
@@ -370,9 +371,10 @@ def build_goal_card(
     confirm_clear: bool = False,
     note: str | None = None,
     tokens_used: int = 0,
+    last_check: GoalCheck | None = None,
 ) -> CardView:
     """The goal card: objective, phase (and whether it runs now), rounds and tokens against
-    the budget, why it is blocked and the fix, buttons."""
+    the budget, its checks and their last run, why it is blocked and the fix, buttons."""
     if goal is None:
         return CardView(_fit(["🎯 <b>No goal</b>"], note) or "No goal")
     phase = _GOAL_PHASE[goal.phase]
@@ -391,6 +393,7 @@ def build_goal_card(
             + f" · tokens {tokens_used:,}{budget}"
             + (f" · every {_every(goal.schedule_s)}" if goal.schedule_s else "")
         )
+    lines.extend(goal_checks_lines(goal, last_check))
     if goal.blocked is not None:
         code = clip_line(goal.blocked.code, 40)
         message = escape_within(goal.blocked.message, 500, one_line=True)
@@ -400,6 +403,33 @@ def build_goal_card(
             lines.append(f"<i>{escape(fix)}</i>")
     text = _fit(lines, note) or escape("Goal card too long to show.")
     return CardView(text, _goal_buttons(goal, armed=armed, confirm_clear=confirm_clear))
+
+
+def goal_checks_lines(goal: GoalSnapshot, last: GoalCheck | None) -> list[str]:
+    """The goal card's checks: the commands, and the last run (✅/❌, when, how long)."""
+    if not goal.checks:
+        return []
+    listed = ", ".join(f"<code>{clip_line(c, 120)}</code>" for c in goal.checks[:5])
+    more = f" (+{len(goal.checks) - 5})" if len(goal.checks) > 5 else ""
+    lines = [f"{CHECK_MARK} Checks: {listed}{more}"]
+    if last is None or last.goal_id != goal.id:
+        return [*lines, "<i>Not run yet: they run when the agent reports the goal done.</i>"]
+    results = last.run.results
+    when = _clock(results[-1].at) if results else ""
+    took = f"{last.run.duration_s:.1f}s"
+    if last.passed:
+        return [*lines, f"✅ Checks passed {when} · {took}"]
+    failed = last.run.failed
+    what = (
+        f": <code>{clip_line(failed.command, 120)}</code> {how_it_ended(failed)}" if failed else ""
+    )
+    return [*lines, f"❌ Checks failed {when} · {took}{what}"]
+
+
+def _clock(iso: str) -> str:
+    """``2026-12-01T23:05:07+00:00`` -> ``23:05 UTC``."""
+    time_part = iso.partition("T")[2]
+    return f"{time_part[:5]} UTC" if len(time_part) >= 5 else ""
 
 
 def _every(seconds: int) -> str:

@@ -305,7 +305,7 @@ def build_engine(
     tools: list[Tool] = [
         PlanTool(plans, ask_owner=ask_owner),
         TodoWriteTool(log, allow_parallel_in_progress=config.todo_parallel),
-        *goal_tools(goals),
+        *goal_tools(goals, checks=checks),
     ]
     agents = build_agent(
         log=log,
