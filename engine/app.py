@@ -48,6 +48,7 @@ from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
 from engine.plan.types import is_editing
 from engine.ports import Clock, EventLog, SessionStore
+from engine.projects import ProjectCatalog
 from engine.scheduler import ApsScheduler, Scheduler
 from engine.services import Services
 from engine.sessions import Sessions
@@ -92,6 +93,14 @@ class EngineConfig:
     ask_writes: bool = False
     # Caps of the file tools (grep's deadline among them); the defaults suit a real bot.
     file_limits: FileLimits | None = None
+    # The projects besides the default (``workspace``): named folders (PLANGATE_PROJECTS)
+    # and a folder whose subfolders are projects (PLANGATE_PROJECTS_ROOT).
+    projects: tuple[tuple[str, Path], ...] = ()
+    projects_root: Path | None = None
+    # Where approved plans' git worktrees go (``<home>/worktrees``; None: plans work in place)
+    # and the remote Push branch pushes to (PLANGATE_GIT_REMOTE; None: Merge instead).
+    worktree_root: Path | None = None
+    git_remote: str | None = None
 
 
 class Engine:
@@ -143,6 +152,10 @@ class Engine:
     async def migrate_chat(self, old_chat_id: int, new_chat_id: int) -> list[str]:
         """A group became a supergroup: bind its sessions to the new id; returns them."""
         return await self.sessions.migrate_chat(old_chat_id, new_chat_id)
+
+    async def project(self, chat_id: int, thread_id: int, args: str, *, actor: int) -> Outcome:
+        """``/project [name]``: show the key's project, or bind the key to another one."""
+        return await self.sessions.project(chat_id, thread_id, args, actor=actor)
 
     # --- messages, commands, presses --------------------------------------------------------
 
@@ -302,6 +315,8 @@ def build_engine(
     async def ask_owner(ctx: ToolContext, what: str) -> str | None:
         return await approvals.ask(ctx, tool="plan", command=what)
 
+    catalog = ProjectCatalog(config.workspace, config.projects, root=config.projects_root)
+    workspace_for = workspace_from_store(sessions, default=catalog.default.path, catalog=catalog)
     tools: list[Tool] = [
         PlanTool(plans, ask_owner=ask_owner),
         TodoWriteTool(log, allow_parallel_in_progress=config.todo_parallel),
@@ -311,7 +326,7 @@ def build_engine(
         log=log,
         model=model,
         channel=channel,
-        workspace_for=workspace_from_store(sessions, default=config.workspace),
+        workspace_for=workspace_for,
         plan=PlanServiceAdapter(plans),
         goals=goals,
         extra_tools=tools,
@@ -348,7 +363,9 @@ def build_engine(
         approvals=approvals,
         usage=usage,
         channel=channel,
-        workspace=config.workspace,
+        workspace=catalog.default.path,
+        catalog=catalog,
+        workspace_for=workspace_for,
     )
     cards = Cards(services)
     agents.set_turn_listener(cards.on_turn_end)

@@ -54,6 +54,8 @@ async def live_bot(
     approval_timeout_s: float = 600.0,
     ask_writes: bool = False,
     file_limits: FileLimits | None = None,
+    projects: tuple[tuple[str, Path], ...] = (),
+    git_remote: str | None = None,
 ) -> AsyncIterator[Live]:
     """The real engine over real storage, wired to the real application on the fake API.
 
@@ -79,6 +81,8 @@ async def live_bot(
         approval_timeout_s=approval_timeout_s,
         ask_writes=ask_writes,
         file_limits=file_limits,
+        projects=projects,
+        git_remote=git_remote,
     )
     pacing = {"chat_interval_s": 1.0, "group_per_minute": 20} if group_pacing else {}
     settings = settings_for(
