@@ -313,7 +313,7 @@ def build_engine(
     )
 
     async def ask_owner(ctx: ToolContext, what: str) -> str | None:
-        return await approvals.ask(ctx, tool="plan", command=what)
+        return await approvals.ask(ctx, tool="plan skip", command=what)
 
     catalog = ProjectCatalog(config.workspace, config.projects, root=config.projects_root)
     workspace_for = workspace_from_store(sessions, default=catalog.default.path, catalog=catalog)

@@ -111,7 +111,7 @@ async def test_skip_of_a_checked_task_asks_the_owner_and_an_unattended_turn_is_d
         assert sidecar is not None and [t.status for t in sidecar.tasks] == ["in_progress"]
         events = [s.event for s in await rig.storage.log.read(sid)]
     asked = [e for e in events if isinstance(e, ApprovalRequested)]
-    assert len(asked) == 1 and asked[0].tool == "plan" and asked[0].unattended
+    assert len(asked) == 1 and asked[0].tool == "plan skip" and asked[0].unattended
     assert "skip task 1" in asked[0].command and CHECK in asked[0].command
     decided = [e for e in events if isinstance(e, ApprovalDecided)]
     assert [d.decision for d in decided] == ["unattended"]
