@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal, Protocol
 
+from engine.events import GoalCheck
 from engine.goal.types import GoalSnapshot
 from engine.plan.types import PlanSidecar
 
@@ -132,6 +133,8 @@ class GoalCardData:
     armed: bool = False
     # Tokens the goal's rounds used so far (shown against its budget).
     tokens_used: int = 0
+    # The goal's last check run (docs/checks.md), when its checks ran.
+    last_check: GoalCheck | None = None
 
 
 @dataclass(frozen=True, slots=True)
