@@ -77,7 +77,9 @@ def plan_view(
         note=plan_note(data, now=time.time() if now is None else now),
         markdown=data.markdown,
         attached=attached,
+        raise_cap=data.raise_cap,
         steps=data.steps,
+        checks=data.checks,
     )
 
 
@@ -113,6 +115,7 @@ def goal_view(data: GoalCardData, *, note: str | None = None) -> cards.CardView:
         confirm_clear=data.state == "confirm_clear",
         note=note,
         tokens_used=data.tokens_used,
+        last_check=data.last_check,
     )
 
 

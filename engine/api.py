@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal, Protocol
 
+from engine.events import GoalCheck
 from engine.goal.types import GoalSnapshot
 from engine.plan.types import PlanSidecar
 
@@ -58,6 +59,8 @@ PLAN_DISCARD_YES: Final = "discard_yes"
 PLAN_REVISE: Final = "revise"
 PLAN_CANCEL: Final = "cancel"
 PLAN_RESUME: Final = "resume"
+# On a run the daily cap paused: raise the cap (PlanCardData.raise_cap) and resume.
+PLAN_RAISE_CAP: Final = "raise_cap"
 GOAL_PAUSE: Final = "pause"
 GOAL_RESUME: Final = "resume"
 GOAL_START: Final = "start"
@@ -79,6 +82,7 @@ PRESS_ACTIONS: Final[dict[PressKind, frozenset[str]]] = {
             PLAN_REVISE,
             PLAN_CANCEL,
             PLAN_RESUME,
+            PLAN_RAISE_CAP,
         }
     ),
     "g": frozenset({GOAL_PAUSE, GOAL_RESUME, GOAL_START, GOAL_CLEAR, GOAL_CLEAR_YES, GOAL_CANCEL}),
@@ -114,12 +118,16 @@ class PlanCardData:
     # its steps (title, Done when lines; parsed once per revision, off the loop) when long.
     markdown: str | None = None
     steps: tuple[tuple[str, tuple[str, ...]], ...] | None = None
+    # ... and the checks it names, with where ("step N" or "whole plan"), parsed the same way.
+    checks: tuple[tuple[str, str], ...] | None = None
     # Something waits for the owner: the review, a question, a tool approval.
     waiting: str | None = None
     # Wall-clock time of the checklist's last progress while it runs.
     last_progress_at: float | None = None
-    # Why an Active checklist is not running (stalled, stopped, restarted), for the card.
+    # Why an Active checklist is not running (stuck, the daily cap, stopped, restarted).
     halted: str | None = None
+    # Paused by the daily cap: the cap "Raise cap" would set (the card offers it then).
+    raise_cap: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +139,8 @@ class GoalCardData:
     armed: bool = False
     # Tokens the goal's rounds used so far (shown against its budget).
     tokens_used: int = 0
+    # The goal's last check run (docs/checks.md), when its checks ran.
+    last_check: GoalCheck | None = None
 
 
 @dataclass(frozen=True, slots=True)

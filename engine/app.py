@@ -21,7 +21,6 @@ from pathlib import Path
 from engine.agent.adapters import PlanServiceAdapter
 from engine.agent.build import build_agent, workspace_from_store
 from engine.agent.channel import Channel
-from engine.agent.checklist import DEFAULT_STALL_STEPS
 from engine.agent.settings import AgentSettings
 from engine.api import (
     CommandName,
@@ -34,6 +33,7 @@ from engine.api import (
 from engine.approval.policy import ApprovalView, Rule
 from engine.approval.service import DEFAULT_TIMEOUT_S, ToolApprovals
 from engine.cards import Cards
+from engine.checks.runner import SandboxChecks
 from engine.commands import CommandPlane
 from engine.events import GoalRoundSource, MessageSource
 from engine.goal.driver import RoundDriver
@@ -48,6 +48,7 @@ from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
 from engine.plan.types import is_editing
 from engine.ports import Clock, EventLog, SessionStore
+from engine.progress.stuck import StuckLimits
 from engine.projects import ProjectCatalog
 from engine.scheduler import ApsScheduler, Scheduler
 from engine.services import Services
@@ -55,9 +56,11 @@ from engine.sessions import Sessions
 from engine.tasks import safe_call
 from engine.text import clip
 from engine.todo.tool import TodoWriteTool
-from engine.tools.base import Tool
+from engine.tools.base import Tool, ToolContext
+from engine.tools.bash import BashTool
 from engine.tools.files import FileLimits
 from engine.tools.sandbox import SandboxSettings
+from engine.tools.workspace import WorkspaceLocks
 from engine.usage.meter import UsageConfig, UsageMeter
 
 _log = logging.getLogger("plangate.engine")
@@ -76,8 +79,8 @@ class EngineConfig:
     max_goal_rounds: int = 20
     todo_parallel: bool = True
     max_steps: int = 50
-    # Steps without checklist progress after which an approved checklist stops, stalled.
-    stall_steps: int = DEFAULT_STALL_STEPS
+    # When an unattended run is stuck: the loop patterns and the outer bound on progress.
+    stuck: StuckLimits = field(default_factory=StuckLimits)
     # How bash is confined; the default is the full sandbox with no hidden paths named.
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     usage: UsageConfig = field(default_factory=UsageConfig)
@@ -280,8 +283,17 @@ def build_engine(
     """Assemble an :class:`Engine` from its ports: the one composition of the services."""
     goals = GoalService(log, clock=clock, default_max_rounds=config.max_goal_rounds)
     usage = UsageMeter(log, goals=goals, config=config.usage, clock=clock)
+    # Checks run through the same sandbox runner as bash, under the same workspace locks
+    # (docs/checks.md); this bash tool is never offered to the model.
+    locks = WorkspaceLocks()
+    checks = SandboxChecks(BashTool(locks=locks, sandbox=config.sandbox), clock=clock)
     plans = PlanService(
-        plan_store, log, criteria=goals, clock=clock, max_plan_bytes=config.max_plan_kb * 1024
+        plan_store,
+        log,
+        criteria=goals,
+        clock=clock,
+        checks=checks,
+        max_plan_bytes=config.max_plan_kb * 1024,
     )
 
     async def block_for_approval(
@@ -309,12 +321,16 @@ def build_engine(
         on_unattended=block_for_approval,
         ask_writes=config.ask_writes,
     )
+
+    async def ask_owner(ctx: ToolContext, what: str) -> str | None:
+        return await approvals.ask(ctx, tool="plan skip", command=what)
+
     catalog = ProjectCatalog(config.workspace, config.projects, root=config.projects_root)
     workspace_for = workspace_from_store(sessions, default=catalog.default.path, catalog=catalog)
     tools: list[Tool] = [
-        PlanTool(plans),
+        PlanTool(plans, ask_owner=ask_owner),
         TodoWriteTool(log, allow_parallel_in_progress=config.todo_parallel),
-        *goal_tools(goals),
+        *goal_tools(goals, checks=checks),
     ]
     agents = build_agent(
         log=log,
@@ -324,11 +340,12 @@ def build_engine(
         plan=PlanServiceAdapter(plans),
         goals=goals,
         extra_tools=tools,
-        settings=AgentSettings(max_steps=config.max_steps, stall_steps=config.stall_steps),
+        settings=AgentSettings(max_steps=config.max_steps, stuck=config.stuck),
         sandbox=config.sandbox,
         usage=usage,
         approvals=approvals,
         file_limits=config.file_limits,
+        locks=locks,
     )
     the_scheduler = scheduler or ApsScheduler()
 

@@ -24,10 +24,12 @@ from engine.agent.turn import TurnResult
 from engine.api import GoalCardData, GoalCardState, PlanCardData, PlanCardState
 from engine.events import FeedbackSource
 from engine.goal.types import GoalSnapshot
+from engine.plan.digest import PlanDigest
 from engine.plan.service import PlanChange
 from engine.plan.types import PlanSidecar, PlanState
 from engine.services import Services
 from engine.tasks import safe_call
+from engine.usage.ledger import raised_cap
 
 PlanChoice = Literal["revise_offer", "confirm_discard"]
 
@@ -146,7 +148,9 @@ class Cards:
         """What the plan card shows now (:func:`plan_card_state` is the rule)."""
         sidecar = await self._plans.current(session_id)
         controller = self._agents.controller(session_id)
-        busy = controller.busy
+        # A turn running now, not the drain task's life: a run that stopped is drawn
+        # stopped at once, while its last turn is still closing.
+        busy = controller.working
         if sidecar is None:
             ended = self._ended.get(session_id)
             if ended is not None:
@@ -155,14 +159,16 @@ class Cards:
             return PlanCardData(state="none", sidecar=None, busy=busy)
         phase = await self._plans.state(session_id)
         run = controller.checklist
-        review_ready = phase == "post_init" and await self._review_ready(session_id, sidecar)
+        # The plan text's digest (size, template B, steps, checks), once per revision.
+        digest = await self._plans.digest(session_id) if phase == "post_init" else None
+        review_ready = digest is not None and _review_ready(sidecar, digest)
         state = plan_card_state(
             phase=phase,
             sidecar=sidecar,
             review_ready=review_ready,
             choice=self.choices.plan_choice(session_id, sidecar.id, sidecar.revision),
             awaits_feedback=self.choices.awaits_feedback(session_id, sidecar.id),
-            running=busy or run.armed,
+            running=run.armed or (busy and run.paused is None),
         )
         waiting: str | None = None
         approval = self._approvals.pending(session_id)
@@ -173,10 +179,13 @@ class Cards:
         elif state == "review":
             waiting = "your review"
         halted: str | None = None
+        raise_cap: int | None = None
         if state == "paused":
-            if run.stalled is not None:
-                label, steps = run.stalled
-                halted = f"Stalled on {label}: no progress in {steps} steps."
+            if run.paused is not None:
+                halted = run.paused.text
+                cap = self._usage.daily_cap
+                if run.paused.kind == "daily-cap" and cap is not None:
+                    raise_cap = raised_cap(cap, self._usage.today().tokens)
             else:
                 halted = "Paused: Resume runs the rest of the checklist."
         return PlanCardData(
@@ -184,24 +193,13 @@ class Cards:
             sidecar=sidecar,
             busy=busy,
             markdown=await self._plans.md_text(session_id) if review_ready else None,
-            steps=await self._steps(session_id) if review_ready else None,
+            steps=digest.steps if digest is not None and review_ready else None,
+            checks=digest.checks if digest is not None and review_ready else None,
             waiting=waiting,
             last_progress_at=run.last_progress_at if run.armed else None,
             halted=halted,
+            raise_cap=raise_cap,
         )
-
-    async def _review_ready(self, session_id: str, sidecar: PlanSidecar) -> bool:
-        """Review once ``submit`` was called for this revision or template B is valid; never
-        for a text over the size limit. The parse is the plan service's per-revision digest,
-        made off the loop: a card redrawn at one revision parses nothing."""
-        digest = await self._plans.digest(session_id)
-        if digest is None or digest.too_big:
-            return False
-        return sidecar.submitted_revision == sidecar.revision or digest.approvable
-
-    async def _steps(self, session_id: str) -> tuple[tuple[str, tuple[str, ...]], ...] | None:
-        digest = await self._plans.digest(session_id)
-        return digest.steps if digest is not None else None
 
     async def goal_card(self, session_id: str) -> GoalCardData:
         """What the goal card shows now: the goal, armed or not, and its tokens so far."""
@@ -214,6 +212,7 @@ class Cards:
             goal=goal,
             armed=self._goals.is_armed(session_id),
             tokens_used=await self._usage.goal_tokens(session_id, goal.id),
+            last_check=await self._goals.last_check(session_id),
         )
 
     async def set_plan_flow(
@@ -288,6 +287,15 @@ class Cards:
 
     async def _on_goal_change(self, session_id: str, goal: GoalSnapshot | None) -> None:
         await safe_call("goal_changed", self._channel.goal_changed(session_id))
+
+
+def _review_ready(sidecar: PlanSidecar, digest: PlanDigest) -> bool:
+    """Review once ``submit`` was called for this revision or template B is valid; never for
+    a text over the size limit (the digest is made off the loop: a card redrawn at one
+    revision parses nothing)."""
+    if digest.too_big:
+        return False
+    return sidecar.submitted_revision == sidecar.revision or digest.approvable
 
 
 def _with_card(sidecar: PlanSidecar, chat_id: int, card_id: int) -> PlanSidecar:

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from engine.checks.types import CheckRun
 from engine.goal.types import GoalSnapshot, GoalTombstone
 
 
@@ -133,6 +134,20 @@ class GoalChange(_Event):
     tombstone: GoalTombstone | None = None
 
 
+class GoalCheck(_Event):
+    """plangate ran a goal's checks because the model said it was done (docs/checks.md).
+
+    Not a revision: the goal stays as it was unless the run passed, in which case the same
+    append carries the goal's completion.
+    """
+
+    type: Literal["goal/check"] = "goal/check"
+    goal_id: str
+    revision: int
+    run: CheckRun
+    passed: bool
+
+
 TodoStatus = Literal["pending", "in_progress", "completed"]
 
 
@@ -210,6 +225,26 @@ class ApprovalRule(_Event):
     actor: int | None = None
 
 
+# Why a run stopped by itself: stuck (the detector's pattern names how), or the daily cap.
+PauseKind = Literal["stuck", "daily-cap"]
+
+
+class RunPaused(_Event):
+    """An approved checklist run or a goal round stopped by itself (engine.progress).
+
+    ``pattern`` and ``evidence`` are the stuck detector's (``repeat`` and the call that
+    repeated, say); ``text`` is the card's line; ``goal_id`` is set for a goal round.
+    """
+
+    type: Literal["run/paused"] = "run/paused"
+    kind: PauseKind
+    text: str
+    pattern: str | None = None
+    evidence: str = ""
+    task_id: str | None = None
+    goal_id: str | None = None
+
+
 SessionEvent = Annotated[
     UserMessage
     | AssistantMessage
@@ -221,11 +256,13 @@ SessionEvent = Annotated[
     | PlanMode
     | PlanChanged
     | GoalChange
+    | GoalCheck
     | TodoWrite
     | ModelUsageRecord
     | ApprovalRequested
     | ApprovalDecided
-    | ApprovalRule,
+    | ApprovalRule
+    | RunPaused,
     Field(discriminator="type"),
 ]
 

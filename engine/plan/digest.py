@@ -49,6 +49,8 @@ class PlanDigest:
     problems: tuple[str, ...] = ()
     items: tuple[Any, ...] = ()
     steps: tuple[Step, ...] = ()
+    # Every check the plan names, with where: (command, "step N" | "whole plan").
+    checks: tuple[tuple[str, str], ...] = ()
 
     @property
     def approvable(self) -> bool:
@@ -62,8 +64,10 @@ def digest_plan(
     max_bytes: int,
     validate: Callable[[str], Sequence[str]],
     extract: Callable[[str], Sequence[Any]],
+    plan_checks: Callable[[str], Sequence[str]] = lambda _text: (),
 ) -> PlanDigest:
-    """Size check first, then template B and the work items (pure; run it off the loop)."""
+    """Size check first, then template B, the work items and the checks (pure; run it off
+    the loop)."""
     size = md_bytes(text)
     if size > max_bytes:
         return PlanDigest(key=key, size_bytes=size, too_big=True)
@@ -72,6 +76,12 @@ def digest_plan(
         (str(getattr(item, "title", "")), tuple(getattr(item, "acceptance_criteria", ())))
         for item in items
     )
+    checks = [
+        (str(command), f"step {n}")
+        for n, item in enumerate(items, start=1)
+        for command in getattr(item, "checks", ())
+    ]
+    checks.extend((str(command), "whole plan") for command in plan_checks(text))
     return PlanDigest(
         key=key,
         size_bytes=size,
@@ -79,6 +89,7 @@ def digest_plan(
         problems=tuple(validate(text)),
         items=items,
         steps=steps,
+        checks=tuple(checks),
     )
 
 
@@ -91,10 +102,12 @@ class PlanDigests:
         max_bytes: int,
         validate: Callable[[str], Sequence[str]],
         extract: Callable[[str], Sequence[Any]],
+        plan_checks: Callable[[str], Sequence[str]] = lambda _text: (),
     ) -> None:
         self.max_bytes = max_bytes
         self._validate = validate
         self._extract = extract
+        self._plan_checks = plan_checks
         self._kept: OrderedDict[tuple[str, int, int], PlanDigest] = OrderedDict()
         self.computed = 0  # digests worked out (not served from the cache), for tests
 
@@ -125,6 +138,7 @@ class PlanDigests:
             max_bytes=self.max_bytes,
             validate=self._validate,
             extract=self._extract,
+            plan_checks=self._plan_checks,
         )
 
 

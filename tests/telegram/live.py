@@ -20,7 +20,9 @@ from engine.app import Engine, EngineConfig
 from engine.model.openai_provider import OpenAIProvider
 from engine.model.script import ScriptStep
 from engine.model.types import ModelProvider
+from engine.progress.stuck import StuckLimits
 from engine.tools.files import FileLimits
+from engine.usage.meter import UsageConfig
 from storage.open import Storage
 from tests.engine.helpers import ALLOW_TEST_RUN
 from tests.fakebot.server import FakeBotApi, FakeMessage
@@ -54,6 +56,8 @@ async def live_bot(
     approval_timeout_s: float = 600.0,
     ask_writes: bool = False,
     file_limits: FileLimits | None = None,
+    stuck: StuckLimits | None = None,
+    usage: UsageConfig | None = None,
     projects: tuple[tuple[str, Path], ...] = (),
     git_remote: str | None = None,
 ) -> AsyncIterator[Live]:
@@ -81,6 +85,8 @@ async def live_bot(
         approval_timeout_s=approval_timeout_s,
         ask_writes=ask_writes,
         file_limits=file_limits,
+        stuck=stuck or StuckLimits(),
+        usage=usage or UsageConfig(),
         projects=projects,
         git_remote=git_remote,
     )
