@@ -225,8 +225,9 @@ class ApprovalRule(_Event):
     actor: int | None = None
 
 
-# Why a run stopped by itself: stuck (the detector's pattern names how), or the daily cap.
-PauseKind = Literal["stuck", "daily-cap"]
+# Why a run stopped by itself: stuck (the detector's pattern names how), the daily cap, or a
+# turn that failed (a model error, a context overflow the provider refused).
+PauseKind = Literal["stuck", "daily-cap", "failed"]
 
 
 class RunPaused(_Event):

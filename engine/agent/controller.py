@@ -40,6 +40,7 @@ from engine.plan.types import PlanPause, PlanTask
 from engine.progress import workspace as workspace_snapshot
 from engine.progress.stuck import Step, StuckWatch, Verdict, call_record, step_changed
 from engine.tasks import BackgroundTasks, safe_call
+from engine.text import clip
 from engine.tools.base import ToolContext
 from engine.tools.runtime import ToolCallRequest, ToolRuntime
 
@@ -354,6 +355,17 @@ class SessionController:
                     "daily-cap",
                     DAILY_CAP_TEXT,
                     evidence=refusal.message,
+                    task_id=task.id if task is not None else None,
+                )
+            )
+        if self._run.armed and result.outcome == "failed":
+            # Nobody knows how far the failed turn got: the run pauses and says why.
+            task = checklist.current_task(tasks)
+            await self._pause(
+                PauseReason(
+                    "failed",
+                    f"Paused: the turn failed ({clip(result.detail, 160, one_line=True)})",
+                    evidence=result.detail,
                     task_id=task.id if task is not None else None,
                 )
             )
