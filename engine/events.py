@@ -246,6 +246,16 @@ class RunPaused(_Event):
     goal_id: str | None = None
 
 
+class WorkspaceChanged(_Event):
+    """bash changed the workspace in the step just logged (the snapshot after it differed).
+
+    Logged by the agent while the stuck detector watches (a checklist run, a goal round), so
+    what bash did on disk counts as progress for the goal's idle rounds too.
+    """
+
+    type: Literal["workspace/changed"] = "workspace/changed"
+
+
 SessionEvent = Annotated[
     UserMessage
     | AssistantMessage
@@ -263,7 +273,8 @@ SessionEvent = Annotated[
     | ApprovalRequested
     | ApprovalDecided
     | ApprovalRule
-    | RunPaused,
+    | RunPaused
+    | WorkspaceChanged,
     Field(discriminator="type"),
 ]
 

@@ -34,6 +34,7 @@ from engine.events import (
     MessageSource,
     RunPaused,
     SeedSource,
+    WorkspaceChanged,
 )
 from engine.goal.types import NO_PROGRESS
 from engine.plan.types import PlanPause, PlanTask
@@ -416,8 +417,10 @@ class SessionController:
         self._run, tasks_moved = checklist.observe_tasks(self._run, tasks, now=now)
         pairs = [(c.name, c.arguments, r.content, r.is_error) for c, r in step.calls]
         progress = tasks_moved or step_changed(pairs)
-        if not progress and any(name == "bash" for name, *_ in pairs):
-            progress = await self._workspace_moved()
+        if any(name == "bash" for name, *_ in pairs) and await self._workspace_moved():
+            # In the log, so the goal's idle-rounds rule counts what bash did on disk too.
+            await self._deps.log.append(self.session_id, [WorkspaceChanged()])
+            progress = True
         record = Step(
             calls=tuple(call_record(n, a, c, is_error=e) for n, a, c, e in pairs),
             compacted=step.compacted,
