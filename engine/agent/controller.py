@@ -27,6 +27,7 @@ from engine.agent.config import AgentDeps
 from engine.agent.ports import IdleListener
 from engine.agent.turn import InboundMessage, TurnResult, run_turn
 from engine.events import (
+    Attachment,
     FeedbackSource,
     GoalRoundSource,
     HumanSource,
@@ -140,7 +141,12 @@ class SessionController:
     # --- input ----------------------------------------------------------------------------
 
     def submit(
-        self, text: str, *, source: MessageSource | None = None, message_id: int | None = None
+        self,
+        text: str,
+        *,
+        source: MessageSource | None = None,
+        message_id: int | None = None,
+        attachments: tuple[Attachment, ...] = (),
     ) -> None:
         """Queue a message and make sure a drain task runs; returns at once.
 
@@ -155,7 +161,7 @@ class SessionController:
             # The owner spoke: a question is answered, and the run's count starts afresh.
             self._asked = False
             self._run = checklist.heard_owner(self._run)
-        self._inbox.append(InboundMessage(text, source, message_id))
+        self._inbox.append(InboundMessage(text, source, message_id, attachments))
         if not self.busy:
             self._task = asyncio.create_task(self._drain(), name=f"agent:{self.session_id}")
 

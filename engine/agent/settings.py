@@ -35,6 +35,8 @@ class AgentSettings:
     )
     # Steps in a row without checklist progress after which a checklist run stops, stalled.
     stall_steps: int = DEFAULT_STALL_STEPS
+    # The model sees images: an image attachment goes as an image part, else as a note.
+    vision: bool = False
 
 
 __all__ = ["AgentSettings"]

@@ -54,8 +54,13 @@ async def live_bot(
     approval_timeout_s: float = 600.0,
     ask_writes: bool = False,
     file_limits: FileLimits | None = None,
+    vision: bool = False,
+    bot_settings: dict[str, Any] | None = None,
 ) -> AsyncIterator[Live]:
     """The real engine over real storage, wired to the real application on the fake API.
+
+    ``bot_settings``: more fields of the bot's settings (``max_upload_mb`` ...); ``vision``:
+    the model sees images (``PLANGATE_MODEL_VISION``).
 
     ``group_pacing``: the shipped outbox pacing (about a call a second per chat, 20 per
     rolling minute in a group), as a real group has it; otherwise the tests' (no waits).
@@ -79,12 +84,14 @@ async def live_bot(
         approval_timeout_s=approval_timeout_s,
         ask_writes=ask_writes,
         file_limits=file_limits,
+        vision=vision,
     )
     pacing = {"chat_interval_s": 1.0, "group_per_minute": 20} if group_pacing else {}
     settings = settings_for(
         api,
         flow_edit_interval=edit_interval_s,
         flow_group_edit_interval=6.0 if group_pacing else edit_interval_s,
+        **(bot_settings or {}),
     )
     try:
         async with (
