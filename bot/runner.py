@@ -112,6 +112,8 @@ def engine_config(settings: Settings) -> EngineConfig:
         approval_timeout_s=settings.approval_timeout,
         ask_writes=settings.ask_writes,
         vision=settings.model_vision,
+        projects=settings.projects,
+        projects_root=settings.projects_root,
     )
 
 

@@ -48,6 +48,7 @@ from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
 from engine.plan.types import is_editing
 from engine.ports import Clock, EventLog, SessionStore
+from engine.projects import ProjectCatalog
 from engine.scheduler import ApsScheduler, Scheduler
 from engine.services import Services
 from engine.sessions import Sessions
@@ -95,6 +96,14 @@ class EngineConfig:
     inbox_root: Path | None = None
     # The model can see images (PLANGATE_MODEL_VISION): a photo goes as an image part.
     vision: bool = False
+    # The projects besides the default (``workspace``): named folders (PLANGATE_PROJECTS)
+    # and a folder whose subfolders are projects (PLANGATE_PROJECTS_ROOT).
+    projects: tuple[tuple[str, Path], ...] = ()
+    projects_root: Path | None = None
+    # Where approved plans' git worktrees go (``<home>/worktrees``; None: plans work in place)
+    # and the remote Push branch pushes to (PLANGATE_GIT_REMOTE; None: Merge instead).
+    worktree_root: Path | None = None
+    git_remote: str | None = None
 
 
 class Engine:
@@ -151,6 +160,10 @@ class Engine:
         """The folder the session's uploads are saved in (None: uploads are off)."""
         root = self.config.inbox_root
         return session_inbox(root, session_id) if root is not None else None
+
+    async def project(self, chat_id: int, thread_id: int, args: str, *, actor: int) -> Outcome:
+        """``/project [name]``: show the key's project, or bind the key to another one."""
+        return await self.sessions.project(chat_id, thread_id, args, actor=actor)
 
     # --- messages, commands, presses --------------------------------------------------------
 
@@ -308,6 +321,8 @@ def build_engine(
         on_unattended=block_for_approval,
         ask_writes=config.ask_writes,
     )
+    catalog = ProjectCatalog(config.workspace, config.projects, root=config.projects_root)
+    workspace_for = workspace_from_store(sessions, default=catalog.default.path, catalog=catalog)
     tools: list[Tool] = [
         PlanTool(plans),
         TodoWriteTool(log, allow_parallel_in_progress=config.todo_parallel),
@@ -317,7 +332,7 @@ def build_engine(
         log=log,
         model=model,
         channel=channel,
-        workspace_for=workspace_from_store(sessions, default=config.workspace),
+        workspace_for=workspace_for,
         plan=PlanServiceAdapter(plans),
         goals=goals,
         extra_tools=tools,
@@ -356,7 +371,9 @@ def build_engine(
         approvals=approvals,
         usage=usage,
         channel=channel,
-        workspace=config.workspace,
+        workspace=catalog.default.path,
+        catalog=catalog,
+        workspace_for=workspace_for,
     )
     cards = Cards(services)
     agents.set_turn_listener(cards.on_turn_end)

@@ -31,7 +31,15 @@ from typing import Any
 
 from engine.plan.gate import GATE_TEXTS, PlanGateView
 from engine.tools.base import ToolContext, ToolOutcome
-from engine.tools.sandbox import PidsCgroup, SandboxSettings, bwrap_argv, find_pids_cgroup, probe
+from engine.tools.sandbox import (
+    PidsCgroup,
+    SandboxSettings,
+    bwrap_argv,
+    find_pids_cgroup,
+    helper_env,
+    probe,
+    sandbox_env,
+)
 from engine.tools.workspace import WorkspaceLocks
 
 # The plan state and the session .md at the moment of a call (NoPlan when not given).
@@ -173,9 +181,11 @@ class BashTool:
         if view.state == "post_init":  # the gate refuses first; this holds without it too
             return ToolOutcome(GATE_TEXTS["gate-editing-bash"], is_error=True)
         if not self._sandbox.enabled:
+            # Unconfined on purpose, but still without the bot's secrets.
             process = await self._spawn(
                 ["bash", "-c", command],
                 cwd=str(ctx.workspace),
+                env=sandbox_env(self._sandbox, os.environ),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
@@ -213,6 +223,7 @@ class BashTool:
             process = await self._spawn(
                 argv,
                 cwd="/",
+                env=helper_env(),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,

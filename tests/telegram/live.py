@@ -56,6 +56,8 @@ async def live_bot(
     file_limits: FileLimits | None = None,
     vision: bool = False,
     bot_settings: dict[str, Any] | None = None,
+    projects: tuple[tuple[str, Path], ...] = (),
+    git_remote: str | None = None,
 ) -> AsyncIterator[Live]:
     """The real engine over real storage, wired to the real application on the fake API.
 
@@ -85,6 +87,8 @@ async def live_bot(
         ask_writes=ask_writes,
         file_limits=file_limits,
         vision=vision,
+        projects=projects,
+        git_remote=git_remote,
     )
     pacing = {"chat_interval_s": 1.0, "group_per_minute": 20} if group_pacing else {}
     settings = settings_for(
