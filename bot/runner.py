@@ -106,6 +106,7 @@ def engine_config(settings: Settings) -> EngineConfig:
             price_input=settings.price_input,
             price_output=settings.price_output,
             footer=settings.usage_footer,
+            max_output_tokens=settings.max_output_tokens,
         ),
         goal_idle_rounds=settings.goal_idle_rounds,
         allow_bash=settings.allow_bash,

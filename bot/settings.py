@@ -225,6 +225,8 @@ class Settings(BaseSettings):
     price_output: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     daily_tokens: int | None = Field(default=None, ge=1)
     usage_footer: Literal["off", "private", "on"] = "private"
+    # The max_tokens of a model call when no limit is near; each call reserves it up front.
+    max_output_tokens: int = Field(default=4096, ge=1)
     goal_idle_rounds: int = Field(default=3, ge=1)
     # Command prefixes bash runs without asking ("pytest,git status,ls"), as word tuples.
     allow_bash: Annotated[tuple[Rule, ...], NoDecode] = ()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal, Protocol
 
-from engine.events import Attachment
+from engine.events import Attachment, GoalCheck
 from engine.goal.types import GoalSnapshot
 from engine.plan.types import PlanSidecar
 
@@ -129,6 +129,8 @@ class GoalCardData:
     armed: bool = False
     # Tokens the goal's rounds used so far (shown against its budget).
     tokens_used: int = 0
+    # The goal's last check run (docs/checks.md), when its checks ran.
+    last_check: GoalCheck | None = None
 
 
 @dataclass(frozen=True, slots=True)

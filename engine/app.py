@@ -34,6 +34,7 @@ from engine.api import (
 from engine.approval.policy import ApprovalView, Rule
 from engine.approval.service import DEFAULT_TIMEOUT_S, ToolApprovals
 from engine.cards import Cards
+from engine.checks.runner import SandboxChecks
 from engine.commands import CommandPlane
 from engine.events import Attachment, GoalRoundSource, MessageSource
 from engine.goal.driver import RoundDriver
@@ -55,9 +56,11 @@ from engine.sessions import Sessions
 from engine.tasks import safe_call
 from engine.text import clip
 from engine.todo.tool import TodoWriteTool
-from engine.tools.base import Tool
+from engine.tools.base import Tool, ToolContext
+from engine.tools.bash import BashTool
 from engine.tools.files import FileLimits
 from engine.tools.sandbox import SandboxSettings
+from engine.tools.workspace import WorkspaceLocks
 from engine.usage.meter import UsageConfig, UsageMeter
 
 _log = logging.getLogger("plangate.engine")
@@ -294,7 +297,11 @@ def build_engine(
     """Assemble an :class:`Engine` from its ports: the one composition of the services."""
     goals = GoalService(log, clock=clock, default_max_rounds=config.max_goal_rounds)
     usage = UsageMeter(log, goals=goals, config=config.usage, clock=clock)
-    plans = PlanService(plan_store, log, criteria=goals, clock=clock)
+    # Checks run through the same sandbox runner as bash, under the same workspace locks
+    # (docs/checks.md); this bash tool is never offered to the model.
+    locks = WorkspaceLocks()
+    checks = SandboxChecks(BashTool(locks=locks, sandbox=config.sandbox), clock=clock)
+    plans = PlanService(plan_store, log, criteria=goals, clock=clock, checks=checks)
 
     async def block_for_approval(
         session_id: str, source: MessageSource, view: ApprovalView
@@ -321,12 +328,16 @@ def build_engine(
         on_unattended=block_for_approval,
         ask_writes=config.ask_writes,
     )
+
+    async def ask_owner(ctx: ToolContext, what: str) -> str | None:
+        return await approvals.ask(ctx, tool="plan skip", command=what)
+
     catalog = ProjectCatalog(config.workspace, config.projects, root=config.projects_root)
     workspace_for = workspace_from_store(sessions, default=catalog.default.path, catalog=catalog)
     tools: list[Tool] = [
-        PlanTool(plans),
+        PlanTool(plans, ask_owner=ask_owner),
         TodoWriteTool(log, allow_parallel_in_progress=config.todo_parallel),
-        *goal_tools(goals),
+        *goal_tools(goals, checks=checks),
     ]
     agents = build_agent(
         log=log,
@@ -344,6 +355,7 @@ def build_engine(
         usage=usage,
         approvals=approvals,
         file_limits=config.file_limits,
+        locks=locks,
     )
     the_scheduler = scheduler or ApsScheduler()
 
