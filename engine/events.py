@@ -59,10 +59,28 @@ MessageSource = Annotated[
 # --- events ---------------------------------------------------------------------------------
 
 
+class Attachment(_Event):
+    """A file the owner sent with a message, saved in the session inbox (engine.inbox).
+
+    The log keeps the reference, never the bytes: ``path`` is the saved file (absolute),
+    ``name`` its clean name in the inbox. ``kind`` ``image`` goes to a vision model as an image
+    part (read from ``path`` each time the context is built). ``text`` is a small text file's
+    content, inlined into the prompt.
+    """
+
+    kind: Literal["file", "image"] = "file"
+    path: str
+    name: str
+    size: int
+    mime: str = ""
+    text: str | None = None
+
+
 class UserMessage(_Event):
     type: Literal["user/message"] = "user/message"
     text: str
     source: MessageSource = Field(default_factory=HumanSource)
+    attachments: tuple[Attachment, ...] = ()
 
 
 class AssistantMessage(_Event):

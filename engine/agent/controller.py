@@ -28,6 +28,7 @@ from engine.agent.config import AgentDeps
 from engine.agent.ports import IdleListener
 from engine.agent.turn import InboundMessage, StepDone, TurnResult, run_turn
 from engine.events import (
+    Attachment,
     FeedbackSource,
     GoalRoundSource,
     HumanSource,
@@ -162,7 +163,12 @@ class SessionController:
     # --- input ----------------------------------------------------------------------------
 
     def submit(
-        self, text: str, *, source: MessageSource | None = None, message_id: int | None = None
+        self,
+        text: str,
+        *,
+        source: MessageSource | None = None,
+        message_id: int | None = None,
+        attachments: tuple[Attachment, ...] = (),
     ) -> None:
         """Queue a message and make sure a drain task runs; returns at once.
 
@@ -177,7 +183,7 @@ class SessionController:
             # The owner spoke: a question is answered, and the stuck count starts afresh.
             self._asked = False
             self._reset_watch()
-        self._inbox.append(InboundMessage(text, source, message_id))
+        self._inbox.append(InboundMessage(text, source, message_id, attachments))
         if not self.busy:
             self._task = asyncio.create_task(self._drain(), name=f"agent:{self.session_id}")
 
