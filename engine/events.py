@@ -225,6 +225,26 @@ class ApprovalRule(_Event):
     actor: int | None = None
 
 
+# Why a run stopped by itself: stuck (the detector's pattern names how), or the daily cap.
+PauseKind = Literal["stuck", "daily-cap"]
+
+
+class RunPaused(_Event):
+    """An approved checklist run or a goal round stopped by itself (engine.progress).
+
+    ``pattern`` and ``evidence`` are the stuck detector's (``repeat`` and the call that
+    repeated, say); ``text`` is the card's line; ``goal_id`` is set for a goal round.
+    """
+
+    type: Literal["run/paused"] = "run/paused"
+    kind: PauseKind
+    text: str
+    pattern: str | None = None
+    evidence: str = ""
+    task_id: str | None = None
+    goal_id: str | None = None
+
+
 SessionEvent = Annotated[
     UserMessage
     | AssistantMessage
@@ -241,7 +261,8 @@ SessionEvent = Annotated[
     | ModelUsageRecord
     | ApprovalRequested
     | ApprovalDecided
-    | ApprovalRule,
+    | ApprovalRule
+    | RunPaused,
     Field(discriminator="type"),
 ]
 

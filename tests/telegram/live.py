@@ -15,13 +15,14 @@ from telegram.ext import Application
 from bot.app import announce_restored, parts
 from bot.channel import LateChannel
 from bot.compose import open_plangate
-from engine.agent.checklist import DEFAULT_STALL_STEPS
 from engine.api import RestoredGoal
 from engine.app import Engine, EngineConfig
 from engine.model.openai_provider import OpenAIProvider
 from engine.model.script import ScriptStep
 from engine.model.types import ModelProvider
+from engine.progress.stuck import StuckLimits
 from engine.tools.files import FileLimits
+from engine.usage.meter import UsageConfig
 from storage.open import Storage
 from tests.engine.helpers import ALLOW_TEST_RUN
 from tests.fakebot.server import FakeBotApi, FakeMessage
@@ -55,9 +56,10 @@ async def live_bot(
     approval_timeout_s: float = 600.0,
     ask_writes: bool = False,
     file_limits: FileLimits | None = None,
+    stuck: StuckLimits | None = None,
+    usage: UsageConfig | None = None,
     projects: tuple[tuple[str, Path], ...] = (),
     git_remote: str | None = None,
-    stall_steps: int = DEFAULT_STALL_STEPS,
 ) -> AsyncIterator[Live]:
     """The real engine over real storage, wired to the real application on the fake API.
 
@@ -83,9 +85,10 @@ async def live_bot(
         approval_timeout_s=approval_timeout_s,
         ask_writes=ask_writes,
         file_limits=file_limits,
+        stuck=stuck or StuckLimits(),
+        usage=usage or UsageConfig(),
         projects=projects,
         git_remote=git_remote,
-        stall_steps=stall_steps,
     )
     pacing = {"chat_interval_s": 1.0, "group_per_minute": 20} if group_pacing else {}
     settings = settings_for(
