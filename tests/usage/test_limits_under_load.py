@@ -132,7 +132,11 @@ async def test_an_admitted_goal_round_always_makes_its_call(
         (last,) = await records(rig, sid)
         # What the meter estimates before the round's message is logged.
         shape = GoalSnapshot(
-            id="g", revision=1, objective=objective.strip(), phase="active", max_goal_rounds=5
+            id="estimate",
+            revision=1,
+            objective=objective.strip(),
+            phase="active",
+            max_goal_rounds=5,
         )
         admission = last.prompt_tokens + chars_to_tokens(len(round_prompt(shape, 1)))
         engine.usage.set_daily_cap(engine.usage.today().tokens + admission + 300)
