@@ -55,6 +55,16 @@ MessageSource = Annotated[
 ]
 
 
+def is_attended(source: MessageSource) -> bool:
+    """Whether a person can answer in a turn opened by ``source``: the one rule.
+
+    Every turn a person started is attended (a message, feedback, Approve, ``/execute``,
+    Resume: those queue ``seed`` turns), and so is the checklist run they armed (its
+    continuations are ``seed`` too). Only a goal round, started by the scheduler, is not.
+    """
+    return not isinstance(source, GoalRoundSource)
+
+
 # --- events ---------------------------------------------------------------------------------
 
 
@@ -185,6 +195,10 @@ class ApprovalRequested(_Event):
     command: str
     rule: list[str] = Field(default_factory=list)
     unattended: bool = False
+    # ``rule`` is one whole command (an interpreter or wrapper), not a prefix.
+    exact: bool = False
+    # The call asked for the network (its rule, if granted, is of the ``network`` family).
+    network: bool = False
 
 
 class ApprovalDecided(_Event):
@@ -200,7 +214,8 @@ class ApprovalDecided(_Event):
 class ApprovalRule(_Event):
     """A rule granted for the rest of the session (replays on load).
 
-    ``tool`` ``bash``: ``words`` is a command prefix; ``files``: ``words`` is one
+    ``tool`` ``bash``: ``words`` is a command prefix (``exact``: one whole command);
+    ``network``: one whole command that may have the network; ``files``: ``words`` is one
     workspace-relative path whose writes are allowed.
     """
 
@@ -208,6 +223,7 @@ class ApprovalRule(_Event):
     tool: str = "bash"
     words: list[str]
     actor: int | None = None
+    exact: bool = False
 
 
 SessionEvent = Annotated[

@@ -110,13 +110,16 @@ async def kill_process_group(process: asyncio.subprocess.Process, *, grace_s: fl
 
 
 class BashTool:
-    """``bash {command, timeout_s?}``; tracks running groups per session for ``kill_session``."""
+    """``bash {command, timeout_s?, network?, reason?}``; tracks running groups per session for ``kill_session``."""
 
     name = "bash"
     description = (
         "Run a bash command in the workspace and return its exit code and output (stdout and "
         "stderr merged, long output cut). timeout_s defaults to 120 (at most 600). Background "
-        "processes are killed when the command returns; there is no interactive input."
+        "processes are killed when the command returns; there is no interactive input. The "
+        "command runs in a sandbox without network; set network: true, with a short reason, "
+        "only when it truly needs the network (installing a package, fetching a page): the "
+        "owner is asked to allow that."
     )
 
     def __init__(
@@ -140,6 +143,14 @@ class BashTool:
             "properties": {
                 "command": {"type": "string"},
                 "timeout_s": {"type": "number", "exclusiveMinimum": 0},
+                "network": {
+                    "type": "boolean",
+                    "description": "Run with the network (the owner is asked first).",
+                },
+                "reason": {
+                    "type": "string",
+                    "description": "Why the network is needed, for the owner.",
+                },
             },
             "required": ["command"],
             "additionalProperties": False,
@@ -161,10 +172,20 @@ class BashTool:
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
             return ToolOutcome("error: timeout_s must be a positive number", is_error=True)
         timeout_s = min(float(timeout_s), self._limits.max_timeout_s)
+        network = args.get("network", False)
+        if not isinstance(network, bool):
+            return ToolOutcome("error: network must be true or false", is_error=True)
+        reason = args.get("reason", "")
+        if not isinstance(reason, str):
+            return ToolOutcome("error: reason must be a string", is_error=True)
         async with self._locks.lock_for(ctx.workspace):
-            return await self._run(command, timeout_s, ctx)
+            return await self._run(command, timeout_s, ctx, network=network)
 
-    async def _run(self, command: str, timeout_s: float, ctx: ToolContext) -> ToolOutcome:
+    async def _run(
+        self, command: str, timeout_s: float, ctx: ToolContext, *, network: bool = False
+    ) -> ToolOutcome:
+        """Run ``command``; ``network``: this call has the network (the approval gate asked
+        the owner before it got here)."""
         view = (
             await self._plan_view(ctx.session_id)
             if self._plan_view is not None
@@ -191,6 +212,7 @@ class BashTool:
         try:
             argv = bwrap_argv(
                 self._sandbox,
+                network=network or None,
                 workspace=ctx.workspace,
                 writable=view.state != "pre_init",
                 command=command,

@@ -161,8 +161,13 @@ def bwrap_argv(
     hidden: Sequence[Path] = (),
     environ: Mapping[str, str] | None = None,
     info_fd: int | None = None,
+    network: bool | None = None,
 ) -> list[str]:
-    """The ``bwrap`` command line that runs ``command`` with ``bash -c`` in the sandbox."""
+    """The ``bwrap`` command line that runs ``command`` with ``bash -c`` in the sandbox.
+
+    ``network``: this call's own network decision (an approved escalation); ``None`` takes
+    the settings' (``PLANGATE_BASH_NETWORK``).
+    """
     ws = str(real_path(workspace))
     args = [
         settings.bwrap,
@@ -176,7 +181,7 @@ def bwrap_argv(
         "--hostname",
         "sandbox",
     ]
-    if not settings.network:
+    if not (settings.network if network is None else network):
         args.append("--unshare-net")
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
