@@ -29,6 +29,7 @@ from engine.plan.service import PlanChange
 from engine.plan.types import PlanSidecar, PlanState
 from engine.services import Services
 from engine.tasks import safe_call
+from engine.text import clip
 
 PlanChoice = Literal["revise_offer", "confirm_discard"]
 
@@ -164,14 +165,19 @@ class Cards:
         waiting: str | None = None
         approval = self._approvals.pending(session_id)
         if approval is not None:
-            waiting = f"approval of a {approval.tool} call (the message below)"
+            what = approval.command or approval.tool
+            if approval.why == "network":
+                what += " with the network"
+            waiting = f"approval of `{clip(what, 80, one_line=True)}`"
         elif controller.awaiting_answer and not busy:
             waiting = "a question"
         elif state == "review":
             waiting = "your review"
         halted: str | None = None
         if state == "paused":
-            if run.stalled is not None:
+            if run.paused is not None:
+                halted = run.paused
+            elif run.stalled is not None:
                 label, steps = run.stalled
                 halted = f"Stalled on {label}: no progress in {steps} steps."
             else:

@@ -35,6 +35,9 @@ class ChecklistRun:
     last_progress_at: float | None = None
     # Set when the run stopped stalled: (task label, steps without progress).
     stalled: tuple[str, int] | None = None
+    # Set when the run paused for another reason (an approval nobody answered): the card's
+    # line. Arming again (Resume) clears it.
+    paused: str | None = None
 
 
 def fingerprint(tasks: Sequence[PlanTask]) -> Fingerprint:
@@ -97,6 +100,11 @@ def observe_step(
     return dataclasses.replace(run, steps_without_progress=count)
 
 
+def pause(run: ChecklistRun, why: str) -> ChecklistRun:
+    """Stop continuing and say why on the card (``why`` is its line); Resume arms again."""
+    return dataclasses.replace(run, armed=False, paused=why)
+
+
 def heard_owner(run: ChecklistRun) -> ChecklistRun:
     """The owner spoke (an answer, feedback): the count of steps without progress restarts."""
     return dataclasses.replace(run, steps_without_progress=0)
@@ -117,6 +125,7 @@ __all__ = [
     "fingerprint",
     "heard_owner",
     "observe_step",
+    "pause",
     "should_continue",
     "task_label",
     "tasks_left",

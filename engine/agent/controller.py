@@ -26,6 +26,7 @@ from engine.agent.checklist import ChecklistRun
 from engine.agent.config import AgentDeps
 from engine.agent.ports import IdleListener
 from engine.agent.turn import InboundMessage, TurnResult, run_turn
+from engine.approval.service import describe_timeout
 from engine.events import (
     FeedbackSource,
     GoalRoundSource,
@@ -35,6 +36,7 @@ from engine.events import (
 )
 from engine.plan.types import PlanTask
 from engine.tasks import BackgroundTasks, safe_call
+from engine.text import clip
 from engine.tools.base import ToolContext
 from engine.tools.runtime import ToolCallRequest, ToolRuntime
 
@@ -155,6 +157,7 @@ class SessionController:
             # The owner spoke: a question is answered, and the run's count starts afresh.
             self._asked = False
             self._run = checklist.heard_owner(self._run)
+            self._new_approval_run()
         self._inbox.append(InboundMessage(text, source, message_id))
         if not self.busy:
             self._task = asyncio.create_task(self._drain(), name=f"agent:{self.session_id}")
@@ -297,6 +300,33 @@ class SessionController:
     async def _arm(self) -> None:
         _, tasks = await self._tasks()
         self._run = checklist.arm(self._run, tasks, now=self._clock())
+        self._new_approval_run()
+
+    def _new_approval_run(self) -> None:
+        """A person acted: a request denied before may be asked about again."""
+        if self._deps.approvals is not None:
+            self._deps.approvals.new_run(self.session_id)
+
+    async def _observe_approvals(self) -> str | None:
+        """An approval nobody answered in time pauses the checklist run (the card says so).
+
+        A turn outside a run (a message in NoPlan) goes on: the model read the denial.
+        """
+        approvals = self._deps.approvals
+        if approvals is None:
+            return None
+        timed_out = approvals.take_timeout(self.session_id)
+        if timed_out is None or not self._run.armed:
+            return None
+        shown = clip(timed_out.command or timed_out.tool, 80, one_line=True)
+        waited = describe_timeout(approvals.timeout_s)
+        self._run = checklist.pause(
+            self._run,
+            f"Paused: nobody answered the approval of `{shown}` within {waited}. "
+            "Resume asks again.",
+        )
+        await safe_call("plan_changed", self._deps.channel.plan_changed(self.session_id))
+        return f"checklist paused: the approval of {shown} timed out"
 
     async def _after_turn(self, message: InboundMessage, result: TurnResult) -> None:
         """Tell the listener; keep an armed checklist run going while it makes progress."""
@@ -359,6 +389,9 @@ class SessionController:
         stalled = await self._observe_checklist()
         if stalled is not None:
             return stalled
+        paused = await self._observe_approvals()
+        if paused is not None:
+            return paused
         if message is not None and isinstance(message.source, GoalRoundSource):
             if switching_to_plan:
                 return "goal round ended: plan mode was entered"

@@ -110,7 +110,8 @@ async def kill_process_group(process: asyncio.subprocess.Process, *, grace_s: fl
 
 
 class BashTool:
-    """``bash {command, timeout_s?, network?, reason?}``; tracks running groups per session for ``kill_session``."""
+    """``bash {command, timeout_s?, network?, reason?}``; tracks running groups per session
+    for ``kill_session``."""
 
     name = "bash"
     description = (

@@ -17,6 +17,7 @@ from bot.channel import LateChannel
 from bot.compose import open_plangate
 from engine.api import RestoredGoal
 from engine.app import Engine, EngineConfig
+from engine.approval.policy import BashApproval
 from engine.model.openai_provider import OpenAIProvider
 from engine.model.script import ScriptStep
 from engine.model.types import ModelProvider
@@ -54,6 +55,8 @@ async def live_bot(
     approval_timeout_s: float = 600.0,
     ask_writes: bool = False,
     file_limits: FileLimits | None = None,
+    bash_approval: BashApproval | None = None,
+    ask_bash: tuple[tuple[str, ...], ...] = (),
 ) -> AsyncIterator[Live]:
     """The real engine over real storage, wired to the real application on the fake API.
 
@@ -79,6 +82,8 @@ async def live_bot(
         approval_timeout_s=approval_timeout_s,
         ask_writes=ask_writes,
         file_limits=file_limits,
+        bash_approval=bash_approval,
+        ask_bash=ask_bash,
     )
     pacing = {"chat_interval_s": 1.0, "group_per_minute": 20} if group_pacing else {}
     settings = settings_for(
