@@ -331,24 +331,44 @@ class ToolApprovals:
             why=why,
             reason=reason,
         )
+        return await self._request(ctx, view)
+
+    async def ask(self, ctx: ToolContext, *, tool: str, command: str) -> str | None:
+        """Ask the owner about an action no rule covers (a skip of a task with checks,
+        docs/checks.md): the same request, message and buttons as a tool call, without
+        "Allow for this session". An attended turn waits; an unattended one is denied at once.
+        ``None`` when allowed, else the denial the model reads."""
+        request_id = uuid.uuid4().hex
+        view = ApprovalView(
+            request_id=request_id,
+            call_id=f"{tool}:{request_id[:12]}",
+            tool=tool,
+            command=command,
+            rule=None,
+            unattended=not is_attended(ctx.source),
+        )
+        return await self._request(ctx, view)
+
+    async def _request(self, ctx: ToolContext, view: ApprovalView) -> str | None:
+        """One request in its turn: unattended, denied at once (the turn's one notice); a
+        repeat of one denied in this run, denied again unasked; else the owner is asked."""
         if view.unattended:
-            return await self._unattended(session_id, view, ctx.source)
-        if _key(view) in state.denied:
+            return await self._unattended(ctx.session_id, view, ctx.source)
+        if _key(view) in self._session(ctx.session_id).denied:
             return REPEAT_TEXT
-        decided = await self.ask(session_id, view)
+        decided = await self.request(ctx.session_id, view)
         if decided in ("once", "session"):
             return None
         if decided == "timeout":
             return TIMEOUT_TEXT.format(timeout=describe_timeout(self.timeout_s))
         return DENIED_TEXT
 
-    async def ask(self, session_id: str, view: ApprovalView) -> ApprovalDecision:
+    async def request(self, session_id: str, view: ApprovalView) -> ApprovalDecision:
         """Ask the owner about ``view`` and wait for the answer (a press, the timeout, /stop).
 
-        The engine-level request: anything that needs the owner's yes (a tool call, a skip
-        of a checked task) builds an :class:`ApprovalView` and awaits this; attended turns
-        only (an unattended caller denies by itself). A denial or a timeout is remembered for
-        the run; a timeout also for :meth:`take_timeout`.
+        The engine-level request under :meth:`check` and :meth:`ask`, for attended turns (an
+        unattended caller denies by itself). A denial or a timeout is remembered for the run;
+        a timeout also for :meth:`take_timeout`.
         """
         requested = ApprovalRequested(
             request_id=view.request_id,

@@ -96,6 +96,13 @@ class SandboxStatus:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
+def helper_env() -> dict[str, str]:
+    """The environment of a process plangate itself starts outside the sandbox (the grep
+    search, ``bwrap`` and the cgroup shell before it): a ``PATH`` and a locale, nothing of the
+    bot's (no token or key, no ``PYTHONPATH``, no ``HOME`` to find configuration in)."""
+    return {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"}
+
+
 def sandbox_env(settings: SandboxSettings, environ: Mapping[str, str]) -> dict[str, str]:
     """The whole environment inside the sandbox."""
     env = {
@@ -161,13 +168,8 @@ def bwrap_argv(
     hidden: Sequence[Path] = (),
     environ: Mapping[str, str] | None = None,
     info_fd: int | None = None,
-    network: bool | None = None,
 ) -> list[str]:
-    """The ``bwrap`` command line that runs ``command`` with ``bash -c`` in the sandbox.
-
-    ``network``: this call's own network decision (an approved escalation); ``None`` takes
-    the settings' (``PLANGATE_BASH_NETWORK``).
-    """
+    """The ``bwrap`` command line that runs ``command`` with ``bash -c`` in the sandbox."""
     ws = str(real_path(workspace))
     args = [
         settings.bwrap,
@@ -181,7 +183,7 @@ def bwrap_argv(
         "--hostname",
         "sandbox",
     ]
-    if not (settings.network if network is None else network):
+    if not settings.network:
         args.append("--unshare-net")
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
@@ -322,7 +324,9 @@ def _probe(settings: SandboxSettings) -> SandboxStatus:
     with tempfile.TemporaryDirectory(prefix="plangate-probe-") as folder:
         argv = bwrap_argv(settings, workspace=Path(folder), writable=True, command="true")
         try:
-            done = subprocess.run(argv, capture_output=True, timeout=20, check=False)
+            done = subprocess.run(
+                argv, capture_output=True, timeout=20, check=False, cwd="/", env=helper_env()
+            )
         except FileNotFoundError:
             return SandboxStatus(f"bash is unavailable: {settings.bwrap} is not installed; {FIX}")
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -360,6 +364,7 @@ __all__ = [
     "bwrap_argv",
     "find_pids_cgroup",
     "forbidden_env_name",
+    "helper_env",
     "probe",
     "sandbox_env",
 ]
