@@ -71,6 +71,8 @@ MAX_COMMAND_SHOWN = 1200
 MAX_COMMAND_HEAD = 300
 # How many of an unattended notice's other commands it lists (each clipped), then a count.
 MAX_ALSO_LISTED = 15
+# Unattended notices remembered for editing; a round edits only its own, the newest.
+MAX_NOTICES_KEPT = 64
 # A write's diff longer than this (escaped) goes as a .patch document above the message.
 MAX_DIFF_SHOWN = 2500
 # A reply longer than this many messages is sent as one reply.md document.
@@ -278,6 +280,8 @@ class TelegramChannel:
                     route.chat_id, html_text, thread_id=route.thread, reply_markup=markup
                 )
                 if view.unattended:
+                    if len(self._notices) >= MAX_NOTICES_KEPT:  # only a round's own grow
+                        self._notices.pop(next(iter(self._notices)))
                     self._notices[view.request_id] = (
                         route.chat_id,
                         msg.message_id,
