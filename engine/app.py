@@ -21,7 +21,6 @@ from pathlib import Path
 from engine.agent.adapters import PlanServiceAdapter
 from engine.agent.build import build_agent, workspace_from_store
 from engine.agent.channel import Channel
-from engine.agent.checklist import DEFAULT_STALL_STEPS
 from engine.agent.settings import AgentSettings
 from engine.api import (
     CommandName,
@@ -54,6 +53,7 @@ from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
 from engine.plan.types import is_editing
 from engine.ports import Clock, EventLog, SessionStore
+from engine.progress.stuck import StuckLimits
 from engine.projects import ProjectCatalog
 from engine.scheduler import ApsScheduler, Scheduler
 from engine.services import Services
@@ -84,8 +84,8 @@ class EngineConfig:
     max_goal_rounds: int = 20
     todo_parallel: bool = True
     max_steps: int = 50
-    # Steps without checklist progress after which an approved checklist stops, stalled.
-    stall_steps: int = DEFAULT_STALL_STEPS
+    # When an unattended run is stuck: the loop patterns and the outer bound on progress.
+    stuck: StuckLimits = field(default_factory=StuckLimits)
     # How bash is confined; the default is the full sandbox with no hidden paths named.
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     usage: UsageConfig = field(default_factory=UsageConfig)
@@ -347,7 +347,7 @@ def build_engine(
         plan=PlanServiceAdapter(plans),
         goals=goals,
         extra_tools=tools,
-        settings=AgentSettings(max_steps=config.max_steps, stall_steps=config.stall_steps),
+        settings=AgentSettings(max_steps=config.max_steps, stuck=config.stuck),
         sandbox=config.sandbox,
         usage=usage,
         approvals=approvals,

@@ -241,6 +241,27 @@ class ApprovalRule(_Event):
     exact: bool = False
 
 
+# Why a run stopped by itself: stuck (the detector's pattern names how), the daily cap, or
+# an approval nobody answered within PLANGATE_APPROVAL_TIMEOUT.
+PauseKind = Literal["stuck", "daily-cap", "approval-timeout"]
+
+
+class RunPaused(_Event):
+    """An approved checklist run or a goal round stopped by itself (engine.progress).
+
+    ``pattern`` and ``evidence`` are the stuck detector's (``repeat`` and the call that
+    repeated, say); ``text`` is the card's line; ``goal_id`` is set for a goal round.
+    """
+
+    type: Literal["run/paused"] = "run/paused"
+    kind: PauseKind
+    text: str
+    pattern: str | None = None
+    evidence: str = ""
+    task_id: str | None = None
+    goal_id: str | None = None
+
+
 SessionEvent = Annotated[
     UserMessage
     | AssistantMessage
@@ -257,7 +278,8 @@ SessionEvent = Annotated[
     | ModelUsageRecord
     | ApprovalRequested
     | ApprovalDecided
-    | ApprovalRule,
+    | ApprovalRule
+    | RunPaused,
     Field(discriminator="type"),
 ]
 

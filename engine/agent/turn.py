@@ -2,12 +2,13 @@
 
 A step is: the pre-step hook (pending plan switch or approval, goal-round re-validation) ->
 context built from the log -> one model call -> ``assistant/message`` and ``tool/call`` events ->
-the tool batch (plan gate first) -> ``tool/result`` events. The turn ends when the model
+the tool batch (plan gate first) -> ``tool/result`` events -> the post-step hook (the stuck
+detector, told what the step did as a :class:`StepDone`). The turn ends when the model
 answers without tool calls (``completed``), after ``max_steps`` (``max_steps``), when the
-pre-step hook says so (``completed`` with a detail), on a model error (``failed``) or when
-the task is cancelled (``cancelled``; every open call gets a synthetic interrupted result).
-A goal round's first check runs before its ``user/message`` is logged; a round refused there
-logs nothing.
+pre-step or post-step hook says so (``completed`` with a detail), on a model error
+(``failed``) or when the task is cancelled (``cancelled``; every open call gets a synthetic
+interrupted result). A goal round's first check runs before its ``user/message`` is logged;
+a round refused there logs nothing.
 
 With a usage meter every model call first reserves its prompt estimate and its ``max_tokens``
 against the daily cap and the goal's token budget (a call that would cross a limit is not made:
@@ -26,7 +27,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from engine.agent.config import AgentDeps
-from engine.agent.context import assemble_messages
+from engine.agent.context import ELIDED_TEXT, assemble_messages
 from engine.agent.ports import PlanPromptView
 from engine.agent.prompt import PromptInputs, build_system_prompt
 from engine.events import (
@@ -41,7 +42,7 @@ from engine.events import (
     TurnStart,
     UserMessage,
 )
-from engine.model.types import ModelError, ModelToolCall
+from engine.model.types import ModelError, ModelReply, ModelToolCall
 from engine.tasks import safe_call
 from engine.tools.base import ToolContext, ToolOutcome
 from engine.tools.runtime import ToolCallRequest, ToolRuntime
@@ -54,6 +55,21 @@ CANCELLED_TOOL_TEXT = "cancelled: the user stopped the turn before this tool fin
 
 # Returns None to go on, or a short reason to end the turn before this step.
 PreStep = Callable[[int], Awaitable[str | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class StepDone:
+    """What one step did, for the stuck detector: the calls with their results (none for a
+    plain reply), whether the context had to elide this turn's own results, its tokens."""
+
+    calls: tuple[tuple[ToolCall, ToolResult], ...]
+    text: str
+    compacted: bool
+    tokens: int
+
+
+# Told after each step; returns None to go on, or a short reason to end the turn now.
+PostStep = Callable[[StepDone], Awaitable[str | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +91,8 @@ class TurnResult:
     asked: bool = False
     # With ``quiet``: the closing words the turn did not post (the caller decides).
     held: str = ""
+    # A usage limit refused the turn's next model call (the daily cap, a goal's budget).
+    refusal: BudgetRefusal | None = None
 
 
 def _invalid_arguments(call: ModelToolCall) -> ToolOutcome | None:
@@ -94,6 +112,7 @@ async def run_turn(
     message: InboundMessage,
     *,
     pre_step: PreStep,
+    post_step: PostStep | None = None,
     quiet: bool = False,
     runs_on: bool = False,
 ) -> TurnResult:
@@ -158,6 +177,7 @@ async def run_turn(
                 break
             await safe_call("typing", deps.channel.typing(session_id))
             messages = await _context(deps, session_id, workspace_text=str(workspace))
+            compacted = any(m.get("content") == ELIDED_TEXT for m in messages)
             specs = runtime.specs()
             chars = estimate = 0
             max_tokens: int | None = None
@@ -182,33 +202,41 @@ async def run_turn(
                 for c in reply.tool_calls
             ]
             events.extend(calls)
+            tokens = _reply_tokens(reply)
             if deps.usage is not None:
-                events.append(
-                    deps.usage.record_for(
-                        turn_id=turn_id,
-                        source=message.source,
-                        reply=reply,
-                        chars=chars,
-                        estimate=estimate,
-                    )
+                record = deps.usage.record_for(
+                    turn_id=turn_id,
+                    source=message.source,
+                    reply=reply,
+                    chars=chars,
+                    estimate=estimate,
                 )
+                tokens = record.prompt_tokens + record.completion_tokens
+                events.append(record)
             stored = await log.append(session_id, events)
             if deps.usage is not None:
                 await deps.usage.recorded(stored, held)
             held = None
             if not calls:
                 outcome = "completed"
+                if post_step is not None:
+                    await post_step(StepDone((), reply.text, compacted, tokens))
                 break
             open_calls = {c.call_id: c for c in calls}
             outcomes = await _run_batch(runtime, reply.tool_calls, ctx)
-            await log.append(
-                session_id,
-                [
-                    ToolResult(call_id=c.id, name=c.name, content=o.content, is_error=o.is_error)
-                    for c, o in zip(reply.tool_calls, outcomes, strict=True)
-                ],
-            )
+            results = [
+                ToolResult(call_id=c.id, name=c.name, content=o.content, is_error=o.is_error)
+                for c, o in zip(reply.tool_calls, outcomes, strict=True)
+            ]
+            await log.append(session_id, list(results))
             open_calls = {}
+            if post_step is not None:
+                pairs = tuple(zip(calls, results, strict=True))
+                done = StepDone(pairs, reply.text, compacted, tokens)
+                stop_reason = await post_step(done)
+                if stop_reason is not None:
+                    outcome, detail, final_text = "completed", stop_reason, ""
+                    break
             final_text = ""
             asked = asked or any(
                 c.name == "ask_user" and not o.is_error
@@ -270,10 +298,17 @@ async def run_turn(
             f"(I stopped after {deps.settings.max_steps} steps; send a message to continue.)"
         )
     if text and quiet:
-        return TurnResult(turn_id, outcome, final_text, detail, asked=asked, held=text)
+        return TurnResult(
+            turn_id, outcome, final_text, detail, asked=asked, held=text, refusal=budget_stop
+        )
     if text:
         await safe_call("reply", deps.channel.reply(session_id, text, reply_to=message.message_id))
-    return TurnResult(turn_id, outcome, final_text, detail, asked=asked)
+    return TurnResult(turn_id, outcome, final_text, detail, asked=asked, refusal=budget_stop)
+
+
+def _reply_tokens(reply: ModelReply) -> int:
+    usage = reply.usage
+    return 0 if usage is None else usage.prompt_tokens + usage.completion_tokens
 
 
 async def _run_batch(
@@ -317,4 +352,12 @@ def is_goal_round(source: MessageSource) -> bool:
     return isinstance(source, GoalRoundSource)
 
 
-__all__ = ["CANCELLED_TOOL_TEXT", "InboundMessage", "PreStep", "TurnResult", "run_turn"]
+__all__ = [
+    "CANCELLED_TOOL_TEXT",
+    "InboundMessage",
+    "PostStep",
+    "PreStep",
+    "StepDone",
+    "TurnResult",
+    "run_turn",
+]

@@ -33,10 +33,10 @@ from engine.events import (
 from engine.goal.service import GoalService
 from engine.goal.types import NO_PROGRESS
 from engine.ports import EventLog
+from engine.progress.stuck import FILE_TOOLS
 
 log = logging.getLogger("plangate.goal.progress")
 
-FILE_TOOLS = frozenset({"write_file", "edit_file"})
 # The event types the two functions below read (a filtered log read needs no more).
 PROGRESS_EVENT_TYPES = frozenset(
     {

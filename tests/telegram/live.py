@@ -15,14 +15,15 @@ from telegram.ext import Application
 from bot.app import announce_restored, parts
 from bot.channel import LateChannel
 from bot.compose import open_plangate
-from engine.agent.checklist import DEFAULT_STALL_STEPS
 from engine.api import RestoredGoal
 from engine.app import Engine, EngineConfig
 from engine.approval.policy import BashApproval
 from engine.model.openai_provider import OpenAIProvider
 from engine.model.script import ScriptStep
 from engine.model.types import ModelProvider
+from engine.progress.stuck import StuckLimits
 from engine.tools.files import FileLimits
+from engine.usage.meter import UsageConfig
 from storage.open import Storage
 from tests.engine.helpers import ALLOW_TEST_RUN
 from tests.fakebot.server import FakeBotApi, FakeMessage
@@ -58,9 +59,10 @@ async def live_bot(
     file_limits: FileLimits | None = None,
     bash_approval: BashApproval | None = None,
     ask_bash: tuple[tuple[str, ...], ...] = (),
+    stuck: StuckLimits | None = None,
+    usage: UsageConfig | None = None,
     projects: tuple[tuple[str, Path], ...] = (),
     git_remote: str | None = None,
-    stall_steps: int = DEFAULT_STALL_STEPS,
 ) -> AsyncIterator[Live]:
     """The real engine over real storage, wired to the real application on the fake API.
 
@@ -88,9 +90,10 @@ async def live_bot(
         file_limits=file_limits,
         bash_approval=bash_approval,
         ask_bash=ask_bash,
+        stuck=stuck or StuckLimits(),
+        usage=usage or UsageConfig(),
         projects=projects,
         git_remote=git_remote,
-        stall_steps=stall_steps,
     )
     pacing = {"chat_interval_s": 1.0, "group_per_minute": 20} if group_pacing else {}
     settings = settings_for(
