@@ -122,6 +122,7 @@ def engine_config(settings: Settings) -> EngineConfig:
         ask_bash=settings.ask_bash,
         approval_timeout_s=settings.approval_timeout,
         ask_writes=settings.ask_writes,
+        vision=settings.model_vision,
         projects=settings.projects,
         projects_root=settings.projects_root,
     )

@@ -263,6 +263,16 @@ class Settings(BaseSettings):
     approval_timeout: Annotated[float, NoDecode] = 600.0
     # Writes to existing workspace files ask too (with a diff) in NoPlan and Active.
     ask_writes: bool = False
+    # Files from the phone (docs/inputs.md): the largest upload kept (Telegram's bots can
+    # download at most 20 MB, so more than 20 changes nothing), whether the model sees
+    # images, the largest photo side used, a reply longer than this many visible characters
+    # goes as a summary plus answer.md, and the speech-to-text endpoint for voice notes.
+    max_upload_mb: float = Field(default=20.0, gt=0, allow_inf_nan=False)
+    model_vision: bool = False
+    max_image_px: int = Field(default=2048, ge=64)
+    reply_document_chars: int = Field(default=6000, ge=500)
+    transcribe_model: str = "whisper-1"
+    transcribe_base_url: str | None = None
     # Projects (docs/projects.md): named folders, and a folder whose subfolders are projects;
     # the workspace is the default project.
     projects: Annotated[tuple[tuple[str, Path], ...], NoDecode] = ()

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final, Literal, Protocol
 
-from engine.events import GoalCheck
+from engine.events import Attachment, GoalCheck
 from engine.goal.types import GoalSnapshot
 from engine.plan.types import PlanSidecar
 
@@ -196,8 +197,13 @@ class EngineApi(Protocol):
         actor: int | None,
         message_id: int | None,
         feedback: bool = False,
+        attachments: Sequence[Attachment] = (),
     ) -> None:
         """Queue a message for the agent and return at once (never waits for the turn)."""
+        ...
+
+    def inbox_dir(self, session_id: str) -> Path | None:
+        """The folder the session's uploads are saved in (engine.inbox); None: uploads off."""
         ...
 
     async def command(

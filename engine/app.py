@@ -41,12 +41,13 @@ from engine.approval.service import DEFAULT_TIMEOUT_S, ToolApprovals
 from engine.cards import Cards
 from engine.checks.runner import SandboxChecks
 from engine.commands import CommandPlane
-from engine.events import GoalRoundSource, MessageSource
+from engine.events import Attachment, GoalRoundSource, MessageSource
 from engine.goal.driver import RoundDriver
 from engine.goal.progress import IdleRoundWatch
 from engine.goal.service import GoalService
 from engine.goal.tools import goal_tools
 from engine.goal.types import NEEDS_APPROVAL
+from engine.inbox import session_inbox
 from engine.model.types import ModelProvider
 from engine.plan.service import PlanChange, PlanService
 from engine.plan.store import PlanStore
@@ -103,6 +104,11 @@ class EngineConfig:
     ask_writes: bool = False
     # Caps of the file tools (grep's deadline among them); the defaults suit a real bot.
     file_limits: FileLimits | None = None
+    # Where the files the owner sends are kept (engine.inbox), ``<home>/inbox`` when opened
+    # by bot.compose; None: no inbox (uploads are refused by the front end).
+    inbox_root: Path | None = None
+    # The model can see images (PLANGATE_MODEL_VISION): a photo goes as an image part.
+    vision: bool = False
     # The projects besides the default (``workspace``): named folders (PLANGATE_PROJECTS)
     # and a folder whose subfolders are projects (PLANGATE_PROJECTS_ROOT).
     projects: tuple[tuple[str, Path], ...] = ()
@@ -163,6 +169,11 @@ class Engine:
         """A group became a supergroup: bind its sessions to the new id; returns them."""
         return await self.sessions.migrate_chat(old_chat_id, new_chat_id)
 
+    def inbox_dir(self, session_id: str) -> Path | None:
+        """The folder the session's uploads are saved in (None: uploads are off)."""
+        root = self.config.inbox_root
+        return session_inbox(root, session_id) if root is not None else None
+
     async def project(self, chat_id: int, thread_id: int, args: str, *, actor: int) -> Outcome:
         """``/project [name]``: show the key's project, or bind the key to another one."""
         return await self.sessions.project(chat_id, thread_id, args, actor=actor)
@@ -177,11 +188,17 @@ class Engine:
         actor: int | None,
         message_id: int | None,
         feedback: bool = False,
+        attachments: Sequence[Attachment] = (),
     ) -> None:
         """Queue a message for the agent and return at once (never waits for the turn)."""
         await self.sessions.ensure_loaded(session_id)
         await self.commands.message(
-            session_id, text, actor=actor, message_id=message_id, feedback=feedback
+            session_id,
+            text,
+            actor=actor,
+            message_id=message_id,
+            feedback=feedback,
+            attachments=attachments,
         )
 
     async def command(
@@ -347,7 +364,10 @@ def build_engine(
         plan=PlanServiceAdapter(plans),
         goals=goals,
         extra_tools=tools,
-        settings=AgentSettings(max_steps=config.max_steps, stuck=config.stuck),
+        settings=AgentSettings(
+            max_steps=config.max_steps, stuck=config.stuck, vision=config.vision
+        ),
+        inbox_root=config.inbox_root,
         sandbox=config.sandbox,
         usage=usage,
         approvals=approvals,

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from engine import api
 from engine.api import CommandName, Outcome
 from engine.cards import Cards
-from engine.events import CommandRun, FeedbackSource, HumanSource
+from engine.events import Attachment, CommandRun, FeedbackSource, HumanSource
 from engine.goal.commands import describe_goal, parse_goal_command, run_goal_command
 from engine.goal.fold import GoalRefusal
 from engine.plan.extract import validate_template_b
@@ -117,10 +118,12 @@ class CommandPlane:
         actor: int | None,
         message_id: int | None,
         feedback: bool = False,
+        attachments: Sequence[Attachment] = (),
     ) -> None:
         """An owner's message for the agent: queued, never waited for.
 
-        ``feedback`` marks the answer to Keep planning or Revise. A message answers a
+        ``feedback`` marks the answer to Keep planning or Revise; ``attachments`` are files
+        already saved in the session inbox (engine.inbox). A message answers a
         question the agent asked, so the card stops saying it waits for one.
         """
         controller = self._agents.controller(session_id)
@@ -130,7 +133,9 @@ class CommandPlane:
             if feedback
             else HumanSource(user_id=actor, message_id=message_id)
         )
-        controller.submit(clean_text(text), source=source, message_id=message_id)
+        controller.submit(
+            clean_text(text), source=source, message_id=message_id, attachments=tuple(attachments)
+        )
         if answered:
             await self._redraw_plan(session_id)
 

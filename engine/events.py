@@ -69,10 +69,28 @@ def is_attended(source: MessageSource) -> bool:
 # --- events ---------------------------------------------------------------------------------
 
 
+class Attachment(_Event):
+    """A file the owner sent with a message, saved in the session inbox (engine.inbox).
+
+    The log keeps the reference, never the bytes: ``path`` is the saved file (absolute),
+    ``name`` its clean name in the inbox. ``kind`` ``image`` goes to a vision model as an image
+    part (read from ``path`` each time the context is built). ``text`` is a small text file's
+    content, inlined into the prompt.
+    """
+
+    kind: Literal["file", "image"] = "file"
+    path: str
+    name: str
+    size: int
+    mime: str = ""
+    text: str | None = None
+
+
 class UserMessage(_Event):
     type: Literal["user/message"] = "user/message"
     text: str
     source: MessageSource = Field(default_factory=HumanSource)
+    attachments: tuple[Attachment, ...] = ()
 
 
 class AssistantMessage(_Event):
@@ -241,9 +259,10 @@ class ApprovalRule(_Event):
     exact: bool = False
 
 
-# Why a run stopped by itself: stuck (the detector's pattern names how), the daily cap, or
-# an approval nobody answered within PLANGATE_APPROVAL_TIMEOUT.
-PauseKind = Literal["stuck", "daily-cap", "approval-timeout"]
+# Why a run stopped by itself: stuck (the detector's pattern names how), the daily cap, a turn
+# that failed (a model error, a context overflow the provider refused), or an approval nobody
+# answered within PLANGATE_APPROVAL_TIMEOUT.
+PauseKind = Literal["stuck", "daily-cap", "failed", "approval-timeout"]
 
 
 class RunPaused(_Event):
@@ -260,6 +279,16 @@ class RunPaused(_Event):
     evidence: str = ""
     task_id: str | None = None
     goal_id: str | None = None
+
+
+class WorkspaceChanged(_Event):
+    """bash changed the workspace in the step just logged (the snapshot after it differed).
+
+    Logged by the agent while the stuck detector watches (a checklist run, a goal round), so
+    what bash did on disk counts as progress for the goal's idle rounds too.
+    """
+
+    type: Literal["workspace/changed"] = "workspace/changed"
 
 
 SessionEvent = Annotated[
@@ -279,7 +308,8 @@ SessionEvent = Annotated[
     | ApprovalRequested
     | ApprovalDecided
     | ApprovalRule
-    | RunPaused,
+    | RunPaused
+    | WorkspaceChanged,
     Field(discriminator="type"),
 ]
 

@@ -29,12 +29,14 @@ from engine.agent.ports import IdleListener
 from engine.agent.turn import InboundMessage, StepDone, TurnResult, run_turn
 from engine.approval.service import describe_timeout
 from engine.events import (
+    Attachment,
     FeedbackSource,
     GoalRoundSource,
     HumanSource,
     MessageSource,
     RunPaused,
     SeedSource,
+    WorkspaceChanged,
 )
 from engine.goal.types import NO_PROGRESS
 from engine.plan.types import PlanPause, PlanTask
@@ -162,7 +164,12 @@ class SessionController:
     # --- input ----------------------------------------------------------------------------
 
     def submit(
-        self, text: str, *, source: MessageSource | None = None, message_id: int | None = None
+        self,
+        text: str,
+        *,
+        source: MessageSource | None = None,
+        message_id: int | None = None,
+        attachments: tuple[Attachment, ...] = (),
     ) -> None:
         """Queue a message and make sure a drain task runs; returns at once.
 
@@ -178,7 +185,7 @@ class SessionController:
             self._asked = False
             self._reset_watch()
             self._new_approval_run()
-        self._inbox.append(InboundMessage(text, source, message_id))
+        self._inbox.append(InboundMessage(text, source, message_id, attachments))
         if not self.busy:
             self._task = asyncio.create_task(self._drain(), name=f"agent:{self.session_id}")
 
@@ -392,6 +399,17 @@ class SessionController:
                     task_id=task.id if task is not None else None,
                 )
             )
+        if self._run.armed and result.outcome == "failed":
+            # Nobody knows how far the failed turn got: the run pauses and says why.
+            task = checklist.current_task(tasks)
+            await self._pause(
+                PauseReason(
+                    "failed",
+                    f"Paused: the turn failed ({clip(result.detail, 160, one_line=True)})",
+                    evidence=result.detail,
+                    task_id=task.id if task is not None else None,
+                )
+            )
         if self._run.armed:
             failed = result.outcome in ("failed", "cancelled")
             if failed or not checklist.should_continue(self._run, tasks, active=active):
@@ -439,8 +457,10 @@ class SessionController:
         self._run, tasks_moved = checklist.observe_tasks(self._run, tasks, now=now)
         pairs = [(c.name, c.arguments, r.content, r.is_error) for c, r in step.calls]
         progress = tasks_moved or step_changed(pairs)
-        if not progress and any(name == "bash" for name, *_ in pairs):
-            progress = await self._workspace_moved()
+        if any(name == "bash" for name, *_ in pairs) and await self._workspace_moved():
+            # In the log, so the goal's idle-rounds rule counts what bash did on disk too.
+            await self._deps.log.append(self.session_id, [WorkspaceChanged()])
+            progress = True
         record = Step(
             calls=tuple(call_record(n, a, c, is_error=e) for n, a, c, e in pairs),
             compacted=step.compacted,

@@ -35,6 +35,8 @@ class AgentSettings:
     )
     # When an unattended run (the checklist run, a goal round) is stuck (engine.progress).
     stuck: StuckLimits = field(default_factory=StuckLimits)
+    # The model sees images: an image attachment goes as an image part, else as a note.
+    vision: bool = False
 
 
 __all__ = ["AgentSettings"]

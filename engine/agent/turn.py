@@ -25,6 +25,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from engine.agent.config import AgentDeps
 from engine.agent.context import ELIDED_TEXT, assemble_messages
@@ -32,6 +33,7 @@ from engine.agent.ports import PlanPromptView
 from engine.agent.prompt import PromptInputs, build_system_prompt
 from engine.events import (
     AssistantMessage,
+    Attachment,
     GoalRoundSource,
     MessageSource,
     SessionEvent,
@@ -42,6 +44,7 @@ from engine.events import (
     TurnStart,
     UserMessage,
 )
+from engine.inbox import session_inbox
 from engine.model.types import ModelError, ModelReply, ModelToolCall
 from engine.tasks import safe_call
 from engine.tools.base import ToolContext, ToolOutcome
@@ -79,6 +82,8 @@ class InboundMessage:
     text: str
     source: MessageSource
     message_id: int | None = None
+    # Files the owner sent with it, already saved in the session inbox (engine.inbox).
+    attachments: tuple[Attachment, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +154,12 @@ async def run_turn(
     try:
         await log.append(
             session_id,
-            [TurnStart(turn_id=turn_id), UserMessage(text=message.text, source=message.source)],
+            [
+                TurnStart(turn_id=turn_id),
+                UserMessage(
+                    text=message.text, source=message.source, attachments=message.attachments
+                ),
+            ],
         )
     except BaseException:
         if held is not None and deps.usage is not None:
@@ -158,7 +168,11 @@ async def run_turn(
     await safe_call("turn_started", deps.channel.turn_started(session_id))
     open_calls: dict[str, ToolCall] = {}
     ctx = ToolContext(
-        session_id=session_id, workspace=workspace, turn_id=turn_id, source=message.source
+        session_id=session_id,
+        workspace=workspace,
+        turn_id=turn_id,
+        source=message.source,
+        read_roots=_read_roots(deps, session_id),
     )
     final_text = ""
     # The last thing the model said in this turn: a turn ended by its pre-step (a goal round
@@ -330,7 +344,10 @@ async def _context(
 ) -> list[dict[str, object]]:
     # Incremental: the turns and projections of the steps before, plus the log's new tail.
     turns, projections = await deps.history.read(
-        deps.log, session_id, result_cap=deps.settings.tool_result_cap_chars
+        deps.log,
+        session_id,
+        result_cap=deps.settings.tool_result_cap_chars,
+        vision=deps.settings.vision,
     )
     plan_view = (
         await deps.plan.prompt_view(session_id) if deps.plan is not None else PlanPromptView()
@@ -345,6 +362,13 @@ async def _context(
         )
     )
     return assemble_messages(turns, system_prompt=system, settings=deps.settings)
+
+
+def _read_roots(deps: AgentDeps, session_id: str) -> tuple[Path, ...]:
+    """The session's inbox, when there is one: the read tools may read it, never write."""
+    if deps.inbox_root is None:
+        return ()
+    return (session_inbox(deps.inbox_root, session_id),)
 
 
 def is_goal_round(source: MessageSource) -> bool:

@@ -61,10 +61,15 @@ async def live_bot(
     ask_bash: tuple[tuple[str, ...], ...] = (),
     stuck: StuckLimits | None = None,
     usage: UsageConfig | None = None,
+    vision: bool = False,
+    bot_settings: dict[str, Any] | None = None,
     projects: tuple[tuple[str, Path], ...] = (),
     git_remote: str | None = None,
 ) -> AsyncIterator[Live]:
     """The real engine over real storage, wired to the real application on the fake API.
+
+    ``bot_settings``: more fields of the bot's settings (``max_upload_mb`` ...); ``vision``:
+    the model sees images (``PLANGATE_MODEL_VISION``).
 
     ``group_pacing``: the shipped outbox pacing (about a call a second per chat, 20 per
     rolling minute in a group), as a real group has it; otherwise the tests' (no waits).
@@ -92,6 +97,7 @@ async def live_bot(
         ask_bash=ask_bash,
         stuck=stuck or StuckLimits(),
         usage=usage or UsageConfig(),
+        vision=vision,
         projects=projects,
         git_remote=git_remote,
     )
@@ -100,6 +106,7 @@ async def live_bot(
         api,
         flow_edit_interval=edit_interval_s,
         flow_group_edit_interval=6.0 if group_pacing else edit_interval_s,
+        **(bot_settings or {}),
     )
     try:
         async with (
