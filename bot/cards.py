@@ -22,6 +22,7 @@ from engine.goal.types import GoalSnapshot
 from engine.plan.extract import extract_work_items
 from engine.plan.types import PlanSidecar, PlanTask
 from engine.text import clip
+from engine.worktree.types import DECIDING, FileStat, WorktreeView
 
 Button = tuple[str, str]  # (label, callback data)
 
@@ -37,6 +38,14 @@ PAUSE = "⏸ Pause"
 RESUME = "▶️ Resume"
 START = "▶️ Start"
 CLEAR = "✖️ Clear"
+# The Done card of a plan that ran in a git worktree (docs/projects.md).
+MERGE = "🔀 Merge"
+PUSH_BRANCH = "⬆️ Push branch"
+KEEP_BRANCH = "🌿 Keep branch"
+DISCARD_CHANGES = "🗑 Discard changes"
+YES_DISCARD_CHANGES = "Yes, discard changes"
+# Files listed on the Done card before "… N more files".
+FILES_SHOWN = (40, 20, 10, 5, 0)
 
 BAR_CELLS = 10
 WINDOW_BEFORE = 2
@@ -153,6 +162,68 @@ def _plan_buttons(
     return ()
 
 
+def _branch_buttons(view: WorktreeView) -> tuple[tuple[Button, ...], ...]:
+    """The Done card's branch buttons, bound to the finished plan's id and revision."""
+    if view.phase not in DECIDING:
+        return ()
+
+    def b(label: str, action: str) -> Button:
+        return (label, cb.plan_data(action, view.plan_id, view.revision))
+
+    if view.confirm_drop:
+        return ((b(YES_DISCARD_CHANGES, cb.PLAN_DROP_YES), b(CANCEL, cb.PLAN_DROP_NO)),)
+    keep = (b(KEEP_BRANCH, cb.PLAN_KEEP_BRANCH), b(DISCARD_CHANGES, cb.PLAN_DROP))
+    if view.phase == "conflict":
+        return (keep,)
+    first = b(PUSH_BRANCH, cb.PLAN_PUSH) if view.push else b(MERGE, cb.PLAN_MERGE)
+    return ((first,), keep)
+
+
+def _stat(f: FileStat) -> str:
+    counts = "binary" if f.added is None else f"+{f.added} −{f.removed or 0}"
+    return f"{clip_line(f.path, 90)} <i>{counts}</i>"
+
+
+def worktree_lines(view: WorktreeView, *, files: int | None, patch: bool) -> list[str]:
+    """The card's lines about the plan's worktree. At Done: the branch, the diffstat, up to
+    ``files`` file lines (all with ``None``), and the whole diff when ``patch``."""
+    branch = clip_line(view.branch, 100)
+    base = f" from {clip_line(view.base, 60)}" if view.base else ""
+    if view.phase in ("in_place", "failed"):
+        return [f"📁 {escape(clip(view.message or 'works in place', 300, one_line=True))}"]
+    if view.phase in ("live", "creating"):
+        return [f"🌿 Working in its own worktree on <code>{branch}</code>{base}."]
+    if view.phase not in DECIDING:
+        return [f"🌿 {escape(clip(view.message, 300, one_line=True))}"] if view.message else []
+    count = len(view.files)
+    noun = "file" if count == 1 else "files"
+    lines = [f"🌿 <code>{branch}</code>{base}: {count} {noun}, +{view.added} −{view.removed}"]
+    if patch and view.patch:
+        lines.append(f"<pre>{escape(view.patch.rstrip())}</pre>")
+    else:
+        shown = view.files if files is None else view.files[:files]
+        lines.extend(_stat(f) for f in shown)
+        if len(shown) < count:
+            lines.append(f"<i>… {count - len(shown)} more files</i>")
+        if view.patch_name:
+            lines.append(f"<i>The whole diff is attached as {escape(view.patch_name)}.</i>")
+    if view.message:
+        lines.append(f"⚠️ {escape(clip(view.message, 500, one_line=True))}")
+    if view.confirm_drop:
+        lines.append("<i>Discard these changes? The worktree and the branch are removed.</i>")
+    return lines
+
+
+def patch_inline(
+    sidecar: PlanSidecar, state: PlanCardState, view: WorktreeView, *, note: str | None = None
+) -> bool:
+    """The whole diff fits on the Done card (else it goes as the ``.patch`` document)."""
+    if not view.patch or view.phase not in DECIDING:
+        return False
+    lines = [*_plan_head(sidecar, state), "", *worktree_lines(view, files=None, patch=True)]
+    return _fit(lines, note) is not None
+
+
 def build_plan_card(
     sidecar: PlanSidecar | None,
     state: PlanCardState,
@@ -160,6 +231,7 @@ def build_plan_card(
     note: str | None = None,
     markdown: str | None = None,
     attached: bool = False,
+    worktree: WorktreeView | None = None,
 ) -> CardView:
     """The plan card for this sidecar in this state; ``note`` is one extra line of plain text.
 
@@ -172,6 +244,9 @@ def build_plan_card(
     head = _plan_head(sidecar, state)
     tasks = sidecar.tasks
     buttons = _plan_buttons(state, sidecar.id, sidecar.revision)
+    if worktree is not None:
+        buttons = buttons or _branch_buttons(worktree)
+        return _worktree_card(head, sidecar, state, worktree, note, buttons)
     if state in ("review", "confirm_discard") and markdown and not tasks:
         return CardView(_review_text(head, markdown, note, attached=attached), buttons)
     if not tasks:
@@ -185,6 +260,31 @@ def build_plan_card(
         text = _fit([*head, "", counts, *task_window(tasks, before=before, after=after)], note)
         if text is not None:
             return CardView(text, buttons)
+    return CardView(_fit(head, note) or escape("Plan card too long to show."), buttons)
+
+
+def _worktree_card(
+    head: list[str],
+    sidecar: PlanSidecar,
+    state: PlanCardState,
+    view: WorktreeView,
+    note: str | None,
+    buttons: tuple[tuple[Button, ...], ...],
+) -> CardView:
+    """A card with the worktree's lines; at Done the diff first, then fewer files, then
+    fewer tasks, until it fits."""
+    inline = patch_inline(sidecar, state, view, note=note)
+    tasks = sidecar.tasks
+    done = sum(1 for t in tasks if t.status in ("completed", "deferred"))
+    counts = [progress_bar(done, len(tasks))] if tasks else []
+    variants: list[int | None] = [None, *FILES_SHOWN]
+    for before, after in ((WINDOW_BEFORE, WINDOW_AFTER), (1, 3), (0, 0)):
+        window = [*counts, *task_window(tasks, before=before, after=after)] if tasks else []
+        for files in variants:
+            body = worktree_lines(view, files=files, patch=inline)
+            text = _fit([*head, "", *window, "", *body], note)
+            if text is not None:
+                return CardView(text, buttons)
     return CardView(_fit(head, note) or escape("Plan card too long to show."), buttons)
 
 

@@ -7,6 +7,7 @@ shutting down the engine stay with the caller (``bot.app.serve`` does both for t
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -44,6 +45,9 @@ async def open_plangate(
     calls); the stores keep the real one. The database is closed on exit; shut the engine
     down before that.
     """
+    if config.worktree_root is None:
+        # Approved plans' git worktrees live under the home (docs/projects.md).
+        config = dataclasses.replace(config, worktree_root=home / "worktrees")
     storage = await open_storage(home, clock=clock)
     try:
         engine = build_engine(

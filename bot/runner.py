@@ -113,6 +113,8 @@ def engine_config(settings: Settings) -> EngineConfig:
         ask_writes=settings.ask_writes,
         projects=settings.projects,
         projects_root=settings.projects_root,
+        worktree_root=settings.home / "worktrees",
+        git_remote=settings.git_remote,
     )
 
 

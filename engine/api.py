@@ -15,6 +15,7 @@ from typing import Final, Literal, Protocol
 
 from engine.goal.types import GoalSnapshot
 from engine.plan.types import PlanSidecar
+from engine.worktree.types import WorktreeView
 
 # The command plane's command names; `/show-plan`, `/show_plan` and `/show-plan@bot` all arrive
 # as "show_plan", and `/start` as "help". ``/new`` is not among them: it rebinds a chat key
@@ -56,6 +57,17 @@ PLAN_DISCARD_YES: Final = "discard_yes"
 PLAN_REVISE: Final = "revise"
 PLAN_CANCEL: Final = "cancel"
 PLAN_RESUME: Final = "resume"
+# The Done card of a plan that ran in a git worktree (docs/projects.md): bound to the ended
+# plan's id and revision like every plan button.
+PLAN_MERGE: Final = "merge"
+PLAN_PUSH: Final = "push"
+PLAN_KEEP_BRANCH: Final = "keep_branch"
+PLAN_DROP: Final = "drop"
+PLAN_DROP_YES: Final = "drop_yes"
+PLAN_DROP_NO: Final = "drop_no"
+BRANCH_ACTIONS: Final = frozenset(
+    {PLAN_MERGE, PLAN_PUSH, PLAN_KEEP_BRANCH, PLAN_DROP, PLAN_DROP_YES, PLAN_DROP_NO}
+)
 GOAL_PAUSE: Final = "pause"
 GOAL_RESUME: Final = "resume"
 GOAL_START: Final = "start"
@@ -77,6 +89,7 @@ PRESS_ACTIONS: Final[dict[PressKind, frozenset[str]]] = {
             PLAN_REVISE,
             PLAN_CANCEL,
             PLAN_RESUME,
+            *BRANCH_ACTIONS,
         }
     ),
     "g": frozenset({GOAL_PAUSE, GOAL_RESUME, GOAL_START, GOAL_CLEAR, GOAL_CLEAR_YES, GOAL_CANCEL}),
@@ -116,6 +129,8 @@ class PlanCardData:
     last_progress_at: float | None = None
     # Why an Active checklist is not running (stalled, stopped, restarted), for the card.
     halted: str | None = None
+    # The plan's git worktree: where it runs, and at Done its diff and the branch buttons.
+    worktree: WorktreeView | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,7 @@ from engine.tools.base import Tool
 from engine.tools.files import FileLimits
 from engine.tools.sandbox import SandboxSettings
 from engine.usage.meter import UsageConfig, UsageMeter
+from engine.worktree.service import Worktrees
 
 _log = logging.getLogger("plangate.engine")
 
@@ -305,7 +306,14 @@ def build_engine(
         ask_writes=config.ask_writes,
     )
     catalog = ProjectCatalog(config.workspace, config.projects, root=config.projects_root)
-    workspace_for = workspace_from_store(sessions, default=catalog.default.path, catalog=catalog)
+    project_for = workspace_from_store(sessions, default=catalog.default.path, catalog=catalog)
+    worktrees = Worktrees(
+        log, channel, project_for=project_for, root=config.worktree_root, remote=config.git_remote
+    )
+    # First of the plan's listeners: the worktree is made (or committed) before the cards
+    # redraw and before the execution turn is queued.
+    plans.add_listener(worktrees.on_plan_change)
+    workspace_for = worktrees.workspace_for
     tools: list[Tool] = [
         PlanTool(plans),
         TodoWriteTool(log, allow_parallel_in_progress=config.todo_parallel),
@@ -324,6 +332,7 @@ def build_engine(
         usage=usage,
         approvals=approvals,
         file_limits=config.file_limits,
+        read_only_roots=worktrees.read_only_roots,
     )
     the_scheduler = scheduler or ApsScheduler()
 
@@ -354,6 +363,7 @@ def build_engine(
         workspace=catalog.default.path,
         catalog=catalog,
         workspace_for=workspace_for,
+        worktrees=worktrees,
     )
     cards = Cards(services)
     agents.set_turn_listener(cards.on_turn_end)

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from engine.goal.types import GoalSnapshot, GoalTombstone
+from engine.worktree.types import WorktreeRecord
 
 
 class _Event(BaseModel):
@@ -210,6 +211,14 @@ class ApprovalRule(_Event):
     actor: int | None = None
 
 
+class WorktreeChange(_Event):
+    """A plan's worktree changed phase (docs/projects.md); the last one is its state."""
+
+    type: Literal["worktree/change"] = "worktree/change"
+    record: WorktreeRecord
+    actor: int | None = None
+
+
 SessionEvent = Annotated[
     UserMessage
     | AssistantMessage
@@ -225,7 +234,8 @@ SessionEvent = Annotated[
     | ModelUsageRecord
     | ApprovalRequested
     | ApprovalDecided
-    | ApprovalRule,
+    | ApprovalRule
+    | WorktreeChange,
     Field(discriminator="type"),
 ]
 

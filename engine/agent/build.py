@@ -25,7 +25,7 @@ from engine.ports import EventLog, SessionStore
 from engine.projects import ProjectCatalog
 from engine.tools.ask import AskUserTool
 from engine.tools.base import Tool
-from engine.tools.bash import BashLimits, BashTool, PlanViewSource
+from engine.tools.bash import BashLimits, BashTool, PlanViewSource, ReadOnlyRoots
 from engine.tools.files import FileLimits, file_tools
 from engine.tools.sandbox import SandboxSettings
 from engine.tools.workspace import WorkspaceLocks
@@ -81,6 +81,7 @@ def agent_tools(
     file_limits: FileLimits | None = None,
     bash_limits: BashLimits | None = None,
     sandbox: SandboxSettings | None = None,
+    read_only_roots: ReadOnlyRoots | None = None,
 ) -> tuple[list[Tool], BashTool]:
     """The agent's own tools (read_file, list_files, grep, write_file, edit_file, bash,
     ask_user) and the bash tool itself (for ``kill_session``)."""
@@ -90,6 +91,7 @@ def agent_tools(
         limits=bash_limits,
         sandbox=sandbox,
         plan_view=plan_view_source(plan) if plan is not None else None,
+        read_only_roots=read_only_roots,
     )
     tools: list[Tool] = [*file_tools(hooks=plan, locks=shared, limits=file_limits)]
     tools.extend([bash, AskUserTool(channel)])
@@ -112,16 +114,23 @@ def build_agent(
     sandbox: SandboxSettings | None = None,
     usage: UsageMeter | None = None,
     approvals: ToolApprovals | None = None,
+    read_only_roots: ReadOnlyRoots | None = None,
 ) -> AgentRegistry:
     """Assemble the agent. ``extra_tools`` are the plan, todo and goal tools.
 
     ``plan`` is a :class:`~engine.agent.ports.PlanPort` (wrap ``PlanService`` in
     :class:`engine.agent.adapters.PlanServiceAdapter`); ``goals`` is the ``GoalService``;
     ``driver`` may be attached later with ``set_driver``; ``approvals`` is the owner's
-    approval gate (none: every call the plan gate allows runs).
+    approval gate (none: every call the plan gate allows runs); ``read_only_roots`` names what
+    bash sees read-only besides the workspace (a plan worktree's repository).
     """
     own, bash = agent_tools(
-        channel, plan=plan, file_limits=file_limits, bash_limits=bash_limits, sandbox=sandbox
+        channel,
+        plan=plan,
+        file_limits=file_limits,
+        bash_limits=bash_limits,
+        sandbox=sandbox,
+        read_only_roots=read_only_roots,
     )
     deps = AgentDeps(
         log=log,
