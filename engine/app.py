@@ -105,7 +105,8 @@ class Engine:
     """One process's plangate: its services, composed; every call goes to the part that owns it.
 
     The parts are public for tests and tools that read state (``plans``, ``goals``, ``agents``,
-    ``usage``, ``approvals``, ``log``); front ends use only the :class:`EngineApi` methods.
+    ``usage``, ``approvals``, ``worktrees``, ``log``); front ends use only the
+    :class:`EngineApi` methods.
     """
 
     def __init__(
@@ -130,6 +131,7 @@ class Engine:
         self.goals = services.goals
         self.agents = services.agents
         self.approvals = services.approvals
+        self.worktrees = services.worktrees
         self.usage = services.usage
         self.channel = services.channel
 

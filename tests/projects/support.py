@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.model.script import ScriptStep, call, say
+from engine.model.script import ScriptedCall, ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
 from engine.model.types import ModelReply
 
@@ -81,7 +81,9 @@ def planning(title: str, step: str) -> list[ScriptStep]:
 def writing(files: dict[str, str], *, checks: Sequence[ScriptStep] = ()) -> list[ScriptStep]:
     """An execution run: read around, write ``files``, check, complete the one task."""
     steps: list[ScriptStep] = [call("plan", {"op": "start"}), call("list_files", {"path": "."})]
-    steps += [call("write_file", {"path": p, "content": t}) for p, t in files.items()]
+    # One reply may carry many calls: a 200-file change is one step, not 200.
+    writes = tuple(ScriptedCall("write_file", {"path": p, "content": t}) for p, t in files.items())
+    steps.append(ScriptStep(tool_calls=writes))
     steps += list(checks)
     steps += [call("plan", {"op": "complete", "evidence": "written"}), say("Done.")]
     return steps
@@ -104,9 +106,7 @@ class RoutedProvider:
     async def complete(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]
     ) -> ModelReply:
-        first = next(
-            (str(m.get("content")) for m in messages if m.get("role") == "user"), ""
-        )
+        first = next((str(m.get("content")) for m in messages if m.get("role") == "user"), "")
         marker = next(m for m in self.scripts if m in first)
         executing = any("approved" in str(m.get("content", "")).lower() for m in messages[-1:])
         if marker == self.hold and executing and not self.release.is_set():

@@ -23,7 +23,7 @@ GIT_STATUS: tuple[tuple[str, ...], ...] = (("git", "status"),)
 
 
 async def _phase(engine: Engine, sid: str) -> str | None:
-    record = await engine.sessions._worktrees.record(sid)
+    record = await engine.worktrees.record(sid)
     return record.phase if record is not None else None
 
 
@@ -98,8 +98,8 @@ async def test_two_topics_run_two_plans_in_two_worktrees_and_merge_them(
     async with live_bot(fake_api, tmp_path, [], model=model, allow_bash=GIT_STATUS) as live:
         engine = live.engine
         alpha, beta = await _approve_both(fake_api, live, model)
-        a_rec = await engine.sessions._worktrees.record(alpha)
-        b_rec = await engine.sessions._worktrees.record(beta)
+        a_rec = await engine.worktrees.record(alpha)
+        b_rec = await engine.worktrees.record(beta)
         assert a_rec is not None and b_rec is not None
         assert a_rec.branch == f"plangate/alpha-{a_rec.plan_id[:8]}"
         assert Path(a_rec.path).is_relative_to(tmp_path / "home" / "worktrees")
@@ -136,9 +136,15 @@ async def test_two_topics_run_two_plans_in_two_worktrees_and_merge_them(
         assert git(repo, "branch", "--list", "plangate/*") == ""
         assert not Path(a_rec.path).exists() and not Path(b_rec.path).exists()
         assert "worktrees" not in git(repo, "worktree", "list")
-        await parts(live.app).presenter.flush()
-        merged = await _card(fake_api, live, beta)
-        assert merged.buttons == [] and "merged with a merge commit into main" in merged.text
+        await until(
+            lambda: _card_says(fake_api, live, beta, "merged with a merge commit into main")
+        )
+        assert (await _card(fake_api, live, beta)).buttons == []
+
+
+async def _card_says(api: FakeBotApi, live: Live, sid: str, text: str) -> bool:
+    await parts(live.app).presenter.flush()
+    return text in (await _card(api, live, sid)).text
 
 
 async def _is(engine: Engine, sid: str, phase: str) -> bool:
@@ -146,6 +152,180 @@ async def _is(engine: Engine, sid: str, phase: str) -> bool:
 
 
 async def _head(engine: Engine, sid: str) -> str:
-    record = await engine.sessions._worktrees.record(sid)
+    record = await engine.worktrees.record(sid)
     assert record is not None
     return record.head
+
+
+async def _one_plan_done(api: FakeBotApi, live: Live, request: str) -> str:
+    sid = await _reviewed(api, live, ALPHA, request)
+    await _press(api, live, sid, "✅ Approve")
+    await until(lambda: _done(live.engine, sid))
+    await parts(live.app).presenter.flush()
+    return sid
+
+
+async def test_a_conflicting_second_merge_names_the_files_and_keeps_the_branch(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "work", {"README.md": "hello\n"})
+    model = RoutedProvider(
+        {
+            "Add alpha": [
+                *planning("Alpha", "rewrite README.md"),
+                *writing({"README.md": "alpha\n"}),
+            ],
+            "Add beta": [*planning("Beta", "rewrite README.md"), *writing({"README.md": "beta\n"})],
+        },
+        hold="Add alpha",
+    )
+    async with live_bot(fake_api, tmp_path, [], model=model) as live:
+        engine = live.engine
+        alpha, beta = await _approve_both(fake_api, live, model)
+        await until(lambda: _done(engine, alpha))
+        await until(lambda: _done(engine, beta))
+        await _press(fake_api, live, alpha, "🔀 Merge")
+        await until(lambda: _is(engine, alpha, "merged"))
+        merged_head = git(repo, "rev-parse", "HEAD")
+        await _press(fake_api, live, beta, "🔀 Merge")
+        await until(lambda: _is(engine, beta, "conflict"))
+        record = await engine.worktrees.record(beta)
+        assert record is not None and record.conflicts == ["README.md"]
+        # Nothing half-merged: main is where the first merge left it, the branch is intact.
+        assert git(repo, "rev-parse", "HEAD") == merged_head
+        assert git(repo, "status", "--porcelain") == ""
+        assert (repo / "README.md").read_text() == "alpha\n"
+        assert git(repo, "show", f"{record.branch}:README.md") == "beta"
+        await until(lambda: _card_says(fake_api, live, beta, "conflicts in README.md"))
+        shown = await _card(fake_api, live, beta)
+        assert labels(shown) == ["🌿 Keep branch", "🗑 Discard changes"]
+        await _press(fake_api, live, beta, "🌿 Keep branch")
+        await until(lambda: _is(engine, beta, "kept"))
+        # Keep branch: the worktree is gone, the branch stays with its commit.
+        assert not Path(record.path).exists()
+        assert git(repo, "branch", "--list", record.branch).strip("* ") == record.branch
+        assert git(repo, "show", f"{record.branch}:README.md") == "beta"
+        assert "worktrees" not in git(repo, "worktree", "list")
+
+
+async def test_discard_changes_asks_then_removes_worktree_and_branch(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "work", {"README.md": "hello\n"})
+    script = [*planning("Gamma", "write gamma.py"), *writing({"gamma.py": "G = 3\n"})]
+    async with live_bot(fake_api, tmp_path, script) as live:
+        engine = live.engine
+        sid = await _one_plan_done(fake_api, live, "Add gamma")
+        record = await engine.worktrees.record(sid)
+        assert record is not None and Path(record.path).is_dir()
+        await _press(fake_api, live, sid, "🗑 Discard changes")
+        await until(lambda: _labels_are(fake_api, live, sid, ["Yes, discard changes", "Cancel"]))
+        await _press(fake_api, live, sid, "Cancel")  # changes nothing
+        await until(
+            lambda: _labels_are(
+                fake_api, live, sid, ["🔀 Merge", "🌿 Keep branch", "🗑 Discard changes"]
+            )
+        )
+        assert Path(record.path).is_dir()
+        await _press(fake_api, live, sid, "🗑 Discard changes")
+        await until(lambda: _labels_are(fake_api, live, sid, ["Yes, discard changes", "Cancel"]))
+        await _press(fake_api, live, sid, "Yes, discard changes")
+        await until(lambda: _is(engine, sid, "discarded"))
+        assert not Path(record.path).exists()
+        assert git(repo, "branch", "--list", "plangate/*") == ""
+        assert "worktrees" not in git(repo, "worktree", "list")
+        assert not (repo / "gamma.py").exists()
+        events = [e.event for e in await live.storage.log.read(sid)]
+        names = [getattr(e, "name", "") for e in events if e.type == "command/run"]
+        assert "branch_discard" in names
+
+
+async def _labels_are(api: FakeBotApi, live: Live, sid: str, want: list[str]) -> bool:
+    await parts(live.app).presenter.flush()
+    return labels(await _card(api, live, sid)) == want
+
+
+async def test_push_branch_puts_the_branch_on_the_remote(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "work", {"README.md": "hello\n"})
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    script = [*planning("Delta", "write delta.py"), *writing({"delta.py": "D = 4\n"})]
+    async with live_bot(fake_api, tmp_path, script, git_remote=str(remote)) as live:
+        engine = live.engine
+        sid = await _one_plan_done(fake_api, live, "Add delta")
+        shown = await _card(fake_api, live, sid)
+        assert labels(shown) == ["⬆️ Push branch", "🌿 Keep branch", "🗑 Discard changes"]
+        await _press(fake_api, live, sid, "⬆️ Push branch")
+        await until(lambda: _is(engine, sid, "pushed"))
+        record = await engine.worktrees.record(sid)
+        assert record is not None
+        assert git(remote, "rev-parse", record.branch) == record.head
+        assert git(remote, "show", f"{record.branch}:delta.py") == "D = 4"
+        # Nothing merged locally; the local branch stays, its worktree is gone.
+        assert not (repo / "delta.py").exists()
+        assert git(repo, "rev-parse", record.branch) == record.head
+        assert not Path(record.path).exists()
+
+
+async def test_a_large_change_attaches_the_patch_within_two_calls(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    make_repo(tmp_path / "work", {"README.md": "hello\n"})
+    files = {f"pkg/module_{i:03}.py": f"VALUE_{i} = {i}\n" * 3 for i in range(200)}
+    script = [*planning("Many files", "write 200 modules"), *writing(files)]
+    async with live_bot(fake_api, tmp_path, script, max_steps=400) as live:
+        engine = live.engine
+        sid = await _reviewed(fake_api, live, ALPHA, "Add many files")
+        await _press(fake_api, live, sid, "✅ Approve")
+        await until(lambda: _phase_is(engine, sid, "done"), timeout_s=60)
+        calls_before = len(fake_api.calls)
+        await until(lambda: _settled(engine, sid), timeout_s=60)
+        await parts(live.app).presenter.flush()
+        shown = await _card(fake_api, live, sid)
+        record = await engine.worktrees.record(sid)
+        assert record is not None and len(record.files) == 200
+    assert "200 files, +600 −0" in shown.text and "more files" in shown.text
+    docs = [m for m in fake_api.bot_messages(GROUP) if m.document is not None]
+    patch = [m for m in docs if m.document and m.document["file_name"].endswith(".patch")]
+    assert len(patch) == 1 and patch[0].reply_to == shown.message_id
+    assert patch[0].document is not None
+    assert patch[0].document["file_name"] == f"plan-{Path(record.path).name}.patch"
+    content = fake_api.files[f"documents/{patch[0].document['file_id']}"].decode()
+    assert content.count("diff --git") == 200
+    # The diff costs at most 2 calls: the Done card's drawing and the attachment.
+    diff_calls = [
+        c
+        for c in fake_api.calls[calls_before:]
+        if c.method in ("sendMessage", "editMessageText", "sendDocument")
+        and ("200 files" in str(c.params.get("text", "")) or c.method == "sendDocument")
+    ]
+    assert len(diff_calls) <= 2, [c.method for c in diff_calls]
+
+
+async def _phase_is(engine: Engine, sid: str, phase: str) -> bool:
+    return await _phase(engine, sid) == phase
+
+
+async def _settled(engine: Engine, sid: str) -> bool:
+    return await _phase(engine, sid) == "done" and not engine.agents.is_busy(sid)
+
+
+async def test_a_project_that_is_not_a_repository_works_in_place_and_says_so(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    script = [*planning("Eps", "write eps.py"), *writing({"eps.py": "E = 5\n"})]
+    async with live_bot(fake_api, tmp_path, script) as live:
+        engine = live.engine
+        sid = await _reviewed(fake_api, live, ALPHA, "Add eps")
+        await _press(fake_api, live, sid, "✅ Approve")
+        await until(lambda: _phase_is(engine, sid, "in_place"))
+        says = "works in place: the project is not a git repository"
+        await until(lambda: _card_says(fake_api, live, sid, says))
+        await until(lambda: _ended(engine, sid))
+    assert (live.workspace / "eps.py").read_text() == "E = 5\n"
+
+
+async def _ended(engine: Engine, sid: str) -> bool:
+    return await engine.plans.state(sid) == "none" and not engine.agents.is_busy(sid)
