@@ -18,10 +18,14 @@ from telegram import InlineKeyboardButton, InlineKeyboardMarkup
 from bot import callback as cb
 from bot.render import TELEGRAM_TEXT_LIMIT, escape, escape_within, markdown_to_html, utf16_len
 from engine.api import PlanCardState
+from engine.checks.report import how_it_ended
+from engine.checks.types import CheckResult
+from engine.events import GoalCheck
 from engine.goal.types import GoalSnapshot
-from engine.plan.extract import extract_work_items
+from engine.plan.extract import extract_work_items, plan_checks
 from engine.plan.types import PlanSidecar, PlanTask
 from engine.text import clip
+from engine.usage.ledger import fmt_tokens
 from engine.worktree.types import DECIDING, FileStat, WorktreeView
 
 Button = tuple[str, str]  # (label, callback data)
@@ -36,6 +40,7 @@ YES_DISCARD = "Yes, discard"
 YES_CLEAR = "Yes, clear"
 PAUSE = "⏸ Pause"
 RESUME = "▶️ Resume"
+RAISE_CAP = "⬆️ Raise cap to {tokens}"
 START = "▶️ Start"
 CLEAR = "✖️ Clear"
 # The Done card of a plan that ran in a git worktree (docs/projects.md).
@@ -130,6 +135,8 @@ def task_window(
         lines.append(f"<i>… {lo} earlier</i>")
     for t in ordered[lo:hi]:
         line = f"{_TASK_ICON.get(t.status, '⬜')} {clip_line(t.id, 12)}. {clip_line(t.title)}"
+        if t.checks:
+            line += " 🧪"
         lines.append(f"<b>{line}</b>" if t.status == "in_progress" else line)
     if hi < len(ordered):
         lines.append(f"<i>… {len(ordered) - hi} more</i>")
@@ -141,7 +148,7 @@ def _id_key(task_id: str) -> tuple[int, str]:
 
 
 def _plan_buttons(
-    state: PlanCardState, plan_id: str, revision: int
+    state: PlanCardState, plan_id: str, revision: int, *, raise_cap: int | None = None
 ) -> tuple[tuple[Button, ...], ...]:
     def b(label: str, action: str) -> Button:
         return (label, cb.plan_data(action, plan_id, revision))
@@ -153,6 +160,12 @@ def _plan_buttons(
         )
     if state in ("planning", "written", "active"):
         return ((b(DISCARD, cb.PLAN_DISCARD),),)  # a live plan always offers Discard
+    if state == "paused" and raise_cap is not None:
+        raise_label = RAISE_CAP.format(tokens=fmt_tokens(raise_cap))
+        return (
+            (b(RESUME, cb.PLAN_RESUME), b(raise_label, cb.PLAN_RAISE_CAP)),
+            (b(DISCARD, cb.PLAN_DISCARD),),
+        )
     if state == "paused":
         return ((b(RESUME, cb.PLAN_RESUME), b(DISCARD, cb.PLAN_DISCARD)),)
     if state == "revise_offer":
@@ -220,7 +233,12 @@ def patch_inline(
     """The whole diff fits on the Done card (else it goes as the ``.patch`` document)."""
     if not view.patch or view.phase not in DECIDING:
         return False
-    lines = [*_plan_head(sidecar, state), "", *worktree_lines(view, files=None, patch=True)]
+    # Measured on the card at its narrowest (the last task only, no checks' proof): when it
+    # fits there, the card is drawn with it at some width.
+    tasks = sidecar.tasks
+    window = [_counts(tasks), *task_window(tasks, before=0, after=0)] if tasks else []
+    lines = [*_plan_head(sidecar, state), "", *window]
+    lines += ["", *worktree_lines(view, files=None, patch=True)]
     return _fit(lines, note) is not None
 
 
@@ -232,8 +250,11 @@ def build_plan_card(
     markdown: str | None = None,
     attached: bool = False,
     worktree: WorktreeView | None = None,
+    raise_cap: int | None = None,
 ) -> CardView:
     """The plan card for this sidecar in this state; ``note`` is one extra line of plain text.
+
+    ``raise_cap``: a run the daily cap paused also offers "Raise cap to <tokens>".
 
     In review the card carries the plan itself (``markdown``, rendered) when it fits one
     message; otherwise (or with ``attached``: the ``.md`` went as a document) it lists the
@@ -243,49 +264,42 @@ def build_plan_card(
         return CardView(_fit(["📋 <b>No plan</b>"], note) or "No plan")
     head = _plan_head(sidecar, state)
     tasks = sidecar.tasks
-    buttons = _plan_buttons(state, sidecar.id, sidecar.revision)
+    buttons = _plan_buttons(state, sidecar.id, sidecar.revision, raise_cap=raise_cap)
     if worktree is not None:
         buttons = buttons or _branch_buttons(worktree)
-        return _worktree_card(head, sidecar, state, worktree, note, buttons)
     if state in ("review", "confirm_discard") and markdown and not tasks:
         return CardView(_review_text(head, markdown, note, attached=attached), buttons)
+    # The worktree's section (the branch, the diff at Done), widest first; it is kept apart
+    # from the checks' proof above it.
+    branch_sections: list[list[str]] = [[]]
+    if worktree is not None:
+        inline = patch_inline(sidecar, state, worktree, note=note)
+        files: list[int | None] = [None] if inline else [None, *FILES_SHOWN]
+        branch_sections = [["", *worktree_lines(worktree, files=f, patch=inline)] for f in files]
     if not tasks:
         body = ["", "No checklist yet: /execute seeds it."] if sidecar.status == "Active" else []
-        return CardView(_fit(head + body, note) or escape("Plan card too long."), buttons)
-    done = sum(1 for t in tasks if t.status in ("completed", "deferred"))
-    skipped = sum(1 for t in tasks if t.status == "deferred")
-    counts = progress_bar(done, len(tasks)) + (f" ({skipped} skipped)" if skipped else "")
-    # Narrow the window until the card fits (long titles full of "&" can be large).
-    for before, after in ((WINDOW_BEFORE, WINDOW_AFTER), (1, 3), (0, 1), (0, 0)):
-        text = _fit([*head, "", counts, *task_window(tasks, before=before, after=after)], note)
-        if text is not None:
-            return CardView(text, buttons)
-    return CardView(_fit(head, note) or escape("Plan card too long to show."), buttons)
-
-
-def _worktree_card(
-    head: list[str],
-    sidecar: PlanSidecar,
-    state: PlanCardState,
-    view: WorktreeView,
-    note: str | None,
-    buttons: tuple[tuple[Button, ...], ...],
-) -> CardView:
-    """A card with the worktree's lines; at Done the diff first, then fewer files, then
-    fewer tasks, until it fits."""
-    inline = patch_inline(sidecar, state, view, note=note)
-    tasks = sidecar.tasks
-    done = sum(1 for t in tasks if t.status in ("completed", "deferred"))
-    counts = [progress_bar(done, len(tasks))] if tasks else []
-    variants: list[int | None] = [None, *FILES_SHOWN]
-    for before, after in ((WINDOW_BEFORE, WINDOW_AFTER), (1, 3), (0, 0)):
-        window = [*counts, *task_window(tasks, before=before, after=after)] if tasks else []
-        for files in variants:
-            body = worktree_lines(view, files=files, patch=inline)
-            text = _fit([*head, "", *window, "", *body], note)
+        for section in branch_sections:
+            text = _fit(head + body + section, note)
             if text is not None:
                 return CardView(text, buttons)
+        return CardView(_fit(head + body, note) or escape("Plan card too long."), buttons)
+    counts = _counts(tasks)
+    proof = checks_proof(sidecar) if state == "done" else []
+    # Narrow the window until the card fits (long titles full of "&" can be large).
+    for before, after in ((WINDOW_BEFORE, WINDOW_AFTER), (1, 3), (0, 1), (0, 0)):
+        window = task_window(tasks, before=before, after=after)
+        for shown in (proof, proof[:12], proof[:4], []):
+            for section in branch_sections:
+                text = _fit([*head, "", counts, *window, *shown, *section], note)
+                if text is not None:
+                    return CardView(text, buttons)
     return CardView(_fit(head, note) or escape("Plan card too long to show."), buttons)
+
+
+def _counts(tasks: Sequence[PlanTask]) -> str:
+    done = sum(1 for t in tasks if t.status in ("completed", "deferred"))
+    skipped = sum(1 for t in tasks if t.status == "deferred")
+    return progress_bar(done, len(tasks)) + (f" ({skipped} skipped)" if skipped else "")
 
 
 def _plan_head(sidecar: PlanSidecar, state: PlanCardState) -> list[str]:
@@ -325,12 +339,74 @@ def _plan_steps(markdown: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     )
 
 
+# ---- checks (docs/checks.md): what the owner approves, and the proof at Done ------------
+
+CHECK_MARK = "🧪"
+
+
+@functools.lru_cache(maxsize=16)
+def _review_checks(markdown: str) -> tuple[tuple[str, str], ...]:
+    """Every check the plan names with where: ``(command, "step N" | "whole plan")``."""
+    found: list[tuple[str, str]] = []
+    for n, item in enumerate(extract_work_items(markdown), start=1):
+        found.extend((command, f"step {n}") for command in item.checks)
+    found.extend((command, "whole plan") for command in plan_checks(markdown))
+    return tuple(found)
+
+
+def review_checks_block(markdown: str, *, limit: int = 20) -> list[str]:
+    """The review card's 🧪 block: the commands that must pass, as the owner approves them."""
+    checks = _review_checks(markdown)
+    if not checks:
+        return []
+    lines = [f"{CHECK_MARK} <b>Checks</b> (plangate runs them before a step counts as done)"]
+    for command, where in checks[:limit]:
+        lines.append(f"{CHECK_MARK} <code>{clip_line(command, 200)}</code> · {where}")
+    if len(checks) > limit:
+        lines.append(f"<i>… {len(checks) - limit} more checks</i>")
+    return lines
+
+
+def _result_line(result: CheckResult, where: str = "") -> str:
+    mark = "✅" if result.passed else "❌"
+    suffix = f" · {escape(where)}" if where else ""
+    return f"{mark} <code>{clip_line(result.command, 200)}</code> {how_it_ended(result)}{suffix}"
+
+
+def checks_proof(sidecar: PlanSidecar) -> list[str]:
+    """The Done card's proof block: every check with plangate's result, and the watched
+    files that changed during the run ("changed tests")."""
+    lines: list[str] = []
+    for task in sorted(sidecar.tasks, key=lambda t: (t.order, _id_key(t.id))):
+        ran = {r.command: r for r in task.check_results}
+        for command in task.checks:
+            result = ran.get(command)
+            if result is not None:
+                lines.append(_result_line(result, f"task {task.id}"))
+            else:  # skipped with the owner's approval, or carried without a record
+                state = "skipped" if task.status == "deferred" else "not run"
+                lines.append(f"⏭ <code>{clip_line(command, 200)}</code> {state} · task {task.id}")
+    lines.extend(_result_line(r, "whole plan") for r in sidecar.check_results)
+    if not lines and not sidecar.changed_tests:
+        return []
+    block = ["", f"{CHECK_MARK} <b>Checks</b>", *lines]
+    if sidecar.changed_tests:
+        changed = ", ".join(sidecar.changed_tests[:10])
+        more = (
+            f" (+{len(sidecar.changed_tests) - 10} more)" if len(sidecar.changed_tests) > 10 else ""
+        )
+        block.append(f"✏️ changed tests: {clip_line(changed, 600)}{more}")
+    return block
+
+
 def _review_text(head: list[str], markdown: str, note: str | None, *, attached: bool) -> str:
     body = "" if attached else _plan_body(markdown)
+    checks = review_checks_block(markdown)
     if body:
-        whole = _fit([*head, "", body], note)
-        if whole is not None:
-            return whole
+        for block in (checks, checks[:6], []):
+            whole = _fit([*head, "", body, *(["", *block] if block else [])], note)
+            if whole is not None:
+                return whole
     # Too long for one message: the .md document carries the text, the card the steps.
     steps = _plan_steps(markdown)
     lines = [*head, "", "<i>The whole plan is attached as plan.md.</i>", ""]
@@ -339,8 +415,18 @@ def _review_text(head: list[str], markdown: str, note: str | None, *, attached: 
         for i, (step, criteria) in enumerate(steps[:limit], start=1):
             shown.append(f"{i}. {clip_line(step)}")
             shown.extend(f"   <i>Done when: {clip_line(c)}</i>" for c in criteria[:2])
+            shown.extend(
+                f"   {CHECK_MARK} <code>{clip_line(command, 200)}</code>"
+                for command, where in _review_checks(markdown)
+                if where == f"step {i}"
+            )
         if limit < len(steps):
             shown.append(f"<i>… {len(steps) - limit} more steps</i>")
+        shown.extend(
+            f"{CHECK_MARK} <code>{clip_line(command, 200)}</code> · whole plan"
+            for command, where in _review_checks(markdown)
+            if where == "whole plan"
+        )
         text = _fit([*lines, *shown], note)
         if text is not None:
             return text
@@ -391,9 +477,10 @@ def build_goal_card(
     confirm_clear: bool = False,
     note: str | None = None,
     tokens_used: int = 0,
+    last_check: GoalCheck | None = None,
 ) -> CardView:
     """The goal card: objective, phase (and whether it runs now), rounds and tokens against
-    the budget, why it is blocked and the fix, buttons."""
+    the budget, its checks and their last run, why it is blocked and the fix, buttons."""
     if goal is None:
         return CardView(_fit(["🎯 <b>No goal</b>"], note) or "No goal")
     phase = _GOAL_PHASE[goal.phase]
@@ -412,6 +499,7 @@ def build_goal_card(
             + f" · tokens {tokens_used:,}{budget}"
             + (f" · every {_every(goal.schedule_s)}" if goal.schedule_s else "")
         )
+    lines.extend(goal_checks_lines(goal, last_check))
     if goal.blocked is not None:
         code = clip_line(goal.blocked.code, 40)
         message = escape_within(goal.blocked.message, 500, one_line=True)
@@ -421,6 +509,33 @@ def build_goal_card(
             lines.append(f"<i>{escape(fix)}</i>")
     text = _fit(lines, note) or escape("Goal card too long to show.")
     return CardView(text, _goal_buttons(goal, armed=armed, confirm_clear=confirm_clear))
+
+
+def goal_checks_lines(goal: GoalSnapshot, last: GoalCheck | None) -> list[str]:
+    """The goal card's checks: the commands, and the last run (✅/❌, when, how long)."""
+    if not goal.checks:
+        return []
+    listed = ", ".join(f"<code>{clip_line(c, 120)}</code>" for c in goal.checks[:5])
+    more = f" (+{len(goal.checks) - 5})" if len(goal.checks) > 5 else ""
+    lines = [f"{CHECK_MARK} Checks: {listed}{more}"]
+    if last is None or last.goal_id != goal.id:
+        return [*lines, "<i>Not run yet: they run when the agent reports the goal done.</i>"]
+    results = last.run.results
+    when = _clock(results[-1].at) if results else ""
+    took = f"{last.run.duration_s:.1f}s"
+    if last.passed:
+        return [*lines, f"✅ Checks passed {when} · {took}"]
+    failed = last.run.failed
+    what = (
+        f": <code>{clip_line(failed.command, 120)}</code> {how_it_ended(failed)}" if failed else ""
+    )
+    return [*lines, f"❌ Checks failed {when} · {took}{what}"]
+
+
+def _clock(iso: str) -> str:
+    """``2026-12-01T23:05:07+00:00`` -> ``23:05 UTC``."""
+    time_part = iso.partition("T")[2]
+    return f"{time_part[:5]} UTC" if len(time_part) >= 5 else ""
 
 
 def _every(seconds: int) -> str:

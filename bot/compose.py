@@ -16,6 +16,7 @@ from pathlib import Path
 
 from engine.agent.channel import Channel
 from engine.app import Engine, EngineConfig, build_engine
+from engine.inbox import INBOX_FOLDER
 from engine.model.types import ModelProvider
 from engine.ports import Clock, EventLog
 from storage.open import Storage, open_storage
@@ -49,6 +50,9 @@ async def open_plangate(
         # Approved plans' git worktrees live under the home (docs/projects.md).
         config = dataclasses.replace(config, worktree_root=home / "worktrees")
     storage = await open_storage(home, clock=clock)
+    if config.inbox_root is None:
+        # Uploads live in plangate's home, beside the database, never in the project.
+        config = dataclasses.replace(config, inbox_root=home / INBOX_FOLDER)
     try:
         engine = build_engine(
             log=storage.log if wrap_log is None else wrap_log(storage.log),

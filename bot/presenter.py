@@ -87,6 +87,7 @@ def plan_view(
         markdown=data.markdown,
         attached=attached,
         worktree=data.worktree,
+        raise_cap=data.raise_cap,
     )
 
 
@@ -122,6 +123,7 @@ def goal_view(data: GoalCardData, *, note: str | None = None) -> cards.CardView:
         confirm_clear=data.state == "confirm_clear",
         note=note,
         tokens_used=data.tokens_used,
+        last_check=data.last_check,
     )
 
 

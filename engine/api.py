@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final, Literal, Protocol
 
+from engine.events import Attachment, GoalCheck
 from engine.goal.types import GoalSnapshot
 from engine.plan.types import PlanSidecar
 from engine.worktree.types import WorktreeView
@@ -68,6 +70,8 @@ PLAN_DROP_NO: Final = "drop_no"
 BRANCH_ACTIONS: Final = frozenset(
     {PLAN_MERGE, PLAN_PUSH, PLAN_KEEP_BRANCH, PLAN_DROP, PLAN_DROP_YES, PLAN_DROP_NO}
 )
+# On a run the daily cap paused: raise the cap (PlanCardData.raise_cap) and resume.
+PLAN_RAISE_CAP: Final = "raise_cap"
 GOAL_PAUSE: Final = "pause"
 GOAL_RESUME: Final = "resume"
 GOAL_START: Final = "start"
@@ -90,6 +94,7 @@ PRESS_ACTIONS: Final[dict[PressKind, frozenset[str]]] = {
             PLAN_CANCEL,
             PLAN_RESUME,
             *BRANCH_ACTIONS,
+            PLAN_RAISE_CAP,
         }
     ),
     "g": frozenset({GOAL_PAUSE, GOAL_RESUME, GOAL_START, GOAL_CLEAR, GOAL_CLEAR_YES, GOAL_CANCEL}),
@@ -127,10 +132,12 @@ class PlanCardData:
     waiting: str | None = None
     # Wall-clock time of the checklist's last progress while it runs.
     last_progress_at: float | None = None
-    # Why an Active checklist is not running (stalled, stopped, restarted), for the card.
+    # Why an Active checklist is not running (stuck, the daily cap, stopped, restarted).
     halted: str | None = None
     # The plan's git worktree: where it runs, and at Done its diff and the branch buttons.
     worktree: WorktreeView | None = None
+    # Paused by the daily cap: the cap "Raise cap" would set (the card offers it then).
+    raise_cap: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +149,8 @@ class GoalCardData:
     armed: bool = False
     # Tokens the goal's rounds used so far (shown against its budget).
     tokens_used: int = 0
+    # The goal's last check run (docs/checks.md), when its checks ran.
+    last_check: GoalCheck | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,8 +212,13 @@ class EngineApi(Protocol):
         actor: int | None,
         message_id: int | None,
         feedback: bool = False,
+        attachments: Sequence[Attachment] = (),
     ) -> None:
         """Queue a message for the agent and return at once (never waits for the turn)."""
+        ...
+
+    def inbox_dir(self, session_id: str) -> Path | None:
+        """The folder the session's uploads are saved in (engine.inbox); None: uploads off."""
         ...
 
     async def command(

@@ -21,7 +21,6 @@ from pathlib import Path
 from engine.agent.adapters import PlanServiceAdapter
 from engine.agent.build import build_agent, workspace_from_store
 from engine.agent.channel import Channel
-from engine.agent.checklist import DEFAULT_STALL_STEPS
 from engine.agent.settings import AgentSettings
 from engine.api import (
     CommandName,
@@ -34,19 +33,22 @@ from engine.api import (
 from engine.approval.policy import ApprovalView, Rule
 from engine.approval.service import DEFAULT_TIMEOUT_S, ToolApprovals
 from engine.cards import Cards
+from engine.checks.runner import SandboxChecks
 from engine.commands import CommandPlane
-from engine.events import GoalRoundSource, MessageSource
+from engine.events import Attachment, GoalRoundSource, MessageSource
 from engine.goal.driver import RoundDriver
 from engine.goal.progress import IdleRoundWatch
 from engine.goal.service import GoalService
 from engine.goal.tools import goal_tools
 from engine.goal.types import NEEDS_APPROVAL
+from engine.inbox import session_inbox
 from engine.model.types import ModelProvider
 from engine.plan.service import PlanChange, PlanService
 from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
 from engine.plan.types import is_editing
 from engine.ports import Clock, EventLog, SessionStore
+from engine.progress.stuck import StuckLimits
 from engine.projects import ProjectCatalog
 from engine.scheduler import ApsScheduler, Scheduler
 from engine.services import Services
@@ -54,9 +56,11 @@ from engine.sessions import Sessions
 from engine.tasks import safe_call
 from engine.text import clip
 from engine.todo.tool import TodoWriteTool
-from engine.tools.base import Tool
+from engine.tools.base import Tool, ToolContext
+from engine.tools.bash import BashTool
 from engine.tools.files import FileLimits
 from engine.tools.sandbox import SandboxSettings
+from engine.tools.workspace import WorkspaceLocks
 from engine.usage.meter import UsageConfig, UsageMeter
 from engine.worktree.service import Worktrees
 
@@ -76,8 +80,8 @@ class EngineConfig:
     max_goal_rounds: int = 20
     todo_parallel: bool = True
     max_steps: int = 50
-    # Steps without checklist progress after which an approved checklist stops, stalled.
-    stall_steps: int = DEFAULT_STALL_STEPS
+    # When an unattended run is stuck: the loop patterns and the outer bound on progress.
+    stuck: StuckLimits = field(default_factory=StuckLimits)
     # How bash is confined; the default is the full sandbox with no hidden paths named.
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     usage: UsageConfig = field(default_factory=UsageConfig)
@@ -91,6 +95,11 @@ class EngineConfig:
     ask_writes: bool = False
     # Caps of the file tools (grep's deadline among them); the defaults suit a real bot.
     file_limits: FileLimits | None = None
+    # Where the files the owner sends are kept (engine.inbox), ``<home>/inbox`` when opened
+    # by bot.compose; None: no inbox (uploads are refused by the front end).
+    inbox_root: Path | None = None
+    # The model can see images (PLANGATE_MODEL_VISION): a photo goes as an image part.
+    vision: bool = False
     # The projects besides the default (``workspace``): named folders (PLANGATE_PROJECTS)
     # and a folder whose subfolders are projects (PLANGATE_PROJECTS_ROOT).
     projects: tuple[tuple[str, Path], ...] = ()
@@ -153,6 +162,11 @@ class Engine:
         """A group became a supergroup: bind its sessions to the new id; returns them."""
         return await self.sessions.migrate_chat(old_chat_id, new_chat_id)
 
+    def inbox_dir(self, session_id: str) -> Path | None:
+        """The folder the session's uploads are saved in (None: uploads are off)."""
+        root = self.config.inbox_root
+        return session_inbox(root, session_id) if root is not None else None
+
     async def project(self, chat_id: int, thread_id: int, args: str, *, actor: int) -> Outcome:
         """``/project [name]``: show the key's project, or bind the key to another one."""
         return await self.sessions.project(chat_id, thread_id, args, actor=actor)
@@ -167,11 +181,17 @@ class Engine:
         actor: int | None,
         message_id: int | None,
         feedback: bool = False,
+        attachments: Sequence[Attachment] = (),
     ) -> None:
         """Queue a message for the agent and return at once (never waits for the turn)."""
         await self.sessions.ensure_loaded(session_id)
         await self.commands.message(
-            session_id, text, actor=actor, message_id=message_id, feedback=feedback
+            session_id,
+            text,
+            actor=actor,
+            message_id=message_id,
+            feedback=feedback,
+            attachments=attachments,
         )
 
     async def command(
@@ -280,7 +300,11 @@ def build_engine(
     """Assemble an :class:`Engine` from its ports: the one composition of the services."""
     goals = GoalService(log, clock=clock, default_max_rounds=config.max_goal_rounds)
     usage = UsageMeter(log, goals=goals, config=config.usage, clock=clock)
-    plans = PlanService(plan_store, log, criteria=goals, clock=clock)
+    # Checks run through the same sandbox runner as bash, under the same workspace locks
+    # (docs/checks.md); this bash tool is never offered to the model.
+    locks = WorkspaceLocks()
+    checks = SandboxChecks(BashTool(locks=locks, sandbox=config.sandbox), clock=clock)
+    plans = PlanService(plan_store, log, criteria=goals, clock=clock, checks=checks)
 
     async def block_for_approval(
         session_id: str, source: MessageSource, view: ApprovalView
@@ -307,6 +331,10 @@ def build_engine(
         on_unattended=block_for_approval,
         ask_writes=config.ask_writes,
     )
+
+    async def ask_owner(ctx: ToolContext, what: str) -> str | None:
+        return await approvals.ask(ctx, tool="plan skip", command=what)
+
     catalog = ProjectCatalog(config.workspace, config.projects, root=config.projects_root)
     project_for = workspace_from_store(sessions, default=catalog.default.path, catalog=catalog)
     worktrees = Worktrees(
@@ -317,9 +345,9 @@ def build_engine(
     plans.add_listener(worktrees.on_plan_change)
     workspace_for = worktrees.workspace_for
     tools: list[Tool] = [
-        PlanTool(plans),
+        PlanTool(plans, ask_owner=ask_owner),
         TodoWriteTool(log, allow_parallel_in_progress=config.todo_parallel),
-        *goal_tools(goals),
+        *goal_tools(goals, checks=checks),
     ]
     agents = build_agent(
         log=log,
@@ -329,12 +357,16 @@ def build_engine(
         plan=PlanServiceAdapter(plans),
         goals=goals,
         extra_tools=tools,
-        settings=AgentSettings(max_steps=config.max_steps, stall_steps=config.stall_steps),
+        settings=AgentSettings(
+            max_steps=config.max_steps, stuck=config.stuck, vision=config.vision
+        ),
+        inbox_root=config.inbox_root,
         sandbox=config.sandbox,
         usage=usage,
         approvals=approvals,
         file_limits=config.file_limits,
         read_only_roots=worktrees.read_only_roots,
+        locks=locks,
     )
     the_scheduler = scheduler or ApsScheduler()
 

@@ -115,18 +115,22 @@ def build_agent(
     usage: UsageMeter | None = None,
     approvals: ToolApprovals | None = None,
     read_only_roots: ReadOnlyRoots | None = None,
+    inbox_root: Path | None = None,
+    locks: WorkspaceLocks | None = None,
 ) -> AgentRegistry:
     """Assemble the agent. ``extra_tools`` are the plan, todo and goal tools.
 
     ``plan`` is a :class:`~engine.agent.ports.PlanPort` (wrap ``PlanService`` in
     :class:`engine.agent.adapters.PlanServiceAdapter`); ``goals`` is the ``GoalService``;
     ``driver`` may be attached later with ``set_driver``; ``approvals`` is the owner's
-    approval gate (none: every call the plan gate allows runs); ``read_only_roots`` names what
-    bash sees read-only besides the workspace (a plan worktree's repository).
+    approval gate (none: every call the plan gate allows runs); ``locks`` are the workspace
+    locks the tools share (pass the ones the check runner holds too); ``read_only_roots``
+    names what bash sees read-only besides the workspace (a plan worktree's repository).
     """
     own, bash = agent_tools(
         channel,
         plan=plan,
+        locks=locks,
         file_limits=file_limits,
         bash_limits=bash_limits,
         sandbox=sandbox,
@@ -144,6 +148,7 @@ def build_agent(
         settings=settings or AgentSettings(),
         usage=usage,
         approvals=approvals,
+        inbox_root=inbox_root,
     )
     return AgentRegistry(deps, driver=driver)
 
