@@ -104,7 +104,11 @@ class RoutedProvider:
         self.held = asyncio.Event()
 
     async def complete(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        *,
+        max_tokens: int | None = None,
     ) -> ModelReply:
         first = next((str(m.get("content")) for m in messages if m.get("role") == "user"), "")
         marker = next(m for m in self.scripts if m in first)
@@ -112,4 +116,4 @@ class RoutedProvider:
         if marker == self.hold and executing and not self.release.is_set():
             self.held.set()
             await self.release.wait()
-        return await self.scripts[marker].complete(messages, tools)
+        return await self.scripts[marker].complete(messages, tools, max_tokens=max_tokens)
