@@ -35,7 +35,7 @@ from engine.ports import EventLog
 from engine.tasks import safe_call
 from engine.text import clip
 from engine.tools.workspace import is_within
-from engine.worktree.git import Git, GitError, diff_args
+from engine.worktree.git import Git, GitError, GitResult, diff_args
 from engine.worktree.types import (
     CLOSED,
     DECIDING,
@@ -100,6 +100,9 @@ class Worktrees:
         self.remote = remote
         self._records: dict[str, WorktreeRecord | None] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        # One git step at a time per repository: two topics of one project share its .git and
+        # its main checkout (git would refuse the second with "another git process").
+        self._repo_locks: dict[str, asyncio.Lock] = {}
         self._confirm: dict[str, str] = {}
         self._patches: dict[str, str] = {}
 
@@ -235,26 +238,8 @@ class Worktrees:
         main = self._main(project)
         path = Path(record.path)
         try:
-            if not await self._registered(main, path):
-                if path.exists():
-                    self._remove_folder(path)
-                await main.run("worktree", "prune")
-                exists = await main.run(
-                    "rev-parse", "--verify", "-q", f"refs/heads/{record.branch}", check=False
-                )
-                path.parent.mkdir(parents=True, exist_ok=True)
-                if exists.ok:
-                    await main.run("worktree", "add", "--quiet", str(path), record.branch)
-                else:
-                    await main.run(
-                        "worktree",
-                        "add",
-                        "--quiet",
-                        "-b",
-                        record.branch,
-                        str(path),
-                        record.base_commit,
-                    )
+            async with self._repo_lock(project):
+                await self._add_worktree(main, record)
         except (GitError, OSError) as exc:
             why = clip(str(exc), 300, one_line=True)
             _log.warning("plangate.worktree.create_failed session=%s %s", session_id, why)
@@ -273,6 +258,32 @@ class Worktrees:
             record.branch,
             path,
         )
+
+    async def _add_worktree(self, main: Git, record: WorktreeRecord) -> None:
+        """``git worktree add`` unless it is there: a folder git does not know is removed
+        first, and an existing branch is checked out rather than made again."""
+        path = Path(record.path)
+        if await self._registered(main, path):
+            return
+        if path.exists():
+            self._remove_folder(path)
+        await main.run("worktree", "prune")
+        exists = await main.run(
+            "rev-parse", "--verify", "-q", f"refs/heads/{record.branch}", check=False
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if exists.ok:
+            await main.run("worktree", "add", "--quiet", str(path), record.branch)
+        else:
+            await main.run(
+                "worktree",
+                "add",
+                "--quiet",
+                "-b",
+                record.branch,
+                str(path),
+                record.base_commit,
+            )
 
     async def _finish(self, session_id: str, sidecar: PlanSidecar) -> None:
         """The plan completed: commit the worktree, keep the diff, wait for the owner."""
@@ -387,22 +398,9 @@ class Worktrees:
                 await main.run("merge-base", "--is-ancestor", "HEAD", record.branch, check=False)
             ).ok
             title = clip(record.title or record.branch, 200, one_line=True)
-            done = await main.run(
-                "merge",
-                "--no-edit",
-                "--no-verify",
-                "--no-stat",
-                "-m",
-                f"Merge {record.branch}: {title}",
-                record.branch,
-                check=False,
-            )
+            async with self._repo_lock(Path(record.project)):
+                done, files = await self._git_merge(main, record, title)
             if not done.ok:
-                conflicts = (
-                    await main.run("diff", "--name-only", "--diff-filter=U", "-z", check=False)
-                ).out
-                files = [f for f in conflicts.split("\0") if f]
-                await main.run("merge", "--abort", check=False)
                 if files:
                     shown = ", ".join(files[:10]) + (
                         f" and {len(files) - 10} more" if len(files) > 10 else ""
@@ -427,6 +425,27 @@ class Worktrees:
             actor=actor,
         )
         return message
+
+    async def _git_merge(
+        self, main: Git, record: WorktreeRecord, title: str
+    ) -> tuple[GitResult, list[str]]:
+        """``git merge`` in the main checkout; on a failure, the conflicted files (the merge
+        is aborted at once, so the checkout is as it was)."""
+        done = await main.run(
+            "merge",
+            "--no-edit",
+            "--no-verify",
+            "--no-stat",
+            "-m",
+            f"Merge {record.branch}: {title}",
+            record.branch,
+            check=False,
+        )
+        if done.ok:
+            return done, []
+        listed = await main.run("diff", "--name-only", "--diff-filter=U", "-z", check=False)
+        await main.run("merge", "--abort", check=False)
+        return done, [f for f in listed.out.split("\0") if f]
 
     async def push(self, session_id: str, *, actor: int | None) -> str:
         """Push the branch to ``PLANGATE_GIT_REMOTE``; the worktree goes, the branch stays."""
@@ -671,6 +690,10 @@ class Worktrees:
 
     async def _remove_locked(self, record: WorktreeRecord, *, delete_branch: bool) -> None:
         """Remove the worktree (and the branch): each step is idempotent."""
+        async with self._repo_lock(Path(record.project)):
+            await self._remove_unlocked(record, delete_branch=delete_branch)
+
+    async def _remove_unlocked(self, record: WorktreeRecord, *, delete_branch: bool) -> None:
         main = self._main(Path(record.project))
         path = Path(record.path)
         if record.path and await self._registered(main, path):
@@ -701,6 +724,9 @@ class Worktrees:
 
     def _lock(self, session_id: str) -> asyncio.Lock:
         return self._locks.setdefault(session_id, asyncio.Lock())
+
+    def _repo_lock(self, project: Path) -> asyncio.Lock:
+        return self._repo_locks.setdefault(str(project), asyncio.Lock())
 
     async def _stay(self, session_id: str, record: WorktreeRecord, message: str) -> str:
         """The decision did not go through: the worktree waits as before, the card says why."""
