@@ -387,6 +387,10 @@ class CommandPlane:
             # A title is one line wherever it is drawn.
             title = clip(sidecar.title or "(untitled)", 120, one_line=True)
             lines.append(f"Plan: {title} ({label}{progress})")
+        worktree = await self._worktrees.record(session_id)
+        if worktree is not None and worktree.phase in ("live", "done", "conflict"):
+            waits = "" if worktree.phase == "live" else ", waiting for Merge or Keep branch"
+            lines.append(f"Branch: {worktree.branch} (its own worktree{waits})")
         # The goal as this process last read it: every goal change made here goes through the
         # goal service, which re-reads after it, and the engine read the log when it loaded the
         # session. A fresh read would wait behind the update_id commit (docs/bench.md).
