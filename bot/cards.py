@@ -386,7 +386,13 @@ def checks_proof(sidecar: PlanSidecar) -> list[str]:
             else:  # skipped with the owner's approval, or carried without a record
                 state = "skipped" if task.status == "deferred" else "not run"
                 lines.append(f"⏭ <code>{clip_line(command, 200)}</code> {state} · task {task.id}")
+    plan_ran = {r.command for r in sidecar.check_results}
     lines.extend(_result_line(r, "whole plan") for r in sidecar.check_results)
+    lines.extend(
+        f"⏭ <code>{clip_line(command, 200)}</code> skipped · whole plan"
+        for command in sidecar.checks
+        if command not in plan_ran
+    )
     if not lines and not sidecar.changed_tests:
         return []
     block = ["", f"{CHECK_MARK} <b>Checks</b>", *lines]
