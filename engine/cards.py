@@ -207,6 +207,7 @@ class Cards:
             halted=halted,
             worktree=worktree if _runs_in(worktree, sidecar) else None,
             raise_cap=raise_cap,
+            checking=self._plans.checking(session_id),
         )
 
     async def _review_ready(self, session_id: str, sidecar: PlanSidecar) -> bool:
