@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from engine.checks.types import CheckRun
 from engine.goal.types import GoalSnapshot, GoalTombstone
+from engine.worktree.types import WorktreeRecord
 
 
 class _Event(BaseModel):
@@ -259,6 +260,14 @@ class ApprovalRule(_Event):
     exact: bool = False
 
 
+class WorktreeChange(_Event):
+    """A plan's worktree changed phase (docs/projects.md); the last one is its state."""
+
+    type: Literal["worktree/change"] = "worktree/change"
+    record: WorktreeRecord
+    actor: int | None = None
+
+
 # Why a run stopped by itself: stuck (the detector's pattern names how), the daily cap, a turn
 # that failed (a model error, a context overflow the provider refused), or an approval nobody
 # answered within PLANGATE_APPROVAL_TIMEOUT.
@@ -309,7 +318,8 @@ SessionEvent = Annotated[
     | ApprovalDecided
     | ApprovalRule
     | RunPaused
-    | WorkspaceChanged,
+    | WorkspaceChanged
+    | WorktreeChange,
     Field(discriminator="type"),
 ]
 
