@@ -157,7 +157,10 @@ async def test_an_approved_plan_runs_its_tests_and_git_diff_without_one_approval
         assert len(results) == 4 and all(r.startswith("exit code") for r in results), results
         assert approval_messages(api) == []
         assert await decisions(live, sid) == []
-        assert (work / "util.py").exists() and (work / "test_util.py").exists()
+        # Written where the run works (the plan's own worktree, the workspace being a git
+        # repository): the git status step saw them too (its expect).
+        assert [p.name for p in tmp_path.glob("**/util.py")] == ["util.py"]
+        assert [p.name for p in tmp_path.glob("**/test_util.py")] == ["test_util.py"]
         assert api.group_429s == 0
 
 
