@@ -132,16 +132,19 @@ def walk_digest(root: Path, *, max_entries: int = MAX_ENTRIES) -> str:
 
 async def snapshot(workspace: Path) -> str:
     """A digest that changes when a file in the workspace is created, changed or removed."""
-    inside = await _git(workspace, "rev-parse", "--is-inside-work-tree")
-    if inside is not None and inside.strip() == b"true":
+    top = await _git(workspace, "rev-parse", "--show-toplevel")
+    if top is not None and top.strip():
+        # Porcelain paths are relative to the repository's top, which may be above the
+        # workspace; only the workspace's own part is listed (the "." pathspec).
+        toplevel = Path(os.fsdecode(top.strip()))
         filters = await _git(workspace, "config", "--name-only", "--get-regexp", r"^filter\.")
         # Exit status 1 means "no such key": None here, and no filter is configured.
         if not filters:
             porcelain = await _git(
-                workspace, "status", "--porcelain=v1", "-z", "--ignore-submodules=all"
+                workspace, "status", "--porcelain=v1", "-z", "--ignore-submodules=all", "--", "."
             )
             if porcelain is not None:
-                return await asyncio.to_thread(_git_digest, workspace, porcelain)
+                return await asyncio.to_thread(_git_digest, toplevel, porcelain)
         else:
             _log.info("plangate.progress.workspace.filters_configured walk instead")
     return await asyncio.to_thread(walk_digest, workspace)
