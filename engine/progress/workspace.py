@@ -94,10 +94,14 @@ def _stat_line(root: Path, rel: str) -> str:
 
 def _git_digest(root: Path, porcelain: bytes) -> str:
     digest = hashlib.sha256(porcelain)
-    for entry in porcelain.split(b"\0"):
-        if len(entry) > 3:
-            rel = os.fsdecode(entry[3:])
-            digest.update(_stat_line(root, rel).encode("utf-8", "surrogateescape"))
+    entries = iter(porcelain.split(b"\0"))
+    for entry in entries:
+        if len(entry) <= 3:
+            continue
+        rel = os.fsdecode(entry[3:])
+        digest.update(_stat_line(root, rel).encode("utf-8", "surrogateescape"))
+        if entry[:1] in (b"R", b"C"):
+            next(entries, None)  # a rename's or copy's source path follows without a status
     return "git:" + digest.hexdigest()
 
 
