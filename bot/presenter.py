@@ -87,6 +87,8 @@ def plan_note(data: PlanCardData, *, now: float) -> str | None:
         return f"👉 Waiting for you: {data.waiting}."
     if data.halted is not None:
         return f"⏸ {data.halted}"
+    if data.checking is not None:
+        return f"🧪 Running the checks of {data.checking}"
     if not data.busy or data.state not in ("planning", "written", "active"):
         return None
     if data.state != "active" or data.sidecar is None or not data.sidecar.tasks:

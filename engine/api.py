@@ -123,6 +123,8 @@ class PlanCardData:
     halted: str | None = None
     # Paused by the daily cap: the cap "Raise cap" would set (the card offers it then).
     raise_cap: int | None = None
+    # plangate is running a task's checks now (docs/checks.md): "task 1: `pytest -q`".
+    checking: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -191,6 +191,7 @@ class Cards:
             last_progress_at=run.last_progress_at if run.armed else None,
             halted=halted,
             raise_cap=raise_cap,
+            checking=self._plans.checking(session_id),
         )
 
     async def _review_ready(self, session_id: str, sidecar: PlanSidecar) -> bool:
