@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from engine.checks.types import CheckRun
 from engine.goal.types import GoalSnapshot, GoalTombstone
+from engine.worktree.types import WorktreeRecord
 
 
 class _Event(BaseModel):
@@ -243,6 +244,14 @@ class ApprovalRule(_Event):
     actor: int | None = None
 
 
+class WorktreeChange(_Event):
+    """A plan's worktree changed phase (docs/projects.md); the last one is its state."""
+
+    type: Literal["worktree/change"] = "worktree/change"
+    record: WorktreeRecord
+    actor: int | None = None
+
+
 # Why a run stopped by itself: stuck (the detector's pattern names how), the daily cap, or a
 # turn that failed (a model error, a context overflow the provider refused).
 PauseKind = Literal["stuck", "daily-cap", "failed"]
@@ -292,7 +301,8 @@ SessionEvent = Annotated[
     | ApprovalDecided
     | ApprovalRule
     | RunPaused
-    | WorkspaceChanged,
+    | WorkspaceChanged
+    | WorktreeChange,
     Field(discriminator="type"),
 ]
 
