@@ -51,7 +51,7 @@ from telegram.ext import (
 )
 
 from bot.access import AccessGate
-from bot.channel import QUESTION_PATTERN, LateChannel, TelegramChannel
+from bot.channel import QUESTION_PATTERN, REPLY_DOCUMENT_CHARS, LateChannel, TelegramChannel
 from bot.handlers import SHOW_PLAN_PATTERN, BotParts, Handlers, load_state, parts, redact
 from bot.keys import message_key
 from bot.outbox import Outbox, Sleep
@@ -191,7 +191,11 @@ def build_application(
         clock=clock,
         sleep=sleep,
     )
-    channel = TelegramChannel(outbox, presenter)
+    channel = TelegramChannel(
+        outbox,
+        presenter,
+        document_chars=int(getattr(settings, "reply_document_chars", REPLY_DOCUMENT_CHARS)),
+    )
 
     async def delivery_failed(chat_id: int, message_id: int | None, err: Exception) -> None:
         # Past the outbox's deadline: draw the chat's cards again from the latest state.
