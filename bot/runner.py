@@ -137,6 +137,8 @@ def engine_config(settings: Settings) -> EngineConfig:
         vision=settings.model_vision,
         projects=settings.projects,
         projects_root=settings.projects_root,
+        worktree_root=settings.home / "worktrees",
+        git_remote=settings.git_remote,
     )
 
 

@@ -62,6 +62,7 @@ from engine.tools.files import FileLimits
 from engine.tools.sandbox import SandboxSettings
 from engine.tools.workspace import WorkspaceLocks
 from engine.usage.meter import UsageConfig, UsageMeter
+from engine.worktree.service import Worktrees
 
 _log = logging.getLogger("plangate.engine")
 
@@ -113,7 +114,8 @@ class Engine:
     """One process's plangate: its services, composed; every call goes to the part that owns it.
 
     The parts are public for tests and tools that read state (``plans``, ``goals``, ``agents``,
-    ``usage``, ``approvals``, ``log``); front ends use only the :class:`EngineApi` methods.
+    ``usage``, ``approvals``, ``worktrees``, ``log``); front ends use only the
+    :class:`EngineApi` methods.
     """
 
     def __init__(
@@ -138,6 +140,7 @@ class Engine:
         self.goals = services.goals
         self.agents = services.agents
         self.approvals = services.approvals
+        self.worktrees = services.worktrees
         self.usage = services.usage
         self.channel = services.channel
 
@@ -333,7 +336,14 @@ def build_engine(
         return await approvals.ask(ctx, tool="plan skip", command=what)
 
     catalog = ProjectCatalog(config.workspace, config.projects, root=config.projects_root)
-    workspace_for = workspace_from_store(sessions, default=catalog.default.path, catalog=catalog)
+    project_for = workspace_from_store(sessions, default=catalog.default.path, catalog=catalog)
+    worktrees = Worktrees(
+        log, channel, project_for=project_for, root=config.worktree_root, remote=config.git_remote
+    )
+    # First of the plan's listeners: the worktree is made (or committed) before the cards
+    # redraw and before the execution turn is queued.
+    plans.add_listener(worktrees.on_plan_change)
+    workspace_for = worktrees.workspace_for
     tools: list[Tool] = [
         PlanTool(plans, ask_owner=ask_owner),
         TodoWriteTool(log, allow_parallel_in_progress=config.todo_parallel),
@@ -355,6 +365,7 @@ def build_engine(
         usage=usage,
         approvals=approvals,
         file_limits=config.file_limits,
+        read_only_roots=worktrees.read_only_roots,
         locks=locks,
     )
     the_scheduler = scheduler or ApsScheduler()
@@ -386,6 +397,7 @@ def build_engine(
         workspace=catalog.default.path,
         catalog=catalog,
         workspace_for=workspace_for,
+        worktrees=worktrees,
     )
     cards = Cards(services)
     agents.set_turn_listener(cards.on_turn_end)

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from engine.checks.types import CheckRun
 from engine.goal.types import GoalSnapshot, GoalTombstone
+from engine.worktree.types import WorktreeRecord
 
 
 class _Event(BaseModel):
@@ -243,8 +244,17 @@ class ApprovalRule(_Event):
     actor: int | None = None
 
 
-# Why a run stopped by itself: stuck (the detector's pattern names how), or the daily cap.
-PauseKind = Literal["stuck", "daily-cap"]
+class WorktreeChange(_Event):
+    """A plan's worktree changed phase (docs/projects.md); the last one is its state."""
+
+    type: Literal["worktree/change"] = "worktree/change"
+    record: WorktreeRecord
+    actor: int | None = None
+
+
+# Why a run stopped by itself: stuck (the detector's pattern names how), the daily cap, or a
+# turn that failed (a model error, a context overflow the provider refused).
+PauseKind = Literal["stuck", "daily-cap", "failed"]
 
 
 class RunPaused(_Event):
@@ -261,6 +271,16 @@ class RunPaused(_Event):
     evidence: str = ""
     task_id: str | None = None
     goal_id: str | None = None
+
+
+class WorkspaceChanged(_Event):
+    """bash changed the workspace in the step just logged (the snapshot after it differed).
+
+    Logged by the agent while the stuck detector watches (a checklist run, a goal round), so
+    what bash did on disk counts as progress for the goal's idle rounds too.
+    """
+
+    type: Literal["workspace/changed"] = "workspace/changed"
 
 
 SessionEvent = Annotated[
@@ -280,7 +300,9 @@ SessionEvent = Annotated[
     | ApprovalRequested
     | ApprovalDecided
     | ApprovalRule
-    | RunPaused,
+    | RunPaused
+    | WorkspaceChanged
+    | WorktreeChange,
     Field(discriminator="type"),
 ]
 

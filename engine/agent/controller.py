@@ -35,12 +35,14 @@ from engine.events import (
     MessageSource,
     RunPaused,
     SeedSource,
+    WorkspaceChanged,
 )
 from engine.goal.types import NO_PROGRESS
 from engine.plan.types import PlanPause, PlanTask
 from engine.progress import workspace as workspace_snapshot
 from engine.progress.stuck import Step, StuckWatch, Verdict, call_record, step_changed
 from engine.tasks import BackgroundTasks, safe_call
+from engine.text import clip
 from engine.tools.base import ToolContext
 from engine.tools.runtime import ToolCallRequest, ToolRuntime
 
@@ -363,6 +365,17 @@ class SessionController:
                     task_id=task.id if task is not None else None,
                 )
             )
+        if self._run.armed and result.outcome == "failed":
+            # Nobody knows how far the failed turn got: the run pauses and says why.
+            task = checklist.current_task(tasks)
+            await self._pause(
+                PauseReason(
+                    "failed",
+                    f"Paused: the turn failed ({clip(result.detail, 160, one_line=True)})",
+                    evidence=result.detail,
+                    task_id=task.id if task is not None else None,
+                )
+            )
         if self._run.armed:
             failed = result.outcome in ("failed", "cancelled")
             if failed or not checklist.should_continue(self._run, tasks, active=active):
@@ -410,8 +423,10 @@ class SessionController:
         self._run, tasks_moved = checklist.observe_tasks(self._run, tasks, now=now)
         pairs = [(c.name, c.arguments, r.content, r.is_error) for c, r in step.calls]
         progress = tasks_moved or step_changed(pairs)
-        if not progress and any(name == "bash" for name, *_ in pairs):
-            progress = await self._workspace_moved()
+        if any(name == "bash" for name, *_ in pairs) and await self._workspace_moved():
+            # In the log, so the goal's idle-rounds rule counts what bash did on disk too.
+            await self._deps.log.append(self.session_id, [WorkspaceChanged()])
+            progress = True
         record = Step(
             calls=tuple(call_record(n, a, c, is_error=e) for n, a, c, e in pairs),
             compacted=step.compacted,

@@ -7,7 +7,8 @@ detector compares a digest of the workspace with the one taken before:
   and modification time of each listed path, so editing an already-modified file again
   counts too;
 - elsewhere: sizes and modification times of the files under the workspace, walked to at
-  most :data:`MAX_ENTRIES` entries (``.git`` and the usual dependency folders skipped).
+  most :data:`MAX_ENTRIES` entries (version control, caches and dependency folders skipped,
+  the same folders the checks' watch skips).
 
 git runs with the repository's own code switched off: the workspace is the agent's to write,
 so its ``.git/config`` is not trusted. fsmonitor and hooks are disabled on the command line,
@@ -24,11 +25,12 @@ import logging
 import os
 from pathlib import Path
 
+from engine.checks.watch import SKIP_DIRS
+
 _log = logging.getLogger("plangate.progress.workspace")
 
 MAX_ENTRIES = 20_000
 GIT_TIMEOUT_S = 10.0
-_SKIP_DIRS = frozenset({".git", "node_modules", "__pycache__", ".venv", ".mypy_cache"})
 # Passed before the subcommand: nothing the repository configures may run code.
 _GIT_SAFE = (
     "-c",
@@ -120,7 +122,7 @@ def walk_digest(root: Path, *, max_entries: int = MAX_ENTRIES) -> str:
             except OSError:
                 continue
             if entry.is_dir(follow_symlinks=False):
-                if entry.name not in _SKIP_DIRS:
+                if entry.name not in SKIP_DIRS:
                     stack.append(Path(entry.path))
                 continue
             line = f"{entry.path}\0{st.st_size}\0{st.st_mtime_ns}\n"

@@ -44,6 +44,8 @@ from engine.tools.workspace import WorkspaceLocks
 
 # The plan state and the session .md at the moment of a call (NoPlan when not given).
 PlanViewSource = Callable[[str], Awaitable[PlanGateView]]
+# What the session's bash sees read-only besides its workspace (a plan worktree's ``.git``).
+ReadOnlyRoots = Callable[[str], Awaitable[tuple[Path, ...]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,8 +153,10 @@ class BashTool:
         limits: BashLimits | None = None,
         sandbox: SandboxSettings | None = None,
         plan_view: PlanViewSource | None = None,
+        read_only_roots: ReadOnlyRoots | None = None,
     ):
         self._locks = locks or WorkspaceLocks()
+        self._read_only_roots = read_only_roots
         self._limits = limits or BashLimits()
         self._sandbox = sandbox or SandboxSettings()
         self._plan_view = plan_view
@@ -259,6 +263,9 @@ class BashTool:
         status = await asyncio.to_thread(probe, sandbox)
         if status.problem is not None:
             return CommandRun(exit_code=None, output="", problem=status.problem)
+        read_only = (
+            await self._read_only_roots(session_id) if self._read_only_roots is not None else ()
+        )
         info_r, info_w = os.pipe()
         cgroup: PidsCgroup | None = None
         try:
@@ -268,6 +275,7 @@ class BashTool:
                 writable=writable,
                 command=command,
                 hidden=hidden,
+                read_only=read_only,
                 info_fd=info_w,
             )
             if status.process_limit == "cgroup":

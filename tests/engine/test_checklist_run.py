@@ -8,7 +8,7 @@ from pathlib import Path
 
 from engine.agent.controller import CHECKLIST_DONE_TEXT
 from engine.api import Press
-from engine.events import SeedSource, TurnOutcome, TurnStart, UserMessage
+from engine.events import RunPaused, SeedSource, TurnOutcome, TurnStart, UserMessage
 from engine.model.script import call, say
 from engine.model.scripted import ScriptedProvider
 from tests.engine.helpers import OWNER, engine_rig, post_init, settle
@@ -208,3 +208,21 @@ async def test_the_card_drawn_as_the_stuck_turn_ends_is_paused_not_working(
         assert [c.method for c in channel.calls][-1] == "plan_changed"
         card = await engine.plan_card(sid)
         assert (card.state, card.busy, card.halted) == ("paused", False, words)
+
+
+async def test_a_failed_turn_pauses_the_run_and_the_card_says_why(tmp_path: Path) -> None:
+    # The model call fails (a script that diverged stands for a provider's error).
+    model = ScriptedProvider([TASK_1[0], say("never", expect="a line nobody sends")])
+    async with engine_rig(tmp_path, model) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(-1, 0)
+        await post_init(rig, sid)
+        await engine.command(sid, "execute", "", actor=OWNER)
+        await settle(engine, sid)
+        card = await engine.plan_card(sid)
+        assert card.state == "paused" and card.halted is not None
+        assert card.halted.startswith("Paused: the turn failed (ScriptDivergence: script step 2")
+        paused = [
+            s.event for s in await rig.storage.log.read(sid) if isinstance(s.event, RunPaused)
+        ]
+        assert [p.kind for p in paused] == ["failed"]

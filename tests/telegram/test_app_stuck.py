@@ -361,3 +361,36 @@ async def test_a_goal_round_in_a_loop_is_stopped_by_the_same_detector(
         assert goal.rounds_started == 1 and model.script.position == 4
         (paused,) = await _pauses(live, sid)
         assert (paused.pattern, paused.goal_id) == ("repeat", goal.id)
+
+
+async def test_goal_rounds_whose_bash_changes_files_are_not_idle(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    # Three idle rounds in a row block a goal (the default); rounds whose only work is a bash
+    # command that writes files are not idle: the goal runs to its round cap instead.
+    _seed(tmp_path / "work")
+    script = [
+        step
+        for n in range(1, 5)
+        for step in (call("bash", {"command": f"touch round_{n}.txt"}), say(f"Round {n}."))
+    ]
+    model = ScriptedProvider(script)
+    async with live_bot(
+        fake_api, tmp_path, [], model=model, max_goal_rounds=4, allow_bash=(("touch",),)
+    ) as live:
+        engine = live.engine
+        fake_api.user_message(GROUP, OWNER, "/goal make four files")
+        await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
+        sid = await engine.session_for_chat(GROUP, 0)
+
+        async def blocked() -> bool:
+            goal = await engine.goals.get(sid)
+            return goal is not None and goal.phase == "blocked" and engine.agents.is_idle(sid)
+
+        await until(blocked, timeout_s=40)
+        goal = await engine.goals.get(sid)
+        assert goal is not None and goal.blocked is not None
+        assert goal.blocked.code == "round-limit" and goal.rounds_started == 4
+        assert len(list(live.workspace.glob("round_*.txt"))) == 4
+        changed = await live.storage.log.read(sid, types=("workspace/changed",))
+        assert len(changed) == 4
