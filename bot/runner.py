@@ -132,6 +132,8 @@ def engine_config(settings: Settings) -> EngineConfig:
         ),
         goal_idle_rounds=settings.goal_idle_rounds,
         allow_bash=settings.allow_bash,
+        bash_approval=settings.bash_approval_mode,
+        ask_bash=settings.ask_bash,
         approval_timeout_s=settings.approval_timeout,
         ask_writes=settings.ask_writes,
         vision=settings.model_vision,
