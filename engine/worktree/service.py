@@ -105,6 +105,8 @@ class Worktrees:
         self._repo_locks: dict[str, asyncio.Lock] = {}
         self._confirm: dict[str, str] = {}
         self._patches: dict[str, str] = {}
+        # Sessions whose finished plan's branch was decided by this process.
+        self._decided: set[str] = set()
 
     # --- reads --------------------------------------------------------------------------
 
@@ -159,9 +161,12 @@ class Worktrees:
         )
 
     async def ended_sidecar(self, session_id: str) -> PlanSidecar | None:
-        """The finished plan a waiting worktree belongs to (its Done card after a restart)."""
+        """The finished plan a waiting worktree belongs to (its Done card after a restart),
+        or whose branch was decided in this process (the card then says what happened)."""
         record = await self.record(session_id)
-        if record is None or record.phase not in DECIDING or record.sidecar is None:
+        if record is None or record.sidecar is None:
+            return None
+        if record.phase not in DECIDING and session_id not in self._decided:
             return None
         return PlanSidecar.model_validate(record.sidecar)
 
@@ -740,6 +745,11 @@ class Worktrees:
         self, session_id: str, record: WorktreeRecord, *, actor: int | None = None
     ) -> None:
         await self._log.append(session_id, [WorktreeChange(record=record, actor=actor)])
+        previous = self._records.get(session_id)
+        if previous is not None and previous.phase in DECIDING and record.sidecar is not None:
+            self._decided.add(session_id)
+        elif record.phase in ("creating", "live", "in_place"):
+            self._decided.discard(session_id)  # a new plan: the old Done card is history
         self._records[session_id] = record
 
 
