@@ -350,6 +350,16 @@ class Worktrees:
                     return
             await self._keep_locked(session_id, record, note=reason, actor=actor)
 
+    async def forked(self, child_id: str) -> None:
+        """A fork copied the parent's log: the copy must not share the parent's worktree
+        (two sessions in one tree), so it works in the project itself."""
+        record = await self.record(child_id)
+        if record is None or record.phase in CLOSED:
+            return
+        message = "works in place: a fork does not share its parent's worktree"
+        closed = record.model_copy(update={"phase": "in_place", "message": message, "path": ""})
+        await self._append(child_id, closed)
+
     # --- the owner's decision ---------------------------------------------------------------
 
     def ask_drop(self, session_id: str, plan_id: str) -> None:
