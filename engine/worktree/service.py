@@ -300,10 +300,8 @@ class Worktrees:
                 head = await self._commit(record, sidecar.title)
                 files = await self._numstat(record, head)
             except (GitError, OSError) as exc:
-                why = clip(str(exc), 300, one_line=True)
-                _log.warning("plangate.worktree.commit_failed session=%s %s", session_id, why)
-                head, files = record.base_commit, []
-                record = record.model_copy(update={"message": f"commit failed: {why}"})
+                await self._left_alone(session_id, record, exc)
+                return
             done = record.model_copy(
                 update={
                     "phase": "done",
@@ -315,7 +313,7 @@ class Worktrees:
                     "sidecar": sidecar.model_dump(mode="json"),
                 }
             )
-            if not files and head == record.base_commit and not record.message:
+            if not files and head == record.base_commit:
                 # Nothing changed: there is nothing to merge, keep or discard.
                 await self._remove_locked(done, delete_branch=True)
                 await self._append(
@@ -335,8 +333,8 @@ class Worktrees:
                 try:
                     head = await self._commit(record, record.title or "plangate plan")
                 except (GitError, OSError) as exc:
-                    _log.warning("plangate.worktree.commit_failed session=%s %s", session_id, exc)
-                    head = record.base_commit
+                    await self._left_alone(session_id, record, exc)
+                    return
                 record = record.model_copy(update={"head": head})
                 if head == record.base_commit:
                     await self._append(
@@ -349,6 +347,17 @@ class Worktrees:
                     )
                     return
             await self._keep_locked(session_id, record, note=reason, actor=actor)
+
+    async def _left_alone(self, session_id: str, record: WorktreeRecord, exc: Exception) -> None:
+        """The commit failed: nothing is removed (the work is only in the worktree's files);
+        the worktree is left where it is for the owner, and the session goes on without it."""
+        why = clip(str(exc), 300, one_line=True)
+        _log.warning("plangate.worktree.commit_failed session=%s %s", session_id, why)
+        message = f"Could not commit the changes ({why}); they are left in {record.path}."
+        await self._append(
+            session_id, record.model_copy(update={"phase": "kept", "message": message})
+        )
+        await safe_call("notice", self._channel.notice(session_id, message))
 
     async def forked(self, child_id: str) -> None:
         """A fork copied the parent's log: the copy must not share the parent's worktree

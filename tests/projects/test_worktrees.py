@@ -275,3 +275,20 @@ async def test_merge_refuses_when_the_checkout_moved_to_another_branch(tmp_path:
         said = await service.merge(SESSION, actor=1)
     assert said == "The project is on elsewhere, not main: switch it back, or Keep branch."
     assert git(repo, "rev-parse", "main") != git(repo, "rev-parse", branch)
+
+
+async def test_a_commit_that_fails_removes_nothing(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    plan = _plan()
+    async with _service(tmp_path, repo) as service:
+        tree = await _approved(service, plan)
+        (tree / "work.txt").write_text("an hour of work\n", encoding="utf-8")
+        # Another git process holds the worktree's index: plangate's commit fails.
+        admin = next((repo / ".git" / "worktrees").iterdir())
+        (admin / "index.lock").write_text("", encoding="utf-8")
+        await _completed(service, plan)
+        record = await service.record(SESSION)
+    assert record is not None and record.phase == "kept"
+    assert record.message.startswith("Could not commit the changes")
+    assert (tree / "work.txt").read_text() == "an hour of work\n"
+    assert git(repo, "branch", "--list", record.branch) != ""
