@@ -30,7 +30,13 @@ from engine.api import (
     Press,
     RestoredGoal,
 )
-from engine.approval.policy import ApprovalView, Rule
+from engine.approval.policy import (
+    ApprovalView,
+    BashApproval,
+    BashPolicy,
+    Rule,
+    default_bash_approval,
+)
 from engine.approval.service import DEFAULT_TIMEOUT_S, ToolApprovals
 from engine.cards import Cards
 from engine.checks.runner import SandboxChecks
@@ -91,6 +97,10 @@ class EngineConfig:
     # request waits for the owner before it is denied (PLANGATE_APPROVAL_TIMEOUT).
     allow_bash: tuple[Rule, ...] = ()
     approval_timeout_s: float = DEFAULT_TIMEOUT_S
+    # When bash asks (PLANGATE_BASH_APPROVAL; None: the default for the sandbox setting) and
+    # the prefixes that always ask (PLANGATE_ASK_BASH).
+    bash_approval: BashApproval | None = None
+    ask_bash: tuple[Rule, ...] = ()
     # File writes in NoPlan and Active ask the owner too, with a diff (PLANGATE_ASK_WRITES).
     ask_writes: bool = False
     # Caps of the file tools (grep's deadline among them); the defaults suit a real bot.
@@ -316,6 +326,8 @@ def build_engine(
         if goal is None:
             return
         what = view.command or view.tool
+        if view.why == "network":
+            what += " (with the network)"
         await goals.block(
             session_id,
             goal.ref,
@@ -330,6 +342,11 @@ def build_engine(
         timeout_s=config.approval_timeout_s,
         on_unattended=block_for_approval,
         ask_writes=config.ask_writes,
+        policy=BashPolicy(
+            mode=config.bash_approval or default_bash_approval(sandbox=config.sandbox.enabled),
+            ask=config.ask_bash,
+            network_on=config.sandbox.network or not config.sandbox.enabled,
+        ),
     )
 
     async def ask_owner(ctx: ToolContext, what: str) -> str | None:

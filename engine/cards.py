@@ -29,6 +29,7 @@ from engine.plan.service import PlanChange
 from engine.plan.types import PlanSidecar, PlanState
 from engine.services import Services
 from engine.tasks import safe_call
+from engine.text import clip
 from engine.usage.ledger import raised_cap
 from engine.worktree.types import WorktreeView
 
@@ -182,7 +183,10 @@ class Cards:
         waiting: str | None = None
         approval = self._approvals.pending(session_id)
         if approval is not None:
-            waiting = f"approval of a {approval.tool} call (the message below)"
+            what = approval.command or approval.tool
+            if approval.why == "network":
+                what += " with the network"
+            waiting = f"approval of `{clip(what, 80, one_line=True)}`"
         elif controller.awaiting_answer and not busy:
             waiting = "a question"
         elif state == "review":
