@@ -693,7 +693,10 @@ class Worktrees:
         if len(text.encode("utf-8")) > MAX_PATCH_BYTES:
             text = text.encode("utf-8")[:MAX_PATCH_BYTES].decode("utf-8", "ignore")
             text += "\n(cut: the diff is larger than 8 MB; see the branch)\n"
-        self._patches = {key: text}  # one at a time: Done cards are drawn one after another
+        # A few at a time (Done cards of several topics redraw in turn); the oldest goes.
+        self._patches[key] = text
+        while len(self._patches) > 4:
+            self._patches.pop(next(iter(self._patches)))
         return text
 
     async def _registered(self, main: Git, path: Path) -> bool:

@@ -351,3 +351,22 @@ async def test_the_done_buttons_still_work_after_a_restart(
             lambda: "fast-forwarded into main" in fake_api.message(GROUP, shown.message_id).text
         )
         assert fake_api.message(GROUP, shown.message_id).buttons == []
+
+
+async def test_new_keeps_a_waiting_branch_and_removes_its_worktree(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "work", {"README.md": "hello\n"})
+    script = [*planning("Eta", "write eta.py"), *writing({"eta.py": "H = 7\n"})]
+    async with live_bot(fake_api, tmp_path, script) as live:
+        engine = live.engine
+        sid = await _one_plan_done(fake_api, live, "Add eta")
+        record = await engine.worktrees.record(sid)
+        assert record is not None and Path(record.path).is_dir()
+        fake_api.user_message(GROUP, OWNER, "/new", thread_id=ALPHA)
+        await until(lambda: _is(engine, sid, "kept"))
+        kept = await engine.worktrees.record(sid)
+    assert kept is not None and kept.message == f"Branch {record.branch} kept (the session ended)."
+    assert not Path(record.path).exists()
+    assert git(repo, "show", f"{record.branch}:eta.py") == "H = 7"
+    assert not (repo / "eta.py").exists()
