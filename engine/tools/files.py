@@ -82,9 +82,10 @@ class SessionMdHooks(Protocol):
 class FileLimits:
     read_lines: int = 2_000
     read_chars: int = 60_000
-    # read_file keeps at most this much of one line, and reads at most this much of a file
-    # (bytes): memory and time stay bounded whatever the file (engine.tools.reading).
-    read_line_chars: int = 2_000
+    # read_file keeps at most this much of one line (a minified file's one line may fill most
+    # of the window; the rest leaves room for the notes), and reads at most this much of a
+    # file (bytes): memory and time stay bounded whatever the file (engine.tools.reading).
+    read_line_chars: int = 50_000
     read_scan_bytes: int = 64 << 20
     # edit_file reads the whole file: one over this is refused (bash's sed edits any size).
     edit_bytes: int = 16 << 20
