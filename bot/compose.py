@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine.agent.channel import Channel
@@ -44,6 +44,11 @@ async def open_plangate(
     calls); the stores keep the real one. The database is closed on exit; shut the engine
     down before that.
     """
+    # The home (database, plan folders, sessions) is never visible to the agent, whichever
+    # caller opens plangate and whatever its settings already hide.
+    sandbox = config.sandbox
+    if home not in sandbox.hidden:
+        config = replace(config, sandbox=replace(sandbox, hidden=(home, *sandbox.hidden)))
     storage = await open_storage(home, clock=clock)
     try:
         engine = build_engine(

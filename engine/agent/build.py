@@ -23,7 +23,8 @@ from engine.plan.gate import PlanGateView
 from engine.ports import EventLog, SessionStore
 from engine.tools.ask import AskUserTool
 from engine.tools.base import Tool
-from engine.tools.bash import BashLimits, BashTool, PlanViewSource
+from engine.tools.bash import BashLimits, BashTool
+from engine.tools.boundary import BoundaryPolicy, PlanViewSource, ReadOnlyRoots
 from engine.tools.files import FileLimits, file_tools
 from engine.tools.sandbox import SandboxSettings
 from engine.tools.workspace import WorkspaceLocks
@@ -58,17 +59,22 @@ def agent_tools(
     file_limits: FileLimits | None = None,
     bash_limits: BashLimits | None = None,
     sandbox: SandboxSettings | None = None,
+    read_only_roots: ReadOnlyRoots | None = None,
 ) -> tuple[list[Tool], BashTool]:
     """The agent's own tools (read_file, list_files, grep, write_file, edit_file, bash,
-    ask_user) and the bash tool itself (for ``kill_session``)."""
+    ask_user) and the bash tool itself (for ``kill_session``).
+
+    They share one :class:`BoundaryPolicy`: the same workspace, phase, hidden paths and
+    read-only roots decide the file tools' checks and bash's mounts.
+    """
     shared = locks or WorkspaceLocks()
-    bash = BashTool(
-        locks=shared,
-        limits=bash_limits,
-        sandbox=sandbox,
+    policy = BoundaryPolicy(
+        settings=sandbox or SandboxSettings(),
         plan_view=plan_view_source(plan) if plan is not None else None,
+        read_only_roots=read_only_roots,
     )
-    tools: list[Tool] = [*file_tools(hooks=plan, locks=shared, limits=file_limits)]
+    bash = BashTool(locks=shared, limits=bash_limits, boundary=policy)
+    tools: list[Tool] = [*file_tools(hooks=plan, locks=shared, limits=file_limits, boundary=policy)]
     tools.extend([bash, AskUserTool(channel)])
     return tools, bash
 

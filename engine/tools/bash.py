@@ -24,26 +24,22 @@ import json
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.plan.gate import GATE_TEXTS, PlanGateView
+from engine.plan.gate import GATE_TEXTS
 from engine.tools.base import ToolContext, ToolOutcome
+from engine.tools.boundary import BoundaryPolicy, PlanViewSource
 from engine.tools.sandbox import (
     PidsCgroup,
     SandboxSettings,
-    bwrap_argv,
     find_pids_cgroup,
     helper_env,
     probe,
     sandbox_env,
 )
 from engine.tools.workspace import WorkspaceLocks
-
-# The plan state and the session .md at the moment of a call (NoPlan when not given).
-PlanViewSource = Callable[[str], Awaitable[PlanGateView]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,11 +130,16 @@ class BashTool:
         limits: BashLimits | None = None,
         sandbox: SandboxSettings | None = None,
         plan_view: PlanViewSource | None = None,
+        boundary: BoundaryPolicy | None = None,
     ):
+        """``boundary`` decides the mounts; without it one is made of ``sandbox`` and
+        ``plan_view`` (NoPlan when that is not given either)."""
         self._locks = locks or WorkspaceLocks()
         self._limits = limits or BashLimits()
-        self._sandbox = sandbox or SandboxSettings()
-        self._plan_view = plan_view
+        self._policy = boundary or BoundaryPolicy(
+            settings=sandbox or SandboxSettings(), plan_view=plan_view
+        )
+        self._sandbox = self._policy.settings
         self._running: dict[str, set[asyncio.subprocess.Process]] = {}
 
     @property
@@ -173,11 +174,7 @@ class BashTool:
             return await self._run(command, timeout_s, ctx)
 
     async def _run(self, command: str, timeout_s: float, ctx: ToolContext) -> ToolOutcome:
-        view = (
-            await self._plan_view(ctx.session_id)
-            if self._plan_view is not None
-            else PlanGateView(state="none")
-        )
+        view = await self._policy.view(ctx.session_id)
         if view.state == "post_init":  # the gate refuses first; this holds without it too
             return ToolOutcome(GATE_TEXTS["gate-editing-bash"], is_error=True)
         if not self._sandbox.enabled:
@@ -195,18 +192,11 @@ class BashTool:
         status = await asyncio.to_thread(probe, self._sandbox)
         if status.problem is not None:
             return ToolOutcome(status.problem, is_error=True)
-        hidden = [view.md_path.parent] if view.md_path is not None else []
+        boundary = await self._policy.for_call(ctx, view=view)
         info_r, info_w = os.pipe()
         cgroup: PidsCgroup | None = None
         try:
-            argv = bwrap_argv(
-                self._sandbox,
-                workspace=ctx.workspace,
-                writable=view.state != "pre_init",
-                command=command,
-                hidden=hidden,
-                info_fd=info_w,
-            )
+            argv = boundary.bwrap_argv(command, info_fd=info_w)
             if status.process_limit == "cgroup":
                 # Reading mountinfo and making the folder are file IO: off the event loop. A
                 # /stop meanwhile still waits for the folder, so the clean-up below removes it.

@@ -82,8 +82,10 @@ class SandboxSettings:
     max_processes: int = 256
     # Variables copied from the bot's environment on purpose (secret-looking names never are).
     env_pass: tuple[str, ...] = ()
-    # Never visible inside: the plangate home, the settings file.
+    # Never visible to any tool: the plangate home, the settings file, absolute secret files.
     hidden: tuple[Path, ...] = ()
+    # Relative paths hidden inside every workspace (secret files named in the settings).
+    hidden_names: tuple[str, ...] = ()
     bwrap: str = "bwrap"
 
 
@@ -134,8 +136,8 @@ def _system_mounts() -> list[str]:
     return args
 
 
-def _mounted_roots(workspace: Path) -> list[Path]:
-    roots = [workspace]
+def _system_roots() -> list[Path]:
+    roots = []
     for folder in SYSTEM_DIRS:
         path = Path(folder)
         if path.is_dir() and not path.is_symlink():
@@ -144,18 +146,81 @@ def _mounted_roots(workspace: Path) -> list[Path]:
     return roots
 
 
-def _masks(hidden: Iterable[Path], workspace: Path) -> list[str]:
-    """Mount over every hidden path that lies inside something mounted."""
-    args: list[str] = []
-    roots = _mounted_roots(workspace)
-    for raw in hidden:
+# Size of a tmpfs that masks a hidden folder: it only ever holds mount points.
+_MASK_BYTES = 64 * 1024
+# /dev holds device nodes, links and mount points only; /dev/shm is its own tmpfs.
+_DEV_BYTES = 1024 * 1024
+# The device nodes bwrap's --dev would give (its --dev tmpfs cannot be sized).
+_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+
+
+def tmpfs_sizes(memory_mb: int) -> dict[str, int]:
+    """Bytes of each writable tmpfs inside, together within the memory setting.
+
+    A tmpfs holds memory that ``ulimit -v`` does not count, so each is sized: half of the
+    memory setting for ``/tmp``, a quarter for ``/var/tmp``, an eighth for ``/dev/shm``.
+    """
+    total = memory_mb * 1024 * 1024
+    return {"/tmp": total // 2, "/var/tmp": total // 4, "/dev/shm": total // 8}
+
+
+def _scratch_mounts(memory_mb: int) -> list[str]:
+    sizes = tmpfs_sizes(memory_mb)
+    args = ["--proc", "/proc", "--size", str(_DEV_BYTES), "--tmpfs", "/dev"]
+    for name in _DEVICES:
+        if Path("/dev", name).exists():
+            args += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
+    for link, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
+        args += ["--symlink", target, f"/dev/{link}"]
+    args += ["--size", str(sizes["/dev/shm"]), "--tmpfs", "/dev/shm"]
+    args += ["--remount-ro", "/dev"]
+    for folder in ("/tmp", "/var/tmp"):
+        args += ["--size", str(sizes[folder]), "--tmpfs", folder]
+    return args
+
+
+def _mask(path: Path) -> list[str]:
+    if path.is_dir():
+        return ["--size", str(_MASK_BYTES), "--tmpfs", str(path)]
+    return ["--ro-bind", "/dev/null", str(path)]
+
+
+def _mount_plan(
+    workspace: Path, read_only: Sequence[Path], hidden: Iterable[Path], *, writable: bool
+) -> list[str]:
+    """The workspace, the read-only roots and the masks over every hidden path, in order.
+
+    A hidden folder that strictly contains a root (a workspace under plangate's home) is
+    masked before the root is mounted over it, so only the root shows through; every other
+    hidden path that lies inside something mounted is masked after the roots. A hidden path
+    outside everything mounted needs no mask: it is simply not there. Masks are read-only.
+    """
+    roots = [workspace, *read_only]
+    mounted = [*_system_roots(), *roots]
+    before: list[str] = []
+    after: list[str] = []
+    read_only_dirs: list[str] = []
+    for raw in dict.fromkeys(hidden):
         path = real_path(raw)
-        if not path.exists() or not any(is_within(path, root) for root in roots):
+        if not path.exists() or not any(is_within(path, root) for root in mounted):
             continue
+        holds_root = any(root != path and is_within(root, path) for root in roots)
+        (before if holds_root else after).extend(_mask(path))
         if path.is_dir():
-            args += ["--tmpfs", str(path), "--remount-ro", str(path)]
-        else:
-            args += ["--ro-bind", "/dev/null", str(path)]
+            read_only_dirs.append(str(path))
+    args = before
+    args += ["--bind" if writable else "--ro-bind", str(workspace), str(workspace)]
+    for root in read_only:
+        if root != workspace:
+            args += ["--ro-bind", str(root), str(root)]
+    args += after
+    for folder in read_only_dirs:
+        args += ["--remount-ro", folder]
     return args
 
 
@@ -166,11 +231,17 @@ def bwrap_argv(
     writable: bool,
     command: str,
     hidden: Sequence[Path] = (),
+    read_only: Sequence[Path] = (),
+    network: bool | None = None,
     environ: Mapping[str, str] | None = None,
     info_fd: int | None = None,
 ) -> list[str]:
-    """The ``bwrap`` command line that runs ``command`` with ``bash -c`` in the sandbox."""
-    ws = str(real_path(workspace))
+    """The ``bwrap`` command line that runs ``command`` with ``bash -c`` in the sandbox.
+
+    ``hidden`` adds to ``settings.hidden``; ``network`` overrides ``settings.network`` (one
+    call's decision). Tools get this through :class:`engine.tools.boundary.Boundary`.
+    """
+    ws = real_path(workspace)
     args = [
         settings.bwrap,
         "--unshare-user",
@@ -180,18 +251,27 @@ def bwrap_argv(
         "--unshare-cgroup-try",
         "--die-with-parent",
         "--new-session",
+        # Root outside is nobody special inside: no capability, and no new user namespace
+        # to gain them back in (so mount, umount and unshare fail).
+        "--cap-drop",
+        "ALL",
+        "--disable-userns",
         "--hostname",
         "sandbox",
     ]
-    if not settings.network:
+    if not (settings.network if network is None else network):
         args.append("--unshare-net")
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
     args += _system_mounts()
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
-    args += ["--bind" if writable else "--ro-bind", ws, ws]
-    args += _masks([*settings.hidden, *hidden], real_path(workspace))
-    args += ["--chdir", ws, "--clearenv"]
+    args += _scratch_mounts(settings.memory_mb)
+    args += _mount_plan(
+        ws,
+        [real_path(p) for p in read_only],
+        [*settings.hidden, *hidden],
+        writable=writable,
+    )
+    args += ["--chdir", str(ws), "--clearenv"]
     for name, value in sandbox_env(settings, os.environ if environ is None else environ).items():
         args += ["--setenv", name, value]
     # ulimit sets soft and hard limits together; nothing inside can raise a hard limit again.
@@ -320,9 +400,17 @@ def probe(settings: SandboxSettings, *, refresh: bool = False) -> SandboxStatus:
     return status
 
 
+# The probe's command: fails with _NOT_POWERLESS unless the sandbox holds no capability.
+_NOT_POWERLESS = 86
+_POWERLESS = (
+    "grep -Eq '^CapEff:[[:space:]]*0+$' /proc/self/status || "
+    f"{{ grep CapEff /proc/self/status >&2; exit {_NOT_POWERLESS}; }}"
+)
+
+
 def _probe(settings: SandboxSettings) -> SandboxStatus:
     with tempfile.TemporaryDirectory(prefix="plangate-probe-") as folder:
-        argv = bwrap_argv(settings, workspace=Path(folder), writable=True, command="true")
+        argv = bwrap_argv(settings, workspace=Path(folder), writable=True, command=_POWERLESS)
         try:
             done = subprocess.run(
                 argv, capture_output=True, timeout=20, check=False, cwd="/", env=helper_env()
@@ -331,9 +419,20 @@ def _probe(settings: SandboxSettings) -> SandboxStatus:
             return SandboxStatus(f"bash is unavailable: {settings.bwrap} is not installed; {FIX}")
         except (OSError, subprocess.TimeoutExpired) as exc:
             return SandboxStatus(f"bash is unavailable: bubblewrap failed to start ({exc}); {FIX}")
+    why = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    reason = why[-1] if why else f"exit code {done.returncode}"
+    if done.returncode == _NOT_POWERLESS:
+        return SandboxStatus(
+            "bash is unavailable: a process inside bubblewrap still holds capabilities "
+            f"({reason}); {FIX}"
+        )
+    if done.returncode != 0 and "disable-userns" in reason:
+        return SandboxStatus(
+            "bash is unavailable: this bubblewrap cannot turn off user namespaces inside the "
+            f"sandbox ({reason}), so root inside could regain capabilities; install "
+            "bubblewrap 0.8.0 or newer, or set PLANGATE_SANDBOX=off on purpose"
+        )
     if done.returncode != 0:
-        why = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        reason = why[-1] if why else f"exit code {done.returncode}"
         return SandboxStatus(
             f"bash is unavailable: bubblewrap cannot create its namespaces here ({reason}); "
             "allow unprivileged user namespaces (see the README's security model) or "

@@ -21,6 +21,7 @@ from engine.model.openai_provider import OpenAIProvider
 from engine.model.script import ScriptStep
 from engine.model.types import ModelProvider
 from engine.tools.files import FileLimits
+from engine.tools.sandbox import SandboxSettings
 from storage.open import Storage
 from tests.engine.helpers import ALLOW_TEST_RUN
 from tests.fakebot.server import FakeBotApi, FakeMessage
@@ -54,11 +55,15 @@ async def live_bot(
     approval_timeout_s: float = 600.0,
     ask_writes: bool = False,
     file_limits: FileLimits | None = None,
+    home: Path | None = None,
+    sandbox: SandboxSettings | None = None,
 ) -> AsyncIterator[Live]:
     """The real engine over real storage, wired to the real application on the fake API.
 
-    ``group_pacing``: the shipped outbox pacing (about a call a second per chat, 20 per
-    rolling minute in a group), as a real group has it; otherwise the tests' (no waits).
+    ``home`` defaults to ``tmp_path/home`` (beside the workspace); ``sandbox`` to the full
+    sandbox with nothing hidden but the home. ``group_pacing``: the shipped outbox pacing
+    (about a call a second per chat, 20 per rolling minute in a group), as a real group has
+    it; otherwise the tests' (no waits).
     """
     workspace = tmp_path / "work"
     workspace.mkdir(exist_ok=True)
@@ -79,6 +84,7 @@ async def live_bot(
         approval_timeout_s=approval_timeout_s,
         ask_writes=ask_writes,
         file_limits=file_limits,
+        **({"sandbox": sandbox} if sandbox is not None else {}),
     )
     pacing = {"chat_interval_s": 1.0, "group_per_minute": 20} if group_pacing else {}
     settings = settings_for(
@@ -88,7 +94,9 @@ async def live_bot(
     )
     try:
         async with (
-            open_plangate(tmp_path / "home", model=model, channel=slot, config=config) as opened,
+            open_plangate(
+                home or tmp_path / "home", model=model, channel=slot, config=config
+            ) as opened,
             running_bot(
                 api,
                 opened.engine,
