@@ -251,3 +251,25 @@ async def test_home_env_and_plan_folder_are_invisible_in_every_phase(
     assert not (home / "x.json").exists()
     archived = list((sidecar.parent / "archive").glob("*.json"))
     assert archived and '"Active"' not in sidecar_text
+
+
+async def test_a_write_to_a_hidden_file_is_refused_before_anyone_is_asked(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    # With PLANGATE_ASK_WRITES the approval request previews the file's old text: a hidden
+    # file must be refused before that, or the preview would post the secret to the chat.
+    ws = tmp_path / "work"
+    ws.mkdir()
+    (ws / ".env").write_text(ENV_TEXT)
+    script = [
+        call("edit_file", {"path": ".env", "old_text": "PLANGATE", "new_text": "X"}),
+        call("write_file", {"path": ".env", "content": "X=1\n"}, expect="not visible"),
+        say("Refused twice.", expect="not visible"),
+    ]
+    sandbox = SandboxSettings(hidden=(ws / ".env",))
+    async with live_bot(fake_api, tmp_path, script, ask_writes=True, sandbox=sandbox):
+        fake_api.user_message(GROUP, OWNER, BOT + "change the token")
+        await eventually(lambda: any(m.text == "Refused twice." for m in _sent(fake_api)))
+    assert not [m for m in _sent(fake_api) if m.text.startswith("🔐")]
+    assert not any("SECRET-VALUE" in m.text for m in _sent(fake_api))
+    assert (ws / ".env").read_text() == ENV_TEXT
