@@ -110,11 +110,14 @@ def engine_config(settings: Settings) -> EngineConfig:
             price_input=settings.price_input,
             price_output=settings.price_output,
             footer=settings.usage_footer,
+            max_output_tokens=settings.max_output_tokens,
         ),
         goal_idle_rounds=settings.goal_idle_rounds,
         allow_bash=settings.allow_bash,
         approval_timeout_s=settings.approval_timeout,
         ask_writes=settings.ask_writes,
+        projects=settings.projects,
+        projects_root=settings.projects_root,
     )
 
 

@@ -34,6 +34,7 @@ from engine.api import (
 from engine.approval.policy import ApprovalView, Rule
 from engine.approval.service import DEFAULT_TIMEOUT_S, ToolApprovals
 from engine.cards import Cards
+from engine.checks.runner import SandboxChecks
 from engine.commands import CommandPlane
 from engine.events import GoalRoundSource, MessageSource
 from engine.goal.driver import RoundDriver
@@ -47,15 +48,18 @@ from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
 from engine.plan.types import is_editing
 from engine.ports import Clock, EventLog, SessionStore
+from engine.projects import ProjectCatalog
 from engine.scheduler import ApsScheduler, Scheduler
 from engine.services import Services
 from engine.sessions import Sessions
 from engine.tasks import safe_call
 from engine.text import clip
 from engine.todo.tool import TodoWriteTool
-from engine.tools.base import Tool
+from engine.tools.base import Tool, ToolContext
+from engine.tools.bash import BashTool
 from engine.tools.files import FileLimits
 from engine.tools.sandbox import SandboxSettings
+from engine.tools.workspace import WorkspaceLocks
 from engine.usage.meter import UsageConfig, UsageMeter
 
 _log = logging.getLogger("plangate.engine")
@@ -89,6 +93,14 @@ class EngineConfig:
     ask_writes: bool = False
     # Caps of the file tools (grep's deadline among them); the defaults suit a real bot.
     file_limits: FileLimits | None = None
+    # The projects besides the default (``workspace``): named folders (PLANGATE_PROJECTS)
+    # and a folder whose subfolders are projects (PLANGATE_PROJECTS_ROOT).
+    projects: tuple[tuple[str, Path], ...] = ()
+    projects_root: Path | None = None
+    # Where approved plans' git worktrees go (``<home>/worktrees``; None: plans work in place)
+    # and the remote Push branch pushes to (PLANGATE_GIT_REMOTE; None: Merge instead).
+    worktree_root: Path | None = None
+    git_remote: str | None = None
 
 
 class Engine:
@@ -140,6 +152,10 @@ class Engine:
     async def migrate_chat(self, old_chat_id: int, new_chat_id: int) -> list[str]:
         """A group became a supergroup: bind its sessions to the new id; returns them."""
         return await self.sessions.migrate_chat(old_chat_id, new_chat_id)
+
+    async def project(self, chat_id: int, thread_id: int, args: str, *, actor: int) -> Outcome:
+        """``/project [name]``: show the key's project, or bind the key to another one."""
+        return await self.sessions.project(chat_id, thread_id, args, actor=actor)
 
     # --- messages, commands, presses --------------------------------------------------------
 
@@ -264,7 +280,11 @@ def build_engine(
     """Assemble an :class:`Engine` from its ports: the one composition of the services."""
     goals = GoalService(log, clock=clock, default_max_rounds=config.max_goal_rounds)
     usage = UsageMeter(log, goals=goals, config=config.usage, clock=clock)
-    plans = PlanService(plan_store, log, criteria=goals, clock=clock)
+    # Checks run through the same sandbox runner as bash, under the same workspace locks
+    # (docs/checks.md); this bash tool is never offered to the model.
+    locks = WorkspaceLocks()
+    checks = SandboxChecks(BashTool(locks=locks, sandbox=config.sandbox), clock=clock)
+    plans = PlanService(plan_store, log, criteria=goals, clock=clock, checks=checks)
 
     async def block_for_approval(
         session_id: str, source: MessageSource, view: ApprovalView
@@ -291,16 +311,22 @@ def build_engine(
         on_unattended=block_for_approval,
         ask_writes=config.ask_writes,
     )
+
+    async def ask_owner(ctx: ToolContext, what: str) -> str | None:
+        return await approvals.ask(ctx, tool="plan skip", command=what)
+
+    catalog = ProjectCatalog(config.workspace, config.projects, root=config.projects_root)
+    workspace_for = workspace_from_store(sessions, default=catalog.default.path, catalog=catalog)
     tools: list[Tool] = [
-        PlanTool(plans),
+        PlanTool(plans, ask_owner=ask_owner),
         TodoWriteTool(log, allow_parallel_in_progress=config.todo_parallel),
-        *goal_tools(goals),
+        *goal_tools(goals, checks=checks),
     ]
     agents = build_agent(
         log=log,
         model=model,
         channel=channel,
-        workspace_for=workspace_from_store(sessions, default=config.workspace),
+        workspace_for=workspace_for,
         plan=PlanServiceAdapter(plans),
         goals=goals,
         extra_tools=tools,
@@ -309,6 +335,7 @@ def build_engine(
         usage=usage,
         approvals=approvals,
         file_limits=config.file_limits,
+        locks=locks,
     )
     the_scheduler = scheduler or ApsScheduler()
 
@@ -336,7 +363,9 @@ def build_engine(
         approvals=approvals,
         usage=usage,
         channel=channel,
-        workspace=config.workspace,
+        workspace=catalog.default.path,
+        catalog=catalog,
+        workspace_for=workspace_for,
     )
     cards = Cards(services)
     agents.set_turn_listener(cards.on_turn_end)

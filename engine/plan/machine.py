@@ -35,6 +35,8 @@ class TaskSpec:
     description: str = ""
     acceptance_criteria: tuple[str, ...] = ()
     dependencies: tuple[str, ...] = ()
+    # Only a Markdown import names checks; the model's own task lists never do.
+    checks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +184,7 @@ def make_tasks(
                 acceptance_criteria=list(spec.acceptance_criteria),
                 dependencies=list(spec.dependencies),
                 source=source,
+                checks=list(spec.checks),
             )
         )
     return minted, next_task_id + len(specs)
@@ -310,6 +313,9 @@ class ApproveInput:
     actor: int | None
     tasks: tuple[PlanTask, ...]
     next_task_id: int
+    # The plan's ``## Checks`` and the snapshot of what its checks watch (docs/checks.md).
+    checks: tuple[str, ...] = ()
+    check_baseline: dict[str, str] | None = None
 
 
 def approve_check(
@@ -345,6 +351,9 @@ def approve(sidecar: PlanSidecar | None, md: str | None, inp: ApproveInput, ctx:
         "approved_at": ctx.now,
         "approved_by": inp.actor,
         "revising": None,
+        "checks": list(inp.checks),
+        "check_baseline": inp.check_baseline,
+        "changed_tests": [],
     }
     if md is not None:
         update["description"] = md

@@ -124,6 +124,17 @@ class Boundary:
         """This boundary with the network on or off for bash (an approved networked call)."""
         return dataclasses.replace(self, network=on)
 
+    def for_check(self, hidden: Sequence[Path] = ()) -> Boundary:
+        """A check's boundary (docs/checks.md): the workspace read-only, the network off,
+        ``hidden`` hidden as well."""
+        more = tuple(real_path(p) for p in hidden)
+        return dataclasses.replace(
+            self,
+            writable=False,
+            network=False,
+            hidden=tuple(dict.fromkeys((*self.hidden, *more))),
+        )
+
     @property
     def roots(self) -> tuple[Path, ...]:
         """Everything the agent may read: the workspace first, then the read-only roots."""
@@ -220,13 +231,19 @@ class BoundaryPolicy:
 
     async def for_call(self, ctx: ToolContext, *, view: PlanGateView | None = None) -> Boundary:
         """The boundary of one call in ``ctx`` (``view`` when the caller already read it)."""
-        view = view if view is not None else await self.view(ctx.session_id)
+        return await self.for_session(ctx.session_id, ctx.workspace, view=view)
+
+    async def for_session(
+        self, session_id: str, workspace: Path, *, view: PlanGateView | None = None
+    ) -> Boundary:
+        """The boundary of a session's work in ``workspace`` now (a tool call, a check)."""
+        view = view if view is not None else await self.view(session_id)
         extra: Sequence[Path] = ()
         if self.read_only_roots is not None:
-            extra = await self.read_only_roots(ctx.session_id)
+            extra = await self.read_only_roots(session_id)
         hidden = [view.md_path.parent] if view.md_path is not None else []
         return Boundary.build(
-            ctx.workspace,
+            workspace,
             writable=writable_in(view.state),
             settings=self.settings,
             hidden=hidden,

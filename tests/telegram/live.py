@@ -15,6 +15,7 @@ from telegram.ext import Application
 from bot.app import announce_restored, parts
 from bot.channel import LateChannel
 from bot.compose import open_plangate
+from engine.agent.checklist import DEFAULT_STALL_STEPS
 from engine.api import RestoredGoal
 from engine.app import Engine, EngineConfig
 from engine.model.openai_provider import OpenAIProvider
@@ -55,6 +56,9 @@ async def live_bot(
     approval_timeout_s: float = 600.0,
     ask_writes: bool = False,
     file_limits: FileLimits | None = None,
+    projects: tuple[tuple[str, Path], ...] = (),
+    git_remote: str | None = None,
+    stall_steps: int = DEFAULT_STALL_STEPS,
     home: Path | None = None,
     sandbox: SandboxSettings | None = None,
 ) -> AsyncIterator[Live]:
@@ -84,6 +88,9 @@ async def live_bot(
         approval_timeout_s=approval_timeout_s,
         ask_writes=ask_writes,
         file_limits=file_limits,
+        projects=projects,
+        git_remote=git_remote,
+        stall_steps=stall_steps,
         **({"sandbox": sandbox} if sandbox is not None else {}),
     )
     pacing = {"chat_interval_s": 1.0, "group_per_minute": 20} if group_pacing else {}
