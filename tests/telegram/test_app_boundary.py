@@ -273,3 +273,48 @@ async def test_a_write_to_a_hidden_file_is_refused_before_anyone_is_asked(
     assert not [m for m in _sent(fake_api) if m.text.startswith("🔐")]
     assert not any("SECRET-VALUE" in m.text for m in _sent(fake_api))
     assert (ws / ".env").read_text() == ENV_TEXT
+
+
+# --- root inside the sandbox is powerless --------------------------------------------------
+
+# What root tries in a read-only (pre-init) sandbox to get write access or see a mask's file.
+ROOT_TRICKS = (
+    'mount -o remount,bind,rw "$PWD" && echo pwned > app.py',
+    "umount .env; cat .env",
+    'umount -l "$PWD"; echo pwned > app.py',
+    "unshare -U -r sh -c 'mount -o remount,bind,rw \"$PWD\" && echo pwned > app.py'",
+    "unshare -m sh -c 'umount .env; cat .env'",
+    'mount -t tmpfs none "$PWD"; echo pwned > app.py',
+    "grep CapEff /proc/self/status",
+)
+
+
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+async def test_root_tricks_in_pre_init_change_no_byte_and_hold_no_capability(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    ws = tmp_path / "work"
+    ws.mkdir()
+    (ws / ".env").write_text(ENV_TEXT)
+    (ws / "app.py").write_text("print('hi')\n")
+    before = tree_bytes(ws)
+    script = [*(call("bash", {"command": c}) for c in ROOT_TRICKS), say("Tried.")]
+    script += [call("plan", {"op": "init", "title": "x", "mode": "design"}), say("Stop.")]
+    rules = (("mount",), ("umount",), ("unshare",), ("grep",))
+    sandbox = SandboxSettings(hidden=(ws / ".env",))
+    async with live_bot(fake_api, tmp_path, script, sandbox=sandbox, allow_bash=rules) as live:
+        fake_api.user_message(GROUP, OWNER, "/plan Look at the project")
+        await eventually(lambda: any(m.text == "Tried." for m in _sent(fake_api)))
+        sid = await live.engine.session_for_chat(GROUP, 0)
+        await settle(live.engine, sid)
+        stored = await live.storage.log.read(sid, types=("tool/result",))
+        results = [str(getattr(s.event, "content", "")) for s in stored]
+    assert len(results) == len(ROOT_TRICKS)
+    assert tree_bytes(ws) == before
+    assert not any("SECRET-VALUE" in r or "pwned" in r for r in results)
+    assert results[-1] == "exit code 0\nCapEff:\t0000000000000000"
