@@ -303,10 +303,12 @@ async def test_root_tricks_in_pre_init_change_no_byte_and_hold_no_capability(
     (ws / ".env").write_text(ENV_TEXT)
     (ws / "app.py").write_text("print('hi')\n")
     before = tree_bytes(ws)
-    script = [*(call("bash", {"command": c}) for c in ROOT_TRICKS), say("Tried.")]
-    script += [call("plan", {"op": "init", "title": "x", "mode": "design"}), say("Stop.")]
-    rules = (("mount",), ("umount",), ("unshare",), ("grep",))
-    sandbox = SandboxSettings(hidden=(ws / ".env",))
+    # Twice the memory setting into /tmp: the tmpfs is full at half of it, inside the call.
+    fill = "dd if=/dev/zero of=/tmp/fill bs=1M count=128 2>&1 | head -1; du -m /tmp/fill"
+    commands = [*ROOT_TRICKS, fill]
+    script = [*(call("bash", {"command": c}) for c in commands), say("Tried.")]
+    rules = (("mount",), ("umount",), ("unshare",), ("grep",), ("dd",))
+    sandbox = SandboxSettings(hidden=(ws / ".env",), memory_mb=64)
     async with live_bot(fake_api, tmp_path, script, sandbox=sandbox, allow_bash=rules) as live:
         fake_api.user_message(GROUP, OWNER, "/plan Look at the project")
         await eventually(lambda: any(m.text == "Tried." for m in _sent(fake_api)))
@@ -314,7 +316,8 @@ async def test_root_tricks_in_pre_init_change_no_byte_and_hold_no_capability(
         await settle(live.engine, sid)
         stored = await live.storage.log.read(sid, types=("tool/result",))
         results = [str(getattr(s.event, "content", "")) for s in stored]
-    assert len(results) == len(ROOT_TRICKS)
+    assert len(results) == len(commands)
     assert tree_bytes(ws) == before
     assert not any("SECRET-VALUE" in r or "pwned" in r for r in results)
-    assert results[-1] == "exit code 0\nCapEff:\t0000000000000000"
+    assert results[-2] == "exit code 0\nCapEff:\t0000000000000000"
+    assert "No space left on device" in results[-1] and results[-1].endswith("\n32\t/tmp/fill")
