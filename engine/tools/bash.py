@@ -38,6 +38,7 @@ from engine.tools.sandbox import (
     find_pids_cgroup,
     helper_env,
     probe,
+    reap_adopted,
     sandbox_env,
 )
 from engine.tools.workspace import WorkspaceLocks
@@ -451,6 +452,8 @@ class _Confined:
                     await asyncio.sleep(_POLL_S)
                 except asyncio.CancelledError:
                     cancelled = True
+        if pid is not None:
+            reap_adopted(pid)
         if self.cgroup is not None and not self.cgroup.remove():
             log.warning("plangate.tools.bash.cgroup_left folder=%s", self.cgroup.folder)
         if cancelled:

@@ -13,10 +13,12 @@ own cgroup with ``pids.max``. Everything is decided by the mounts, never by read
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -283,6 +285,34 @@ def bwrap_argv(
     return args
 
 
+# --- orphans ----------------------------------------------------------------------------------
+
+
+def reap_adopted(pid: int) -> bool:
+    """Reap ``pid`` if it is a zombie this process adopted; ``True`` when it was reaped.
+
+    The sandbox's init (the inner ``bwrap``) can outlive the outer ``bwrap`` that started it
+    by a moment; it is then re-parented to the nearest reaper. When plangate is that reaper
+    (PID 1 of a container without an init), nobody else would ever wait for it, and each call
+    would leave a zombie. Only a pid the sandbox reported (bwrap's ``--info-fd``) is reaped,
+    and only when it is already a zombie whose parent is this process: asyncio's child watcher
+    owns the pids plangate started itself and waits for them by pid, so none of those is ever
+    taken from it (the outer bwrap is asyncio's; the inner one never was).
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] != "Z" or int(fields[1]) != os.getpid():
+        return False
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return False
+    return True
+
+
 # --- the pids cgroup -----------------------------------------------------------------------
 
 
@@ -400,6 +430,21 @@ def probe(settings: SandboxSettings, *, refresh: bool = False) -> SandboxStatus:
     return status
 
 
+def _reap_reported(info_fd: int) -> None:
+    """Read bwrap's ``--info-fd`` report to its end and reap the sandbox init it names."""
+    with os.fdopen(info_fd, "rb") as handle:
+        raw = handle.read()
+    try:
+        pid = json.loads(raw.decode("utf-8", "replace")).get("child-pid")
+    except (ValueError, AttributeError):
+        return
+    if isinstance(pid, int):
+        for _ in range(100):  # it is gone, or a zombie, a moment after the outer bwrap
+            if reap_adopted(pid) or not Path(f"/proc/{pid}").exists():
+                return
+            time.sleep(0.01)
+
+
 # The probe's command: fails with _NOT_POWERLESS unless the sandbox holds no capability.
 _NOT_POWERLESS = 86
 _POWERLESS = (
@@ -410,15 +455,31 @@ _POWERLESS = (
 
 def _probe(settings: SandboxSettings) -> SandboxStatus:
     with tempfile.TemporaryDirectory(prefix="plangate-probe-") as folder:
-        argv = bwrap_argv(settings, workspace=Path(folder), writable=True, command=_POWERLESS)
+        info_r, info_w = os.pipe()
+        argv = bwrap_argv(
+            settings,
+            workspace=Path(folder),
+            writable=True,
+            command=_POWERLESS,
+            info_fd=info_w,
+        )
         try:
             done = subprocess.run(
-                argv, capture_output=True, timeout=20, check=False, cwd="/", env=helper_env()
+                argv,
+                capture_output=True,
+                timeout=20,
+                check=False,
+                cwd="/",
+                env=helper_env(),
+                pass_fds=(info_w,),
             )
         except FileNotFoundError:
             return SandboxStatus(f"bash is unavailable: {settings.bwrap} is not installed; {FIX}")
         except (OSError, subprocess.TimeoutExpired) as exc:
             return SandboxStatus(f"bash is unavailable: bubblewrap failed to start ({exc}); {FIX}")
+        finally:
+            os.close(info_w)
+            _reap_reported(info_r)
     why = done.stderr.decode("utf-8", "replace").strip().splitlines()
     reason = why[-1] if why else f"exit code {done.returncode}"
     if done.returncode == _NOT_POWERLESS:
@@ -465,5 +526,6 @@ __all__ = [
     "forbidden_env_name",
     "helper_env",
     "probe",
+    "reap_adopted",
     "sandbox_env",
 ]
