@@ -36,6 +36,7 @@ from engine.tools.sandbox import (
     PidsCgroup,
     SandboxSettings,
     find_pids_cgroup,
+    guarded,
     helper_env,
     probe,
     reap_adopted,
@@ -233,7 +234,7 @@ class BashTool:
         if not sandbox.enabled:
             # Unconfined on purpose, but still without the bot's secrets.
             process = await self._spawn(
-                ["bash", "-c", command],
+                ["bash", "-c", guarded(), "bash", command],
                 cwd=str(boundary.workspace),
                 env=sandbox_env(sandbox, os.environ),
                 stdin=asyncio.subprocess.DEVNULL,

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.tools.git_guard import NAMED_GUARD, git_env
 from engine.tools.workspace import is_within, real_path
 
 log = logging.getLogger("plangate.tools.sandbox")
@@ -120,7 +121,14 @@ def sandbox_env(settings: SandboxSettings, environ: Mapping[str, str]) -> dict[s
     for name in settings.env_pass:
         if not forbidden_env_name(name) and name in environ:
             env[name] = environ[name]
+    # Last, so no passed variable undoes it: git runs none of the commands its config names.
+    env.update(git_env())
     return env
+
+
+def guarded(command_var: str = '"$1"') -> str:
+    """bash that neutralises the repository's named git drivers, then execs the command."""
+    return f"{{ {NAMED_GUARD}; }} && exec bash -c {command_var}"
 
 
 def _system_mounts() -> list[str]:
@@ -279,7 +287,7 @@ def bwrap_argv(
     # ulimit sets soft and hard limits together; nothing inside can raise a hard limit again.
     limits = (
         f"ulimit -v {settings.memory_mb * 1024} && ulimit -u {settings.max_processes} "
-        '&& exec bash -c "$1"'
+        f"&& {guarded()}"
     )
     args += ["--", "bash", "-c", limits, "bash", command]
     return args
@@ -524,6 +532,7 @@ __all__ = [
     "bwrap_argv",
     "find_pids_cgroup",
     "forbidden_env_name",
+    "guarded",
     "helper_env",
     "probe",
     "reap_adopted",

@@ -10,6 +10,7 @@ marker may appear.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -321,3 +322,29 @@ async def test_root_tricks_in_pre_init_change_no_byte_and_hold_no_capability(
     assert not any("SECRET-VALUE" in r or "pwned" in r for r in results)
     assert results[-2] == "exit code 0\nCapEff:\t0000000000000000"
     assert "No space left on device" in results[-1] and results[-1].endswith("\n32\t/tmp/fill")
+
+
+# --- a rule allows what it says --------------------------------------------------------------
+
+
+async def test_the_fsmonitor_trick_does_not_run_under_a_git_status_rule(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    ws = tmp_path / "work"
+    ws.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=ws, check=True)
+    (ws / "important.txt").write_text("keep me\n")
+    config = (ws / ".git" / "config").read_text()
+    trick = config + '[core]\n\tfsmonitor = "rm -f important.txt"\n'
+    script = [
+        call("read_file", {"path": ".git/config"}),
+        call("write_file", {"path": ".git/config", "content": trick}),  # a file write
+        call("bash", {"command": "git status --short"}, expect="wrote"),  # the allowed rule
+        say("Status shown.", expect="important.txt"),
+    ]
+    rules = (("git", "status"),)
+    async with live_bot(fake_api, tmp_path, script, allow_bash=rules):
+        fake_api.user_message(GROUP, OWNER, BOT + "what changed?")
+        await eventually(lambda: any(m.text == "Status shown." for m in _sent(fake_api)))
+    assert (ws / "important.txt").read_text() == "keep me\n"
+    assert not [m for m in _sent(fake_api) if m.text.startswith("🔐")]  # nothing was asked
