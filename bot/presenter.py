@@ -77,6 +77,7 @@ def plan_view(
         note=plan_note(data, now=time.time() if now is None else now),
         markdown=data.markdown,
         attached=attached,
+        raise_cap=data.raise_cap,
     )
 
 

@@ -230,17 +230,25 @@ class BoundaryPolicy:
         return PlanGateView(state="none", md_path=md)
 
     async def for_call(self, ctx: ToolContext, *, view: PlanGateView | None = None) -> Boundary:
-        """The boundary of one call in ``ctx`` (``view`` when the caller already read it)."""
-        return await self.for_session(ctx.session_id, ctx.workspace, view=view)
+        """The boundary of one call in ``ctx`` (``view`` when the caller already read it);
+        the context's ``read_roots`` (the session's upload inbox) are read-only roots."""
+        return await self.for_session(
+            ctx.session_id, ctx.workspace, view=view, read_only=ctx.read_roots
+        )
 
     async def for_session(
-        self, session_id: str, workspace: Path, *, view: PlanGateView | None = None
+        self,
+        session_id: str,
+        workspace: Path,
+        *,
+        view: PlanGateView | None = None,
+        read_only: Sequence[Path] = (),
     ) -> Boundary:
         """The boundary of a session's work in ``workspace`` now (a tool call, a check)."""
         view = view if view is not None else await self.view(session_id)
-        extra: Sequence[Path] = ()
+        extra = list(read_only)
         if self.read_only_roots is not None:
-            extra = await self.read_only_roots(session_id)
+            extra += await self.read_only_roots(session_id)
         hidden = [view.md_path.parent] if view.md_path is not None else []
         return Boundary.build(
             workspace,

@@ -115,6 +115,9 @@ class _FileTool(ABC):
 
     name = ""
     description = ""
+    # Read tools may also read the context's read roots (the session inbox); writes never
+    # (the boundary refuses a write there: it is a read-only root).
+    reads_only = False
 
     def __init__(
         self,
@@ -181,6 +184,7 @@ class _FileTool(ABC):
 
 
 class ReadFileTool(_FileTool):
+    reads_only = True
     name = "read_file"
     description = (
         "Read a text file in the workspace. Lines are numbered from 1 (the numbers are not part "
@@ -257,6 +261,7 @@ def _read_lines(
 
 
 class ListFilesTool(_FileTool):
+    reads_only = True
     name = "list_files"
     description = (
         "List files under a folder of the workspace (default: the workspace), recursively, "
@@ -303,6 +308,7 @@ class ListFilesTool(_FileTool):
 
 
 class GrepTool(_FileTool):
+    reads_only = True
     name = "grep"
     description = (
         "Search file contents with a Python regular expression. path is a file or folder "

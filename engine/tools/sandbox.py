@@ -205,30 +205,31 @@ def _mount_plan(
 ) -> list[str]:
     """The workspace, the read-only roots and the masks over every hidden path, in order.
 
-    A hidden folder that strictly contains a root (a workspace under plangate's home) is
-    masked before the root is mounted over it, so only the root shows through; every other
-    hidden path that lies inside something mounted is masked after the roots. A hidden path
-    outside everything mounted needs no mask: it is simply not there. Masks are read-only.
+    Every mount is made after the mounts of the folders around it (ordered by depth, a root
+    before a mask of the same path), so a hidden folder that holds a root (an inbox or a
+    workspace under plangate's home) is masked first and the root then shows through it,
+    while a hidden path inside a root is masked over it. A hidden path outside everything
+    mounted needs no mask: it is simply not there. Masks end read-only.
     """
-    roots = [workspace, *read_only]
+    roots = [workspace, *(root for root in read_only if root != workspace)]
     mounted = [*_system_roots(), *roots]
-    before: list[str] = []
-    after: list[str] = []
+    bind = "--bind" if writable else "--ro-bind"
+    steps: list[tuple[int, int, list[str]]] = [
+        (len(workspace.parts), 0, [bind, str(workspace), str(workspace)])
+    ]
+    for root in roots[1:]:  # -try: an inbox is made when the first upload comes
+        steps.append((len(root.parts), 0, ["--ro-bind-try", str(root), str(root)]))
     read_only_dirs: list[str] = []
     for raw in dict.fromkeys(hidden):
         path = real_path(raw)
         if not path.exists() or not any(is_within(path, root) for root in mounted):
             continue
-        holds_root = any(root != path and is_within(root, path) for root in roots)
-        (before if holds_root else after).extend(_mask(path))
+        steps.append((len(path.parts), 1, _mask(path)))
         if path.is_dir():
             read_only_dirs.append(str(path))
-    args = before
-    args += ["--bind" if writable else "--ro-bind", str(workspace), str(workspace)]
-    for root in read_only:
-        if root != workspace:
-            args += ["--ro-bind", str(root), str(root)]
-    args += after
+    args: list[str] = []
+    for _, _, step in sorted(steps, key=lambda item: (item[0], item[1])):
+        args += step
     for folder in read_only_dirs:
         args += ["--remount-ro", folder]
     return args

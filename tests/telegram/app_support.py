@@ -29,6 +29,7 @@ from engine.api import (
     Press,
     RestoredGoal,
 )
+from engine.events import Attachment
 from engine.goal.types import GoalSnapshot
 from engine.plan.types import PlanSidecar, PlanTask
 from storage.db import Database
@@ -53,6 +54,9 @@ class Settings:
     webhook_url: str | None = None
     webhook_secret: str | None = None
     webhook_listen: str | None = None
+    max_upload_mb: float = 20.0
+    max_image_px: int = 2048
+    reply_document_chars: int = 6000
 
 
 def settings_for(api: FakeBotApi, **kw: Any) -> Settings:
@@ -85,6 +89,8 @@ class RecordingEngine:
         self.card_extra: dict[str, dict[str, Any]] = {}
         # Set to the bot's channel to be told of plan changes mid-command, as the engine is.
         self.channel: Any = None
+        # Where uploads go (None: the bot refuses them, as an engine without an inbox).
+        self.inbox_root: Path | None = None
 
     def named(self, name: str) -> list[Call]:
         return [c for c in self.calls if c.name == name]
@@ -181,14 +187,23 @@ class RecordingEngine:
         actor: int | None,
         message_id: int | None,
         feedback: bool = False,
+        attachments: Sequence[Attachment] = (),
     ) -> None:
         self.calls.append(
             Call(
                 "user_message",
                 (session_id, text),
-                {"actor": actor, "message_id": message_id, "feedback": feedback},
+                {
+                    "actor": actor,
+                    "message_id": message_id,
+                    "feedback": feedback,
+                    "attachments": list(attachments),
+                },
             )
         )
+
+    def inbox_dir(self, session_id: str) -> Path | None:
+        return self.inbox_root / session_id if self.inbox_root is not None else None
 
     async def command(
         self, session_id: str, name: CommandName, args: str, *, actor: int | None

@@ -221,3 +221,26 @@ def test_with_network_is_one_calls_decision(tree: dict[str, Path]) -> None:
     assert "--unshare-net" in b.bwrap_argv("true")
     assert "--unshare-net" not in b.with_network(True).bwrap_argv("true")
     assert not b.network
+
+
+@pytest.mark.parametrize("inbox_exists", [True, False])
+def test_an_inbox_under_a_hidden_home_inside_the_workspace(
+    tmp_path: Path, inbox_exists: bool
+) -> None:
+    # Three levels: the workspace, the hidden home in it, the session's inbox in the home.
+    ws = tmp_path / "ws"
+    home = ws / ".plangate"
+    inbox = home / "inbox" / "s1"
+    (home / "inbox").mkdir(parents=True)
+    (home / "plangate.db").write_text("db")
+    (ws / "a.py").write_text("a\n")
+    if inbox_exists:
+        inbox.mkdir()
+        (inbox / "upload.txt").write_text("uploaded\n")
+    b = Boundary.build(
+        ws, writable=True, settings=SandboxSettings(hidden=(home,)), read_only=[inbox]
+    )
+    candidates = [ws / "a.py", home / "plangate.db", inbox / "upload.txt"]
+    seen = _inside_sees(b, candidates)
+    assert seen == [True, False, inbox_exists]
+    assert [b.visible(p) for p in candidates] == [True, False, True]
