@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from engine.tools.boundary import Boundary
-from engine.tools.sandbox import SandboxSettings, helper_env
+from engine.tools.sandbox import SandboxSettings, helper_env, probe
 from tests.telegram.test_app_boundary import ENV_TEXT, ROOT_TRICKS, tree_bytes
 
 NOBODY = 65534
@@ -76,3 +76,22 @@ def test_no_trick_gets_write_access_or_a_masked_file(project: Path, user: str, t
     assert "SECRET-VALUE" not in out
     if trick.startswith("grep CapEff"):
         assert done.stdout.decode() == "CapEff:\t0000000000000000\n"
+
+
+def test_a_bubblewrap_without_disable_userns_is_refused_with_the_reason(tmp_path: Path) -> None:
+    # An older bubblewrap rejects the option: bash is refused at start, the doctor says why.
+    old = tmp_path / "bwrap"
+    old.write_text("#!/bin/sh\necho 'bwrap: Unknown option --disable-userns' >&2\nexit 1\n")
+    old.chmod(0o755)
+    status = probe(SandboxSettings(bwrap=str(old)), refresh=True)
+    assert status.problem is not None
+    assert "cannot turn off user namespaces" in status.problem and "0.8.0" in status.problem
+
+
+def test_a_sandbox_that_keeps_a_capability_is_refused(tmp_path: Path) -> None:
+    # A bubblewrap that ignores --cap-drop (here: runs the probe's command with CapEff set).
+    leaky = tmp_path / "bwrap"
+    leaky.write_text("#!/bin/sh\necho 'CapEff:\t000001ffffffffff' >&2\nexit 86\n")
+    leaky.chmod(0o755)
+    status = probe(SandboxSettings(bwrap=str(leaky)), refresh=True)
+    assert status.problem is not None and "still holds capabilities" in status.problem
