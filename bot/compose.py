@@ -11,7 +11,7 @@ import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine.agent.channel import Channel
@@ -47,10 +47,15 @@ async def open_plangate(
     down before that.
     """
     # The home (database, plan folders, sessions) is never visible to the agent, whichever
-    # caller opens plangate and whatever its settings already hide.
+    # caller opens plangate and whatever its settings already hide; a worktree or an inbox
+    # under it is a root of the boundary and shows through (engine/tools/boundary.py).
     sandbox = config.sandbox
     if home not in sandbox.hidden:
-        config = replace(config, sandbox=replace(sandbox, hidden=(home, *sandbox.hidden)))
+        hidden = (home, *sandbox.hidden)
+        config = dataclasses.replace(config, sandbox=dataclasses.replace(sandbox, hidden=hidden))
+    if config.worktree_root is None:
+        # Approved plans' git worktrees live under the home (docs/projects.md).
+        config = dataclasses.replace(config, worktree_root=home / "worktrees")
     storage = await open_storage(home, clock=clock)
     if config.inbox_root is None:
         # Uploads live in plangate's home, beside the database, never in the project.

@@ -30,7 +30,13 @@ from engine.api import (
     Press,
     RestoredGoal,
 )
-from engine.approval.policy import ApprovalView, Rule
+from engine.approval.policy import (
+    ApprovalView,
+    BashApproval,
+    BashPolicy,
+    Rule,
+    default_bash_approval,
+)
 from engine.approval.service import DEFAULT_TIMEOUT_S, ToolApprovals
 from engine.cards import Cards
 from engine.checks.runner import SandboxChecks
@@ -62,6 +68,7 @@ from engine.tools.files import FileLimits
 from engine.tools.sandbox import SandboxSettings
 from engine.tools.workspace import WorkspaceLocks
 from engine.usage.meter import UsageConfig, UsageMeter
+from engine.worktree.service import Worktrees
 
 _log = logging.getLogger("plangate.engine")
 
@@ -90,6 +97,10 @@ class EngineConfig:
     # request waits for the owner before it is denied (PLANGATE_APPROVAL_TIMEOUT).
     allow_bash: tuple[Rule, ...] = ()
     approval_timeout_s: float = DEFAULT_TIMEOUT_S
+    # When bash asks (PLANGATE_BASH_APPROVAL; None: the default for the sandbox setting) and
+    # the prefixes that always ask (PLANGATE_ASK_BASH).
+    bash_approval: BashApproval | None = None
+    ask_bash: tuple[Rule, ...] = ()
     # File writes in NoPlan and Active ask the owner too, with a diff (PLANGATE_ASK_WRITES).
     ask_writes: bool = False
     # Caps of the file tools (grep's deadline among them); the defaults suit a real bot.
@@ -113,7 +124,8 @@ class Engine:
     """One process's plangate: its services, composed; every call goes to the part that owns it.
 
     The parts are public for tests and tools that read state (``plans``, ``goals``, ``agents``,
-    ``usage``, ``approvals``, ``log``); front ends use only the :class:`EngineApi` methods.
+    ``usage``, ``approvals``, ``worktrees``, ``log``); front ends use only the
+    :class:`EngineApi` methods.
     """
 
     def __init__(
@@ -138,6 +150,7 @@ class Engine:
         self.goals = services.goals
         self.agents = services.agents
         self.approvals = services.approvals
+        self.worktrees = services.worktrees
         self.usage = services.usage
         self.channel = services.channel
 
@@ -313,6 +326,8 @@ def build_engine(
         if goal is None:
             return
         what = view.command or view.tool
+        if view.why == "network":
+            what += " (with the network)"
         await goals.block(
             session_id,
             goal.ref,
@@ -327,13 +342,25 @@ def build_engine(
         timeout_s=config.approval_timeout_s,
         on_unattended=block_for_approval,
         ask_writes=config.ask_writes,
+        policy=BashPolicy(
+            mode=config.bash_approval or default_bash_approval(sandbox=config.sandbox.enabled),
+            ask=config.ask_bash,
+            network_on=config.sandbox.network or not config.sandbox.enabled,
+        ),
     )
 
     async def ask_owner(ctx: ToolContext, what: str) -> str | None:
         return await approvals.ask(ctx, tool="plan skip", command=what)
 
     catalog = ProjectCatalog(config.workspace, config.projects, root=config.projects_root)
-    workspace_for = workspace_from_store(sessions, default=catalog.default.path, catalog=catalog)
+    project_for = workspace_from_store(sessions, default=catalog.default.path, catalog=catalog)
+    worktrees = Worktrees(
+        log, channel, project_for=project_for, root=config.worktree_root, remote=config.git_remote
+    )
+    # First of the plan's listeners: the worktree is made (or committed) before the cards
+    # redraw and before the execution turn is queued.
+    plans.add_listener(worktrees.on_plan_change)
+    workspace_for = worktrees.workspace_for
     tools: list[Tool] = [
         PlanTool(plans, ask_owner=ask_owner),
         TodoWriteTool(log, allow_parallel_in_progress=config.todo_parallel),
@@ -355,6 +382,7 @@ def build_engine(
         usage=usage,
         approvals=approvals,
         file_limits=config.file_limits,
+        read_only_roots=worktrees.read_only_roots,
         locks=locks,
     )
     the_scheduler = scheduler or ApsScheduler()
@@ -386,6 +414,7 @@ def build_engine(
         workspace=catalog.default.path,
         catalog=catalog,
         workspace_for=workspace_for,
+        worktrees=worktrees,
     )
     cards = Cards(services)
     agents.set_turn_listener(cards.on_turn_end)

@@ -18,6 +18,7 @@ from engine.plan.service import PlanService
 from engine.ports import EventLog
 from engine.projects import ProjectCatalog
 from engine.usage.meter import UsageMeter
+from engine.worktree.service import Worktrees
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,7 @@ class Services:
     workspace: Path
     catalog: ProjectCatalog
     workspace_for: Callable[[str], Awaitable[Path]]
+    worktrees: Worktrees
 
 
 __all__ = ["Services"]

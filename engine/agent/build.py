@@ -118,6 +118,7 @@ def build_agent(
     sandbox: SandboxSettings | None = None,
     usage: UsageMeter | None = None,
     approvals: ToolApprovals | None = None,
+    read_only_roots: ReadOnlyRoots | None = None,
     inbox_root: Path | None = None,
     locks: WorkspaceLocks | None = None,
 ) -> AgentRegistry:
@@ -127,7 +128,8 @@ def build_agent(
     :class:`engine.agent.adapters.PlanServiceAdapter`); ``goals`` is the ``GoalService``;
     ``driver`` may be attached later with ``set_driver``; ``approvals`` is the owner's
     approval gate (none: every call the plan gate allows runs); ``locks`` are the workspace
-    locks the tools share (pass the ones the check runner holds too).
+    locks the tools share (pass the ones the check runner holds too); ``read_only_roots``
+    names what bash sees read-only besides the workspace (a plan worktree's repository).
     """
     own, bash = agent_tools(
         channel,
@@ -136,6 +138,7 @@ def build_agent(
         file_limits=file_limits,
         bash_limits=bash_limits,
         sandbox=sandbox,
+        read_only_roots=read_only_roots,
     )
     deps = AgentDeps(
         log=log,

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from engine.plan.gate import GATE_TEXTS
 from engine.tools.base import ToolContext, ToolOutcome
-from engine.tools.boundary import Boundary, BoundaryPolicy, PlanViewSource
+from engine.tools.boundary import Boundary, BoundaryPolicy, PlanViewSource, ReadOnlyRoots
 from engine.tools.sandbox import (
     PidsCgroup,
     SandboxSettings,
@@ -134,13 +134,17 @@ class CommandRun:
 
 
 class BashTool:
-    """``bash {command, timeout_s?}``; tracks running groups per session for ``kill_session``."""
+    """``bash {command, timeout_s?, network?, reason?}``; tracks running groups per session
+    for ``kill_session``."""
 
     name = "bash"
     description = (
         "Run a bash command in the workspace and return its exit code and output (stdout and "
         "stderr merged, long output cut). timeout_s defaults to 120 (at most 600). Background "
-        "processes are killed when the command returns; there is no interactive input."
+        "processes are killed when the command returns; there is no interactive input. The "
+        "command runs in a sandbox without network; set network: true, with a short reason, "
+        "only when it truly needs the network (installing a package, fetching a page): the "
+        "owner is asked to allow that."
     )
 
     def __init__(
@@ -150,14 +154,17 @@ class BashTool:
         limits: BashLimits | None = None,
         sandbox: SandboxSettings | None = None,
         plan_view: PlanViewSource | None = None,
+        read_only_roots: ReadOnlyRoots | None = None,
         boundary: BoundaryPolicy | None = None,
     ):
-        """``boundary`` decides the mounts; without it one is made of ``sandbox`` and
-        ``plan_view`` (NoPlan when that is not given either)."""
+        """``boundary`` decides the mounts; without it one is made of ``sandbox``,
+        ``plan_view`` (NoPlan when that is not given either) and ``read_only_roots``."""
         self._locks = locks or WorkspaceLocks()
         self._limits = limits or BashLimits()
         self._policy = boundary or BoundaryPolicy(
-            settings=sandbox or SandboxSettings(), plan_view=plan_view
+            settings=sandbox or SandboxSettings(),
+            plan_view=plan_view,
+            read_only_roots=read_only_roots,
         )
         self._sandbox = self._policy.settings
         self._running: dict[str, set[asyncio.subprocess.Process]] = {}
@@ -169,6 +176,14 @@ class BashTool:
             "properties": {
                 "command": {"type": "string"},
                 "timeout_s": {"type": "number", "exclusiveMinimum": 0},
+                "network": {
+                    "type": "boolean",
+                    "description": "Run with the network (the owner is asked first).",
+                },
+                "reason": {
+                    "type": "string",
+                    "description": "Why the network is needed, for the owner.",
+                },
             },
             "required": ["command"],
             "additionalProperties": False,
@@ -190,11 +205,21 @@ class BashTool:
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
             return ToolOutcome("error: timeout_s must be a positive number", is_error=True)
         timeout_s = min(float(timeout_s), self._limits.max_timeout_s)
+        network = args.get("network", False)
+        if not isinstance(network, bool):
+            return ToolOutcome("error: network must be true or false", is_error=True)
+        reason = args.get("reason", "")
+        if not isinstance(reason, str):
+            return ToolOutcome("error: reason must be a string", is_error=True)
         async with self._locks.lock_for(ctx.workspace):
             view = await self._policy.view(ctx.session_id)
             if view.state == "post_init":  # the gate refuses first; this holds without it too
                 return ToolOutcome(GATE_TEXTS["gate-editing-bash"], is_error=True)
             boundary = await self._policy.for_call(ctx, view=view)
+            if network:
+                # This one call has the host's network; the approval gate asked the owner
+                # before the call got here (docs/agent.md, "Tool approvals").
+                boundary = boundary.with_network(True)
             ran = await self._run(command, timeout_s, session_id=ctx.session_id, boundary=boundary)
         if ran.problem is not None:
             return ToolOutcome(ran.problem, is_error=True)

@@ -17,6 +17,7 @@ from bot.channel import LateChannel
 from bot.compose import open_plangate
 from engine.api import RestoredGoal
 from engine.app import Engine, EngineConfig
+from engine.approval.policy import BashApproval
 from engine.model.openai_provider import OpenAIProvider
 from engine.model.script import ScriptStep
 from engine.model.types import ModelProvider
@@ -57,6 +58,8 @@ async def live_bot(
     approval_timeout_s: float = 600.0,
     ask_writes: bool = False,
     file_limits: FileLimits | None = None,
+    bash_approval: BashApproval | None = None,
+    ask_bash: tuple[tuple[str, ...], ...] = (),
     stuck: StuckLimits | None = None,
     usage: UsageConfig | None = None,
     vision: bool = False,
@@ -94,6 +97,8 @@ async def live_bot(
         approval_timeout_s=approval_timeout_s,
         ask_writes=ask_writes,
         file_limits=file_limits,
+        bash_approval=bash_approval,
+        ask_bash=ask_bash,
         stuck=stuck or StuckLimits(),
         usage=usage or UsageConfig(),
         vision=vision,
