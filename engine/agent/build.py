@@ -1,10 +1,11 @@
 """One factory that assembles the agent: :func:`build_agent`.
 
 The composition root passes the stores, the model, the channel and (optionally) the plan and
-goal machines; this builds the agent's own tools (file tools, bash, ask_user) sharing one set
-of workspace locks, adds the caller's tools (plan, todo_write, goal tools), and returns the
-:class:`~engine.agent.controller.AgentRegistry`. Attach the goal round driver afterwards with
-``registry.set_driver(driver)`` (the driver needs the registry as its ``RoundTarget``).
+goal machines; this builds the agent's own tools (file tools, bash, ask_user, send_file)
+sharing one set of workspace locks, adds the caller's tools (plan, todo_write, goal tools),
+and returns the :class:`~engine.agent.controller.AgentRegistry`. Attach the goal round driver
+afterwards with ``registry.set_driver(driver)`` (the driver needs the registry as its
+``RoundTarget``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from engine.tools.bash import BashLimits, BashTool
 from engine.tools.boundary import BoundaryPolicy, PlanViewSource, ReadOnlyRoots
 from engine.tools.files import FileLimits, file_tools
 from engine.tools.sandbox import SandboxSettings
+from engine.tools.send import SendFileTool
 from engine.tools.workspace import WorkspaceLocks
 from engine.usage.meter import UsageMeter
 
@@ -85,10 +87,10 @@ def agent_tools(
     read_only_roots: ReadOnlyRoots | None = None,
 ) -> tuple[list[Tool], BashTool]:
     """The agent's own tools (read_file, list_files, grep, write_file, edit_file, bash,
-    ask_user) and the bash tool itself (for ``kill_session``).
+    ask_user, send_file) and the bash tool itself (for ``kill_session``).
 
     They share one :class:`BoundaryPolicy`: the same workspace, phase, hidden paths and
-    read-only roots decide the file tools' checks and bash's mounts.
+    read-only roots decide the file tools' checks, what send_file may send and bash's mounts.
     """
     shared = locks or WorkspaceLocks()
     policy = BoundaryPolicy(
@@ -98,7 +100,7 @@ def agent_tools(
     )
     bash = BashTool(locks=shared, limits=bash_limits, boundary=policy)
     tools: list[Tool] = [*file_tools(hooks=plan, locks=shared, limits=file_limits, boundary=policy)]
-    tools.extend([bash, AskUserTool(channel)])
+    tools.extend([bash, AskUserTool(channel), SendFileTool(channel, boundary=policy)])
     return tools, bash
 
 

@@ -20,6 +20,7 @@ from engine.app import Engine, EngineConfig
 from engine.approval.policy import BashApproval
 from engine.model.openai_provider import OpenAIProvider
 from engine.model.script import ScriptStep
+from engine.model.transcribe import OpenAITranscriber
 from engine.model.types import ModelProvider
 from engine.progress.stuck import StuckLimits
 from engine.tools.files import FileLimits
@@ -66,14 +67,17 @@ async def live_bot(
     bot_settings: dict[str, Any] | None = None,
     projects: tuple[tuple[str, Path], ...] = (),
     git_remote: str | None = None,
+    transcribe: bool = False,
     home: Path | None = None,
     sandbox: SandboxSettings | None = None,
 ) -> AsyncIterator[Live]:
     """The real engine over real storage, wired to the real application on the fake API.
 
     ``bot_settings``: more fields of the bot's settings (``max_upload_mb`` ...); ``vision``:
-    the model sees images (``PLANGATE_MODEL_VISION``). ``home`` defaults to ``tmp_path/home``
-    (beside the workspace); ``sandbox`` to the full sandbox with nothing hidden but the home.
+    the model sees images (``PLANGATE_MODEL_VISION``); ``transcribe``: voice notes go to the
+    fake server's ``audio/transcriptions`` (the default rig only). ``home`` defaults to
+    ``tmp_path/home`` (beside the workspace); ``sandbox`` to the full sandbox with nothing
+    hidden but the home.
 
     ``group_pacing``: the shipped outbox pacing (about a call a second per chat, 20 per
     rolling minute in a group), as a real group has it; otherwise the tests' (no waits).
@@ -88,6 +92,11 @@ async def live_bot(
         server.play(list(script))
         await server.start()
         model = sdk = OpenAIProvider(FAKE_MODEL, base_url=server.base_url, api_key="test-key")
+    transcriber = (
+        OpenAITranscriber(base_url=server.base_url, api_key="test-key")
+        if transcribe and server is not None
+        else None
+    )
     slot = LateChannel()
     config = EngineConfig(
         workspace=workspace,
@@ -124,6 +133,7 @@ async def live_bot(
                 opened.storage.db,
                 channel_slot=slot,
                 settings=settings,
+                transcriber=transcriber,
                 **pacing,
             ) as app,
         ):
@@ -138,6 +148,8 @@ async def live_bot(
     finally:
         if sdk is not None:
             await sdk.aclose()
+        if transcriber is not None:
+            await transcriber.aclose()
         if server is not None:
             await server.stop()
 

@@ -153,6 +153,8 @@ def probes(sidecar: Path, *, writes: bool, links: bool = False) -> list[ScriptSt
         call("write_file", {"path": str(sidecar), "content": '{"status": "Active"}'}),
         call("write_file", {"path": ".env", "content": "PLANGATE_OWNER_IDS=666\n"}),
         call("edit_file", {"path": ".env", "old_text": "PLANGATE", "new_text": "X"}),
+        call("send_file", {"path": ".env"}),
+        call("send_file", {"path": str(sidecar)}),
         call("bash", {"command": "cat .env"}),
         call("bash", {"command": "ls -A .plangate"}),
         call("bash", {"command": f"cat {sidecar}"}),
@@ -247,6 +249,8 @@ async def test_home_env_and_plan_folder_are_invisible_in_every_phase(
     # Listings and grep hits never name a hidden file (bash's own errors may echo a path).
     shown = [line.split(":", 1)[0] for r in results for line in r.splitlines()]
     assert not [p for p in shown if p.startswith((".plangate", ".env", "home-link/"))]
+    # Nor to the chat: send_file sent nothing (no plan here is long enough to be a document).
+    assert fake_api.count("sendDocument") == 0
     # And nothing of theirs changed: the .env, the home's files.
     assert (ws / ".env").read_text() == ENV_TEXT
     assert not (home / "x.json").exists()
