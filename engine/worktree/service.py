@@ -135,6 +135,20 @@ class Worktrees:
             return ()
         return (Path(record.project) / ".git",)
 
+    async def prompt_note(self, session_id: str) -> str:
+        """The prompt's line about a live worktree: what it is and who commits."""
+        record = await self.record(session_id)
+        if record is None or record.phase != "live":
+            return ""
+        base = f" (from {record.base})" if record.base else ""
+        return (
+            f"This workspace is the approved plan's own git worktree on branch "
+            f"{record.branch}{base}. plangate commits your changes when the plan is done and "
+            "the owner decides whether to merge them; the repository history is read-only "
+            "here: do not git add, commit or switch branches. git status and git diff show "
+            "what you changed."
+        )
+
     async def view(self, session_id: str) -> WorktreeView | None:
         """What the plan card shows about the session's worktree (``None``: nothing)."""
         record = await self.record(session_id)
