@@ -637,7 +637,10 @@ class Worktrees:
             return "works in place: the project is not a git repository"
         if is_within(self._root, project):
             return "works in place: plangate's home is inside the project"
-        keys = await self._main(project).unsafe()
+        try:
+            keys = await self._main(project).unsafe()
+        except OSError as exc:  # no git on this machine
+            return f"works in place: git cannot run here ({type(exc).__name__})"
         if keys:
             return (
                 "works in place: the repository's config names programs git would run "
