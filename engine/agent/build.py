@@ -11,7 +11,7 @@ afterwards with ``registry.set_driver(driver)`` (the driver needs the registry a
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from engine.agent.channel import Channel
@@ -123,6 +123,7 @@ def build_agent(
     read_only_roots: ReadOnlyRoots | None = None,
     inbox_root: Path | None = None,
     locks: WorkspaceLocks | None = None,
+    workspace_note: Callable[[str], Awaitable[str]] | None = None,
 ) -> AgentRegistry:
     """Assemble the agent. ``extra_tools`` are the plan, todo and goal tools.
 
@@ -131,7 +132,8 @@ def build_agent(
     ``driver`` may be attached later with ``set_driver``; ``approvals`` is the owner's
     approval gate (none: every call the plan gate allows runs); ``locks`` are the workspace
     locks the tools share (pass the ones the check runner holds too); ``read_only_roots``
-    names what bash sees read-only besides the workspace (a plan worktree's repository).
+    names what bash sees read-only besides the workspace (a plan worktree's repository);
+    ``workspace_note`` adds a line about the workspace to the prompt.
     """
     own, bash = agent_tools(
         channel,
@@ -155,6 +157,7 @@ def build_agent(
         usage=usage,
         approvals=approvals,
         inbox_root=inbox_root,
+        workspace_note=workspace_note,
     )
     return AgentRegistry(deps, driver=driver)
 

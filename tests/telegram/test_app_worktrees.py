@@ -117,6 +117,10 @@ async def test_two_topics_run_two_plans_in_two_worktrees_and_merge_them(
         # bash ran git in the sandbox, in the worktree: it saw its own change only.
         said = [m for m in model.scripts["Add alpha"].requests[-1] if m.get("role") == "tool"]
         assert any("?? alpha.py" in str(m["content"]) for m in said)
+        # The prompt told the model where it works and who commits.
+        systems = [str(r[0]["content"]) for r in model.scripts["Add alpha"].requests]
+        assert any(f"own git worktree on branch {a_rec.branch}" in t for t in systems)
+        assert "own git worktree" not in systems[0]  # not while planning
         # plangate committed each worktree itself, with the plan's title.
         assert git(repo, "log", "-1", "--format=%s %an", a_rec.branch) == "Alpha plangate"
         await parts(live.app).presenter.flush()
