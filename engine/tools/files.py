@@ -234,7 +234,7 @@ class ReadFileTool(_FileTool):
 
 
 def _read_lines(
-    path: Path, start: int, limit: int, boundary: Boundary, limits: FileLimits
+    path: Path, start: int, limit: int, boundary: Boundary, limits: FileLimits | None = None
 ) -> Window | None:
     """Lines ``start..start+limit`` in bounded memory and time (engine.tools.reading);
     ``None`` when ``path`` is not a regular file (checked on the open, non-blocking fd).
@@ -249,6 +249,7 @@ def _read_lines(
             raise NotVisible(str(path), opened)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
+        limits = limits or FileLimits()
         return read_window(
             fd,
             start,
