@@ -111,6 +111,7 @@ def engine_config(settings: Settings) -> EngineConfig:
         allow_bash=settings.allow_bash,
         approval_timeout_s=settings.approval_timeout,
         ask_writes=settings.ask_writes,
+        owner_ids=frozenset(settings.owner_ids),
     )
 
 

@@ -15,6 +15,7 @@ from typing import Final, Literal, Protocol
 
 from engine.goal.types import GoalSnapshot
 from engine.plan.types import PlanSidecar
+from engine.roles.types import Person, Role
 
 # The command plane's command names; `/show-plan`, `/show_plan` and `/show-plan@bot` all arrive
 # as "show_plan", and `/start` as "help". ``/new`` is not among them: it rebinds a chat key
@@ -22,7 +23,7 @@ from engine.plan.types import PlanSidecar
 CommandName = Literal[
     "plan", "show_plan", "execute", "discard", "goal", "stop", "status", "help", "usage"
 ]
-# Anyone in an allowed group may run these; every other command is owner-only.
+# Anyone in an allowed group may run these (engine.roles.policy has who may run the others).
 READ_ONLY_COMMANDS: frozenset[str] = frozenset({"show_plan", "status", "help"})
 
 # The plan card's state, decided by the engine (engine.cards.plan_card_state). ``review``
@@ -115,6 +116,10 @@ class PlanCardData:
     last_progress_at: float | None = None
     # Why an Active checklist is not running (stalled, stopped, restarted), for the card.
     halted: str | None = None
+    # In review with more than one approval needed: who approved this revision so far, and
+    # how many approvals it needs (PLANGATE_PLAN_APPROVALS).
+    approvals: tuple[str, ...] = ()
+    approvals_needed: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,13 +192,30 @@ class EngineApi(Protocol):
         ...
 
     async def command(
-        self, session_id: str, name: CommandName, args: str, *, actor: int | None
+        self,
+        session_id: str,
+        name: CommandName,
+        args: str,
+        *,
+        actor: int | None,
+        actor_name: str = "",
     ) -> Outcome:
-        """Run a command in the command plane (logged as ``command/run``; opens no turn)."""
+        """Run a command in the command plane (logged as ``command/run``; opens no turn).
+
+        ``actor`` is the Telegram user id (``None``: nobody known); the actor's role in the
+        session's chat must allow the command, else the reply says what the role allows.
+        ``actor_name`` is how the actor is shown (recorded with the decisions they make).
+        """
         ...
 
     async def press(
-        self, session_id: str, press: Press, *, actor: int | None, message_id: int | None = None
+        self,
+        session_id: str,
+        press: Press,
+        *,
+        actor: int | None,
+        message_id: int | None = None,
+        actor_name: str = "",
     ) -> Outcome:
         """A button press, bound to the plan or goal revision it was drawn for.
 
@@ -203,6 +225,24 @@ class EngineApi(Protocol):
         plan card other than the one ``flow`` names: ``message_id`` is the pressed message)
         is answered "This card is out of date." and changes nothing.
         """
+        ...
+
+    async def role_of(self, chat_id: int, user_id: int | None) -> Role:
+        """The role of ``user_id`` in the chat: owner, approver or member (docs/roles.md)."""
+        ...
+
+    async def team(
+        self,
+        chat_id: int,
+        args: str,
+        *,
+        actor: int | None,
+        actor_name: str = "",
+        target: Person | None = None,
+    ) -> Outcome:
+        """``/team``: list the chat's roles, or (owners) ``add <user> approver`` / ``remove
+        <user>``. ``target`` is the person the front end found for the command (the message
+        replied to, or an ``@username`` seen in the chat); a numeric id in ``args`` needs none."""
         ...
 
     async def plan_card(self, session_id: str) -> PlanCardData: ...

@@ -46,7 +46,12 @@ from engine.plan.service import PlanChange, PlanService
 from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
 from engine.plan.types import is_editing
-from engine.ports import Clock, EventLog, SessionStore
+from engine.ports import ChatLog, Clock, EventLog, SessionStore
+from engine.roles.commands import describe_team, parse_team_args, run_team
+from engine.roles.policy import command_action, may, refusal_text
+from engine.roles.service import RoleService
+from engine.roles.types import Person, Role
+from engine.roles.votes import PlanVotes
 from engine.scheduler import ApsScheduler, Scheduler
 from engine.services import Services
 from engine.sessions import Sessions
@@ -89,6 +94,13 @@ class EngineConfig:
     ask_writes: bool = False
     # Caps of the file tools (grep's deadline among them); the defaults suit a real bot.
     file_limits: FileLimits | None = None
+    # Who owns the bot (PLANGATE_OWNER_IDS). None: no owner list (an engine embedded without
+    # people, as in the engine's own tests): every actor then counts as an owner.
+    owner_ids: frozenset[int] | None = None
+    # Approvals a plan needs from different people (PLANGATE_PLAN_APPROVALS), and whether an
+    # owner's approval alone is enough all the same (PLANGATE_OWNER_OVERRIDES).
+    plan_approvals: int = 1
+    owner_overrides: bool = False
 
 
 class Engine:
@@ -121,6 +133,7 @@ class Engine:
         self.agents = services.agents
         self.approvals = services.approvals
         self.usage = services.usage
+        self.roles = services.roles
         self.channel = services.channel
 
     # --- sessions ---------------------------------------------------------------------------
@@ -138,8 +151,42 @@ class Engine:
         return await self.sessions.new_session(chat_id, thread_id, actor=actor)
 
     async def migrate_chat(self, old_chat_id: int, new_chat_id: int) -> list[str]:
-        """A group became a supergroup: bind its sessions to the new id; returns them."""
+        """A group became a supergroup: bind its sessions (and its team) to the new id."""
+        await self.roles.migrate(old_chat_id, new_chat_id)
         return await self.sessions.migrate_chat(old_chat_id, new_chat_id)
+
+    # --- roles ------------------------------------------------------------------------------
+
+    async def role_of(self, chat_id: int, user_id: int | None) -> Role:
+        """The role of ``user_id`` in the chat (engine.roles; a topic shares its group's)."""
+        return await self.roles.role_of(chat_id, user_id)
+
+    async def team(
+        self,
+        chat_id: int,
+        args: str,
+        *,
+        actor: int | None,
+        actor_name: str = "",
+        target: Person | None = None,
+    ) -> Outcome:
+        """``/team [add <user> approver | remove <user>]`` in a chat (docs/roles.md)."""
+        role = await self.roles.role_of(chat_id, actor)
+        if not may(role, command_action("team", args)):
+            return Outcome(reply=refusal_text(role))
+        spec = parse_team_args(args)
+        if isinstance(spec, str):
+            return Outcome(reply=spec)
+        if spec.op == "list":
+            return Outcome(reply=await describe_team(self.roles, chat_id, viewer_role=role))
+        if chat_id > 0:
+            return Outcome(reply="Roles are kept per group: use /team in the group.")
+        assert actor is not None  # only an owner may change the team
+        text = await run_team(
+            self.roles, chat_id, spec, target=target, actor=Person(actor, actor_name)
+        )
+        _log.info("plangate.engine.team chat=%s op=%s by=%s", chat_id, spec.op, actor)
+        return Outcome(reply=text)
 
     # --- messages, commands, presses --------------------------------------------------------
 
@@ -159,18 +206,32 @@ class Engine:
         )
 
     async def command(
-        self, session_id: str, name: CommandName, args: str, *, actor: int | None
+        self,
+        session_id: str,
+        name: CommandName,
+        args: str,
+        *,
+        actor: int | None,
+        actor_name: str = "",
     ) -> Outcome:
         """Run a command in the command plane (logged as ``command/run``; opens no turn)."""
         await self.sessions.ensure_loaded(session_id)
-        return await self.commands.run(session_id, name, args, actor=actor)
+        return await self.commands.run(session_id, name, args, actor=actor, actor_name=actor_name)
 
     async def press(
-        self, session_id: str, press: Press, *, actor: int | None, message_id: int | None = None
+        self,
+        session_id: str,
+        press: Press,
+        *,
+        actor: int | None,
+        message_id: int | None = None,
+        actor_name: str = "",
     ) -> Outcome:
         """A button press bound to the revision it was drawn for; stale presses change nothing."""
         await self.sessions.ensure_loaded(session_id)
-        return await self.commands.press(session_id, press, actor=actor, message_id=message_id)
+        return await self.commands.press(
+            session_id, press, actor=actor, message_id=message_id, actor_name=actor_name
+        )
 
     # --- cards ------------------------------------------------------------------------------
 
@@ -253,6 +314,7 @@ class Engine:
 def build_engine(
     *,
     log: EventLog,
+    chat_log: ChatLog,
     sessions: SessionStore,
     plan_store: PlanStore,
     model: ModelProvider,
@@ -264,7 +326,8 @@ def build_engine(
     """Assemble an :class:`Engine` from its ports: the one composition of the services."""
     goals = GoalService(log, clock=clock, default_max_rounds=config.max_goal_rounds)
     usage = UsageMeter(log, goals=goals, config=config.usage, clock=clock)
-    plans = PlanService(plan_store, log, criteria=goals, clock=clock)
+    votes = PlanVotes(log)
+    plans = PlanService(plan_store, log, criteria=goals, clock=clock, approvers=votes.approvals)
 
     async def block_for_approval(
         session_id: str, source: MessageSource, view: ApprovalView
@@ -335,17 +398,26 @@ def build_engine(
         agents=agents,
         approvals=approvals,
         usage=usage,
+        roles=RoleService(chat_log, owner_ids=config.owner_ids),
+        votes=votes,
         channel=channel,
         workspace=config.workspace,
     )
     cards = Cards(services)
+    cards.plan_approvals = config.plan_approvals
     agents.set_turn_listener(cards.on_turn_end)
     the_sessions = Sessions(sessions, services, cards=cards, profile=config.profile)
     usage.is_private = the_sessions.is_private
     return Engine(
         services,
         sessions=the_sessions,
-        commands=CommandPlane(services, cards=cards),
+        commands=CommandPlane(
+            services,
+            cards=cards,
+            chat_of=the_sessions.chat_of,
+            plan_approvals=config.plan_approvals,
+            owner_overrides=config.owner_overrides,
+        ),
         cards=cards,
         driver=driver,
         scheduler=the_scheduler,

@@ -131,7 +131,10 @@ class Cards:
         self._agents = services.agents
         self._approvals = services.approvals
         self._usage = services.usage
+        self._votes = services.votes
         self._channel = services.channel
+        # Approvals a plan needs (the command plane's setting; build_engine sets it).
+        self.plan_approvals = 1
         # The owner's choices on the cards; the command plane and /new change them.
         self.choices = CardChoices()
         # The last plan of a session that just ended, so its card can say how it ended.
@@ -176,6 +179,10 @@ class Cards:
                 halted = f"Stalled on {label}: no progress in {steps} steps."
             else:
                 halted = "Paused: Resume runs the rest of the checklist."
+        approvals: tuple[str, ...] = ()
+        if phase == "post_init" and self.plan_approvals > 1:
+            votes = await self._votes.votes(session_id, sidecar.id, sidecar.revision)
+            approvals = tuple(v.name or str(v.user_id) for v in votes)
         return PlanCardData(
             state=state,
             sidecar=sidecar,
@@ -184,6 +191,8 @@ class Cards:
             waiting=waiting,
             last_progress_at=run.last_progress_at if run.armed else None,
             halted=halted,
+            approvals=approvals,
+            approvals_needed=self.plan_approvals,
         )
 
     async def _review_ready(self, session_id: str, sidecar: PlanSidecar) -> bool:

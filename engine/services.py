@@ -15,13 +15,15 @@ from engine.approval.service import ToolApprovals
 from engine.goal.service import GoalService
 from engine.plan.service import PlanService
 from engine.ports import EventLog
+from engine.roles.service import RoleService
+from engine.roles.votes import PlanVotes
 from engine.usage.meter import UsageMeter
 
 
 @dataclass(frozen=True, slots=True)
 class Services:
-    """The event log, the plan, goal, agent, approval and usage services, the chat side, and
-    the workspace new sessions are bound to."""
+    """The event log, the plan, goal, agent, approval, usage and role services, the chat side,
+    and the workspace new sessions are bound to."""
 
     log: EventLog
     plans: PlanService
@@ -29,6 +31,8 @@ class Services:
     agents: AgentRegistry
     approvals: ToolApprovals
     usage: UsageMeter
+    roles: RoleService
+    votes: PlanVotes
     channel: Channel
     workspace: Path
 

@@ -34,7 +34,7 @@ from engine.plan.machine import (
 from engine.plan.refusals import Refusal, refusal
 from engine.plan.seeding import Seeding, default_seeding
 from engine.plan.store import ArchiveReason, PlanStore
-from engine.plan.types import PlanFlow, PlanSidecar, PlanState, is_editing
+from engine.plan.types import PlanApproval, PlanFlow, PlanSidecar, PlanState, is_editing
 from engine.ports import Clock, EventLog
 from engine.projections import PlanModeState, apply_plan_mode_event
 
@@ -81,6 +81,8 @@ class PlanChange:
 
 
 PlanListener = Callable[[PlanChange], Awaitable[None]]
+# (session id, plan id, revision) -> who approved that revision, in order (engine.roles.votes).
+ApproversLookup = Callable[[str, str, int], Awaitable[Sequence[PlanApproval]]]
 
 
 class PlanService:
@@ -100,8 +102,10 @@ class PlanService:
         clock: Clock = time.time,
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         seeding: Seeding | None = None,
+        approvers: ApproversLookup | None = None,
     ) -> None:
         self._store = store
+        self._approvers = approvers
         self._log = log
         self._criteria = criteria
         self._clock = clock
@@ -356,8 +360,15 @@ class PlanService:
 
         Seeds the checklist from the ``.md`` (or reconciles it against ``revising.tasks``
         on re-approval, minting a new plan id); zero items leave Active with empty tasks.
+        ``approved_by`` records the approvers the lookup names for this revision (else the
+        actor alone).
         """
         seeding = self._seed()
+        approved_by: tuple[PlanApproval, ...] = ()
+        current = await self.current(session_id)
+        if self._approvers is not None and current is not None:
+            # Read before the lock (it reads the log); approve_check refuses a stale revision.
+            approved_by = tuple(await self._approvers(session_id, current.id, revision))
 
         def decide(live: _Live, ctx: Context) -> Transition | Refusal:
             sidecar = live.sidecar
@@ -383,6 +394,9 @@ class PlanService:
                 actor=actor,
                 tasks=tuple(tasks),
                 next_task_id=next_id,
+                approved_by=approved_by
+                if sidecar is not None and current is not None and sidecar.id == current.id
+                else (),
             )
             return machine.approve(sidecar, live.md, inp, ctx)
 

@@ -31,6 +31,7 @@ from engine.api import (
 )
 from engine.goal.types import GoalSnapshot
 from engine.plan.types import PlanSidecar, PlanTask
+from engine.roles.types import Person, Role
 from storage.db import Database
 from tests.fakebot.fixtures import running_app
 from tests.fakebot.server import FakeBotApi
@@ -85,6 +86,8 @@ class RecordingEngine:
         self.card_extra: dict[str, dict[str, Any]] = {}
         # Set to the bot's channel to be told of plan changes mid-command, as the engine is.
         self.channel: Any = None
+        # (chat id, user id) -> role, for role_of (everyone else is a member).
+        self.roles: dict[tuple[int, int], Role] = {}
 
     def named(self, name: str) -> list[Call]:
         return [c for c in self.calls if c.name == name]
@@ -186,8 +189,29 @@ class RecordingEngine:
             )
         )
 
+    async def role_of(self, chat_id: int, user_id: int | None) -> Role:
+        return self.roles.get((chat_id, user_id or 0), "member")
+
+    async def team(
+        self,
+        chat_id: int,
+        args: str,
+        *,
+        actor: int | None,
+        actor_name: str = "",
+        target: Person | None = None,
+    ) -> Outcome:
+        self.calls.append(Call("team", (chat_id, args), {"actor": actor, "target": target}))
+        return Outcome(reply=f"team {args}".strip())
+
     async def command(
-        self, session_id: str, name: CommandName, args: str, *, actor: int | None
+        self,
+        session_id: str,
+        name: CommandName,
+        args: str,
+        *,
+        actor: int | None,
+        actor_name: str = "",
     ) -> Outcome:
         self.calls.append(Call("command", (session_id, name, args), {"actor": actor}))
         if name in self.outcomes:
@@ -219,6 +243,7 @@ class RecordingEngine:
         *,
         actor: int | None,
         message_id: int | None = None,
+        actor_name: str = "",
     ) -> Outcome:
         kind, action, short_id, revision = press.kind, press.action, press.short_id, press.revision
         self.calls.append(

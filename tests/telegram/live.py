@@ -25,7 +25,7 @@ from storage.open import Storage
 from tests.engine.helpers import ALLOW_TEST_RUN
 from tests.fakebot.server import FakeBotApi, FakeMessage
 from tests.fakes.openai_server import FAKE_MODEL, FakeOpenAIServer
-from tests.telegram.app_support import GROUP, running_bot, settings_for
+from tests.telegram.app_support import GROUP, OWNER, running_bot, settings_for
 
 
 @dataclass
@@ -79,6 +79,7 @@ async def live_bot(
         approval_timeout_s=approval_timeout_s,
         ask_writes=ask_writes,
         file_limits=file_limits,
+        owner_ids=frozenset({OWNER}),
     )
     pacing = {"chat_interval_s": 1.0, "group_per_minute": 20} if group_pacing else {}
     settings = settings_for(

@@ -8,7 +8,7 @@ import pytest
 from telegram import Update
 from telegram.ext import CallbackQueryHandler, ContextTypes, MessageHandler, filters
 
-from bot.access import AccessGate, UpdateFacts, decide, parse_command
+from bot.access import ALERT_TEXT, AccessGate, UpdateFacts, decide, parse_command
 from tests.fakebot.clock import ManualClock
 from tests.fakebot.fixtures import app_builder, running_app
 from tests.fakebot.server import FakeBotApi
@@ -207,7 +207,9 @@ async def test_non_owner_in_group_read_only_and_one_refusal_per_minute(
     assert probe.seen == [("/status", False, False), ("/show-plan@plangate_test_bot", False, False)]
     texts = [m.text for m in fake_api.bot_messages(GROUP)]
     assert texts.count("heard") == 2
-    refusals = [t for t in texts if t.startswith("Sorry, only the owner")]
+    refusals = [
+        t for t in texts if t.startswith("Sorry, that is not for you. You are a member here")
+    ]
     assert len(refusals) == 2  # one per minute
 
 
@@ -261,7 +263,7 @@ async def test_non_owner_press_gets_alert_and_changes_nothing(fake_api: FakeBotA
         own = fake_api.press(GROUP, card.message_id, "p:approve:abcdefgh:1", user_id=OWNER)
         await settle(fake_api)
     assert fake_api.callback_answers[qid] == {
-        "text": "Only the owner can use these buttons.",
+        "text": ALERT_TEXT,
         "show_alert": True,
     }
     assert fake_api.callback_answers[own] == {"text": "done", "show_alert": False}

@@ -1,0 +1,158 @@
+"""Roles in a group, end to end: the real Engine over real SQLite and files, the scripted
+model through the real openai SDK, the real PTB Application against the fake Bot API (with a
+group's limit of 20 messages a minute).
+
+Ana is made an approver; Max stays a member. What each may press or say is the one rule of
+engine.roles.policy, checked by the gate and by the engine.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bot.access import ALERT_TEXT
+from bot.app import parts
+from tests.engine.helpers import EXECUTION, PLANNING, settle
+from tests.fakebot.server import FakeBotApi, FakeMessage
+from tests.telegram.app_support import GROUP, OWNER, eventually
+from tests.telegram.live import Live, button, card, live_bot, until
+
+ANA, MAX = 3003, 4004
+APPROVE = "✅ Approve"
+
+
+def named(api: FakeBotApi) -> None:
+    api.first_names.update({ANA: "Ana", MAX: "Max", OWNER: "Olga"})
+
+
+async def answered(api: FakeBotApi, qid: str) -> dict[str, Any]:
+    await eventually(lambda: qid in api.callback_answers)
+    return api.callback_answers[qid]
+
+
+async def reply_to(api: FakeBotApi, msg: FakeMessage, *, count_before: int) -> str:
+    """The bot's next message after ``count_before`` that replies to ``msg``."""
+
+    def found() -> bool:
+        return any(m.reply_to == msg.message_id for m in api.bot_messages(GROUP)[count_before:])
+
+    await eventually(found)
+    return next(
+        m.text for m in api.bot_messages(GROUP)[count_before:] if m.reply_to == msg.message_id
+    )
+
+
+async def say(api: FakeBotApi, user_id: int, text: str, **kw: Any) -> str:
+    """``user_id`` writes ``text`` in the group; returns the bot's reply to it."""
+    before = len(api.bot_messages(GROUP))
+    msg = api.user_message(GROUP, user_id, text, **kw)
+    return await reply_to(api, msg, count_before=before)
+
+
+async def review_card(api: FakeBotApi, live: Live) -> tuple[str, FakeMessage]:
+    """The owner's /plan, the planning turn, and the review card it ends with."""
+    api.user_message(GROUP, OWNER, "/plan Add a greeting module")
+    await eventually(lambda: len(api.bot_messages(GROUP)) >= 1)
+    sid = await live.engine.session_for_chat(GROUP, 0)
+    await settle(live.engine, sid)
+    await parts(live.app).presenter.flush()
+    review = await card(api, live, sid)
+    assert APPROVE in [t for row in review.buttons for t, _ in row]
+    return sid, review
+
+
+def archived(live: Live) -> list[dict[str, Any]]:
+    found = sorted(live.storage.home.glob("**/archive/*.json"))
+    return [json.loads(p.read_text(encoding="utf-8")) for p in found]
+
+
+async def test_an_approver_approves_a_member_cannot_and_team_add_is_the_owners(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    named(fake_api)
+    async with live_bot(fake_api, tmp_path, [*PLANNING, *EXECUTION], group_pacing=True) as live:
+        engine = live.engine
+        sid, review = await review_card(fake_api, live)
+        approve = button(review, APPROVE)
+
+        # Ana writes in the group (the bot sees her @username); Max tries to make himself
+        # and her approvers: refused, with what a member may do, and nobody's role changes.
+        fake_api.user_message(GROUP, ANA, "I can review plans")
+        refused = await say(fake_api, MAX, "/team add @user3003 approver")
+        assert refused.startswith("Sorry, that is not for you. You are a member here")
+        assert await engine.role_of(GROUP, ANA) == "member"
+        assert await engine.role_of(GROUP, MAX) == "member"
+
+        # A member's Approve: an alert saying what a member may do; nothing changes.
+        alert = await answered(
+            fake_api, fake_api.press(GROUP, review.message_id, approve, user_id=MAX)
+        )
+        assert alert == {"text": ALERT_TEXT, "show_alert": True}
+        assert await engine.plans.state(sid) == "post_init"
+        assert engine.agents.is_idle(sid)
+
+        # The owner makes Ana an approver by her @username; /team lists her.
+        added = await say(fake_api, OWNER, "/team add @user3003 approver")
+        assert added == "Ana is now an approver in this chat."
+        assert await engine.role_of(GROUP, ANA) == "approver"
+        listing = await say(fake_api, MAX, "/team")
+        assert "Ana (3003)" in listing and "You are: member." in listing
+
+        # Ana's Approve runs the plan to its end, and the archive names her.
+        toast = await answered(
+            fake_api, fake_api.press(GROUP, review.message_id, approve, user_id=ANA)
+        )
+        assert str(toast["text"]).startswith("Approved")
+        await until(lambda: _done(live, sid), timeout_s=60)
+        [plan] = archived(live)
+        assert plan["archive_reason"] == "completed"
+        assert [a["user_id"] for a in plan["approved_by"]] == [ANA]
+        assert plan["approved_by"][0]["name"] == "Ana"
+        assert (live.workspace / "greet.py").exists()
+
+
+async def _done(live: Live, sid: str) -> bool:
+    await settle(live.engine, sid)
+    return await live.engine.plans.state(sid) == "none"
+
+
+async def test_roles_survive_a_restart_and_a_removed_approvers_buttons_do_nothing(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    named(fake_api)
+    async with live_bot(fake_api, tmp_path, PLANNING) as live:
+        _, review = await review_card(fake_api, live)
+        # The owner makes Ana an approver by replying to her message.
+        hers = fake_api.user_message(GROUP, ANA, "me please")
+        added = await say(fake_api, OWNER, "/team add approver", reply_to=hers.message_id)
+        assert added == "Ana is now an approver in this chat."
+
+    async with live_bot(fake_api, tmp_path, []) as live:
+        engine = live.engine
+        sid = await engine.session_for_chat(GROUP, 0)
+        # After the restart the team is read back from the chat log.
+        assert await engine.role_of(GROUP, ANA) == "approver"
+        listing = await say(fake_api, OWNER, "/team")
+        assert "Ana (3003)" in listing
+
+        # The owner removes her by id; her old Approve button (still the live card's) now
+        # gets the member's alert, and the plan stays in review.
+        removed = await say(fake_api, OWNER, f"/team remove {ANA}")
+        assert removed == "Ana is no longer an approver; they are a member now."
+        approve = button(review, APPROVE)
+        alert = await answered(
+            fake_api, fake_api.press(GROUP, review.message_id, approve, user_id=ANA)
+        )
+        assert alert == {"text": ALERT_TEXT, "show_alert": True}
+        assert await engine.plans.state(sid) == "post_init"
+        # The engine's own check refuses her too (a press that got past a front end).
+        data = await engine.plan_card(sid)
+        assert data.sidecar is not None
+        from engine.api import Press
+
+        press = Press("p", "approve", data.sidecar.id[:8], data.sidecar.revision)
+        outcome = await engine.press(sid, press, actor=ANA, message_id=review.message_id)
+        assert outcome.alert and "member" in (outcome.reply or "")
+        assert await engine.plans.state(sid) == "post_init"
