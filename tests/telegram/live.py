@@ -54,6 +54,8 @@ async def live_bot(
     approval_timeout_s: float = 600.0,
     ask_writes: bool = False,
     file_limits: FileLimits | None = None,
+    plan_approvals: int = 1,
+    owner_overrides: bool = False,
 ) -> AsyncIterator[Live]:
     """The real engine over real storage, wired to the real application on the fake API.
 
@@ -80,6 +82,8 @@ async def live_bot(
         ask_writes=ask_writes,
         file_limits=file_limits,
         owner_ids=frozenset({OWNER}),
+        plan_approvals=plan_approvals,
+        owner_overrides=owner_overrides,
     )
     pacing = {"chat_interval_s": 1.0, "group_per_minute": 20} if group_pacing else {}
     settings = settings_for(

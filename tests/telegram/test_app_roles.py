@@ -53,11 +53,22 @@ async def say(api: FakeBotApi, user_id: int, text: str, **kw: Any) -> str:
 
 async def review_card(api: FakeBotApi, live: Live) -> tuple[str, FakeMessage]:
     """The owner's /plan, the planning turn, and the review card it ends with."""
+    before = len(api.bot_messages(GROUP))
     api.user_message(GROUP, OWNER, "/plan Add a greeting module")
-    await eventually(lambda: len(api.bot_messages(GROUP)) >= 1)
+    await eventually(lambda: len(api.bot_messages(GROUP)) > before)
     sid = await live.engine.session_for_chat(GROUP, 0)
     await settle(live.engine, sid)
-    await parts(live.app).presenter.flush()
+
+    async def in_review() -> bool:
+        await parts(live.app).presenter.flush()
+        data = await live.engine.plan_card(sid)
+        if data.state != "review" or data.sidecar is None or data.sidecar.flow.card_id is None:
+            return False
+        return APPROVE in api.message(GROUP, data.sidecar.flow.card_id).text + "".join(
+            t for row in api.message(GROUP, data.sidecar.flow.card_id).buttons for t, _ in row
+        )
+
+    await until(in_review, timeout_s=60)
     review = await card(api, live, sid)
     assert APPROVE in [t for row in review.buttons for t, _ in row]
     return sid, review
@@ -156,3 +167,56 @@ async def test_roles_survive_a_restart_and_a_removed_approvers_buttons_do_nothin
         outcome = await engine.press(sid, press, actor=ANA, message_id=review.message_id)
         assert outcome.alert and "member" in (outcome.reply or "")
         assert await engine.plans.state(sid) == "post_init"
+
+
+BEN = 5005
+
+
+async def test_two_approvals_need_two_different_people(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    named(fake_api)
+    fake_api.first_names[BEN] = "Ben"
+    script = [*PLANNING, *EXECUTION]
+    async with live_bot(fake_api, tmp_path, script, group_pacing=True, plan_approvals=2) as live:
+        engine = live.engine
+        for who in (ANA, BEN):
+            assert (await say(fake_api, OWNER, f"/team add {who} approver")).endswith(
+                "is now an approver in this chat."
+            )
+        sid, review = await review_card(fake_api, live)
+        assert "0 of 2 approvals" in review.text
+        approve = button(review, APPROVE)
+
+        # Ana's press is one of two: the card says so and names her; nothing runs yet.
+        toast = await answered(
+            fake_api, fake_api.press(GROUP, review.message_id, approve, user_id=ANA)
+        )
+        assert toast["text"] == "Approval 1 of 2: it needs another approver."
+        await parts(live.app).presenter.flush()
+        await eventually(
+            lambda: "1 of 2 approvals: Ana" in fake_api.message(GROUP, review.message_id).text
+        )
+        assert await engine.plans.state(sid) == "post_init"
+
+        # Ana again: the same person twice does not count twice.
+        again = await answered(
+            fake_api, fake_api.press(GROUP, review.message_id, approve, user_id=ANA)
+        )
+        assert str(again["text"]).startswith("You approved this version already: 1 of 2")
+        assert await engine.plans.state(sid) == "post_init"
+
+        # Ben's press is the second: the plan runs, and the archive names both, in order.
+        second = await answered(
+            fake_api, fake_api.press(GROUP, review.message_id, approve, user_id=BEN)
+        )
+        assert str(second["text"]).startswith("Approved")
+        await until(lambda: _done(live, sid), timeout_s=60)
+        [plan] = archived(live)
+        assert [(a["user_id"], a["name"]) for a in plan["approved_by"]] == [
+            (ANA, "Ana"),
+            (BEN, "Ben"),
+        ]
+        edits = fake_api.message(GROUP, review.message_id).edits
+        final = fake_api.message(GROUP, review.message_id).text
+        assert any("✅ Approved by Ana and Ben" in t for t in [*edits, final]), (edits, final)
