@@ -112,6 +112,8 @@ def engine_config(settings: Settings) -> EngineConfig:
         approval_timeout_s=settings.approval_timeout,
         ask_writes=settings.ask_writes,
         owner_ids=frozenset(settings.owner_ids),
+        plan_approvals=settings.plan_approvals,
+        owner_overrides=settings.owner_overrides,
     )
 
 

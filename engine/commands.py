@@ -26,6 +26,7 @@ from engine.goal.commands import describe_goal, parse_goal_command, run_goal_com
 from engine.goal.fold import GoalRefusal
 from engine.plan.extract import validate_template_b
 from engine.plan.types import is_editing
+from engine.roles.audit import AUDIT_TYPES, last_decisions
 from engine.roles.policy import command_action, may, message_action, press_action, refusal_text
 from engine.roles.types import Role
 from engine.roles.votes import Vote
@@ -482,6 +483,10 @@ class CommandPlane:
         if waiting is not None:
             command = clip(waiting.command, 200, one_line=True)
             lines.append(f"Waiting for you: allow {waiting.tool} {command}?")
+        decisions = last_decisions(await self._log.read(session_id, types=AUDIT_TYPES))
+        if decisions:
+            lines.append("Last decisions:")
+            lines.extend(decisions)
         return "\n".join(lines)
 
     # --- presses ----------------------------------------------------------------------------
@@ -506,7 +511,9 @@ class CommandPlane:
         if not may(role, press_action(press.kind, action)):
             return Outcome(reply=refusal_text(role), alert=True)
         if press.kind == "a":
-            return await self._approval_press(session_id, action, short_id, actor=actor)
+            return await self._approval_press(
+                session_id, action, short_id, actor=actor, actor_name=actor_name
+            )
         if press.kind == "p":
             return await self._plan_press(
                 session_id,
@@ -610,11 +617,13 @@ class CommandPlane:
         return Outcome(goal_card="refresh")
 
     async def _approval_press(
-        self, session_id: str, action: str, short_id: str, *, actor: int | None
+        self, session_id: str, action: str, short_id: str, *, actor: int | None, actor_name: str
     ) -> Outcome:
         """Allow once / Allow for this session / Deny on a waiting call, or Allow on a denied
         unattended one (adds the rule; a blocked goal then needs Resume)."""
-        result = await self._approvals.answer(session_id, action, short_id, actor=actor)
+        result = await self._approvals.answer(
+            session_id, action, short_id, actor=actor, actor_name=actor_name
+        )
         if result.stale:
             return _stale()
         if action != api.APPROVAL_RULE:

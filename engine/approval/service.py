@@ -317,6 +317,7 @@ class ToolApprovals:
         decision: ApprovalDecision,
         *,
         actor: int | None = None,
+        actor_name: str = "",
     ) -> ApprovalDecision:
         """Close ``pending`` once with ``decision``; the first close wins."""
         state = self._session(session_id)
@@ -330,7 +331,11 @@ class ToolApprovals:
             session_id,
             [
                 ApprovalDecided(
-                    request_id=view.request_id, call_id=view.call_id, decision=decision, actor=actor
+                    request_id=view.request_id,
+                    call_id=view.call_id,
+                    decision=decision,
+                    actor=actor,
+                    actor_name=actor_name,
                 )
             ],
         )
@@ -348,40 +353,66 @@ class ToolApprovals:
     # --- presses ----------------------------------------------------------------------------
 
     async def answer(
-        self, session_id: str, action: str, short_id: str, *, actor: int | None
+        self,
+        session_id: str,
+        action: str,
+        short_id: str,
+        *,
+        actor: int | None,
+        actor_name: str = "",
     ) -> AnswerResult:
-        """A press on a request's button; anything that matches no open request is stale."""
+        """A press on a request's button; anything that matches no open request is stale.
+
+        Who answered (``actor``, ``actor_name``) is logged with the decision."""
         state = self._session(session_id)
         if action == "rule":
-            return await self._grant_offer(session_id, state, short_id, actor=actor)
+            return await self._grant_offer(
+                session_id, state, short_id, actor=actor, actor_name=actor_name
+            )
         pending = state.pending
         if pending is None or pending.view.short_id != short_id or pending.answer.done():
             return AnswerResult("", stale=True)
         view = pending.view
         if action == "once":
-            await self._finish(session_id, pending, "once", actor=actor)
+            await self._finish(session_id, pending, "once", actor=actor, actor_name=actor_name)
             return AnswerResult("Allowed once.")
         if action == "session" and view.rule:
-            await self.add_rule(session_id, view.rule, actor=actor, family=view.family)
-            await self._finish(session_id, pending, "session", actor=actor)
+            await self.add_rule(
+                session_id, view.rule, family=view.family, actor=actor, actor_name=actor_name
+            )
+            await self._finish(session_id, pending, "session", actor=actor, actor_name=actor_name)
             return AnswerResult(f"Allowed for this session: {view.rule_text}", rule=view.rule)
         if action == "deny":
-            await self._finish(session_id, pending, "deny", actor=actor)
+            await self._finish(session_id, pending, "deny", actor=actor, actor_name=actor_name)
             return AnswerResult("Denied.")
         return AnswerResult("", stale=True)
 
     async def _grant_offer(
-        self, session_id: str, state: _Session, short_id: str, *, actor: int | None
+        self,
+        session_id: str,
+        state: _Session,
+        short_id: str,
+        *,
+        actor: int | None,
+        actor_name: str = "",
     ) -> AnswerResult:
         found = next((v for k, v in state.offers.items() if k[:8] == short_id), None)
         if found is None or not found.rule:
             return AnswerResult("", stale=True)
         state.offers.pop(found.request_id, None)
-        await self.add_rule(session_id, found.rule, actor=actor, family=found.family)
+        await self.add_rule(
+            session_id, found.rule, actor=actor, actor_name=actor_name, family=found.family
+        )
         return AnswerResult(f"Allowed for this session: {found.rule_text}", rule=found.rule)
 
     async def add_rule(
-        self, session_id: str, rule: Rule, *, actor: int | None, family: RuleFamily = "bash"
+        self,
+        session_id: str,
+        rule: Rule,
+        *,
+        actor: int | None,
+        family: RuleFamily = "bash",
+        actor_name: str = "",
     ) -> None:
         """Grant ``rule`` for the rest of the session (logged, so it replays).
 
@@ -390,7 +421,7 @@ class ToolApprovals:
         state = self._session(session_id)
         if not self._is_new(state, family, rule):
             return
-        event = ApprovalRule(tool=family, words=list(rule), actor=actor)
+        event = ApprovalRule(tool=family, words=list(rule), actor=actor, actor_name=actor_name)
         await self._log.append(session_id, [event])  # logged first: what is granted replays
         self._remember(state, family, rule)
         state.offers = {k: v for k, v in state.offers.items() if not self._granted(state, v)}

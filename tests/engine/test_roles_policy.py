@@ -65,3 +65,24 @@ def test_team_args() -> None:
     assert parse_team_args("add @ana owner").startswith(TEAM_USAGE)  # type: ignore[union-attr]
     assert parse_team_args("promote @ana") == TEAM_USAGE
     assert parse_team_args("list extra") == TEAM_USAGE
+
+
+def test_last_decisions_name_who_and_keep_the_newest() -> None:
+    from engine.events import ApprovalDecided, ApprovalRequested, CommandRun, StoredEvent
+    from engine.roles.audit import last_decisions
+
+    events = [
+        ApprovalRequested(request_id="r1", call_id="c1", tool="bash", command="pytest -q"),
+        ApprovalDecided(request_id="r1", call_id="c1", decision="once", actor=5, actor_name="Ben"),
+        ApprovalDecided(request_id="r2", call_id="c2", decision="timeout"),  # nobody decided
+        CommandRun(name="approval_vote", actor=4, data={"revision": 3, "name": "Ana"}),
+        CommandRun(name="approve", actor=5, data={"revision": 3}),
+        CommandRun(name="status", actor=4),
+    ]
+    stored = [StoredEvent("s", i + 1, 3600.0 * i, e) for i, e in enumerate(events)]
+    assert last_decisions(stored, limit=10) == [
+        "🔐 pytest -q: allowed once by Ben, 01:00 UTC",
+        "👍 Plan approval by Ana, 03:00 UTC",
+        "✅ Plan approved by 5, 04:00 UTC",
+    ]
+    assert len(last_decisions(stored, limit=2)) == 2
