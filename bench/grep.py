@@ -4,9 +4,10 @@ Run: ``python -m bench.grep [--repeat R]``.
 
 Both sides search this checkout's ``engine/``, ``bot/``, ``storage/`` and ``tests/`` for a
 pattern with many matches (``def ``, capped at 300 shown) and one with none: the tool
-(``GrepTool.run``: a child ``python -S -m engine.tools.search``, JSON lines back over a pipe)
-against ``engine.tools.search.search`` called directly in a thread (what grep did before it
-moved to a child, minus nothing). Best of R runs each; the ratio is the result.
+(``GrepTool.run``: a child ``python -I -S -B -c`` running ``engine/tools/search.py``, JSON
+lines back over a pipe) against ``engine.tools.search.search`` called directly in a thread
+(what grep did before it moved to a child, minus nothing). Best of R runs each; the ratio
+is the result.
 """
 
 from __future__ import annotations

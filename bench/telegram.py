@@ -99,12 +99,16 @@ class PacedModel:
         self.delay_s = delay_s
 
     async def complete(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        *,
+        max_tokens: int | None = None,
     ) -> ModelReply:
         """The next scripted reply, after the delay."""
         if self.delay_s > 0:
             await asyncio.sleep(self.delay_s)
-        return await self.inner.complete(messages, tools)
+        return await self.inner.complete(messages, tools, max_tokens=max_tokens)
 
 
 def checklist_script(tasks: int) -> list[ScriptStep]:

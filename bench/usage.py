@@ -40,7 +40,7 @@ from engine.agent.settings import AgentSettings
 from engine.events import CommandRun, HumanSource, ModelUsageRecord, SessionEvent, TurnStart
 from engine.projections import replay_projections
 from engine.usage.ledger import request_chars
-from engine.usage.meter import CAP_COMMAND, UsageConfig, UsageMeter
+from engine.usage.meter import CAP_COMMAND, Reservation, UsageConfig, UsageMeter
 from storage.db import Database
 from storage.eventlog import SqliteEventLog
 
@@ -141,7 +141,9 @@ async def per_call(path: Path, session: str, repeat: int) -> tuple[float, float,
         builds.append(time.perf_counter() - start)
         start = time.perf_counter()
         chars = request_chars(messages, tools)
-        await meter.check(session, HumanSource(), chars=chars)
+        held = await meter.reserve(session, HumanSource(), chars=chars)
+        assert isinstance(held, Reservation)  # no cap set: never refused
+        meter.release(held)
         checks.append(time.perf_counter() - start)
     await db.close()
     ratio = statistics.median(c / b for c, b in zip(checks, builds, strict=True))

@@ -5,7 +5,8 @@ Handler map (groups run in order; a group's first matching handler runs)::
     group -2  TypeHandler(Update)        drop repeats: update ids already processed (ledger)
     group -1  AccessGate (bot.access)     who may do what; leaves groups; refusals, alerts;
                                          a group upgraded to a supergroup moves over
-    group  0  CommandHandler plan execute discard goal stop new status usage help start(=help)
+    group  0  CommandHandler plan execute discard goal stop new project status usage help
+              start(=help)
               CommandHandler team        the chat's roles (engine.team)
               MessageHandler /show-plan, /show_plan, /show-plan@bot (one regex)
               CallbackQueryHandler ^[pga]: plan, goal and tool approval buttons -> engine.press
@@ -78,6 +79,7 @@ MENU: tuple[tuple[str, str], ...] = (
     ("goal", "Set or steer the goal: pause, resume, clear, rounds N, every 30m"),
     ("stop", "Stop the running turn"),
     ("new", "Start a fresh session"),
+    ("project", "Show or switch this chat's project"),
     ("status", "What the agent is doing"),
     ("usage", "Tokens and cost: today, this session, the goal"),
     ("team", "Who may do what here: owners, approvers, members"),
@@ -274,6 +276,7 @@ def build_application(
         application.add_handler(CommandHandler(command, h.command(name)))
     application.add_handler(CommandHandler("new", h.new))
     application.add_handler(CommandHandler("team", h.team))
+    application.add_handler(CommandHandler("project", h.project))
     application.add_handler(
         MessageHandler(filters.Regex(SHOW_PLAN_PATTERN) & filters.TEXT, h.show_plan)
     )

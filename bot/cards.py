@@ -18,8 +18,11 @@ from telegram import InlineKeyboardButton, InlineKeyboardMarkup
 from bot import callback as cb
 from bot.render import TELEGRAM_TEXT_LIMIT, escape, escape_within, markdown_to_html, utf16_len
 from engine.api import PlanCardState
+from engine.checks.report import how_it_ended
+from engine.checks.types import CheckResult
+from engine.events import GoalCheck
 from engine.goal.types import GoalSnapshot
-from engine.plan.extract import extract_work_items
+from engine.plan.extract import extract_work_items, plan_checks
 from engine.plan.types import PlanSidecar, PlanTask
 from engine.text import clip
 
@@ -121,6 +124,8 @@ def task_window(
         lines.append(f"<i>… {lo} earlier</i>")
     for t in ordered[lo:hi]:
         line = f"{_TASK_ICON.get(t.status, '⬜')} {clip_line(t.id, 12)}. {clip_line(t.title)}"
+        if t.checks:
+            line += " 🧪"
         lines.append(f"<b>{line}</b>" if t.status == "in_progress" else line)
     if hi < len(ordered):
         lines.append(f"<i>… {len(ordered) - hi} more</i>")
@@ -184,11 +189,14 @@ def build_plan_card(
     done = sum(1 for t in tasks if t.status in ("completed", "deferred"))
     skipped = sum(1 for t in tasks if t.status == "deferred")
     counts = progress_bar(done, len(tasks)) + (f" ({skipped} skipped)" if skipped else "")
+    proof = checks_proof(sidecar) if state == "done" else []
     # Narrow the window until the card fits (long titles full of "&" can be large).
     for before, after in ((WINDOW_BEFORE, WINDOW_AFTER), (1, 3), (0, 1), (0, 0)):
-        text = _fit([*head, "", counts, *task_window(tasks, before=before, after=after)], note)
-        if text is not None:
-            return CardView(text, buttons)
+        window = task_window(tasks, before=before, after=after)
+        for shown in (proof, proof[:12], proof[:4], []):
+            text = _fit([*head, "", counts, *window, *shown], note)
+            if text is not None:
+                return CardView(text, buttons)
     return CardView(_fit(head, note) or escape("Plan card too long to show."), buttons)
 
 
@@ -263,12 +271,74 @@ def _plan_steps(markdown: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     )
 
 
+# ---- checks (docs/checks.md): what the owner approves, and the proof at Done ------------
+
+CHECK_MARK = "🧪"
+
+
+@functools.lru_cache(maxsize=16)
+def _review_checks(markdown: str) -> tuple[tuple[str, str], ...]:
+    """Every check the plan names with where: ``(command, "step N" | "whole plan")``."""
+    found: list[tuple[str, str]] = []
+    for n, item in enumerate(extract_work_items(markdown), start=1):
+        found.extend((command, f"step {n}") for command in item.checks)
+    found.extend((command, "whole plan") for command in plan_checks(markdown))
+    return tuple(found)
+
+
+def review_checks_block(markdown: str, *, limit: int = 20) -> list[str]:
+    """The review card's 🧪 block: the commands that must pass, as the owner approves them."""
+    checks = _review_checks(markdown)
+    if not checks:
+        return []
+    lines = [f"{CHECK_MARK} <b>Checks</b> (plangate runs them before a step counts as done)"]
+    for command, where in checks[:limit]:
+        lines.append(f"{CHECK_MARK} <code>{clip_line(command, 200)}</code> · {where}")
+    if len(checks) > limit:
+        lines.append(f"<i>… {len(checks) - limit} more checks</i>")
+    return lines
+
+
+def _result_line(result: CheckResult, where: str = "") -> str:
+    mark = "✅" if result.passed else "❌"
+    suffix = f" · {escape(where)}" if where else ""
+    return f"{mark} <code>{clip_line(result.command, 200)}</code> {how_it_ended(result)}{suffix}"
+
+
+def checks_proof(sidecar: PlanSidecar) -> list[str]:
+    """The Done card's proof block: every check with plangate's result, and the watched
+    files that changed during the run ("changed tests")."""
+    lines: list[str] = []
+    for task in sorted(sidecar.tasks, key=lambda t: (t.order, _id_key(t.id))):
+        ran = {r.command: r for r in task.check_results}
+        for command in task.checks:
+            result = ran.get(command)
+            if result is not None:
+                lines.append(_result_line(result, f"task {task.id}"))
+            else:  # skipped with the owner's approval, or carried without a record
+                state = "skipped" if task.status == "deferred" else "not run"
+                lines.append(f"⏭ <code>{clip_line(command, 200)}</code> {state} · task {task.id}")
+    lines.extend(_result_line(r, "whole plan") for r in sidecar.check_results)
+    if not lines and not sidecar.changed_tests:
+        return []
+    block = ["", f"{CHECK_MARK} <b>Checks</b>", *lines]
+    if sidecar.changed_tests:
+        changed = ", ".join(sidecar.changed_tests[:10])
+        more = (
+            f" (+{len(sidecar.changed_tests) - 10} more)" if len(sidecar.changed_tests) > 10 else ""
+        )
+        block.append(f"✏️ changed tests: {clip_line(changed, 600)}{more}")
+    return block
+
+
 def _review_text(head: list[str], markdown: str, note: str | None, *, attached: bool) -> str:
     body = "" if attached else _plan_body(markdown)
+    checks = review_checks_block(markdown)
     if body:
-        whole = _fit([*head, "", body], note)
-        if whole is not None:
-            return whole
+        for block in (checks, checks[:6], []):
+            whole = _fit([*head, "", body, *(["", *block] if block else [])], note)
+            if whole is not None:
+                return whole
     # Too long for one message: the .md document carries the text, the card the steps.
     steps = _plan_steps(markdown)
     lines = [*head, "", "<i>The whole plan is attached as plan.md.</i>", ""]
@@ -277,8 +347,18 @@ def _review_text(head: list[str], markdown: str, note: str | None, *, attached: 
         for i, (step, criteria) in enumerate(steps[:limit], start=1):
             shown.append(f"{i}. {clip_line(step)}")
             shown.extend(f"   <i>Done when: {clip_line(c)}</i>" for c in criteria[:2])
+            shown.extend(
+                f"   {CHECK_MARK} <code>{clip_line(command, 200)}</code>"
+                for command, where in _review_checks(markdown)
+                if where == f"step {i}"
+            )
         if limit < len(steps):
             shown.append(f"<i>… {len(steps) - limit} more steps</i>")
+        shown.extend(
+            f"{CHECK_MARK} <code>{clip_line(command, 200)}</code> · whole plan"
+            for command, where in _review_checks(markdown)
+            if where == "whole plan"
+        )
         text = _fit([*lines, *shown], note)
         if text is not None:
             return text
@@ -329,9 +409,10 @@ def build_goal_card(
     confirm_clear: bool = False,
     note: str | None = None,
     tokens_used: int = 0,
+    last_check: GoalCheck | None = None,
 ) -> CardView:
     """The goal card: objective, phase (and whether it runs now), rounds and tokens against
-    the budget, why it is blocked and the fix, buttons."""
+    the budget, its checks and their last run, why it is blocked and the fix, buttons."""
     if goal is None:
         return CardView(_fit(["🎯 <b>No goal</b>"], note) or "No goal")
     phase = _GOAL_PHASE[goal.phase]
@@ -350,6 +431,7 @@ def build_goal_card(
             + f" · tokens {tokens_used:,}{budget}"
             + (f" · every {_every(goal.schedule_s)}" if goal.schedule_s else "")
         )
+    lines.extend(goal_checks_lines(goal, last_check))
     if goal.blocked is not None:
         code = clip_line(goal.blocked.code, 40)
         message = escape_within(goal.blocked.message, 500, one_line=True)
@@ -359,6 +441,33 @@ def build_goal_card(
             lines.append(f"<i>{escape(fix)}</i>")
     text = _fit(lines, note) or escape("Goal card too long to show.")
     return CardView(text, _goal_buttons(goal, armed=armed, confirm_clear=confirm_clear))
+
+
+def goal_checks_lines(goal: GoalSnapshot, last: GoalCheck | None) -> list[str]:
+    """The goal card's checks: the commands, and the last run (✅/❌, when, how long)."""
+    if not goal.checks:
+        return []
+    listed = ", ".join(f"<code>{clip_line(c, 120)}</code>" for c in goal.checks[:5])
+    more = f" (+{len(goal.checks) - 5})" if len(goal.checks) > 5 else ""
+    lines = [f"{CHECK_MARK} Checks: {listed}{more}"]
+    if last is None or last.goal_id != goal.id:
+        return [*lines, "<i>Not run yet: they run when the agent reports the goal done.</i>"]
+    results = last.run.results
+    when = _clock(results[-1].at) if results else ""
+    took = f"{last.run.duration_s:.1f}s"
+    if last.passed:
+        return [*lines, f"✅ Checks passed {when} · {took}"]
+    failed = last.run.failed
+    what = (
+        f": <code>{clip_line(failed.command, 120)}</code> {how_it_ended(failed)}" if failed else ""
+    )
+    return [*lines, f"❌ Checks failed {when} · {took}{what}"]
+
+
+def _clock(iso: str) -> str:
+    """``2026-12-01T23:05:07+00:00`` -> ``23:05 UTC``."""
+    time_part = iso.partition("T")[2]
+    return f"{time_part[:5]} UTC" if len(time_part) >= 5 else ""
 
 
 def _every(seconds: int) -> str:

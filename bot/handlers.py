@@ -373,6 +373,26 @@ class Handlers:
             return Person(sender.id, sender.full_name)
         return None
 
+    async def project(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """/project [name] (owner only: the gate refuses others): show or switch the project.
+
+        A switch binds a fresh session, so the old session's cards lose their buttons as on
+        /new.
+        """
+        msg = update.effective_message
+        user = update.effective_user
+        if msg is None or user is None:
+            return
+        key = message_key(msg)
+        old = await self._session(key)
+        args = _command_args(msg.text or "")
+        outcome = await self.bp.engine.project(key[0], key[1], args, actor=user.id)
+        fresh = await self._session(key)
+        if fresh != old:
+            self.bp.presenter.retire(old)
+            self.bp.gate.cancel_expect(key)
+        self._render(fresh, key, outcome, reply_to=msg.message_id, actor=user.id)
+
     # ---- buttons -----------------------------------------------------------------------
 
     async def press(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:

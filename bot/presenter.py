@@ -114,6 +114,7 @@ def goal_view(data: GoalCardData, *, note: str | None = None) -> cards.CardView:
         confirm_clear=data.state == "confirm_clear",
         note=note,
         tokens_used=data.tokens_used,
+        last_check=data.last_check,
     )
 
 

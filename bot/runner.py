@@ -106,6 +106,7 @@ def engine_config(settings: Settings) -> EngineConfig:
             price_input=settings.price_input,
             price_output=settings.price_output,
             footer=settings.usage_footer,
+            max_output_tokens=settings.max_output_tokens,
         ),
         goal_idle_rounds=settings.goal_idle_rounds,
         allow_bash=settings.allow_bash,
@@ -114,6 +115,8 @@ def engine_config(settings: Settings) -> EngineConfig:
         owner_ids=frozenset(settings.owner_ids),
         plan_approvals=settings.plan_approvals,
         owner_overrides=settings.owner_overrides,
+        projects=settings.projects,
+        projects_root=settings.projects_root,
     )
 
 

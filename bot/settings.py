@@ -36,6 +36,7 @@ from pydantic_settings import (
 from engine.approval.policy import Rule, RuleError, parse_rules
 from engine.errors import ConfigError
 from engine.goal.commands import parse_interval
+from engine.projects import PROJECT_NAME
 from engine.text import clip
 from engine.tools.sandbox import forbidden_env_name
 from engine.usage.ledger import parse_tokens
@@ -92,6 +93,56 @@ def _parse_ids(value: object, *, kind: str, positive: bool) -> object:
             f"(a group's id belongs in {PREFIX}ALLOWED_CHAT_IDS)"
         )
     return ids
+
+
+def _parse_projects(value: object) -> object:
+    """``name=path`` pairs (comma-separated, a JSON list of them, or a JSON object) -> a
+    tuple of ``(name, folder)``; each folder must exist; names are unique plain words."""
+    if not isinstance(value, str):
+        return value
+    expected = (
+        "expected name=path pairs, comma-separated or as JSON "
+        f'(like "api=/srv/api,web=/srv/web"), got {_shown(value)}'
+    )
+    text = value.strip()
+    pairs: list[tuple[str, str]] = []
+    if text.startswith(("[", "{")):
+        try:
+            loaded = json.loads(text)
+        except json.JSONDecodeError:
+            raise _fail(expected) from None
+        if isinstance(loaded, dict) and all(isinstance(v, str) for v in loaded.values()):
+            pairs = [(str(k), v) for k, v in loaded.items()]
+        elif isinstance(loaded, list) and all(isinstance(item, str) for item in loaded):
+            items = [item.partition("=") for item in loaded]
+            if not all(sep for _, sep, _ in items):
+                raise _fail(expected)
+            pairs = [(name, path) for name, _, path in items]
+        else:
+            raise _fail(expected)
+    else:
+        for part in (p.strip() for p in text.split(",")):
+            if not part:
+                continue
+            name, sep, path = part.partition("=")
+            if not sep:
+                raise _fail(expected)
+            pairs.append((name, path))
+    found: list[tuple[str, Path]] = []
+    for raw_name, raw_path in pairs:
+        name, path = raw_name.strip(), raw_path.strip()
+        if not PROJECT_NAME.fullmatch(name):
+            raise _fail(
+                f"a project name is letters, digits, '.', '_' and '-' (at most 64), "
+                f"got {_shown(name)}"
+            )
+        if any(name == seen for seen, _ in found):
+            raise _fail(f"the project name {_shown(name)} is given twice")
+        folder = Path(path).expanduser().resolve()
+        if not path or not folder.is_dir():
+            raise _fail(f"project {name}: expected an existing folder, got {_shown(path)}")
+        found.append((name, folder))
+    return tuple(found)
 
 
 def _check_http_url(value: str | None) -> str | None:
@@ -174,6 +225,8 @@ class Settings(BaseSettings):
     price_output: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     daily_tokens: int | None = Field(default=None, ge=1)
     usage_footer: Literal["off", "private", "on"] = "private"
+    # The max_tokens of a model call when no limit is near; each call reserves it up front.
+    max_output_tokens: int = Field(default=4096, ge=1)
     goal_idle_rounds: int = Field(default=3, ge=1)
     # Command prefixes bash runs without asking ("pytest,git status,ls"), as word tuples.
     allow_bash: Annotated[tuple[Rule, ...], NoDecode] = ()
@@ -185,6 +238,12 @@ class Settings(BaseSettings):
     # approval alone is enough all the same.
     plan_approvals: int = Field(default=1, ge=1, le=10)
     owner_overrides: bool = False
+    # Projects (docs/projects.md): named folders, and a folder whose subfolders are projects;
+    # the workspace is the default project.
+    projects: Annotated[tuple[tuple[str, Path], ...], NoDecode] = ()
+    projects_root: Path | None = None
+    # Where Push branch pushes a finished plan's branch (a URL or a path; no Merge then).
+    git_remote: str | None = None
 
     @classmethod
     def settings_customise_sources(
@@ -319,6 +378,32 @@ class Settings(BaseSettings):
         if not folder.is_dir():
             raise _fail(f"expected an existing folder, got {_shown(str(value))}")
         return folder
+
+    @field_validator("projects", mode="before")
+    @classmethod
+    def _projects(cls, value: object) -> object:
+        return _parse_projects(value)
+
+    @field_validator("projects_root", mode="after")
+    @classmethod
+    def _projects_root(cls, value: Path | None) -> Path | None:
+        if value is None:
+            return None
+        folder = value.expanduser().resolve()
+        if not folder.is_dir():
+            raise _fail(f"expected an existing folder, got {_shown(str(value))}")
+        return folder
+
+    @field_validator("git_remote", mode="after")
+    @classmethod
+    def _git_remote(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        text = value.strip()
+        # A remote starting with "-" would be read by git as an option.
+        if not text or text.startswith("-") or any(ch.isspace() or ord(ch) < 32 for ch in text):
+            raise _fail(f"expected a git remote URL or path with no spaces, got {_shown(value)}")
+        return text
 
     @field_validator("profile", mode="after")
     @classmethod

@@ -13,13 +13,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal, Protocol
 
+from engine.events import GoalCheck
 from engine.goal.types import GoalSnapshot
 from engine.plan.types import PlanSidecar
 from engine.roles.types import Person, Role
 
 # The command plane's command names; `/show-plan`, `/show_plan` and `/show-plan@bot` all arrive
 # as "show_plan", and `/start` as "help". ``/new`` is not among them: it rebinds a chat key
-# (:meth:`EngineApi.new_session`), which a session's command cannot do.
+# (:meth:`EngineApi.new_session`), which a session's command cannot do; nor is ``/project``
+# (:meth:`EngineApi.project`), for the same reason.
 CommandName = Literal[
     "plan", "show_plan", "execute", "discard", "goal", "stop", "status", "help", "usage"
 ]
@@ -131,6 +133,8 @@ class GoalCardData:
     armed: bool = False
     # Tokens the goal's rounds used so far (shown against its budget).
     tokens_used: int = 0
+    # The goal's last check run (docs/checks.md), when its checks ran.
+    last_check: GoalCheck | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +181,11 @@ class EngineApi(Protocol):
         Each moved plan's ``flow`` names the new chat and no card (the old group's messages
         can no longer be edited), so the next drawing posts the card anew. Idempotent.
         """
+        ...
+
+    async def project(self, chat_id: int, thread_id: int, args: str, *, actor: int) -> Outcome:
+        """``/project [name]`` (owner only): show the chat key's project, or bind the key to
+        the project called ``name`` (a fresh session there); refused while a plan is live."""
         ...
 
     async def user_message(

@@ -34,6 +34,7 @@ from engine.api import (
 from engine.approval.policy import ApprovalView, Rule
 from engine.approval.service import DEFAULT_TIMEOUT_S, ToolApprovals
 from engine.cards import Cards
+from engine.checks.runner import SandboxChecks
 from engine.commands import CommandPlane
 from engine.events import GoalRoundSource, MessageSource
 from engine.goal.driver import RoundDriver
@@ -47,6 +48,7 @@ from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
 from engine.plan.types import is_editing
 from engine.ports import ChatLog, Clock, EventLog, SessionStore
+from engine.projects import ProjectCatalog
 from engine.roles.commands import describe_team, parse_team_args, run_team
 from engine.roles.policy import command_action, may, refusal_text
 from engine.roles.service import RoleService
@@ -58,9 +60,11 @@ from engine.sessions import Sessions
 from engine.tasks import safe_call
 from engine.text import clip
 from engine.todo.tool import TodoWriteTool
-from engine.tools.base import Tool
+from engine.tools.base import Tool, ToolContext
+from engine.tools.bash import BashTool
 from engine.tools.files import FileLimits
 from engine.tools.sandbox import SandboxSettings
+from engine.tools.workspace import WorkspaceLocks
 from engine.usage.meter import UsageConfig, UsageMeter
 
 _log = logging.getLogger("plangate.engine")
@@ -101,6 +105,14 @@ class EngineConfig:
     # owner's approval alone is enough all the same (PLANGATE_OWNER_OVERRIDES).
     plan_approvals: int = 1
     owner_overrides: bool = False
+    # The projects besides the default (``workspace``): named folders (PLANGATE_PROJECTS)
+    # and a folder whose subfolders are projects (PLANGATE_PROJECTS_ROOT).
+    projects: tuple[tuple[str, Path], ...] = ()
+    projects_root: Path | None = None
+    # Where approved plans' git worktrees go (``<home>/worktrees``; None: plans work in place)
+    # and the remote Push branch pushes to (PLANGATE_GIT_REMOTE; None: Merge instead).
+    worktree_root: Path | None = None
+    git_remote: str | None = None
 
 
 class Engine:
@@ -148,7 +160,19 @@ class Engine:
 
     async def new_session(self, chat_id: int, thread_id: int, *, actor: int) -> Outcome:
         """``/new``: end the key's session (cancel, disarm, archive), bind a fresh one."""
+        refused = await self._refused(chat_id, actor, "new", "")
+        if refused is not None:
+            return refused
         return await self.sessions.new_session(chat_id, thread_id, actor=actor)
+
+    async def _refused(
+        self, chat_id: int, actor: int | None, name: str, args: str
+    ) -> Outcome | None:
+        """The refusal when the actor's role may not run ``/name args`` in the chat."""
+        role = await self.roles.role_of(chat_id, actor)
+        if may(role, command_action(name, args)):
+            return None
+        return Outcome(reply=refusal_text(role))
 
     async def migrate_chat(self, old_chat_id: int, new_chat_id: int) -> list[str]:
         """A group became a supergroup: bind its sessions (and its team) to the new id."""
@@ -171,9 +195,10 @@ class Engine:
         target: Person | None = None,
     ) -> Outcome:
         """``/team [add <user> approver | remove <user>]`` in a chat (docs/roles.md)."""
+        refused = await self._refused(chat_id, actor, "team", args)
+        if refused is not None:
+            return refused
         role = await self.roles.role_of(chat_id, actor)
-        if not may(role, command_action("team", args)):
-            return Outcome(reply=refusal_text(role))
         spec = parse_team_args(args)
         if isinstance(spec, str):
             return Outcome(reply=spec)
@@ -187,6 +212,13 @@ class Engine:
         )
         _log.info("plangate.engine.team chat=%s op=%s by=%s", chat_id, spec.op, actor)
         return Outcome(reply=text)
+
+    async def project(self, chat_id: int, thread_id: int, args: str, *, actor: int) -> Outcome:
+        """``/project [name]``: show the key's project, or bind the key to another one."""
+        refused = await self._refused(chat_id, actor, "project", args)
+        if refused is not None:
+            return refused
+        return await self.sessions.project(chat_id, thread_id, args, actor=actor)
 
     # --- messages, commands, presses --------------------------------------------------------
 
@@ -327,7 +359,13 @@ def build_engine(
     goals = GoalService(log, clock=clock, default_max_rounds=config.max_goal_rounds)
     usage = UsageMeter(log, goals=goals, config=config.usage, clock=clock)
     votes = PlanVotes(log)
-    plans = PlanService(plan_store, log, criteria=goals, clock=clock, approvers=votes.approvals)
+    # Checks run through the same sandbox runner as bash, under the same workspace locks
+    # (docs/checks.md); this bash tool is never offered to the model.
+    locks = WorkspaceLocks()
+    checks = SandboxChecks(BashTool(locks=locks, sandbox=config.sandbox), clock=clock)
+    plans = PlanService(
+        plan_store, log, criteria=goals, clock=clock, checks=checks, approvers=votes.approvals
+    )
 
     async def block_for_approval(
         session_id: str, source: MessageSource, view: ApprovalView
@@ -354,16 +392,22 @@ def build_engine(
         on_unattended=block_for_approval,
         ask_writes=config.ask_writes,
     )
+
+    async def ask_owner(ctx: ToolContext, what: str) -> str | None:
+        return await approvals.ask(ctx, tool="plan skip", command=what)
+
+    catalog = ProjectCatalog(config.workspace, config.projects, root=config.projects_root)
+    workspace_for = workspace_from_store(sessions, default=catalog.default.path, catalog=catalog)
     tools: list[Tool] = [
-        PlanTool(plans),
+        PlanTool(plans, ask_owner=ask_owner),
         TodoWriteTool(log, allow_parallel_in_progress=config.todo_parallel),
-        *goal_tools(goals),
+        *goal_tools(goals, checks=checks),
     ]
     agents = build_agent(
         log=log,
         model=model,
         channel=channel,
-        workspace_for=workspace_from_store(sessions, default=config.workspace),
+        workspace_for=workspace_for,
         plan=PlanServiceAdapter(plans),
         goals=goals,
         extra_tools=tools,
@@ -372,6 +416,7 @@ def build_engine(
         usage=usage,
         approvals=approvals,
         file_limits=config.file_limits,
+        locks=locks,
     )
     the_scheduler = scheduler or ApsScheduler()
 
@@ -401,7 +446,9 @@ def build_engine(
         roles=RoleService(chat_log, owner_ids=config.owner_ids),
         votes=votes,
         channel=channel,
-        workspace=config.workspace,
+        workspace=catalog.default.path,
+        catalog=catalog,
+        workspace_for=workspace_for,
     )
     cards = Cards(services)
     cards.plan_approvals = config.plan_approvals

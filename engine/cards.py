@@ -213,6 +213,7 @@ class Cards:
             goal=goal,
             armed=self._goals.is_armed(session_id),
             tokens_used=await self._usage.goal_tokens(session_id, goal.id),
+            last_check=await self._goals.last_check(session_id),
         )
 
     async def set_plan_flow(

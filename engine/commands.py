@@ -53,6 +53,7 @@ HELP_TEXT = """plangate commands:
 /usage - tokens and cost: today, this session, the goal (/usage cap 2m: raise the daily cap)
 /stop - stop the running turn and pause the goal
 /new - start a fresh session in this chat
+/project [name] - show this chat's project, or switch this chat (or topic) to another
 /status - what the agent is doing
 /help - this list"""
 
@@ -93,7 +94,7 @@ class CommandPlane:
         self._agents = services.agents
         self._approvals = services.approvals
         self._usage = services.usage
-        self._workspace = services.workspace
+        self._workspace_for = services.workspace_for
         self._choices = cards.choices
         self._redraw_plan = cards.plan_changed
         self._background_logs = BackgroundTasks(_log, event="log_failed")
@@ -227,9 +228,8 @@ class CommandPlane:
                 controller.request_plan_mode(True)
                 reply = "Planning starts when the current step ends."
             else:
-                result = await plans.enter_pre_init(
-                    session_id, working_directory=str(self._workspace)
-                )
+                workspace = await self._workspace_for(session_id)
+                result = await plans.enter_pre_init(session_id, working_directory=str(workspace))
                 if not result.ok:
                     return Outcome(reply=result.text)
                 reply = ""  # the card says it: one message, not two
@@ -457,7 +457,8 @@ class CommandPlane:
 
         The workspace's absolute path is shown to an owner only (``owner``).
         """
-        where = f" in {self._workspace}" if owner else ""
+        workspace = await self._workspace_for(session_id)
+        where = f" in {workspace}" if owner else ""
         lines = [f"Session {session_id[:8]}{where}"]
         state = await self._plans.state(session_id)
         sidecar = await self._plans.current(session_id)

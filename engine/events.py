@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from engine.checks.types import CheckRun
 from engine.goal.types import GoalSnapshot, GoalTombstone
 
 
@@ -133,6 +134,20 @@ class GoalChange(_Event):
     tombstone: GoalTombstone | None = None
 
 
+class GoalCheck(_Event):
+    """plangate ran a goal's checks because the model said it was done (docs/checks.md).
+
+    Not a revision: the goal stays as it was unless the run passed, in which case the same
+    append carries the goal's completion.
+    """
+
+    type: Literal["goal/check"] = "goal/check"
+    goal_id: str
+    revision: int
+    run: CheckRun
+    passed: bool
+
+
 TodoStatus = Literal["pending", "in_progress", "completed"]
 
 
@@ -224,6 +239,7 @@ SessionEvent = Annotated[
     | PlanMode
     | PlanChanged
     | GoalChange
+    | GoalCheck
     | TodoWrite
     | ModelUsageRecord
     | ApprovalRequested

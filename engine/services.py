@@ -6,6 +6,7 @@ cards each take this bundle and use the services they need, never the engine its
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from engine.approval.service import ToolApprovals
 from engine.goal.service import GoalService
 from engine.plan.service import PlanService
 from engine.ports import EventLog
+from engine.projects import ProjectCatalog
 from engine.roles.service import RoleService
 from engine.roles.votes import PlanVotes
 from engine.usage.meter import UsageMeter
@@ -22,8 +24,9 @@ from engine.usage.meter import UsageMeter
 
 @dataclass(frozen=True, slots=True)
 class Services:
-    """The event log, the plan, goal, agent, approval, usage and role services, the chat side,
-    and the workspace new sessions are bound to."""
+    """The event log, the plan, goal, agent, approval, usage and role services, the chat side, the
+    projects sessions may be bound to (``workspace`` is the default one's folder) and each
+    session's workspace now (``workspace_for``: its project, or its plan's worktree)."""
 
     log: EventLog
     plans: PlanService
@@ -35,6 +38,8 @@ class Services:
     votes: PlanVotes
     channel: Channel
     workspace: Path
+    catalog: ProjectCatalog
+    workspace_for: Callable[[str], Awaitable[Path]]
 
 
 __all__ = ["Services"]

@@ -1,7 +1,8 @@
 """Sessions: which session a chat key is bound to, and each session's first load.
 
 A chat key ``(chat_id, thread_id)`` is bound to one session; :class:`Sessions` creates and
-binds one on first use, ends it and binds a fresh one on ``/new``, moves a group's bindings when
+binds one on first use, ends it and binds a fresh one on ``/new`` (in the same project) and on
+``/project <name>`` (in that project: docs/projects.md), moves a group's bindings when
 it becomes a supergroup, and forks a session into an unbound copy.
 
 The first touch of a session in a process loads it: a turn a dead process left open is closed
@@ -14,15 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 from engine.api import Outcome
 from engine.cards import Cards
 from engine.events import CommandRun
 from engine.plan.types import PlanFlow
 from engine.ports import SessionStore
+from engine.projects import PROJECT_NAME, Project
 from engine.recovery import close_interrupted_turn, undecided_command
 from engine.services import Services
 from engine.tasks import safe_call
+from engine.text import clip
 
 _log = logging.getLogger("plangate.sessions")
 
@@ -55,7 +59,8 @@ class Sessions:
         self._agents = services.agents
         self._approvals = services.approvals
         self._channel = services.channel
-        self._workspace = services.workspace
+        self._catalog = services.catalog
+        self._workspace_for = services.workspace_for
         self._choices = cards.choices
         self._redraw_plan = cards.plan_changed
         self._profile = profile
@@ -122,29 +127,122 @@ class Sessions:
             if not keys:
                 self._chats.pop(old, None)
 
-    async def _create_bound(self, chat_id: int, thread_id: int) -> str:
-        record = await self.store.create_session(
-            workspace=str(self._workspace), profile=self._profile
-        )
+    async def _create_bound(
+        self, chat_id: int, thread_id: int, *, workspace: Path | None = None
+    ) -> str:
+        if workspace is None:
+            workspace = await self._starting_workspace(chat_id, thread_id)
+        record = await self.store.create_session(workspace=str(workspace), profile=self._profile)
         await self.store.bind_chat(chat_id, thread_id, record.id)
         self._remember((chat_id, thread_id), record.id)
         self._loaded.add(record.id)  # a new session: its log is empty, nothing to close
         return record.id
 
-    async def new_session(self, chat_id: int, thread_id: int, *, actor: int) -> Outcome:
-        """``/new``: end the key's session (cancel, disarm, archive), bind a fresh one."""
+    async def _starting_workspace(self, chat_id: int, thread_id: int) -> Path:
+        """A new key's project: a forum topic starts in its group's, anything else in the
+        default project."""
+        if thread_id:
+            group = self._bindings.get((chat_id, 0)) or await self.store.session_for_chat(
+                chat_id, 0
+            )
+            if group is not None:
+                return await self._workspace_for_session(group)
+        return self._catalog.default.path
+
+    async def _workspace_for_session(self, session_id: str) -> Path:
+        """The session's project folder (never a worktree), if still listed; else the default."""
+        record = await self.store.get_session(session_id)
+        if record is not None and record.workspace and self._catalog.allows(record.workspace):
+            return Path(record.workspace)
+        return self._catalog.default.path
+
+    async def project_of(self, session_id: str) -> Project:
+        """The project the session works in (the default when its folder is not listed)."""
+        folder = await self._workspace_for_session(session_id)
+        return self._catalog.for_path(folder) or self._catalog.default
+
+    async def new_session(
+        self, chat_id: int, thread_id: int, *, actor: int, workspace: Path | None = None
+    ) -> Outcome:
+        """``/new``: end the key's session (cancel, disarm, archive), bind a fresh one.
+
+        The fresh session stays in the old one's project unless ``workspace`` names another.
+        """
         old = await self.store.session_for_chat(chat_id, thread_id)
         dropped: list[str] = []
         if old is not None:
             await self.ensure_loaded(old)
+            if workspace is None:
+                workspace = await self._workspace_for_session(old)
             await self._log.append(old, [CommandRun(name="new", args="", actor=actor)])
             self._agents.controller(old).cancel_pending()
             dropped = [m.text for m in await self._agents.stop(old)]
             await self._goals.disarm(old)  # the driver drops the goal's jobs on disarm
             await self._plans.abandon(old)
             self._choices.forget(old)
-        await self._create_bound(chat_id, thread_id)
+        await self._create_bound(chat_id, thread_id, workspace=workspace)
         return Outcome(reply="Started a new session.", dropped=tuple(dropped))
+
+    async def project(self, chat_id: int, thread_id: int, args: str, *, actor: int) -> Outcome:
+        """``/project``: say which project the key works in; ``/project <name>`` binds another.
+
+        Binding starts a fresh session in that project (a session's folder never changes: its
+        plan files live under it), logged as ``command/run`` ``project`` in both sessions.
+        Refused while the key's session has a live plan or a plan switch pending.
+        """
+        session_id = await self.for_chat(chat_id, thread_id)
+        current = await self.project_of(session_id)
+        name = args.strip()
+        if not name:
+            return Outcome(reply=self._project_listing(current))
+        wanted = self._catalog.get(name) if PROJECT_NAME.fullmatch(name) else None
+        if wanted is None:
+            return Outcome(
+                reply=f"No project named {clip(name, 64, one_line=True)!r}. "
+                f"Projects: {self._project_names()}."
+            )
+        if wanted.path == current.path:
+            return Outcome(reply=f"Already working in project {wanted.name} ({wanted.path}).")
+        controller = self._agents.controller(session_id)
+        if await self._plans.state(session_id) != "none" or controller.pending_plan_mode:
+            return Outcome(
+                reply=f"A plan is live in project {current.name}: finish it or /discard it "
+                "before switching projects."
+            )
+        data = {"project": wanted.name, "path": str(wanted.path), "from": current.name}
+        outcome = await self.new_session(chat_id, thread_id, actor=actor, workspace=wanted.path)
+        fresh = await self.for_chat(chat_id, thread_id)
+        await self._log.append(
+            fresh, [CommandRun(name="project", args=wanted.name, actor=actor, data=data)]
+        )
+        await self._log.append(
+            session_id,
+            [CommandRun(name="project", args=wanted.name, actor=actor, data={**data, "to": fresh})],
+        )
+        _log.info(
+            "plangate.sessions.project_bound chat=%s thread=%s project=%s session=%s",
+            chat_id,
+            thread_id,
+            wanted.name,
+            fresh,
+        )
+        return Outcome(
+            reply=f"Now working in project {wanted.name} ({wanted.path}): a new session "
+            "started there.",
+            dropped=outcome.dropped,
+        )
+
+    def _project_names(self) -> str:
+        return ", ".join(p.name for p in self._catalog.projects())
+
+    def _project_listing(self, current: Project) -> str:
+        lines = [f"Project: {current.name} ({current.path})"]
+        others = [p.name for p in self._catalog.projects() if p.name != current.name]
+        if others:
+            lines.append(f"Others: {', '.join(others)}. /project <name> switches this chat.")
+        else:
+            lines.append("No other projects are set (PLANGATE_PROJECTS).")
+        return "\n".join(lines)
 
     async def migrate_chat(self, old_chat_id: int, new_chat_id: int) -> list[str]:
         """A group became a supergroup: bind its sessions to the new id; returns them.
@@ -271,7 +369,8 @@ class Sessions:
             and switch.data.get("target") is True
             and await plans.state(session_id) == "none"
         ):
-            await plans.enter_pre_init(session_id, working_directory=str(self._workspace))
+            workspace = await self._workspace_for(session_id)
+            await plans.enter_pre_init(session_id, working_directory=str(workspace))
             await self._notice(session_id, PLAN_RESUMED_NOTICE)
         approval = undecided_command(events, "approve")
         revision = approval.data.get("revision") if approval is not None else None

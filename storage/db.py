@@ -13,6 +13,13 @@ transaction, and commits once; a write's caller resumes only after that commit. 
 arrive while a commit is in flight wait for the next one, so N concurrent sessions pay one
 fsync, not N. A write that fails rolls back to its savepoint alone; the others still commit.
 
+Every caller is answered exactly once, with the truth. A batch whose rollback fails leaves the
+writer connection in an unknown state: each write of that batch hears the error (none of it is
+durable: the connection is closed, which rolls back), the writer connection is opened anew, and
+the writes queued behind go on there. A cancellation while the COMMIT is in SQLite's thread does
+not stop it: the writer waits for the COMMIT's own outcome and answers from that, then stops;
+the next write starts a new writer.
+
 Concurrency: inside a process, writes go through one connection (the writer task, under an
 :class:`asyncio.Lock`) and reads through a second, read-only one, so a read sees only
 committed rows and never waits for a batch or its fsync. Across processes, writers serialise
@@ -45,9 +52,13 @@ _SYNCHRONOUS = {"FULL": "FULL", "OFF": "OFF"}
 # Writes per commit at most: bounds how long one batch holds the write lock (other processes
 # wait for it) and how much one failed COMMIT takes down with it.
 MAX_BATCH = 256
+# The writer task's name (what a task dump shows; tests find it by it).
+WRITER_TASK = "plangate.db.writer"
 
 T = TypeVar("T")
 Work = Callable[[aiosqlite.Connection], Awaitable[Any]]
+# How the writer connection is made (a seam: tests wrap it to inject faults).
+Connect = Callable[[Path], Awaitable[aiosqlite.Connection]]
 
 _log = logging.getLogger("plangate.db")
 
@@ -69,7 +80,12 @@ class Database:
     """An open plangate database; get one with :meth:`open` and close it when done."""
 
     def __init__(
-        self, conn: aiosqlite.Connection, path: Path, reader: aiosqlite.Connection
+        self,
+        conn: aiosqlite.Connection,
+        path: Path,
+        reader: aiosqlite.Connection,
+        *,
+        reconnect: Callable[[], Awaitable[aiosqlite.Connection]] | None = None,
     ) -> None:
         self._conn = conn
         # Reads go to their own connection: a WAL reader sees the last commit and never waits
@@ -77,6 +93,8 @@ class Database:
         # after it sees it).
         self._reader = reader
         self._path = path
+        # Opens a fresh writer connection after one was left broken by a failed rollback.
+        self._reconnect = reconnect
         self._lock = asyncio.Lock()
         self._queue: list[_Write] = []
         self._wake = asyncio.Event()
@@ -91,21 +109,32 @@ class Database:
         *,
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
         synchronous: Literal["FULL", "OFF"] = "FULL",
+        connect: Connect | None = None,
     ) -> Database:
         """Open (creating folder and file if needed) and migrate the database at ``path``.
 
         ``synchronous="OFF"`` drops the fsync per commit: only for benches that measure
-        plangate's own cost, never for a bot (a crash could lose committed events). Raises
+        plangate's own cost, never for a bot (a crash could lose committed events).
+        ``connect`` makes the writer connection (default: aiosqlite's). Raises
         ``CorruptState`` when the file was written by a newer plangate.
         """
         file = Path(path)
         file.parent.mkdir(parents=True, exist_ok=True)
-        # isolation_level=None: autocommit, so transactions are exactly the BEGIN/COMMIT we send.
-        conn = await aiosqlite.connect(file, isolation_level=None)
+        make = connect or _connect
+
+        async def writer() -> aiosqlite.Connection:
+            conn = await make(file)
+            try:
+                await conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms):d}")
+                await _enter_wal(conn, timeout_ms=busy_timeout_ms)
+                await conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[synchronous]}")
+            except BaseException:
+                await conn.close()
+                raise
+            return conn
+
+        conn = await writer()
         try:
-            await conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms):d}")
-            await _enter_wal(conn, timeout_ms=busy_timeout_ms)
-            await conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[synchronous]}")
             await migrate(conn)
             reader = await aiosqlite.connect(file, isolation_level=None)
         except BaseException:
@@ -118,7 +147,7 @@ class Database:
             await reader.close()
             await conn.close()
             raise
-        return cls(conn, file, reader)
+        return cls(conn, file, reader, reconnect=writer)
 
     @property
     def path(self) -> Path:
@@ -159,7 +188,9 @@ class Database:
         self._queue.append(item)
         self._wake.set()
         if self._writer is None or self._writer.done():
-            self._writer = asyncio.get_running_loop().create_task(self._run_writer())
+            self._writer = asyncio.get_running_loop().create_task(
+                self._run_writer(), name=WRITER_TASK
+            )
         result: T = await asyncio.shield(item.done)
         return result
 
@@ -177,6 +208,7 @@ class Database:
         results: list[tuple[_Write, Any, Exception | None]] = []
         # A lone write needs no savepoint: its failure rolls back the whole transaction.
         alone = len(batch) == 1
+        stopped: BaseException | None = None
         async with self._lock:
             conn = self._conn
             try:
@@ -187,42 +219,85 @@ class Database:
                     try:
                         value = await item.work(conn)
                     except Exception as exc:
+                        # Recorded first: should the rollback fail, this write still hears
+                        # its own error.
+                        results.append((item, None, exc))
                         if alone:
                             await conn.rollback()
                         else:
                             await conn.execute("ROLLBACK TO w")
                             await conn.execute("RELEASE w")
-                        results.append((item, None, exc))
                     else:
                         if not alone:
                             await conn.execute("RELEASE w")
                         results.append((item, value, None))
                 if conn.in_transaction:
-                    await conn.execute("COMMIT")
+                    stopped = await _commit(conn)
                     self.commits += 1
             except BaseException as exc:
-                # Nothing of the batch is durable: every caller hears the failure. rollback()
-                # is queued behind any statement in flight and is a no-op when none is open.
-                await conn.rollback()
-                _log.warning("plangate.db.commit_failed writes=%d %r", len(batch), exc)
-                failed = batch
-                if not isinstance(exc, Exception):
-                    # The writer dies with this (cancellation): nothing queued behind the batch
-                    # would ever be answered, so every waiting caller hears it too.
-                    failed, self._queue = [*batch, *self._queue], []
-                for item in failed:
-                    if not item.done.done():
-                        item.done.set_exception(_batch_error(exc))
+                await self._batch_failed(conn, batch, exc, own=results)
                 if not isinstance(exc, Exception):
                     raise
                 return
-        for item, value, error in results:
-            if item.done.done():
-                continue
-            if error is None:
-                item.done.set_result(value)
-            else:
+        _answer(results)
+        if stopped is not None:
+            # Committed although the writer was cancelled meanwhile: the callers heard the
+            # truth; those queued behind hear that this writer stops, and it does.
+            self._fail_queued(stopped)
+            raise stopped
+
+    async def _batch_failed(
+        self,
+        conn: aiosqlite.Connection,
+        batch: list[_Write],
+        exc: BaseException,
+        *,
+        own: list[tuple[_Write, Any, Exception | None]],
+    ) -> None:
+        """Nothing of the batch is durable: every caller of it hears the failure (a write
+        that failed on its own hears its own error)."""
+        # rollback() is queued behind any statement in flight and is a no-op when none is open.
+        try:
+            await conn.rollback()
+        except Exception as failed:
+            # The connection's state is unknown: closing it rolls back whatever is open; the
+            # writes queued behind go on over a fresh one.
+            _log.error(
+                "plangate.db.rollback_failed writes=%d %s: %s (reconnecting)",
+                len(batch),
+                type(failed).__name__,
+                failed,
+            )
+            await self._replace_connection(conn)
+        _log.warning("plangate.db.commit_failed writes=%d %r", len(batch), exc)
+        for item, _value, error in own:
+            if error is not None and not item.done.done():
                 item.done.set_exception(error)
+        for item in batch:
+            if not item.done.done():
+                item.done.set_exception(_batch_error(exc))
+        if not isinstance(exc, Exception):
+            # The writer dies with this (cancellation): nothing queued behind the batch would
+            # ever be answered, so every waiting caller hears it too.
+            self._fail_queued(exc)
+
+    def _fail_queued(self, exc: BaseException) -> None:
+        queued, self._queue = self._queue, []
+        for item in queued:
+            if not item.done.done():
+                item.done.set_exception(_batch_error(exc))
+
+    async def _replace_connection(self, broken: aiosqlite.Connection) -> None:
+        try:
+            await broken.close()
+        except Exception as exc:
+            _log.warning("plangate.db.close_failed %s", type(exc).__name__)
+        if self._reconnect is None:
+            return  # every later batch fails at its BEGIN, and says so to its callers
+        try:
+            self._conn = await self._reconnect()
+        except Exception as exc:
+            _log.error("plangate.db.reconnect_failed %s: %s", type(exc).__name__, exc)
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[aiosqlite.Connection]:
@@ -255,6 +330,38 @@ class Database:
             )
 
         await self.write(work)
+
+
+async def _connect(file: Path) -> aiosqlite.Connection:
+    # isolation_level=None: autocommit, so transactions are exactly the BEGIN/COMMIT we send.
+    return await aiosqlite.connect(file, isolation_level=None)
+
+
+async def _commit(conn: aiosqlite.Connection) -> BaseException | None:
+    """Run COMMIT and wait for its own outcome, even through a cancellation: once sent, SQLite
+    finishes it in its thread whatever happens to this task, so giving up on it would tell
+    callers "not committed" for rows that are. Returns the cancellation that arrived meanwhile
+    (the caller answers, then re-raises it); raises the COMMIT's error."""
+    statement = asyncio.ensure_future(conn.execute("COMMIT"))
+    stopped: BaseException | None = None
+    while True:
+        try:
+            await asyncio.shield(statement)
+            return stopped
+        except asyncio.CancelledError as exc:
+            if statement.done():
+                raise  # the statement itself was cancelled (loop shutdown): not committed
+            stopped = exc
+
+
+def _answer(results: list[tuple[_Write, Any, Exception | None]]) -> None:
+    for item, value, error in results:
+        if item.done.done():
+            continue
+        if error is None:
+            item.done.set_result(value)
+        else:
+            item.done.set_exception(error)
 
 
 def _batch_error(exc: BaseException) -> Exception:

@@ -3,6 +3,7 @@ ever shown."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -339,3 +340,40 @@ def test_plan_approvals_and_owner_overrides() -> None:
     assert "PLANGATE_PLAN_APPROVALS" in error_of({"PLANGATE_PLAN_APPROVALS": "0"})
     assert "PLANGATE_PLAN_APPROVALS" in error_of({"PLANGATE_PLAN_APPROVALS": "two"})
     assert "PLANGATE_OWNER_OVERRIDES" in error_of({"PLANGATE_OWNER_OVERRIDES": "maybe"})
+
+
+def test_projects_take_pairs_json_or_a_root(tmp_path: Path) -> None:
+    api, web = tmp_path / "api", tmp_path / "web"
+    api.mkdir()
+    web.mkdir()
+    want = (("api", api.resolve()), ("web", web.resolve()))
+    for raw in (
+        f"api={api}, web={web}",
+        json.dumps({"api": str(api), "web": str(web)}),
+        json.dumps([f"api={api}", f"web={web}"]),
+    ):
+        assert load({"PLANGATE_PROJECTS": raw}).projects == want
+    root = load({"PLANGATE_PROJECTS_ROOT": str(tmp_path)})
+    assert root.projects_root == tmp_path.resolve()
+    assert load({"PLANGATE_GIT_REMOTE": " /srv/git/app.git "}).git_remote == "/srv/git/app.git"
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        ("api", "expected name=path pairs"),
+        ("api=/no/such/folder", "project api: expected an existing folder"),
+        ("bad name=/tmp", "a project name is letters"),
+        ("a=/tmp,a=/tmp", "given twice"),
+        ('{"a": 1}', "expected name=path pairs"),
+    ],
+)
+def test_bad_projects_name_the_variable(raw: str, says: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load({"PLANGATE_PROJECTS": raw})
+    assert str(err.value).startswith("PLANGATE_PROJECTS: ") and says in str(err.value)
+
+
+def test_a_remote_that_reads_as_an_option_is_refused() -> None:
+    with pytest.raises(ConfigError, match="PLANGATE_GIT_REMOTE: expected a git remote"):
+        load({"PLANGATE_GIT_REMOTE": "--upload-pack=touch x"})

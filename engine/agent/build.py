@@ -9,6 +9,7 @@ of workspace locks, adds the caller's tools (plan, todo_write, goal tools), and 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from engine.approval.service import ToolApprovals
 from engine.model.types import ModelProvider
 from engine.plan.gate import PlanGateView
 from engine.ports import EventLog, SessionStore
+from engine.projects import ProjectCatalog
 from engine.tools.ask import AskUserTool
 from engine.tools.base import Tool
 from engine.tools.bash import BashLimits, BashTool, PlanViewSource
@@ -29,13 +31,34 @@ from engine.tools.sandbox import SandboxSettings
 from engine.tools.workspace import WorkspaceLocks
 from engine.usage.meter import UsageMeter
 
+_log = logging.getLogger("plangate.agent.build")
 
-def workspace_from_store(sessions: SessionStore, *, default: Path) -> WorkspaceResolver:
-    """A resolver that reads the session's bound workspace, ``default`` when it has none."""
+
+def workspace_from_store(
+    sessions: SessionStore, *, default: Path, catalog: ProjectCatalog | None = None
+) -> WorkspaceResolver:
+    """A resolver that reads the session's bound workspace, ``default`` when it has none.
+
+    With a ``catalog``, a workspace that is no longer one of its projects (the settings
+    changed) is never used: the session works in ``default`` and a warning is logged. A
+    session's folder never changes, so each is read from the store once.
+    """
+    known: dict[str, Path] = {}
 
     async def resolve(session_id: str) -> Path:
-        record = await sessions.get_session(session_id)
-        return Path(record.workspace) if record is not None and record.workspace else default
+        found = known.get(session_id)
+        if found is None:
+            record = await sessions.get_session(session_id)
+            found = Path(record.workspace) if record is not None and record.workspace else default
+            known[session_id] = found
+        if catalog is not None and not catalog.allows(found):
+            _log.warning(
+                "plangate.agent.workspace_not_a_project session=%s workspace=%s",
+                session_id,
+                found,
+            )
+            return default
+        return found
 
     return resolve
 
@@ -89,16 +112,23 @@ def build_agent(
     sandbox: SandboxSettings | None = None,
     usage: UsageMeter | None = None,
     approvals: ToolApprovals | None = None,
+    locks: WorkspaceLocks | None = None,
 ) -> AgentRegistry:
     """Assemble the agent. ``extra_tools`` are the plan, todo and goal tools.
 
     ``plan`` is a :class:`~engine.agent.ports.PlanPort` (wrap ``PlanService`` in
     :class:`engine.agent.adapters.PlanServiceAdapter`); ``goals`` is the ``GoalService``;
     ``driver`` may be attached later with ``set_driver``; ``approvals`` is the owner's
-    approval gate (none: every call the plan gate allows runs).
+    approval gate (none: every call the plan gate allows runs); ``locks`` are the workspace
+    locks the tools share (pass the ones the check runner holds too).
     """
     own, bash = agent_tools(
-        channel, plan=plan, file_limits=file_limits, bash_limits=bash_limits, sandbox=sandbox
+        channel,
+        plan=plan,
+        locks=locks,
+        file_limits=file_limits,
+        bash_limits=bash_limits,
+        sandbox=sandbox,
     )
     deps = AgentDeps(
         log=log,

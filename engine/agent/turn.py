@@ -9,10 +9,12 @@ the task is cancelled (``cancelled``; every open call gets a synthetic interrupt
 A goal round's first check runs before its ``user/message`` is logged; a round refused there
 logs nothing.
 
-With a usage meter every model call is checked against the daily cap and the goal's token
-budget first (a call that would cross a limit is not made: the turn ends ``completed`` with
-the refusal as its detail and its line as the reply), and each reply's ``model/usage`` record
-is appended with its ``assistant/message``.
+With a usage meter every model call first reserves its prompt estimate and its ``max_tokens``
+against the daily cap and the goal's token budget (a call that would cross a limit is not made:
+the turn ends ``completed`` with the refusal as its detail and its line as the reply), sends
+that ``max_tokens``, and each reply's ``model/usage`` record is appended with its
+``assistant/message`` and replaces the hold. A goal round's admission hold is the hold of its
+first call: a round that was counted always makes its call.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from engine.tasks import safe_call
 from engine.tools.base import ToolContext, ToolOutcome
 from engine.tools.runtime import ToolCallRequest, ToolRuntime
 from engine.usage.ledger import BudgetRefusal, request_chars
+from engine.usage.meter import Reservation
 
 _log = logging.getLogger("plangate.agent.turn")
 
@@ -107,23 +110,32 @@ async def run_turn(
     # A goal round's user/message IS its admission (it counts toward the cap), so the round is
     # validated before anything is logged: a round refused here opens no turn at all.
     validated = False
+    # The hold of the call about to be made (for a goal round: taken at its admission).
+    held: Reservation | None = None
     if isinstance(message.source, GoalRoundSource):
         refused = await pre_step(0)
         if refused is not None:
             return TurnResult(turn_id, "completed", "", refused)
         if deps.usage is not None:
-            # A round that could not make even its first call is not admitted (not counted).
-            budget, _ = await deps.usage.check(
+            # A round that could not make even its first call is not admitted (not counted);
+            # one that is keeps its hold until that call, so no other chat can take its room.
+            got = await deps.usage.reserve(
                 session_id, message.source, chars=None, extra_chars=len(message.text)
             )
-            if budget is not None:
-                await safe_call("notice", deps.channel.notice(session_id, budget.line))
-                return TurnResult(turn_id, "completed", "", f"{budget.kind}: refused")
+            if isinstance(got, BudgetRefusal):
+                await safe_call("notice", deps.channel.notice(session_id, got.line))
+                return TurnResult(turn_id, "completed", "", f"{got.kind}: refused")
+            held = got
         validated = True
-    await log.append(
-        session_id,
-        [TurnStart(turn_id=turn_id), UserMessage(text=message.text, source=message.source)],
-    )
+    try:
+        await log.append(
+            session_id,
+            [TurnStart(turn_id=turn_id), UserMessage(text=message.text, source=message.source)],
+        )
+    except BaseException:
+        if held is not None and deps.usage is not None:
+            deps.usage.release(held)
+        raise
     await safe_call("turn_started", deps.channel.turn_started(session_id))
     open_calls: dict[str, ToolCall] = {}
     ctx = ToolContext(
@@ -148,15 +160,19 @@ async def run_turn(
             messages = await _context(deps, session_id, workspace_text=str(workspace))
             specs = runtime.specs()
             chars = estimate = 0
+            max_tokens: int | None = None
             if deps.usage is not None:
                 chars = request_chars(messages, specs)
-                budget_stop, estimate = await deps.usage.check(
-                    session_id, message.source, chars=chars
+                got = await deps.usage.reserve(
+                    session_id, message.source, chars=chars, replacing=held
                 )
-                if budget_stop is not None:
+                if isinstance(got, BudgetRefusal):
+                    budget_stop = got
                     outcome, detail = "completed", f"{budget_stop.kind}: call not made"
                     break
-            reply = await deps.model.complete(messages, specs)
+                held = got
+                estimate, max_tokens = held.prompt_estimate, held.max_tokens
+            reply = await deps.model.complete(messages, specs, max_tokens=max_tokens)
             final_text = reply.text
             if reply.text.strip():
                 last_said = reply.text
@@ -178,7 +194,8 @@ async def run_turn(
                 )
             stored = await log.append(session_id, events)
             if deps.usage is not None:
-                await deps.usage.recorded(stored)
+                await deps.usage.recorded(stored, held)
+            held = None
             if not calls:
                 outcome = "completed"
                 break
@@ -201,8 +218,14 @@ async def run_turn(
             detail = f"stopped after {deps.settings.max_steps} steps"
     except ModelError as exc:
         outcome, detail = "failed", f"{type(exc).__name__}: {exc}"
+        if held is not None and deps.usage is not None:
+            deps.usage.release(held)  # no reply, no usage: the hold goes
+            held = None
         await safe_call("notice", deps.channel.notice(session_id, f"The model failed: {exc}"))
     except BaseException as exc:
+        if held is not None and deps.usage is not None:
+            deps.usage.release(held)
+            held = None
         is_cancel = not isinstance(exc, Exception)
         closing: list[SessionEvent] = [
             ToolResult(
@@ -227,6 +250,9 @@ async def run_turn(
             "notice", deps.channel.notice(session_id, f"The turn failed: {type(exc).__name__}")
         )
         return TurnResult(turn_id, "failed", "", type(exc).__name__)
+    finally:
+        if held is not None and deps.usage is not None:
+            deps.usage.release(held)  # a hold whose call was never made
     await log.append(session_id, [TurnEnd(turn_id=turn_id, outcome=outcome, detail=detail)])
     await safe_call("turn_ended", deps.channel.turn_ended(session_id, outcome))
     text = final_text.strip()

@@ -244,6 +244,26 @@ class ToolApprovals:
             unattended=not is_attended(ctx.source),
             diff=diff,
         )
+        return await self._request(ctx, view)
+
+    async def ask(self, ctx: ToolContext, *, tool: str, command: str) -> str | None:
+        """Ask the owner about an action no rule covers (a skip of a task with checks,
+        docs/checks.md): the same request, message and buttons as a tool call, without
+        "Allow for this session". An attended turn waits; an unattended one is denied at once.
+        ``None`` when allowed, else the denial the model reads."""
+        request_id = uuid.uuid4().hex
+        view = ApprovalView(
+            request_id=request_id,
+            call_id=f"{tool}:{request_id[:12]}",
+            tool=tool,
+            command=command,
+            rule=None,
+            unattended=not is_attended(ctx.source),
+        )
+        return await self._request(ctx, view)
+
+    async def _request(self, ctx: ToolContext, view: ApprovalView) -> str | None:
+        session_id = ctx.session_id
         requested = ApprovalRequested(
             request_id=view.request_id,
             call_id=view.call_id,

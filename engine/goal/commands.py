@@ -8,6 +8,8 @@
     /goal budget 500k            set (raise) the token budget; Resume then continues
     /goal every 30m [objective]  set the schedule (s, m, h, d); creates and arms with objective
     /goal every off              back to "next round when idle"
+    /goal <objective> --check "pytest -q"   create with checks (repeatable; docs/checks.md)
+    /goal check add <command> | check list | check clear
 
 Typed commands act on the goal as it is when they run (its current ref); buttons carry the ref
 they were drawn for and call :class:`GoalService` directly.
@@ -25,14 +27,26 @@ from engine.goal.types import GoalSnapshot
 from engine.usage.ledger import fmt_tokens, parse_tokens
 
 USAGE = (
-    "usage: /goal [objective [--tokens 200k] | pause | resume | clear | done | rounds N | "
-    "budget 500k | every <N>s|m|h|d [objective] | every off]"
+    'usage: /goal [objective [--tokens 200k] [--check "cmd"]... | pause | resume | clear | done '
+    "| rounds N | budget 500k | every <N>s|m|h|d [objective] | every off "
+    "| check add <cmd> | check list | check clear]"
 )
 
 _UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _INTERVAL = re.compile(r"^(\d+)\s*([smhd])$", re.IGNORECASE)
 _TOKENS_FLAG = re.compile(r"(?:^|\s)--tokens(?:\s+|=)(\S+)\s*$")
 TOKENS_ERROR = "a token amount is a whole number like 5000, 200k or 1.5m"
+# --check "cmd", --check 'cmd', --check=cmd or --check cmd (one word), anywhere, repeatable.
+_CHECK_FLAG = re.compile(r"""(?:^|\s)--check(?:\s+|=)("(?:[^"\\]|\\.)*"|'[^']*'|\S+)""")
+
+
+def _unquote(text: str) -> str:
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        return re.sub(r"\\(.)", r"\1", text[1:-1])
+    if len(text) >= 2 and text[0] == text[-1] == "'":
+        return text[1:-1]
+    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,13 +54,28 @@ class GoalCommandSpec:
     """A parsed ``/goal``: ``action`` and its operands; ``error`` is set for a usage mistake."""
 
     action: Literal[
-        "show", "set", "pause", "resume", "clear", "done", "rounds", "every", "budget", "usage"
+        "show",
+        "set",
+        "pause",
+        "resume",
+        "clear",
+        "done",
+        "rounds",
+        "every",
+        "budget",
+        "usage",
+        "check_add",
+        "check_list",
+        "check_clear",
     ]
     objective: str | None = None
     rounds: int | None = None
     schedule_s: int | None = None
     error: str | None = None
     token_budget: int | None = None
+    # ``--check`` flags (``None``: none given, the goal's checks stay), or the command of
+    # ``check add``.
+    checks: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +100,26 @@ def parse_goal_command(args: str) -> GoalCommandSpec:
     text = args.strip()
     if not text:
         return GoalCommandSpec(action="show")
+    head, _, rest = text.partition(" ")
+    if head.lower() == "check":
+        sub, _, command = rest.strip().partition(" ")
+        command = _unquote(command)
+        if sub.lower() == "add" and command:
+            return GoalCommandSpec(action="check_add", checks=(command,))
+        if sub.lower() in ("list", "clear") and not command:
+            return GoalCommandSpec(action=f"check_{sub.lower()}")  # type: ignore[arg-type]
+        # Anything else is an objective that starts with the word "check".
+    flagged = [_unquote(m.group(1)) for m in _CHECK_FLAG.finditer(text)]
+    checks: tuple[str, ...] | None = None
+    if flagged:
+        if not all(flagged):
+            return GoalCommandSpec(action="usage", error="--check needs a command")
+        checks = tuple(flagged)
+        text = _CHECK_FLAG.sub("", text).strip()
+        if not text:
+            return GoalCommandSpec(action="usage", error="--check needs an objective before it")
+        if text.split()[0].lower() in ("pause", "resume", "clear", "done", "rounds", "budget"):
+            return GoalCommandSpec(action="usage", error="--check goes with an objective")
     budget: int | None = None
     flag = _TOKENS_FLAG.search(text)
     if flag is not None:
@@ -108,8 +157,9 @@ def parse_goal_command(args: str) -> GoalCommandSpec:
             schedule_s=interval,
             objective=objective.strip() or None,
             token_budget=budget,
+            checks=checks,
         )
-    return GoalCommandSpec(action="set", objective=text, token_budget=budget)
+    return GoalCommandSpec(action="set", objective=text, token_budget=budget, checks=checks)
 
 
 def describe_goal(goal: GoalSnapshot | None, *, armed: bool) -> str:
@@ -123,10 +173,13 @@ def describe_goal(goal: GoalSnapshot | None, *, armed: bool) -> str:
         state += f" ({goal.blocked.code}: {goal.blocked.message})"
     every = f", every {goal.schedule_s}s" if goal.schedule_s else ""
     budget = f", budget {fmt_tokens(goal.token_budget)} tokens" if goal.token_budget else ""
-    return (
+    text = (
         f"Goal: {goal.objective}\nStatus: {state}; rounds {goal.rounds_started}/"
         f"{goal.max_goal_rounds}{every}{budget}"
     )
+    if goal.checks:
+        text += "\nChecks: " + ", ".join(f"`{c}`" for c in goal.checks)
+    return text
 
 
 async def run_goal_command(
@@ -156,16 +209,25 @@ async def run_goal_command(
                     goal.ref,
                     objective=spec.objective,
                     token_budget=UNCHANGED if spec.token_budget is None else spec.token_budget,
+                    checks=UNCHANGED if spec.checks is None else spec.checks,
                 )
                 return done(edited, "Goal updated.")
             created = await goals.create(
-                session_id, spec.objective, arm=True, token_budget=spec.token_budget
+                session_id,
+                spec.objective,
+                arm=True,
+                token_budget=spec.token_budget,
+                checks=spec.checks or (),
             )
             return done(created, "Goal set.")
         case "every":
             if live and goal is not None:
                 edited = await goals.edit(
-                    session_id, goal.ref, objective=spec.objective, schedule_s=spec.schedule_s
+                    session_id,
+                    goal.ref,
+                    objective=spec.objective,
+                    schedule_s=spec.schedule_s,
+                    checks=UNCHANGED if spec.checks is None else spec.checks,
                 )
                 return done(edited, "Schedule updated.")
             if spec.objective is None:
@@ -176,8 +238,20 @@ async def run_goal_command(
                 schedule_s=spec.schedule_s,
                 arm=True,
                 token_budget=spec.token_budget,
+                checks=spec.checks or (),
             )
             return done(created, "Goal set.")
+        case "check_add" | "check_list" | "check_clear":
+            if goal is None or not live:
+                return GoalCommandResult(text="There is no goal.", refused=refusal("no-goal"))
+            if spec.action == "check_list":
+                listed = "\n".join(f"- `{c}`" for c in goal.checks) or "No checks."
+                return GoalCommandResult(text=f"Checks of the goal:\n{listed}", goal=goal)
+            if spec.action == "check_clear":
+                return done(await goals.edit(session_id, goal.ref, checks=()), "Checks cleared.")
+            added = tuple(c for c in spec.checks or () if c not in goal.checks)
+            edited = await goals.edit(session_id, goal.ref, checks=goal.checks + added)
+            return done(edited, "Check added.")
         case "pause" | "resume" | "clear" | "done" | "rounds" | "budget":
             if goal is None:
                 return GoalCommandResult(text="There is no goal.", refused=refusal("no-goal"))

@@ -23,7 +23,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from engine.events import GoalRoundSource
+from engine.checks.report import failure_report
+from engine.events import GoalCheck, GoalRoundSource
 from engine.goal.fold import GoalRefusal
 from engine.goal.service import GoalService
 from engine.goal.types import GoalSnapshot
@@ -48,17 +49,27 @@ class RoundTarget(Protocol):
         ...
 
 
-def round_prompt(goal: GoalSnapshot, round_no: int) -> str:
-    """The text of a goal round: the JSON-quoted objective, round/max and how to verify."""
-    return (
+def round_prompt(goal: GoalSnapshot, round_no: int, last_check: GoalCheck | None = None) -> str:
+    """The text of a goal round: the JSON-quoted objective, round/max and how to verify; with
+    checks, which must pass, and the output of the last failed run (docs/checks.md)."""
+    text = (
         f"<goal_round>\nGoal objective: {json.dumps(goal.objective, ensure_ascii=False)}\n"
         f"Round {round_no}/{goal.max_goal_rounds}.\n"
         "Continue working toward the objective. Verify progress against the current workspace, "
         "tool results and durable state (plan, todos) rather than assuming earlier rounds "
         'succeeded. When the objective is met, call update_goal with status "complete"; if '
         'you cannot make progress without help, call update_goal with status "blocked" and '
-        "a reason.\n</goal_round>"
+        "a reason.\n"
     )
+    if goal.checks:
+        listed = ", ".join(f"`{c}`" for c in goal.checks)
+        text += f"The goal is done only when these checks pass (plangate runs them): {listed}.\n"
+    if last_check is not None and last_check.goal_id == goal.id and not last_check.passed:
+        text += (
+            "The last time the goal was reported complete its checks failed, so it stayed "
+            f"active. plangate ran:\n{failure_report(last_check.run)}\n"
+        )
+    return text + "</goal_round>"
 
 
 @dataclass(slots=True)
@@ -244,7 +255,8 @@ class RoundDriver:
                 goal_id=goal.id, revision=goal.revision, round=goal.rounds_started + 1
             )
             attempt.source = source
-            await self._target.submit_round(session_id, round_prompt(goal, source.round), source)
+            prompt = round_prompt(goal, source.round, await self._goals.last_check(session_id))
+            await self._target.submit_round(session_id, prompt, source)
             attempt.state = "submitted"
             await self._wait_settled(session_id, source, attempt)
             if self._after_round is not None:

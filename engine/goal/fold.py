@@ -13,6 +13,8 @@ Transitions (every mutation presents a :class:`GoalRef`; a stale one is refused 
     pause     active             -> paused r+1
     block     active             -> blocked r+1 {code, message}
     complete  active|paused|blocked -> complete r+1
+    check     active|paused|blocked + a check run -> goal/check (no revision); a passing run
+                                    also completes r+1 in the same append
     resume    active|paused|blocked, rounds left -> active r+1 (refused at the cap)
     clear     any                -> tombstone r+1
 """
@@ -24,8 +26,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal, assert_never
 
+from engine.checks.types import CheckRun, check_problem
 from engine.errors import CorruptState
-from engine.events import GoalChange, SessionEvent
+from engine.events import GoalChange, GoalCheck, SessionEvent
 from engine.goal.types import (
     GoalBlocked,
     GoalRef,
@@ -47,6 +50,8 @@ GoalRefusalCode = Literal[
     "invalid-budget",
     "task-goal",
     "not-allowed",
+    "invalid-checks",
+    "checks-failed",
 ]
 
 # One fixed text per code, so tests check codes and the owner always reads the same words.
@@ -63,6 +68,9 @@ REFUSAL_TEXT: dict[GoalRefusalCode, str] = {
     "invalid-budget": "the token budget must be a whole number of tokens, at least 1",
     "task-goal": "a task goal is a label and cannot run rounds",
     "not-allowed": "an autonomous goal round may only complete or block the goal",
+    "invalid-checks": "a check is one non-empty line of at most 1000 characters, at most 20 checks",
+    "checks-failed": "the goal's checks failed, so the goal stays active; fix the cause and "
+    "report complete again",
 }
 
 
@@ -84,10 +92,12 @@ def refusal(code: GoalRefusalCode) -> GoalRefusal:
 
 @dataclass(frozen=True, slots=True)
 class GoalState:
-    """The goal fold: the current goal and how many goals this session has created."""
+    """The goal fold: the current goal, how many goals this session has created, and the
+    last check run of the current goal (docs/checks.md)."""
 
     goal: GoalSnapshot | None = None
     created: int = 0
+    last_check: GoalCheck | None = None
 
 
 def empty_goal_state() -> GoalState:
@@ -110,11 +120,17 @@ def check_goal_snapshot(snapshot: GoalSnapshot) -> list[str]:
         problems.append("empty objective")
     if snapshot.token_budget is not None and snapshot.token_budget < 1:
         problems.append("token_budget below 1")
+    if check_problem(snapshot.checks) is not None:
+        problems.append(f"checks: {check_problem(snapshot.checks)}")
     return problems
 
 
 def apply_goal_event(state: GoalState, event: SessionEvent) -> GoalState:
     """One step of the goal fold; raises ``CorruptState`` on a goal event that cannot be."""
+    if isinstance(event, GoalCheck):
+        if state.goal is None or state.goal.id != event.goal_id:
+            return state  # a late run of a replaced or cleared goal
+        return GoalState(goal=state.goal, created=state.created, last_check=event)
     if isinstance(event, GoalChange):
         if (event.snapshot is None) == (event.tombstone is None):
             raise CorruptState("goal/change must carry exactly one of snapshot and tombstone")
@@ -125,11 +141,15 @@ def apply_goal_event(state: GoalState, event: SessionEvent) -> GoalState:
         created = state.created + (
             1 if event.snapshot is not None and event.snapshot.revision == 1 else 0
         )
-        return GoalState(goal=_apply_snapshot_event(state.goal, event), created=created)
+        goal = _apply_snapshot_event(state.goal, event)
+        last = state.last_check if goal is not None and state.last_check is not None else None
+        if last is not None and goal is not None and last.goal_id != goal.id:
+            last = None
+        return GoalState(goal=goal, created=created, last_check=last)
     goal = _apply_snapshot_event(state.goal, event)
     if goal is state.goal:
         return state
-    return GoalState(goal=goal, created=state.created)
+    return GoalState(goal=goal, created=state.created, last_check=state.last_check)
 
 
 def fold_goal(events: Iterable[SessionEvent]) -> GoalState:
@@ -169,6 +189,7 @@ class CreateGoal:
     source: Literal["user", "model"] = "user"
     schedule_s: int | None = None
     token_budget: int | None = None
+    checks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +199,7 @@ class EditGoal:
     max_rounds: int | None = None
     schedule_s: int | _Unchanged | None = UNCHANGED
     token_budget: int | _Unchanged | None = UNCHANGED
+    checks: tuple[str, ...] | _Unchanged = UNCHANGED
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +217,15 @@ class BlockGoal:
 @dataclass(frozen=True, slots=True)
 class CompleteGoal:
     ref: GoalRef
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedComplete:
+    """The model's "complete" on a goal with checks, with plangate's run of them: recorded
+    as ``goal/check``; a passing run of exactly the goal's checks also completes it."""
+
+    ref: GoalRef
+    run: CheckRun
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +258,7 @@ GoalCommand = (
     | PauseGoal
     | BlockGoal
     | CompleteGoal
+    | CheckedComplete
     | ResumeGoal
     | ClearGoal
     | SetTaskGoal
@@ -275,6 +307,7 @@ def _create_events(
     schedule_s: int | None,
     now: float,
     token_budget: int | None = None,
+    checks: tuple[str, ...] = (),
 ) -> list[SessionEvent]:
     events: list[SessionEvent] = []
     if state.goal is not None:
@@ -293,6 +326,7 @@ def _create_events(
         source=source,
         schedule_s=schedule_s,
         token_budget=token_budget,
+        checks=checks,
         created_at=now,
         updated_at=now,
     )
@@ -333,6 +367,8 @@ def decide(
                 return refusal("invalid-schedule")
             if not _valid_max(command.token_budget):
                 return refusal("invalid-budget")
+            if check_problem(command.checks) is not None:
+                return refusal("invalid-checks")
             if _is_live_user_goal(goal):
                 return refusal("goal-exists")
             return _apply(
@@ -346,6 +382,7 @@ def decide(
                     schedule_s=command.schedule_s,
                     now=now,
                     token_budget=command.token_budget,
+                    checks=tuple(c.strip() for c in command.checks),
                 ),
             )
         case SetTaskGoal():
@@ -373,7 +410,15 @@ def decide(
                 return GoalStep(state=state)
             tomb = GoalTombstone(id=goal.id, revision=goal.revision + 1)
             return _apply(state, [GoalChange(tombstone=tomb)])
-        case EditGoal() | PauseGoal() | BlockGoal() | CompleteGoal() | ResumeGoal() | ClearGoal():
+        case (
+            EditGoal()
+            | PauseGoal()
+            | BlockGoal()
+            | CompleteGoal()
+            | CheckedComplete()
+            | ResumeGoal()
+            | ClearGoal()
+        ):
             if goal is None or goal.ref != command.ref:
                 return refusal("stale-revision")
             return _decide_on_current(goal, state, command, now=now)
@@ -384,7 +429,13 @@ def decide(
 def _decide_on_current(
     goal: GoalSnapshot,
     state: GoalState,
-    command: EditGoal | PauseGoal | BlockGoal | CompleteGoal | ResumeGoal | ClearGoal,
+    command: EditGoal
+    | PauseGoal
+    | BlockGoal
+    | CompleteGoal
+    | CheckedComplete
+    | ResumeGoal
+    | ClearGoal,
     *,
     now: float,
 ) -> GoalStep | GoalRefusal:
@@ -414,6 +465,10 @@ def _decide_on_current(
                 if not _valid_max(command.token_budget):
                     return refusal("invalid-budget")
                 changes["token_budget"] = command.token_budget
+            if not isinstance(command.checks, _Unchanged):
+                if check_problem(command.checks) is not None:
+                    return refusal("invalid-checks")
+                changes["checks"] = tuple(c.strip() for c in command.checks)
             return _apply(state, _revise(goal, now, **changes))
         case PauseGoal():
             if phase != "active":
@@ -428,6 +483,19 @@ def _decide_on_current(
             if phase == "complete":
                 return refusal("goal-complete")
             return _apply(state, _revise(goal, now, phase="complete", blocked=None))
+        case CheckedComplete():
+            if phase == "complete":
+                return refusal("goal-complete")
+            ran = [r.command for r in command.run.results] + command.run.not_run
+            # Only a run of exactly the goal's checks counts; an edit meanwhile made it stale.
+            passed = command.run.passed and ran == list(goal.checks)
+            check = GoalCheck(
+                goal_id=goal.id, revision=goal.revision, run=command.run, passed=passed
+            )
+            events: list[SessionEvent] = [check]
+            if passed:
+                events += _revise(goal, now, phase="complete", blocked=None)
+            return _apply(state, events)
         case ResumeGoal():
             if phase == "complete":
                 return refusal("goal-complete")
@@ -444,6 +512,7 @@ __all__ = [
     "REFUSAL_TEXT",
     "UNCHANGED",
     "BlockGoal",
+    "CheckedComplete",
     "ClearGoal",
     "ClearTaskGoal",
     "CompleteGoal",

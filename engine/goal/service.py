@@ -19,11 +19,13 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal
 
+from engine.checks.types import CheckRun
 from engine.errors import AppendConflict
-from engine.events import GoalRoundSource
+from engine.events import GoalCheck, GoalRoundSource
 from engine.goal.fold import (
     UNCHANGED,
     BlockGoal,
+    CheckedComplete,
     ClearGoal,
     ClearTaskGoal,
     CompleteGoal,
@@ -52,7 +54,7 @@ GoalListener = Callable[[str, GoalSnapshot | None], Awaitable[None] | None]
 
 DEFAULT_MAX_GOAL_ROUNDS = 20
 # The goal fold reads snapshots and the goal-source messages that admit rounds, nothing else.
-GOAL_EVENT_TYPES = frozenset({"goal/change", "user/message"})
+GOAL_EVENT_TYPES = frozenset({"goal/change", "goal/check", "user/message"})
 
 
 class GoalService:
@@ -95,6 +97,10 @@ class GoalService:
             return None
         return goal
 
+    async def last_check(self, session_id: str) -> GoalCheck | None:
+        """The current goal's last check run (docs/checks.md), if its checks ever ran."""
+        return (await self._refresh(session_id)).last_check
+
     def peek(self, session_id: str) -> GoalSnapshot | None:
         """The current goal as this service last read it (no IO; may lag other processes)."""
         cached = self._cache.get(session_id)
@@ -122,8 +128,10 @@ class GoalService:
         source: Literal["user", "model"] = "user",
         arm: bool = False,
         token_budget: int | None = None,
+        checks: tuple[str, ...] = (),
     ) -> GoalSnapshot | GoalRefusal:
-        """Create a goal at r1 with a fresh id; ``arm`` for an owner's ``/goal <objective>``.
+        """Create a goal at r1 with a fresh id; ``arm`` for an owner's ``/goal <objective>``;
+        ``checks`` must pass before the model's "complete" stands (docs/checks.md).
 
         Refused (``goal-exists``) while a user or model goal that is not complete exists; a task
         goal or a complete goal is replaced.
@@ -134,6 +142,7 @@ class GoalService:
             source=source,
             schedule_s=schedule_s,
             token_budget=token_budget,
+            checks=checks,
         )
         result = await self._run(session_id, command, arm=arm)
         return self._snapshot_result(result)
@@ -147,15 +156,17 @@ class GoalService:
         max_rounds: int | None = None,
         schedule_s: int | _Unchanged | None = UNCHANGED,
         token_budget: int | _Unchanged | None = UNCHANGED,
+        checks: tuple[str, ...] | _Unchanged = UNCHANGED,
     ) -> GoalSnapshot | GoalRefusal:
-        """Change objective, cap, schedule or token budget; keeps the phase (that is how a cap
-        or a budget is raised: Resume then continues a blocked goal)."""
+        """Change objective, cap, schedule, token budget or checks; keeps the phase (that is
+        how a cap or a budget is raised: Resume then continues a blocked goal)."""
         command = EditGoal(
             ref=ref,
             objective=objective,
             max_rounds=max_rounds,
             schedule_s=schedule_s,
             token_budget=token_budget,
+            checks=checks,
         )
         return self._snapshot_result(await self._run(session_id, command))
 
@@ -173,6 +184,19 @@ class GoalService:
     async def complete(self, session_id: str, ref: GoalRef) -> GoalSnapshot | GoalRefusal:
         """active|paused|blocked -> complete."""
         return self._snapshot_result(await self._run(session_id, CompleteGoal(ref=ref)))
+
+    async def complete_checked(
+        self, session_id: str, ref: GoalRef, run: CheckRun
+    ) -> GoalSnapshot | GoalRefusal:
+        """The model's "complete" with plangate's run of the goal's checks: the run is logged
+        (``goal/check``); it completes the goal only when it passed (else ``checks-failed``,
+        and the goal stays as it was)."""
+        result = await self._run(session_id, CheckedComplete(ref=ref, run=run))
+        if isinstance(result, GoalRefusal):
+            return result
+        if result.goal is None or result.goal.phase != "complete":
+            return refusal("checks-failed")
+        return result.goal
 
     async def resume(self, session_id: str, ref: GoalRef) -> GoalSnapshot | GoalRefusal:
         """active|paused|blocked -> active r+1, armed; ``no-capacity`` when no rounds remain."""

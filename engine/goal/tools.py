@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from engine.checks.report import failure_report, result_line
+from engine.checks.runner import CheckRunner
 from engine.events import GoalRoundSource
 from engine.goal.fold import GoalRefusal, refusal
 from engine.goal.service import GoalService
@@ -56,6 +58,8 @@ def goal_view(goal: GoalSnapshot) -> dict[str, Any]:
         view["blocked"] = {"code": goal.blocked.code, "message": goal.blocked.message}
     if goal.schedule_s is not None:
         view["schedule_s"] = goal.schedule_s
+    if goal.checks:
+        view["checks"] = list(goal.checks)
     return view
 
 
@@ -138,6 +142,8 @@ class UpdateGoalTool(_ExclusiveTool):
     description = (
         'Report on the goal: status "complete" when the objective is met (verified against '
         'the workspace), or "blocked" with a reason when you cannot go on without help. '
+        "A goal with checks completes only when plangate's run of them passes; otherwise the "
+        "failing output comes back and the goal stays active. "
         "Outside a goal round you may also pass a new objective."
     )
     args_model = UpdateGoalArgs
@@ -154,8 +160,9 @@ class UpdateGoalTool(_ExclusiveTool):
         "additionalProperties": False,
     }
 
-    def __init__(self, goals: GoalService) -> None:
+    def __init__(self, goals: GoalService, *, checks: CheckRunner | None = None) -> None:
         self._goals = goals
+        self._checks = checks
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         parsed = UpdateGoalArgs.model_validate(args)
@@ -185,6 +192,9 @@ class UpdateGoalTool(_ExclusiveTool):
             ref = edited.ref
             goal = edited
         if parsed.status == "complete":
+            current = goal if goal is not None and goal.ref == ref else None
+            if current is not None and current.checks:
+                return await self._complete_checked(ctx, current)
             result = await self._goals.complete(ctx.session_id, ref)
         elif parsed.status == "blocked":
             message = (parsed.reason or "").strip() or "the model reported it cannot go on"
@@ -198,10 +208,30 @@ class UpdateGoalTool(_ExclusiveTool):
             return _error(result)
         return _ok(result, f"goal {result.phase}")
 
+    async def _complete_checked(self, ctx: ToolContext, goal: GoalSnapshot) -> ToolOutcome:
+        """Run the goal's checks (no lock held); the claim stands only if they all pass."""
+        if self._checks is None:
+            return ToolOutcome(
+                content="error [checks-failed]: this goal has checks and plangate cannot run "
+                "them here; tell the owner",
+                is_error=True,
+            )
+        run = await self._checks.run(
+            list(goal.checks), session_id=ctx.session_id, workspace=ctx.workspace
+        )
+        result = await self._goals.complete_checked(ctx.session_id, goal.ref, run)
+        if isinstance(result, GoalRefusal):
+            detail = result.message
+            if result.code == "checks-failed":
+                detail += ". plangate ran:\n" + failure_report(run)
+            return _error(result, detail)
+        lines = "; ".join(result_line(r) for r in run.results)
+        return _ok(result, f"checks passed: {lines}. goal complete")
 
-def goal_tools(goals: GoalService) -> list[Tool]:
-    """The three goal tools over one service."""
-    return [GetGoalTool(goals), CreateGoalTool(goals), UpdateGoalTool(goals)]
+
+def goal_tools(goals: GoalService, *, checks: CheckRunner | None = None) -> list[Tool]:
+    """The three goal tools over one service; ``checks`` runs a goal's checks on complete."""
+    return [GetGoalTool(goals), CreateGoalTool(goals), UpdateGoalTool(goals, checks=checks)]
 
 
 __all__ = [

@@ -57,6 +57,9 @@ class GoalSnapshot(BaseModel):
     # Tokens the goal's rounds may use in all (None: no goal budget); the usage meter sums
     # what they used from the log's model/usage records.
     token_budget: int | None = None
+    # Commands that must pass before the model's "complete" stands (docs/checks.md); the
+    # owner's /goal done does not run them.
+    checks: tuple[str, ...] = ()
     created_at: float = 0.0
     updated_at: float = 0.0
 

@@ -96,14 +96,22 @@ class OpenAIProvider:
         await self._client.close()
 
     async def complete(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        *,
+        max_tokens: int | None = None,
     ) -> ModelReply:
         """One chat completion with the tools offered (``tool_choice`` auto).
 
+        ``max_tokens`` is sent as ``max_tokens``: the field every OpenAI-compatible server
+        reads (OpenAI's newer ``max_completion_tokens`` is not understood by all of them).
         Raises ModelAuthError when the key is refused, ModelError for anything else that
         leaves no reply after the retries.
         """
         body: dict[str, Any] = {"messages": list(messages)}
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
         if tools:  # the API refuses an empty tools array
             body["tools"] = list(tools)
             body["tool_choice"] = "auto"

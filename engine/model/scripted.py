@@ -30,6 +30,7 @@ class ScriptedProvider:
         # cannot rewrite what the test reads.
         self.requests: list[list[dict[str, Any]]] = []
         self.tool_specs: list[list[dict[str, Any]]] = []
+        self.max_tokens: list[int | None] = []
 
     @classmethod
     def from_file(cls, path: Path) -> ScriptedProvider:
@@ -42,10 +43,15 @@ class ScriptedProvider:
         return self.requests[-1] if self.requests else []
 
     async def complete(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        *,
+        max_tokens: int | None = None,
     ) -> ModelReply:
         """Record the request, check it, and return the script's next reply."""
         recorded = copy.deepcopy(list(messages))
+        self.max_tokens.append(max_tokens)
         self.requests.append(recorded)
         self.tool_specs.append(copy.deepcopy(list(tools)))
         if self.validate:

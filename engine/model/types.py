@@ -53,9 +53,16 @@ class ModelProvider(Protocol):
     """Something that completes a chat: one request, one reply."""
 
     async def complete(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        *,
+        max_tokens: int | None = None,
     ) -> ModelReply:
         """Send the conversation and tool specs; return the assistant reply.
+
+        ``max_tokens``: the most completion tokens the reply may use (sent to the server; the
+        usage meter's reservation for this call), or no limit.
 
         Raises ModelError (or ModelAuthError) when no reply can be had.
         """

@@ -7,8 +7,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
+from engine.checks.report import evidence_text, failure_report, result_line
+from engine.checks.types import CheckRun
 from engine.plan.machine import (
     ClearCriteria,
     Context,
@@ -117,15 +120,26 @@ def start(sidecar: PlanSidecar | None, md: str | None, task_id: str | None, ctx:
     return Transition(sidecar=updated, reason="start", text=text, criteria=effect)
 
 
-def _finish(
-    live: PlanSidecar,
-    task_id: str | None,
-    ctx: Context,
-    *,
-    status: Literal["completed", "deferred"],
-    evidence: str | None = None,
-    reason: str | None = None,
-) -> Result:
+@dataclass(frozen=True, slots=True)
+class Gates:
+    """What finishing one task needs (docs/checks.md): its own checks, and the plan's checks
+    when finishing it would finish the plan."""
+
+    task: PlanTask
+    task_checks: tuple[str, ...]
+    plan_checks: tuple[str, ...]
+
+    @property
+    def commands(self) -> tuple[str, ...]:
+        """Every check to run, in order: the task's, then the plan's."""
+        return self.task_checks + tuple(c for c in self.plan_checks if c not in self.task_checks)
+
+    @property
+    def checked(self) -> bool:
+        return bool(self.commands)
+
+
+def _target(live: PlanSidecar, task_id: str | None) -> Refusal | PlanTask:
     if task_id is None:
         task = _in_progress(live.tasks)
         if task is None:
@@ -137,20 +151,80 @@ def _finish(
         task = found
     if task.status in ("completed", "deferred"):
         return refusal("task-finished")
-    other = _in_progress(live.tasks)
-    if task.status == "pending" and other is not None:
+    if task.status == "pending" and _in_progress(live.tasks) is not None:
         # Finishing a pending task while another is running would leave two threads of work.
         return refusal("task-in-progress")
+    return task
+
+
+def gates(sidecar: PlanSidecar | None, md: str | None, task_id: str | None) -> Gates | Refusal:
+    """The checks finishing ``task_id`` (or the task in progress) needs, or why it cannot."""
+    live = _checklist_gate(sidecar, md)
+    if isinstance(live, Refusal):
+        return live
+    return _gates(live, task_id)
+
+
+def _gates(live: PlanSidecar, task_id: str | None) -> Gates | Refusal:
+    task = _target(live, task_id)
+    if isinstance(task, Refusal):
+        return task
+    last = not any(t.status in ("pending", "in_progress") for t in live.tasks if t.id != task.id)
+    return Gates(
+        task=task,
+        task_checks=tuple(task.checks),
+        plan_checks=tuple(live.checks) if last else (),
+    )
+
+
+def _finish(
+    live: PlanSidecar,
+    task_id: str | None,
+    ctx: Context,
+    *,
+    status: Literal["completed", "deferred"],
+    evidence: str | None = None,
+    reason: str | None = None,
+    run: CheckRun | None = None,
+    owner_approved: bool = False,
+) -> Result:
+    need = _gates(live, task_id)
+    if isinstance(need, Refusal):
+        return need
+    task = need.task
+    extra: dict[str, object] = {}
+    root: dict[str, object] = {}
+    if need.checked and status == "deferred" and not owner_approved:
+        return refusal("skip-needs-owner")
+    if need.checked and status == "completed":
+        # Only plangate's own passing run of exactly these checks completes the task: the
+        # model's evidence text is not proof (docs/checks.md).
+        if run is None:
+            return refusal("checks-unavailable")
+        if [r.command for r in run.results] + run.not_run != list(need.commands):
+            return refusal("checks-changed")
+        if not run.passed:
+            return refusal("checks-failed", report=failure_report(run))
+        own = [r for r in run.results if r.command in need.task_checks]
+        evidence = evidence_text(run.results)
+        extra["check_results"] = own
+        if need.plan_checks:
+            root["check_results"] = [r for r in run.results if r.command in need.plan_checks]
+    if run is not None and live.check_baseline is not None:
+        root["changed_tests"] = list(run.changed)
     done = task.model_copy(
         update={
             "status": status,
             "evidence": evidence if evidence is not None else task.evidence,
             "reason": reason if reason is not None else task.reason,
+            **extra,
         }
     )
     tasks = _replace(live.tasks, done)
-    updated = touch(live, ctx, tasks=tasks)
+    updated = touch(live, ctx, tasks=tasks, **root)
     verb = "Completed" if status == "completed" else "Skipped (deferred)"
+    if run is not None and status == "completed":
+        verb = "Checks passed: " + "; ".join(result_line(r) for r in run.results) + ". Completed"
     effect: CriteriaEffect = ClearCriteria() if task.status == "in_progress" else None
     if not any(t.status in ("pending", "in_progress") for t in tasks):
         return Transition(
@@ -174,12 +248,18 @@ def complete(
     task_id: str | None,
     evidence: str | None,
     ctx: Context,
+    *,
+    run: CheckRun | None = None,
 ) -> Result:
-    """``complete``: the in-progress task (or ``task_id``); the last one archives the plan."""
+    """``complete``: the in-progress task (or ``task_id``); the last one archives the plan.
+
+    A task with checks (its own, or the plan's when it is the last) completes only with
+    ``run``, plangate's passing run of exactly those checks; its evidence is then plangate's.
+    """
     live = _checklist_gate(sidecar, md)
     if isinstance(live, Refusal):
         return live
-    return _finish(live, task_id, ctx, status="completed", evidence=evidence)
+    return _finish(live, task_id, ctx, status="completed", evidence=evidence, run=run)
 
 
 def skip(
@@ -188,14 +268,24 @@ def skip(
     task_id: str | None,
     reason: str | None,
     ctx: Context,
+    *,
+    owner_approved: bool = False,
 ) -> Result:
-    """``skip``: marks the task deferred with its (required) reason."""
+    """``skip``: marks the task deferred with its (required) reason; a task with checks
+    only with the owner's approval."""
     live = _checklist_gate(sidecar, md)
     if isinstance(live, Refusal):
         return live
     if reason is None or not reason.strip():
         return refusal("reason-required")
-    return _finish(live, task_id, ctx, status="deferred", reason=reason.strip())
+    return _finish(
+        live,
+        task_id,
+        ctx,
+        status="deferred",
+        reason=reason.strip(),
+        owner_approved=owner_approved,
+    )
 
 
 # --- show ---------------------------------------------------------------------------------

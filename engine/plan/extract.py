@@ -11,9 +11,13 @@ The rules as implemented are written down in docs/extraction.md.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from markdown_it import MarkdownIt
+
+from engine.checks.types import MAX_CHECKS, check_problem
 from engine.plan.mdsource import (
+    CHECKS_SECTION,
     Block,
     Doc,
     Section,
@@ -35,8 +39,10 @@ __all__ = [
     "MISSING_TARGET_STATE",
     "MISSING_TITLE",
     "WorkItem",
+    "checks_in_criteria",
     "extract_work_items",
     "located_work_items",
+    "plan_checks",
     "validate_template_b",
 ]
 
@@ -71,6 +77,8 @@ class WorkItem:
     title: str
     description: str
     acceptance_criteria: list[str]
+    # Commands its Done when names as checks (docs/checks.md), in order.
+    checks: list[str] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- items
@@ -240,6 +248,7 @@ def _finish(doc: Doc, raw: _Raw) -> WorkItem:
             title=raw.path[-1].strip(),
             description="\n".join(trim_blank_tail(trim_blank_head(rest))),
             acceptance_criteria=criteria,
+            checks=checks_in_criteria(criteria),
         )
     own = "\n".join(raw.own)
     body = "\n\n".join([*ctx_text, own]) if ctx_text else own
@@ -265,6 +274,7 @@ def _finish(doc: Doc, raw: _Raw) -> WorkItem:
         title=title,
         description="\n".join(trim_blank_tail(trim_blank_head(desc_lines))),
         acceptance_criteria=criteria,
+        checks=checks_in_criteria(criteria),
     )
 
 
@@ -301,6 +311,70 @@ def located_work_items(markdown: str) -> list[tuple[int, bool, WorkItem]]:
         raws.extend(_section_raws(doc, section, inherited))
     raws.sort(key=lambda r: r.line)  # stable: document order, sections already in order
     return [(r.line, not r.heading_named, _finish(doc, r)) for r in raws]
+
+
+# --------------------------------------------------------------------------- checks
+
+_INLINE = MarkdownIt("commonmark")
+# What makes a code span in a Done when a check: the words right after it.
+_VERDICT = re.compile(
+    r"^\s*(?:passes|pass|succeeds|succeed|exits 0|exit 0|exits with 0|returns 0|is green|are green)"
+    r"\b",
+    re.I,
+)
+
+
+def _keep(found: list[str], command: str) -> None:
+    command = command.strip()
+    if command and command not in found and check_problem([command]) is None:
+        found.append(command)
+
+
+def checks_in_criteria(criteria: list[str]) -> list[str]:
+    """The commands a step's ``Done when:`` criteria name as checks, in order, deduplicated.
+
+    A code span is a check when the words after it say it passes (``passes``, ``succeeds``,
+    ``exits 0``, ``returns 0``, ``is green``) or when the criterion is that one code span and
+    nothing else; any other code span (``hello("x")`` returns ...) is prose.
+    """
+    found: list[str] = []
+    for criterion in criteria:
+        for token in _INLINE.parseInline(criterion):
+            children = token.children or []
+            spans = [c for c in children if c.type == "code_inline"]
+            if len(spans) == 1 and all(
+                c.type == "code_inline" or not c.content.strip() for c in children
+            ):
+                _keep(found, spans[0].content)
+                continue
+            for k, child in enumerate(children):
+                if child.type != "code_inline":
+                    continue
+                after = children[k + 1] if k + 1 < len(children) else None
+                if after is not None and after.type == "text" and _VERDICT.match(after.content):
+                    _keep(found, child.content)
+    return found[:MAX_CHECKS]
+
+
+def plan_checks(markdown: str) -> list[str]:
+    """The commands of the plan's ``## Checks`` section: every code span in its prose and
+    lists, and every non-blank line of its code blocks (``#`` comment lines skipped)."""
+    doc = parse_plan(markdown)
+    found: list[str] = []
+    for section in doc.sections:
+        if section.level != 2 or norm_name(section.name) != CHECKS_SECTION:
+            continue
+        for block in section.blocks:
+            for token in block.tokens:
+                if token.type in ("fence", "code_block"):
+                    for line in token.content.split("\n"):
+                        if line.strip() and not line.lstrip().startswith("#"):
+                            _keep(found, line)
+                elif token.type == "inline":
+                    for child in token.children or []:
+                        if child.type == "code_inline":
+                            _keep(found, child.content)
+    return found[:MAX_CHECKS]
 
 
 # --------------------------------------------------------------------------- template B

@@ -79,6 +79,8 @@ def read_import(
             title=item.title,
             description=item.description,
             acceptance_criteria=tuple(item.acceptance_criteria),
+            # A Markdown import keeps its checks: they only ever add gates (docs/checks.md).
+            checks=tuple(getattr(item, "checks", ())),
         )
         for item in items
         if item.title.strip()

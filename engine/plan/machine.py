@@ -36,6 +36,8 @@ class TaskSpec:
     description: str = ""
     acceptance_criteria: tuple[str, ...] = ()
     dependencies: tuple[str, ...] = ()
+    # Only a Markdown import names checks; the model's own task lists never do.
+    checks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +185,7 @@ def make_tasks(
                 acceptance_criteria=list(spec.acceptance_criteria),
                 dependencies=list(spec.dependencies),
                 source=source,
+                checks=list(spec.checks),
             )
         )
     return minted, next_task_id + len(specs)
@@ -313,6 +316,9 @@ class ApproveInput:
     next_task_id: int
     # Who approved, in order (engine.roles.votes); empty: the actor alone, now.
     approved_by: tuple[PlanApproval, ...] = ()
+    # The plan's ``## Checks`` and the snapshot of what its checks watch (docs/checks.md).
+    checks: tuple[str, ...] = ()
+    check_baseline: dict[str, str] | None = None
 
 
 def approve_check(
@@ -349,6 +355,9 @@ def approve(sidecar: PlanSidecar | None, md: str | None, inp: ApproveInput, ctx:
         "approved_by": list(inp.approved_by)
         or ([PlanApproval(user_id=inp.actor, at=ctx.now)] if inp.actor is not None else []),
         "revising": None,
+        "checks": list(inp.checks),
+        "check_baseline": inp.check_baseline,
+        "changed_tests": [],
     }
     if md is not None:
         update["description"] = md

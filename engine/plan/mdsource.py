@@ -16,8 +16,10 @@ from markdown_it.token import Token
 _PARSER = MarkdownIt("commonmark")
 
 # Sections that describe the plan rather than its work (matched case-insensitively, trimmed,
-# a trailing colon ignored). Their subsections are not work either.
-NON_WORK = frozenset({"context", "risks", "open questions", "notes"})
+# a trailing colon ignored). Their subsections are not work either. ``## Checks`` names the
+# whole plan's checks (docs/checks.md): gates, never tasks.
+NON_WORK = frozenset({"context", "risks", "open questions", "notes", "checks"})
+CHECKS_SECTION = "checks"
 
 _MARKER = re.compile(r"^([ \t]*)([-*+]|\d{1,9}[.)])")
 _PROSE_TYPES = frozenset({"paragraph_open", "blockquote_open", "html_block"})

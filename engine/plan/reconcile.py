@@ -54,6 +54,7 @@ def _new_task(item: WorkItem, task_id: str, order: int) -> PlanTask:
         acceptance_criteria=list(item.acceptance_criteria),
         status="pending",
         source="plan",
+        checks=list(item.checks),
         plan_identity=PlanIdentity(
             version=1, heading_path=list(item.heading_path), work_body=item.work_body
         ),
@@ -112,6 +113,9 @@ def reconcile_tasks(
                     "status": match.status,
                     "evidence": match.evidence,
                     "reason": match.reason,
+                    # Same identity, so the same Done when and the same checks: their proof
+                    # carries with the status.
+                    "check_results": list(match.check_results),
                     "plan_provenance": PlanProvenance(plan_id=previous_plan_id, task_id=match.id),
                 }
             )

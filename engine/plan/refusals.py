@@ -3,7 +3,7 @@
 A refusal is a value, never an exception: the tool returns its text to the model as an error
 result, a command returns it to the chat. Tests check the code; the text never varies, except
 that ``template-incomplete`` and ``approve-template`` append the validator's list of what is
-missing.
+missing and ``checks-failed`` appends plangate's record of the failed run.
 """
 
 from __future__ import annotations
@@ -121,6 +121,23 @@ TEXTS: dict[str, str] = {
         "Not sent (template-incomplete): the plan .md does not follow template B yet. "
         "Fix what is missing, then call plan submit again. Missing:"
     ),
+    # --- plan tool: checks (docs/checks.md) ----------------------------------------------------
+    "checks-failed": (
+        "Not completed (checks-failed): a check failed, so the task stays in progress. Fix the "
+        "cause (not the check), then call plan complete again. plangate ran:"
+    ),
+    "checks-changed": (
+        "Not completed (checks-changed): the task's checks changed while they ran. "
+        "Call plan complete again."
+    ),
+    "checks-unavailable": (
+        "Refused (checks-unavailable): this task has checks and plangate cannot run them here, "
+        "so it cannot be completed. Tell the owner."
+    ),
+    "skip-needs-owner": (
+        "Refused (skip-needs-owner): this task has checks, so skipping it needs the owner's "
+        "approval, and it was not given. Make the checks pass and complete the task instead."
+    ),
     "unknown-op": (
         "Refused (unknown-op): op must be one of init, add_tasks, add_task, start, complete, "
         "skip, submit, show."
@@ -147,9 +164,12 @@ TEXTS: dict[str, str] = {
 }
 
 
-def refusal(code: str, detail: list[str] | None = None) -> Refusal:
-    """The refusal for ``code``; ``detail`` lines follow the fixed text (only for lists)."""
+def refusal(code: str, detail: list[str] | None = None, *, report: str | None = None) -> Refusal:
+    """The refusal for ``code``; ``detail`` lines follow the fixed text (only for lists);
+    ``report`` (plangate's record of a failed check run) follows it verbatim."""
     text = TEXTS[code]
     if detail:
         text = text + "\n" + "\n".join(f"- {line}" for line in detail)
+    if report:
+        text = text + "\n" + report
     return Refusal(code=code, text=text)

@@ -17,9 +17,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+from engine.checks.runner import CheckRunner
+from engine.checks.watch import snapshot
 from engine.events import PlanChanged, PlanMode, SessionEvent
 from engine.plan import checklist, machine
+from engine.plan.checklist import Gates
 from engine.plan.criteria import TaskCriteriaSink
 from engine.plan.gate import PlanGateView
 from engine.plan.importer import read_import
@@ -39,6 +43,16 @@ from engine.ports import Clock, EventLog
 from engine.projections import PlanModeState, apply_plan_mode_event
 
 _log = logging.getLogger("plangate.plan.service")
+
+
+def _all_checks(plan_checks: Sequence[str], items: Sequence[Any]) -> tuple[str, ...]:
+    """Every check a plan names (the plan's, then each task's or work item's), once each."""
+    found: list[str] = []
+    for command in [*plan_checks, *(c for i in items for c in getattr(i, "checks", ()))]:
+        if command not in found:
+            found.append(command)
+    return tuple(found)
+
 
 CORRUPT_NOTICE = (
     "The plan file of this session could not be read; it was moved aside to {path}. "
@@ -89,8 +103,10 @@ class PlanService:
     """The plan lifecycle of every session.
 
     ``criteria`` receives task acceptance criteria (the GoalService); ``seeding`` defaults to
-    the real extractor and reconciler. Reads are served from a per-session cache that every
-    write goes through, so one process must own a session's plan files.
+    the real extractor and reconciler; ``checks`` runs the checks a task's completion needs
+    (docs/checks.md; without it a task with checks cannot complete). Reads are served from a
+    per-session cache that every write goes through, so one process must own a session's plan
+    files.
     """
 
     def __init__(
@@ -102,9 +118,11 @@ class PlanService:
         clock: Clock = time.time,
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         seeding: Seeding | None = None,
+        checks: CheckRunner | None = None,
         approvers: ApproversLookup | None = None,
     ) -> None:
         self._store = store
+        self._checks = checks
         self._approvers = approvers
         self._log = log
         self._criteria = criteria
@@ -369,6 +387,11 @@ class PlanService:
         if self._approvers is not None and current is not None:
             # Read before the lock (it reads the log); approve_check refuses a stale revision.
             approved_by = tuple(await self._approvers(session_id, current.id, revision))
+        # Extracted once before the lock (the snapshot of what the checks watch is file IO);
+        # reused under it when the text is still the same.
+        before = await self.md_text(session_id)
+        early = list(seeding.extract(before)) if before else []
+        baseline = await self._baseline(session_id, before, early)
 
         def decide(live: _Live, ctx: Context) -> Transition | Refusal:
             sidecar = live.sidecar
@@ -379,7 +402,7 @@ class PlanService:
             missing = tuple(seeding.validate(text))
             if missing:
                 return refusal("approve-template", list(missing))
-            items = list(seeding.extract(text))
+            items = early if before and text == before else list(seeding.extract(text))
             if checked.revising is not None:
                 tasks, next_id = seeding.reconcile(
                     previous=checked.revising.tasks,
@@ -389,6 +412,8 @@ class PlanService:
                 )
             else:
                 tasks, next_id = seeding.seed(items, next_task_id=checked.next_task_id)
+            plan_checks = tuple(seeding.plan_checks(text))
+            watched = _all_checks(plan_checks, tasks)
             inp = machine.ApproveInput(
                 revision=revision,
                 actor=actor,
@@ -397,10 +422,27 @@ class PlanService:
                 approved_by=approved_by
                 if sidecar is not None and current is not None and sidecar.id == current.id
                 else (),
+                checks=plan_checks,
+                # Taken before the lock from the same text (else the approval is stale).
+                check_baseline=baseline[1] if baseline and baseline[0] == watched else None,
             )
             return machine.approve(sidecar, live.md, inp, ctx)
 
         return await self._run(session_id, decide)
+
+    async def _baseline(
+        self, session_id: str, text: str | None, items: Sequence[Any]
+    ) -> tuple[tuple[str, ...], dict[str, str]] | None:
+        """The snapshot of the files the checks of ``text`` (extracted as ``items``) watch
+        (docs/checks.md "changed tests"); ``None`` without checks or a workspace."""
+        sidecar = await self.current(session_id)
+        if sidecar is None or not text or not sidecar.working_directory:
+            return None
+        watched = _all_checks(tuple(self._seed().plan_checks(text)), items)
+        if not watched:
+            return None
+        workspace = Path(sidecar.working_directory)
+        return watched, await asyncio.to_thread(snapshot, list(watched), workspace)
 
     async def revise(self, session_id: str) -> PlanResult:
         """Active design plan -> Editing; the checklist is kept in ``revising``."""
@@ -508,22 +550,69 @@ class PlanService:
             session_id, lambda live, ctx: checklist.start(live.sidecar, live.md, task_id, ctx)
         )
 
+    async def gates(self, session_id: str, task_id: str | None = None) -> Gates | None:
+        """The checks finishing ``task_id`` (or the task in progress) needs; ``None`` when it
+        cannot be finished now (the operation itself then says why)."""
+        async with self._lock(session_id):
+            live = await self._load_locked(session_id)
+            found = checklist.gates(live.sidecar, live.md, task_id)
+        return found if isinstance(found, Gates) else None
+
     async def complete(
-        self, session_id: str, task_id: str | None = None, evidence: str | None = None
+        self,
+        session_id: str,
+        task_id: str | None = None,
+        evidence: str | None = None,
+        *,
+        workspace: Path | None = None,
     ) -> PlanResult:
-        """Complete the in-progress task (or ``task_id``); the last one archives the plan."""
-        return await self._run(
-            session_id,
-            lambda live, ctx: checklist.complete(live.sidecar, live.md, task_id, evidence, ctx),
+        """Complete the in-progress task (or ``task_id``); the last one archives the plan.
+
+        A task with checks: they run first in ``workspace`` (no lock held meanwhile), and the
+        task completes only if all pass and it is still the same task with the same checks;
+        otherwise the refusal carries plangate's record of the run (docs/checks.md).
+        """
+        need = await self.gates(session_id, task_id)
+        if need is None or not need.checked or self._checks is None or workspace is None:
+            return await self._run(
+                session_id,
+                lambda live, ctx: checklist.complete(live.sidecar, live.md, task_id, evidence, ctx),
+            )
+        sidecar = await self.current(session_id)
+        assert sidecar is not None  # gates found a task to finish
+        plan_id = sidecar.id
+        md_path = await self._store.md_path(session_id)
+        run = await self._checks.run(
+            list(need.commands),
+            session_id=session_id,
+            workspace=workspace,
+            hidden=[md_path.parent],
+            baseline=sidecar.check_baseline,
+            watch=list(_all_checks(tuple(sidecar.checks), sidecar.tasks)),
         )
 
+        def decide(live: _Live, ctx: Context) -> Transition | Refusal:
+            if live.sidecar is None or live.sidecar.id != plan_id:
+                return refusal("checks-changed")
+            return checklist.complete(live.sidecar, live.md, need.task.id, None, ctx, run=run)
+
+        return await self._run(session_id, decide)
+
     async def skip(
-        self, session_id: str, task_id: str | None = None, reason: str | None = None
+        self,
+        session_id: str,
+        task_id: str | None = None,
+        reason: str | None = None,
+        *,
+        owner_approved: bool = False,
     ) -> PlanResult:
-        """Defer the in-progress task (or ``task_id``) with a reason."""
+        """Defer the in-progress task (or ``task_id``) with a reason; a task with checks
+        only ``owner_approved`` (the tool asked the owner)."""
         return await self._run(
             session_id,
-            lambda live, ctx: checklist.skip(live.sidecar, live.md, task_id, reason, ctx),
+            lambda live, ctx: checklist.skip(
+                live.sidecar, live.md, task_id, reason, ctx, owner_approved=owner_approved
+            ),
         )
 
     async def submit(self, session_id: str) -> PlanResult:

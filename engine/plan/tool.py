@@ -9,6 +9,7 @@ with a stable code (engine.plan.refusals) as an error result.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from engine.events import GoalRoundSource
@@ -51,6 +52,11 @@ def _opt_str(args: dict[str, Any], key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
+# Asks the owner about a call (``what`` is the line the owner reads): ``None`` when allowed,
+# else the denial the model is told. A skip of a task with checks goes through it.
+OwnerAsk = Callable[[ToolContext, str], Awaitable[str | None]]
+
+
 def _outcome(result: PlanResult) -> ToolOutcome:
     return ToolOutcome(content=result.text, is_error=not result.ok)
 
@@ -61,8 +67,9 @@ class PlanTool:
     name = "plan"
     description = DESCRIPTION
 
-    def __init__(self, plans: PlanService) -> None:
+    def __init__(self, plans: PlanService, *, ask_owner: OwnerAsk | None = None) -> None:
         self._plans = plans
+        self._ask_owner = ask_owner
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -125,17 +132,37 @@ class PlanTool:
             return _outcome(await plans.start(sid, _opt_str(args, "task_id")))
         if op == "complete":
             return _outcome(
-                await plans.complete(sid, _opt_str(args, "task_id"), _opt_str(args, "evidence"))
+                await plans.complete(
+                    sid,
+                    _opt_str(args, "task_id"),
+                    _opt_str(args, "evidence"),
+                    workspace=ctx.workspace,
+                )
             )
         if op == "skip":
-            return _outcome(
-                await plans.skip(sid, _opt_str(args, "task_id"), _opt_str(args, "reason"))
-            )
+            return await self._skip(_opt_str(args, "task_id"), _opt_str(args, "reason"), ctx)
         if op == "submit":
             return _outcome(await plans.submit(sid))
         if op == "show":
             return _outcome(await plans.show(sid))
         return _error("unknown-op")
+
+    async def _skip(self, task_id: str | None, reason: str | None, ctx: ToolContext) -> ToolOutcome:
+        """A skip; a task with checks is skipped only once the owner allowed it."""
+        plans = self._plans
+        need = await plans.gates(ctx.session_id, task_id)
+        if need is None or not need.checked or reason is None or not reason.strip():
+            return _outcome(await plans.skip(ctx.session_id, task_id, reason))
+        if self._ask_owner is None:
+            return _error("skip-needs-owner")
+        checks = ", ".join(f"`{c}`" for c in need.commands)
+        what = f"skip task {need.task.id} ({need.task.title}) without its checks {checks}: {reason}"
+        denied = await self._ask_owner(ctx, what)
+        if denied is not None:
+            return ToolOutcome(
+                content=f"{refusal('skip-needs-owner').text}\n{denied}", is_error=True
+            )
+        return _outcome(await plans.skip(ctx.session_id, need.task.id, reason, owner_approved=True))
 
 
 def _error(code: str) -> ToolOutcome:

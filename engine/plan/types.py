@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from engine.checks.types import CheckResult
+
 PlanStatus = Literal["Editing", "Active"]
 TaskStatus = Literal["pending", "in_progress", "completed", "deferred"]
 TaskSource = Literal["plan", "agent"]
@@ -55,6 +57,10 @@ class PlanTask(BaseModel):
     plan_provenance: PlanProvenance | None = None
     evidence: str | None = None
     reason: str | None = None
+    # Commands that must pass before the task completes (docs/checks.md), and plangate's
+    # record of the passing run that completed it.
+    checks: list[str] = Field(default_factory=list)
+    check_results: list[CheckResult] = Field(default_factory=list)
 
 
 class PlanFlow(BaseModel):
@@ -129,6 +135,14 @@ class PlanSidecar(BaseModel):
     # The revision the agent last submitted for review; the card shows review while it equals
     # ``revision`` (an .md write bumps the revision and ends the review).
     submitted_revision: int | None = None
+    # The whole plan's checks (its ``## Checks`` section), run before the last task completes,
+    # and the passing run's record (docs/checks.md).
+    checks: list[str] = Field(default_factory=list)
+    check_results: list[CheckResult] = Field(default_factory=list)
+    # SHA-256 of every file the checks watch, taken at approval; and the watched files that
+    # differed at the last completion ("changed tests" on the Done card).
+    check_baseline: dict[str, str] | None = None
+    changed_tests: list[str] = Field(default_factory=list)
 
     _approved_by = field_validator("approved_by", mode="before")(_approvals)
 

@@ -24,14 +24,22 @@ import json
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from engine.plan.gate import GATE_TEXTS, PlanGateView
 from engine.tools.base import ToolContext, ToolOutcome
-from engine.tools.sandbox import PidsCgroup, SandboxSettings, bwrap_argv, find_pids_cgroup, probe
+from engine.tools.sandbox import (
+    PidsCgroup,
+    SandboxSettings,
+    bwrap_argv,
+    find_pids_cgroup,
+    helper_env,
+    probe,
+    sandbox_env,
+)
 from engine.tools.workspace import WorkspaceLocks
 
 # The plan state and the session .md at the moment of a call (NoPlan when not given).
@@ -109,6 +117,23 @@ async def kill_process_group(process: asyncio.subprocess.Process, *, grace_s: fl
         await wait_exit(process, timeout_s=grace_s)
 
 
+@dataclass(frozen=True, slots=True)
+class CommandRun:
+    """How one sandboxed command ended, before it is worded for the model.
+
+    ``exit_code`` is ``None`` when it timed out or never started (``problem`` says why);
+    ``output`` is stdout and stderr merged, capped at the output limit (its head, or with
+    ``keep="tail"`` its end); ``cut`` counts the characters and bytes left out.
+    """
+
+    exit_code: int | None
+    output: str
+    timed_out: bool = False
+    timeout_s: float = 0.0
+    cut: tuple[int, int] = (0, 0)
+    problem: str | None = None
+
+
 class BashTool:
     """``bash {command, timeout_s?}``; tracks running groups per session for ``kill_session``."""
 
@@ -162,37 +187,85 @@ class BashTool:
             return ToolOutcome("error: timeout_s must be a positive number", is_error=True)
         timeout_s = min(float(timeout_s), self._limits.max_timeout_s)
         async with self._locks.lock_for(ctx.workspace):
-            return await self._run(command, timeout_s, ctx)
+            view = (
+                await self._plan_view(ctx.session_id)
+                if self._plan_view is not None
+                else PlanGateView(state="none")
+            )
+            if view.state == "post_init":  # the gate refuses first; this holds without it too
+                return ToolOutcome(GATE_TEXTS["gate-editing-bash"], is_error=True)
+            hidden = [view.md_path.parent] if view.md_path is not None else []
+            ran = await self._run(
+                command,
+                timeout_s,
+                session_id=ctx.session_id,
+                workspace=ctx.workspace,
+                writable=view.state != "pre_init",
+                sandbox=self._sandbox,
+                hidden=hidden,
+            )
+        if ran.problem is not None:
+            return ToolOutcome(ran.problem, is_error=True)
+        return self._outcome(ran)
 
-    async def _run(self, command: str, timeout_s: float, ctx: ToolContext) -> ToolOutcome:
-        view = (
-            await self._plan_view(ctx.session_id)
-            if self._plan_view is not None
-            else PlanGateView(state="none")
-        )
-        if view.state == "post_init":  # the gate refuses first; this holds without it too
-            return ToolOutcome(GATE_TEXTS["gate-editing-bash"], is_error=True)
-        if not self._sandbox.enabled:
+    async def run_check(
+        self,
+        command: str,
+        *,
+        session_id: str,
+        workspace: Path,
+        hidden: Sequence[Path] = (),
+    ) -> CommandRun:
+        """Run a check (docs/checks.md): the same sandbox as a call, with the workspace
+        read-only and the network off whatever the settings say, the longest timeout a call
+        may ask for, and the END of the output kept (a test runner's verdict is last)."""
+        sandbox = replace(self._sandbox, network=False)
+        async with self._locks.lock_for(workspace):
+            return await self._run(
+                command,
+                self._limits.max_timeout_s,
+                session_id=session_id,
+                workspace=workspace,
+                writable=False,
+                sandbox=sandbox,
+                hidden=hidden,
+                keep="tail",
+            )
+
+    async def _run(
+        self,
+        command: str,
+        timeout_s: float,
+        *,
+        session_id: str,
+        workspace: Path,
+        writable: bool,
+        sandbox: SandboxSettings,
+        hidden: Sequence[Path],
+        keep: Literal["head", "tail"] = "head",
+    ) -> CommandRun:
+        if not sandbox.enabled:
+            # Unconfined on purpose, but still without the bot's secrets.
             process = await self._spawn(
                 ["bash", "-c", command],
-                cwd=str(ctx.workspace),
+                cwd=str(workspace),
+                env=sandbox_env(sandbox, os.environ),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
             )
-            return await self._collect(process, timeout_s, ctx, _Confined())
-        status = await asyncio.to_thread(probe, self._sandbox)
+            return await self._collect(process, timeout_s, session_id, _Confined(), keep)
+        status = await asyncio.to_thread(probe, sandbox)
         if status.problem is not None:
-            return ToolOutcome(status.problem, is_error=True)
-        hidden = [view.md_path.parent] if view.md_path is not None else []
+            return CommandRun(exit_code=None, output="", problem=status.problem)
         info_r, info_w = os.pipe()
         cgroup: PidsCgroup | None = None
         try:
             argv = bwrap_argv(
-                self._sandbox,
-                workspace=ctx.workspace,
-                writable=view.state != "pre_init",
+                sandbox,
+                workspace=workspace,
+                writable=writable,
                 command=command,
                 hidden=hidden,
                 info_fd=info_w,
@@ -200,9 +273,7 @@ class BashTool:
             if status.process_limit == "cgroup":
                 # Reading mountinfo and making the folder are file IO: off the event loop. A
                 # /stop meanwhile still waits for the folder, so the clean-up below removes it.
-                made = asyncio.ensure_future(
-                    asyncio.to_thread(_new_cgroup, self._sandbox.max_processes)
-                )
+                made = asyncio.ensure_future(asyncio.to_thread(_new_cgroup, sandbox.max_processes))
                 try:
                     cgroup = await asyncio.shield(made)
                 except asyncio.CancelledError:
@@ -213,6 +284,7 @@ class BashTool:
             process = await self._spawn(
                 argv,
                 cwd="/",
+                env=helper_env(),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
@@ -227,7 +299,7 @@ class BashTool:
         finally:
             os.close(info_w)
         confined = _Confined(cgroup=cgroup, info=asyncio.create_task(_read_info(info_r)))
-        return await self._collect(process, timeout_s, ctx, confined)
+        return await self._collect(process, timeout_s, session_id, confined, keep)
 
     async def _spawn(self, argv: list[str], **kwargs: Any) -> asyncio.subprocess.Process:
         """Start ``argv``; a cancellation during the start still kills the whole group.
@@ -248,10 +320,11 @@ class BashTool:
         self,
         process: asyncio.subprocess.Process,
         timeout_s: float,
-        ctx: ToolContext,
+        session_id: str,
         confined: _Confined,
-    ) -> ToolOutcome:
-        running = self._running.setdefault(ctx.session_id, set())
+        keep: Literal["head", "tail"],
+    ) -> CommandRun:
+        running = self._running.setdefault(session_id, set())
         running.add(process)
         collected = bytearray()
         dropped = 0
@@ -261,6 +334,13 @@ class BashTool:
             nonlocal dropped
             assert process.stdout is not None
             while chunk := await process.stdout.read(65536):
+                if keep == "tail":
+                    collected.extend(chunk)
+                    over = len(collected) - cap
+                    if over > 0:
+                        del collected[:over]
+                        dropped += over
+                    continue
                 room = cap - len(collected)
                 collected.extend(chunk[: max(room, 0)])
                 dropped += max(len(chunk) - max(room, 0), 0)
@@ -286,23 +366,30 @@ class BashTool:
         finally:
             running.discard(process)
             await confined.finish(self._limits.kill_grace_s + 1.0)
-        return self._outcome(collected, dropped, process.returncode, timed_out, timeout_s)
-
-    def _outcome(
-        self, data: bytearray, dropped: int, code: int | None, timed_out: bool, timeout_s: float
-    ) -> ToolOutcome:
-        text = data.decode("utf-8", "replace")
+        text = collected.decode("utf-8", "replace")
         limit = self._limits.output_chars
+        extra = max(len(text) - limit, 0)
+        if extra:
+            text = text[-limit:] if keep == "tail" else text[:limit]
+        return CommandRun(
+            exit_code=None if timed_out else process.returncode,
+            output=text,
+            timed_out=timed_out,
+            timeout_s=timeout_s,
+            cut=(extra, dropped),
+        )
+
+    def _outcome(self, ran: CommandRun) -> ToolOutcome:
+        text = ran.output
+        extra, dropped = ran.cut
         note = ""
-        if len(text) > limit or dropped:
-            extra = max(len(text) - limit, 0)
-            text = text[:limit]
+        if extra or dropped:
             note = f"\n[output cut: {extra} more characters and {dropped} more bytes not shown]"
-        if timed_out:
-            head = f"timed out after {timeout_s:g}s; the process group was killed"
+        if ran.timed_out:
+            head = f"timed out after {ran.timeout_s:g}s; the process group was killed"
             return ToolOutcome(f"{head}\n{text}{note}".rstrip(), is_error=True)
-        head = f"exit code {code}"
-        return ToolOutcome(f"{head}\n{text}{note}".rstrip(), is_error=code != 0)
+        head = f"exit code {ran.exit_code}"
+        return ToolOutcome(f"{head}\n{text}{note}".rstrip(), is_error=ran.exit_code != 0)
 
 
 def _running(pid: int) -> bool:
@@ -394,4 +481,4 @@ class _Confined:
 
 log = logging.getLogger("plangate.tools.bash")
 
-__all__ = ["BashLimits", "BashTool", "PlanViewSource", "kill_process_group"]
+__all__ = ["BashLimits", "BashTool", "CommandRun", "PlanViewSource", "kill_process_group"]

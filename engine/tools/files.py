@@ -32,7 +32,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from engine.tools import search as _search_module
 from engine.tools.base import Tool, ToolContext, ToolOutcome
+from engine.tools.sandbox import helper_env
 from engine.tools.search import glob_match, walk_files
 from engine.tools.workspace import (
     OutsideWorkspace,
@@ -53,8 +55,13 @@ _T = TypeVar("_T")
 # anything on asyncio.to_thread) rely on, and a busy default pool never holds up a tool.
 _FILES_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="plangate-files")
 
-# The project root, put on the child's path so it runs this checkout's search module.
-_ROOT = str(Path(__file__).resolve().parents[2])
+# The search child runs this text, read once at start, with ``python -I -S -B -c``: isolated
+# mode puts neither its working folder nor PYTHONPATH nor the user's site on the import path,
+# and ``-S`` skips site-packages, so only the standard library can be imported; no file of
+# the project (a planted ``re.py`` or ``engine/__init__.py``) can run outside the sandbox,
+# even when the workspace is plangate's own checkout. The first line names it in ``ps``.
+SEARCH_CHILD_TAG = "# plangate grep search"
+_SEARCH_CODE = SEARCH_CHILD_TAG + "\n" + Path(_search_module.__file__).read_text(encoding="utf-8")
 
 
 async def _in_pool(fn: Callable[..., _T], *args: Any) -> _T:
@@ -311,19 +318,24 @@ class GrepTool(_FileTool):
 
 
 async def _search(request: dict[str, Any], timeout_s: float) -> ToolOutcome:
-    """Run one search in a child interpreter; kill it at ``timeout_s`` (or on cancel)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH")) if p)
+    """Run one search in a child interpreter; kill it at ``timeout_s`` (or on cancel).
+
+    The child is plangate's own code isolated from the project: ``python -I -S -B`` with the
+    module's text, started in ``/`` with :func:`helper_env` (no secret, no PYTHONPATH).
+    """
     try:
         child = await asyncio.create_subprocess_exec(
             sys.executable,
-            "-S",  # the search needs the standard library only: skip site-packages start-up
-            "-m",
-            "engine.tools.search",
+            "-I",
+            "-S",
+            "-B",
+            "-c",
+            _SEARCH_CODE,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
-            env=env,
+            cwd="/",
+            env=helper_env(),
         )
     except OSError as exc:
         return _error(f"error: grep could not start its search process: {exc.strerror or exc}")

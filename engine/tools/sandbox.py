@@ -96,6 +96,13 @@ class SandboxStatus:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
+def helper_env() -> dict[str, str]:
+    """The environment of a process plangate itself starts outside the sandbox (the grep
+    search, ``bwrap`` and the cgroup shell before it): a ``PATH`` and a locale, nothing of the
+    bot's (no token or key, no ``PYTHONPATH``, no ``HOME`` to find configuration in)."""
+    return {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"}
+
+
 def sandbox_env(settings: SandboxSettings, environ: Mapping[str, str]) -> dict[str, str]:
     """The whole environment inside the sandbox."""
     env = {
@@ -317,7 +324,9 @@ def _probe(settings: SandboxSettings) -> SandboxStatus:
     with tempfile.TemporaryDirectory(prefix="plangate-probe-") as folder:
         argv = bwrap_argv(settings, workspace=Path(folder), writable=True, command="true")
         try:
-            done = subprocess.run(argv, capture_output=True, timeout=20, check=False)
+            done = subprocess.run(
+                argv, capture_output=True, timeout=20, check=False, cwd="/", env=helper_env()
+            )
         except FileNotFoundError:
             return SandboxStatus(f"bash is unavailable: {settings.bwrap} is not installed; {FIX}")
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -355,6 +364,7 @@ __all__ = [
     "bwrap_argv",
     "find_pids_cgroup",
     "forbidden_env_name",
+    "helper_env",
     "probe",
     "sandbox_env",
 ]

@@ -3,8 +3,10 @@
 A regular expression from the model can backtrack for longer than the universe lasts
 (``^(a+)+$`` on forty ``a`` and a ``b``), and Python's ``re`` holds the interpreter while it
 does: run in a thread it freezes every chat. So the search runs here, in a child interpreter
-(``python -m engine.tools.search``) that the grep tool kills at its deadline. This module
-imports only the standard library so the child starts in tens of milliseconds.
+that the grep tool kills at its deadline. The child runs this file's text with
+``python -I -S -B -c`` in ``/`` and a clean environment (``engine.tools.files``): this module
+imports only the standard library, never the ``engine`` package, so nothing from the project's
+folder or the bot's environment can be imported into it, and it starts in tens of milliseconds.
 
 Only regular files are read: a FIFO, socket or device in the workspace is skipped by the walk,
 and every file is opened ``O_NONBLOCK`` and checked with ``fstat`` before it is read (a FIFO

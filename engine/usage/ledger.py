@@ -3,13 +3,20 @@
 Everything here is a function of ``model/usage`` records (and the clock value passed in); the
 async :class:`engine.usage.meter.UsageMeter` feeds it from the log and applies its answers.
 
-The budget rule, used for the goal budget and the daily cap alike: a model call is made only
-if ``used + estimated prompt tokens of this call <= limit``. The estimate is the session's last
-reported prompt tokens plus a quarter of the characters the request grew by since that call
-(the conversation only grows within a session), or a quarter of the whole request's
-characters when the session has no earlier call. Completion tokens are not known before the
-call, so a call that starts under the limit may end over it by its completion; no call starts
-past it.
+The budget rule, used for the goal budget and the daily cap alike: a model call reserves its
+estimated prompt tokens plus the ``max_tokens`` it sends before it goes out, and is made only if
+``used + reserved + estimated prompt + MIN_COMPLETION_TOKENS <= limit`` (``reserved``: what the
+calls still under way hold). Its ``max_tokens`` is the configured output limit, lowered to what
+is left of each limit after its prompt. When it returns, its reservation is replaced by the
+usage it reported. So however many chats call at once, a limit is passed only by what the prompt
+estimates missed, never by a completion. The estimate is the session's last reported prompt
+tokens plus a quarter of the characters the request grew by since that call (the conversation
+only grows within a session), or a quarter of the whole request's characters when the session
+has no earlier call.
+
+A server's figures are checked before they count (:func:`plausible`): a count past
+``MAX_PLAUSIBLE_TOKENS`` or a zero for a call that sent or returned something is a server's
+error, and the call is counted by its estimate instead.
 """
 
 from __future__ import annotations
@@ -27,6 +34,11 @@ from engine.events import ModelUsageRecord, StoredEvent
 # A rough tokenizer-free rule: English text and JSON run near four characters per token.
 CHARS_PER_TOKEN = 4
 DAY = 86_400.0
+
+# The least completion room a call is made with: below it a reply could not say anything useful.
+MIN_COMPLETION_TOKENS = 256
+# No model reads or writes this many tokens in one call: a larger figure is a server's error.
+MAX_PLAUSIBLE_TOKENS = 10_000_000
 
 _AMOUNT = re.compile(r"^(\d+(?:\.\d+)?)\s*([km]?)$", re.IGNORECASE)
 _SCALE = {"": 1, "k": 1_000, "m": 1_000_000}
@@ -47,9 +59,14 @@ class Totals:
         return self.prompt + self.completion
 
     def add(self, record: ModelUsageRecord) -> None:
-        self.prompt += record.prompt_tokens
-        self.completion += record.completion_tokens
-        self.cached += record.cached_tokens
+        # A record logged before figures were checked may hold a server's absurd count: its
+        # prompt estimate (logged beside it) stands in, so one bad call cannot wreck a day.
+        prompt, completion = record.prompt_tokens, record.completion_tokens
+        if prompt > MAX_PLAUSIBLE_TOKENS or completion > MAX_PLAUSIBLE_TOKENS:
+            prompt, completion = record.prompt_estimate, min(completion, MIN_COMPLETION_TOKENS)
+        self.prompt += prompt
+        self.completion += completion
+        self.cached += min(record.cached_tokens, prompt)
         self.calls += 1
         self.estimated_calls += 1 if record.estimated else 0
 
@@ -124,6 +141,17 @@ def estimate_prompt(chars: int, last: ModelUsageRecord | None) -> int:
     return last.prompt_tokens + chars_to_tokens(chars - last.request_chars)
 
 
+def plausible(*, prompt: int, completion: int, request_chars: int, replied: bool) -> bool:
+    """Whether a server's usage figures for one call can be true: neither past
+    ``MAX_PLAUSIBLE_TOKENS``, no zero prompt for a request that had characters, no zero
+    completion for a reply with text or tool calls."""
+    if not 0 <= prompt <= MAX_PLAUSIBLE_TOKENS or not 0 <= completion <= MAX_PLAUSIBLE_TOKENS:
+        return False
+    if prompt == 0 and request_chars > 0:
+        return False
+    return not (completion == 0 and replied)
+
+
 def estimate_completion(text: str, tool_calls: Iterable[tuple[str, dict[str, Any]]]) -> int:
     """Estimated completion tokens of a reply the server gave no usage for."""
     chars = len(text) + sum(
@@ -151,9 +179,28 @@ class BudgetRefusal:
 
 
 def would_cross(used: int, estimate: int, limit: int | None) -> bool:
-    """The budget rule: ``True`` when a call estimated at ``estimate`` prompt tokens must not
-    start (``used + estimate > limit``); never with no limit."""
+    """The budget rule: ``True`` when a call that needs ``estimate`` tokens must not start
+    (``used + estimate > limit``); never with no limit."""
     return limit is not None and used + estimate > limit
+
+
+def completion_room(
+    *,
+    prompt: int,
+    max_output: int,
+    day_used: int,
+    daily_cap: int | None,
+    goal_used: int | None = None,
+    goal_budget: int | None = None,
+) -> int:
+    """The ``max_tokens`` a call with ``prompt`` estimated prompt tokens may send: the output
+    limit, lowered to what each limit leaves after the prompt (never below 1)."""
+    room = max_output
+    if daily_cap is not None:
+        room = min(room, daily_cap - day_used - prompt)
+    if goal_budget is not None and goal_used is not None:
+        room = min(room, goal_budget - goal_used - prompt)
+    return max(1, room)
 
 
 def check_call(
@@ -163,14 +210,20 @@ def check_call(
     daily_cap: int | None,
     goal_used: int | None = None,
     goal_budget: int | None = None,
+    day_reserved: int = 0,
+    goal_reserved: int = 0,
     now: float,
 ) -> BudgetRefusal | None:
-    """``None`` when the call may start; else the refusal (the daily cap is checked first)."""
-    if would_cross(day_used, estimate, daily_cap):
+    """``None`` when the call may start; else the refusal (the daily cap is checked first).
+
+    ``estimate`` is what the call needs at least (its prompt estimate and the least completion
+    room); ``*_reserved`` is what calls under way hold against each limit."""
+    if would_cross(day_used + day_reserved, estimate, daily_cap):
         assert daily_cap is not None
+        held = f" ({fmt_tokens(day_reserved)} more held by calls under way)" if day_reserved else ""
         line = (
             f"Daily token cap reached: {fmt_tokens(day_used)} of {fmt_tokens(daily_cap)} used "
-            f"today, the next call needs about {fmt_tokens(estimate)}. It resets at "
+            f"today{held}, the next call needs about {fmt_tokens(estimate)}. It resets at "
             f"{reset_text(now)}; the owner can raise it with /usage cap <tokens>."
         )
         message = (
@@ -178,12 +231,13 @@ def check_call(
             f"{reset_text(now)}. Raise it with /usage cap <tokens> or wait, then Resume"
         )
         return BudgetRefusal("daily-cap", daily_cap, day_used, estimate, line, message)
-    if goal_used is not None and would_cross(goal_used, estimate, goal_budget):
+    if goal_used is not None and would_cross(goal_used + goal_reserved, estimate, goal_budget):
         assert goal_budget is not None
+        held = f" ({fmt_tokens(goal_reserved)} more held)" if goal_reserved else ""
         message = (
-            f"token budget used: {fmt_tokens(goal_used)} of {fmt_tokens(goal_budget)}, the next "
-            f"call needs about {fmt_tokens(estimate)}; raise it with /goal budget <tokens>, "
-            "then Resume"
+            f"token budget used: {fmt_tokens(goal_used)}{held} of {fmt_tokens(goal_budget)}, "
+            f"the next call needs about {fmt_tokens(estimate)}; raise it with "
+            "/goal budget <tokens>, then Resume"
         )
         line = f"Goal blocked (budget-limit): {message}."
         return BudgetRefusal("goal-budget", goal_budget, goal_used, estimate, line, message)
@@ -210,10 +264,15 @@ def reset_text(now: float) -> str:
 
 
 def cost(totals: Totals, price_input: float | None, price_output: float | None) -> float | None:
-    """Money for ``totals`` at prices per million tokens; ``None`` without both prices."""
+    """Money for ``totals`` at prices per million tokens; ``None`` without both prices (or for
+    sums too large for a float, which no honest bill reaches)."""
     if price_input is None or price_output is None:
         return None
-    return (totals.prompt * price_input + totals.completion * price_output) / 1_000_000
+    try:
+        value = (totals.prompt * price_input + totals.completion * price_output) / 1_000_000
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def parse_tokens(text: str) -> int | None:
@@ -249,11 +308,14 @@ def summary_line(totals: Totals, price_input: float | None, price_output: float 
 
 __all__ = [
     "CHARS_PER_TOKEN",
+    "MAX_PLAUSIBLE_TOKENS",
+    "MIN_COMPLETION_TOKENS",
     "BudgetRefusal",
     "SessionUsage",
     "Totals",
     "chars_to_tokens",
     "check_call",
+    "completion_room",
     "cost",
     "day_key",
     "day_start",
@@ -261,6 +323,7 @@ __all__ = [
     "estimate_prompt",
     "fmt_tokens",
     "parse_tokens",
+    "plausible",
     "request_chars",
     "reset_text",
     "summary_line",

@@ -1,7 +1,10 @@
 """UsageMeter: the usage ledger's async shell, the budget check before each model call.
 
-The agent asks :meth:`UsageMeter.check` before every model call and hands each call's
-``model/usage`` record to :meth:`UsageMeter.recorded` once it is in the log. Sums per session,
+The agent asks :meth:`UsageMeter.reserve` before every model call: the call's prompt estimate
+plus the ``max_tokens`` it will send are held against the daily cap and its goal's budget while
+it is under way (so six chats calling at once cannot all pass a cap that fits one), and
+:meth:`UsageMeter.recorded` replaces the hold by the call's ``model/usage`` record once it is in
+the log (:meth:`UsageMeter.release` drops a hold whose call failed). Sums per session,
 turn and goal are folded lazily from a session's log on first need; the day's sum (the daily
 cap is for the whole bot) is read once at start-up from every session's records of the UTC day
 (:class:`UsageHistory`), so all of it survives a restart. A refused goal round blocks its goal
@@ -13,8 +16,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, TypeVar, runtime_checkable
 
 from engine.events import (
     CommandRun,
@@ -28,16 +31,19 @@ from engine.goal.types import BUDGET_LIMIT
 from engine.model.types import ModelReply
 from engine.ports import Clock, EventLog
 from engine.usage.ledger import (
+    MIN_COMPLETION_TOKENS,
     BudgetRefusal,
     SessionUsage,
     Totals,
     chars_to_tokens,
     check_call,
+    completion_room,
     day_key,
     day_start,
     estimate_completion,
     estimate_prompt,
     fmt_tokens,
+    plausible,
     reset_text,
     summary_line,
 )
@@ -49,6 +55,7 @@ USAGE_TYPES = frozenset({ModelUsageRecord.model_fields["type"].default})
 CAP_COMMAND = "usage_cap"
 
 FooterMode = Literal["off", "private", "on"]
+_K = TypeVar("_K")
 
 
 @runtime_checkable
@@ -74,6 +81,26 @@ class UsageConfig:
     price_output: float | None = None
     # "private": the footer on closing replies in private chats only; "on": everywhere.
     footer: FooterMode = "private"
+    # The ``max_tokens`` of a call when no limit is near (PLANGATE_MAX_OUTPUT_TOKENS).
+    max_output_tokens: int = 4096
+
+
+@dataclass(slots=True, eq=False)
+class Reservation:
+    """What one model call under way holds against the limits: its prompt estimate and the
+    ``max_tokens`` it sends. Released once (settled by its record, or dropped)."""
+
+    session_id: str
+    goal_id: str | None
+    day: str
+    chars: int
+    prompt_estimate: int
+    max_tokens: int
+    released: bool = field(default=False)
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_estimate + self.max_tokens
 
 
 class UsageMeter:
@@ -94,6 +121,9 @@ class UsageMeter:
         self._sessions: dict[str, SessionUsage] = {}
         self._days: dict[str, Totals] = {}
         self._cap_override: int | None = None
+        # What the calls under way hold: per UTC day, and per (session, goal).
+        self._held_day: dict[str, int] = {}
+        self._held_goal: dict[tuple[str, str], int] = {}
         # Whether a session's chat is private (the composition root knows chats; we do not).
         self.is_private: Callable[[str], bool] = lambda _session_id: False
 
@@ -145,50 +175,106 @@ class UsageMeter:
 
     # --- the check and the record ---------------------------------------------------------
 
-    async def check(
-        self, session_id: str, source: MessageSource, *, chars: int | None, extra_chars: int = 0
-    ) -> tuple[BudgetRefusal | None, int]:
-        """Whether a call of ``chars`` request characters may start, and its prompt estimate.
+    async def reserve(
+        self,
+        session_id: str,
+        source: MessageSource,
+        *,
+        chars: int | None,
+        extra_chars: int = 0,
+        replacing: Reservation | None = None,
+    ) -> Reservation | BudgetRefusal:
+        """Hold what a call of ``chars`` request characters may use, or refuse it.
 
         ``chars=None``: the request is the session's last one plus ``extra_chars`` (a goal
-        round's check before its message is logged). A refused goal round blocks its goal
-        ``budget-limit`` (the daily cap and the goal budget both: either way no round can run
-        until the owner raises the limit, or the day turns, and resumes).
+        round's check before its message is logged). ``replacing``: the hold taken when this
+        call's goal round was admitted; it is swapped for this one and the call is never
+        refused (an admitted round makes its call, with what room is left). A refused goal
+        round blocks its goal ``budget-limit`` (the daily cap and the goal budget both: either
+        way no round can run until the owner raises the limit, or the day turns, and resumes).
         """
         usage = await self.session(session_id)
+        goal = None
+        goal_id: str | None = None
+        if isinstance(source, GoalRoundSource) and self._goals is not None:
+            goal = await self._goals.get(session_id)
+            if goal is not None and goal.id == source.goal_id:
+                goal_id = goal.id
+        # From here to the hold nothing awaits: no other call can take the same room.
+        if replacing is not None:
+            self.release(replacing)
         if chars is None:
             chars = (usage.last.request_chars if usage.last is not None else 0) + extra_chars
         estimate = estimate_prompt(chars, usage.last)
         goal_used = goal_budget = None
-        goal = None
-        if isinstance(source, GoalRoundSource) and self._goals is not None:
-            goal = await self._goals.get(session_id)
-            if goal is not None and goal.id == source.goal_id:
-                goal_budget = goal.token_budget
-                goal_used = usage.goal_tokens(goal.id)
+        goal_held = 0
+        if goal is not None and goal_id is not None:
+            goal_budget = goal.token_budget
+            goal_used = usage.goal_tokens(goal_id)
+            goal_held = self._held_goal.get((session_id, goal_id), 0)
         now = self._clock()
-        refusal = check_call(
-            estimate=estimate,
-            day_used=self.today().tokens,
-            daily_cap=self.daily_cap,
-            goal_used=goal_used,
-            goal_budget=goal_budget,
-            now=now,
-        )
-        if refusal is not None:
-            log.info(
-                "plangate.usage.meter.refused session=%s kind=%s used=%d estimate=%d limit=%d",
-                session_id,
-                refusal.kind,
-                refusal.used,
-                refusal.estimate,
-                refusal.limit,
+        day = day_key(now)
+        day_used, day_held = self.today().tokens, self._held_day.get(day, 0)
+        max_output = max(1, self.config.max_output_tokens)
+        if replacing is None:
+            refusal = check_call(
+                estimate=estimate + min(MIN_COMPLETION_TOKENS, max_output),
+                day_used=day_used,
+                daily_cap=self.daily_cap,
+                goal_used=goal_used,
+                goal_budget=goal_budget,
+                day_reserved=day_held,
+                goal_reserved=goal_held,
+                now=now,
             )
-            if goal is not None and goal.phase == "active" and self._goals is not None:
-                await self._goals.block(
-                    session_id, goal.ref, code=BUDGET_LIMIT, message=refusal.message
+            if refusal is not None:
+                log.info(
+                    "plangate.usage.meter.refused session=%s kind=%s used=%d held=%d "
+                    "estimate=%d limit=%d",
+                    session_id,
+                    refusal.kind,
+                    refusal.used,
+                    day_held if refusal.kind == "daily-cap" else goal_held,
+                    refusal.estimate,
+                    refusal.limit,
                 )
-        return refusal, estimate
+                if goal is not None and goal.phase == "active" and self._goals is not None:
+                    await self._goals.block(
+                        session_id, goal.ref, code=BUDGET_LIMIT, message=refusal.message
+                    )
+                return refusal
+        max_tokens = completion_room(
+            prompt=estimate,
+            max_output=max_output,
+            day_used=day_used + day_held,
+            daily_cap=self.daily_cap,
+            goal_used=None if goal_used is None else goal_used + goal_held,
+            goal_budget=goal_budget,
+        )
+        held = Reservation(session_id, goal_id, day, chars, estimate, max_tokens)
+        self._held_day[day] = day_held + held.tokens
+        if goal_id is not None:
+            self._held_goal[(session_id, goal_id)] = goal_held + held.tokens
+        return held
+
+    def release(self, held: Reservation) -> None:
+        """Drop a hold (idempotent): its call settled, failed or was never made."""
+        if held.released:
+            return
+        held.released = True
+        _take(self._held_day, held.day, held.tokens)
+        if held.goal_id is not None:
+            _take(self._held_goal, (held.session_id, held.goal_id), held.tokens)
+
+    def held_today(self) -> int:
+        """Tokens the calls under way hold against today's cap."""
+        return self._held_day.get(day_key(self._clock()), 0)
+
+    def cap_reached(self) -> bool:
+        """Whether the daily cap leaves no room for another call (the signal a checklist run
+        reads to pause for the cap rather than call it stalled)."""
+        cap = self.daily_cap
+        return cap is not None and self.today().tokens + self.held_today() >= cap
 
     def record_for(
         self,
@@ -199,9 +285,26 @@ class UsageMeter:
         chars: int,
         estimate: int,
     ) -> ModelUsageRecord:
-        """The ``model/usage`` record of one call: the server's figures, or an estimate."""
+        """The ``model/usage`` record of one call: the server's figures when they can be true,
+        else an estimate (marked so, and logged: a server's absurd count never counts)."""
         goal_id = source.goal_id if isinstance(source, GoalRoundSource) else None
         usage = reply.usage
+        replied = bool(reply.text) or bool(reply.tool_calls)
+        if usage is not None and not plausible(
+            prompt=usage.prompt_tokens,
+            completion=usage.completion_tokens,
+            request_chars=chars,
+            replied=replied,
+        ):
+            log.warning(
+                "plangate.usage.meter.implausible turn=%s prompt=%s completion=%s chars=%d "
+                "(counted by the estimate)",
+                turn_id,
+                _shown_count(usage.prompt_tokens),
+                _shown_count(usage.completion_tokens),
+                chars,
+            )
+            usage = None
         if usage is None:
             completion = estimate_completion(
                 reply.text,
@@ -226,14 +329,19 @@ class UsageMeter:
             prompt_estimate=estimate,
         )
 
-    async def recorded(self, stored: list[StoredEvent]) -> None:
-        """Fold the just-appended events into the session's and the day's sums."""
-        for item in stored:
-            if not isinstance(item.event, ModelUsageRecord):
-                continue
+    async def recorded(self, stored: list[StoredEvent], held: Reservation | None = None) -> None:
+        """Fold the just-appended events into the session's and the day's sums, and release
+        ``held`` (the call's hold) in the same step, so its tokens are never counted twice
+        nor, in between, not at all."""
+        usages = [item for item in stored if isinstance(item.event, ModelUsageRecord)]
+        sessions = [await self.session(item.session_id) for item in usages]
+        for item, usage in zip(usages, sessions, strict=True):
+            assert isinstance(item.event, ModelUsageRecord)
             # apply() skips what a first load just read from the log (by seq).
-            (await self.session(item.session_id)).apply(item)
+            usage.apply(item)
             self._day(item.at).add(item.event)
+        if held is not None:
+            self.release(held)
 
     # --- what people see ------------------------------------------------------------------
 
@@ -287,4 +395,25 @@ class UsageMeter:
         return found
 
 
-__all__ = ["CAP_COMMAND", "FooterMode", "UsageConfig", "UsageHistory", "UsageMeter"]
+def _take(held: dict[_K, int], key: _K, tokens: int) -> None:
+    left = held.get(key, 0) - tokens
+    if left > 0:
+        held[key] = left
+    else:
+        held.pop(key, None)
+
+
+def _shown_count(value: int) -> str:
+    """A count for the log: a 400-digit figure is shown by its size, not its digits."""
+    text = str(value)
+    return text if len(text) <= 12 else f"{text[:3]}...({len(text)} digits)"
+
+
+__all__ = [
+    "CAP_COMMAND",
+    "FooterMode",
+    "Reservation",
+    "UsageConfig",
+    "UsageHistory",
+    "UsageMeter",
+]

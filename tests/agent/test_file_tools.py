@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -13,6 +14,7 @@ import pytest
 from engine.events import HumanSource
 from engine.tools.base import ToolContext
 from engine.tools.files import (
+    SEARCH_CHILD_TAG,
     EditFileTool,
     FileLimits,
     GrepTool,
@@ -232,6 +234,49 @@ async def test_grep_cancelled_kills_its_search(ws: Path) -> None:
     assert not _search_children()
 
 
+async def test_the_search_child_is_isolated_from_the_project_and_the_secrets(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ws)
+    monkeypatch.setenv("PLANGATE_TELEGRAM_TOKEN", "123:secret-token")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("PYTHONPATH", str(ws))
+    (ws / "a.txt").write_text("a" * 40 + "b\n")
+    task = asyncio.create_task(GrepTool().run({"pattern": "^(a+)+$"}, ctx(ws)))
+    try:
+        pids: list[int] = []
+        for _ in range(3000):
+            if pids := _search_child_pids():
+                break
+            await asyncio.sleep(0.01)
+        assert pids
+        pid = pids[0]
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    names = sorted(e.split(b"=", 1)[0].decode() for e in environ if e)
+    assert names == ["LANG", "PATH"]
+    assert cwd == "/"
+    assert argv[1:5] == [b"-I", b"-S", b"-B", b"-c"]
+
+
+def _search_child_pids() -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and SEARCH_CHILD_TAG in cmd:
+            pids.append(int(entry.name))
+    return pids
+
+
 def _search_children() -> list[str]:
     """Command lines of this process's children running the grep search."""
     found = []
@@ -242,7 +287,7 @@ def _search_children() -> list[str]:
         except OSError:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == os.getpid() and "engine.tools.search" in cmd:
+        if ppid == os.getpid() and SEARCH_CHILD_TAG in cmd:
             found.append(cmd)
     return found
 

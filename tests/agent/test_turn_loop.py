@@ -92,7 +92,11 @@ async def test_max_steps_ends_the_turn(ws: Path) -> None:
 
 class FailingModel:
     async def complete(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        *,
+        max_tokens: int | None = None,
     ) -> ModelReply:
         raise ModelError("server unreachable")
 

@@ -25,7 +25,11 @@ class HeldModel:
         self.waiting = asyncio.Event()
 
     async def complete(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        *,
+        max_tokens: int | None = None,
     ) -> ModelReply:
         self.waiting.set()
         await self.release.wait()

@@ -11,8 +11,10 @@ and the model name), answers from a ``Script``, and records every request. Fault
 Use the ``fake_openai`` fixture (import it into a conftest.py), or
 ``async with FakeOpenAIServer(script) as server:``; point a client at ``server.base_url``.
 Every completion reports ``server.usage`` (prompt, completion, cached tokens; set it to ``None``
-for a server that sends no usage). A request the script does not fit (an ``expect`` mismatch,
-a tool not offered) is answered with HTTP 400 and its text is kept in ``server.errors``.
+for a server that sends no usage), or, with ``server.usage_of`` set, what that function makes of
+the request body (a server that bills what each request really sent). A request the script
+does not fit (an ``expect`` mismatch, a tool not offered) is answered with HTTP 400 and its
+text is kept in ``server.errors``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +72,7 @@ class FakeOpenAIServer:
     # When set, a request without ``Authorization: Bearer <api_key>`` gets 401.
     api_key: str | None = None
     usage: FakeUsage | None = field(default_factory=lambda: FakeUsage(1, 1))
+    usage_of: Callable[[dict[str, Any]], FakeUsage] | None = None
     requests: list[RecordedRequest] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     _faults: list[_Fault] = field(default_factory=list)
@@ -231,9 +234,8 @@ class FakeOpenAIServer:
         except ModelError as exc:
             return self._bad_request(f"script divergence: {exc}")
         self._counter += 1
-        return web.json_response(
-            _completion(reply, model=model, number=self._counter, usage=self.usage)
-        )
+        usage = self.usage_of(body) if self.usage_of is not None else self.usage
+        return web.json_response(_completion(reply, model=model, number=self._counter, usage=usage))
 
     def _bad_request(self, message: str) -> web.Response:
         self.errors.append(message)

@@ -165,6 +165,10 @@ class RecordingEngine:
         self.keys[(chat_id, thread_id)] = f"s{len(self.keys) + 100}"
         return Outcome(reply="New session.")
 
+    async def project(self, chat_id: int, thread_id: int, args: str, *, actor: int) -> Outcome:
+        self.calls.append(Call("project", (chat_id, thread_id, args), {"actor": actor}))
+        return Outcome(reply=f"Project: {args or 'default'}")
+
     async def migrate_chat(self, old_chat_id: int, new_chat_id: int) -> list[str]:
         self.calls.append(Call("migrate_chat", (old_chat_id, new_chat_id)))
         moved = [k for k in self.keys if k[0] == old_chat_id]

@@ -15,6 +15,7 @@ from telegram.ext import Application
 from bot.app import announce_restored, parts
 from bot.channel import LateChannel
 from bot.compose import open_plangate
+from engine.agent.checklist import DEFAULT_STALL_STEPS
 from engine.api import RestoredGoal
 from engine.app import Engine, EngineConfig
 from engine.model.openai_provider import OpenAIProvider
@@ -56,6 +57,9 @@ async def live_bot(
     file_limits: FileLimits | None = None,
     plan_approvals: int = 1,
     owner_overrides: bool = False,
+    projects: tuple[tuple[str, Path], ...] = (),
+    git_remote: str | None = None,
+    stall_steps: int = DEFAULT_STALL_STEPS,
 ) -> AsyncIterator[Live]:
     """The real engine over real storage, wired to the real application on the fake API.
 
@@ -84,6 +88,9 @@ async def live_bot(
         owner_ids=frozenset({OWNER}),
         plan_approvals=plan_approvals,
         owner_overrides=owner_overrides,
+        projects=projects,
+        git_remote=git_remote,
+        stall_steps=stall_steps,
     )
     pacing = {"chat_interval_s": 1.0, "group_per_minute": 20} if group_pacing else {}
     settings = settings_for(

@@ -35,6 +35,7 @@ async def test_menu_registers_show_plan_not_show_dash_plan(
         "goal",
         "stop",
         "new",
+        "project",
         "status",
         "usage",
         "team",

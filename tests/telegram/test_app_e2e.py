@@ -86,7 +86,11 @@ class GatedProvider:
         self.release = asyncio.Event()
 
     async def complete(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        *,
+        max_tokens: int | None = None,
     ) -> ModelReply:
         self.calls += 1
         if self.calls == self.gate_at:

@@ -1,0 +1,135 @@
+"""Which files a check depends on, and which of them changed (docs/checks.md "changed tests").
+
+A check's watched paths are its arguments that name a file or folder inside the workspace
+(``pytest -q tests/test_health.py`` watches that file, ``python3 -m unittest discover -s tests``
+the folder, ``python3 check.py`` the script). A check that names none watches the workspace's
+test files: files named ``test_*``, ``*_test.*``, ``*.test.*``, ``*.spec.*`` or ``conftest.py``,
+and everything under a folder named ``test`` or ``tests``. A snapshot maps each watched file
+(workspace-relative, ``/``-separated) to the SHA-256 of its bytes; the plan's is taken when the
+owner approves, and comparing it with a later one names the files the agent changed (a test
+edited to pass shows up on the Done card). Blocking file IO: call it from a thread.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from engine.tools.workspace import is_within, real_path
+
+# At most this many files are hashed per snapshot; a bigger tree is cut (in path order).
+MAX_FILES = 2000
+# Folders never walked: tool caches, dependencies, version control.
+SKIP_DIRS = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        ".venv",
+        "venv",
+        "node_modules",
+        "__pycache__",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".tox",
+        ".nox",
+    }
+)
+TEST_FILE_PATTERNS = ("test_*", "*_test.*", "*.test.*", "*.spec.*", "conftest.py")
+TEST_DIRS = frozenset({"test", "tests"})
+
+
+def _words(command: str) -> list[str]:
+    try:
+        return shlex.split(command)
+    except ValueError:  # an unbalanced quote: the shell will say so; split plainly here
+        return command.split()
+
+
+def named_paths(command: str, workspace: Path) -> list[Path]:
+    """The arguments of ``command`` that name an existing path inside ``workspace``."""
+    root = real_path(workspace)
+    found: list[Path] = []
+    for word in _words(command)[1:]:
+        if word.startswith("-") or not word:
+            continue
+        word = word.split("::", 1)[0]  # a pytest node id: tests/test_x.py::test_y
+        candidate = root / word
+        if candidate.is_symlink() or not candidate.exists():
+            continue
+        resolved = real_path(candidate)
+        if resolved != root and is_within(resolved, root) and resolved not in found:
+            found.append(resolved)
+    return found
+
+
+def _is_test_file(rel: Path) -> bool:
+    if any(part in TEST_DIRS for part in rel.parts[:-1]):
+        return True
+    return any(fnmatch.fnmatch(rel.name, pattern) for pattern in TEST_FILE_PATTERNS)
+
+
+def _walk(folder: Path) -> Iterable[Path]:
+    for current, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        for name in sorted(files):
+            path = Path(current) / name
+            if not path.is_symlink():
+                yield path
+
+
+def watched_files(commands: Sequence[str], workspace: Path) -> list[Path]:
+    """Every file the checks watch, sorted, at most :data:`MAX_FILES`."""
+    root = real_path(workspace)
+    chosen: set[Path] = set()
+    scan_tests = False
+    for command in commands:
+        named = named_paths(command, root)
+        if not named:
+            scan_tests = True
+        for path in named:
+            chosen.update([path] if path.is_file() else _walk(path))
+    if scan_tests and root.is_dir():
+        chosen.update(p for p in _walk(root) if _is_test_file(p.relative_to(root)))
+    return sorted(chosen)[:MAX_FILES]
+
+
+def _digest(path: Path) -> str | None:
+    sha = hashlib.sha256()
+    try:
+        with path.open("rb") as handle:
+            while chunk := handle.read(1 << 16):
+                sha.update(chunk)
+    except OSError:
+        return None
+    return sha.hexdigest()
+
+
+def snapshot(commands: Sequence[str], workspace: Path) -> dict[str, str]:
+    """``{relative path: sha256}`` of the files the checks watch."""
+    root = real_path(workspace)
+    hashes: dict[str, str] = {}
+    for path in watched_files(commands, root):
+        digest = _digest(path)
+        if digest is not None:
+            hashes[path.relative_to(root).as_posix()] = digest
+    return hashes
+
+
+def changed_files(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
+    """The files added, removed or changed between two snapshots, sorted."""
+    return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+
+
+__all__ = [
+    "MAX_FILES",
+    "changed_files",
+    "named_paths",
+    "snapshot",
+    "watched_files",
+]
