@@ -88,6 +88,7 @@ class UpdateFacts:
     sender_chat_id: int | None = None
     command: str | None = None  # normalised: "/Show-Plan@bot" -> "show_plan"
     command_args: str = ""  # what follows the command word
+    reply_to_message_id: int | None = None
     press: tuple[str, str] | None = None  # a callback's (kind, action): ("p", "approve")
     command_for_other_bot: bool = False
     mentions_bot: bool = False
@@ -125,6 +126,7 @@ class AccessDecision:
     owner: bool = False
     feedback: bool = False
     role: Role = "member"
+    answer: bool = False  # a reply to one of the agent's questions, heard as the answer
 
     @property
     def passes(self) -> bool:
@@ -198,6 +200,7 @@ def facts_of(update: Update, *, bot_id: int, bot_username: str) -> UpdateFacts:
         command_for_other_bot=other_bot,
         mentions_bot=_mentions(msg, bot_username),
         reply_to_bot=bool(reply and reply.from_user and reply.from_user.id == bot_id),
+        reply_to_message_id=reply.message_id if reply is not None else None,
         migrate_from=msg.migrate_from_chat_id,
         migrate_to=msg.migrate_to_chat_id,
     )
@@ -213,14 +216,17 @@ def _press_of(data: str | None) -> tuple[str, str] | None:
     return None if press is None else (press.kind, press.action)
 
 
-def facts_action(facts: UpdateFacts, *, feedback: bool = False) -> Action:
-    """What the update asks to do, for ``engine.roles.policy.may``."""
+def facts_action(facts: UpdateFacts, *, feedback: bool = False, answering: bool = False) -> Action:
+    """What the update asks to do, for ``engine.roles.policy.may``. ``answering``: a message
+    that replies to one of the agent's questions."""
     if facts.kind == "callback":
         # Undecodable data is answered "out of date" by its handler, for anyone allowed to
         # press at all: approvers and owners.
         return press_action(*facts.press) if facts.press is not None else "approve"
     if facts.command is not None:
         return command_action(facts.command, facts.command_args)
+    if answering and not feedback:
+        return "answer"
     return message_action(feedback=feedback)
 
 
@@ -233,11 +239,13 @@ def decide(
     expecting_reply: bool = False,
     refused_recently: bool = False,
     role: Role | None = None,
+    answering: bool = False,
 ) -> AccessDecision:
     """The access decision for one update. Pure; the caller keeps the state it reads.
 
     ``role``: the sender's role in the chat (the gate looks it up); without it an owner id is
     the owner and anyone else a member. A message sent as a chat is always a member's.
+    ``answering``: the message replies to one of the agent's questions (an approver may answer).
     """
     if facts.as_chat or facts.user_id is None:
         role = "member"
@@ -247,8 +255,12 @@ def decide(
         role = "member"
     owner = role == "owner"
 
-    def d(action: AccessAction, reason: str, *, feedback: bool = False) -> AccessDecision:
-        return AccessDecision(action, reason, owner=owner, feedback=feedback, role=role)
+    def d(
+        action: AccessAction, reason: str, *, feedback: bool = False, answer: bool = False
+    ) -> AccessDecision:
+        return AccessDecision(
+            action, reason, owner=owner, feedback=feedback, role=role, answer=answer
+        )
 
     if facts.kind == "other" or facts.chat_id is None:
         return d("ignore", "not a message or a press")
@@ -287,8 +299,9 @@ def decide(
     feedback = _feedback(facts, expecting_reply) and may(role, message_action(feedback=True))
     if not addressed and not feedback:
         return d("ignore", f"{role}'s chatter, not addressed to the bot")
-    if may(role, facts_action(facts, feedback=feedback)):
-        return d("allow", f"{role} addresses the bot", feedback=feedback)
+    action = facts_action(facts, feedback=feedback, answering=answering)
+    if may(role, action):
+        return d("allow", f"{role} addresses the bot", feedback=feedback, answer=action == "answer")
     if refused_recently:
         return d("ignore", "already refused this minute")
     return d("refuse", f"not allowed for the {role} role")
@@ -304,6 +317,8 @@ Refuse = Callable[[Update, str], Awaitable[Any]]
 RoleLookup = Callable[[int, int], Awaitable[Role]]
 # Every group message's sender: (chat id, user id, username or None, display name).
 SeenHook = Callable[[int, int, str | None, str], None]
+# (chat id, message id) -> whether that message is one of the agent's open questions.
+QuestionHook = Callable[[int, int], bool]
 GroupHook = Callable[[int], Awaitable[None]]
 MigrateHook = Callable[[int, int], Awaitable[None]]
 
@@ -330,6 +345,7 @@ class AccessGate:
         alert_text: str | None = None,
         roles: RoleLookup | None = None,
         on_seen: SeenHook | None = None,
+        questions: QuestionHook | None = None,
     ) -> None:
         self.owner_ids = frozenset(owner_ids)
         self.allowed_chat_ids = frozenset(allowed_chat_ids)
@@ -344,6 +360,7 @@ class AccessGate:
         self._alert_text = alert_text
         self._roles = roles
         self._on_seen = on_seen
+        self._questions = questions
         self._refused_at: dict[tuple[int, int], float] = {}
         self._chat_refusals: dict[int, deque[float]] = {}
         self._moving: dict[int, asyncio.Event] = {}  # supergroup ids being carried over
@@ -429,6 +446,7 @@ class AccessGate:
             refused_recently=(last is not None and now - last < REFUSAL_INTERVAL_S)
             or len(chat_refusals) >= REFUSALS_PER_CHAT,
             role=role,
+            answering=self._answering(facts),
         )
         if not chat_refusals:
             self._chat_refusals.pop(facts.chat_id or 0, None)
@@ -445,6 +463,12 @@ class AccessGate:
         while len(self._decisions) > 1024:
             self._decisions.popitem(last=False)
         return d
+
+    def _answering(self, facts: UpdateFacts) -> bool:
+        reply = facts.reply_to_message_id
+        if self._questions is None or not facts.reply_to_bot or reply is None:
+            return False
+        return facts.chat_id is not None and self._questions(facts.chat_id, reply)
 
     def _saw(self, update: Update, facts: UpdateFacts) -> None:
         """Tell ``on_seen`` who wrote in a group (``/team add @name`` finds them by it)."""

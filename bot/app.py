@@ -250,6 +250,7 @@ def build_application(
         on_migrate=migrate,
         roles=engine.role_of,
         on_seen=people.saw,
+        questions=channel.asked,
     )
     holder.append(gate)
     # A send that finds the group upgraded before its service message came: the same move.

@@ -41,7 +41,6 @@ from bot.updates import UpdateLedger
 from engine.api import CommandName, EngineApi, Outcome
 from engine.commands import STALE_TEXT
 from engine.roles.commands import parse_team_args
-from engine.roles.policy import may, message_action
 from engine.roles.types import Person, Role
 from engine.tasks import BackgroundTasks
 from engine.text import clip
@@ -461,6 +460,7 @@ class Handlers:
             text,
             actor=query.from_user.id,
             message_id=question.message_id,
+            answer=True,
         )
 
     async def unknown_press(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -484,15 +484,17 @@ class Handlers:
     # ---- talking to the agent ------------------------------------------------------------
 
     async def text(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        """A text message the gate let through: an owner's words (or an approver's feedback)
-        go to the agent."""
+        """A text message the gate let through: an owner's words, or an approver's feedback or
+        answer to a question, go to the agent."""
         msg = update.effective_message
         user = update.effective_user
         if msg is None or user is None or not msg.text:
             return
         decision = self.bp.gate.decision(update)
         feedback = bool(decision and decision.feedback)
-        if not may(self._role(update), message_action(feedback=feedback)):
+        # The gate let it through for this role (feedback, an answer to a question, an owner's
+        # words); the engine checks the role again.
+        if decision is None or not decision.passes:
             return
         key = message_key(msg)
         session_id = await self._session(key)
@@ -501,7 +503,12 @@ class Handlers:
         if not text:
             return
         await self.bp.engine.user_message(
-            session_id, text, actor=user.id, message_id=msg.message_id, feedback=feedback
+            session_id,
+            text,
+            actor=user.id,
+            message_id=msg.message_id,
+            feedback=feedback,
+            answer=bool(decision and decision.answer),
         )
 
     # ---- errors --------------------------------------------------------------------------

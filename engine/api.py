@@ -196,8 +196,13 @@ class EngineApi(Protocol):
         actor: int | None,
         message_id: int | None,
         feedback: bool = False,
+        answer: bool = False,
     ) -> None:
-        """Queue a message for the agent and return at once (never waits for the turn)."""
+        """Queue a message for the agent and return at once (never waits for the turn).
+
+        ``feedback``: the answer to Keep planning / Revise; ``answer``: the answer to one of
+        the agent's questions (an option, or a reply to it). The actor's role must allow it
+        (an approver's words reach the agent only as these two)."""
         ...
 
     async def command(

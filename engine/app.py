@@ -230,11 +230,12 @@ class Engine:
         actor: int | None,
         message_id: int | None,
         feedback: bool = False,
+        answer: bool = False,
     ) -> None:
         """Queue a message for the agent and return at once (never waits for the turn)."""
         await self.sessions.ensure_loaded(session_id)
         await self.commands.message(
-            session_id, text, actor=actor, message_id=message_id, feedback=feedback
+            session_id, text, actor=actor, message_id=message_id, feedback=feedback, answer=answer
         )
 
     async def command(
@@ -464,6 +465,7 @@ def build_engine(
             chat_of=the_sessions.chat_of,
             plan_approvals=config.plan_approvals,
             owner_overrides=config.owner_overrides,
+            clock=clock,
         ),
         cards=cards,
         driver=driver,

@@ -15,6 +15,7 @@ The plan command matrix (docs/commands.md):
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -26,7 +27,8 @@ from engine.goal.commands import describe_goal, parse_goal_command, run_goal_com
 from engine.goal.fold import GoalRefusal
 from engine.plan.extract import validate_template_b
 from engine.plan.types import is_editing
-from engine.roles.audit import AUDIT_TYPES, last_decisions
+from engine.ports import Clock
+from engine.roles.audit import AuditTrail, plan_line, tool_line
 from engine.roles.policy import command_action, may, message_action, press_action, refusal_text
 from engine.roles.types import Role
 from engine.roles.votes import Vote
@@ -80,11 +82,14 @@ class CommandPlane:
         chat_of: Callable[[str], int | None] = lambda _session_id: None,
         plan_approvals: int = 1,
         owner_overrides: bool = False,
+        clock: Clock = time.time,
     ) -> None:
         if plan_approvals < 1:
             raise ValueError("a plan needs at least one approval")
         self._roles = services.roles
+        self._clock = clock
         self._votes = services.votes
+        self._audit = AuditTrail(services.log)
         self._chat_of = chat_of
         self.plan_approvals = plan_approvals
         self.owner_overrides = owner_overrides
@@ -140,8 +145,12 @@ class CommandPlane:
         actor: int | None,
         message_id: int | None,
         feedback: bool = False,
+        answer: bool = False,
     ) -> None:
-        """An owner's message for the agent: queued, never waited for.
+        """A message for the agent: queued, never waited for.
+
+        The actor's role must allow it: an owner's words, or (approvers too) ``feedback`` and
+        an ``answer`` to a question the agent asked (the front end says which it is).
 
         ``feedback`` marks the answer to Keep planning or Revise. A message answers a
         question the agent asked, so the card stops saying it waits for one.
@@ -149,7 +158,7 @@ class CommandPlane:
         controller = self._agents.controller(session_id)
         answered = controller.awaiting_answer
         role = await self.role(session_id, actor)
-        action = "answer" if answered and not feedback else message_action(feedback=feedback)
+        action = "answer" if answer and not feedback else message_action(feedback=feedback)
         if not may(role, action):
             # The front end's gate refuses these before they get here; this is the backstop.
             _log.info("plangate.commands.message_refused session=%s role=%s", session_id, role)
@@ -359,6 +368,7 @@ class CommandPlane:
                 [CommandRun(name="approval_vote", args=str(revision), actor=actor, data=data)],
             )
         if stored is not None:
+            self._audit.add(session_id, plan_line(actor, actor_name, stored[0].at, final=False))
             if actor is not None:
                 self._votes.add(
                     session_id, sidecar.id, revision, Vote(actor, actor_name, stored[0].at)
@@ -372,6 +382,7 @@ class CommandPlane:
         [logged] = await self._log.append(
             session_id, [CommandRun(name="approve", args=str(revision), actor=actor, data=data)]
         )
+        self._audit.add(session_id, plan_line(actor, actor_name, logged.at, final=True))
         if actor is not None:
             self._votes.add(session_id, sidecar.id, revision, Vote(actor, actor_name, logged.at))
         controller = self._agents.controller(session_id)
@@ -484,7 +495,7 @@ class CommandPlane:
         if waiting is not None:
             command = clip(waiting.command, 200, one_line=True)
             lines.append(f"Waiting for you: allow {waiting.tool} {command}?")
-        decisions = last_decisions(await self._log.read(session_id, types=AUDIT_TYPES))
+        decisions = await self._audit.last(session_id)
         if decisions:
             lines.append("Last decisions:")
             lines.extend(decisions)
@@ -622,11 +633,15 @@ class CommandPlane:
     ) -> Outcome:
         """Allow once / Allow for this session / Deny on a waiting call, or Allow on a denied
         unattended one (adds the rule; a blocked goal then needs Resume)."""
+        asked = self._approvals.pending(session_id)
         result = await self._approvals.answer(
             session_id, action, short_id, actor=actor, actor_name=actor_name
         )
         if result.stale:
             return _stale()
+        if asked is not None and action != api.APPROVAL_RULE:
+            line = tool_line(asked.command, action, actor, actor_name, self._clock())
+            self._audit.add(session_id, line)
         if action != api.APPROVAL_RULE:
             return Outcome(reply=result.text, plan_card="refresh")
         goal = self._goals.peek(session_id)

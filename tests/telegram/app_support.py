@@ -184,6 +184,7 @@ class RecordingEngine:
         actor: int | None,
         message_id: int | None,
         feedback: bool = False,
+        answer: bool = False,
     ) -> None:
         self.calls.append(
             Call(

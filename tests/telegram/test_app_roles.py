@@ -14,6 +14,9 @@ from typing import Any
 
 from bot.access import ALERT_TEXT
 from bot.app import parts
+from engine.model.script import call
+from engine.model.script import say as model_say
+from engine.tools.ask import ASK_SENT_TEXT
 from tests.engine.helpers import EXECUTION, PLANNING, settle
 from tests.fakebot.server import FakeBotApi, FakeMessage
 from tests.telegram.app_support import GROUP, OWNER, eventually
@@ -21,6 +24,7 @@ from tests.telegram.live import Live, button, card, live_bot, until
 
 ANA, MAX = 3003, 4004
 APPROVE = "✅ Approve"
+BOT = "@plangate_test_bot "
 
 
 def named(api: FakeBotApi) -> None:
@@ -223,3 +227,43 @@ async def test_two_approvals_need_two_different_people(
         edits = fake_api.message(GROUP, review.message_id).edits
         final = fake_api.message(GROUP, review.message_id).text
         assert any("✅ Approved by Ana and Ben" in t for t in [*edits, final]), (edits, final)
+
+
+async def test_an_approver_answers_the_agents_question_a_member_cannot(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    named(fake_api)
+    script = [
+        call("ask_user", {"question": "Which greeting?", "options": ["Hello", "Hi"]}),
+        model_say("Waiting for your answer.", expect=ASK_SENT_TEXT),
+        call("ask_user", {"question": "And the name?"}, expect="Hi"),
+        model_say("Waiting again.", expect=ASK_SENT_TEXT),
+        model_say("Greeting Ana.", expect="Ana it is"),
+    ]
+    async with live_bot(fake_api, tmp_path, script) as live:
+        await say(fake_api, OWNER, f"/team add {ANA} approver")
+        fake_api.user_message(GROUP, OWNER, BOT + "write a greeting")
+
+        def question(text: str) -> FakeMessage | None:
+            return next((m for m in fake_api.bot_messages(GROUP) if text in m.text), None)
+
+        await eventually(lambda: question("Which greeting?") is not None)
+        first = question("Which greeting?")
+        assert first is not None
+        # Max (a member) presses an option: the alert, and the question stays open.
+        alert = await answered(
+            fake_api, fake_api.press(GROUP, first.message_id, button(first, "Hi"), user_id=MAX)
+        )
+        assert alert == {"text": ALERT_TEXT, "show_alert": True}
+        # Ana (an approver) presses it: the agent hears "Hi".
+        fake_api.press(GROUP, first.message_id, button(first, "Hi"), user_id=ANA)
+        await eventually(lambda: question("And the name?") is not None)
+        second = question("And the name?")
+        assert second is not None
+        # Max replies to the question: refused with what a member may do; Ana's reply answers.
+        refused = await say(fake_api, MAX, "Max it is", reply_to=second.message_id)
+        assert refused.startswith("Sorry, that is not for you. You are a member here")
+        fake_api.user_message(GROUP, ANA, "Ana it is", reply_to=second.message_id)
+        await eventually(lambda: question("Greeting Ana.") is not None)
+        sid = await live.engine.session_for_chat(GROUP, 0)
+        await settle(live.engine, sid)
