@@ -361,30 +361,22 @@ class CommandPlane:
                     text,
                 )
             )
-        stored = None
-        if len(votes) + 1 < needed:
-            stored = await self._log.append(
-                session_id,
-                [CommandRun(name="approval_vote", args=str(revision), actor=actor, data=data)],
-            )
-        if stored is not None:
-            self._audit.add(session_id, plan_line(actor, actor_name, stored[0].at, final=False))
-            if actor is not None:
-                self._votes.add(
-                    session_id, sidecar.id, revision, Vote(actor, actor_name, stored[0].at)
-                )
+        final = len(votes) + 1 >= needed
+        # Logged first: a vote counts once it is in the log (a restart reads it back).
+        name = "approve" if final else "approval_vote"
+        [logged] = await self._log.append(
+            session_id, [CommandRun(name=name, args=str(revision), actor=actor, data=data)]
+        )
+        self._audit.add(session_id, plan_line(actor, actor_name, logged.at, final=final))
+        if actor is not None:
+            self._votes.add(session_id, sidecar.id, revision, Vote(actor, actor_name, logged.at))
+        if not final:
             return Outcome(
                 reply=_unsent(
                     f"Approval {len(votes) + 1} of {needed}: it needs another approver.", text
                 ),
                 plan_card="refresh",
             )
-        [logged] = await self._log.append(
-            session_id, [CommandRun(name="approve", args=str(revision), actor=actor, data=data)]
-        )
-        self._audit.add(session_id, plan_line(actor, actor_name, logged.at, final=True))
-        if actor is not None:
-            self._votes.add(session_id, sidecar.id, revision, Vote(actor, actor_name, logged.at))
         controller = self._agents.controller(session_id)
         answer = await controller.request_approval(revision=revision, actor=actor)
         self._choices.feedback_done(session_id)

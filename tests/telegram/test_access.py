@@ -269,3 +269,57 @@ async def test_non_owner_press_gets_alert_and_changes_nothing(fake_api: FakeBotA
     assert fake_api.callback_answers[own] == {"text": "done", "show_alert": False}
     assert probe.presses == ["p:approve:abcdefgh:1"]  # only the owner's press reached it
     assert fake_api.message(GROUP, card.message_id).text == "card"
+
+
+APPROVER = AP = 3003
+
+
+def tap(user_id: int, kind: str, action: str) -> UpdateFacts:
+    return UpdateFacts(
+        kind="callback",
+        chat_id=GROUP,
+        chat_type="supergroup",
+        user_id=user_id,
+        press=(kind, action),
+    )
+
+
+ROLE_CASES = [
+    # (facts, role looked up, expecting_reply, answering) -> (action, role, feedback, answer)
+    (tap(APPROVER, "p", "approve"), "approver", False, False, ("allow", "approver", False, False)),
+    (tap(APPROVER, "a", "deny"), "approver", False, False, ("allow", "approver", False, False)),
+    (tap(APPROVER, "g", "resume"), "approver", False, False, ("alert", "approver", False, False)),
+    (tap(OTHER, "p", "approve"), "member", False, False, ("alert", "member", False, False)),
+    (tap(OTHER, "q", ""), "member", False, False, ("alert", "member", False, False)),
+    (tap(APPROVER, "q", ""), "approver", False, False, ("allow", "approver", False, False)),
+    (msg(GROUP, AP, command="execute"), "approver", 0, 0, ("allow", "approver", False, False)),
+    (msg(GROUP, APPROVER, command="stop"), "approver", 0, 0, ("allow", "approver", False, False)),
+    (msg(GROUP, APPROVER, command="plan"), "approver", 0, 0, ("refuse", "approver", False, False)),
+    (
+        msg(GROUP, APPROVER, command="team", command_args="add @ana approver"),
+        "approver", 0, 0, ("refuse", "approver", False, False),
+    ),
+    (msg(GROUP, OTHER, command="team"), "member", 0, 0, ("allow", "member", False, False)),
+    (msg(GROUP, APPROVER), "approver", True, False, ("allow", "approver", True, False)),
+    (msg(GROUP, AP, mentions_bot=True), "approver", 0, 0, ("refuse", "approver", False, False)),
+    (msg(GROUP, APPROVER, reply_to_bot=True), "approver", 0, 1, ("allow", "approver", False, True)),
+    (msg(GROUP, OTHER, reply_to_bot=True), "member", 0, 1, ("refuse", "member", False, False)),
+    (msg(GROUP, AP, command="plan", **ANON), "approver", 0, 0, ("refuse", "member", False, False)),
+    (tap(OWNER, "g", "clear_yes"), "member", False, False, ("allow", "owner", False, False)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("facts", "role", "expecting", "answering", "expected"), ROLE_CASES)
+def test_decisions_follow_the_role_rule(
+    facts: UpdateFacts, role: str, expecting: bool, answering: bool, expected: tuple[object, ...]
+) -> None:
+    d = decide(
+        facts,
+        owner_ids=OWNERS,
+        allowed_chat_ids=ALLOWED,
+        added_groups={ADDED},
+        expecting_reply=bool(expecting),
+        role=role,  # type: ignore[arg-type]
+        answering=bool(answering),
+    )
+    assert (d.action, d.role, d.feedback, d.answer) == expected
