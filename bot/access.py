@@ -149,7 +149,11 @@ def parse_command(text: str, *, bot_username: str) -> tuple[str | None, bool]:
 
 def _mentions(message: Message, bot_username: str) -> bool:
     wanted = "@" + bot_username.lower()
-    mentions = message.parse_entities([MessageEntity.MENTION]).values()
+    mentions = [
+        *message.parse_entities([MessageEntity.MENTION]).values(),
+        # A file's caption carries its own entities (a document "@bot look at this").
+        *message.parse_caption_entities([MessageEntity.MENTION]).values(),
+    ]
     return any(text.lower() == wanted for text in mentions)
 
 

@@ -12,6 +12,8 @@ Handler map (groups run in order; a group's first matching handler runs)::
               CallbackQueryHandler ^[pga]: plan, goal and tool approval buttons -> engine.press
               CallbackQueryHandler ^q:     ask_user option buttons -> the owner's message
               MessageHandler text          to the agent (engine.user_message)
+              MessageHandler document, photo   fetched into the session inbox (bot.uploads),
+                                         then the caption and the path to the agent
     errors    one handler: logs the error type, token redacted
 
 Updates run in lanes (bot.updates.ChatLaneProcessor): different chats and forum topics
@@ -59,6 +61,7 @@ from bot.presenter import CardPresenter
 from bot.render import escape
 from bot.routes import GROUPS_KEY, ChatRoute, MetaStore, Routes, goal_card_key
 from bot.updates import ChatLaneProcessor, UpdateLedger
+from bot.uploads import InputSettings
 from engine.api import CommandName, EngineApi, RestoredGoal
 from engine.errors import ConfigError
 from engine.tasks import BackgroundTasks
@@ -267,6 +270,10 @@ def build_application(
         ledger=ledger,
         tasks=background,
         people=people,
+        inputs=InputSettings(
+            max_upload_mb=float(getattr(settings, "max_upload_mb", 20.0)),
+            max_image_px=int(getattr(settings, "max_image_px", 2048)),
+        ),
     )
     application.bot_data["plangate"] = bp
     h = Handlers(bp)
@@ -285,6 +292,7 @@ def build_application(
     application.add_handler(CallbackQueryHandler(h.option, pattern=QUESTION_PATTERN))
     application.add_handler(CallbackQueryHandler(h.unknown_press))
     application.add_handler(MessageHandler(filters.TEXT & ~filters.COMMAND, h.text))
+    application.add_handler(MessageHandler(filters.Document.ALL | filters.PHOTO, h.upload))
     application.add_error_handler(h.error)
     return application
 

@@ -25,6 +25,7 @@ from engine.goal.types import GoalSnapshot
 from engine.plan.extract import extract_work_items, plan_checks
 from engine.plan.types import PlanSidecar, PlanTask
 from engine.text import clip
+from engine.usage.ledger import fmt_tokens
 
 Button = tuple[str, str]  # (label, callback data)
 
@@ -38,6 +39,7 @@ YES_DISCARD = "Yes, discard"
 YES_CLEAR = "Yes, clear"
 PAUSE = "⏸ Pause"
 RESUME = "▶️ Resume"
+RAISE_CAP = "⬆️ Raise cap to {tokens}"
 START = "▶️ Start"
 CLEAR = "✖️ Clear"
 
@@ -137,7 +139,7 @@ def _id_key(task_id: str) -> tuple[int, str]:
 
 
 def _plan_buttons(
-    state: PlanCardState, plan_id: str, revision: int
+    state: PlanCardState, plan_id: str, revision: int, *, raise_cap: int | None = None
 ) -> tuple[tuple[Button, ...], ...]:
     def b(label: str, action: str) -> Button:
         return (label, cb.plan_data(action, plan_id, revision))
@@ -149,6 +151,12 @@ def _plan_buttons(
         )
     if state in ("planning", "written", "active"):
         return ((b(DISCARD, cb.PLAN_DISCARD),),)  # a live plan always offers Discard
+    if state == "paused" and raise_cap is not None:
+        raise_label = RAISE_CAP.format(tokens=fmt_tokens(raise_cap))
+        return (
+            (b(RESUME, cb.PLAN_RESUME), b(raise_label, cb.PLAN_RAISE_CAP)),
+            (b(DISCARD, cb.PLAN_DISCARD),),
+        )
     if state == "paused":
         return ((b(RESUME, cb.PLAN_RESUME), b(DISCARD, cb.PLAN_DISCARD)),)
     if state == "revise_offer":
@@ -167,10 +175,12 @@ def build_plan_card(
     attached: bool = False,
     approvals: Sequence[str] = (),
     approvals_needed: int = 1,
+    raise_cap: int | None = None,
 ) -> CardView:
     """The plan card for this sidecar in this state; ``note`` is one extra line of plain text.
 
     ``approvals``: who approved this revision so far, when it needs ``approvals_needed``.
+    ``raise_cap``: a run the daily cap paused also offers "Raise cap to <tokens>".
 
     In review the card carries the plan itself (``markdown``, rendered) when it fits one
     message; otherwise (or with ``attached``: the ``.md`` went as a document) it lists the
@@ -180,7 +190,7 @@ def build_plan_card(
         return CardView(_fit(["📋 <b>No plan</b>"], note) or "No plan")
     head = _plan_head(sidecar, state, approvals=approvals, needed=approvals_needed)
     tasks = sidecar.tasks
-    buttons = _plan_buttons(state, sidecar.id, sidecar.revision)
+    buttons = _plan_buttons(state, sidecar.id, sidecar.revision, raise_cap=raise_cap)
     if state in ("review", "confirm_discard") and markdown and not tasks:
         return CardView(_review_text(head, markdown, note, attached=attached), buttons)
     if not tasks:

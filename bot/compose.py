@@ -7,6 +7,7 @@ shutting down the engine stay with the caller (``bot.app.serve`` does both for t
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from engine.agent.channel import Channel
 from engine.app import Engine, EngineConfig, build_engine
+from engine.inbox import INBOX_FOLDER
 from engine.model.types import ModelProvider
 from engine.ports import Clock, EventLog
 from storage.open import Storage, open_storage
@@ -45,6 +47,9 @@ async def open_plangate(
     down before that.
     """
     storage = await open_storage(home, clock=clock)
+    if config.inbox_root is None:
+        # Uploads live in plangate's home, beside the database, never in the project.
+        config = dataclasses.replace(config, inbox_root=home / INBOX_FOLDER)
     try:
         engine = build_engine(
             log=storage.log if wrap_log is None else wrap_log(storage.log),

@@ -38,9 +38,13 @@ from bot.routes import (
     Routes,
 )
 from bot.updates import UpdateLedger
+from bot.uploads import InputSettings, UploadRefused, fetch, incoming_of, refusal
 from engine.api import CommandName, EngineApi, Outcome
 from engine.commands import STALE_TEXT
+from engine.events import Attachment
+from engine.inbox import clean_name, inline_text, save_upload
 from engine.roles.commands import parse_team_args
+from engine.roles.policy import may
 from engine.roles.types import Person, Role
 from engine.tasks import BackgroundTasks
 from engine.text import clip
@@ -48,6 +52,7 @@ from engine.text import clip
 _log = logging.getLogger("plangate.handlers")
 
 MAX_TOAST = 200
+NO_CAPTION = "(no caption)"
 SHOW_PLAN_PATTERN = re.compile(r"^/show[-_]plan(?:@([A-Za-z0-9_]{3,32}))?(?:\s|$)", re.IGNORECASE)
 
 
@@ -73,6 +78,8 @@ class BotParts:
     ledger: UpdateLedger = field(default_factory=UpdateLedger)
     # Who wrote in each group, for /team add @name (bot.people).
     people: SeenPeople = field(default_factory=SeenPeople)
+    # Limits of files, photos and voice from the chat (docs/inputs.md).
+    inputs: InputSettings = field(default_factory=InputSettings)
 
 
 def parts(application: Application[Any, Any, Any, Any, Any, Any]) -> BotParts:
@@ -510,6 +517,73 @@ class Handlers:
             feedback=feedback,
             answer=bool(decision and decision.answer),
         )
+
+    async def upload(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """A document or photo from an owner: fetched into the session inbox, then the caption
+        and the saved path go to the agent (docs/inputs.md). Too big: one reply, nothing kept."""
+        msg = update.effective_message
+        user = update.effective_user
+        # Files are words to the agent: control, an owner's (engine.roles.policy).
+        if msg is None or user is None or not may(self._role(update), "control"):
+            return
+        inputs = self.bp.inputs
+        incoming = incoming_of(msg, max_image_px=inputs.max_image_px)
+        if incoming is None:
+            return
+        decision = self.bp.gate.decision(update)
+        feedback = bool(decision and decision.feedback)
+        key = message_key(msg)
+        session_id = await self._session(key)
+        self.bp.presenter.saw_message(key[0], msg.message_id)
+        inbox = self.bp.engine.inbox_dir(session_id)
+        if inbox is None:
+            self._say(key, msg.message_id, "Files are not taken here (no inbox is set up).")
+            return
+        limit = inputs.limit_bytes
+        refused = refusal(incoming, limit)
+        if refused is not None:
+            self._say(key, msg.message_id, refused)
+            return
+        try:
+            data = await fetch(context.bot, incoming, limit)
+        except UploadRefused as exc:
+            self._say(key, msg.message_id, str(exc))
+            return
+        name = clean_name(incoming.name, default=incoming.default_name)
+        path = await asyncio.to_thread(save_upload, inbox, name, data)
+        _log.info(
+            "plangate.handlers.upload_saved session=%s bytes=%d kind=%s",
+            session_id,
+            len(data),
+            incoming.kind,
+        )
+        attachment = Attachment(
+            kind="image" if incoming.kind == "image" else "file",
+            path=str(path),
+            name=path.name,
+            size=len(data),
+            mime=incoming.mime,
+            text=inline_text(data, incoming.mime) if incoming.kind == "file" else None,
+        )
+        caption = _strip_mention(msg.caption or "", context.bot.username or "")
+        await self.bp.engine.user_message(
+            session_id,
+            caption or NO_CAPTION,
+            actor=user.id,
+            message_id=msg.message_id,
+            feedback=feedback,
+            attachments=[attachment],
+        )
+
+    def _say(self, key: SessionKey, reply_to: int, text: str) -> None:
+        """One plain line as a reply, in the background (a paced send must not hold the lane)."""
+
+        async def send() -> None:
+            await self.bp.outbox.send_text(
+                key[0], escape(text), thread_id=key[1] or None, reply_to=reply_to
+            )
+
+        self.bp.tasks.spawn(send(), name=f"say:{key[0]}")
 
     # ---- errors --------------------------------------------------------------------------
 

@@ -79,6 +79,7 @@ def plan_view(
         attached=attached,
         approvals=data.approvals,
         approvals_needed=data.approvals_needed,
+        raise_cap=data.raise_cap,
     )
 
 

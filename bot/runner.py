@@ -19,6 +19,7 @@ from bot.settings import Settings, load_settings, require_run_settings
 from engine.app import EngineConfig
 from engine.errors import ConfigError
 from engine.model.openai_provider import OpenAIProvider
+from engine.progress.stuck import StuckLimits
 from engine.tools.sandbox import SandboxSettings, probe
 from engine.usage.meter import UsageConfig
 
@@ -99,7 +100,14 @@ def engine_config(settings: Settings) -> EngineConfig:
         max_goal_rounds=settings.goal_max_rounds,
         todo_parallel=settings.todo_parallel,
         max_steps=settings.max_steps,
-        stall_steps=settings.checklist_stall_steps,
+        stuck=StuckLimits(
+            repeats=settings.stuck_repeats,
+            errors=settings.stuck_errors,
+            monologue=settings.stuck_monologue,
+            progress_steps=settings.progress_steps,
+            progress_s=settings.progress_minutes * 60,
+            task_tokens=settings.task_tokens,
+        ),
         sandbox=sandbox_settings(settings),
         usage=UsageConfig(
             daily_tokens=settings.daily_tokens,
@@ -115,6 +123,7 @@ def engine_config(settings: Settings) -> EngineConfig:
         owner_ids=frozenset(settings.owner_ids),
         plan_approvals=settings.plan_approvals,
         owner_overrides=settings.owner_overrides,
+        vision=settings.model_vision,
         projects=settings.projects,
         projects_root=settings.projects_root,
     )

@@ -36,6 +36,13 @@ from pydantic_settings import (
 from engine.approval.policy import Rule, RuleError, parse_rules
 from engine.errors import ConfigError
 from engine.goal.commands import parse_interval
+from engine.progress.stuck import (
+    DEFAULT_ERRORS,
+    DEFAULT_MONOLOGUE,
+    DEFAULT_PROGRESS_S,
+    DEFAULT_PROGRESS_STEPS,
+    DEFAULT_REPEATS,
+)
 from engine.projects import PROJECT_NAME
 from engine.text import clip
 from engine.tools.sandbox import forbidden_env_name
@@ -208,8 +215,18 @@ class Settings(BaseSettings):
     flow_group_edit_interval: float = Field(default=6.0, gt=0, allow_inf_nan=False)
     # Pin the plan card: auto pins in private chats only (a group pin costs a call and pings).
     pin_cards: Literal["auto", "always", "never"] = "auto"
-    # Steps in a row without checklist progress after which an approved checklist stalls.
-    checklist_stall_steps: int = Field(default=12, ge=1)
+    # When an unattended run is stuck (docs/agent.md "Stuck, not slow"): the loop patterns,
+    # then the outer bound on real progress (the old stall-steps name is its alias).
+    stuck_repeats: int = Field(default=DEFAULT_REPEATS, ge=2)
+    stuck_errors: int = Field(default=DEFAULT_ERRORS, ge=2)
+    stuck_monologue: int = Field(default=DEFAULT_MONOLOGUE, ge=2)
+    progress_steps: int = Field(
+        default=DEFAULT_PROGRESS_STEPS,
+        ge=1,
+        validation_alias=AliasChoices("PLANGATE_PROGRESS_STEPS", "PLANGATE_CHECKLIST_STALL_STEPS"),
+    )
+    progress_minutes: float = Field(default=DEFAULT_PROGRESS_S / 60, gt=0, allow_inf_nan=False)
+    task_tokens: int | None = Field(default=None, ge=1)
     webhook_url: str | None = None
     webhook_secret: SecretStr | None = None
     webhook_listen: str | None = None
@@ -238,6 +255,16 @@ class Settings(BaseSettings):
     # approval alone is enough all the same.
     plan_approvals: int = Field(default=1, ge=1, le=10)
     owner_overrides: bool = False
+    # Files from the phone (docs/inputs.md): the largest upload kept (Telegram's bots can
+    # download at most 20 MB, so more than 20 changes nothing), whether the model sees
+    # images, the largest photo side used, a reply longer than this many visible characters
+    # goes as a summary plus answer.md, and the speech-to-text endpoint for voice notes.
+    max_upload_mb: float = Field(default=20.0, gt=0, allow_inf_nan=False)
+    model_vision: bool = False
+    max_image_px: int = Field(default=2048, ge=64)
+    reply_document_chars: int = Field(default=6000, ge=500)
+    transcribe_model: str = "whisper-1"
+    transcribe_base_url: str | None = None
     # Projects (docs/projects.md): named folders, and a folder whose subfolders are projects;
     # the workspace is the default project.
     projects: Annotated[tuple[tuple[str, Path], ...], NoDecode] = ()
@@ -256,7 +283,7 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return init_settings, _EnvironSource(settings_cls), dotenv_settings, file_secret_settings
 
-    @field_validator("daily_tokens", mode="before")
+    @field_validator("daily_tokens", "task_tokens", mode="before")
     @classmethod
     def _daily_tokens(cls, value: object) -> object:
         if not isinstance(value, str):

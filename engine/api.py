@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final, Literal, Protocol
 
-from engine.events import GoalCheck
+from engine.events import Attachment, GoalCheck
 from engine.goal.types import GoalSnapshot
 from engine.plan.types import PlanSidecar
 from engine.roles.types import Person, Role
@@ -58,6 +59,8 @@ PLAN_DISCARD_YES: Final = "discard_yes"
 PLAN_REVISE: Final = "revise"
 PLAN_CANCEL: Final = "cancel"
 PLAN_RESUME: Final = "resume"
+# On a run the daily cap paused: raise the cap (PlanCardData.raise_cap) and resume.
+PLAN_RAISE_CAP: Final = "raise_cap"
 GOAL_PAUSE: Final = "pause"
 GOAL_RESUME: Final = "resume"
 GOAL_START: Final = "start"
@@ -79,6 +82,7 @@ PRESS_ACTIONS: Final[dict[PressKind, frozenset[str]]] = {
             PLAN_REVISE,
             PLAN_CANCEL,
             PLAN_RESUME,
+            PLAN_RAISE_CAP,
         }
     ),
     "g": frozenset({GOAL_PAUSE, GOAL_RESUME, GOAL_START, GOAL_CLEAR, GOAL_CLEAR_YES, GOAL_CANCEL}),
@@ -116,12 +120,14 @@ class PlanCardData:
     waiting: str | None = None
     # Wall-clock time of the checklist's last progress while it runs.
     last_progress_at: float | None = None
-    # Why an Active checklist is not running (stalled, stopped, restarted), for the card.
+    # Why an Active checklist is not running (stuck, the daily cap, stopped, restarted).
     halted: str | None = None
     # In review with more than one approval needed: who approved this revision so far, and
     # how many approvals it needs (PLANGATE_PLAN_APPROVALS).
     approvals: tuple[str, ...] = ()
     approvals_needed: int = 1
+    # Paused by the daily cap: the cap "Raise cap" would set (the card offers it then).
+    raise_cap: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,12 +203,17 @@ class EngineApi(Protocol):
         message_id: int | None,
         feedback: bool = False,
         answer: bool = False,
+        attachments: Sequence[Attachment] = (),
     ) -> None:
         """Queue a message for the agent and return at once (never waits for the turn).
 
         ``feedback``: the answer to Keep planning / Revise; ``answer``: the answer to one of
         the agent's questions (an option, or a reply to it). The actor's role must allow it
         (an approver's words reach the agent only as these two)."""
+        ...
+
+    def inbox_dir(self, session_id: str) -> Path | None:
+        """The folder the session's uploads are saved in (engine.inbox); None: uploads off."""
         ...
 
     async def command(

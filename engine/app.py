@@ -21,7 +21,6 @@ from pathlib import Path
 from engine.agent.adapters import PlanServiceAdapter
 from engine.agent.build import build_agent, workspace_from_store
 from engine.agent.channel import Channel
-from engine.agent.checklist import DEFAULT_STALL_STEPS
 from engine.agent.settings import AgentSettings
 from engine.api import (
     CommandName,
@@ -36,18 +35,20 @@ from engine.approval.service import DEFAULT_TIMEOUT_S, ToolApprovals
 from engine.cards import Cards
 from engine.checks.runner import SandboxChecks
 from engine.commands import CommandPlane
-from engine.events import GoalRoundSource, MessageSource
+from engine.events import Attachment, GoalRoundSource, MessageSource
 from engine.goal.driver import RoundDriver
 from engine.goal.progress import IdleRoundWatch
 from engine.goal.service import GoalService
 from engine.goal.tools import goal_tools
 from engine.goal.types import NEEDS_APPROVAL
+from engine.inbox import session_inbox
 from engine.model.types import ModelProvider
 from engine.plan.service import PlanChange, PlanService
 from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
 from engine.plan.types import is_editing
 from engine.ports import ChatLog, Clock, EventLog, SessionStore
+from engine.progress.stuck import StuckLimits
 from engine.projects import ProjectCatalog
 from engine.roles.commands import describe_team, parse_team_args, run_team
 from engine.roles.policy import command_action, may, refusal_text
@@ -83,8 +84,8 @@ class EngineConfig:
     max_goal_rounds: int = 20
     todo_parallel: bool = True
     max_steps: int = 50
-    # Steps without checklist progress after which an approved checklist stops, stalled.
-    stall_steps: int = DEFAULT_STALL_STEPS
+    # When an unattended run is stuck: the loop patterns and the outer bound on progress.
+    stuck: StuckLimits = field(default_factory=StuckLimits)
     # How bash is confined; the default is the full sandbox with no hidden paths named.
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     usage: UsageConfig = field(default_factory=UsageConfig)
@@ -105,6 +106,11 @@ class EngineConfig:
     # owner's approval alone is enough all the same (PLANGATE_OWNER_OVERRIDES).
     plan_approvals: int = 1
     owner_overrides: bool = False
+    # Where the files the owner sends are kept (engine.inbox), ``<home>/inbox`` when opened
+    # by bot.compose; None: no inbox (uploads are refused by the front end).
+    inbox_root: Path | None = None
+    # The model can see images (PLANGATE_MODEL_VISION): a photo goes as an image part.
+    vision: bool = False
     # The projects besides the default (``workspace``): named folders (PLANGATE_PROJECTS)
     # and a folder whose subfolders are projects (PLANGATE_PROJECTS_ROOT).
     projects: tuple[tuple[str, Path], ...] = ()
@@ -213,6 +219,11 @@ class Engine:
         _log.info("plangate.engine.team chat=%s op=%s by=%s", chat_id, spec.op, actor)
         return Outcome(reply=text)
 
+    def inbox_dir(self, session_id: str) -> Path | None:
+        """The folder the session's uploads are saved in (None: uploads are off)."""
+        root = self.config.inbox_root
+        return session_inbox(root, session_id) if root is not None else None
+
     async def project(self, chat_id: int, thread_id: int, args: str, *, actor: int) -> Outcome:
         """``/project [name]``: show the key's project, or bind the key to another one."""
         refused = await self._refused(chat_id, actor, "project", args)
@@ -231,11 +242,18 @@ class Engine:
         message_id: int | None,
         feedback: bool = False,
         answer: bool = False,
+        attachments: Sequence[Attachment] = (),
     ) -> None:
         """Queue a message for the agent and return at once (never waits for the turn)."""
         await self.sessions.ensure_loaded(session_id)
         await self.commands.message(
-            session_id, text, actor=actor, message_id=message_id, feedback=feedback, answer=answer
+            session_id,
+            text,
+            actor=actor,
+            message_id=message_id,
+            feedback=feedback,
+            answer=answer,
+            attachments=attachments,
         )
 
     async def command(
@@ -412,7 +430,10 @@ def build_engine(
         plan=PlanServiceAdapter(plans),
         goals=goals,
         extra_tools=tools,
-        settings=AgentSettings(max_steps=config.max_steps, stall_steps=config.stall_steps),
+        settings=AgentSettings(
+            max_steps=config.max_steps, stuck=config.stuck, vision=config.vision
+        ),
+        inbox_root=config.inbox_root,
         sandbox=config.sandbox,
         usage=usage,
         approvals=approvals,

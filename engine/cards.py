@@ -29,6 +29,7 @@ from engine.plan.service import PlanChange
 from engine.plan.types import PlanSidecar, PlanState
 from engine.services import Services
 from engine.tasks import safe_call
+from engine.usage.ledger import raised_cap
 
 PlanChoice = Literal["revise_offer", "confirm_discard"]
 
@@ -146,7 +147,9 @@ class Cards:
         """What the plan card shows now (:func:`plan_card_state` is the rule)."""
         sidecar = await self._plans.current(session_id)
         controller = self._agents.controller(session_id)
-        busy = controller.busy
+        # A turn running now, not the drain task's life: a run that stopped is drawn
+        # stopped at once, while its last turn is still closing.
+        busy = controller.working
         if sidecar is None:
             ended = self._ended.get(session_id)
             if ended is not None:
@@ -162,7 +165,7 @@ class Cards:
             review_ready=review_ready,
             choice=self.choices.plan_choice(session_id, sidecar.id, sidecar.revision),
             awaits_feedback=self.choices.awaits_feedback(session_id, sidecar.id),
-            running=busy or run.armed,
+            running=run.armed or (busy and run.paused is None),
         )
         waiting: str | None = None
         approval = self._approvals.pending(session_id)
@@ -173,10 +176,13 @@ class Cards:
         elif state == "review":
             waiting = "your review"
         halted: str | None = None
+        raise_cap: int | None = None
         if state == "paused":
-            if run.stalled is not None:
-                label, steps = run.stalled
-                halted = f"Stalled on {label}: no progress in {steps} steps."
+            if run.paused is not None:
+                halted = run.paused.text
+                cap = self._usage.daily_cap
+                if run.paused.kind == "daily-cap" and cap is not None:
+                    raise_cap = raised_cap(cap, self._usage.today().tokens)
             else:
                 halted = "Paused: Resume runs the rest of the checklist."
         approvals: tuple[str, ...] = ()
@@ -193,6 +199,7 @@ class Cards:
             halted=halted,
             approvals=approvals,
             approvals_needed=self.plan_approvals,
+            raise_cap=raise_cap,
         )
 
     async def _review_ready(self, session_id: str, sidecar: PlanSidecar) -> bool:

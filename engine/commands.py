@@ -14,15 +14,16 @@ The plan command matrix (docs/commands.md):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from engine import api
 from engine.api import CommandName, Outcome
 from engine.cards import Cards
-from engine.events import CommandRun, FeedbackSource, HumanSource
+from engine.events import Attachment, CommandRun, FeedbackSource, HumanSource
 from engine.goal.commands import describe_goal, parse_goal_command, run_goal_command
 from engine.goal.fold import GoalRefusal
 from engine.plan.extract import validate_template_b
@@ -35,7 +36,7 @@ from engine.roles.votes import Vote
 from engine.services import Services
 from engine.tasks import BackgroundTasks
 from engine.text import clean_text, clip
-from engine.usage.ledger import fmt_tokens, parse_tokens
+from engine.usage.ledger import fmt_tokens, parse_tokens, raised_cap
 from engine.usage.meter import CAP_COMMAND
 
 _log = logging.getLogger("plangate.commands")
@@ -146,13 +147,15 @@ class CommandPlane:
         message_id: int | None,
         feedback: bool = False,
         answer: bool = False,
+        attachments: Sequence[Attachment] = (),
     ) -> None:
         """A message for the agent: queued, never waited for.
 
         The actor's role must allow it: an owner's words, or (approvers too) ``feedback`` and
         an ``answer`` to a question the agent asked (the front end says which it is).
 
-        ``feedback`` marks the answer to Keep planning or Revise. A message answers a
+        ``feedback`` marks the answer to Keep planning or Revise; ``attachments`` are files
+        already saved in the session inbox (engine.inbox). A message answers a
         question the agent asked, so the card stops saying it waits for one.
         """
         controller = self._agents.controller(session_id)
@@ -168,7 +171,9 @@ class CommandPlane:
             if feedback
             else HumanSource(user_id=actor, message_id=message_id)
         )
-        controller.submit(clean_text(text), source=source, message_id=message_id)
+        controller.submit(
+            clean_text(text), source=source, message_id=message_id, attachments=tuple(attachments)
+        )
         if answered:
             await self._redraw_plan(session_id)
 
@@ -483,6 +488,9 @@ class CommandPlane:
         queued = len(controller.queued)
         agent = "working" if controller.busy else "idle"
         lines.append(f"Agent: {agent}" + (f", {queued} queued" if queued else ""))
+        paused = controller.checklist.paused
+        if sidecar is not None and paused is not None and not controller.checklist.armed:
+            lines.append(f"Run: {clip(paused.text, 300, one_line=True)}")
         waiting = self._approvals.pending(session_id)
         if waiting is not None:
             command = clip(waiting.command, 200, one_line=True)
@@ -561,6 +569,19 @@ class CommandPlane:
             case api.PLAN_RESUME if state == "active":
                 await self.log_command(session_id, "resume", "", actor=actor)
                 return await self.run_checklist(session_id)
+            case api.PLAN_RAISE_CAP if state == "active" and self._usage.daily_cap is not None:
+                meter = self._usage
+                cap = raised_cap(meter.daily_cap or 0, meter.today().tokens)
+                # Logged like /usage cap, so the raised cap holds after a restart too.
+                args = f"cap {cap}"
+                await self.log_command(
+                    session_id, CAP_COMMAND, args, actor=actor, data={"cap": cap}
+                )
+                meter.set_daily_cap(cap)
+                await self.log_command(session_id, "resume", "", actor=actor)
+                resumed = await self.run_checklist(session_id)
+                reply = f"Daily token cap raised to {fmt_tokens(cap)}. {resumed.reply or ''}"
+                return dataclasses.replace(resumed, reply=reply.strip())
             case api.PLAN_DISCARD:
                 self._choices.choose_plan(session_id, "confirm_discard", sidecar.id, revision)
                 return Outcome(plan_card="refresh")

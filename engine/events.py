@@ -59,10 +59,28 @@ MessageSource = Annotated[
 # --- events ---------------------------------------------------------------------------------
 
 
+class Attachment(_Event):
+    """A file the owner sent with a message, saved in the session inbox (engine.inbox).
+
+    The log keeps the reference, never the bytes: ``path`` is the saved file (absolute),
+    ``name`` its clean name in the inbox. ``kind`` ``image`` goes to a vision model as an image
+    part (read from ``path`` each time the context is built). ``text`` is a small text file's
+    content, inlined into the prompt.
+    """
+
+    kind: Literal["file", "image"] = "file"
+    path: str
+    name: str
+    size: int
+    mime: str = ""
+    text: str | None = None
+
+
 class UserMessage(_Event):
     type: Literal["user/message"] = "user/message"
     text: str
     source: MessageSource = Field(default_factory=HumanSource)
+    attachments: tuple[Attachment, ...] = ()
 
 
 class AssistantMessage(_Event):
@@ -228,6 +246,37 @@ class ApprovalRule(_Event):
     actor_name: str = ""
 
 
+# Why a run stopped by itself: stuck (the detector's pattern names how), the daily cap, or a
+# turn that failed (a model error, a context overflow the provider refused).
+PauseKind = Literal["stuck", "daily-cap", "failed"]
+
+
+class RunPaused(_Event):
+    """An approved checklist run or a goal round stopped by itself (engine.progress).
+
+    ``pattern`` and ``evidence`` are the stuck detector's (``repeat`` and the call that
+    repeated, say); ``text`` is the card's line; ``goal_id`` is set for a goal round.
+    """
+
+    type: Literal["run/paused"] = "run/paused"
+    kind: PauseKind
+    text: str
+    pattern: str | None = None
+    evidence: str = ""
+    task_id: str | None = None
+    goal_id: str | None = None
+
+
+class WorkspaceChanged(_Event):
+    """bash changed the workspace in the step just logged (the snapshot after it differed).
+
+    Logged by the agent while the stuck detector watches (a checklist run, a goal round), so
+    what bash did on disk counts as progress for the goal's idle rounds too.
+    """
+
+    type: Literal["workspace/changed"] = "workspace/changed"
+
+
 SessionEvent = Annotated[
     UserMessage
     | AssistantMessage
@@ -244,7 +293,9 @@ SessionEvent = Annotated[
     | ModelUsageRecord
     | ApprovalRequested
     | ApprovalDecided
-    | ApprovalRule,
+    | ApprovalRule
+    | RunPaused
+    | WorkspaceChanged,
     Field(discriminator="type"),
 ]
 

@@ -342,6 +342,30 @@ def test_plan_approvals_and_owner_overrides() -> None:
     assert "PLANGATE_OWNER_OVERRIDES" in error_of({"PLANGATE_OWNER_OVERRIDES": "maybe"})
 
 
+def test_the_stuck_settings_and_the_old_stall_name() -> None:
+    s = load({})
+    assert (s.stuck_repeats, s.stuck_errors, s.stuck_monologue) == (4, 3, 3)
+    assert (s.progress_steps, s.progress_minutes, s.task_tokens) == (60, 30.0, None)
+    tuned = load(
+        {
+            "PLANGATE_STUCK_REPEATS": "5",
+            "PLANGATE_PROGRESS_STEPS": "90",
+            "PLANGATE_PROGRESS_MINUTES": "45",
+            "PLANGATE_TASK_TOKENS": "200k",
+        }
+    )
+    assert (tuned.stuck_repeats, tuned.progress_steps) == (5, 90)
+    assert (tuned.progress_minutes, tuned.task_tokens) == (45.0, 200_000)
+    # The old name still sets the outer bound; the new one wins when both are set.
+    assert load({"PLANGATE_CHECKLIST_STALL_STEPS": "40"}).progress_steps == 40
+    both = {"PLANGATE_PROGRESS_STEPS": "70", "PLANGATE_CHECKLIST_STALL_STEPS": "40"}
+    assert load(both).progress_steps == 70
+    assert error_of({"PLANGATE_TASK_TOKENS": "lots"}).startswith(
+        "PLANGATE_TASK_TOKENS: expected a token count"
+    )
+    assert error_of({"PLANGATE_STUCK_REPEATS": "1"}).startswith("PLANGATE_STUCK_REPEATS: input")
+
+
 def test_projects_take_pairs_json_or_a_root(tmp_path: Path) -> None:
     api, web = tmp_path / "api", tmp_path / "web"
     api.mkdir()

@@ -14,6 +14,7 @@ from engine.agent.controller import LAPSED_TEXT
 from engine.agent.ports import ApprovalOutcome, PlanPromptView
 from engine.plan.gate import check_gate
 from engine.plan.service import PlanService
+from engine.plan.types import PlanPause
 
 
 class PlanServiceAdapter:
@@ -57,6 +58,9 @@ class PlanServiceAdapter:
         # have their own paths, so a pending "off" has nothing to commit here.
         if active:
             await self.service.enter_pre_init(session_id)
+
+    async def record_pause(self, session_id: str, pause: PlanPause) -> None:
+        await self.service.record_pause(session_id, pause)
 
     async def commit_approval(
         self, session_id: str, *, revision: int, actor: int | None

@@ -112,6 +112,7 @@ def build_agent(
     sandbox: SandboxSettings | None = None,
     usage: UsageMeter | None = None,
     approvals: ToolApprovals | None = None,
+    inbox_root: Path | None = None,
     locks: WorkspaceLocks | None = None,
 ) -> AgentRegistry:
     """Assemble the agent. ``extra_tools`` are the plan, todo and goal tools.
@@ -142,6 +143,7 @@ def build_agent(
         settings=settings or AgentSettings(),
         usage=usage,
         approvals=approvals,
+        inbox_root=inbox_root,
     )
     return AgentRegistry(deps, driver=driver)
 

@@ -2,9 +2,9 @@
 
 An approval (or ``/execute``, or Resume on the card) is the owner's consent to run the whole
 checklist, so the session keeps it going turn after turn while tasks remain. The per-turn step
-cap only guards one runaway turn. What bounds the run is progress: a step whose tools neither
-started nor completed a task nor changed a task's evidence is a step without progress; after
-``stall_steps`` of those in a row the run stops as *stalled* and the card offers Resume.
+cap only guards one runaway turn. What stops the run is being stuck, not being slow: the
+stuck detector (``engine.progress.stuck``) reads every step, and the daily token cap pauses
+it too; either way the run is disarmed with a :class:`PauseReason` that the card shows.
 
 The run is process-local, like a goal's activation: a restart comes up disarmed and the card
 offers Resume; ``/stop`` disarms it too. See docs/agent.md "The checklist run".
@@ -16,12 +16,26 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from engine.events import PauseKind
 from engine.plan.types import PlanTask
 
-# What a step's progress is measured on: each task's status and evidence.
+# What task progress is measured on: each task's status and evidence.
 Fingerprint = tuple[tuple[str, str, str], ...]
 
-DEFAULT_STALL_STEPS = 12
+
+@dataclass(frozen=True, slots=True)
+class PauseReason:
+    """Why the run stopped by itself; ``text`` is the card's line (after "⏸ ").
+
+    ``kind`` says which rule stopped it; ``pattern`` and ``evidence`` are the stuck
+    detector's (``repeat``, ``read_file README.md``), ``task_id`` the task it was on.
+    """
+
+    kind: PauseKind
+    text: str
+    pattern: str | None = None
+    evidence: str = ""
+    task_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,11 +44,10 @@ class ChecklistRun:
 
     armed: bool = False
     fingerprint: Fingerprint | None = None
-    steps_without_progress: int = 0
     # Wall-clock time of the last progress (or of arming); None before any.
     last_progress_at: float | None = None
-    # Set when the run stopped stalled: (task label, steps without progress).
-    stalled: tuple[str, int] | None = None
+    # Set when the run stopped by itself (stuck, the daily cap); cleared by the next arm.
+    paused: PauseReason | None = None
 
 
 def fingerprint(tasks: Sequence[PlanTask]) -> Fingerprint:
@@ -65,7 +78,7 @@ def task_label(task: PlanTask | None) -> str:
 def arm(run: ChecklistRun, tasks: Sequence[PlanTask], *, now: float) -> ChecklistRun:
     """The owner's consent (approval, /execute, Resume): run on, counting afresh."""
     return ChecklistRun(
-        armed=True, fingerprint=fingerprint(tasks), last_progress_at=now, stalled=None
+        armed=True, fingerprint=fingerprint(tasks), last_progress_at=now, paused=None
     )
 
 
@@ -74,32 +87,22 @@ def disarm(run: ChecklistRun) -> ChecklistRun:
     return dataclasses.replace(run, armed=False)
 
 
-def observe_step(
-    run: ChecklistRun, tasks: Sequence[PlanTask], *, now: float, stall_steps: int
-) -> ChecklistRun:
-    """Account for the step that just ended (call before the next model call).
+def pause(run: ChecklistRun, reason: PauseReason) -> ChecklistRun:
+    """The run stopped by itself: disarmed, and the card says why."""
+    return dataclasses.replace(run, armed=False, paused=reason)
 
-    Progress resets the count; ``stall_steps`` steps without it disarm the run as stalled.
-    """
+
+def observe_tasks(
+    run: ChecklistRun, tasks: Sequence[PlanTask], *, now: float
+) -> tuple[ChecklistRun, bool]:
+    """Account for the tasks after a step: the run, and whether a task started or
+    completed or its evidence changed since the last look."""
     seen = fingerprint(tasks)
     if run.fingerprint is None:
-        return dataclasses.replace(run, fingerprint=seen, last_progress_at=now)
-    if seen != run.fingerprint:
-        return dataclasses.replace(
-            run, fingerprint=seen, steps_without_progress=0, last_progress_at=now
-        )
-    count = run.steps_without_progress + 1
-    if run.armed and count >= stall_steps:
-        label = task_label(current_task(tasks))
-        return dataclasses.replace(
-            run, armed=False, steps_without_progress=count, stalled=(label, count)
-        )
-    return dataclasses.replace(run, steps_without_progress=count)
-
-
-def heard_owner(run: ChecklistRun) -> ChecklistRun:
-    """The owner spoke (an answer, feedback): the count of steps without progress restarts."""
-    return dataclasses.replace(run, steps_without_progress=0)
+        return dataclasses.replace(run, fingerprint=seen), False
+    if seen == run.fingerprint:
+        return run, False
+    return dataclasses.replace(run, fingerprint=seen, last_progress_at=now), True
 
 
 def should_continue(run: ChecklistRun, tasks: Sequence[PlanTask], *, active: bool) -> bool:
@@ -108,15 +111,15 @@ def should_continue(run: ChecklistRun, tasks: Sequence[PlanTask], *, active: boo
 
 
 __all__ = [
-    "DEFAULT_STALL_STEPS",
     "ChecklistRun",
     "Fingerprint",
+    "PauseReason",
     "arm",
     "current_task",
     "disarm",
     "fingerprint",
-    "heard_owner",
-    "observe_step",
+    "observe_tasks",
+    "pause",
     "should_continue",
     "task_label",
     "tasks_left",

@@ -50,6 +50,9 @@ class AgentDeps:
     history: SessionHistory = field(default_factory=SessionHistory)
     # Usage accounting and the token limits checked before each model call (None: neither).
     usage: UsageMeter | None = None
+    # The root of the session inboxes (engine.inbox): each session's is a read-only root
+    # of its file tools. None: no inbox.
+    inbox_root: Path | None = None
 
 
 __all__ = ["AgentDeps", "WorkspaceResolver"]

@@ -19,6 +19,7 @@ call is dropped), and a tool result longer than the cap is cut with a note.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from typing import Any
 from engine.agent.settings import AgentSettings
 from engine.events import (
     AssistantMessage,
+    Attachment,
     FeedbackSource,
     GoalRoundSource,
     SeedSource,
@@ -37,10 +39,18 @@ from engine.events import (
     TurnStart,
     UserMessage,
 )
+from engine.inbox import attachment_line
 from engine.recovery import INTERRUPTED_TOOL_TEXT
 from engine.text import clip
 
 ELIDED_TEXT = "[older tool result left out to fit the context budget]"
+# What an image part counts against the character budget (its bytes are not text).
+IMAGE_CHARS = 3_000
+NO_VISION_TEXT = (
+    "(this file is an image; the model in use cannot see images, so its content is not "
+    "shown to you: ask the owner what it shows if that matters)"
+)
+IMAGE_GONE_TEXT = "(the image could not be read any more: {reason})"
 
 Message = dict[str, Any]
 
@@ -65,7 +75,12 @@ class Turn:
 
 
 def _size(message: Message) -> int:
-    size = len(str(message.get("content") or ""))
+    content = message.get("content") or ""
+    if isinstance(content, list):
+        # An image counts as a fixed share of the budget, not as its base64 text.
+        size = sum(len(str(p.get("text", ""))) or IMAGE_CHARS for p in content)
+    else:
+        size = len(str(content))
     for call in message.get("tool_calls") or ():
         size += len(call["function"]["arguments"]) + len(call["function"]["name"])
     return size
@@ -90,6 +105,44 @@ def _user_text(event: UserMessage, previous_end: TurnEnd | None) -> str:
         why = previous_end.outcome.replace("_", " ")
         text = f"[note: the previous turn ended early ({why})]\n\n{text}"
     return text
+
+
+def _user_content(text: str, attachments: Sequence[Attachment], *, vision: bool) -> Any:
+    """The user message's content: its text and one line per saved file (a small text file
+    inlined); with ``vision``, an image attachment as an OpenAI image part read from disk."""
+    if not attachments:
+        return text
+    lines = [text]
+    images: list[str] = []
+    for attachment in attachments:
+        lines.append(attachment_line(attachment))
+        if attachment.text is not None:
+            lines.append(
+                f"--- {attachment.name} ---\n{attachment.text}\n--- end of {attachment.name} ---"
+            )
+        if attachment.kind != "image":
+            continue
+        if not vision:
+            lines.append(NO_VISION_TEXT)
+            continue
+        try:
+            images.append(image_data_url(attachment))
+        except OSError as exc:
+            lines.append(IMAGE_GONE_TEXT.format(reason=exc.strerror or type(exc).__name__))
+    body = "\n".join(lines)
+    if not images:
+        return body
+    parts: list[dict[str, Any]] = [{"type": "text", "text": body}]
+    parts.extend({"type": "image_url", "image_url": {"url": url}} for url in images)
+    return parts
+
+
+def image_data_url(attachment: Attachment) -> str:
+    """The saved image as a ``data:`` URL (OSError when it cannot be read)."""
+    with open(attachment.path, "rb") as handle:
+        data = handle.read()
+    mime = attachment.mime if attachment.mime.startswith("image/") else "image/jpeg"
+    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
 
 
 def _close_calls(turn: Turn, open_calls: dict[str, ToolCall]) -> None:
@@ -118,8 +171,9 @@ class TurnSplitter:
     exact. Callers must not change the turns they get.
     """
 
-    def __init__(self, *, result_cap: int) -> None:
+    def __init__(self, *, result_cap: int, vision: bool = False) -> None:
         self.result_cap = result_cap
+        self.vision = vision
         self._turns: list[Turn] = []
         self._open_calls: dict[str, ToolCall] = {}
         self._last_end: TurnEnd | None = None
@@ -152,7 +206,8 @@ class TurnSplitter:
                 text = _user_text(event, self._last_end)
                 self._last_end = None
                 current.user_text = current.user_text or event.text
-                current.messages.append({"role": "user", "content": text})
+                content = _user_content(text, event.attachments, vision=self.vision)
+                current.messages.append({"role": "user", "content": content})
             elif current is None:
                 continue
             elif isinstance(event, AssistantMessage):
@@ -211,9 +266,11 @@ def _copy_message(message: Message) -> Message:
     return copy
 
 
-def split_turns(events: Sequence[SessionEvent], *, result_cap: int) -> list[Turn]:
+def split_turns(
+    events: Sequence[SessionEvent], *, result_cap: int, vision: bool = False
+) -> list[Turn]:
     """The log as turns of chat messages; events outside the model surface are skipped."""
-    splitter = TurnSplitter(result_cap=result_cap)
+    splitter = TurnSplitter(result_cap=result_cap, vision=vision)
     splitter.feed(events)
     return splitter.turns()
 
@@ -260,7 +317,7 @@ def build_messages(
     newest turn always stays; if it alone is over budget its oldest tool results are elided);
     the older turns become the summary inside the system message.
     """
-    turns = split_turns(events, result_cap=settings.tool_result_cap_chars)
+    turns = split_turns(events, result_cap=settings.tool_result_cap_chars, vision=settings.vision)
     return assemble_messages(turns, system_prompt=system_prompt, settings=settings)
 
 

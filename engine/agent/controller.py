@@ -13,6 +13,7 @@ session's inbox drains.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import logging
 import time
@@ -22,19 +23,26 @@ from dataclasses import dataclass
 from typing import Literal
 
 from engine.agent import checklist
-from engine.agent.checklist import ChecklistRun
+from engine.agent.checklist import ChecklistRun, PauseReason
 from engine.agent.config import AgentDeps
 from engine.agent.ports import IdleListener
-from engine.agent.turn import InboundMessage, TurnResult, run_turn
+from engine.agent.turn import InboundMessage, StepDone, TurnResult, run_turn
 from engine.events import (
+    Attachment,
     FeedbackSource,
     GoalRoundSource,
     HumanSource,
     MessageSource,
+    RunPaused,
     SeedSource,
+    WorkspaceChanged,
 )
-from engine.plan.types import PlanTask
+from engine.goal.types import NO_PROGRESS
+from engine.plan.types import PlanPause, PlanTask
+from engine.progress import workspace as workspace_snapshot
+from engine.progress.stuck import Step, StuckWatch, Verdict, call_record, step_changed
 from engine.tasks import BackgroundTasks, safe_call
+from engine.text import clip
 from engine.tools.base import ToolContext
 from engine.tools.runtime import ToolCallRequest, ToolRuntime
 
@@ -57,6 +65,9 @@ class Listeners:
     idle: IdleListener | None = None
     turn_end: TurnListener | None = None
 
+
+# The card's line when the daily cap pauses the run (the UTC day ends at midnight).
+DAILY_CAP_TEXT = "Paused: daily token cap reached (resets 00:00 UTC)"
 
 LAPSED_TEXT = (
     "The approval lapsed: the plan changed before it took effect. "
@@ -88,6 +99,12 @@ class SessionController:
         self._listeners = listeners if listeners is not None else Listeners()
         self._clock = clock
         self._run = ChecklistRun()
+        # The stuck detector over the steps of unattended work since the owner's last word.
+        self._watch = StuckWatch(deps.settings.stuck)
+        # The workspace digest before the next bash step (None: take one first).
+        self._baseline: str | None = None
+        # A turn is running now (run_turn entered and not yet returned).
+        self._working = False
         # A quiet continuation's closing words, posted when the run pauses or ends.
         self._held = ""
         # The last turn asked the owner a question (ask_user) that is not answered yet.
@@ -133,14 +150,25 @@ class SessionController:
         return self._asked
 
     @property
+    def working(self) -> bool:
+        """A turn is running right now. Unlike :attr:`busy` it is False while the drain task
+        closes a turn (the card is drawn from it: a stopped run never shows "Working")."""
+        return self._working
+
+    @property
     def checklist(self) -> ChecklistRun:
-        """The checklist run: armed (it continues by itself), its progress, stalled."""
+        """The checklist run: armed (it continues by itself), its progress, why it paused."""
         return self._run
 
     # --- input ----------------------------------------------------------------------------
 
     def submit(
-        self, text: str, *, source: MessageSource | None = None, message_id: int | None = None
+        self,
+        text: str,
+        *,
+        source: MessageSource | None = None,
+        message_id: int | None = None,
+        attachments: tuple[Attachment, ...] = (),
     ) -> None:
         """Queue a message and make sure a drain task runs; returns at once.
 
@@ -152,10 +180,10 @@ class SessionController:
             return
         source = source or HumanSource()
         if isinstance(source, HumanSource | FeedbackSource):
-            # The owner spoke: a question is answered, and the run's count starts afresh.
+            # The owner spoke: a question is answered, and the stuck count starts afresh.
             self._asked = False
-            self._run = checklist.heard_owner(self._run)
-        self._inbox.append(InboundMessage(text, source, message_id))
+            self._reset_watch()
+        self._inbox.append(InboundMessage(text, source, message_id, attachments))
         if not self.busy:
             self._task = asyncio.create_task(self._drain(), name=f"agent:{self.session_id}")
 
@@ -255,16 +283,25 @@ class SessionController:
                     # A continuation's closing words wait for the end of the run: in a group
                     # each would be a message, and the card already shows the progress.
                     quiet = self._run.armed and isinstance(message.source, SeedSource)
-                    result = await run_turn(
-                        self._deps,
-                        self._runtime,
-                        self.session_id,
-                        message,
-                        pre_step=self._pre_step,
-                        quiet=quiet,
-                        # An armed run goes on after the step cap: no "send a message".
-                        runs_on=self._run.armed,
-                    )
+                    if isinstance(message.source, GoalRoundSource) and not self._run.armed:
+                        # A goal round's steps are watched within the round; across rounds
+                        # the goal's idle-rounds rule is the bound (engine.goal.progress).
+                        self._reset_watch()
+                    self._working = True
+                    try:
+                        result = await run_turn(
+                            self._deps,
+                            self._runtime,
+                            self.session_id,
+                            message,
+                            pre_step=self._pre_step,
+                            post_step=self._post_step,
+                            quiet=quiet,
+                            # An armed run goes on after the step cap: no "send a message".
+                            runs_on=self._run.armed,
+                        )
+                    finally:
+                        self._working = False
                     self._current = None
                     await self._after_turn(message, result)
                     # The driver owns "a failed goal round disarms the goal": it is told how
@@ -297,6 +334,11 @@ class SessionController:
     async def _arm(self) -> None:
         _, tasks = await self._tasks()
         self._run = checklist.arm(self._run, tasks, now=self._clock())
+        self._reset_watch()
+
+    def _reset_watch(self) -> None:
+        self._watch.reset(now=self._clock())
+        self._baseline = None
 
     async def _after_turn(self, message: InboundMessage, result: TurnResult) -> None:
         """Tell the listener; keep an armed checklist run going while it makes progress."""
@@ -307,9 +349,33 @@ class SessionController:
         continued = False
         tasks_left = False
         finished = False
+        was_armed = self._run.armed
         if self._run.armed or self._held:
             active, tasks = await self._tasks()
             tasks_left = active and checklist.tasks_left(tasks)
+        refusal = result.refusal
+        if self._run.armed and refusal is not None and refusal.kind == "daily-cap":
+            # Each continuation would be refused again: pause with the reason at once.
+            task = checklist.current_task(tasks)
+            await self._pause(
+                PauseReason(
+                    "daily-cap",
+                    DAILY_CAP_TEXT,
+                    evidence=refusal.message,
+                    task_id=task.id if task is not None else None,
+                )
+            )
+        if self._run.armed and result.outcome == "failed":
+            # Nobody knows how far the failed turn got: the run pauses and says why.
+            task = checklist.current_task(tasks)
+            await self._pause(
+                PauseReason(
+                    "failed",
+                    f"Paused: the turn failed ({clip(result.detail, 160, one_line=True)})",
+                    evidence=result.detail,
+                    task_id=task.id if task is not None else None,
+                )
+            )
         if self._run.armed:
             failed = result.outcome in ("failed", "cancelled")
             if failed or not checklist.should_continue(self._run, tasks, active=active):
@@ -324,6 +390,9 @@ class SessionController:
         if continued:
             self._held = result.held or self._held
             return
+        if was_armed or self._run.paused is not None:
+            # The turn-end redraw ran while the turn was still open: draw the stopped run now.
+            await safe_call("plan_changed", self._deps.channel.plan_changed(self.session_id))
         # The run paused or ended: say the last thing it said (an earlier turn's words only
         # while tasks are left; a finished plan's card says Done).
         text = result.held or (self._held if tasks_left else "")
@@ -336,29 +405,135 @@ class SessionController:
         if text:
             await safe_call("reply", self._deps.channel.reply(self.session_id, text, reply_to=None))
 
-    async def _observe_checklist(self) -> str | None:
-        """Account for the last step's progress; a stalled run ends the turn here."""
-        if not self._run.armed:
+    def _watching(self) -> GoalRoundSource | bool:
+        """Whether the stuck detector reads this turn's steps: an armed checklist run (True)
+        or a goal round (its source); False for a turn the owner watches."""
+        message = self._current
+        if message is not None and isinstance(message.source, GoalRoundSource):
+            return message.source
+        return self._run.armed
+
+    async def _post_step(self, step: StepDone) -> str | None:
+        """Feed the step to the stuck detector; a verdict stops the turn (and the run) here."""
+        watching = self._watching()
+        if watching is False:
             return None
+        now = self._clock()
         active, tasks = await self._tasks()
-        if not active:
-            return None
-        self._run = checklist.observe_step(
-            self._run, tasks, now=self._clock(), stall_steps=self._deps.settings.stall_steps
+        self._run, tasks_moved = checklist.observe_tasks(self._run, tasks, now=now)
+        pairs = [(c.name, c.arguments, r.content, r.is_error) for c, r in step.calls]
+        progress = tasks_moved or step_changed(pairs)
+        if any(name == "bash" for name, *_ in pairs) and await self._workspace_moved():
+            # In the log, so the goal's idle-rounds rule counts what bash did on disk too.
+            await self._deps.log.append(self.session_id, [WorkspaceChanged()])
+            progress = True
+        record = Step(
+            calls=tuple(call_record(n, a, c, is_error=e) for n, a, c, e in pairs),
+            compacted=step.compacted,
+            progress=progress,
         )
-        if self._run.stalled is None or self._run.armed:
+        task = checklist.current_task(tasks) if active else None
+        verdict = self._watch.observe(
+            record, now=now, task_id=task.id if task is not None else None, tokens=step.tokens
+        )
+        if progress and self._run.armed:
+            self._run = dataclasses.replace(self._run, last_progress_at=now)
+        if verdict is None:
             return None
+        return await self._stuck(verdict, task, watching)
+
+    async def _workspace_moved(self) -> bool:
+        """Whether bash changed the workspace since the last snapshot (then it is the new one)."""
+        before = self._baseline
+        try:
+            workspace = await self._deps.workspace_for(self.session_id)
+            self._baseline = await workspace_snapshot.snapshot(workspace)
+        except OSError as exc:
+            _log.warning("plangate.agent.controller.snapshot_failed %s", type(exc).__name__)
+            return False
+        return before is not None and before != self._baseline
+
+    async def _take_baseline(self) -> None:
+        if self._baseline is not None or self._watching() is False:
+            return
+        try:
+            workspace = await self._deps.workspace_for(self.session_id)
+            self._baseline = await workspace_snapshot.snapshot(workspace)
+        except OSError as exc:
+            _log.warning("plangate.agent.controller.snapshot_failed %s", type(exc).__name__)
+
+    async def _stuck(
+        self, verdict: Verdict, task: PlanTask | None, watching: GoalRoundSource | bool
+    ) -> str:
+        """Stop what the detector caught: pause the checklist run, block the goal."""
+        _log.info(
+            "plangate.agent.controller.stuck session=%s pattern=%s evidence=%s",
+            self.session_id,
+            verdict.pattern,
+            verdict.evidence,
+        )
+        label = checklist.task_label(task)
+        task_id = task.id if task is not None else None
+        self._reset_watch()
+        if self._run.armed:
+            reason = PauseReason(
+                "stuck",
+                f"Stuck on {label}: {verdict.text}",
+                pattern=verdict.pattern,
+                evidence=verdict.evidence,
+                task_id=task_id,
+            )
+            await self._pause(reason)
+        if isinstance(watching, GoalRoundSource):
+            text = f"Stuck: {verdict.text}"
+            event = RunPaused(
+                kind="stuck",
+                text=text,
+                pattern=verdict.pattern,
+                evidence=verdict.evidence,
+                task_id=task_id,
+                goal_id=watching.goal_id,
+            )
+            await self._deps.log.append(self.session_id, [event])
+            goals = self._deps.goals
+            if goals is not None:
+                message = (
+                    f"stuck: {verdict.text}; give it a hint or change the objective, then Resume"
+                )
+                await goals.block_round(
+                    self.session_id, watching, code=NO_PROGRESS, message=message
+                )
+            return f"goal round stuck: {verdict.text}"
+        return f"checklist stuck on {label}: {verdict.text}"
+
+    async def _pause(self, reason: PauseReason) -> None:
+        """The run stops by itself: disarmed with its reason, logged, kept in the sidecar."""
+        self._run = checklist.pause(self._run, reason)
+        event = RunPaused(
+            kind=reason.kind,
+            text=reason.text,
+            pattern=reason.pattern,
+            evidence=reason.evidence,
+            task_id=reason.task_id,
+        )
+        await self._deps.log.append(self.session_id, [event])
+        plan = self._deps.plan
+        if plan is not None:
+            pause = PlanPause(
+                kind=reason.kind,
+                text=reason.text,
+                pattern=reason.pattern,
+                evidence=reason.evidence,
+                task_id=reason.task_id,
+            )
+            await safe_call("record_pause", plan.record_pause(self.session_id, pause))
         await safe_call("plan_changed", self._deps.channel.plan_changed(self.session_id))
-        label, steps = self._run.stalled
-        return f"checklist stalled on {label}: no progress in {steps} steps"
 
     async def _pre_step(self, step: int) -> str | None:
         message = self._current
         switching_to_plan = self._pending_mode is True
         await self._commit_pending(queue_execution=False)
-        stalled = await self._observe_checklist()
-        if stalled is not None:
-            return stalled
+        await self._take_baseline()
         if message is not None and isinstance(message.source, GoalRoundSource):
             if switching_to_plan:
                 return "goal round ended: plan mode was entered"

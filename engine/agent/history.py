@@ -38,7 +38,7 @@ class SessionHistory:
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
 
     async def read(
-        self, log: EventLog, session_id: str, *, result_cap: int
+        self, log: EventLog, session_id: str, *, result_cap: int, vision: bool = False
     ) -> tuple[list[Turn], SessionProjections]:
         """The session's turns (as ``split_turns`` of the whole log) and its projections (as
         ``fold_session``), reading only the events not seen yet.
@@ -47,8 +47,15 @@ class SessionHistory:
         Another log or ``result_cap`` than last time for a session reads that log whole.
         """
         cached = self._cache.get(session_id)
-        if cached is None or cached.log is not log or cached.splitter.result_cap != result_cap:
-            cached = self._cache[session_id] = _Cached(log, TurnSplitter(result_cap=result_cap))
+        splitter = cached.splitter if cached is not None else None
+        if (
+            cached is None
+            or cached.log is not log
+            or splitter is None
+            or (splitter.result_cap, splitter.vision) != (result_cap, vision)
+        ):
+            splitter = TurnSplitter(result_cap=result_cap, vision=vision)
+            cached = self._cache[session_id] = _Cached(log, splitter)
         self._cache.move_to_end(session_id)
         while len(self._cache) > self._max:
             self._cache.popitem(last=False)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from engine.events import GoalRoundSource
-from engine.plan.types import PlanState, PlanTask, is_editing
+from engine.plan.types import PlanPause, PlanState, PlanTask, is_editing
 
 # The plan service's derived state: none (NoPlan), pre_init (Editing before ``plan init``),
 # post_init (Editing after ``init``: only the session ``.md`` is writable), active.
@@ -74,6 +74,10 @@ class PlanPort(Protocol):
         """Commit a pending approval only if ``revision`` is still current."""
         ...
 
+    async def record_pause(self, session_id: str, pause: PlanPause) -> None:
+        """Keep one stop of the run in the live plan (its sidecar's ``pauses``)."""
+        ...
+
 
 class GoalPort(Protocol):
     """The goal service as the agent uses it."""
@@ -84,6 +88,12 @@ class GoalPort(Protocol):
 
     async def disarm(self, session_id: str) -> None:
         """Drop the process-local activation (no new revision); the card offers Resume."""
+        ...
+
+    async def block_round(
+        self, session_id: str, source: GoalRoundSource, *, code: str, message: str
+    ) -> None:
+        """Block the round's goal (``code``, ``message``) if it is still the active goal."""
         ...
 
 

@@ -47,6 +47,9 @@ TEMPLATE_B = """\
 1. {Step title} — {what to do, files/modules, commands if any}
    - Done when: {optional acceptance criterion}
 2. {Step title} — {what to do}
+   - Done when: `{a command}` passes
+## Checks
+- `{optional command the whole plan must pass before it is done}`
 ## Risks
 ## Open questions"""
 
@@ -92,7 +95,9 @@ def _plan_policy(inputs: PromptInputs) -> str:
         "The owner asked for a plan before any change to the project. " + where + "\n"
         "Rules: investigate without changing anything; write a decision-complete plan in "
         "the outline below (## Context with Problem, Target state and Intent filled; "
-        "## Implementation steps with numbered steps, optional 'Done when:' lines); do not use "
+        "## Implementation steps with numbered steps, optional 'Done when:' lines; a command in "
+        "backticks that a Done when says passes is a check plangate runs, read-only, before the "
+        "step counts as done, so name only commands that work in this workspace); do not use "
         "todo_write as a substitute for the plan; when it is ready call plan with op=submit, "
         "fix whatever it reports missing, then end your turn and wait: the owner approves "
         "with a button.\n"

@@ -6,9 +6,9 @@ importing the agent's collaborators (``engine.agent.config``), which import the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from engine.agent.checklist import DEFAULT_STALL_STEPS
+from engine.progress.stuck import StuckLimits
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +33,10 @@ class AgentSettings:
         "Continue the approved plan: call plan start for the next pending task, do it, then "
         "plan complete with evidence."
     )
-    # Steps in a row without checklist progress after which a checklist run stops, stalled.
-    stall_steps: int = DEFAULT_STALL_STEPS
+    # When an unattended run (the checklist run, a goal round) is stuck (engine.progress).
+    stuck: StuckLimits = field(default_factory=StuckLimits)
+    # The model sees images: an image attachment goes as an image part, else as a note.
+    vision: bool = False
 
 
 __all__ = ["AgentSettings"]

@@ -2,12 +2,13 @@
 
 A step is: the pre-step hook (pending plan switch or approval, goal-round re-validation) ->
 context built from the log -> one model call -> ``assistant/message`` and ``tool/call`` events ->
-the tool batch (plan gate first) -> ``tool/result`` events. The turn ends when the model
+the tool batch (plan gate first) -> ``tool/result`` events -> the post-step hook (the stuck
+detector, told what the step did as a :class:`StepDone`). The turn ends when the model
 answers without tool calls (``completed``), after ``max_steps`` (``max_steps``), when the
-pre-step hook says so (``completed`` with a detail), on a model error (``failed``) or when
-the task is cancelled (``cancelled``; every open call gets a synthetic interrupted result).
-A goal round's first check runs before its ``user/message`` is logged; a round refused there
-logs nothing.
+pre-step or post-step hook says so (``completed`` with a detail), on a model error
+(``failed``) or when the task is cancelled (``cancelled``; every open call gets a synthetic
+interrupted result). A goal round's first check runs before its ``user/message`` is logged;
+a round refused there logs nothing.
 
 With a usage meter every model call first reserves its prompt estimate and its ``max_tokens``
 against the daily cap and the goal's token budget (a call that would cross a limit is not made:
@@ -24,13 +25,15 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from engine.agent.config import AgentDeps
-from engine.agent.context import assemble_messages
+from engine.agent.context import ELIDED_TEXT, assemble_messages
 from engine.agent.ports import PlanPromptView
 from engine.agent.prompt import PromptInputs, build_system_prompt
 from engine.events import (
     AssistantMessage,
+    Attachment,
     GoalRoundSource,
     MessageSource,
     SessionEvent,
@@ -41,7 +44,8 @@ from engine.events import (
     TurnStart,
     UserMessage,
 )
-from engine.model.types import ModelError, ModelToolCall
+from engine.inbox import session_inbox
+from engine.model.types import ModelError, ModelReply, ModelToolCall
 from engine.tasks import safe_call
 from engine.tools.base import ToolContext, ToolOutcome
 from engine.tools.runtime import ToolCallRequest, ToolRuntime
@@ -57,12 +61,29 @@ PreStep = Callable[[int], Awaitable[str | None]]
 
 
 @dataclass(frozen=True, slots=True)
+class StepDone:
+    """What one step did, for the stuck detector: the calls with their results (none for a
+    plain reply), whether the context had to elide this turn's own results, its tokens."""
+
+    calls: tuple[tuple[ToolCall, ToolResult], ...]
+    text: str
+    compacted: bool
+    tokens: int
+
+
+# Told after each step; returns None to go on, or a short reason to end the turn now.
+PostStep = Callable[[StepDone], Awaitable[str | None]]
+
+
+@dataclass(frozen=True, slots=True)
 class InboundMessage:
     """A queued message: its text, its source and the chat message to reply to."""
 
     text: str
     source: MessageSource
     message_id: int | None = None
+    # Files the owner sent with it, already saved in the session inbox (engine.inbox).
+    attachments: tuple[Attachment, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +96,8 @@ class TurnResult:
     asked: bool = False
     # With ``quiet``: the closing words the turn did not post (the caller decides).
     held: str = ""
+    # A usage limit refused the turn's next model call (the daily cap, a goal's budget).
+    refusal: BudgetRefusal | None = None
 
 
 def _invalid_arguments(call: ModelToolCall) -> ToolOutcome | None:
@@ -94,6 +117,7 @@ async def run_turn(
     message: InboundMessage,
     *,
     pre_step: PreStep,
+    post_step: PostStep | None = None,
     quiet: bool = False,
     runs_on: bool = False,
 ) -> TurnResult:
@@ -130,7 +154,12 @@ async def run_turn(
     try:
         await log.append(
             session_id,
-            [TurnStart(turn_id=turn_id), UserMessage(text=message.text, source=message.source)],
+            [
+                TurnStart(turn_id=turn_id),
+                UserMessage(
+                    text=message.text, source=message.source, attachments=message.attachments
+                ),
+            ],
         )
     except BaseException:
         if held is not None and deps.usage is not None:
@@ -139,7 +168,11 @@ async def run_turn(
     await safe_call("turn_started", deps.channel.turn_started(session_id))
     open_calls: dict[str, ToolCall] = {}
     ctx = ToolContext(
-        session_id=session_id, workspace=workspace, turn_id=turn_id, source=message.source
+        session_id=session_id,
+        workspace=workspace,
+        turn_id=turn_id,
+        source=message.source,
+        read_roots=_read_roots(deps, session_id),
     )
     final_text = ""
     # The last thing the model said in this turn: a turn ended by its pre-step (a goal round
@@ -158,6 +191,7 @@ async def run_turn(
                 break
             await safe_call("typing", deps.channel.typing(session_id))
             messages = await _context(deps, session_id, workspace_text=str(workspace))
+            compacted = any(m.get("content") == ELIDED_TEXT for m in messages)
             specs = runtime.specs()
             chars = estimate = 0
             max_tokens: int | None = None
@@ -182,33 +216,41 @@ async def run_turn(
                 for c in reply.tool_calls
             ]
             events.extend(calls)
+            tokens = _reply_tokens(reply)
             if deps.usage is not None:
-                events.append(
-                    deps.usage.record_for(
-                        turn_id=turn_id,
-                        source=message.source,
-                        reply=reply,
-                        chars=chars,
-                        estimate=estimate,
-                    )
+                record = deps.usage.record_for(
+                    turn_id=turn_id,
+                    source=message.source,
+                    reply=reply,
+                    chars=chars,
+                    estimate=estimate,
                 )
+                tokens = record.prompt_tokens + record.completion_tokens
+                events.append(record)
             stored = await log.append(session_id, events)
             if deps.usage is not None:
                 await deps.usage.recorded(stored, held)
             held = None
             if not calls:
                 outcome = "completed"
+                if post_step is not None:
+                    await post_step(StepDone((), reply.text, compacted, tokens))
                 break
             open_calls = {c.call_id: c for c in calls}
             outcomes = await _run_batch(runtime, reply.tool_calls, ctx)
-            await log.append(
-                session_id,
-                [
-                    ToolResult(call_id=c.id, name=c.name, content=o.content, is_error=o.is_error)
-                    for c, o in zip(reply.tool_calls, outcomes, strict=True)
-                ],
-            )
+            results = [
+                ToolResult(call_id=c.id, name=c.name, content=o.content, is_error=o.is_error)
+                for c, o in zip(reply.tool_calls, outcomes, strict=True)
+            ]
+            await log.append(session_id, list(results))
             open_calls = {}
+            if post_step is not None:
+                pairs = tuple(zip(calls, results, strict=True))
+                done = StepDone(pairs, reply.text, compacted, tokens)
+                stop_reason = await post_step(done)
+                if stop_reason is not None:
+                    outcome, detail, final_text = "completed", stop_reason, ""
+                    break
             final_text = ""
             asked = asked or any(
                 c.name == "ask_user" and not o.is_error
@@ -270,10 +312,17 @@ async def run_turn(
             f"(I stopped after {deps.settings.max_steps} steps; send a message to continue.)"
         )
     if text and quiet:
-        return TurnResult(turn_id, outcome, final_text, detail, asked=asked, held=text)
+        return TurnResult(
+            turn_id, outcome, final_text, detail, asked=asked, held=text, refusal=budget_stop
+        )
     if text:
         await safe_call("reply", deps.channel.reply(session_id, text, reply_to=message.message_id))
-    return TurnResult(turn_id, outcome, final_text, detail, asked=asked)
+    return TurnResult(turn_id, outcome, final_text, detail, asked=asked, refusal=budget_stop)
+
+
+def _reply_tokens(reply: ModelReply) -> int:
+    usage = reply.usage
+    return 0 if usage is None else usage.prompt_tokens + usage.completion_tokens
 
 
 async def _run_batch(
@@ -295,7 +344,10 @@ async def _context(
 ) -> list[dict[str, object]]:
     # Incremental: the turns and projections of the steps before, plus the log's new tail.
     turns, projections = await deps.history.read(
-        deps.log, session_id, result_cap=deps.settings.tool_result_cap_chars
+        deps.log,
+        session_id,
+        result_cap=deps.settings.tool_result_cap_chars,
+        vision=deps.settings.vision,
     )
     plan_view = (
         await deps.plan.prompt_view(session_id) if deps.plan is not None else PlanPromptView()
@@ -312,9 +364,24 @@ async def _context(
     return assemble_messages(turns, system_prompt=system, settings=deps.settings)
 
 
+def _read_roots(deps: AgentDeps, session_id: str) -> tuple[Path, ...]:
+    """The session's inbox, when there is one: the read tools may read it, never write."""
+    if deps.inbox_root is None:
+        return ()
+    return (session_inbox(deps.inbox_root, session_id),)
+
+
 def is_goal_round(source: MessageSource) -> bool:
     """``True`` for a message the goal round driver queued."""
     return isinstance(source, GoalRoundSource)
 
 
-__all__ = ["CANCELLED_TOOL_TEXT", "InboundMessage", "PreStep", "TurnResult", "run_turn"]
+__all__ = [
+    "CANCELLED_TOOL_TEXT",
+    "InboundMessage",
+    "PostStep",
+    "PreStep",
+    "StepDone",
+    "TurnResult",
+    "run_turn",
+]

@@ -6,12 +6,14 @@ A turn made progress when, among its events, there is at least one of:
 - a checklist change: a ``plan`` tool result that is not an error, for any op but ``show``,
   or a ``plan/changed`` event;
 - a todo change: a ``todo/write`` event;
-- a goal update: a ``goal/change`` event (``update_goal``, say).
+- a goal update: a ``goal/change`` event (``update_goal``, say);
+- a workspace change by ``bash``: a ``workspace/changed`` event (the agent compares a snapshot
+  of the workspace before and after each bash step of a round, engine.progress.workspace).
 
-Reading, searching and commands run with ``bash`` change nothing the agent can see durably, so a
-turn of only those is idle. :func:`idle_streak` counts a goal's idle rounds in a row from a log;
-anything the owner does to the goal between rounds (a ``goal/change`` outside a round: Resume,
-an edit, a budget raise) or a message of the owner's starts the count again.
+Reading, searching and commands that change no file are idle. :func:`idle_streak` counts a
+goal's idle rounds in a row from a log; anything the owner does to the goal between rounds (a
+``goal/change`` outside a round: Resume, an edit, a budget raise) or a message of the owner's
+starts the count again.
 """
 
 from __future__ import annotations
@@ -29,14 +31,15 @@ from engine.events import (
     ToolResult,
     TurnEnd,
     UserMessage,
+    WorkspaceChanged,
 )
 from engine.goal.service import GoalService
 from engine.goal.types import NO_PROGRESS
 from engine.ports import EventLog
+from engine.progress.stuck import FILE_TOOLS
 
 log = logging.getLogger("plangate.goal.progress")
 
-FILE_TOOLS = frozenset({"write_file", "edit_file"})
 # The event types the two functions below read (a filtered log read needs no more).
 PROGRESS_EVENT_TYPES = frozenset(
     {
@@ -47,6 +50,7 @@ PROGRESS_EVENT_TYPES = frozenset(
         "todo/write",
         "goal/change",
         "turn/end",
+        "workspace/changed",
     }
 )
 
@@ -62,7 +66,7 @@ def turn_made_progress(events: Sequence[SessionEvent]) -> bool:
                 return True
             if event.name == "plan" and plan_ops.get(event.call_id, "show") != "show":
                 return True
-        elif isinstance(event, PlanChanged | TodoWrite | GoalChange):
+        elif isinstance(event, PlanChanged | TodoWrite | GoalChange | WorkspaceChanged):
             return True
     return False
 

@@ -181,6 +181,18 @@ class GoalService:
         command = BlockGoal(ref=ref, code=code, message=message)
         return self._snapshot_result(await self._run(session_id, command))
 
+    async def block_round(
+        self, session_id: str, source: GoalRoundSource, *, code: str, message: str
+    ) -> None:
+        """Block the goal a round of ``source`` worked for, while it is still active (the
+        stuck detector stopped the round); a goal changed meanwhile is left alone."""
+        goal = await self.round_goal(session_id, source)
+        if goal is None:
+            return
+        result = await self.block(session_id, goal.ref, code=code, message=message)
+        if isinstance(result, GoalRefusal):
+            log.info("plangate.goal.service.block_round_refused code=%s", result.code)
+
     async def complete(self, session_id: str, ref: GoalRef) -> GoalSnapshot | GoalRefusal:
         """active|paused|blocked -> complete."""
         return self._snapshot_result(await self._run(session_id, CompleteGoal(ref=ref)))

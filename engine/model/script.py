@@ -13,8 +13,9 @@ all keys optional. A JSON script file is a list of steps, or ``{"steps": [...]}`
 - Placeholders in string arguments (also inside nested lists and objects) are resolved against
   the conversation: ``{plan_md}`` is the absolute POSIX path ending in ``.md`` that the most
   recent ``plan`` tool result mentioned (a design ``plan init`` returns it). Other braces are
-  left alone, so code in arguments needs no escaping. An unresolvable placeholder is a
-  ``ScriptDivergence``.
+  left alone, so code in arguments needs no escaping. ``{upload}`` is the saved path of the
+  newest file the owner sent (the "file saved: ..." line of a user message). An unresolvable
+  placeholder is a ``ScriptDivergence``.
 - ``raw_arguments`` on a call (tests only) sends that text instead of the JSON of
   ``arguments``; the reply carries ``arguments={}`` and the raw text, like invalid JSON from a
   real model.
@@ -211,7 +212,21 @@ def plan_md_path(messages: Sequence[Mapping[str, Any]]) -> str | None:
     return None
 
 
-_PLACEHOLDERS: dict[str, Resolver] = {"plan_md": plan_md_path}
+# The read-only path of a file the owner sent (engine.inbox.attachment_line says it).
+_UPLOAD_PATH = re.compile(r'file saved: .*?read it with read_file path "([^"]+)"')
+
+
+def upload_path(messages: Sequence[Mapping[str, Any]]) -> str | None:
+    """The saved path of the newest file the owner sent (a ``user`` message says it)."""
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            found = _UPLOAD_PATH.findall(content_text(message.get("content")))
+            if found:
+                return str(found[-1])
+    return None
+
+
+_PLACEHOLDERS: dict[str, Resolver] = {"plan_md": plan_md_path, "upload": upload_path}
 _PLACEHOLDER = re.compile(r"\{(" + "|".join(_PLACEHOLDERS) + r")\}")
 
 

@@ -117,6 +117,10 @@ def start(sidecar: PlanSidecar | None, md: str | None, task_id: str | None, ctx:
     text = f"Started task {task.id}: {task.title}."
     if task.acceptance_criteria:
         text += " Done when: " + "; ".join(task.acceptance_criteria)
+    if task.checks:
+        text += " plan complete runs these checks first: " + ", ".join(
+            f"`{c}`" for c in task.checks
+        )
     return Transition(sidecar=updated, reason="start", text=text, criteria=effect)
 
 
@@ -318,5 +322,9 @@ def render_show(sidecar: PlanSidecar | None, md: str | None, md_path: str) -> st
                 line += f" (after {', '.join(task.dependencies)})"
             if task.status == "deferred" and task.reason:
                 line += f" — deferred: {task.reason}"
+            if task.checks:
+                line += " — checks: " + ", ".join(f"`{c}`" for c in task.checks)
             lines.append(line)
+        if sidecar.checks:
+            lines.append("Plan checks: " + ", ".join(f"`{c}`" for c in sidecar.checks))
     return "\n".join(lines)

@@ -38,7 +38,15 @@ from engine.plan.machine import (
 from engine.plan.refusals import Refusal, refusal
 from engine.plan.seeding import Seeding, default_seeding
 from engine.plan.store import ArchiveReason, PlanStore
-from engine.plan.types import PlanApproval, PlanFlow, PlanSidecar, PlanState, is_editing
+from engine.plan.types import (
+    MAX_PAUSES,
+    PlanApproval,
+    PlanFlow,
+    PlanPause,
+    PlanSidecar,
+    PlanState,
+    is_editing,
+)
 from engine.ports import Clock, EventLog
 from engine.projections import PlanModeState, apply_plan_mode_event
 
@@ -475,6 +483,23 @@ class PlanService:
             if live.sidecar is None or (plan_id is not None and live.sidecar.id != plan_id):
                 return False
             updated = live.sidecar.model_copy(update={"flow": flow})
+            await self._store.save(session_id, updated)
+            self._live[session_id] = _Live(sidecar=updated, md=live.md)
+            return True
+
+    async def record_pause(self, session_id: str, pause: PlanPause) -> bool:
+        """Keep one stop of the run in the sidecar's ``pauses`` (no revision bump, no event:
+        the ``run/paused`` event is the log's record; this is the plan's own, archived with it).
+
+        Returns False, writing nothing, when there is no live plan.
+        """
+        async with self._lock(session_id):
+            live = await self._load_locked(session_id)
+            if live.sidecar is None:
+                return False
+            stamped = pause.model_copy(update={"at": pause.at or self._now()})
+            pauses = [*live.sidecar.pauses, stamped][-MAX_PAUSES:]
+            updated = live.sidecar.model_copy(update={"pauses": pauses})
             await self._store.save(session_id, updated)
             self._live[session_id] = _Live(sidecar=updated, md=live.md)
             return True

@@ -39,7 +39,9 @@ DESCRIPTION = (
     "file_path imports tasks from a workspace file. "
     "op=add_tasks {tasks} (add_task {title, ...} for one) appends tasks to an active checklist. "
     "op=start {task_id?} starts the next task; op=complete {task_id?, evidence?} and "
-    "op=skip {task_id?, reason} finish the task in progress. op=show prints the plan."
+    "op=skip {task_id?, reason} finish the task in progress. A task with checks (commands its "
+    "Done when names) completes only when plangate runs them and they pass (you get the "
+    "failing output otherwise); skipping it asks the owner. op=show prints the plan."
 )
 
 

@@ -108,6 +108,23 @@ class PlanRevising(BaseModel):
     mode: Literal["design", "checklist", "import"] | None = None
 
 
+MAX_PAUSES = 20
+
+
+class PlanPause(BaseModel):
+    """One time the approved run stopped by itself (the ``run/paused`` event, kept here so
+    the archived plan shows it): why, the stuck pattern and its evidence, the task."""
+
+    model_config = ConfigDict(extra="allow")
+
+    kind: str
+    text: str
+    pattern: str | None = None
+    evidence: str = ""
+    task_id: str | None = None
+    at: str = ""
+
+
 class PlanSidecar(BaseModel):
     """The live plan JSON. ``status`` is canonical (``Editing``/``Active``) once loaded."""
 
@@ -143,6 +160,8 @@ class PlanSidecar(BaseModel):
     # differed at the last completion ("changed tests" on the Done card).
     check_baseline: dict[str, str] | None = None
     changed_tests: list[str] = Field(default_factory=list)
+    # The run's stops, oldest first (at most MAX_PAUSES kept).
+    pauses: list[PlanPause] = Field(default_factory=list)
 
     _approved_by = field_validator("approved_by", mode="before")(_approvals)
 

@@ -29,6 +29,7 @@ _PRESS_ACTIONS: Final[dict[str, dict[str, Action]]] = {
         "discard": "review",
         "discard_yes": "review",
         "cancel": "review",
+        "raise_cap": "settings",  # the daily token cap, then Resume
     },
     "g": {"pause": "stop"},
     "a": {"once": "approve", "session": "approve", "deny": "approve", "rule": "approve"},

@@ -24,6 +24,9 @@ class ToolContext:
     # The source of the user message that opened the turn: authority is derived from it
     # (docs/goals.md), never from the model's arguments.
     source: MessageSource
+    # Folders outside the workspace the read tools may also read (never write): the
+    # session's upload inbox (engine.inbox).
+    read_roots: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,6 +115,8 @@ class _FileTool(ABC):
 
     name = ""
     description = ""
+    # Read tools may also read the context's read roots (the session inbox); writes never.
+    reads_only = False
 
     def __init__(
         self,
@@ -133,7 +135,10 @@ class _FileTool(ABC):
     async def _resolve(self, raw: str, ctx: ToolContext) -> Path:
         # Resolving follows links (file system calls): off the event loop, like the IO after.
         also = await self._md_path(ctx)
-        return await _in_pool(partial(resolve_in_workspace, raw, ctx.workspace, also_allowed=also))
+        extra = ctx.read_roots if self.reads_only else ()
+        return await _in_pool(
+            partial(resolve_in_workspace, raw, ctx.workspace, also_allowed=also, extra_roots=extra)
+        )
 
     @property
     @abstractmethod
@@ -159,6 +164,7 @@ class _FileTool(ABC):
 
 
 class ReadFileTool(_FileTool):
+    reads_only = True
     name = "read_file"
     description = (
         "Read a text file in the workspace. Lines are numbered from 1 (the numbers are not part "
@@ -226,6 +232,7 @@ def _read_lines(path: Path, start: int, limit: int) -> tuple[list[str], int] | N
 
 
 class ListFilesTool(_FileTool):
+    reads_only = True
     name = "list_files"
     description = (
         "List files under a folder of the workspace (default: the workspace), recursively, "
@@ -250,12 +257,13 @@ class ListFilesTool(_FileTool):
         root = await self._resolve(raw, ctx)
         if not await _in_pool(root.is_dir):
             return _error(f"error: {raw!r} is not a folder")
-        return await _in_pool(self._list, root, pattern, ctx.workspace)
+        return await _in_pool(self._list, root, pattern, _walk_root(root, ctx), ctx.workspace)
 
-    def _list(self, root: Path, pattern: str | None, workspace: Path) -> ToolOutcome:
+    def _list(self, root: Path, pattern: str | None, inside: Path, workspace: Path) -> ToolOutcome:
         found: list[str] = []
         total = 0
-        for path in walk_files(root, workspace):
+        for path in walk_files(root, inside):
+            # Shown relative to the workspace; a read root's files (the inbox) absolute.
             rel = display_path(path, workspace)
             if pattern and not (glob_match(rel, pattern) or fnmatch.fnmatch(path.name, pattern)):
                 continue
@@ -271,6 +279,7 @@ class ListFilesTool(_FileTool):
 
 
 class GrepTool(_FileTool):
+    reads_only = True
     name = "grep"
     description = (
         "Search file contents with a Python regular expression. path is a file or folder "
@@ -305,16 +314,35 @@ class GrepTool(_FileTool):
         if not await _in_pool(lambda: root.is_dir() or root.is_file()):
             return _error(f"error: {raw!r} is not a regular file (a FIFO, socket or device)")
         limits = self._limits
+        inside = _walk_root(root, ctx)
         request = {
             "pattern": pattern,
             "root": str(root),
-            "workspace": str(real_path(ctx.workspace)),
+            "workspace": str(inside),
             "glob": glob,
             "max_matches": limits.grep_matches,
             "line_chars": limits.grep_line_chars,
             "file_bytes": limits.grep_file_bytes,
         }
-        return await _search(request, limits.grep_timeout_s)
+        found = await _search(request, limits.grep_timeout_s)
+        if inside == real_path(ctx.workspace):
+            return found
+        # Hits under a read root (the inbox) are named absolutely, as read_file takes them.
+        lines = [
+            line if line.startswith(("[", "(", "error:")) else f"{inside}/{line}"
+            for line in found.content.split("\n")
+        ]
+        return ToolOutcome(content="\n".join(lines), is_error=found.is_error)
+
+
+def _walk_root(path: Path, ctx: ToolContext) -> Path:
+    """The root a walk from ``path`` stays inside: the workspace, or the read root (the
+    inbox) that ``path`` was allowed under."""
+    for root in (ctx.workspace, *ctx.read_roots):
+        resolved = real_path(root)
+        if path == resolved or resolved in path.parents:
+            return resolved
+    return real_path(ctx.workspace)
 
 
 async def _search(request: dict[str, Any], timeout_s: float) -> ToolOutcome:

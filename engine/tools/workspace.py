@@ -12,6 +12,7 @@ import contextlib
 import os
 import secrets
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -53,17 +54,26 @@ def resolve_path(raw: str, workspace: Path) -> Path:
     return real_path(candidate)
 
 
-def resolve_in_workspace(raw: str, workspace: Path, *, also_allowed: Path | None = None) -> Path:
+def resolve_in_workspace(
+    raw: str,
+    workspace: Path,
+    *,
+    also_allowed: Path | None = None,
+    extra_roots: Sequence[Path] = (),
+) -> Path:
     """Resolve ``raw`` against ``workspace``; raise :class:`OutsideWorkspace` when it escapes.
 
     ``also_allowed`` is one extra file outside the workspace that may be used (the session's
-    plan ``.md``); it matches only exactly, after resolution.
+    plan ``.md``); it matches only exactly, after resolution. ``extra_roots`` are folders
+    outside the workspace that count as inside (the read tools pass the session inbox).
     """
     root = real_path(workspace)
     resolved = resolve_path(raw, workspace)
     if is_within(resolved, root):
         return resolved
     if also_allowed is not None and resolved == real_path(also_allowed):
+        return resolved
+    if any(is_within(resolved, real_path(extra)) for extra in extra_roots):
         return resolved
     raise OutsideWorkspace(raw, resolved)
 

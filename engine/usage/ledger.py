@@ -247,6 +247,11 @@ def check_call(
 # --- days, money, amounts -------------------------------------------------------------------
 
 
+def raised_cap(cap: int, used: int) -> int:
+    """The cap one "Raise cap" press sets: twice what the day has used or allowed."""
+    return 2 * max(cap, used, 1)
+
+
 def day_start(at: float) -> float:
     """The start of the UTC day ``at`` falls in (the usage day is the UTC calendar day)."""
     return math.floor(at / DAY) * DAY

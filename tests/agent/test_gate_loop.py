@@ -97,10 +97,11 @@ async def test_gates_in_editing_then_project_write_after_approval(tmp_path: Path
     events = await agent.events()
     seeds = [e for e in events if isinstance(e, UserMessage) and isinstance(e.source, SeedSource)]
     # The approval runs the checklist on by itself; with no task progress (the script only
-    # writes a file) the run stops, stalled, after the configured number of steps.
+    # writes a file) the run stops when the finished script only talks: a monologue.
     run = controller.checklist
-    assert seeds and not run.armed and run.stalled is not None
-    assert len(seeds) <= AgentSettings().stall_steps
+    assert seeds and not run.armed and run.paused is not None
+    assert run.paused.pattern == "monologue"
+    assert len(seeds) <= AgentSettings().stuck.monologue
     assert not results(events)[0].is_error
     # Active: no plan policy section any more, the checklist is in the state section.
     system = agent.scripted.last_messages[0]["content"]
@@ -179,7 +180,7 @@ async def test_approve_while_busy_commits_at_the_next_step(tmp_path: Path) -> No
     assert await plans.state(SID) == "active"
     ends = [e for e in await agent.events() if isinstance(e, TurnEnd)]
     # The approval committed mid-turn: that turn ended, then the checklist ran on by itself
-    # (continuation turns, seed-sourced) until it stalled without progress.
+    # (continuation turns, seed-sourced) until it was stuck (the finished script's talk).
     assert ends[0].outcome == "completed" and len(ends) > 1
     seeds = [
         e
@@ -188,7 +189,7 @@ async def test_approve_while_busy_commits_at_the_next_step(tmp_path: Path) -> No
     ]
     assert len(seeds) == len(ends) - 1
     assert agent.registry.controller(SID).pending_approval is None
-    assert agent.registry.controller(SID).checklist.stalled is not None
+    assert agent.registry.controller(SID).checklist.paused is not None
 
 
 async def test_stale_pending_approval_returns_the_card_to_review(tmp_path: Path) -> None:

@@ -53,3 +53,26 @@ def test_the_done_card_lists_every_check_result_and_the_changed_tests() -> None:
     assert "1. Fix 🧪" in text
     # Not done: no proof block yet.
     assert "changed tests" not in build_plan_card(sidecar, "active").text
+
+
+def test_the_goal_card_shows_the_checks_and_the_last_run() -> None:
+    from bot.cards import build_goal_card
+    from engine.checks.types import CheckRun
+    from engine.events import GoalCheck
+    from engine.goal.types import GoalSnapshot
+
+    goal = GoalSnapshot(
+        id="g" * 32, revision=1, objective="green", phase="active", max_goal_rounds=5,
+        checks=(CHECK,),
+    )  # fmt: skip
+    never = build_goal_card(goal, armed=True).text
+    assert f"🧪 Checks: <code>{CHECK}</code>" in never and "Not run yet" in never
+    failed = CheckResult(command=CHECK, exit_code=1, duration_s=2.5, at="2026-12-02T00:05:07+00:00")
+    run = CheckRun(results=[failed])
+    last = GoalCheck(goal_id=goal.id, revision=1, run=run, passed=False)
+    text = build_goal_card(goal, armed=True, last_check=last).text
+    assert f"❌ Checks failed 00:05 UTC · 2.5s: <code>{CHECK}</code> exit 1 in 2.5s" in text
+    ok = last.model_copy(update={"passed": True})
+    assert (
+        "✅ Checks passed 00:05 UTC · 2.5s" in build_goal_card(goal, armed=True, last_check=ok).text
+    )

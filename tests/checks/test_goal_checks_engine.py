@@ -72,3 +72,27 @@ async def test_a_goal_claimed_done_while_its_check_fails_stays_active_until_it_p
     assert state.goal is not None and state.goal.phase == "complete"
     assert state.goal.checks == (CHECK,)
     assert state.last_check is not None and state.last_check.passed
+
+
+async def test_goal_check_add_list_and_clear_are_edits_of_the_snapshot(tmp_path: Path) -> None:
+    async with engine_rig(tmp_path, ScriptedProvider([])) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(-1, 0)
+        assert (await engine.command(sid, "goal", "check list", actor=OWNER)).reply == (
+            "There is no goal."
+        )
+        await engine.command(sid, "goal", "keep it green --check make", actor=OWNER)
+        await engine.goals.disarm(sid)  # no rounds in this test
+        added = await engine.command(sid, "goal", 'check add "python3 -m unittest -q"', actor=OWNER)
+        assert added.reply is not None and added.reply.startswith("Check added.")
+        listed = await engine.command(sid, "goal", "check list", actor=OWNER)
+        assert listed.reply == "Checks of the goal:\n- `make`\n- `python3 -m unittest -q`"
+        goal = await engine.goals.get(sid)
+        assert goal is not None and goal.revision == 2
+        assert goal.checks == ("make", "python3 -m unittest -q")
+        bad = await engine.command(sid, "goal", "check add " + "x" * 1001, actor=OWNER)
+        assert bad.reply is not None and bad.reply.startswith("Refused: a check is one")
+        cleared = await engine.command(sid, "goal", "check clear", actor=OWNER)
+        assert cleared.reply is not None and cleared.reply.startswith("Checks cleared.")
+        goal = await engine.goals.get(sid)
+        assert goal is not None and goal.checks == () and goal.revision == 3

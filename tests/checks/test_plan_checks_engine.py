@@ -33,7 +33,7 @@ async def test_complete_runs_the_check_refuses_a_failure_and_records_the_pass(
 ) -> None:
     make_project(tmp_path / "work")
     model = ScriptedProvider(execution())
-    async with engine_rig(tmp_path, model, allow_bash=ALLOW_CHECK, stall_steps=60) as rig:
+    async with engine_rig(tmp_path, model, allow_bash=ALLOW_CHECK) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(-1, 0)
         await post_init(rig, sid, CHECKED_PLAN)

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.compose import open_plangate
-from engine.agent.checklist import DEFAULT_STALL_STEPS
 from engine.agent.testing import RecordingChannel
 from engine.app import Engine, EngineConfig
 from engine.events import SessionEvent, StoredEvent
 from engine.model.script import call, say
 from engine.model.types import ModelProvider
 from engine.ports import Clock, EventLog
+from engine.progress.stuck import StuckLimits
 from engine.usage.meter import UsageConfig
 from storage.open import Storage
 
@@ -119,7 +119,7 @@ async def engine_rig(
     usage: UsageConfig | None = None,
     goal_idle_rounds: int = 3,
     clock: Clock | None = None,
-    stall_steps: int = DEFAULT_STALL_STEPS,
+    stuck: StuckLimits | None = None,
     max_steps: int = 50,
     allow_bash: tuple[tuple[str, ...], ...] = ALLOW_TEST_RUN,
     approval_timeout_s: float = 600.0,
@@ -144,7 +144,7 @@ async def engine_rig(
         max_goal_rounds=max_goal_rounds,
         usage=usage or UsageConfig(),
         goal_idle_rounds=goal_idle_rounds,
-        stall_steps=stall_steps,
+        stuck=stuck or StuckLimits(),
         max_steps=max_steps,
         allow_bash=allow_bash,
         approval_timeout_s=approval_timeout_s,

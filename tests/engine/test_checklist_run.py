@@ -8,7 +8,7 @@ from pathlib import Path
 
 from engine.agent.controller import CHECKLIST_DONE_TEXT
 from engine.api import Press
-from engine.events import SeedSource, TurnStart, UserMessage
+from engine.events import RunPaused, SeedSource, TurnOutcome, TurnStart, UserMessage
 from engine.model.script import call, say
 from engine.model.scripted import ScriptedProvider
 from tests.engine.helpers import OWNER, engine_rig, post_init, settle
@@ -37,13 +37,13 @@ async def _press(rig: object, sid: str, action: str) -> str | None:
     return outcome.reply
 
 
-async def test_a_run_without_progress_stalls_and_resume_runs_it_to_the_end(
+async def test_a_run_that_only_talks_is_stuck_and_resume_runs_it_to_the_end(
     tmp_path: Path,
 ) -> None:
     # Three steps that change nothing, then (after Resume) the two tasks.
     model = ScriptedProvider([say("Thinking."), say("Still thinking."), say("Hm."), *TASK_1,
                               *TASK_2, say("All done.")])  # fmt: skip
-    async with engine_rig(tmp_path, model, stall_steps=3) as rig:
+    async with engine_rig(tmp_path, model) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(-1, 0)
         await post_init(rig, sid)
@@ -51,7 +51,7 @@ async def test_a_run_without_progress_stalls_and_resume_runs_it_to_the_end(
         await settle(engine, sid)
         card = await engine.plan_card(sid)
         assert card.state == "paused"
-        assert card.halted == "Stalled on task 1: no progress in 3 steps."
+        assert card.halted == "Stuck on task 1: 3 replies in a row without a tool call"
         assert await _seeds(rig, sid) == 3  # the execution turn and two continuations
         assert await _press(rig, sid, "resume") == "Continuing with the checklist."
         await settle(engine, sid)
@@ -61,7 +61,7 @@ async def test_a_run_without_progress_stalls_and_resume_runs_it_to_the_end(
 
 async def test_progress_keeps_the_run_going_across_the_step_cap(tmp_path: Path) -> None:
     model = ScriptedProvider([*TASK_1, *TASK_2])
-    async with engine_rig(tmp_path, model, stall_steps=3, max_steps=1) as rig:
+    async with engine_rig(tmp_path, model, max_steps=1) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(-1, 0)
         await post_init(rig, sid)
@@ -78,7 +78,7 @@ async def test_progress_keeps_the_run_going_across_the_step_cap(tmp_path: Path) 
 
 async def test_stop_pauses_the_run_and_a_restart_never_resumes_it(tmp_path: Path) -> None:
     model = ScriptedProvider([*TASK_1, say("Task 1 is done.")])
-    async with engine_rig(tmp_path, model, stall_steps=2) as rig:
+    async with engine_rig(tmp_path, model) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(-1, 0)
         await post_init(rig, sid)
@@ -121,7 +121,7 @@ async def test_a_run_says_its_closing_words_once_not_after_every_continuation(
     tmp_path: Path,
 ) -> None:
     script = [*TASK_1, say("Task 1 is done."), *TASK_2, say("All done: both tasks.")]
-    async with engine_rig(tmp_path, ScriptedProvider(script), stall_steps=3) as rig:
+    async with engine_rig(tmp_path, ScriptedProvider(script)) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(-1, 0)
         await post_init(rig, sid)
@@ -145,7 +145,7 @@ async def test_a_question_holds_the_run_and_goal_rounds_until_the_owner_answers(
         *TASK_2,
         say("Done with both."),
     ]
-    async with engine_rig(tmp_path, ScriptedProvider(script), stall_steps=3) as rig:
+    async with engine_rig(tmp_path, ScriptedProvider(script)) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(-1, 0)
         await post_init(rig, sid)
@@ -167,7 +167,7 @@ async def test_an_owner_turn_that_ends_the_run_says_its_own_words_and_no_more(
     # /execute with text: the execution turn does task 1, then the owner's turn does task 2
     # and answers; that answer is the run's last word (no "checklist is done" after it).
     script = [*TASK_1, say("Task 1 is done."), *TASK_2, say("Both are done, as you asked.")]
-    async with engine_rig(tmp_path, ScriptedProvider(script), stall_steps=3) as rig:
+    async with engine_rig(tmp_path, ScriptedProvider(script)) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(-1, 0)
         await post_init(rig, sid)
@@ -177,3 +177,52 @@ async def test_an_owner_turn_that_ends_the_run_says_its_own_words_and_no_more(
         replies = [c.args["text"] for c in rig.channel.calls if c.method == "reply"]
         assert replies[-1] == "Both are done, as you asked."
         assert CHECKLIST_DONE_TEXT not in replies
+
+
+async def test_the_card_drawn_as_the_stuck_turn_ends_is_paused_not_working(
+    tmp_path: Path,
+) -> None:
+    # The turn-end redraw runs while the drain task still exists (busy): the card drawn then
+    # must already say why the run stopped, and a redraw follows once the turn is closed.
+    looping = [call("read_file", {"path": "README.md"})] * 4
+    model = ScriptedProvider([TASK_1[0], *looping])
+    async with engine_rig(tmp_path, model) as rig:
+        engine = rig.engine
+        (rig.workspace / "README.md").write_text("# hi\n", encoding="utf-8")
+        sid = await engine.session_for_chat(-1, 0)
+        await post_init(rig, sid)
+        drawn: list[tuple[str, bool, str | None]] = []
+        channel = rig.channel
+        recorded = channel.turn_ended
+
+        async def turn_ended(session_id: str, outcome: TurnOutcome) -> None:
+            data = await engine.plan_card(session_id)
+            drawn.append((data.state, engine.agents.is_busy(session_id), data.halted))
+            await recorded(session_id, outcome)
+
+        channel.turn_ended = turn_ended  # type: ignore[method-assign]
+        await engine.command(sid, "execute", "", actor=OWNER)
+        await settle(engine, sid)
+        words = "Stuck on task 1: `read_file README.md` 4 times with the same result"
+        assert drawn == [("paused", True, words)]
+        assert [c.method for c in channel.calls][-1] == "plan_changed"
+        card = await engine.plan_card(sid)
+        assert (card.state, card.busy, card.halted) == ("paused", False, words)
+
+
+async def test_a_failed_turn_pauses_the_run_and_the_card_says_why(tmp_path: Path) -> None:
+    # The model call fails (a script that diverged stands for a provider's error).
+    model = ScriptedProvider([TASK_1[0], say("never", expect="a line nobody sends")])
+    async with engine_rig(tmp_path, model) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(-1, 0)
+        await post_init(rig, sid)
+        await engine.command(sid, "execute", "", actor=OWNER)
+        await settle(engine, sid)
+        card = await engine.plan_card(sid)
+        assert card.state == "paused" and card.halted is not None
+        assert card.halted.startswith("Paused: the turn failed (ScriptDivergence: script step 2")
+        paused = [
+            s.event for s in await rig.storage.log.read(sid) if isinstance(s.event, RunPaused)
+        ]
+        assert [p.kind for p in paused] == ["failed"]

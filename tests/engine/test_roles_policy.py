@@ -30,6 +30,7 @@ ROWS = [
     (("press", "p", "keep"), "review", True, True, False),
     (("press", "p", "revise"), "review", True, True, False),
     (("press", "p", "discard_yes"), "review", True, True, False),
+    (("press", "p", "raise_cap"), "settings", True, False, False),
     (("press", "a", "once"), "approve", True, True, False),
     (("press", "a", "deny"), "approve", True, True, False),
     (("press", "q", ""), "answer", True, True, False),

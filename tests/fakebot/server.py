@@ -39,6 +39,7 @@ from aiohttp import web
 from tests.fakebot.tg_html import HtmlParseError, parse_html, utf16_len
 
 MAX_TEXT_UTF16 = 4096
+MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024  # getFile: "up to 20MB in size"
 MAX_CALLBACK_BYTES = 64
 NOT_MODIFIED = (
     "Bad Request: message is not modified: specified new message content and reply markup "
@@ -114,6 +115,8 @@ class FakeMessage:
     is_topic_message: bool = False
     reply_to: int | None = None
     document: dict[str, Any] | None = None
+    # A user's photo, voice note or audio: the message field as Telegram sends it.
+    media: dict[str, Any] = field(default_factory=dict)
     edits: list[str] = field(default_factory=list)  # previous visible texts, oldest first
     deleted: bool = False
     sender_chat_id: int | None = None
@@ -206,6 +209,7 @@ class FakeBotApi:
         self.commands: list[dict[str, str]] = []
         self.callback_answers: dict[str, dict[str, Any]] = {}
         self.files: dict[str, bytes] = {}
+        self._file_paths: dict[str, str] = {}  # file_id -> path under /file/bot<token>/
         self._updates: list[dict[str, Any]] = []
         self.last_update_id = 0
         self._poll_generation = 0
@@ -373,6 +377,158 @@ class FakeBotApi:
         msg.raw = payload
         self._push({"message": payload})
         return msg
+
+    def add_file(self, data: bytes, *, folder: str = "documents") -> tuple[str, str]:
+        """Keep ``data`` as a file the bot may fetch; returns (file_id, file_unique_id)."""
+        file_id = f"in{next(self._file_ids)}"
+        self.files[f"{folder}/{file_id}"] = data
+        self._file_paths[file_id] = f"{folder}/{file_id}"
+        return file_id, f"u{file_id}"
+
+    def _user_media(
+        self,
+        chat_id: int,
+        user_id: int,
+        media: dict[str, Any],
+        *,
+        caption: str | None,
+        reply_to: int | None,
+        thread_id: int | None,
+        chat_type: str | None,
+    ) -> FakeMessage:
+        chat = self.chat(chat_id, type=chat_type, is_forum=thread_id is not None)
+        if reply_to is not None and reply_to not in chat.messages:
+            raise ValueError(f"no message {reply_to} in chat {chat_id} to reply to")
+        msg = FakeMessage(
+            chat_id=chat_id,
+            message_id=chat.next_message_id,
+            from_bot=False,
+            user_id=user_id,
+            date=int(time.time()) + self.date_offset_s,
+            text=caption or "",
+            html=caption or "",
+            thread_id=thread_id,
+            is_topic_message=thread_id is not None,
+            reply_to=reply_to,
+            media=media,
+        )
+        chat.next_message_id += 1
+        msg.entities = [
+            {
+                "type": "mention",
+                "offset": utf16_len(msg.text[: mm.start()]),
+                "length": utf16_len(mm.group(0)),
+            }
+            for mm in _MENTION.finditer(msg.text)
+        ]
+        chat.messages[msg.message_id] = msg
+        payload = self._message_dict(msg, sender=self._user(user_id))
+        msg.raw = payload
+        self._push({"message": payload})
+        return msg
+
+    def user_document(
+        self,
+        chat_id: int,
+        user_id: int,
+        data: bytes,
+        *,
+        file_name: str | None,
+        mime_type: str | None = "text/plain",
+        caption: str | None = None,
+        reply_to: int | None = None,
+        thread_id: int | None = None,
+        chat_type: str | None = None,
+        declared_size: int | None = None,
+    ) -> FakeMessage:
+        """Inject a document (a file sent as a file) from a user, ``caption`` under it.
+
+        ``declared_size`` overrides the ``file_size`` Telegram reports (default: the bytes').
+        """
+        file_id, unique = self.add_file(data)
+        document: dict[str, Any] = {
+            "file_id": file_id,
+            "file_unique_id": unique,
+            "file_size": len(data) if declared_size is None else declared_size,
+        }
+        if file_name is not None:
+            document["file_name"] = file_name
+        if mime_type is not None:
+            document["mime_type"] = mime_type
+        return self._user_media(
+            chat_id,
+            user_id,
+            {"document": document},
+            caption=caption,
+            reply_to=reply_to,
+            thread_id=thread_id,
+            chat_type=chat_type,
+        )
+
+    def user_photo(
+        self,
+        chat_id: int,
+        user_id: int,
+        sizes: list[tuple[int, int, bytes]],
+        *,
+        caption: str | None = None,
+        reply_to: int | None = None,
+        thread_id: int | None = None,
+        chat_type: str | None = None,
+    ) -> FakeMessage:
+        """Inject a photo: ``sizes`` are (width, height, JPEG bytes), smallest first, as
+        Telegram lists the sizes it made of one picture."""
+        photo = []
+        for width, height, data in sizes:
+            file_id, unique = self.add_file(data, folder="photos")
+            photo.append(
+                {
+                    "file_id": file_id,
+                    "file_unique_id": unique,
+                    "width": width,
+                    "height": height,
+                    "file_size": len(data),
+                }
+            )
+        return self._user_media(
+            chat_id,
+            user_id,
+            {"photo": photo},
+            caption=caption,
+            reply_to=reply_to,
+            thread_id=thread_id,
+            chat_type=chat_type,
+        )
+
+    def user_voice(
+        self,
+        chat_id: int,
+        user_id: int,
+        data: bytes,
+        *,
+        duration_s: int = 3,
+        reply_to: int | None = None,
+        thread_id: int | None = None,
+        chat_type: str | None = None,
+    ) -> FakeMessage:
+        """Inject a voice note (OGG/Opus, as Telegram's apps record it)."""
+        file_id, unique = self.add_file(data, folder="voice")
+        voice = {
+            "file_id": file_id,
+            "file_unique_id": unique,
+            "duration": duration_s,
+            "mime_type": "audio/ogg",
+            "file_size": len(data),
+        }
+        return self._user_media(
+            chat_id,
+            user_id,
+            {"voice": voice},
+            caption=None,
+            reply_to=reply_to,
+            thread_id=thread_id,
+            chat_type=chat_type,
+        )
 
     def press(self, chat_id: int, message_id: int, data: str, *, user_id: int) -> str:
         """Inject a press of the button with ``data`` on a bot message; returns the query id.
@@ -820,14 +976,16 @@ class FakeBotApi:
                 if msg.sender_chat_id in self.chats
                 else {"id": msg.sender_chat_id, "type": "channel", "title": "channel"}
             )
+        captioned = msg.document is not None or bool(msg.media)
         if msg.document is not None:
             d["document"] = msg.document
-            if msg.text:
-                d["caption"] = msg.text
+        d.update(msg.media)
+        if captioned and msg.text:
+            d["caption"] = msg.text
         elif msg.text:
             d["text"] = msg.text
         if msg.entities:
-            d["caption_entities" if msg.document else "entities"] = msg.entities
+            d["caption_entities" if captioned else "entities"] = msg.entities
         if msg.reply_markup and "inline_keyboard" in msg.reply_markup:
             d["reply_markup"] = msg.reply_markup
         if msg.thread_id is not None:
@@ -1035,9 +1193,11 @@ class FakeBotApi:
 
     async def _api_getFile(self, p: dict[str, Any]) -> Any:
         file_id = str(p.get("file_id", ""))
-        path = f"documents/{file_id}"
+        path = self._file_paths.get(file_id, f"documents/{file_id}")
         if path not in self.files:
             raise bad_request("invalid file_id")
+        if len(self.files[path]) > MAX_DOWNLOAD_BYTES:
+            raise bad_request("file is too big")  # bots may fetch at most 20 MB
         return {
             "file_id": file_id,
             "file_unique_id": f"u{file_id}",

@@ -29,6 +29,7 @@ from engine.api import (
     Press,
     RestoredGoal,
 )
+from engine.events import Attachment
 from engine.goal.types import GoalSnapshot
 from engine.plan.types import PlanSidecar, PlanTask
 from engine.roles.types import Person, Role
@@ -54,6 +55,9 @@ class Settings:
     webhook_url: str | None = None
     webhook_secret: str | None = None
     webhook_listen: str | None = None
+    max_upload_mb: float = 20.0
+    max_image_px: int = 2048
+    reply_document_chars: int = 6000
 
 
 def settings_for(api: FakeBotApi, **kw: Any) -> Settings:
@@ -88,6 +92,8 @@ class RecordingEngine:
         self.channel: Any = None
         # (chat id, user id) -> role, for role_of (everyone else is a member).
         self.roles: dict[tuple[int, int], Role] = {}
+        # Where uploads go (None: the bot refuses them, as an engine without an inbox).
+        self.inbox_root: Path | None = None
 
     def named(self, name: str) -> list[Call]:
         return [c for c in self.calls if c.name == name]
@@ -185,12 +191,18 @@ class RecordingEngine:
         message_id: int | None,
         feedback: bool = False,
         answer: bool = False,
+        attachments: Sequence[Attachment] = (),
     ) -> None:
         self.calls.append(
             Call(
                 "user_message",
                 (session_id, text),
-                {"actor": actor, "message_id": message_id, "feedback": feedback},
+                {
+                    "actor": actor,
+                    "message_id": message_id,
+                    "feedback": feedback,
+                    "attachments": list(attachments),
+                },
             )
         )
 
@@ -208,6 +220,9 @@ class RecordingEngine:
     ) -> Outcome:
         self.calls.append(Call("team", (chat_id, args), {"actor": actor, "target": target}))
         return Outcome(reply=f"team {args}".strip())
+
+    def inbox_dir(self, session_id: str) -> Path | None:
+        return self.inbox_root / session_id if self.inbox_root is not None else None
 
     async def command(
         self,

@@ -15,13 +15,14 @@ from telegram.ext import Application
 from bot.app import announce_restored, parts
 from bot.channel import LateChannel
 from bot.compose import open_plangate
-from engine.agent.checklist import DEFAULT_STALL_STEPS
 from engine.api import RestoredGoal
 from engine.app import Engine, EngineConfig
 from engine.model.openai_provider import OpenAIProvider
 from engine.model.script import ScriptStep
 from engine.model.types import ModelProvider
+from engine.progress.stuck import StuckLimits
 from engine.tools.files import FileLimits
+from engine.usage.meter import UsageConfig
 from storage.open import Storage
 from tests.engine.helpers import ALLOW_TEST_RUN
 from tests.fakebot.server import FakeBotApi, FakeMessage
@@ -57,11 +58,17 @@ async def live_bot(
     file_limits: FileLimits | None = None,
     plan_approvals: int = 1,
     owner_overrides: bool = False,
+    stuck: StuckLimits | None = None,
+    usage: UsageConfig | None = None,
+    vision: bool = False,
+    bot_settings: dict[str, Any] | None = None,
     projects: tuple[tuple[str, Path], ...] = (),
     git_remote: str | None = None,
-    stall_steps: int = DEFAULT_STALL_STEPS,
 ) -> AsyncIterator[Live]:
     """The real engine over real storage, wired to the real application on the fake API.
+
+    ``bot_settings``: more fields of the bot's settings (``max_upload_mb`` ...); ``vision``:
+    the model sees images (``PLANGATE_MODEL_VISION``).
 
     ``group_pacing``: the shipped outbox pacing (about a call a second per chat, 20 per
     rolling minute in a group), as a real group has it; otherwise the tests' (no waits).
@@ -88,15 +95,18 @@ async def live_bot(
         owner_ids=frozenset({OWNER}),
         plan_approvals=plan_approvals,
         owner_overrides=owner_overrides,
+        stuck=stuck or StuckLimits(),
+        usage=usage or UsageConfig(),
+        vision=vision,
         projects=projects,
         git_remote=git_remote,
-        stall_steps=stall_steps,
     )
     pacing = {"chat_interval_s": 1.0, "group_per_minute": 20} if group_pacing else {}
     settings = settings_for(
         api,
         flow_edit_interval=edit_interval_s,
         flow_group_edit_interval=6.0 if group_pacing else edit_interval_s,
+        **(bot_settings or {}),
     )
     try:
         async with (

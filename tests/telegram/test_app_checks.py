@@ -14,6 +14,7 @@ from pathlib import Path
 from bot.app import parts
 from engine.events import ApprovalDecided, GoalCheck, GoalRoundSource, UserMessage
 from engine.model.script import call, say
+from engine.progress.stuck import StuckLimits
 from tests.checks.support import (
     ALLOW_CHECK,
     CHECK,
@@ -60,7 +61,7 @@ async def test_a_failing_check_refuses_complete_until_the_fix_and_done_shows_the
 ) -> None:
     make_project(tmp_path / "work")
     script = [*PLANNING, *execution()]
-    async with live_bot(fake_api, tmp_path, script, allow_bash=ALLOW_CHECK, stall_steps=60) as live:
+    async with live_bot(fake_api, tmp_path, script, allow_bash=ALLOW_CHECK) as live:
         engine = live.engine
         sid, review = await _reviewed(fake_api, live)
         await _approve(fake_api, review)
@@ -91,8 +92,8 @@ async def test_skip_of_a_checked_task_asks_the_owner(fake_api: FakeBotApi, tmp_p
     make_project(tmp_path / "work")
     script = [
         *PLANNING,
-        # The approved run: start, claim done, refused, ask; the next continuation finds no
-        # progress and the run stops stalled (stall_steps=2).
+        # The approved run: start, claim done, refused, ask; a reply without a tool call
+        # stops the run here (monologue=1: no continuation talks over the question).
         call("plan", {"op": "start"}),
         call("plan", {"op": "complete"}, expect="Started task 1"),
         say("The check fails; should I skip the task?", expect="checks-failed"),
@@ -105,7 +106,9 @@ async def test_skip_of_a_checked_task_asks_the_owner(fake_api: FakeBotApi, tmp_p
         ),
         say("Skipped task 1 with your approval.", expect="Skipped (deferred)"),
     ]
-    async with live_bot(fake_api, tmp_path, script, allow_bash=ALLOW_CHECK, stall_steps=2) as live:
+    async with live_bot(
+        fake_api, tmp_path, script, allow_bash=ALLOW_CHECK, stuck=StuckLimits(monologue=1)
+    ) as live:
         engine = live.engine
         sid, review = await _reviewed(fake_api, live)
         await _approve(fake_api, review)

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -132,7 +131,13 @@ async def test_an_admitted_goal_round_always_makes_its_call(
         await settle(engine, sid)
         (last,) = await records(rig, sid)
         # What the meter estimates before the round's message is logged.
-        shape = cast(GoalSnapshot, SimpleNamespace(objective=objective.strip(), max_goal_rounds=5))
+        shape = GoalSnapshot(
+            id="estimate",
+            revision=1,
+            objective=objective.strip(),
+            phase="active",
+            max_goal_rounds=5,
+        )
         admission = last.prompt_tokens + chars_to_tokens(len(round_prompt(shape, 1)))
         engine.usage.set_daily_cap(engine.usage.today().tokens + admission + 300)
         await engine.command(sid, "goal", objective, actor=OWNER)

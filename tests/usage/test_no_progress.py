@@ -18,6 +18,7 @@ from engine.events import (
     TurnEnd,
     TurnStart,
     UserMessage,
+    WorkspaceChanged,
 )
 from engine.goal.progress import idle_streak, turn_made_progress
 from engine.goal.types import GoalSnapshot, GoalTombstone
@@ -51,6 +52,7 @@ def test_what_counts_as_progress() -> None:
     assert turn_made_progress([PlanChanged(status="Active", revision=2)])
     tomb = GoalChange(tombstone=GoalTombstone(id="g", revision=2))
     assert turn_made_progress([tomb])
+    assert turn_made_progress([*result("bash"), WorkspaceChanged()])
 
 
 def round_of(goal_id: str, n: int, body: list[SessionEvent]) -> list[SessionEvent]:
