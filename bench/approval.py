@@ -7,6 +7,10 @@ The gate's work for an allowed call (``ToolApprovals.check``: the policy's quote
 against the cheapest real bash call plangate can make (``BashTool.run`` of ``true``: spawn,
 wait, reap). Interleaved R times; the result is the median ratio gate / bash call, so a burst of
 load on a shared machine hits both sides. Target: under 1% (the gate is noise next to a call).
+
+The ``escalation`` row is the default policy: no allow rule is looked at, but every command is
+searched for the ``PLANGATE_ASK_BASH`` prefixes (split at operators, quoted words searched
+too); the same target holds.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from engine.approval.policy import parse_rules
+from engine.approval.policy import BashPolicy, parse_rules
 from engine.approval.service import ToolApprovals
 from engine.events import HumanSource
 from engine.testing import InMemoryEventLog
@@ -27,6 +31,7 @@ from engine.tools.bash import BashTool
 from engine.tools.runtime import ToolCallRequest
 
 RULES = parse_rules("pytest,git status,git diff,ls,make test,npm run,python3 -m pytest")
+ASK = parse_rules("git push,rm -rf,npm publish,docker push")
 # Most commands quote nothing (a fast split); one with quotes goes through shlex.
 PLAIN = "python3 -m pytest tests/unit -q -x --durations=5"
 QUOTED = "python3 -m pytest tests/unit -q -x --durations=5 -k 'not slow and not network'"
@@ -60,14 +65,27 @@ async def main(calls: int, repeat: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ctx = ToolContext(session_id="s", workspace=Path(tmp), turn_id="t", source=HumanSource())
         gate = ToolApprovals(InMemoryEventLog(), _Quiet(), rules=RULES)  # type: ignore[arg-type]
+        escalation = ToolApprovals(
+            InMemoryEventLog(),
+            _Quiet(),  # type: ignore[arg-type]
+            policy=BashPolicy(mode="escalation", ask=ASK),
+        )
         tool = BashTool()
-        rows: dict[str, tuple[list[float], list[float]]] = {"plain": ([], []), "quoted": ([], [])}
+        rows: dict[str, tuple[list[float], list[float]]] = {
+            "plain": ([], []),
+            "quoted": ([], []),
+            "escalation": ([], []),
+        }
         bashes = []
         for _ in range(repeat):
             b = await _bash_s(tool, ctx, max(1, calls // 100))
             bashes.append(b)
-            for name, command in (("plain", PLAIN), ("quoted", QUOTED)):
-                g = await _gate_s(gate, ctx, calls, command)
+            for name, command, which in (
+                ("plain", PLAIN, gate),
+                ("quoted", QUOTED, gate),
+                ("escalation", QUOTED, escalation),
+            ):
+                g = await _gate_s(which, ctx, calls, command)
                 rows[name][0].append(g)
                 rows[name][1].append(g / b)
     print(f"bash 'true' per call: {statistics.median(bashes) * 1e3:.2f} ms")

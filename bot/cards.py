@@ -26,6 +26,7 @@ from engine.plan.extract import extract_work_items, plan_checks
 from engine.plan.types import PlanSidecar, PlanTask
 from engine.text import clip
 from engine.usage.ledger import fmt_tokens
+from engine.worktree.types import DECIDING, FileStat, WorktreeView
 
 Button = tuple[str, str]  # (label, callback data)
 
@@ -42,6 +43,14 @@ RESUME = "▶️ Resume"
 RAISE_CAP = "⬆️ Raise cap to {tokens}"
 START = "▶️ Start"
 CLEAR = "✖️ Clear"
+# The Done card of a plan that ran in a git worktree (docs/projects.md).
+MERGE = "🔀 Merge"
+PUSH_BRANCH = "⬆️ Push branch"
+KEEP_BRANCH = "🌿 Keep branch"
+DISCARD_CHANGES = "🗑 Discard changes"
+YES_DISCARD_CHANGES = "Yes, discard changes"
+# Files listed on the Done card before "… N more files".
+FILES_SHOWN = (40, 20, 10, 5, 0)
 
 BAR_CELLS = 10
 WINDOW_BEFORE = 2
@@ -166,6 +175,73 @@ def _plan_buttons(
     return ()
 
 
+def _branch_buttons(view: WorktreeView) -> tuple[tuple[Button, ...], ...]:
+    """The Done card's branch buttons, bound to the finished plan's id and revision."""
+    if view.phase not in DECIDING:
+        return ()
+
+    def b(label: str, action: str) -> Button:
+        return (label, cb.plan_data(action, view.plan_id, view.revision))
+
+    if view.confirm_drop:
+        return ((b(YES_DISCARD_CHANGES, cb.PLAN_DROP_YES), b(CANCEL, cb.PLAN_DROP_NO)),)
+    keep = (b(KEEP_BRANCH, cb.PLAN_KEEP_BRANCH), b(DISCARD_CHANGES, cb.PLAN_DROP))
+    if view.phase == "conflict":
+        return (keep,)
+    first = b(PUSH_BRANCH, cb.PLAN_PUSH) if view.push else b(MERGE, cb.PLAN_MERGE)
+    return ((first,), keep)
+
+
+def _stat(f: FileStat) -> str:
+    counts = "binary" if f.added is None else f"+{f.added} −{f.removed or 0}"
+    return f"{clip_line(f.path, 90)} <i>{counts}</i>"
+
+
+def worktree_lines(view: WorktreeView, *, files: int | None, patch: bool) -> list[str]:
+    """The card's lines about the plan's worktree. At Done: the branch, the diffstat, up to
+    ``files`` file lines (all with ``None``), and the whole diff when ``patch``."""
+    branch = clip_line(view.branch, 100)
+    base = f" from {clip_line(view.base, 60)}" if view.base else ""
+    if view.phase in ("in_place", "failed"):
+        return [f"📁 {escape(clip(view.message or 'works in place', 300, one_line=True))}"]
+    if view.phase in ("live", "creating"):
+        return [f"🌿 Working in its own worktree on <code>{branch}</code>{base}."]
+    if view.phase not in DECIDING:
+        return [f"🌿 {escape(clip(view.message, 300, one_line=True))}"] if view.message else []
+    count = len(view.files)
+    noun = "file" if count == 1 else "files"
+    lines = [f"🌿 <code>{branch}</code>{base}: {count} {noun}, +{view.added} −{view.removed}"]
+    if patch and view.patch:
+        lines.append(f"<pre>{escape(view.patch.rstrip())}</pre>")
+    else:
+        shown = view.files if files is None else view.files[:files]
+        lines.extend(_stat(f) for f in shown)
+        if len(shown) < count:
+            lines.append(f"<i>… {count - len(shown)} more files</i>")
+        if view.patch_name:
+            lines.append(f"<i>The whole diff is attached as {escape(view.patch_name)}.</i>")
+    if view.message:
+        lines.append(f"⚠️ {escape(clip(view.message, 500, one_line=True))}")
+    if view.confirm_drop:
+        lines.append("<i>Discard these changes? The worktree and the branch are removed.</i>")
+    return lines
+
+
+def patch_inline(
+    sidecar: PlanSidecar, state: PlanCardState, view: WorktreeView, *, note: str | None = None
+) -> bool:
+    """The whole diff fits on the Done card (else it goes as the ``.patch`` document)."""
+    if not view.patch or view.phase not in DECIDING:
+        return False
+    # Measured on the card at its narrowest (the last task only, no checks' proof): when it
+    # fits there, the card is drawn with it at some width.
+    tasks = sidecar.tasks
+    window = [_counts(tasks), *task_window(tasks, before=0, after=0)] if tasks else []
+    lines = [*_plan_head(sidecar, state), "", *window]
+    lines += ["", *worktree_lines(view, files=None, patch=True)]
+    return _fit(lines, note) is not None
+
+
 def build_plan_card(
     sidecar: PlanSidecar | None,
     state: PlanCardState,
@@ -175,6 +251,7 @@ def build_plan_card(
     attached: bool = False,
     approvals: Sequence[str] = (),
     approvals_needed: int = 1,
+    worktree: WorktreeView | None = None,
     raise_cap: int | None = None,
 ) -> CardView:
     """The plan card for this sidecar in this state; ``note`` is one extra line of plain text.
@@ -191,23 +268,41 @@ def build_plan_card(
     head = _plan_head(sidecar, state, approvals=approvals, needed=approvals_needed)
     tasks = sidecar.tasks
     buttons = _plan_buttons(state, sidecar.id, sidecar.revision, raise_cap=raise_cap)
+    if worktree is not None:
+        buttons = buttons or _branch_buttons(worktree)
     if state in ("review", "confirm_discard") and markdown and not tasks:
         return CardView(_review_text(head, markdown, note, attached=attached), buttons)
+    # The worktree's section (the branch, the diff at Done), widest first; it is kept apart
+    # from the checks' proof above it.
+    branch_sections: list[list[str]] = [[]]
+    if worktree is not None:
+        inline = patch_inline(sidecar, state, worktree, note=note)
+        files: list[int | None] = [None] if inline else [None, *FILES_SHOWN]
+        branch_sections = [["", *worktree_lines(worktree, files=f, patch=inline)] for f in files]
     if not tasks:
         body = ["", "No checklist yet: /execute seeds it."] if sidecar.status == "Active" else []
+        for section in branch_sections:
+            text = _fit(head + body + section, note)
+            if text is not None:
+                return CardView(text, buttons)
         return CardView(_fit(head + body, note) or escape("Plan card too long."), buttons)
-    done = sum(1 for t in tasks if t.status in ("completed", "deferred"))
-    skipped = sum(1 for t in tasks if t.status == "deferred")
-    counts = progress_bar(done, len(tasks)) + (f" ({skipped} skipped)" if skipped else "")
+    counts = _counts(tasks)
     proof = checks_proof(sidecar) if state == "done" else []
     # Narrow the window until the card fits (long titles full of "&" can be large).
     for before, after in ((WINDOW_BEFORE, WINDOW_AFTER), (1, 3), (0, 1), (0, 0)):
         window = task_window(tasks, before=before, after=after)
         for shown in (proof, proof[:12], proof[:4], []):
-            text = _fit([*head, "", counts, *window, *shown], note)
-            if text is not None:
-                return CardView(text, buttons)
+            for section in branch_sections:
+                text = _fit([*head, "", counts, *window, *shown, *section], note)
+                if text is not None:
+                    return CardView(text, buttons)
     return CardView(_fit(head, note) or escape("Plan card too long to show."), buttons)
+
+
+def _counts(tasks: Sequence[PlanTask]) -> str:
+    done = sum(1 for t in tasks if t.status in ("completed", "deferred"))
+    skipped = sum(1 for t in tasks if t.status == "deferred")
+    return progress_bar(done, len(tasks)) + (f" ({skipped} skipped)" if skipped else "")
 
 
 def _plan_head(
@@ -328,7 +423,13 @@ def checks_proof(sidecar: PlanSidecar) -> list[str]:
             else:  # skipped with the owner's approval, or carried without a record
                 state = "skipped" if task.status == "deferred" else "not run"
                 lines.append(f"⏭ <code>{clip_line(command, 200)}</code> {state} · task {task.id}")
+    plan_ran = {r.command for r in sidecar.check_results}
     lines.extend(_result_line(r, "whole plan") for r in sidecar.check_results)
+    lines.extend(
+        f"⏭ <code>{clip_line(command, 200)}</code> skipped · whole plan"
+        for command in sidecar.checks
+        if command not in plan_ran
+    )
     if not lines and not sidecar.changed_tests:
         return []
     block = ["", f"{CHECK_MARK} <b>Checks</b>", *lines]

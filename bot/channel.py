@@ -66,9 +66,15 @@ _CLOSED = {
     "interrupted": "Interrupted by a restart: denied.",
     "unattended": "Not run.",
 }
-# The most of a command an approval message shows, in UTF-16 units of HTML (the rest is cut,
-# marked with …), so the message with its diff stays under Telegram's 4,096.
+# The longest command an approval message shows inline, in UTF-16 units of HTML, so the
+# message with its diff stays under Telegram's 4,096; a longer one is attached whole as a
+# document and the message shows its start.
 MAX_COMMAND_SHOWN = 1200
+MAX_COMMAND_HEAD = 300
+# How many of an unattended notice's other commands it lists (each clipped), then a count.
+MAX_ALSO_LISTED = 15
+# Unattended notices remembered for editing; a round edits only its own, the newest.
+MAX_NOTICES_KEPT = 64
 # A write's diff longer than this (escaped) goes as a .patch document above the message.
 MAX_DIFF_SHOWN = 2500
 # A reply longer than this many messages is sent as one reply.md document.
@@ -105,6 +111,8 @@ class TelegramChannel:
         self._approvals: dict[str, tuple[int, int, str]] = {}
         # Approval messages still being posted, by request id.
         self._posting: dict[str, asyncio.Future[None]] = {}
+        # Unattended turns' notices, by request id: where they are, their text and keyboard.
+        self._notices: dict[str, tuple[int, int, str, InlineKeyboardMarkup | None]] = {}
         self._tasks = BackgroundTasks(_log)
 
     async def route(self, session_id: str) -> ChatRoute | None:
@@ -228,33 +236,54 @@ class TelegramChannel:
         self._presenter.refresh(session_id, "goal")
 
     async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
-        """Post one approval message: the tool, the command and the buttons.
+        """Post one approval message: the tool, the whole command and the buttons.
 
         A waiting call gets Allow once / Allow for this session (when a rule can allow the
-        command) / Deny; a call denied in an unattended turn gets one Allow button that adds
-        the rule. The plan card redraws to show "waiting for you".
+        command; the button names what it adds) / Deny. A command too long to show whole is
+        attached first as ``command.sh`` and the message says so. A call denied in an
+        unattended turn is that turn's one notice, with one Allow button that adds the rule;
+        called again for the same request (``view.also`` grew), the notice is edited in place.
+        The plan card redraws to show "waiting for you".
         """
         route = await self.route(session_id)
         if route is None:
             return
-        code = f"<pre>{escape_within(view.command or view.tool, MAX_COMMAND_SHOWN)}</pre>"
+        known = self._notices.get(view.request_id)
+        if known is not None:
+            chat_id, message_id, head, markup = known
+            html_text = head + _also_html(view.also)
+            self._outbox.edit(chat_id, message_id, html_text, reply_markup=markup)
+            return
+        code = await self._command_html(route, view)
         if view.diff:
             code += await self._diff_html(route, view)
         rows: list[list[InlineKeyboardButton]] = []
         if view.unattended:
             html_text = (
-                f"🔐 <b>{escape(view.tool)} was not run</b>: it needs your approval, and this "
-                f"turn had nobody to ask (a goal round or an unattended checklist turn).\n{code}"
+                f"🔐 <b>Not run: {escape(view.tool)} needs your approval</b>, and a goal round "
+                f"has nobody to ask. The goal waits for you.\n{code}"
             )
             if view.rule:
-                label = _label(f"✅ Allow “{view.rule_text}” for this session")
+                label = _label(f"✅ Allow {_rule_words(view)} for this session")
                 rows.append([_button(label, cb.APPROVAL_RULE, view)])
         else:
-            html_text = f"🔐 <b>Allow {escape(view.tool)}?</b>\n{code}"
+            html_text = f"🔐 <b>{escape(_question(view))}</b>"
+            if view.reason:
+                html_text += f"\nWhy: {escape_within(view.reason, 300)}"
+            html_text += f"\n{code}"
             first = [_button(ALLOW_ONCE, cb.APPROVAL_ONCE, view)]
+            rows = [first]
             if view.rule:
-                first.append(_button(ALLOW_SESSION, cb.APPROVAL_SESSION, view))
-            rows = [first, [_button(DENY, cb.APPROVAL_DENY, view)]]
+                rows.append(
+                    [
+                        _button(
+                            _label(f"♾ Allow {_rule_words(view)} for this session"),
+                            cb.APPROVAL_SESSION,
+                            view,
+                        )
+                    ]
+                )
+            first.append(_button(DENY, cb.APPROVAL_DENY, view))
         markup = InlineKeyboardMarkup(rows) if rows else None
 
         async def post() -> None:
@@ -262,7 +291,16 @@ class TelegramChannel:
                 msg = await self._outbox.send_text(
                     route.chat_id, html_text, thread_id=route.thread, reply_markup=markup
                 )
-                if not view.unattended:
+                if view.unattended:
+                    if len(self._notices) >= MAX_NOTICES_KEPT:  # only a round's own grow
+                        self._notices.pop(next(iter(self._notices)))
+                    self._notices[view.request_id] = (
+                        route.chat_id,
+                        msg.message_id,
+                        html_text,
+                        markup,
+                    )
+                else:
                     self._approvals[view.request_id] = (route.chat_id, msg.message_id, html_text)
             finally:
                 self._posting.pop(view.request_id, None)
@@ -273,6 +311,26 @@ class TelegramChannel:
         self._posting[view.request_id] = posting
         await asyncio.shield(posting)
         self._presenter.refresh(session_id, "plan")
+
+    async def _command_html(self, route: ChatRoute, view: ApprovalView) -> str:
+        """The whole command in the message; one too long for it goes first as a document."""
+        command = view.command or view.tool
+        inline = escape(command) if len(command) <= MAX_COMMAND_SHOWN else None
+        if inline is not None and utf16_len(inline) <= MAX_COMMAND_SHOWN:
+            return f"<pre>{inline}</pre>"
+        name = "command.sh"
+        await self._outbox.send_document(
+            route.chat_id,
+            command.encode("utf-8", "replace"),
+            name,
+            caption_html=escape(f"The whole command {view.tool} would run ({len(command)} chars)"),
+            thread_id=route.thread,
+        )
+        head = escape_within(command, MAX_COMMAND_HEAD)
+        return (
+            f"<pre>{head}</pre>\nThe command is {len(command):,} characters long: it is attached "
+            f"whole above as {name}. Read it there before you allow it."
+        )
 
     async def _diff_html(self, route: ChatRoute, view: ApprovalView) -> str:
         """The diff inline when short; else sent as a ``.patch`` document and named here."""
@@ -317,7 +375,7 @@ class TelegramChannel:
         chat_id, message_id, html_text = found
         ended = _CLOSED.get(decision, "Closed.")
         if decision == "session" and view.rule:
-            ended = f"✅ Allowed for this session: {escape_within(view.rule_text, 200)}"
+            ended = f"✅ Allowed for this session: {escape_within(_rule_words(view), 200)}"
         self._outbox.edit(chat_id, message_id, f"{html_text}\n<i>{ended}</i>", reply_markup=None)
 
     async def notice(self, session_id: str, text: str) -> None:
@@ -328,6 +386,34 @@ class TelegramChannel:
         await self._outbox.send_text(
             route.chat_id, clip_html("<i>" + escape(text[:3500]) + "</i>"), thread_id=route.thread
         )
+
+
+def _question(view: ApprovalView) -> str:
+    """The approval message's first line: what the call asks for."""
+    if view.why == "network":
+        return f"Allow {view.tool} with the network?"
+    if view.why == "ask-rule":
+        return f"Allow {view.tool}? You asked to be asked about this command."
+    return f"Allow {view.tool}?"
+
+
+def _rule_words(view: ApprovalView) -> str:
+    """What a session button adds, as its label names it."""
+    if view.family == "network":
+        return "the network for this exact command"
+    if view.exact:
+        return "this exact command"
+    return f"“{view.rule_text}”"
+
+
+def _also_html(also: Sequence[str]) -> str:
+    """The other commands an unattended notice could not run."""
+    if not also:
+        return ""
+    lines = [f"• <code>{escape_within(c, 120)}</code>" for c in also[:MAX_ALSO_LISTED]]
+    if len(also) > MAX_ALSO_LISTED:
+        lines.append(f"… and {len(also) - MAX_ALSO_LISTED} more")
+    return f"\nAlso not run ({len(also)}):\n" + "\n".join(lines)
 
 
 def _plain(html_text: str) -> str:

@@ -46,6 +46,9 @@ async def open_plangate(
     calls); the stores keep the real one. The database is closed on exit; shut the engine
     down before that.
     """
+    if config.worktree_root is None:
+        # Approved plans' git worktrees live under the home (docs/projects.md).
+        config = dataclasses.replace(config, worktree_root=home / "worktrees")
     storage = await open_storage(home, clock=clock)
     if config.inbox_root is None:
         # Uploads live in plangate's home, beside the database, never in the project.

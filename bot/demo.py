@@ -169,7 +169,8 @@ async def run_demo(out: TextIO = sys.stdout) -> int:
         (workspace / "README.md").write_text("# demo project\n", encoding="utf-8")
         holder: list[Engine] = []
         channel = ConsoleChannel(out, lambda: holder[0] if holder else None)
-        # The demo's checklist and goal round run unattended: its one command is allowed.
+        # Inside the sandbox bash runs unasked; the rule lets the demo's one command run
+        # where the policy asks for every command (PLANGATE_BASH_APPROVAL=always).
         config = EngineConfig(
             workspace=workspace, max_goal_rounds=3, allow_bash=(("python3", "test_greet.py"),)
         )

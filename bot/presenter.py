@@ -36,7 +36,14 @@ from telegram import Bot, Message
 
 from bot import cards
 from bot.outbox import Outbox
-from bot.routes import ChatRoute, MetaStore, Routes, goal_card_key, review_rev_key
+from bot.routes import (
+    ChatRoute,
+    MetaStore,
+    Routes,
+    goal_card_key,
+    patch_key,
+    review_rev_key,
+)
 from engine.agent.checklist import current_task, task_label
 from engine.api import EngineApi, GoalCardData, PlanCardData
 from engine.tasks import BackgroundTasks
@@ -70,6 +77,8 @@ def plan_view(
     sidecar = data.sidecar
     if data.ended in _ENDED_NOTE and sidecar is not None:
         note = _ENDED_NOTE[data.ended].format(title=sidecar.title or "Untitled plan")
+        if data.worktree is not None and data.worktree.message:
+            note += f" · {data.worktree.message}"  # what happened to its branch
         return cards.build_plan_card(None, "none", note=note)
     return cards.build_plan_card(
         sidecar,
@@ -79,6 +88,7 @@ def plan_view(
         attached=attached,
         approvals=data.approvals,
         approvals_needed=data.approvals_needed,
+        worktree=data.worktree,
         raise_cap=data.raise_cap,
     )
 
@@ -89,6 +99,8 @@ def plan_note(data: PlanCardData, *, now: float) -> str | None:
         return f"👉 Waiting for you: {data.waiting}."
     if data.halted is not None:
         return f"⏸ {data.halted}"
+    if data.checking is not None:
+        return f"🧪 Running the checks of {data.checking}"
     if not data.busy or data.state not in ("planning", "written", "active"):
         return None
     if data.state != "active" or data.sidecar is None or not data.sidecar.tasks:
@@ -464,6 +476,18 @@ class CardPresenter:
                     review_ids=review_ids,
                     plan_id=plan_id,
                 )
+        worktree = data.worktree
+        if (
+            worktree is not None
+            and sidecar is not None
+            and worktree.patch
+            and not cards.patch_inline(sidecar, data.state, worktree, note=plan_note(data, now=0))
+        ):
+            # The diff too long for the Done card goes once, as a reply to it.
+            posted = f"{worktree.plan_id}:{worktree.patch_name}"
+            if await self._meta.get_meta(patch_key(session_id)) != posted:
+                await self._meta.set_meta(patch_key(session_id), posted)
+                await self._send_patch(route, worktree.patch_name, worktree.patch, new_id)
         if data.busy and data.state == "active":
             self._beat(session_id, slot)
         if sidecar is None or data.state in ("none", "done"):
@@ -596,6 +620,18 @@ class CardPresenter:
         )
         self.saw_message(route.chat_id, msg.message_id)
         return msg.message_id
+
+    async def _send_patch(self, route: ChatRoute, name: str, patch: str, card_id: int) -> None:
+        """A finished plan's whole diff, as ``plan-<slug>.patch``, a reply to its Done card."""
+        msg: Message = await self._outbox.send_document(
+            route.chat_id,
+            patch.encode("utf-8"),
+            name,
+            caption_html=f"🌿 The plan's changes: <b>{cards.clip_line(name)}</b>",
+            thread_id=route.thread,
+            reply_to=card_id,
+        )
+        self.saw_message(route.chat_id, msg.message_id)
 
     async def _send_copy(self, session_id: str, route: ChatRoute, reply_to: int | None) -> None:
         async def send() -> None:

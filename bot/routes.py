@@ -39,6 +39,11 @@ def review_rev_key(session_id: str) -> str:
     return f"telegram.review_rev.{session_id}"
 
 
+def patch_key(session_id: str) -> str:
+    """The finished plan whose ``.patch`` document was posted (at most once per plan)."""
+    return f"telegram.patch.{session_id}"
+
+
 GROUPS_KEY = "telegram.groups"
 
 

@@ -118,6 +118,8 @@ def engine_config(settings: Settings) -> EngineConfig:
         ),
         goal_idle_rounds=settings.goal_idle_rounds,
         allow_bash=settings.allow_bash,
+        bash_approval=settings.bash_approval_mode,
+        ask_bash=settings.ask_bash,
         approval_timeout_s=settings.approval_timeout,
         ask_writes=settings.ask_writes,
         owner_ids=frozenset(settings.owner_ids),
@@ -126,6 +128,8 @@ def engine_config(settings: Settings) -> EngineConfig:
         vision=settings.model_vision,
         projects=settings.projects,
         projects_root=settings.projects_root,
+        worktree_root=settings.home / "worktrees",
+        git_remote=settings.git_remote,
     )
 
 

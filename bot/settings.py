@@ -33,7 +33,14 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from engine.approval.policy import Rule, RuleError, parse_rules
+from engine.approval.policy import (
+    BASH_APPROVALS,
+    BashApproval,
+    Rule,
+    RuleError,
+    default_bash_approval,
+    parse_rules,
+)
 from engine.errors import ConfigError
 from engine.goal.commands import parse_interval
 from engine.progress.stuck import (
@@ -245,6 +252,11 @@ class Settings(BaseSettings):
     # The max_tokens of a model call when no limit is near; each call reserves it up front.
     max_output_tokens: int = Field(default=4096, ge=1)
     goal_idle_rounds: int = Field(default=3, ge=1)
+    # When bash asks the owner: escalation (only to leave the sandbox; the default with the
+    # sandbox on), always (unless an allow rule matches; the default with it off), never.
+    bash_approval: BashApproval | None = None
+    # Command prefixes that always ask, wherever they stand in a command ("git push,rm -rf").
+    ask_bash: Annotated[tuple[Rule, ...], NoDecode] = ()
     # Command prefixes bash runs without asking ("pytest,git status,ls"), as word tuples.
     allow_bash: Annotated[tuple[Rule, ...], NoDecode] = ()
     # Seconds a tool approval waits for the owner before it is denied ("600", "90s", "10m").
@@ -311,7 +323,24 @@ class Settings(BaseSettings):
     def _allowed_chat_ids(cls, value: object) -> object:
         return _parse_ids(value, kind="chat", positive=False)
 
-    @field_validator("allow_bash", mode="before")
+    @field_validator("bash_approval", mode="before")
+    @classmethod
+    def _bash_approval(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        text = value.strip().lower()
+        if not text:
+            return None
+        if text not in BASH_APPROVALS:
+            raise _fail(f"expected one of {', '.join(BASH_APPROVALS)}, got {_shown(value)}")
+        return text
+
+    @property
+    def bash_approval_mode(self) -> BashApproval:
+        """The policy in force: the setting, else the default for the sandbox setting."""
+        return self.bash_approval or default_bash_approval(sandbox=self.sandbox == "on")
+
+    @field_validator("allow_bash", "ask_bash", mode="before")
     @classmethod
     def _allow_bash(cls, value: object) -> object:
         if not isinstance(value, str):

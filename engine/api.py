@@ -18,6 +18,7 @@ from engine.events import Attachment, GoalCheck
 from engine.goal.types import GoalSnapshot
 from engine.plan.types import PlanSidecar
 from engine.roles.types import Person, Role
+from engine.worktree.types import WorktreeView
 
 # The command plane's command names; `/show-plan`, `/show_plan` and `/show-plan@bot` all arrive
 # as "show_plan", and `/start` as "help". ``/new`` is not among them: it rebinds a chat key
@@ -59,6 +60,17 @@ PLAN_DISCARD_YES: Final = "discard_yes"
 PLAN_REVISE: Final = "revise"
 PLAN_CANCEL: Final = "cancel"
 PLAN_RESUME: Final = "resume"
+# The Done card of a plan that ran in a git worktree (docs/projects.md): bound to the ended
+# plan's id and revision like every plan button.
+PLAN_MERGE: Final = "merge"
+PLAN_PUSH: Final = "push"
+PLAN_KEEP_BRANCH: Final = "keep_branch"
+PLAN_DROP: Final = "drop"
+PLAN_DROP_YES: Final = "drop_yes"
+PLAN_DROP_NO: Final = "drop_no"
+BRANCH_ACTIONS: Final = frozenset(
+    {PLAN_MERGE, PLAN_PUSH, PLAN_KEEP_BRANCH, PLAN_DROP, PLAN_DROP_YES, PLAN_DROP_NO}
+)
 # On a run the daily cap paused: raise the cap (PlanCardData.raise_cap) and resume.
 PLAN_RAISE_CAP: Final = "raise_cap"
 GOAL_PAUSE: Final = "pause"
@@ -82,6 +94,7 @@ PRESS_ACTIONS: Final[dict[PressKind, frozenset[str]]] = {
             PLAN_REVISE,
             PLAN_CANCEL,
             PLAN_RESUME,
+            *BRANCH_ACTIONS,
             PLAN_RAISE_CAP,
         }
     ),
@@ -126,8 +139,12 @@ class PlanCardData:
     # how many approvals it needs (PLANGATE_PLAN_APPROVALS).
     approvals: tuple[str, ...] = ()
     approvals_needed: int = 1
+    # The plan's git worktree: where it runs, and at Done its diff and the branch buttons.
+    worktree: WorktreeView | None = None
     # Paused by the daily cap: the cap "Raise cap" would set (the card offers it then).
     raise_cap: int | None = None
+    # plangate is running a task's checks now (docs/checks.md): "task 1: `pytest -q`".
+    checking: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

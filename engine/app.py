@@ -23,6 +23,7 @@ from engine.agent.build import build_agent, workspace_from_store
 from engine.agent.channel import Channel
 from engine.agent.settings import AgentSettings
 from engine.api import (
+    APPROVAL_ONCE,
     CommandName,
     GoalCardData,
     Outcome,
@@ -30,7 +31,13 @@ from engine.api import (
     Press,
     RestoredGoal,
 )
-from engine.approval.policy import ApprovalView, Rule
+from engine.approval.policy import (
+    ApprovalView,
+    BashApproval,
+    BashPolicy,
+    Rule,
+    default_bash_approval,
+)
 from engine.approval.service import DEFAULT_TIMEOUT_S, ToolApprovals
 from engine.cards import Cards
 from engine.checks.runner import SandboxChecks
@@ -51,7 +58,7 @@ from engine.ports import ChatLog, Clock, EventLog, SessionStore
 from engine.progress.stuck import StuckLimits
 from engine.projects import ProjectCatalog
 from engine.roles.commands import describe_team, parse_team_args, run_team
-from engine.roles.policy import command_action, may, refusal_text
+from engine.roles.policy import command_action, may, press_action, refusal_text
 from engine.roles.service import RoleService
 from engine.roles.types import Person, Role
 from engine.roles.votes import PlanVotes
@@ -67,6 +74,7 @@ from engine.tools.files import FileLimits
 from engine.tools.sandbox import SandboxSettings
 from engine.tools.workspace import WorkspaceLocks
 from engine.usage.meter import UsageConfig, UsageMeter
+from engine.worktree.service import Worktrees
 
 _log = logging.getLogger("plangate.engine")
 
@@ -95,6 +103,10 @@ class EngineConfig:
     # request waits for the owner before it is denied (PLANGATE_APPROVAL_TIMEOUT).
     allow_bash: tuple[Rule, ...] = ()
     approval_timeout_s: float = DEFAULT_TIMEOUT_S
+    # When bash asks (PLANGATE_BASH_APPROVAL; None: the default for the sandbox setting) and
+    # the prefixes that always ask (PLANGATE_ASK_BASH).
+    bash_approval: BashApproval | None = None
+    ask_bash: tuple[Rule, ...] = ()
     # File writes in NoPlan and Active ask the owner too, with a diff (PLANGATE_ASK_WRITES).
     ask_writes: bool = False
     # Caps of the file tools (grep's deadline among them); the defaults suit a real bot.
@@ -125,7 +137,8 @@ class Engine:
     """One process's plangate: its services, composed; every call goes to the part that owns it.
 
     The parts are public for tests and tools that read state (``plans``, ``goals``, ``agents``,
-    ``usage``, ``approvals``, ``log``); front ends use only the :class:`EngineApi` methods.
+    ``usage``, ``approvals``, ``worktrees``, ``log``); front ends use only the
+    :class:`EngineApi` methods.
     """
 
     def __init__(
@@ -150,6 +163,7 @@ class Engine:
         self.goals = services.goals
         self.agents = services.agents
         self.approvals = services.approvals
+        self.worktrees = services.worktrees
         self.usage = services.usage
         self.roles = services.roles
         self.channel = services.channel
@@ -396,6 +410,8 @@ def build_engine(
         if goal is None:
             return
         what = view.command or view.tool
+        if view.why == "network":
+            what += " (with the network)"
         await goals.block(
             session_id,
             goal.ref,
@@ -410,13 +426,25 @@ def build_engine(
         timeout_s=config.approval_timeout_s,
         on_unattended=block_for_approval,
         ask_writes=config.ask_writes,
+        policy=BashPolicy(
+            mode=config.bash_approval or default_bash_approval(sandbox=config.sandbox.enabled),
+            ask=config.ask_bash,
+            network_on=config.sandbox.network or not config.sandbox.enabled,
+        ),
     )
 
     async def ask_owner(ctx: ToolContext, what: str) -> str | None:
         return await approvals.ask(ctx, tool="plan skip", command=what)
 
     catalog = ProjectCatalog(config.workspace, config.projects, root=config.projects_root)
-    workspace_for = workspace_from_store(sessions, default=catalog.default.path, catalog=catalog)
+    project_for = workspace_from_store(sessions, default=catalog.default.path, catalog=catalog)
+    worktrees = Worktrees(
+        log, channel, project_for=project_for, root=config.worktree_root, remote=config.git_remote
+    )
+    # First of the plan's listeners: the worktree is made (or committed) before the cards
+    # redraw and before the execution turn is queued.
+    plans.add_listener(worktrees.on_plan_change)
+    workspace_for = worktrees.workspace_for
     tools: list[Tool] = [
         PlanTool(plans, ask_owner=ask_owner),
         TodoWriteTool(log, allow_parallel_in_progress=config.todo_parallel),
@@ -438,6 +466,7 @@ def build_engine(
         usage=usage,
         approvals=approvals,
         file_limits=config.file_limits,
+        read_only_roots=worktrees.read_only_roots,
         locks=locks,
     )
     the_scheduler = scheduler or ApsScheduler()
@@ -471,12 +500,20 @@ def build_engine(
         workspace=catalog.default.path,
         catalog=catalog,
         workspace_for=workspace_for,
+        worktrees=worktrees,
     )
     cards = Cards(services)
     cards.plan_approvals = config.plan_approvals
     agents.set_turn_listener(cards.on_turn_end)
     the_sessions = Sessions(sessions, services, cards=cards, profile=config.profile)
     usage.is_private = the_sessions.is_private
+
+    async def may_answer(session_id: str, actor: int | None) -> bool:
+        # The one rule: whoever may press a tool approval's buttons may answer it.
+        role = await services.roles.role_of(the_sessions.chat_of(session_id), actor)
+        return may(role, press_action("a", APPROVAL_ONCE))
+
+    approvals.answer_check = may_answer
     return Engine(
         services,
         sessions=the_sessions,

@@ -29,7 +29,9 @@ from engine.plan.service import PlanChange
 from engine.plan.types import PlanSidecar, PlanState
 from engine.services import Services
 from engine.tasks import safe_call
+from engine.text import clip
 from engine.usage.ledger import raised_cap
+from engine.worktree.types import WorktreeView
 
 PlanChoice = Literal["revise_offer", "confirm_discard"]
 
@@ -136,6 +138,7 @@ class Cards:
         self._channel = services.channel
         # Approvals a plan needs (the command plane's setting; build_engine sets it).
         self.plan_approvals = 1
+        self._worktrees = services.worktrees
         # The owner's choices on the cards; the command plane and /new change them.
         self.choices = CardChoices()
         # The last plan of a session that just ended, so its card can say how it ended.
@@ -150,11 +153,24 @@ class Cards:
         # A turn running now, not the drain task's life: a run that stopped is drawn
         # stopped at once, while its last turn is still closing.
         busy = controller.working
+        worktree = await self._worktrees.view(session_id)
         if sidecar is None:
             ended = self._ended.get(session_id)
+            if ended is None:
+                # After a restart a finished plan's branch may still wait for a decision.
+                waiting_plan = await self._worktrees.ended_sidecar(session_id)
+                if waiting_plan is not None:
+                    ended = (waiting_plan, "completed")
             if ended is not None:
                 final: PlanCardState = "done" if ended[1] == "completed" else "none"
-                return PlanCardData(state=final, sidecar=ended[0], busy=busy, ended=ended[1])
+                # A finished plan's branch, or what became of a discarded plan's branch.
+                mine = worktree is not None and (
+                    worktree.plan_id == ended[0].id or ended[1] != "completed"
+                )
+                shown = worktree if mine else None
+                return PlanCardData(
+                    state=final, sidecar=ended[0], busy=busy, ended=ended[1], worktree=shown
+                )
             return PlanCardData(state="none", sidecar=None, busy=busy)
         phase = await self._plans.state(session_id)
         run = controller.checklist
@@ -170,7 +186,10 @@ class Cards:
         waiting: str | None = None
         approval = self._approvals.pending(session_id)
         if approval is not None:
-            waiting = f"approval of a {approval.tool} call (the message below)"
+            what = approval.command or approval.tool
+            if approval.why == "network":
+                what += " with the network"
+            waiting = f"approval of `{clip(what, 80, one_line=True)}`"
         elif controller.awaiting_answer and not busy:
             waiting = "a question"
         elif state == "review":
@@ -199,7 +218,9 @@ class Cards:
             halted=halted,
             approvals=approvals,
             approvals_needed=self.plan_approvals,
+            worktree=worktree if _runs_in(worktree, sidecar) else None,
             raise_cap=raise_cap,
+            checking=self._plans.checking(session_id),
         )
 
     async def _review_ready(self, session_id: str, sidecar: PlanSidecar) -> bool:
@@ -293,6 +314,15 @@ class Cards:
 
     async def _on_goal_change(self, session_id: str, goal: GoalSnapshot | None) -> None:
         await safe_call("goal_changed", self._channel.goal_changed(session_id))
+
+
+def _runs_in(worktree: WorktreeView | None, sidecar: PlanSidecar) -> bool:
+    """The worktree record says where this live plan runs (not an earlier plan's ending)."""
+    if worktree is None:
+        return False
+    if worktree.phase in ("live", "creating"):
+        return True
+    return worktree.phase in ("in_place", "failed") and worktree.plan_id == sidecar.id
 
 
 __all__ = ["CardChoices", "Cards", "PlanChoice", "PlanEnding", "plan_card_state"]

@@ -101,6 +101,7 @@ class CommandPlane:
         self._approvals = services.approvals
         self._usage = services.usage
         self._workspace_for = services.workspace_for
+        self._worktrees = services.worktrees
         self._choices = cards.choices
         self._redraw_plan = cards.plan_changed
         self._background_logs = BackgroundTasks(_log, event="log_failed")
@@ -479,6 +480,10 @@ class CommandPlane:
             # A title is one line wherever it is drawn.
             title = clip(sidecar.title or "(untitled)", 120, one_line=True)
             lines.append(f"Plan: {title} ({label}{progress})")
+        worktree = await self._worktrees.record(session_id)
+        if worktree is not None and worktree.phase in ("live", "done", "conflict"):
+            waits = "" if worktree.phase == "live" else ", waiting for Merge or Keep branch"
+            lines.append(f"Branch: {worktree.branch} (its own worktree{waits})")
         # The goal as this process last read it: every goal change made here goes through the
         # goal service, which re-reads after it, and the engine read the log when it loaded the
         # session. A fresh read would wait behind the update_id commit (docs/bench.md).
@@ -550,6 +555,8 @@ class CommandPlane:
         actor_name: str = "",
     ) -> Outcome:
         plans = self._plans
+        if action in api.BRANCH_ACTIONS:
+            return await self._branch_press(session_id, action, short_id, revision, actor=actor)
         sidecar = await plans.current(session_id)
         if sidecar is None or sidecar.id[:8] != short_id or sidecar.revision != revision:
             return _stale()
@@ -609,6 +616,44 @@ class CommandPlane:
                     dropped=tuple(dropped),
                 )
         return _stale()
+
+    async def _branch_press(
+        self, session_id: str, action: str, short_id: str, revision: int, *, actor: int | None
+    ) -> Outcome:
+        """Merge / Push branch / Keep branch / Discard changes on a finished plan's Done card:
+        bound to that plan's id and revision, and only while its branch waits for a decision."""
+        worktrees = self._worktrees
+        record = await worktrees.record(session_id)
+        if (
+            record is None
+            or not await worktrees.deciding(session_id)
+            or record.plan_id[:8] != short_id
+            or record.revision != revision
+        ):
+            return _stale()
+        data = {"plan_id": record.plan_id, "revision": revision, "branch": record.branch}
+        match action:
+            case api.PLAN_DROP:
+                worktrees.ask_drop(session_id, record.plan_id)
+                return Outcome(plan_card="refresh")
+            case api.PLAN_DROP_NO:
+                worktrees.cancel_drop(session_id)
+                return Outcome(plan_card="refresh")
+            case api.PLAN_MERGE if worktrees.remote is None:
+                await self.log_command(session_id, "branch_merge", "", actor=actor, data=data)
+                text = await worktrees.merge(session_id, actor=actor)
+            case api.PLAN_PUSH if worktrees.remote is not None:
+                await self.log_command(session_id, "branch_push", "", actor=actor, data=data)
+                text = await worktrees.push(session_id, actor=actor)
+            case api.PLAN_KEEP_BRANCH:
+                await self.log_command(session_id, "branch_keep", "", actor=actor, data=data)
+                text = await worktrees.keep(session_id, actor=actor)
+            case api.PLAN_DROP_YES if worktrees.confirming(session_id, record.plan_id):
+                await self.log_command(session_id, "branch_discard", "", actor=actor, data=data)
+                text = await worktrees.discard(session_id, actor=actor)
+            case _:
+                return _stale()
+        return Outcome(reply=text, plan_card="refresh")
 
     async def _goal_press(
         self, session_id: str, action: str, short_id: str, revision: int, *, actor: int | None

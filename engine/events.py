@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from engine.checks.types import CheckRun
 from engine.goal.types import GoalSnapshot, GoalTombstone
+from engine.worktree.types import WorktreeRecord
 
 
 class _Event(BaseModel):
@@ -54,6 +55,16 @@ class FeedbackSource(_Event):
 MessageSource = Annotated[
     HumanSource | GoalRoundSource | SeedSource | FeedbackSource, Field(discriminator="kind")
 ]
+
+
+def is_attended(source: MessageSource) -> bool:
+    """Whether a person can answer in a turn opened by ``source``: the one rule.
+
+    Every turn a person started is attended (a message, feedback, Approve, ``/execute``,
+    Resume: those queue ``seed`` turns), and so is the checklist run they armed (its
+    continuations are ``seed`` too). Only a goal round, started by the scheduler, is not.
+    """
+    return not isinstance(source, GoalRoundSource)
 
 
 # --- events ---------------------------------------------------------------------------------
@@ -218,6 +229,10 @@ class ApprovalRequested(_Event):
     command: str
     rule: list[str] = Field(default_factory=list)
     unattended: bool = False
+    # ``rule`` is one whole command (an interpreter or wrapper), not a prefix.
+    exact: bool = False
+    # The call asked for the network (its rule, if granted, is of the ``network`` family).
+    network: bool = False
 
 
 class ApprovalDecided(_Event):
@@ -235,7 +250,8 @@ class ApprovalDecided(_Event):
 class ApprovalRule(_Event):
     """A rule granted for the rest of the session (replays on load).
 
-    ``tool`` ``bash``: ``words`` is a command prefix; ``files``: ``words`` is one
+    ``tool`` ``bash``: ``words`` is a command prefix (``exact``: one whole command);
+    ``network``: one whole command that may have the network; ``files``: ``words`` is one
     workspace-relative path whose writes are allowed.
     """
 
@@ -244,11 +260,21 @@ class ApprovalRule(_Event):
     words: list[str]
     actor: int | None = None
     actor_name: str = ""
+    exact: bool = False
 
 
-# Why a run stopped by itself: stuck (the detector's pattern names how), the daily cap, or a
-# turn that failed (a model error, a context overflow the provider refused).
-PauseKind = Literal["stuck", "daily-cap", "failed"]
+class WorktreeChange(_Event):
+    """A plan's worktree changed phase (docs/projects.md); the last one is its state."""
+
+    type: Literal["worktree/change"] = "worktree/change"
+    record: WorktreeRecord
+    actor: int | None = None
+
+
+# Why a run stopped by itself: stuck (the detector's pattern names how), the daily cap, a turn
+# that failed (a model error, a context overflow the provider refused), or an approval nobody
+# answered within PLANGATE_APPROVAL_TIMEOUT.
+PauseKind = Literal["stuck", "daily-cap", "failed", "approval-timeout"]
 
 
 class RunPaused(_Event):
@@ -295,7 +321,8 @@ SessionEvent = Annotated[
     | ApprovalDecided
     | ApprovalRule
     | RunPaused
-    | WorkspaceChanged,
+    | WorkspaceChanged
+    | WorktreeChange,
     Field(discriminator="type"),
 ]
 

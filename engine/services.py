@@ -20,6 +20,7 @@ from engine.projects import ProjectCatalog
 from engine.roles.service import RoleService
 from engine.roles.votes import PlanVotes
 from engine.usage.meter import UsageMeter
+from engine.worktree.service import Worktrees
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,7 @@ class Services:
     workspace: Path
     catalog: ProjectCatalog
     workspace_for: Callable[[str], Awaitable[Path]]
+    worktrees: Worktrees
 
 
 __all__ = ["Services"]

@@ -60,6 +60,7 @@ class Sessions:
         self._approvals = services.approvals
         self._channel = services.channel
         self._catalog = services.catalog
+        self._worktrees = services.worktrees
         self._workspace_for = services.workspace_for
         self._choices = cards.choices
         self._redraw_plan = cards.plan_changed
@@ -178,7 +179,9 @@ class Sessions:
             self._agents.controller(old).cancel_pending()
             dropped = [m.text for m in await self._agents.stop(old)]
             await self._goals.disarm(old)  # the driver drops the goal's jobs on disarm
-            await self._plans.abandon(old)
+            await self._plans.abandon(old)  # a live plan's worktree is committed, its branch kept
+            # A finished plan's branch still waiting for a decision is kept too.
+            await self._worktrees.set_aside(old, reason="the session ended", actor=actor)
             self._choices.forget(old)
         await self._create_bound(chat_id, thread_id, workspace=workspace)
         return Outcome(reply="Started a new session.", dropped=tuple(dropped))
@@ -348,6 +351,8 @@ class Sessions:
         await self._goals.on_session_start(session_id)
         await self._goals.get(session_id)  # reads the log: ``goals.peek`` is current from here
         await self._plans.state(session_id)  # loads the sidecar (legacy map, corrupt move)
+        # A worktree step a dead process logged but did not finish is finished now.
+        await self._worktrees.on_load(session_id)
         for notice in self._plans.take_notices(session_id):
             await self._notice(session_id, notice)
         if not quiet:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.runner import engine_config
 from bot.settings import (
     DEFAULT_TELEGRAM_API_URL,
     PLACEHOLDER_MODEL_API_KEY,
@@ -317,6 +318,18 @@ def test_approval_settings_rules_and_timeout() -> None:
     assert load({"PLANGATE_ASK_WRITES": "true"}).ask_writes is True
 
 
+def test_the_bash_approval_mode_defaults_to_the_sandbox_setting() -> None:
+    assert load({}).bash_approval_mode == "escalation"
+    assert load({"PLANGATE_SANDBOX": "off"}).bash_approval_mode == "always"
+    assert load({"PLANGATE_BASH_APPROVAL": " Never "}).bash_approval_mode == "never"
+    chosen = load({"PLANGATE_SANDBOX": "off", "PLANGATE_BASH_APPROVAL": "escalation"})
+    assert chosen.bash_approval_mode == "escalation"
+    s = load({"PLANGATE_ASK_BASH": "git push, rm -rf"})
+    assert s.ask_bash == (("git", "push"), ("rm", "-rf"))
+    config = engine_config(s)
+    assert config.bash_approval == "escalation" and config.ask_bash == s.ask_bash
+
+
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
@@ -326,6 +339,8 @@ def test_approval_settings_rules_and_timeout() -> None:
         ({"PLANGATE_APPROVAL_TIMEOUT": "0"}, r"^PLANGATE_APPROVAL_TIMEOUT: expected seconds"),
         ({"PLANGATE_APPROVAL_TIMEOUT": "inf"}, r"^PLANGATE_APPROVAL_TIMEOUT: expected seconds"),
         ({"PLANGATE_APPROVAL_TIMEOUT": "-5m"}, r"^PLANGATE_APPROVAL_TIMEOUT: expected seconds"),
+        ({"PLANGATE_BASH_APPROVAL": "sometimes"}, r"^PLANGATE_BASH_APPROVAL: expected one of"),
+        ({"PLANGATE_ASK_BASH": "git push;x"}, r"^PLANGATE_ASK_BASH: expected comma-separated"),
     ],
 )
 def test_bad_approval_settings_name_the_variable(env: dict[str, str], expected: str) -> None:

@@ -25,7 +25,7 @@ from engine.ports import EventLog, SessionStore
 from engine.projects import ProjectCatalog
 from engine.tools.ask import AskUserTool
 from engine.tools.base import Tool
-from engine.tools.bash import BashLimits, BashTool, PlanViewSource
+from engine.tools.bash import BashLimits, BashTool, PlanViewSource, ReadOnlyRoots
 from engine.tools.files import FileLimits, file_tools
 from engine.tools.sandbox import SandboxSettings
 from engine.tools.workspace import WorkspaceLocks
@@ -81,6 +81,7 @@ def agent_tools(
     file_limits: FileLimits | None = None,
     bash_limits: BashLimits | None = None,
     sandbox: SandboxSettings | None = None,
+    read_only_roots: ReadOnlyRoots | None = None,
 ) -> tuple[list[Tool], BashTool]:
     """The agent's own tools (read_file, list_files, grep, write_file, edit_file, bash,
     ask_user) and the bash tool itself (for ``kill_session``)."""
@@ -90,6 +91,7 @@ def agent_tools(
         limits=bash_limits,
         sandbox=sandbox,
         plan_view=plan_view_source(plan) if plan is not None else None,
+        read_only_roots=read_only_roots,
     )
     tools: list[Tool] = [*file_tools(hooks=plan, locks=shared, limits=file_limits)]
     tools.extend([bash, AskUserTool(channel)])
@@ -112,6 +114,7 @@ def build_agent(
     sandbox: SandboxSettings | None = None,
     usage: UsageMeter | None = None,
     approvals: ToolApprovals | None = None,
+    read_only_roots: ReadOnlyRoots | None = None,
     inbox_root: Path | None = None,
     locks: WorkspaceLocks | None = None,
 ) -> AgentRegistry:
@@ -121,7 +124,8 @@ def build_agent(
     :class:`engine.agent.adapters.PlanServiceAdapter`); ``goals`` is the ``GoalService``;
     ``driver`` may be attached later with ``set_driver``; ``approvals`` is the owner's
     approval gate (none: every call the plan gate allows runs); ``locks`` are the workspace
-    locks the tools share (pass the ones the check runner holds too).
+    locks the tools share (pass the ones the check runner holds too); ``read_only_roots``
+    names what bash sees read-only besides the workspace (a plan worktree's repository).
     """
     own, bash = agent_tools(
         channel,
@@ -130,6 +134,7 @@ def build_agent(
         file_limits=file_limits,
         bash_limits=bash_limits,
         sandbox=sandbox,
+        read_only_roots=read_only_roots,
     )
     deps = AgentDeps(
         log=log,

@@ -27,6 +27,7 @@ from engine.agent.checklist import ChecklistRun, PauseReason
 from engine.agent.config import AgentDeps
 from engine.agent.ports import IdleListener
 from engine.agent.turn import InboundMessage, StepDone, TurnResult, run_turn
+from engine.approval.service import describe_timeout
 from engine.events import (
     Attachment,
     FeedbackSource,
@@ -183,6 +184,7 @@ class SessionController:
             # The owner spoke: a question is answered, and the stuck count starts afresh.
             self._asked = False
             self._reset_watch()
+            self._new_approval_run()
         self._inbox.append(InboundMessage(text, source, message_id, attachments))
         if not self.busy:
             self._task = asyncio.create_task(self._drain(), name=f"agent:{self.session_id}")
@@ -335,10 +337,42 @@ class SessionController:
         _, tasks = await self._tasks()
         self._run = checklist.arm(self._run, tasks, now=self._clock())
         self._reset_watch()
+        self._new_approval_run()
 
     def _reset_watch(self) -> None:
         self._watch.reset(now=self._clock())
         self._baseline = None
+
+    def _new_approval_run(self) -> None:
+        """A person acted: a request denied before may be asked about again."""
+        if self._deps.approvals is not None:
+            self._deps.approvals.new_run(self.session_id)
+
+    async def _observe_approvals(self) -> str | None:
+        """An approval nobody answered in time pauses the checklist run (the card says so).
+
+        A turn outside a run (a message in NoPlan) goes on: the model read the denial.
+        """
+        approvals = self._deps.approvals
+        if approvals is None:
+            return None
+        timed_out = approvals.take_timeout(self.session_id)
+        if timed_out is None or not self._run.armed:
+            return None
+        shown = clip(timed_out.command or timed_out.tool, 80, one_line=True)
+        waited = describe_timeout(approvals.timeout_s)
+        _, tasks = await self._tasks()
+        task = checklist.current_task(tasks)
+        await self._pause(
+            PauseReason(
+                "approval-timeout",
+                f"Paused: nobody answered the approval of `{shown}` within {waited}. "
+                "Resume asks again.",
+                evidence=timed_out.command,
+                task_id=task.id if task is not None else None,
+            )
+        )
+        return f"checklist paused: the approval of {shown} timed out"
 
     async def _after_turn(self, message: InboundMessage, result: TurnResult) -> None:
         """Tell the listener; keep an armed checklist run going while it makes progress."""
@@ -534,6 +568,9 @@ class SessionController:
         switching_to_plan = self._pending_mode is True
         await self._commit_pending(queue_execution=False)
         await self._take_baseline()
+        paused = await self._observe_approvals()
+        if paused is not None:
+            return paused
         if message is not None and isinstance(message.source, GoalRoundSource):
             if switching_to_plan:
                 return "goal round ended: plan mode was entered"

@@ -189,6 +189,18 @@ async def run_turn(
             if stop_reason is not None:
                 outcome, detail = "completed", stop_reason
                 break
+            if step:
+                # An approval committed at this step boundary moves the session into its
+                # plan's worktree: the next step's tools work there (docs/projects.md).
+                moved = await deps.workspace_for(session_id)
+                if moved != workspace:
+                    workspace = moved
+                    ctx = ToolContext(
+                        session_id=session_id,
+                        workspace=workspace,
+                        turn_id=turn_id,
+                        source=message.source,
+                    )
             await safe_call("typing", deps.channel.typing(session_id))
             messages = await _context(deps, session_id, workspace_text=str(workspace))
             compacted = any(m.get("content") == ELIDED_TEXT for m in messages)

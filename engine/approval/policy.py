@@ -1,5 +1,15 @@
 """The tool approval policy: pure decisions over a call, the plan phase and the rules.
 
+Which bash calls ask is ``PLANGATE_BASH_APPROVAL`` (:data:`BashApproval`):
+
+- ``escalation`` (the default with the sandbox on): the sandbox is the boundary, so bash runs
+  without asking; only leaving it asks: a call with ``network: true`` (the sandbox has no
+  network otherwise), or a command that names a ``PLANGATE_ASK_BASH`` prefix anywhere in it
+  (``git push``, ``rm -rf``; see :func:`names_ask_rule`);
+- ``always`` (the default with ``PLANGATE_SANDBOX=off``): every bash call asks unless an allow
+  rule matches; a network call and an ask-listed command ask all the same;
+- ``never``: nothing asks; what ``escalation`` would ask about is denied.
+
 A rule is a tuple of command words (``("git", "status")``). It allows a ``bash`` command when
 the command is *simple* and its words, as the shell would split them (``shlex``), start with
 the rule's words: ``git status -s`` matches ``git status``; ``git statusx`` and
@@ -20,6 +30,10 @@ from typing import Any, Literal
 
 Decision = Literal["allow", "deny", "ask"]
 Rule = tuple[str, ...]
+BashApproval = Literal["escalation", "always", "never"]
+BASH_APPROVALS: tuple[BashApproval, ...] = ("escalation", "always", "never")
+# Why a call asks, as the approval message says it.
+Escalation = Literal["command", "network", "ask-rule", "write"]
 
 # The tools the policy looks at; every other tool (reads, plan, todo, goal) is allowed here
 # and left to the plan gate.
@@ -39,8 +53,50 @@ _QUOTING = re.compile(r"['\"\\]")
 _BLANKS = re.compile(r"[ \t]+")
 
 
+# Programs that run code given as an argument, or run another program they are given:
+# "Allow for this session" on one of these allows that exact command only, since a prefix
+# (``python3``, ``env``, ``timeout 5``) would allow any code at all.
+_RUNS_CODE = re.compile(
+    r"(python|pypy|perl|ruby|php|lua|luajit|node|nodejs|tclsh|julia)[0-9.]*"
+    r"|deno|bun|npx|uvx|pipx|R|Rscript|osascript|pwsh|powershell"
+    r"|sh|bash|dash|zsh|ksh|mksh|fish|csh|tcsh|busybox"
+    r"|awk|gawk|mawk|nawk|sed|gsed|find|env|xargs|parallel|watch|script"
+    r"|sudo|doas|su|chroot|timeout|nice|ionice|nohup|stdbuf|setsid|flock|unbuffer"
+    r"|exec|command|builtin|eval|time|strace|ltrace|gdb|nsenter|unshare"
+)
+# Shells whose ``-c`` argument is a whole script: its content counts as a compound command.
+_SHELLS = re.compile(r"sh|bash|dash|zsh|ksh|mksh|fish|csh|tcsh|busybox")
+# Separators an ask-rule search splits on, besides the shell's own operators.
+_ASK_SPLIT = str.maketrans({"`": ";", "\n": ";", "\r": ";"})
+
+
 class RuleError(ValueError):
     """A rule that is empty or is not a plain list of words."""
+
+
+def program(word: str) -> str:
+    """A command's program as rules name it: ``/usr/bin/python3`` -> ``python3``."""
+    return word.rstrip("/").rsplit("/", 1)[-1] if "/" in word else word
+
+
+def runs_code(words: Sequence[str]) -> bool:
+    """Whether the command's program runs code or programs it is given (see ``_RUNS_CODE``).
+
+    ``git -c key=value ...`` counts too: a ``-c`` setting can name a command git runs.
+    """
+    if not words:
+        return False
+    name = program(words[0])
+    if _RUNS_CODE.fullmatch(name):
+        return True
+    return name == "git" and len(words) > 1 and words[1].startswith("-")
+
+
+def inline_script(words: Sequence[str]) -> bool:
+    """A shell given a script with ``-c`` (``bash -c '...'``, ``sh -ec '...'``): compound."""
+    if not words or not _SHELLS.fullmatch(program(words[0])):
+        return False
+    return any(w.startswith("-") and not w.startswith("--") and "c" in w for w in words[1:])
 
 
 def is_simple(command: str) -> bool:
@@ -106,11 +162,25 @@ def matches(rule: Sequence[str], words: Sequence[str]) -> bool:
     return bool(rule) and len(words) >= len(rule) and tuple(words[: len(rule)]) == tuple(rule)
 
 
-def session_rule(command: str) -> Rule | None:
-    """The rule "Allow for this session" adds: the program, and its subcommand if it has one.
+@dataclass(frozen=True, slots=True)
+class SessionRule:
+    """What "Allow for this session" adds: a prefix (``git status``), or, for a program that
+    runs code it is given (``python3 -c ...``, ``env``, ``bash -c``), the exact command."""
 
-    ``git status -s`` -> ``git status``; ``pytest tests/a.py`` -> ``pytest``. ``None`` for a
-    command that is not simple (no rule could ever allow it).
+    words: Rule
+    exact: bool = False
+
+    @property
+    def text(self) -> str:
+        return rule_text(self.words)
+
+
+def session_rule(command: str) -> Rule | None:
+    """The prefix "Allow for this session" would add: the program, and its subcommand if it
+    has one. ``git status -s`` -> ``git status``; ``pytest tests/a.py`` -> ``pytest``.
+
+    ``None`` for a command that is not simple (no rule could ever allow it). See
+    :func:`offered_rule` for the rule actually offered (exact for interpreters and wrappers).
     """
     words = command_words(command)
     if not words:
@@ -118,6 +188,67 @@ def session_rule(command: str) -> Rule | None:
     if len(words) > 1 and _SUBCOMMAND.fullmatch(words[1]):
         return (words[0], words[1])
     return (words[0],)
+
+
+def offered_rule(command: str) -> SessionRule | None:
+    """The rule "Allow for this session" adds for ``command``; ``None`` when none can.
+
+    A program that runs code or other programs (:func:`runs_code`) gets the exact command, so
+    allowing ``python3 x.py`` never allows ``python3 -c '...'``; anything else the prefix of
+    :func:`session_rule`.
+    """
+    words = command_words(command)
+    if not words:
+        return None
+    if runs_code(words) or inline_script(words):
+        return SessionRule(tuple(words), exact=True)
+    prefix = session_rule(command)
+    return SessionRule(prefix) if prefix else None
+
+
+def allowed_by(words: Sequence[str] | None, rules: Iterable[Sequence[str]]) -> bool:
+    """A prefix rule allows a simple command that is not a shell running a ``-c`` script."""
+    if not words or inline_script(words):
+        return False
+    return any(matches(rule, words) for rule in rules)
+
+
+def names_ask_rule(command: str, rules: Sequence[Sequence[str]], *, depth: int = 0) -> bool:
+    """Whether ``command`` names one of the ``PLANGATE_ASK_BASH`` prefixes anywhere in it.
+
+    The command is split into its simple parts at ``; & | < > ( )``, backticks and newlines;
+    a part whose words (``shlex``; a program path counts as its name) contain a rule's words
+    in a row asks. Quoted words with spaces in them (a ``bash -c`` script, an ``eval``
+    string) are searched the same way, a few levels deep. It errs on the side of asking
+    (``echo git push`` asks too); it is a tripwire for honest mistakes, not a boundary: a
+    command can always be spelled so no list names it, which is why the sandbox is the line.
+    """
+    if not rules or depth > 3:
+        return False
+    text = command.translate(_ASK_SPLIT).replace("$(", ";(")
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|<>()")
+    lexer.whitespace_split = True
+    lexer.commenters = ""
+    try:
+        tokens = list(lexer)
+    except ValueError:  # an unbalanced quote: search the bare words
+        tokens = text.replace("'", " ").replace('"', " ").split()
+    part: list[str] = []
+    parts = [part]
+    for token in tokens:
+        if token and all(ch in ";&|<>()" for ch in token):
+            part = []
+            parts.append(part)
+            continue
+        part.append(program(token))
+        if (" " in token or "\t" in token) and names_ask_rule(token, rules, depth=depth + 1):
+            return True
+    for words in parts:
+        for rule in rules:
+            n = len(rule)
+            if n and any(tuple(words[i : i + n]) == tuple(rule) for i in range(len(words))):
+                return True
+    return False
 
 
 def rule_text(rule: Sequence[str]) -> str:
@@ -131,6 +262,44 @@ def bash_command(args: Mapping[str, Any]) -> str:
     return value if isinstance(value, str) else ""
 
 
+def wants_network(args: Mapping[str, Any]) -> bool:
+    """A bash call asking for the network (``network: true``)."""
+    return args.get("network") is True
+
+
+def default_bash_approval(*, sandbox: bool) -> BashApproval:
+    """``escalation`` with the sandbox on; ``always`` without it (nothing else confines bash)."""
+    return "escalation" if sandbox else "always"
+
+
+@dataclass(frozen=True, slots=True)
+class BashPolicy:
+    """The settings' part of the bash policy: the mode and its lists.
+
+    ``network_on``: the sandbox gives every call the network (``PLANGATE_BASH_NETWORK``), so
+    ``network: true`` asks for nothing more.
+    """
+
+    mode: BashApproval = "always"
+    ask: tuple[Rule, ...] = ()
+    network_on: bool = False
+
+
+def escalation(
+    args: Mapping[str, Any], *, policy: BashPolicy, network_rules: Iterable[Sequence[str]] = ()
+) -> Escalation | None:
+    """What a bash call asks for beyond the sandbox: ``network``, an ``ask-rule`` command, or
+    nothing. ``network_rules``: exact commands the session allowed the network for."""
+    command = bash_command(args)
+    if names_ask_rule(command, policy.ask):
+        return "ask-rule"
+    if wants_network(args) and not policy.network_on:
+        words = command_words(command)
+        if words is None or tuple(words) not in {tuple(r) for r in network_rules}:
+            return "network"
+    return None
+
+
 def may_ask(tool: str, *, ask_writes: bool = False) -> bool:
     """Whether :func:`decide` can say anything but allow for ``tool`` (cheap pre-check)."""
     return tool == BASH or (ask_writes and tool in WRITE_TOOLS)
@@ -142,45 +311,68 @@ def decide(
     *,
     phase: str,
     rules: Iterable[Sequence[str]],
+    policy: BashPolicy | None = None,
+    exact_rules: Iterable[Sequence[str]] = (),
+    network_rules: Iterable[Sequence[str]] = (),
     ask_writes: bool = False,
     write_target: str | None = None,
     write_rules: Iterable[str] = (),
 ) -> Decision:
-    """Allow, or ask the owner, for one call that the plan gate already let through.
+    """Allow, ask the owner, or deny one call that the plan gate already let through.
 
-    ``bash`` asks in NoPlan and Active unless a rule allows the command; in pre-init Editing
-    the plan gate and the sandbox keep it read-only, so it is not asked about. File writes
-    inside the workspace are allowed, unless ``ask_writes``: then a write to ``write_target``
-    (workspace-relative; ``None`` for a path outside, which the tools refuse) asks unless the
-    session allowed writes to that file.
+    ``bash`` follows ``policy.mode`` (the module docstring; ``always`` when no policy is
+    given). A network call asks in every phase bash runs in (the network leaves the sandbox
+    whatever the workspace mount); the rest only in NoPlan and Active: in pre-init Editing the
+    plan gate and the sandbox keep bash read-only. ``rules`` are prefix rules, ``exact_rules``
+    whole commands the session allowed. File writes inside the workspace are allowed, unless
+    ``ask_writes``: then a write to ``write_target`` (workspace-relative; ``None`` for a path
+    outside, which the tools refuse) asks unless the session allowed writes to that file.
     """
-    if phase not in ASKING_PHASES:
-        return "allow"
+    policy = policy or BashPolicy()
     if tool == BASH:
+        escalates = escalation(args, policy=policy, network_rules=network_rules)
+        if phase not in ASKING_PHASES and escalates != "network":
+            return "allow"
+        if escalates is not None:
+            return "deny" if policy.mode == "never" else "ask"
+        if policy.mode != "always":
+            return "allow"
         words = command_words(bash_command(args))
-        if words is not None and any(matches(rule, words) for rule in rules):
+        if allowed_by(words, rules):
+            return "allow"
+        granted = {tuple(r) for r in exact_rules}
+        if wants_network(args):
+            # The owner allowed this whole command with the network: that covers the command.
+            granted |= {tuple(r) for r in network_rules}
+        if words is not None and tuple(words) in granted:
             return "allow"
         return "ask"
+    if phase not in ASKING_PHASES:
+        return "allow"
     if tool in WRITE_TOOLS and ask_writes and write_target is not None:
         return "allow" if write_target in set(write_rules) else "ask"
     return "allow"
 
 
-# Rule families: bash command prefixes, and the files whose writes the session allowed.
-RuleFamily = Literal["bash", "files"]
+# Rule families: bash command prefixes (or exact commands), the exact commands allowed the
+# network, and the files whose writes the session allowed.
+RuleFamily = Literal["bash", "network", "files"]
 
 
 def family_of(tool: str) -> RuleFamily:
-    """Which rules a tool's calls are matched against."""
+    """Which rules a tool's calls are matched against (a network call: see ApprovalView)."""
     return "files" if tool in WRITE_TOOLS else "bash"
 
 
 @dataclass(frozen=True, slots=True)
 class ApprovalView:
-    """One request as the chat shows it. ``rule`` is what "Allow for this session" adds.
+    """One request as the chat shows it. ``rule`` is what "Allow for this session" adds
+    (``exact``: that whole command, not a prefix).
 
-    ``command`` is the bash command, or ``<tool> <path>`` for a write; ``diff`` is the unified
-    diff of a write to an existing text file (not logged: it can be large).
+    ``command`` is the bash command, or ``<tool> <path>`` for a write, shown whole; ``diff``
+    is the unified diff of a write to an existing text file (not logged: it can be large).
+    ``why`` is what the call asks for; ``reason`` the model's own words for a network call.
+    ``also``: on an unattended turn's one notice, the other commands it could not run.
     """
 
     request_id: str
@@ -190,6 +382,10 @@ class ApprovalView:
     rule: Rule | None
     unattended: bool = False
     diff: str | None = None
+    exact: bool = False
+    why: Escalation = "command"
+    reason: str = ""
+    also: tuple[str, ...] = ()
 
     @property
     def short_id(self) -> str:
@@ -197,32 +393,61 @@ class ApprovalView:
 
     @property
     def family(self) -> RuleFamily:
+        if self.why == "network":
+            return "network"
         return family_of(self.tool)
 
     @property
     def rule_text(self) -> str:
         if not self.rule:
             return ""
-        return f"writes to {self.rule[0]}" if self.family == "files" else rule_text(self.rule)
+        if self.family == "files":
+            return f"writes to {self.rule[0]}"
+        return rule_text(self.rule)
+
+    @property
+    def rule_label(self) -> str:
+        """What the session button adds, in words, before the press."""
+        if not self.rule:
+            return ""
+        if self.family == "network":
+            return "the network for this exact command"
+        if self.exact:
+            return "this exact command"
+        return self.rule_text
 
 
 __all__ = [
     "BASH",
+    "BASH_APPROVALS",
     "WRITE_TOOLS",
     "ApprovalView",
+    "BashApproval",
+    "BashPolicy",
     "Decision",
+    "Escalation",
     "Rule",
     "RuleError",
     "RuleFamily",
+    "SessionRule",
+    "allowed_by",
     "bash_command",
     "command_words",
     "decide",
+    "default_bash_approval",
+    "escalation",
     "family_of",
+    "inline_script",
     "is_simple",
     "matches",
     "may_ask",
+    "names_ask_rule",
+    "offered_rule",
     "parse_rule",
     "parse_rules",
+    "program",
     "rule_text",
+    "runs_code",
     "session_rule",
+    "wants_network",
 ]

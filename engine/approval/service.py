@@ -8,10 +8,17 @@ Allow once / Allow for this session / Deny, and the first of these ends the wait
 - ``PLANGATE_APPROVAL_TIMEOUT`` without an answer: denied;
 - ``/stop`` (the turn is cancelled): denied at once, the turn closes as cancelled.
 
-Every end is one ``approval/decided``; a rule is one ``approval/rule``. A turn whose opening
-message is not the owner's (a goal round, a seeded or continued checklist turn) never waits:
-the call is denied as ``unattended`` and the ``on_unattended`` hook runs (it blocks the goal
-``needs-approval``); its message offers one Allow button that adds the rule.
+Every end is one ``approval/decided``; a rule is one ``approval/rule``. Who may be asked is
+:func:`engine.events.is_attended`: every turn a person started, and the checklist run they
+armed, waits; only a goal round is unattended. There a call is denied as ``unattended`` at
+once and the ``on_unattended`` hook runs (it blocks the goal ``needs-approval``); the round
+posts one notice, listing every call it could not run, with one Allow button that adds the
+first one's rule.
+
+One message per request, never a pile: a request that repeats one denied in the same run (the
+same tool, command and escalation; :meth:`ToolApprovals.new_run` starts a run afresh when a
+person acts) is denied again without asking. A timeout is remembered for the agent
+(:meth:`ToolApprovals.take_timeout`): a checklist run pauses on it.
 
 On load the session's rules replay, and a request a dead process left waiting is closed as
 ``interrupted`` (denied): a restart never turns a pending request into an allow.
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -31,12 +39,16 @@ from engine.approval.policy import (
     BASH,
     WRITE_TOOLS,
     ApprovalView,
+    BashPolicy,
+    Escalation,
     Rule,
     RuleFamily,
     bash_command,
+    command_words,
     decide,
+    escalation,
     may_ask,
-    session_rule,
+    offered_rule,
 )
 from engine.approval.preview import write_diff, write_target
 from engine.events import (
@@ -44,9 +56,8 @@ from engine.events import (
     ApprovalDecision,
     ApprovalRequested,
     ApprovalRule,
-    FeedbackSource,
-    HumanSource,
     MessageSource,
+    is_attended,
 )
 from engine.ports import EventLog
 from engine.tasks import safe_call
@@ -63,9 +74,23 @@ TIMEOUT_TEXT = (
     "denied: nobody answered the approval request within {timeout}; the call was not run."
 )
 UNATTENDED_TEXT = (
-    "denied: this call needs the owner's approval and nobody is watching this turn (a goal "
-    "round or an unattended checklist turn); it was not run. The owner was asked to allow it."
+    "denied: this call needs the owner's approval and nobody is there to answer in a goal "
+    "round; it was not run. The owner was told; the goal waits for them."
 )
+REPEAT_TEXT = (
+    "denied: the same call was already denied in this run; it was not run and the owner was "
+    "not asked again. Do it another way, or end your turn and say what you need."
+)
+NEVER_TEXT = (
+    "denied: this call would leave the sandbox ({why}) and PLANGATE_BASH_APPROVAL=never "
+    "allows no escalation; it was not run."
+)
+_WHY_TEXT: dict[Escalation, str] = {
+    "network": "it asks for the network",
+    "ask-rule": "it runs a command the owner wants to be asked about",
+    "command": "it needs the owner's approval",
+    "write": "it writes a file",
+}
 
 
 def describe_timeout(seconds: float) -> str:
@@ -104,6 +129,8 @@ class ApprovalNotifier(Protocol):
 
 # Runs when an unattended turn's call was denied for want of an approval.
 UnattendedHook = Callable[[str, MessageSource, ApprovalView], Awaitable[None]]
+# (session id, actor) -> whether the actor may answer the session's requests (engine.roles).
+AnswerCheck = Callable[[str, int | None], Awaitable[bool]]
 
 
 @dataclass
@@ -113,19 +140,39 @@ class _Pending:
     actor: int | None = None
 
 
+# What makes two requests "the same" within a run.
+_RequestKey = tuple[str, str, str]
+
+
+@dataclass
+class _Notice:
+    """An unattended turn's one notice: the turn it belongs to and what it lists."""
+
+    turn: object
+    view: ApprovalView
+
+
 @dataclass
 class _Session:
     rules: list[Rule] = field(default_factory=list)
+    # Whole commands allowed for the session (interpreters and wrappers: never a prefix).
+    exact: list[Rule] = field(default_factory=list)
+    # Whole commands allowed the network for the session.
+    network: list[Rule] = field(default_factory=list)
     # Workspace-relative files the session allowed writes to (when writes ask).
     write_rules: list[str] = field(default_factory=list)
     pending: _Pending | None = None
     # Unattended denials whose Allow button still counts: request id -> view.
     offers: dict[str, ApprovalView] = field(default_factory=dict)
+    # Requests denied in this run (a press, the timeout): not asked about again.
+    denied: set[_RequestKey] = field(default_factory=set)
+    notice: _Notice | None = None
+    # A request that timed out and the agent has not yet paused on.
+    timed_out: ApprovalView | None = None
 
 
-def is_attended(source: MessageSource) -> bool:
-    """A turn opened by the owner's own message (or feedback) has someone to ask."""
-    return isinstance(source, HumanSource | FeedbackSource)
+def _key(view: ApprovalView) -> _RequestKey:
+    return (view.tool, view.command, view.why)
 
 
 class ToolApprovals:
@@ -140,15 +187,20 @@ class ToolApprovals:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         on_unattended: UnattendedHook | None = None,
         ask_writes: bool = False,
+        policy: BashPolicy | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError("the approval timeout must be positive")
         self._log = log
         self._notifier = notifier
         self._rules: tuple[Rule, ...] = tuple(tuple(r) for r in rules if r)
+        self.policy = policy or BashPolicy()
         self.timeout_s = timeout_s
         self.on_unattended = on_unattended
         self.ask_writes = ask_writes
+        # Who may answer: engine.roles' one rule, set by build_engine (None: no people known,
+        # as in the approval service's own tests).
+        self.answer_check: AnswerCheck | None = None
         self._sessions: dict[str, _Session] = {}
 
     def _session(self, session_id: str) -> _Session:
@@ -165,12 +217,32 @@ class ToolApprovals:
         return may_ask(tool, ask_writes=self.ask_writes)
 
     def _granted(self, state: _Session, view: ApprovalView) -> bool:
-        return bool(view.rule) and not self._is_new(state, view.family, view.rule or ())
+        return bool(view.rule) and not self._is_new(state, view.family, view.rule or (), view.exact)
 
     def pending(self, session_id: str) -> ApprovalView | None:
         """The request the session waits on ("waiting for you"), if any."""
         found = self._sessions.get(session_id)
         return found.pending.view if found is not None and found.pending is not None else None
+
+    async def may_answer(self, session_id: str, actor: int | None) -> bool:
+        """Who may answer a request: owners and the chat's approvers (``answer_check``, the
+        role rule of engine.roles; the front end's gate asks the same rule first)."""
+        if self.answer_check is None:
+            return True
+        return await self.answer_check(session_id, actor)
+
+    def new_run(self, session_id: str) -> None:
+        """A person acted (a message, Approve, ``/execute``, Resume): what was denied before
+        may be asked about again, and no timeout is left to pause on."""
+        state = self._session(session_id)
+        state.denied.clear()
+        state.timed_out = None
+
+    def take_timeout(self, session_id: str) -> ApprovalView | None:
+        """The request that timed out since the last call, once (the agent pauses on it)."""
+        state = self._session(session_id)
+        found, state.timed_out = state.timed_out, None
+        return found
 
     # --- replay -----------------------------------------------------------------------------
 
@@ -182,7 +254,7 @@ class ToolApprovals:
         for item in stored:
             event = item.event
             if isinstance(event, ApprovalRule):
-                self._remember(state, event.tool, tuple(event.words))
+                self._remember(state, event.tool, tuple(event.words), event.exact)
             elif isinstance(event, ApprovalRequested):
                 if event.unattended:
                     if event.rule:
@@ -209,6 +281,7 @@ class ToolApprovals:
         closed as ``stopped`` and the cancellation goes on.
         """
         session_id = ctx.session_id
+        state = self._session(session_id)
         target: str | None = None
         if self.ask_writes and request.name in WRITE_TOOLS:
             target = await asyncio.to_thread(write_target, ctx.workspace, request.arguments)
@@ -217,19 +290,38 @@ class ToolApprovals:
             request.arguments,
             phase=phase,
             rules=self.rules(session_id),
+            policy=self.policy,
+            exact_rules=state.exact,
+            network_rules=state.network,
             ask_writes=self.ask_writes,
             write_target=target,
-            write_rules=self._session(session_id).write_rules,
+            write_rules=state.write_rules,
         )
         if decision == "allow":
             return None
         diff: str | None = None
         rule: Rule | None = None
+        exact = False
+        why: Escalation = "command"
+        reason = ""
         if request.name == BASH:
             command = bash_command(request.arguments)
-            rule = session_rule(command)
+            why = escalation(request.arguments, policy=self.policy) or "command"
+            if decision == "deny":
+                return NEVER_TEXT.format(why=_WHY_TEXT[why])
+            if why == "network":
+                words = command_words(command)
+                rule, exact = (tuple(words), True) if words else (None, False)
+                raw = request.arguments.get("reason")
+                reason = raw.strip() if isinstance(raw, str) else ""
+            elif why != "ask-rule" or self.policy.mode == "always":
+                # An ask-listed command is asked about every time in escalation mode: the
+                # owner listed it to be asked.
+                offered = offered_rule(command)
+                if offered is not None:
+                    rule, exact = offered.words, offered.exact
         elif target is not None:
-            command, rule = f"{request.name} {target}", (target,)
+            command, rule, why = f"{request.name} {target}", (target,), "write"
             diff = await asyncio.to_thread(
                 write_diff, ctx.workspace, request.name, request.arguments, target
             )
@@ -241,8 +333,11 @@ class ToolApprovals:
             tool=request.name,
             command=command,
             rule=rule,
+            exact=exact,
             unattended=not is_attended(ctx.source),
             diff=diff,
+            why=why,
+            reason=reason,
         )
         return await self._request(ctx, view)
 
@@ -263,36 +358,90 @@ class ToolApprovals:
         return await self._request(ctx, view)
 
     async def _request(self, ctx: ToolContext, view: ApprovalView) -> str | None:
-        session_id = ctx.session_id
+        """One request in its turn: unattended, denied at once (the turn's one notice); a
+        repeat of one denied in this run, denied again unasked; else the owner is asked."""
+        if view.unattended:
+            return await self._unattended(ctx.session_id, view, ctx.source)
+        if _key(view) in self._session(ctx.session_id).denied:
+            return REPEAT_TEXT
+        decided = await self.request(ctx.session_id, view)
+        if decided in ("once", "session"):
+            return None
+        if decided == "timeout":
+            return TIMEOUT_TEXT.format(timeout=describe_timeout(self.timeout_s))
+        return DENIED_TEXT
+
+    async def request(self, session_id: str, view: ApprovalView) -> ApprovalDecision:
+        """Ask the owner about ``view`` and wait for the answer (a press, the timeout, /stop).
+
+        The engine-level request under :meth:`check` and :meth:`ask`, for attended turns (an
+        unattended caller denies by itself). A denial or a timeout is remembered for the run;
+        a timeout also for :meth:`take_timeout`.
+        """
         requested = ApprovalRequested(
             request_id=view.request_id,
             call_id=view.call_id,
             tool=view.tool,
             command=view.command,
             rule=list(view.rule or ()),
-            unattended=view.unattended,
+            unattended=False,
+            exact=view.exact,
+            network=view.why == "network",
         )
-        if view.unattended:
-            await self._log.append(
-                session_id,
-                [
-                    requested,
-                    ApprovalDecided(
-                        request_id=view.request_id, call_id=view.call_id, decision="unattended"
-                    ),
-                ],
-            )
-            if view.rule:
-                self._session(session_id).offers[view.request_id] = view
-            if self.on_unattended is not None:
-                await self.on_unattended(session_id, ctx.source, view)
-            await safe_call("approval_asked", self._notifier.approval_asked(session_id, view))
+        decided = await self._wait(session_id, view, requested)
+        state = self._session(session_id)
+        if decided not in ("once", "session", "stopped"):
+            state.denied.add(_key(view))
+        if decided == "timeout":
+            state.timed_out = view
+        return decided
+
+    async def _unattended(self, session_id: str, view: ApprovalView, source: MessageSource) -> str:
+        """Deny at once; the turn's one notice lists the call (posted once, then edited)."""
+        state = self._session(session_id)
+        notice = state.notice
+        same_turn = notice is not None and notice.turn == source
+        logged = view
+        if notice is not None and same_turn:
+            # The notice's own request id: its Allow button stays the first call's.
+            listed = notice.view
+            known = (listed.command, *listed.also)
+            if view.command not in known:
+                listed = dataclasses.replace(listed, also=(*listed.also, view.command))
+                notice.view = listed
+                await safe_call("approval_asked", self._notifier.approval_asked(session_id, listed))
+        requested = ApprovalRequested(
+            request_id=logged.request_id,
+            call_id=logged.call_id,
+            tool=logged.tool,
+            command=logged.command,
+            rule=list(logged.rule or ()),
+            unattended=True,
+            exact=logged.exact,
+            network=logged.why == "network",
+        )
+        await self._log.append(
+            session_id,
+            [
+                requested,
+                ApprovalDecided(
+                    request_id=logged.request_id, call_id=logged.call_id, decision="unattended"
+                ),
+            ],
+        )
+        if same_turn:
             return UNATTENDED_TEXT
-        return await self._wait(session_id, view, requested)
+        state.notice = _Notice(turn=source, view=view)
+        if view.rule:
+            state.offers[view.request_id] = view
+        if self.on_unattended is not None:
+            await self.on_unattended(session_id, source, view)
+        await safe_call("approval_asked", self._notifier.approval_asked(session_id, view))
+        return UNATTENDED_TEXT
 
     async def _wait(
         self, session_id: str, view: ApprovalView, requested: ApprovalRequested
-    ) -> str | None:
+    ) -> ApprovalDecision:
         state = self._session(session_id)
         if state.pending is not None:  # calls asking run one at a time; never two prompts
             await self._finish(session_id, state.pending, "deny")
@@ -324,11 +473,7 @@ class ToolApprovals:
             if state.pending is pending:
                 state.pending = None
             raise
-        if decision in ("once", "session"):
-            return None
-        if decision == "timeout":
-            return TIMEOUT_TEXT.format(timeout=describe_timeout(self.timeout_s))
-        return DENIED_TEXT
+        return decision
 
     async def _finish(
         self,
@@ -385,6 +530,8 @@ class ToolApprovals:
 
         Who answered (``actor``, ``actor_name``) is logged with the decision."""
         state = self._session(session_id)
+        if not await self.may_answer(session_id, actor):
+            return AnswerResult("", stale=True)
         if action == "rule":
             return await self._grant_offer(
                 session_id, state, short_id, actor=actor, actor_name=actor_name
@@ -398,10 +545,15 @@ class ToolApprovals:
             return AnswerResult("Allowed once.")
         if action == "session" and view.rule:
             await self.add_rule(
-                session_id, view.rule, family=view.family, actor=actor, actor_name=actor_name
+                session_id,
+                view.rule,
+                actor=actor,
+                actor_name=actor_name,
+                family=view.family,
+                exact=view.exact,
             )
             await self._finish(session_id, pending, "session", actor=actor, actor_name=actor_name)
-            return AnswerResult(f"Allowed for this session: {view.rule_text}", rule=view.rule)
+            return AnswerResult(_allowed_text(view), rule=view.rule)
         if action == "deny":
             await self._finish(session_id, pending, "deny", actor=actor, actor_name=actor_name)
             return AnswerResult("Denied.")
@@ -421,9 +573,14 @@ class ToolApprovals:
             return AnswerResult("", stale=True)
         state.offers.pop(found.request_id, None)
         await self.add_rule(
-            session_id, found.rule, actor=actor, actor_name=actor_name, family=found.family
+            session_id,
+            found.rule,
+            actor=actor,
+            actor_name=actor_name,
+            family=found.family,
+            exact=found.exact,
         )
-        return AnswerResult(f"Allowed for this session: {found.rule_text}", rule=found.rule)
+        return AnswerResult(_allowed_text(found), rule=found.rule)
 
     async def add_rule(
         self,
@@ -433,38 +590,49 @@ class ToolApprovals:
         actor: int | None,
         family: RuleFamily = "bash",
         actor_name: str = "",
+        exact: bool = False,
     ) -> None:
         """Grant ``rule`` for the rest of the session (logged, so it replays).
 
-        ``family`` ``files``: ``rule`` is one workspace-relative path whose writes are allowed.
+        ``family`` ``files``: ``rule`` is one workspace-relative path whose writes are allowed;
+        ``network``: one exact command that may have the network. ``exact``: a bash rule that
+        allows that whole command only, never a longer one.
         """
         state = self._session(session_id)
-        if not self._is_new(state, family, rule):
+        if not self._is_new(state, family, rule, exact):
             return
-        event = ApprovalRule(tool=family, words=list(rule), actor=actor, actor_name=actor_name)
+        event = ApprovalRule(
+            tool=family, words=list(rule), actor=actor, actor_name=actor_name, exact=exact
+        )
         await self._log.append(session_id, [event])  # logged first: what is granted replays
-        self._remember(state, family, rule)
+        self._remember(state, family, rule, exact)
         state.offers = {k: v for k, v in state.offers.items() if not self._granted(state, v)}
 
     @staticmethod
-    def _is_new(state: _Session, family: str, rule: Rule) -> bool:
+    def _held(state: _Session, family: str, exact: bool) -> list[Rule]:
+        if family == "network":
+            return state.network
+        return state.exact if exact else state.rules
+
+    @classmethod
+    def _is_new(cls, state: _Session, family: str, rule: Rule, exact: bool = False) -> bool:
         """Whether ``rule`` would grant something: not empty and not already held."""
         if not rule:
             return False
         if family == "files":
             return rule[0] not in state.write_rules
-        return rule not in state.rules
+        return rule not in cls._held(state, family, exact)
 
     @classmethod
-    def _remember(cls, state: _Session, family: str, rule: Rule) -> None:
+    def _remember(cls, state: _Session, family: str, rule: Rule, exact: bool = False) -> None:
         """Add a rule to this process's state, unless :meth:`_is_new` says it is held."""
         # Checked again here: add_rule's append is awaited, and a replay may repeat a rule.
-        if not cls._is_new(state, family, rule):
+        if not cls._is_new(state, family, rule, exact):
             return
         if family == "files":
             state.write_rules.append(rule[0])
         else:
-            state.rules.append(rule)
+            cls._held(state, family, exact).append(rule)
 
 
 def _view(event: ApprovalRequested) -> ApprovalView:
@@ -475,13 +643,26 @@ def _view(event: ApprovalRequested) -> ApprovalView:
         command=event.command,
         rule=tuple(event.rule) or None,
         unattended=event.unattended,
+        exact=event.exact,
+        why="network" if event.network else "command",
     )
+
+
+def _allowed_text(view: ApprovalView) -> str:
+    """The press's answer: what the session now allows."""
+    if view.family == "network":
+        return f"Allowed the network for this session: {view.rule_text}"
+    if view.exact:
+        return f"Allowed for this session, this exact command: {view.rule_text}"
+    return f"Allowed for this session: {view.rule_text}"
 
 
 __all__ = [
     "APPROVAL_EVENT_TYPES",
     "DEFAULT_TIMEOUT_S",
     "DENIED_TEXT",
+    "NEVER_TEXT",
+    "REPEAT_TEXT",
     "TIMEOUT_TEXT",
     "UNATTENDED_TEXT",
     "AnswerResult",
@@ -489,5 +670,4 @@ __all__ = [
     "ToolApprovals",
     "UnattendedHook",
     "describe_timeout",
-    "is_attended",
 ]

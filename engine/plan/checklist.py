@@ -1,7 +1,9 @@
 """Checklist operations of an Active plan, as pure transitions (docs/plan-json-spec.md).
 
 ``add_tasks`` / ``start`` / ``complete`` / ``skip`` are Active only; the last ``complete`` or
-``skip`` (nothing pending or in progress) archives the plan. ``start`` never approves.
+``skip`` (nothing pending or in progress) archives the plan. ``start`` never approves. A task
+with checks (docs/checks.md) completes only with plangate's passing run of them and is skipped
+only with the owner's approval (:func:`gates` says what finishing a task needs).
 """
 
 from __future__ import annotations

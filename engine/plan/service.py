@@ -141,6 +141,8 @@ class PlanService:
         self._live: dict[str, _Live] = {}
         self._notices: dict[str, list[str]] = {}
         self._listeners: list[PlanListener] = []
+        # Sessions whose task checks are running now, and what (for the card's note).
+        self._checking: dict[str, str] = {}
         # Committed changes with their criteria effect, applied and announced by _deliver.
         self._undelivered: list[tuple[PlanChange, CriteriaEffect]] = []
 
@@ -607,21 +609,40 @@ class PlanService:
         assert sidecar is not None  # gates found a task to finish
         plan_id = sidecar.id
         md_path = await self._store.md_path(session_id)
-        run = await self._checks.run(
-            list(need.commands),
-            session_id=session_id,
-            workspace=workspace,
-            hidden=[md_path.parent],
-            baseline=sidecar.check_baseline,
-            watch=list(_all_checks(tuple(sidecar.checks), sidecar.tasks)),
-        )
+        listed = ", ".join(f"`{c}`" for c in need.commands)
+        self._checking[session_id] = f"task {need.task.id}: {listed}"
+        try:
+            await self._announce(session_id, sidecar)
+            run = await self._checks.run(
+                list(need.commands),
+                session_id=session_id,
+                workspace=workspace,
+                hidden=[md_path.parent],
+                baseline=sidecar.check_baseline,
+                watch=list(_all_checks(tuple(sidecar.checks), sidecar.tasks)),
+            )
+        finally:
+            self._checking.pop(session_id, None)
 
         def decide(live: _Live, ctx: Context) -> Transition | Refusal:
             if live.sidecar is None or live.sidecar.id != plan_id:
                 return refusal("checks-changed")
             return checklist.complete(live.sidecar, live.md, need.task.id, None, ctx, run=run)
 
-        return await self._run(session_id, decide)
+        result = await self._run(session_id, decide)
+        if not result.ok:  # nothing committed: the card drops its "running checks" note
+            await self._announce(session_id, await self.current(session_id))
+        return result
+
+    def checking(self, session_id: str) -> str | None:
+        """What plangate is checking in this session right now (``None``: nothing)."""
+        return self._checking.get(session_id)
+
+    async def _announce(self, session_id: str, sidecar: PlanSidecar | None) -> None:
+        """Tell the listeners the card should be redrawn though nothing was committed."""
+        change = PlanChange(session_id=session_id, before=sidecar, after=sidecar)
+        self._undelivered.append((change, None))
+        await self._deliver()
 
     async def skip(
         self,

@@ -11,10 +11,11 @@ detector compares a digest of the workspace with the one taken before:
   the same folders the checks' watch skips).
 
 git runs with the repository's own code switched off: the workspace is the agent's to write,
-so its ``.git/config`` is not trusted. fsmonitor and hooks are disabled on the command line,
-system and global config are not read, submodules are ignored, and a repository that
-configures a filter driver (a clean filter is a command git would run) is walked instead. The
-child gets a clean environment, never the project's Python path.
+so its ``.git/config`` is not trusted. It runs as plangate's own git commands do
+(``engine.worktree.git``: the same ``-c`` overrides of every option that runs a program, the
+same clean environment with no system or global configuration), submodules are ignored, and a
+repository whose configuration names a program git would run (:func:`unsafe_config`: a filter
+driver, an include...) is walked instead. The child never gets the project's Python path.
 """
 
 from __future__ import annotations
@@ -26,35 +27,21 @@ import os
 from pathlib import Path
 
 from engine.checks.watch import SKIP_DIRS
+from engine.worktree.git import SAFE_CONFIG, git_env, unsafe_config
 
 _log = logging.getLogger("plangate.progress.workspace")
 
 MAX_ENTRIES = 20_000
 GIT_TIMEOUT_S = 10.0
-# Passed before the subcommand: nothing the repository configures may run code.
-_GIT_SAFE = (
-    "-c",
-    "core.fsmonitor=false",
-    "-c",
-    "core.hooksPath=/dev/null",
-    "-c",
-    "core.untrackedCache=false",
-    "-c",
-    "status.showUntrackedFiles=all",
-)
+# No home of its own: git reads no user configuration from it.
+_NO_HOME = Path("/nonexistent")
 
 
 def _git_env() -> dict[str, str]:
-    return {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": "/nonexistent",
-        "LC_ALL": "C",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": "/dev/null",
-        # A status must not rewrite the index (the agent's own git commands own it).
-        "GIT_OPTIONAL_LOCKS": "0",
-        "GIT_TERMINAL_PROMPT": "0",
-    }
+    env = git_env(_NO_HOME)
+    # A status must not rewrite the index (the agent's own git commands own it).
+    env["GIT_OPTIONAL_LOCKS"] = "0"
+    return env
 
 
 async def _git(workspace: Path, *args: str) -> bytes | None:
@@ -62,7 +49,11 @@ async def _git(workspace: Path, *args: str) -> bytes | None:
     try:
         child = await asyncio.create_subprocess_exec(
             "git",
-            *_GIT_SAFE,
+            *(arg for setting in SAFE_CONFIG for arg in ("-c", setting)),
+            "-c",
+            "core.untrackedCache=false",
+            "-c",
+            "status.showUntrackedFiles=all",
             *args,
             cwd=workspace,
             env=_git_env(),
@@ -94,10 +85,14 @@ def _stat_line(root: Path, rel: str) -> str:
 
 def _git_digest(root: Path, porcelain: bytes) -> str:
     digest = hashlib.sha256(porcelain)
-    for entry in porcelain.split(b"\0"):
-        if len(entry) > 3:
-            rel = os.fsdecode(entry[3:])
-            digest.update(_stat_line(root, rel).encode("utf-8", "surrogateescape"))
+    entries = iter(porcelain.split(b"\0"))
+    for entry in entries:
+        if len(entry) <= 3:
+            continue
+        rel = os.fsdecode(entry[3:])
+        digest.update(_stat_line(root, rel).encode("utf-8", "surrogateescape"))
+        if entry[:1] in (b"R", b"C"):
+            next(entries, None)  # a rename's or copy's source path follows without a status
     return "git:" + digest.hexdigest()
 
 
@@ -132,18 +127,21 @@ def walk_digest(root: Path, *, max_entries: int = MAX_ENTRIES) -> str:
 
 async def snapshot(workspace: Path) -> str:
     """A digest that changes when a file in the workspace is created, changed or removed."""
-    inside = await _git(workspace, "rev-parse", "--is-inside-work-tree")
-    if inside is not None and inside.strip() == b"true":
-        filters = await _git(workspace, "config", "--name-only", "--get-regexp", r"^filter\.")
-        # Exit status 1 means "no such key": None here, and no filter is configured.
-        if not filters:
+    top = await _git(workspace, "rev-parse", "--show-toplevel")
+    if top is not None and top.strip():
+        # Porcelain paths are relative to the repository's top, which may be above the
+        # workspace; only the workspace's own part is listed (the "." pathspec).
+        toplevel = Path(os.fsdecode(top.strip()))
+        listing = await _git(workspace, "config", "--local", "--list", "--null")
+        # A key that makes git run a program (a filter driver, say) means: walk instead.
+        if listing is not None and not unsafe_config(os.fsdecode(listing)):
             porcelain = await _git(
-                workspace, "status", "--porcelain=v1", "-z", "--ignore-submodules=all"
+                workspace, "status", "--porcelain=v1", "-z", "--ignore-submodules=all", "--", "."
             )
             if porcelain is not None:
-                return await asyncio.to_thread(_git_digest, workspace, porcelain)
+                return await asyncio.to_thread(_git_digest, toplevel, porcelain)
         else:
-            _log.info("plangate.progress.workspace.filters_configured walk instead")
+            _log.info("plangate.progress.workspace.unsafe_config walk instead")
     return await asyncio.to_thread(walk_digest, workspace)
 
 

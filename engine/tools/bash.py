@@ -44,6 +44,8 @@ from engine.tools.workspace import WorkspaceLocks
 
 # The plan state and the session .md at the moment of a call (NoPlan when not given).
 PlanViewSource = Callable[[str], Awaitable[PlanGateView]]
+# What the session's bash sees read-only besides its workspace (a plan worktree's ``.git``).
+ReadOnlyRoots = Callable[[str], Awaitable[tuple[Path, ...]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,13 +137,17 @@ class CommandRun:
 
 
 class BashTool:
-    """``bash {command, timeout_s?}``; tracks running groups per session for ``kill_session``."""
+    """``bash {command, timeout_s?, network?, reason?}``; tracks running groups per session
+    for ``kill_session``."""
 
     name = "bash"
     description = (
         "Run a bash command in the workspace and return its exit code and output (stdout and "
         "stderr merged, long output cut). timeout_s defaults to 120 (at most 600). Background "
-        "processes are killed when the command returns; there is no interactive input."
+        "processes are killed when the command returns; there is no interactive input. The "
+        "command runs in a sandbox without network; set network: true, with a short reason, "
+        "only when it truly needs the network (installing a package, fetching a page): the "
+        "owner is asked to allow that."
     )
 
     def __init__(
@@ -151,8 +157,10 @@ class BashTool:
         limits: BashLimits | None = None,
         sandbox: SandboxSettings | None = None,
         plan_view: PlanViewSource | None = None,
+        read_only_roots: ReadOnlyRoots | None = None,
     ):
         self._locks = locks or WorkspaceLocks()
+        self._read_only_roots = read_only_roots
         self._limits = limits or BashLimits()
         self._sandbox = sandbox or SandboxSettings()
         self._plan_view = plan_view
@@ -165,6 +173,14 @@ class BashTool:
             "properties": {
                 "command": {"type": "string"},
                 "timeout_s": {"type": "number", "exclusiveMinimum": 0},
+                "network": {
+                    "type": "boolean",
+                    "description": "Run with the network (the owner is asked first).",
+                },
+                "reason": {
+                    "type": "string",
+                    "description": "Why the network is needed, for the owner.",
+                },
             },
             "required": ["command"],
             "additionalProperties": False,
@@ -186,6 +202,15 @@ class BashTool:
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
             return ToolOutcome("error: timeout_s must be a positive number", is_error=True)
         timeout_s = min(float(timeout_s), self._limits.max_timeout_s)
+        network = args.get("network", False)
+        if not isinstance(network, bool):
+            return ToolOutcome("error: network must be true or false", is_error=True)
+        reason = args.get("reason", "")
+        if not isinstance(reason, str):
+            return ToolOutcome("error: reason must be a string", is_error=True)
+        # ``network``: this one call has the host's network; the approval gate asked the
+        # owner before the call got here (docs/agent.md, "Tool approvals").
+        sandbox = replace(self._sandbox, network=True) if network else self._sandbox
         async with self._locks.lock_for(ctx.workspace):
             view = (
                 await self._plan_view(ctx.session_id)
@@ -201,7 +226,7 @@ class BashTool:
                 session_id=ctx.session_id,
                 workspace=ctx.workspace,
                 writable=view.state != "pre_init",
-                sandbox=self._sandbox,
+                sandbox=sandbox,
                 hidden=hidden,
             )
         if ran.problem is not None:
@@ -259,6 +284,9 @@ class BashTool:
         status = await asyncio.to_thread(probe, sandbox)
         if status.problem is not None:
             return CommandRun(exit_code=None, output="", problem=status.problem)
+        read_only = (
+            await self._read_only_roots(session_id) if self._read_only_roots is not None else ()
+        )
         info_r, info_w = os.pipe()
         cgroup: PidsCgroup | None = None
         try:
@@ -268,6 +296,7 @@ class BashTool:
                 writable=writable,
                 command=command,
                 hidden=hidden,
+                read_only=read_only,
                 info_fd=info_w,
             )
             if status.process_limit == "cgroup":

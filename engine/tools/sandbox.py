@@ -134,8 +134,8 @@ def _system_mounts() -> list[str]:
     return args
 
 
-def _mounted_roots(workspace: Path) -> list[Path]:
-    roots = [workspace]
+def _mounted_roots(workspace: Path, extra: Sequence[Path] = ()) -> list[Path]:
+    roots = [workspace, *extra]
     for folder in SYSTEM_DIRS:
         path = Path(folder)
         if path.is_dir() and not path.is_symlink():
@@ -144,10 +144,10 @@ def _mounted_roots(workspace: Path) -> list[Path]:
     return roots
 
 
-def _masks(hidden: Iterable[Path], workspace: Path) -> list[str]:
+def _masks(hidden: Iterable[Path], workspace: Path, extra: Sequence[Path] = ()) -> list[str]:
     """Mount over every hidden path that lies inside something mounted."""
     args: list[str] = []
-    roots = _mounted_roots(workspace)
+    roots = _mounted_roots(workspace, extra)
     for raw in hidden:
         path = real_path(raw)
         if not path.exists() or not any(is_within(path, root) for root in roots):
@@ -166,10 +166,16 @@ def bwrap_argv(
     writable: bool,
     command: str,
     hidden: Sequence[Path] = (),
+    read_only: Sequence[Path] = (),
     environ: Mapping[str, str] | None = None,
     info_fd: int | None = None,
 ) -> list[str]:
-    """The ``bwrap`` command line that runs ``command`` with ``bash -c`` in the sandbox."""
+    """The ``bwrap`` command line that runs ``command`` with ``bash -c`` in the sandbox.
+
+    ``read_only`` folders are mounted read-only at their own paths besides the workspace (a
+    plan worktree's repository, so git works in the worktree and its history cannot be
+    changed from inside).
+    """
     ws = str(real_path(workspace))
     args = [
         settings.bwrap,
@@ -190,7 +196,10 @@ def bwrap_argv(
     args += _system_mounts()
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
     args += ["--bind" if writable else "--ro-bind", ws, ws]
-    args += _masks([*settings.hidden, *hidden], real_path(workspace))
+    extra = [real_path(p) for p in read_only if real_path(p).is_dir()]
+    for folder in extra:
+        args += ["--ro-bind", str(folder), str(folder)]
+    args += _masks([*settings.hidden, *hidden], real_path(workspace), extra)
     args += ["--chdir", ws, "--clearenv"]
     for name, value in sandbox_env(settings, os.environ if environ is None else environ).items():
         args += ["--setenv", name, value]

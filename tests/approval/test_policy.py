@@ -9,11 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.approval.policy import (
+    BashPolicy,
     RuleError,
     command_words,
     decide,
+    default_bash_approval,
     is_simple,
     matches,
+    offered_rule,
     parse_rule,
     parse_rules,
     session_rule,
@@ -151,3 +154,120 @@ def test_words_are_exactly_shlex_words_for_every_simple_command(command: str) ->
     if words is None:
         return
     assert words == shlex.split(command, comments=False, posix=True)
+
+
+ESCALATION = BashPolicy(mode="escalation", ask=parse_rules("git push,rm -rf"))
+
+
+def escalated(command: str, *, network: bool = False, policy: BashPolicy = ESCALATION) -> str:
+    args: dict[str, object] = {"command": command}
+    if network:
+        args["network"] = True
+    return decide("bash", args, phase="active", rules=(), policy=policy)
+
+
+def test_in_escalation_mode_the_sandbox_is_the_boundary() -> None:
+    assert escalated("pytest -q") == "allow"
+    assert escalated("git diff; rm build/x") == "allow"  # compound is fine inside the sandbox
+    assert escalated("pip install x", network=True) == "ask"
+    assert escalated("pip install x", network=True, policy=BashPolicy("escalation", (), True)) == (
+        "allow"  # PLANGATE_BASH_NETWORK: every call has the network already
+    )
+    # network asks even before plan init (it leaves the sandbox whatever the mount)
+    assert (
+        decide(
+            "bash",
+            {"command": "curl x", "network": True},
+            phase="pre_init",
+            rules=(),
+            policy=ESCALATION,
+        )
+        == "ask"
+    )
+    assert decide("bash", {"command": "git push"}, phase="pre_init", rules=(), policy=ESCALATION)
+    never = BashPolicy(mode="never", ask=ESCALATION.ask)
+    assert escalated("pytest -q", policy=never) == "allow"
+    assert escalated("git push", policy=never) == "deny"
+    assert escalated("curl x", network=True, policy=never) == "deny"
+    assert default_bash_approval(sandbox=True) == "escalation"
+    assert default_bash_approval(sandbox=False) == "always"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git push",
+        "git push origin main",
+        "ls && git push",
+        "make; git push -f",
+        "echo $(git push)",
+        "echo `git push`",
+        "bash -c 'git push'",
+        'sh -c "cd x && rm -rf build"',
+        "/usr/bin/git push",
+        "env GIT_DIR=x git push",
+        "timeout 5 rm -rf build",
+        "(cd sub && git push)",
+        "git status\ngit push",
+    ],
+)
+def test_an_ask_listed_prefix_asks_wherever_it_stands(command: str) -> None:
+    assert escalated(command) == "ask"
+    always = BashPolicy(mode="always", ask=ESCALATION.ask)
+    # An allow rule never beats the ask list.
+    assert decide("bash", {"command": command}, phase="none", rules=[("git",)], policy=always) == (
+        "ask"
+    )
+
+
+@pytest.mark.parametrize("command", ["git pull", "git status", "rm x", "rm -r build"])
+def test_commands_the_ask_list_does_not_name_run(command: str) -> None:
+    assert escalated(command) == "allow"
+
+
+@pytest.mark.parametrize(
+    ("command", "rule", "exact"),
+    [
+        ("pytest tests/a.py", ("pytest",), False),
+        ("git status -s", ("git", "status"), False),
+        ("python3 x.py", ("python3", "x.py"), True),
+        ("python3 -c 'print(1)'", ("python3", "-c", "print(1)"), True),
+        ("bash -c 'ls'", ("bash", "-c", "ls"), True),
+        ("node -e 1", ("node", "-e", "1"), True),
+        ("perl -e 1", ("perl", "-e", "1"), True),
+        ("env A=1 ls", ("env", "A=1", "ls"), True),
+        ("timeout 5 ls", ("timeout", "5", "ls"), True),
+        ("find . -delete", ("find", ".", "-delete"), True),
+        ("sed -i s/a/b/ f", ("sed", "-i", "s/a/b/", "f"), True),
+        ("/usr/bin/python3.11 x.py", ("/usr/bin/python3.11", "x.py"), True),
+        ("git -c core.pager=x log", ("git", "-c", "core.pager=x", "log"), True),
+    ],
+)
+def test_session_rules_never_widen_to_code(
+    command: str, rule: tuple[str, ...], exact: bool
+) -> None:
+    offered = offered_rule(command)
+    assert offered is not None and offered.words == rule and offered.exact is exact
+
+
+def test_an_exact_rule_allows_that_command_and_nothing_longer() -> None:
+    def ask(command: str) -> str:
+        return decide(
+            "bash",
+            {"command": command},
+            phase="active",
+            rules=(),
+            exact_rules=[("python3", "x.py")],
+        )
+
+    assert ask("python3 x.py") == "allow"
+    assert ask("python3  'x.py'") == "allow"  # the same words
+    assert ask("python3 x.py --evil") == "ask"
+    assert ask("python3 -c 'print(1)'") == "ask"
+
+
+def test_a_shell_script_in_dash_c_is_compound_for_prefix_rules() -> None:
+    assert decide("bash", {"command": "bash -c 'ls; rm x'"}, phase="active", rules=[("bash",)]) == (
+        "ask"
+    )
+    assert decide("bash", {"command": "bash x.sh"}, phase="active", rules=[("bash",)]) == "allow"

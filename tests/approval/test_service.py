@@ -10,7 +10,13 @@ import pytest
 
 from engine.agent.testing import RecordingChannel
 from engine.approval.policy import ApprovalView
-from engine.approval.service import DENIED_TEXT, UNATTENDED_TEXT, ToolApprovals
+from engine.approval.service import (
+    DENIED_TEXT,
+    REPEAT_TEXT,
+    TIMEOUT_TEXT,
+    UNATTENDED_TEXT,
+    ToolApprovals,
+)
 from engine.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -105,7 +111,7 @@ async def test_unattended_turns_never_wait_and_their_allow_adds_the_rule_once(
 
     gate = ToolApprovals(storage.log, channel, on_unattended=hook)
     rounds = GoalRoundSource(goal_id="g", revision=1, round=1)
-    for source in (rounds, SeedSource()):
+    for source in (rounds, GoalRoundSource(goal_id="g", revision=1, round=2)):
         denied = await gate.check(bash("git status -s"), ctx(sid, source), phase="active")
         assert denied == UNATTENDED_TEXT
     assert hooked == [(sid, "git status -s")] * 2
@@ -222,3 +228,87 @@ async def test_a_request_that_cannot_be_logged_fails_the_call_and_leaves_nothing
 async def _until(predicate: Callable[[], bool]) -> None:
     while not predicate():
         await asyncio.sleep(0.01)
+
+
+ROUND = GoalRoundSource(goal_id="g", revision=1, round=1)
+
+
+async def test_an_unattended_turn_posts_one_notice_listing_what_it_could_not_run(
+    storage: Storage, tmp_path: Path
+) -> None:
+    sid = await new_session(storage, tmp_path)
+    channel = RecordingChannel()
+    hooked: list[str] = []
+
+    async def hook(session_id: str, source: MessageSource, view: ApprovalView) -> None:
+        hooked.append(view.command)
+
+    gate = ToolApprovals(storage.log, channel, on_unattended=hook)
+    commands = [f"touch f{i}" for i in range(30)] + ["touch f0"]  # the last one repeats
+    for i, command in enumerate(commands):
+        denied = await gate.check(bash(command, f"c{i}"), ctx(sid, ROUND), phase="active")
+        assert denied == UNATTENDED_TEXT
+    assert hooked == ["touch f0"]  # the goal blocks once, on the first
+    views = [c.args["view"] for c in channel.of("approval_asked")]
+    # One notice: posted once, then the same request grows (the channel edits it in place).
+    assert {v.request_id for v in views} == {views[0].request_id}
+    assert views[-1].command == "touch f0"
+    assert views[-1].also == tuple(f"touch f{i}" for i in range(1, 30))
+    assert await decided(storage, sid) == ["unattended"] * 31
+    # The next round is another turn: its own notice.
+    await gate.check(bash("touch g"), ctx(sid, ROUND.model_copy(update={"round": 2})), phase="none")
+    assert channel.of("approval_asked")[-1].args["view"].request_id != views[0].request_id
+
+
+async def test_a_request_denied_in_a_run_is_not_asked_again_until_a_person_acts(
+    storage: Storage, tmp_path: Path
+) -> None:
+    sid = await new_session(storage, tmp_path)
+    channel = RecordingChannel()
+    gate = ToolApprovals(storage.log, channel, timeout_s=0.05)
+    human = ctx(sid, SeedSource())  # a checklist run the owner armed: attended
+    assert await gate.check(bash("make deploy"), human, phase="active") == TIMEOUT_TEXT.format(
+        timeout="0.05s"
+    )
+    timed_out = gate.take_timeout(sid)
+    assert timed_out is not None and timed_out.command == "make deploy"
+    assert gate.take_timeout(sid) is None  # told once
+    for _ in range(3):  # the model retries: no new message, the same denial
+        assert await gate.check(bash("make deploy"), human, phase="active") == REPEAT_TEXT
+    assert len(channel.of("approval_asked")) == 1
+    gate.new_run(sid)  # Resume, a message: asked again
+    again = asyncio.create_task(gate.check(bash("make deploy"), human, phase="active"))
+    await asyncio.wait_for(_until(lambda: len(channel.of("approval_asked")) == 2), 5)
+    view = gate.pending(sid)
+    assert view is not None
+    await gate.answer(sid, "once", view.short_id, actor=1)
+    assert await again is None
+
+
+async def test_session_rules_for_interpreters_allow_the_exact_command_only(
+    storage: Storage, tmp_path: Path
+) -> None:
+    sid = await new_session(storage, tmp_path)
+    channel = RecordingChannel()
+    gate = ToolApprovals(storage.log, channel)
+    human = ctx(sid, HumanSource())
+
+    async def ask_and(command: str, action: str) -> ApprovalView:
+        waiting = asyncio.create_task(gate.check(bash(command), human, phase="active"))
+        await asyncio.wait_for(_until(lambda: gate.pending(sid) is not None), 5)
+        view = gate.pending(sid)
+        assert view is not None
+        await gate.answer(sid, action, view.short_id, actor=1)
+        await waiting
+        return view
+
+    view = await ask_and("python3 x.py", "session")
+    assert view.exact and view.rule == ("python3", "x.py")
+    assert await gate.check(bash("python3 x.py"), human, phase="active") is None
+    view = await ask_and("python3 -c 'print(1)'", "deny")  # asks: not the same command
+    assert view.rule == ("python3", "-c", "print(1)")
+    # The exact rule replays as exact: a longer command still asks after a restart.
+    fresh = ToolApprovals(storage.log, RecordingChannel())
+    await fresh.load(sid)
+    assert await fresh.check(bash("python3 x.py"), human, phase="active") is None
+    assert fresh.rules(sid) == ()  # no prefix rule was added

@@ -76,3 +76,10 @@ def test_the_goal_card_shows_the_checks_and_the_last_run() -> None:
     assert (
         "✅ Checks passed 00:05 UTC · 2.5s" in build_goal_card(goal, armed=True, last_check=ok).text
     )
+
+
+def test_plan_checks_not_run_show_as_skipped_on_the_done_card() -> None:
+    tasks = [PlanTask(id="1", order=1, title="Fix", status="deferred", reason="retired")]
+    sidecar = _plan(status="Active", tasks=tasks, checks=["python3 check.py"])
+    text = build_plan_card(sidecar, "done").text
+    assert "⏭ <code>python3 check.py</code> skipped · whole plan" in text

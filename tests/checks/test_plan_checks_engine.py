@@ -20,6 +20,7 @@ from tests.checks.support import (
     make_project,
 )
 from tests.engine.helpers import OWNER, engine_rig, post_init, settle
+from tests.telegram.live import until
 
 
 def _archived(home: Path) -> dict:
@@ -92,16 +93,18 @@ async def test_a_check_cannot_write_the_workspace_and_a_missing_command_fails(
         assert "command not found" in run.results[0].output_tail
 
 
-async def test_skip_of_a_checked_task_asks_the_owner_and_an_unattended_turn_is_denied(
+async def test_skip_of_a_checked_task_in_the_approved_run_waits_and_a_timeout_pauses_it(
     tmp_path: Path,
 ) -> None:
+    # The approved run is attended (the owner armed it): the skip waits for the owner; with
+    # nobody answering within the timeout it is denied and the run pauses on it.
     script = [
         call("plan", {"op": "start"}),
         call("plan", {"op": "skip", "reason": "the test is flaky"}),
         say("I could not skip it.", expect="skip-needs-owner"),
     ]
     make_project(tmp_path / "work")
-    async with engine_rig(tmp_path, ScriptedProvider(script)) as rig:
+    async with engine_rig(tmp_path, ScriptedProvider(script), approval_timeout_s=0.3) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(-1, 0)
         await post_init(rig, sid, CHECKED_PLAN)
@@ -109,7 +112,47 @@ async def test_skip_of_a_checked_task_asks_the_owner_and_an_unattended_turn_is_d
         await settle(engine, sid, timeout_s=60)
         sidecar = await engine.plans.current(sid)
         assert sidecar is not None and [t.status for t in sidecar.tasks] == ["in_progress"]
+        paused = engine.agents.controller(sid).checklist.paused
+        assert paused is not None and paused.kind == "approval-timeout"
+        assert "skip task 1" in paused.evidence
         events = [s.event for s in await rig.storage.log.read(sid)]
+    asked = [e for e in events if isinstance(e, ApprovalRequested)]
+    assert len(asked) == 1 and asked[0].tool == "plan skip" and not asked[0].unattended
+    assert "skip task 1" in asked[0].command and CHECK in asked[0].command
+    decided = [e for e in events if isinstance(e, ApprovalDecided)]
+    assert [d.decision for d in decided] == ["timeout"]
+
+
+async def test_skip_of_a_checked_task_in_a_goal_round_is_denied_and_blocks_the_goal(
+    tmp_path: Path,
+) -> None:
+    # A goal round is unattended: the skip's approval request is denied at once (nobody to
+    # ask), the task stays in progress and the goal waits for the owner.
+    script = [
+        call("plan", {"op": "start"}),
+        call("plan", {"op": "skip", "reason": "the test is flaky"}),
+        say("I could not skip it.", expect="skip-needs-owner"),
+    ]
+    make_project(tmp_path / "work")
+    async with engine_rig(tmp_path, ScriptedProvider(script)) as rig:
+        engine, plans = rig.engine, rig.engine.plans
+        sid = await engine.session_for_chat(-1, 0)
+        await post_init(rig, sid, CHECKED_PLAN)
+        assert (await plans.approve(sid, revision=await plans.revision(sid), actor=OWNER)).ok
+        await engine.command(sid, "goal", "finish the plan", actor=OWNER)
+
+        async def blocked() -> bool:
+            goal = await engine.goals.get(sid)
+            return goal is not None and goal.phase == "blocked"
+
+        await until(blocked, timeout_s=60)
+        await settle(engine, sid, timeout_s=60)
+        sidecar = await plans.current(sid)
+        assert sidecar is not None and [t.status for t in sidecar.tasks] == ["in_progress"]
+        goal = await engine.goals.get(sid)
+        events = [s.event for s in await rig.storage.log.read(sid)]
+    assert goal is not None and goal.blocked is not None
+    assert goal.blocked.code == "needs-approval" and "skip task 1" in goal.blocked.message
     asked = [e for e in events if isinstance(e, ApprovalRequested)]
     assert len(asked) == 1 and asked[0].tool == "plan skip" and asked[0].unattended
     assert "skip task 1" in asked[0].command and CHECK in asked[0].command

@@ -96,3 +96,22 @@ def test_the_walk_is_bounded(tmp_path: Path) -> None:
     (tmp_path / "f29").write_text("changed")
     assert walk_digest(tmp_path, max_entries=10) == bounded
     assert walk_digest(tmp_path) != bounded
+
+
+async def test_a_workspace_below_the_repository_top_sees_its_own_edits(tmp_path: Path) -> None:
+    root = _repo(tmp_path / "repo")
+    workspace = root / "app"
+    workspace.mkdir()
+    (workspace / "m.py").write_text("x = 1\n")
+    _git(root, "add", "app/m.py")
+    _git(root, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "app")
+    (workspace / "m.py").write_text("x = 2\n")
+    once = await snapshot(workspace)
+    assert once.startswith("git:")
+    # The same file again: git status is unchanged, its size and mtime are not.
+    (workspace / "m.py").write_text("x = 333\n")
+    assert await snapshot(workspace) != once
+    # A change outside the workspace (elsewhere in the repository) is not the task's.
+    twice = await snapshot(workspace)
+    (root / "a.py").write_text("A = 9\n")
+    assert await snapshot(workspace) == twice

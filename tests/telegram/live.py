@@ -17,6 +17,7 @@ from bot.channel import LateChannel
 from bot.compose import open_plangate
 from engine.api import RestoredGoal
 from engine.app import Engine, EngineConfig
+from engine.approval.policy import BashApproval
 from engine.model.openai_provider import OpenAIProvider
 from engine.model.script import ScriptStep
 from engine.model.types import ModelProvider
@@ -58,6 +59,8 @@ async def live_bot(
     file_limits: FileLimits | None = None,
     plan_approvals: int = 1,
     owner_overrides: bool = False,
+    bash_approval: BashApproval | None = None,
+    ask_bash: tuple[tuple[str, ...], ...] = (),
     stuck: StuckLimits | None = None,
     usage: UsageConfig | None = None,
     vision: bool = False,
@@ -95,6 +98,8 @@ async def live_bot(
         owner_ids=frozenset({OWNER}),
         plan_approvals=plan_approvals,
         owner_overrides=owner_overrides,
+        bash_approval=bash_approval,
+        ask_bash=ask_bash,
         stuck=stuck or StuckLimits(),
         usage=usage or UsageConfig(),
         vision=vision,

@@ -19,7 +19,7 @@ from tests.telegram.app_support import GROUP, OWNER, STALE, STRANGER, eventually
 from tests.telegram.live import Live, button, labels, live_bot, until
 
 ALLOW_ONCE = "✅ Allow once"
-ALLOW_SESSION = "♾ Allow for this session"
+ALLOW_MKDIR = "♾ Allow “mkdir” for this session"
 DENY = "⛔ Deny"
 # A group: a non-owner can see and press the buttons there. Messages mention the bot.
 CHAT = GROUP
@@ -58,13 +58,14 @@ async def test_allow_once_deny_and_allow_for_the_session(
         call("bash", {"command": "mkdir d2"}, expect="exit code 0"),
         say("Made the folders.", expect="exit code 0"),
     ]
-    async with live_bot(fake_api, tmp_path, script, allow_bash=()) as live:
+    async with live_bot(fake_api, tmp_path, script, allow_bash=(), bash_approval="always") as live:
         ws = live.workspace
         fake_api.user_message(CHAT, OWNER, BOT + "make some files")
         first = await asked(fake_api, 1)
         sid = await live.engine.session_for_chat(CHAT, 0)
         assert "Allow bash?" in first.text and "touch once.txt" in first.text
-        assert labels(first) == [ALLOW_ONCE, ALLOW_SESSION, DENY]
+        # The session button names the rule it adds before the press.
+        assert labels(first) == [ALLOW_ONCE, DENY, "♾ Allow “touch” for this session"]
         assert live.engine.pending_approval(sid) is not None  # the card data: waiting for you
         await parts(live.app).presenter.flush()
         status = await live.engine.command(sid, "status", "", actor=OWNER)
@@ -101,7 +102,8 @@ async def test_allow_once_deny_and_allow_for_the_session(
 
         # Allow for this session: the rule is the program (-p is an option, not a
         # subcommand), shown on the confirmation; the next mkdir runs without asking.
-        assert await press(fake_api, third, ALLOW_SESSION) == "Allowed for this session: mkdir"
+        assert labels(third) == [ALLOW_ONCE, DENY, ALLOW_MKDIR]
+        assert await press(fake_api, third, ALLOW_MKDIR) == "Allowed for this session: mkdir"
         await until(lambda: _replied(fake_api, "Made the folders."))
         assert (ws / "d1").is_dir() and (ws / "d2").is_dir()
         assert len(approval_messages(fake_api)) == 3
@@ -110,7 +112,7 @@ async def test_allow_once_deny_and_allow_for_the_session(
 
     # The session's rule replays after a restart: mkdir still runs without asking.
     after = [call("bash", {"command": "mkdir d3"}), say("Again.", expect="exit code 0")]
-    async with live_bot(fake_api, tmp_path, after, allow_bash=()) as live:
+    async with live_bot(fake_api, tmp_path, after, allow_bash=(), bash_approval="always") as live:
         fake_api.user_message(CHAT, OWNER, BOT + "one more folder")
         await until(lambda: _replied(fake_api, "Again."))
         assert (live.workspace / "d3").is_dir()
@@ -126,7 +128,9 @@ async def test_an_unanswered_request_is_denied_after_the_timeout(
         call("bash", {"command": "touch late.txt"}),
         say("Nobody answered.", expect="nobody answered the approval request within 0.3s"),
     ]
-    async with live_bot(fake_api, tmp_path, script, allow_bash=(), approval_timeout_s=0.3) as live:
+    async with live_bot(
+        fake_api, tmp_path, script, allow_bash=(), bash_approval="always", approval_timeout_s=0.3
+    ) as live:
         fake_api.user_message(CHAT, OWNER, BOT + "touch a file")
         msg = await asked(fake_api, 1)
         once = button(msg, ALLOW_ONCE)
@@ -145,7 +149,7 @@ async def test_an_unanswered_request_is_denied_after_the_timeout(
 
 async def test_stop_denies_a_waiting_request_at_once(fake_api: FakeBotApi, tmp_path: Path) -> None:
     script = [call("bash", {"command": "touch never.txt"})]
-    async with live_bot(fake_api, tmp_path, script, allow_bash=()) as live:
+    async with live_bot(fake_api, tmp_path, script, allow_bash=(), bash_approval="always") as live:
         fake_api.user_message(CHAT, OWNER, BOT + "touch a file")
         msg = await asked(fake_api, 1)
         sid = await live.engine.session_for_chat(CHAT, 0)
@@ -162,7 +166,7 @@ async def test_a_stop_while_the_request_is_posted_leaves_no_live_buttons(
     fake_api: FakeBotApi, tmp_path: Path
 ) -> None:
     script = [call("bash", {"command": "touch never.txt"})]
-    async with live_bot(fake_api, tmp_path, script, allow_bash=()) as live:
+    async with live_bot(fake_api, tmp_path, script, allow_bash=(), bash_approval="always") as live:
         # Telegram answers the approval message 429 once: it is posted a few seconds later.
         fake_api.fail_next("sendMessage", 1, retry_after=2)
         fake_api.user_message(CHAT, OWNER, BOT + "touch a file")
@@ -194,11 +198,12 @@ async def test_a_goal_round_that_needs_approval_blocks_then_allow_and_resume_con
             expect="exit code 0",
         ),
     ]
-    async with live_bot(fake_api, tmp_path, script, allow_bash=()) as live:
+    async with live_bot(fake_api, tmp_path, script, allow_bash=(), bash_approval="always") as live:
         fake_api.user_message(CHAT, OWNER, "/goal create goal.txt")
         notice = await asked(fake_api, 1)
         sid = await live.engine.session_for_chat(CHAT, 0)
-        assert "bash was not run" in notice.text and "touch goal.txt" in notice.text
+        assert "Not run: bash needs your approval" in notice.text
+        assert "touch goal.txt" in notice.text
         allow = "✅ Allow “touch” for this session"
         assert labels(notice) == [allow]
 
@@ -266,12 +271,14 @@ async def test_with_writes_asking_a_write_shows_its_diff_inline_or_as_a_patch(
         call("write_file", {"path": "app.py", "content": "print('again')\n"}, expect="denied"),
         say("Written.", expect="wrote 15 characters"),
     ]
-    async with live_bot(fake_api, tmp_path, script, allow_bash=(), ask_writes=True) as live:
+    async with live_bot(
+        fake_api, tmp_path, script, allow_bash=(), bash_approval="always", ask_writes=True
+    ) as live:
         fake_api.user_message(CHAT, OWNER, BOT + "change the files")
         first = await asked(fake_api, 1)
         assert "Allow edit_file?" in first.text and "edit_file app.py" in first.text
         assert "-print('old')" in first.text and "+print('new')" in first.text
-        assert await press(fake_api, first, ALLOW_SESSION) == (
+        assert await press(fake_api, first, "♾ Allow “writes to app.py” for this session") == (
             "Allowed for this session: writes to app.py"
         )
 
@@ -297,14 +304,20 @@ async def test_a_restart_never_turns_a_waiting_request_into_an_allow(
     fake_api: FakeBotApi, tmp_path: Path
 ) -> None:
     async with live_bot(
-        fake_api, tmp_path, [call("bash", {"command": "touch after.txt"})], allow_bash=()
+        fake_api,
+        tmp_path,
+        [call("bash", {"command": "touch after.txt"})],
+        allow_bash=(),
+        bash_approval="always",
     ) as live:
         fake_api.user_message(CHAT, OWNER, BOT + "touch a file")
         msg = await asked(fake_api, 1)
         once = button(msg, ALLOW_ONCE)
         sid = await live.engine.session_for_chat(CHAT, 0)
     # plangate stopped while the owner had not answered; the old button comes back dead.
-    async with live_bot(fake_api, tmp_path, [say("unused")], allow_bash=()) as live:
+    async with live_bot(
+        fake_api, tmp_path, [say("unused")], allow_bash=(), bash_approval="always"
+    ) as live:
         qid = fake_api.press_raw(CHAT, msg.message_id, once, user_id=OWNER)
         await eventually(lambda: qid in fake_api.callback_answers)
         assert fake_api.callback_answers[qid]["text"] == STALE

@@ -297,8 +297,9 @@ async def test_plan_on_an_active_plan_offers_revise_on_the_card(
         await parts(live.app).presenter.flush()
         review = await card(fake_api, live, sid)
         fake_api.press(GROUP, review.message_id, button(review, "✅ Approve"), user_id=OWNER)
-        # Step 1, then continuations that change nothing until the run stalls.
-        await until(lambda: _paused(engine, sid))
+        # Step 1, then continuations that change nothing until the run stalls. (Paused with
+        # nothing done is also the instant between the approval's commit and the run's start.)
+        await until(lambda: _paused(engine, sid, done=1))
         await settle(engine, sid)
         await parts(live.app).presenter.flush()
         assert await engine.plans.state(sid) == "active"
@@ -325,8 +326,10 @@ def fake_api_card(api: FakeBotApi, review: FakeMessage) -> FakeMessage:
     return cards[-1] if cards else review
 
 
-async def _paused(engine: Engine, sid: str) -> bool:
-    return (await engine.plan_card(sid)).state == "paused"
+async def _paused(engine: Engine, sid: str, *, done: int = 0) -> bool:
+    data = await engine.plan_card(sid)
+    tasks = data.sidecar.tasks if data.sidecar is not None else []
+    return data.state == "paused" and sum(t.status == "completed" for t in tasks) >= done
 
 
 async def _has_reply(api: FakeBotApi, text: str) -> bool:
