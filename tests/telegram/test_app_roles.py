@@ -14,6 +14,7 @@ from typing import Any
 
 from bot.access import ALERT_TEXT
 from bot.app import parts
+from engine.events import ApprovalDecided
 from engine.model.script import call
 from engine.model.script import say as model_say
 from engine.tools.ask import ASK_SENT_TEXT
@@ -267,3 +268,41 @@ async def test_an_approver_answers_the_agents_question_a_member_cannot(
         await eventually(lambda: question("Greeting Ana.") is not None)
         sid = await live.engine.session_for_chat(GROUP, 0)
         await settle(live.engine, sid)
+
+
+async def test_an_approver_answers_a_tool_approval_and_the_log_names_them(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    named(fake_api)
+    script = [
+        call("bash", {"command": "touch asked.txt"}),
+        model_say("Done.", expect="exit code 0"),
+    ]
+    async with live_bot(fake_api, tmp_path, script, ask_bash=(("touch",),)) as live:
+        engine = live.engine
+        await say(fake_api, OWNER, f"/team add {ANA} approver")
+        fake_api.user_message(GROUP, OWNER, BOT + "make the file")
+        await eventually(lambda: any(m.text.startswith("🔐") for m in fake_api.bot_messages(GROUP)))
+        asked = next(m for m in fake_api.bot_messages(GROUP) if m.text.startswith("🔐"))
+        allow = next(d for row in asked.buttons for t, d in row if t.startswith("✅"))
+        sid = await engine.session_for_chat(GROUP, 0)
+        # A member's press: the alert; the engine's own check says no as well.
+        alert = await answered(
+            fake_api, fake_api.press(GROUP, asked.message_id, allow, user_id=MAX)
+        )
+        assert alert == {"text": ALERT_TEXT, "show_alert": True}
+        assert not await engine.approvals.may_answer(sid, MAX)
+        assert engine.pending_approval(sid) is not None
+        # Ana's Allow once runs it, and the decision names her.
+        toast = await answered(
+            fake_api, fake_api.press(GROUP, asked.message_id, allow, user_id=ANA)
+        )
+        assert toast["text"] == "Allowed once."
+        await eventually(lambda: (live.workspace / "asked.txt").exists())
+        await settle(engine, sid)
+        stored = await live.storage.log.read(sid, types=("approval/decided",))
+        [decided] = [s.event for s in stored]
+        assert isinstance(decided, ApprovalDecided)
+        assert (decided.decision, decided.actor, decided.actor_name) == ("once", ANA, "Ana")
+        status = await say(fake_api, OWNER, "/status")
+        assert "🔐 touch asked.txt: allowed once by Ana" in status
