@@ -217,16 +217,20 @@ def _press_of(data: str | None) -> tuple[str, str] | None:
     if data.startswith("q:"):
         return ("q", "")
     press = cb.decode(data)
-    return None if press is None else (press.kind, press.action)
+    if press is not None:
+        return (press.kind, press.action)
+    # Other kinds (a voice transcript's Send, forged data): what it names, and the role rule
+    # makes an unknown one the owner's.
+    kind, _, rest = data.partition(":")
+    return (kind, rest.split(":", 1)[0]) if kind else None
 
 
 def facts_action(facts: UpdateFacts, *, feedback: bool = False, answering: bool = False) -> Action:
     """What the update asks to do, for ``engine.roles.policy.may``. ``answering``: a message
     that replies to one of the agent's questions."""
     if facts.kind == "callback":
-        # Undecodable data is answered "out of date" by its handler, for anyone allowed to
-        # press at all: approvers and owners.
-        return press_action(*facts.press) if facts.press is not None else "approve"
+        # No data at all: nothing to act on, the owner's (its handler says "out of date").
+        return press_action(*facts.press) if facts.press is not None else "control"
     if facts.command is not None:
         return command_action(facts.command, facts.command_args)
     if answering and not feedback:

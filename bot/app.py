@@ -12,8 +12,10 @@ Handler map (groups run in order; a group's first matching handler runs)::
               CallbackQueryHandler ^[pga]: plan, goal and tool approval buttons -> engine.press
               CallbackQueryHandler ^q:     ask_user option buttons -> the owner's message
               MessageHandler text          to the agent (engine.user_message)
+              CallbackQueryHandler ^v:     a voice transcript's Send / Discard (bot.voice)
               MessageHandler document, photo   fetched into the session inbox (bot.uploads),
-                                         then the caption and the path to the agent
+                                         then the caption and the path to the agent;
+                             voice, audio      transcribed, offered back with Send / Discard
     errors    one handler: logs the error type, token redacted
 
 Updates run in lanes (bot.updates.ChatLaneProcessor): different chats and forum topics
@@ -52,7 +54,7 @@ from telegram.ext import (
 )
 
 from bot.access import AccessGate
-from bot.channel import QUESTION_PATTERN, LateChannel, TelegramChannel
+from bot.channel import QUESTION_PATTERN, REPLY_DOCUMENT_CHARS, LateChannel, TelegramChannel
 from bot.handlers import SHOW_PLAN_PATTERN, BotParts, Handlers, load_state, parts, redact
 from bot.keys import message_key
 from bot.outbox import Outbox, Sleep
@@ -62,8 +64,10 @@ from bot.render import escape
 from bot.routes import GROUPS_KEY, ChatRoute, MetaStore, Routes, goal_card_key
 from bot.updates import ChatLaneProcessor, UpdateLedger
 from bot.uploads import InputSettings
+from bot.voice import VOICE_PATTERN
 from engine.api import CommandName, EngineApi, RestoredGoal
 from engine.errors import ConfigError
+from engine.model.transcribe import Transcriber
 from engine.tasks import BackgroundTasks
 
 _log = logging.getLogger("plangate.app")
@@ -151,13 +155,14 @@ def build_application(
     group_per_minute: int = 20,
     clock: Callable[[], float] = time.monotonic,
     sleep: Sleep = asyncio.sleep,
+    transcriber: Transcriber | None = None,
 ) -> Application[Any, Any, Any, Any, Any, Any]:
     """Build the PTB application with every handler registered (see the module docstring).
 
     ``channel_slot``: bound to the :class:`TelegramChannel` so an engine built earlier talks
     to this chat. ``clock`` and ``sleep`` pace the outbox and the cards (tests pass a manual
-    clock). The
-    caller still runs the application (``serve`` does it all).
+    clock). ``transcriber``: speech to text for voice notes (None: voice gets one line saying
+    how to set it up). The caller still runs the application (``serve`` does it all).
     """
     token = secret_value(getattr(settings, "telegram_token", None))
     api_url = settings.telegram_api_url or "https://api.telegram.org/bot"
@@ -194,7 +199,11 @@ def build_application(
         clock=clock,
         sleep=sleep,
     )
-    channel = TelegramChannel(outbox, presenter)
+    channel = TelegramChannel(
+        outbox,
+        presenter,
+        document_chars=int(getattr(settings, "reply_document_chars", REPLY_DOCUMENT_CHARS)),
+    )
 
     async def delivery_failed(chat_id: int, message_id: int | None, err: Exception) -> None:
         # Past the outbox's deadline: draw the chat's cards again from the latest state.
@@ -274,6 +283,7 @@ def build_application(
             max_upload_mb=float(getattr(settings, "max_upload_mb", 20.0)),
             max_image_px=int(getattr(settings, "max_image_px", 2048)),
         ),
+        transcriber=transcriber,
     )
     application.bot_data["plangate"] = bp
     h = Handlers(bp)
@@ -290,9 +300,14 @@ def build_application(
     )
     application.add_handler(CallbackQueryHandler(h.press, pattern=r"^[pga]:"))
     application.add_handler(CallbackQueryHandler(h.option, pattern=QUESTION_PATTERN))
+    application.add_handler(CallbackQueryHandler(h.voice_press, pattern=VOICE_PATTERN))
     application.add_handler(CallbackQueryHandler(h.unknown_press))
     application.add_handler(MessageHandler(filters.TEXT & ~filters.COMMAND, h.text))
-    application.add_handler(MessageHandler(filters.Document.ALL | filters.PHOTO, h.upload))
+    application.add_handler(
+        MessageHandler(
+            filters.Document.ALL | filters.PHOTO | filters.VOICE | filters.AUDIO, h.upload
+        )
+    )
     application.add_error_handler(h.error)
     return application
 
@@ -393,6 +408,7 @@ async def serve(
     *,
     channel_slot: LateChannel | None = None,
     stop: asyncio.Event | None = None,
+    transcriber: Transcriber | None = None,
 ) -> None:
     """Run the bot until SIGINT/SIGTERM (or ``stop``): polling, or a webhook when set.
 
@@ -409,7 +425,9 @@ async def serve(
             "PLANGATE_WEBHOOK_URL is set but the webhook server is not installed: "
             "pip install 'plangate[webhooks]' (or unset it to use polling)"
         )
-    application = build_application(settings, engine, db_meta=db, channel_slot=channel_slot)
+    application = build_application(
+        settings, engine, db_meta=db, channel_slot=channel_slot, transcriber=transcriber
+    )
     bp = parts(application)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -231,8 +231,8 @@ def patch_inline(
     sidecar: PlanSidecar, state: PlanCardState, view: WorktreeView, *, note: str | None = None
 ) -> bool:
     """The whole diff fits on the Done card (else it goes as the ``.patch`` document)."""
-    if not view.patch or view.phase not in DECIDING:
-        return False
+    if not view.patch or view.phase not in DECIDING or len(view.patch) > TELEGRAM_TEXT_LIMIT:
+        return False  # (a diff longer than a message is never escaped just to be measured)
     # Measured on the card at its narrowest (the last task only, no checks' proof): when it
     # fits there, the card is drawn with it at some width.
     tasks = sidecar.tasks

@@ -37,6 +37,7 @@ from bot.render import (
     escape_within,
     markdown_messages,
     messages_or_document,
+    summary_html,
     utf16_len,
 )
 from bot.routes import ChatRoute
@@ -77,8 +78,12 @@ MAX_ALSO_LISTED = 15
 MAX_NOTICES_KEPT = 64
 # A write's diff longer than this (escaped) goes as a .patch document above the message.
 MAX_DIFF_SHOWN = 2500
-# A reply longer than this many messages is sent as one reply.md document.
-MAX_REPLY_MESSAGES = 5
+# A reply whose rendered text is longer than this (PLANGATE_REPLY_DOCUMENT_CHARS) goes as a
+# short summary message plus the whole answer as answer.md.
+REPLY_DOCUMENT_CHARS = 6000
+ANSWER_FILE = "answer.md"
+# The summary: the answer's first paragraph, at most this many visible characters.
+SUMMARY_CHARS = 1500
 # Telegram shows "typing" for about 5 s; asking again sooner only spends API calls. In a
 # group every call counts against the 20-per-minute budget (AIORateLimiter counts chat
 # actions too), which replies and card edits need more: there, typing is shown sparingly.
@@ -99,9 +104,16 @@ class Question:
 class TelegramChannel:
     """``Channel`` for Telegram; every method is safe to call from any agent task."""
 
-    def __init__(self, outbox: Outbox, presenter: CardPresenter) -> None:
+    def __init__(
+        self,
+        outbox: Outbox,
+        presenter: CardPresenter,
+        *,
+        document_chars: int = REPLY_DOCUMENT_CHARS,
+    ) -> None:
         self._outbox = outbox
         self._presenter = presenter
+        self._document_chars = document_chars
         self._questions: dict[str, Question] = {}
         # (chat id, message id) of the latest questions posted, options or not: a reply to one
         # is an answer (an approver may give it; docs/roles.md).
@@ -125,25 +137,48 @@ class TelegramChannel:
     async def reply(self, session_id: str, text: str, *, reply_to: int | None) -> None:
         """Post a turn's final text (Markdown) as a reply to the message that opened it.
 
-        Longer than ``MAX_REPLY_MESSAGES`` messages: the whole text goes as ``reply.md`` with
-        its opening as the caption, rather than a wall of messages. Rendering runs in a thread.
+        Rendered longer than ``document_chars`` visible characters: a short summary message
+        (the first paragraph) and the whole text as ``answer.md``, rather than a wall of
+        messages (docs/inputs.md). Rendering runs in a thread.
         """
         route = await self.route(session_id)
         if route is None or not text.strip():
             return
-        chunks = await messages_or_document(text, max_messages=MAX_REPLY_MESSAGES)
+        chunks = await messages_or_document(text, max_visible=self._document_chars)
         if chunks is None:
-            await self._outbox.send_document(
-                route.chat_id,
-                text.encode("utf-8", "replace"),
-                "reply.md",
-                caption_html=escape(clip(text[:1000], 200, one_line=True)),
-                thread_id=route.thread,
-                reply_to=reply_to,
-            )
+            await self._answer_document(route, text, reply_to=reply_to)
             return
         for i, chunk in enumerate(chunks):
             await self._send(route, chunk, reply_to=reply_to if i == 0 else None)
+
+    async def _answer_document(self, route: ChatRoute, text: str, *, reply_to: int | None) -> None:
+        """The summary message, then the whole answer as ``answer.md`` (both reply to the
+        opening message)."""
+        summary = await asyncio.to_thread(summary_html, text, SUMMARY_CHARS)
+        note = f"<i>The whole answer ({len(text):,} characters) is attached as {ANSWER_FILE}.</i>"
+        await self._send(route, f"{summary}\n\n{note}" if summary else note, reply_to=reply_to)
+        await self._outbox.send_document(
+            route.chat_id,
+            text.encode("utf-8", "replace"),
+            ANSWER_FILE,
+            thread_id=route.thread,
+            reply_to=reply_to,
+        )
+
+    async def send_file(
+        self, session_id: str, data: bytes, filename: str, *, caption: str | None
+    ) -> None:
+        """Attach a file the agent named (``send_file``); raises when it could not be sent."""
+        route = await self.route(session_id)
+        if route is None:
+            raise RuntimeError("this session has no chat to send to")
+        await self._outbox.send_document(
+            route.chat_id,
+            data,
+            filename,
+            caption_html=escape(clip(caption, 1000)) if caption else None,
+            thread_id=route.thread,
+        )
 
     async def _send(self, route: ChatRoute, html: str, *, reply_to: int | None) -> None:
         """Send HTML; if Telegram cannot parse it (a renderer bug), send it as plain text."""
@@ -475,6 +510,13 @@ class LateChannel:
             await self._target.notice(session_id, text)
         else:
             _log.warning("plangate.channel.unbound notice session=%s", session_id)
+
+    async def send_file(
+        self, session_id: str, data: bytes, filename: str, *, caption: str | None
+    ) -> None:
+        if self._target is None:
+            raise RuntimeError("the chat is not connected yet")
+        await self._target.send_file(session_id, data, filename, caption=caption)
 
     async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
         if self._target is not None:

@@ -132,6 +132,12 @@ class ConsoleChannel:
     async def notice(self, session_id: str, text: str) -> None:
         self.line("plangate", f"ℹ️ {text}")
 
+    async def send_file(
+        self, session_id: str, data: bytes, filename: str, *, caption: str | None
+    ) -> None:
+        shown = f" — {caption}" if caption else ""
+        self.line("plangate", f"📎 {filename} ({len(data)} bytes){shown}")
+
     async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
         self.line("plangate", f"🔐 allow {view.tool}? {view.command}")
 

@@ -38,11 +38,22 @@ from bot.routes import (
     Routes,
 )
 from bot.updates import UpdateLedger
-from bot.uploads import InputSettings, UploadRefused, fetch, incoming_of, refusal
+from bot.uploads import Incoming, InputSettings, UploadRefused, fetch, incoming_of, refusal
+from bot.voice import (
+    EMPTY_TEXT,
+    NOT_CONFIGURED_TEXT,
+    Transcript,
+    Transcripts,
+    closed_html,
+    transcript_html,
+    transcript_keyboard,
+)
 from engine.api import CommandName, EngineApi, Outcome
 from engine.commands import STALE_TEXT
 from engine.events import Attachment
 from engine.inbox import clean_name, inline_text, save_upload
+from engine.model.transcribe import Transcriber
+from engine.model.types import ModelError
 from engine.roles.commands import parse_team_args
 from engine.roles.policy import may
 from engine.roles.types import Person, Role
@@ -80,6 +91,9 @@ class BotParts:
     people: SeenPeople = field(default_factory=SeenPeople)
     # Limits of files, photos and voice from the chat (docs/inputs.md).
     inputs: InputSettings = field(default_factory=InputSettings)
+    # Speech to text for voice notes (None: not set up), and the transcripts on offer.
+    transcriber: Transcriber | None = None
+    transcripts: Transcripts = field(default_factory=Transcripts)
 
 
 def parts(application: Application[Any, Any, Any, Any, Any, Any]) -> BotParts:
@@ -509,6 +523,11 @@ class Handlers:
         text = _strip_mention(msg.text, context.bot.username or "")
         if not text:
             return
+        if msg.reply_to_message is not None:
+            # A reply to a transcript on offer is the owner's corrected text: it goes instead.
+            found = self.bp.transcripts.take_reply(key, msg.reply_to_message.message_id)
+            if found is not None:
+                self._close_transcript(found, "✏️ Your corrected text was sent instead.")
         await self.bp.engine.user_message(
             session_id,
             text,
@@ -535,6 +554,9 @@ class Handlers:
         key = message_key(msg)
         session_id = await self._session(key)
         self.bp.presenter.saw_message(key[0], msg.message_id)
+        if incoming.kind == "voice":
+            self._voice(context.bot, session_id, key, msg.message_id, incoming)
+            return
         inbox = self.bp.engine.inbox_dir(session_id)
         if inbox is None:
             self._say(key, msg.message_id, "Files are not taken here (no inbox is set up).")
@@ -573,6 +595,83 @@ class Handlers:
             message_id=msg.message_id,
             feedback=feedback,
             attachments=[attachment],
+        )
+
+    def _voice(
+        self, bot: Any, session_id: str, key: SessionKey, message_id: int, incoming: Incoming
+    ) -> None:
+        """Transcribe a voice note in the background and offer the text with Send/Discard.
+
+        Nothing reaches the agent until the owner chooses, so the lane need not wait for the
+        download and the speech-to-text call."""
+        transcriber = self.bp.transcriber
+        if transcriber is None:
+            self._say(key, message_id, NOT_CONFIGURED_TEXT)
+            return
+        limit = self.bp.inputs.limit_bytes
+        refused = refusal(incoming, limit)
+        if refused is not None:
+            self._say(key, message_id, refused)
+            return
+
+        async def work() -> None:
+            try:
+                data = await fetch(bot, incoming, limit)
+            except UploadRefused as exc:
+                self._say(key, message_id, str(exc))
+                return
+            name = clean_name(incoming.name, default=incoming.default_name)
+            try:
+                text = await transcriber.transcribe(data, filename=name, mime=incoming.mime)
+            except ModelError as exc:
+                self._say(key, message_id, f"🎙 I could not transcribe that voice note: {exc}")
+                return
+            if not text:
+                self._say(key, message_id, EMPTY_TEXT)
+                return
+            token = self.bp.transcripts.add(session_id, key, text, message_id)
+            sent = await self.bp.outbox.send_text(
+                key[0],
+                transcript_html(text),
+                thread_id=key[1] or None,
+                reply_to=message_id,
+                reply_markup=transcript_keyboard(token),
+            )
+            self.bp.transcripts.posted(token, sent.message_id)
+
+        self.bp.tasks.spawn(work(), name=f"voice:{session_id}")
+
+    async def voice_press(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Send or Discard on a transcript: the text goes to the agent, or nowhere."""
+        query = update.callback_query
+        if query is None or query.data is None:
+            return
+        _, action, token = query.data.split(":")
+        found = self.bp.transcripts.take(token)
+        key = update_key(update)
+        if found is None or key is None or await self._session(key) != found.session_id:
+            # Used already, from before a restart, or of a session /new has since ended.
+            await self._stale(update, text="This transcript is out of date.")
+            return
+        sent = action == "send"
+        await _answer(query, "Sent to the agent." if sent else "Discarded.", alert=False)
+        how = "✅ Sent to the agent." if sent else "🗑 Discarded."
+        self._close_transcript(found, how)
+        if sent:
+            await self.bp.engine.user_message(
+                found.session_id,
+                found.text,
+                actor=query.from_user.id,
+                message_id=found.voice_message_id,
+            )
+
+    def _close_transcript(self, found: Transcript, how: str) -> None:
+        self.bp.outbox.edit(
+            found.key[0],
+            found.message_id,
+            closed_html(found.text, how),
+            reply_markup=None,
+            interactive=True,
         )
 
     def _say(self, key: SessionKey, reply_to: int, text: str) -> None:

@@ -13,7 +13,8 @@ text, as Telegram does.
 ``markdown_messages`` is what every send path uses: render, split, and when the Markdown renders
 to nothing visible (a reply made only of link definitions) its escaped source, split too, so
 no path sends an unsplit text. ``messages_or_document`` does that in a thread and says "send it
-as a document" (``None``) for text over a size limit, without rendering it at all.
+as a document" (``None``) for text that renders longer than a limit (without rendering it at
+all when its source is far longer); ``summary_html`` is the first paragraph that goes with it.
 """
 
 from __future__ import annotations
@@ -232,17 +233,47 @@ def escape_within(text: str, max_units: int, *, one_line: bool = False) -> str:
     return out
 
 
-async def messages_or_document(markdown: str, *, max_messages: int) -> list[str] | None:
-    """The messages for ``markdown``, rendered off the event loop; ``None`` when it should go
-    as a document instead (longer than ``max_messages`` messages).
+# Markdown source this many times longer than the visible limit is a document unrendered:
+# rendering only drops markup, so its visible text could hardly fit (tables aside).
+_SOURCE_FACTOR = 4
 
-    Text whose source alone is longer than ``max_messages`` full messages is not rendered at
-    all: a 10 MB reply costs seconds of rendering that no one would read as messages.
+
+async def messages_or_document(markdown: str, *, max_visible: int) -> list[str] | None:
+    """The messages for ``markdown``, rendered off the event loop; ``None`` when it should go
+    as a document instead (its rendered text is longer than ``max_visible`` UTF-16 units).
+
+    Text whose source alone is far longer is not rendered at all: a 10 MB reply costs seconds
+    of rendering that no one would read as messages.
     """
-    if len(markdown) > max_messages * TELEGRAM_TEXT_LIMIT:
+    if len(markdown) > _SOURCE_FACTOR * max_visible:
         return None
-    chunks = await asyncio.to_thread(markdown_messages, markdown)
-    return None if len(chunks) > max_messages else chunks
+    return await asyncio.to_thread(_messages_within, markdown, max_visible)
+
+
+def _messages_within(markdown: str, max_visible: int) -> list[str] | None:
+    rendered = markdown_to_html(markdown)
+    if visible_len(rendered) > max_visible:
+        return None
+    return split_html(rendered) or split_html(escape(markdown))
+
+
+def first_paragraph(markdown: str) -> str:
+    """The first block of ``markdown`` with visible words (blocks are split at blank lines);
+    a heading alone is joined by the block after it, so the summary says something."""
+    blocks = [b.strip() for b in re.split(r"\n\s*\n", markdown[:20_000]) if b.strip()]
+    if not blocks:
+        return ""
+    if blocks[0].startswith("#") and len(blocks) > 1:
+        return blocks[0] + "\n\n" + blocks[1]
+    return blocks[0]
+
+
+def summary_html(markdown: str, limit: int) -> str:
+    """The answer's first paragraph as Telegram HTML, cut to ``limit`` visible units."""
+    first = first_paragraph(markdown)
+    if not first:
+        return ""
+    return clip_html(markdown_to_html(first[: limit * _SOURCE_FACTOR]), limit)
 
 
 # ---- splitting ---------------------------------------------------------------------------

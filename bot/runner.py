@@ -19,6 +19,7 @@ from bot.settings import Settings, load_settings, require_run_settings
 from engine.app import EngineConfig
 from engine.errors import ConfigError
 from engine.model.openai_provider import OpenAIProvider
+from engine.model.transcribe import OpenAITranscriber
 from engine.progress.stuck import StuckLimits
 from engine.tools.sandbox import SandboxSettings, probe
 from engine.usage.meter import UsageConfig
@@ -62,6 +63,19 @@ def model_from_settings(settings: Settings) -> OpenAIProvider:
     """The OpenAI-compatible provider the settings describe; ConfigError when it has no key."""
     key = settings.model_api_key.get_secret_value() if settings.model_api_key else None
     return OpenAIProvider(settings.model, base_url=settings.model_base_url, api_key=key)
+
+
+def transcriber_from_settings(settings: Settings) -> OpenAITranscriber | None:
+    """Speech to text for voice notes, on the model's server and key unless
+    ``PLANGATE_TRANSCRIBE_BASE_URL`` names another; None when ``PLANGATE_TRANSCRIBE_MODEL`` is
+    ``off`` or there is nowhere to send it (no key for OpenAI itself)."""
+    if settings.transcribe_model.lower() == "off":
+        return None
+    key = settings.model_api_key.get_secret_value() if settings.model_api_key else None
+    base_url = settings.transcribe_base_url or settings.model_base_url
+    if base_url is None and not key:
+        return None
+    return OpenAITranscriber(settings.transcribe_model, base_url=base_url, api_key=key)
 
 
 def sandbox_settings(settings: Settings) -> SandboxSettings:
@@ -143,12 +157,19 @@ async def run_bot() -> int:
     if warning is not None:
         _log.warning("sandbox: %s", warning)
     model = model_from_settings(settings)
+    transcriber = transcriber_from_settings(settings)
     channel = LateChannel()
     try:
         async with open_plangate(
             settings.home.expanduser(), model=model, channel=channel, config=config
         ) as opened:
-            await serve(settings, opened.engine, opened.storage.db, channel_slot=channel)
+            await serve(
+                settings,
+                opened.engine,
+                opened.storage.db,
+                channel_slot=channel,
+                transcriber=transcriber,
+            )
     except InvalidToken:
         raise ConfigError(
             "PLANGATE_TELEGRAM_TOKEN: the Telegram server refused the token (getMe: "
@@ -156,4 +177,6 @@ async def run_bot() -> int:
         ) from None
     finally:
         await model.aclose()
+        if transcriber is not None:
+            await transcriber.aclose()
     return 0

@@ -369,7 +369,9 @@ class Settings(BaseSettings):
             raise _fail(f"expected seconds or a duration like 90s, 10m or 1h, got {_shown(value)}")
         return seconds
 
-    @field_validator("telegram_api_url", "model_base_url", "webhook_url", mode="after")
+    @field_validator(
+        "telegram_api_url", "model_base_url", "webhook_url", "transcribe_base_url", mode="after"
+    )
     @classmethod
     def _urls(cls, value: str | None) -> str | None:
         return _check_http_url(value)

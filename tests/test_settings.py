@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.runner import engine_config
+from bot.runner import engine_config, transcriber_from_settings
 from bot.settings import (
     DEFAULT_TELEGRAM_API_URL,
     PLACEHOLDER_MODEL_API_KEY,
@@ -416,3 +416,57 @@ def test_bad_projects_name_the_variable(raw: str, says: str) -> None:
 def test_a_remote_that_reads_as_an_option_is_refused() -> None:
     with pytest.raises(ConfigError, match="PLANGATE_GIT_REMOTE: expected a git remote"):
         load({"PLANGATE_GIT_REMOTE": "--upload-pack=touch x"})
+
+
+def test_input_settings_defaults_values_and_errors() -> None:
+    s = load({})
+    assert (s.max_upload_mb, s.model_vision, s.max_image_px) == (20.0, False, 2048)
+    assert (s.reply_document_chars, s.transcribe_model, s.transcribe_base_url) == (
+        6000,
+        "whisper-1",
+        None,
+    )
+    s = load(
+        {
+            "PLANGATE_MAX_UPLOAD_MB": "5",
+            "PLANGATE_MODEL_VISION": "true",
+            "PLANGATE_MAX_IMAGE_PX": "1280",
+            "PLANGATE_REPLY_DOCUMENT_CHARS": "9000",
+            "PLANGATE_TRANSCRIBE_MODEL": "off",
+            "PLANGATE_TRANSCRIBE_BASE_URL": "http://127.0.0.1:9000/v1",
+        }
+    )
+    assert (s.max_upload_mb, s.model_vision, s.max_image_px) == (5.0, True, 1280)
+    assert (s.reply_document_chars, s.transcribe_model) == (9000, "off")
+    assert s.transcribe_base_url == "http://127.0.0.1:9000/v1"
+    for env, name in [
+        ({"PLANGATE_MAX_UPLOAD_MB": "0"}, "PLANGATE_MAX_UPLOAD_MB"),
+        ({"PLANGATE_MAX_IMAGE_PX": "10"}, "PLANGATE_MAX_IMAGE_PX"),
+        ({"PLANGATE_REPLY_DOCUMENT_CHARS": "many"}, "PLANGATE_REPLY_DOCUMENT_CHARS"),
+        ({"PLANGATE_TRANSCRIBE_BASE_URL": "ftp://x"}, "PLANGATE_TRANSCRIBE_BASE_URL"),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            load(env)
+        assert str(err.value).startswith(name)
+
+
+async def test_the_transcriber_follows_the_model_unless_told_otherwise() -> None:
+    assert transcriber_from_settings(load({"PLANGATE_TRANSCRIBE_MODEL": "off"})) is None
+    assert transcriber_from_settings(load({})) is None  # no key, no server: nowhere to send
+    local = transcriber_from_settings(load({"PLANGATE_MODEL_BASE_URL": "http://127.0.0.1:1/v1"}))
+    assert local is not None and local.base_url == "http://127.0.0.1:1/v1"
+    other = transcriber_from_settings(
+        load(
+            {
+                "PLANGATE_MODEL_API_KEY": "sk-test",
+                "PLANGATE_TRANSCRIBE_BASE_URL": "http://127.0.0.1:2/v1",
+                "PLANGATE_TRANSCRIBE_MODEL": "large-v3",
+            }
+        )
+    )
+    assert other is not None and other.base_url == "http://127.0.0.1:2/v1"
+    assert other.model == "large-v3" and "sk-test" not in repr(other)
+    openai_default = transcriber_from_settings(load({"PLANGATE_MODEL_API_KEY": "sk-test"}))
+    assert openai_default is not None and openai_default.base_url == "https://api.openai.com/v1"
+    for made in (local, other, openai_default):
+        await made.aclose()

@@ -1,10 +1,11 @@
 """One factory that assembles the agent: :func:`build_agent`.
 
 The composition root passes the stores, the model, the channel and (optionally) the plan and
-goal machines; this builds the agent's own tools (file tools, bash, ask_user) sharing one set
-of workspace locks, adds the caller's tools (plan, todo_write, goal tools), and returns the
-:class:`~engine.agent.controller.AgentRegistry`. Attach the goal round driver afterwards with
-``registry.set_driver(driver)`` (the driver needs the registry as its ``RoundTarget``).
+goal machines; this builds the agent's own tools (file tools, bash, ask_user, send_file)
+sharing one set of workspace locks, adds the caller's tools (plan, todo_write, goal tools),
+and returns the :class:`~engine.agent.controller.AgentRegistry`. Attach the goal round driver
+afterwards with ``registry.set_driver(driver)`` (the driver needs the registry as its
+``RoundTarget``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from engine.tools.base import Tool
 from engine.tools.bash import BashLimits, BashTool, PlanViewSource, ReadOnlyRoots
 from engine.tools.files import FileLimits, file_tools
 from engine.tools.sandbox import SandboxSettings
+from engine.tools.send import SendFileTool
 from engine.tools.workspace import WorkspaceLocks
 from engine.usage.meter import UsageMeter
 
@@ -84,7 +86,7 @@ def agent_tools(
     read_only_roots: ReadOnlyRoots | None = None,
 ) -> tuple[list[Tool], BashTool]:
     """The agent's own tools (read_file, list_files, grep, write_file, edit_file, bash,
-    ask_user) and the bash tool itself (for ``kill_session``)."""
+    ask_user, send_file) and the bash tool itself (for ``kill_session``)."""
     shared = locks or WorkspaceLocks()
     bash = BashTool(
         locks=shared,
@@ -94,7 +96,7 @@ def agent_tools(
         read_only_roots=read_only_roots,
     )
     tools: list[Tool] = [*file_tools(hooks=plan, locks=shared, limits=file_limits)]
-    tools.extend([bash, AskUserTool(channel)])
+    tools.extend([bash, AskUserTool(channel), SendFileTool(channel)])
     return tools, bash
 
 

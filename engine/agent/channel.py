@@ -55,6 +55,12 @@ class Channel(Protocol):
         """A short system line for the chat (a failure, a stale approval, dropped messages)."""
         ...
 
+    async def send_file(
+        self, session_id: str, data: bytes, filename: str, *, caption: str | None
+    ) -> None:
+        """Attach a file to the chat (the ``send_file`` tool); raises when it was not sent."""
+        ...
+
     async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
         """A tool call waits for the owner: post it with Allow once / for this session / Deny.
 

@@ -64,6 +64,11 @@ class RecordingChannel:
     async def notice(self, session_id: str, text: str) -> None:
         await self._record("notice", session_id, text=text)
 
+    async def send_file(
+        self, session_id: str, data: bytes, filename: str, *, caption: str | None
+    ) -> None:
+        await self._record("send_file", session_id, data=data, filename=filename, caption=caption)
+
     async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
         await self._record("approval_asked", session_id, view=view)
 

@@ -1,6 +1,7 @@
 """A fake OpenAI chat-completions server on loopback, for the real openai SDK to talk to.
 
-It implements ``POST /v1/chat/completions`` (non-streaming) and ``GET /v1/models``, checks
+It implements ``POST /v1/chat/completions`` (non-streaming), ``GET /v1/models`` and
+``POST /v1/audio/transcriptions`` (answers ``server.transcripts`` in order), checks
 each request like the real API (engine.model.validate: roles, tool-call pairing, tool specs,
 and the model name), answers from a ``Script``, and records every request. Faults on demand::
 
@@ -47,6 +48,16 @@ class RecordedRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class Transcription:
+    """One ``audio/transcriptions`` request: the form's model, the file and its name."""
+
+    model: str
+    filename: str
+    data: bytes
+    content_type: str
+
+
+@dataclass(frozen=True, slots=True)
 class FakeUsage:
     """The usage figures the fake reports for each completion."""
 
@@ -78,6 +89,9 @@ class FakeOpenAIServer:
     _faults: list[_Fault] = field(default_factory=list)
     _holds: list[asyncio.Event] = field(default_factory=list)  # for the next requests
     _every_hold: list[asyncio.Event] = field(default_factory=list)  # released on stop
+    # Speech to text: each request answers the next of these texts (then "").
+    transcripts: list[str] = field(default_factory=list)
+    transcriptions: list[Transcription] = field(default_factory=list)
     _runner: web.AppRunner | None = None
     _port: int = 0
     _counter: int = 0
@@ -135,6 +149,7 @@ class FakeOpenAIServer:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/audio/transcriptions", self._transcribe)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -190,6 +205,32 @@ class FakeOpenAIServer:
                 401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key"
             )
         return None
+
+    async def _transcribe(self, request: web.Request) -> web.Response:
+        """``POST /v1/audio/transcriptions``: multipart ``model`` and ``file``, as OpenAI's."""
+        if self._faults or self.api_key is not None:
+            refusal = self._refusal(
+                RecordedRequest(
+                    request.method,
+                    request.path,
+                    {k.lower(): v for k, v in request.headers.items()},
+                    None,
+                )
+            )
+            if refusal is not None:
+                return refusal
+        form = await request.post()
+        upload = form.get("file")
+        model = form.get("model")
+        if not isinstance(model, str) or not model:
+            return self._bad_request("you must provide a model parameter")
+        if not isinstance(upload, web.FileField):
+            return self._bad_request("you must provide a file")
+        data = upload.file.read()
+        self.transcriptions.append(Transcription(model, upload.filename, data, upload.content_type))
+        self.requests.append(RecordedRequest(request.method, request.path, {}, {"model": model}))
+        text = self.transcripts.pop(0) if self.transcripts else ""
+        return web.json_response({"text": text})
 
     async def _models(self, request: web.Request) -> web.Response:
         recorded = await self._record(request)

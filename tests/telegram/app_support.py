@@ -394,6 +394,7 @@ async def running_bot(
     channel_slot: LateChannel | None = None,
     chat_interval_s: float = 0.0,
     group_per_minute: int = 10_000,
+    transcriber: Any = None,
     **outbox_kw: Any,
 ) -> AsyncIterator[Application[Any, Any, Any, Any, Any, Any]]:
     """The real Application polling the fake, prepared and running.
@@ -409,6 +410,7 @@ async def running_bot(
         rate_limiter=AIORateLimiter(overall_max_rate=0, group_max_rate=0),
         chat_interval_s=chat_interval_s,
         group_per_minute=group_per_minute,
+        transcriber=transcriber,
         **outbox_kw,
     )
     async with running_app(application) as app:

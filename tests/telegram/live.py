@@ -20,6 +20,7 @@ from engine.app import Engine, EngineConfig
 from engine.approval.policy import BashApproval
 from engine.model.openai_provider import OpenAIProvider
 from engine.model.script import ScriptStep
+from engine.model.transcribe import OpenAITranscriber
 from engine.model.types import ModelProvider
 from engine.progress.stuck import StuckLimits
 from engine.tools.files import FileLimits
@@ -67,11 +68,13 @@ async def live_bot(
     bot_settings: dict[str, Any] | None = None,
     projects: tuple[tuple[str, Path], ...] = (),
     git_remote: str | None = None,
+    transcribe: bool = False,
 ) -> AsyncIterator[Live]:
     """The real engine over real storage, wired to the real application on the fake API.
 
     ``bot_settings``: more fields of the bot's settings (``max_upload_mb`` ...); ``vision``:
-    the model sees images (``PLANGATE_MODEL_VISION``).
+    the model sees images (``PLANGATE_MODEL_VISION``); ``transcribe``: voice notes go to the
+    fake server's ``audio/transcriptions`` (the default rig only).
 
     ``group_pacing``: the shipped outbox pacing (about a call a second per chat, 20 per
     rolling minute in a group), as a real group has it; otherwise the tests' (no waits).
@@ -86,6 +89,11 @@ async def live_bot(
         server.play(list(script))
         await server.start()
         model = sdk = OpenAIProvider(FAKE_MODEL, base_url=server.base_url, api_key="test-key")
+    transcriber = (
+        OpenAITranscriber(base_url=server.base_url, api_key="test-key")
+        if transcribe and server is not None
+        else None
+    )
     slot = LateChannel()
     config = EngineConfig(
         workspace=workspace,
@@ -122,6 +130,7 @@ async def live_bot(
                 opened.storage.db,
                 channel_slot=slot,
                 settings=settings,
+                transcriber=transcriber,
                 **pacing,
             ) as app,
         ):
@@ -136,6 +145,8 @@ async def live_bot(
     finally:
         if sdk is not None:
             await sdk.aclose()
+        if transcriber is not None:
+            await transcriber.aclose()
         if server is not None:
             await server.stop()
 

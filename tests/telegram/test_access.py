@@ -306,6 +306,7 @@ ROLE_CASES = [
     (msg(GROUP, OTHER, reply_to_bot=True), "member", 0, 1, ("refuse", "member", False, False)),
     (msg(GROUP, AP, command="plan", **ANON), "approver", 0, 0, ("refuse", "member", False, False)),
     (tap(OWNER, "g", "clear_yes"), "member", False, False, ("allow", "owner", False, False)),
+    (tap(AP, "v", "send"), "approver", False, False, ("alert", "approver", False, False)),
 ]  # fmt: skip
 
 

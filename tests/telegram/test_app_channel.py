@@ -30,7 +30,8 @@ async def test_reply_is_rendered_split_and_answers_the_opening_message(
         await eventually(lambda: len(engine.named("user_message")) == 1)
         call = engine.named("user_message")[0]
         assert call.kwargs["message_id"] == opening.message_id
-        body = "**Done.** Here is why:\n\n" + "\n\n".join(f"Paragraph {i} " * 40 for i in range(30))
+        # Over one message (4,096), under the answer.md limit (6,000 visible characters).
+        body = "**Done.** Here is why:\n\n" + "\n\n".join(f"Paragraph {i} " * 40 for i in range(10))
         await slot.reply(call.args[0], body, reply_to=opening.message_id)
     msgs = fake_api.bot_messages(GROUP)
     assert len(msgs) >= 2
@@ -115,9 +116,12 @@ async def test_a_very_long_reply_goes_as_a_document(fake_api: FakeBotApi, tmp_pa
         await eventually(lambda: len(engine.named("user_message")) == 1)
         body = "\n\n".join(f"Chapter {i}. " + "word " * 800 for i in range(12))
         await parts(app).channel.reply("s1", body, reply_to=opening.message_id)
-    (doc,) = fake_api.bot_messages(OWNER)
-    assert doc.document is not None and doc.document["file_name"] == "reply.md"
-    assert doc.reply_to == opening.message_id and doc.text.startswith("Chapter 0.")
+    summary, doc = fake_api.bot_messages(OWNER)
+    assert summary.document is None and summary.reply_to == opening.message_id
+    assert summary.text.startswith("Chapter 0.") and "attached as answer.md" in summary.text
+    assert "Chapter 1." not in summary.text
+    assert doc.document is not None and doc.document["file_name"] == "answer.md"
+    assert doc.reply_to == opening.message_id
     assert fake_api.files[f"documents/{doc.document['file_id']}"] == body.encode()
 
 

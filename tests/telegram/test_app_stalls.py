@@ -111,10 +111,12 @@ async def test_a_ten_megabyte_reply_goes_as_a_document_and_status_answers_meanwh
         )
     sent = [m for m in fake_api.bot_messages(OWNER) if m.document is not None]
     assert len(sent) == 1 and sent[0].document is not None
-    assert sent[0].document["file_name"] == "reply.md"
-    assert sent[0].text.startswith("Paragraph 0: lorem")  # the caption: its opening
+    assert sent[0].document["file_name"] == "answer.md"
     texts = [m for m in fake_api.bot_messages(OWNER) if m.document is None]
-    assert not [m for m in texts if m.text.startswith("Paragraph")]  # no wall of messages
+    # One summary (the opening paragraph), no wall of messages.
+    assert [m.text.split(":")[0] for m in texts if m.text.startswith("Paragraph")] == [
+        "Paragraph 0"
+    ]
 
 
 async def test_lone_surrogates_are_replaced_and_the_turn_is_answered(

@@ -1,0 +1,120 @@
+"""The ``send_file`` tool: attach a file the agent names to the chat (docs/agent.md).
+
+The path is judged exactly as the read tools judge theirs (resolved first, then inside the
+workspace or a read root such as the session inbox; anything else is refused), so the agent
+can send what it could read and nothing more. Regular files only, at most
+``MAX_SEND_BYTES``; the file is read in a thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from engine.agent.channel import Channel
+from engine.inbox import human_size
+from engine.tools.base import ToolContext, ToolOutcome
+from engine.tools.workspace import OutsideWorkspace, resolve_in_workspace
+
+# What one attachment may weigh (Telegram takes 50 MB from a bot; a phone wants far less).
+MAX_SEND_BYTES = 20 * 1024 * 1024
+MAX_CAPTION_CHARS = 1000
+
+
+class TooBig(Exception):
+    """The file is over the limit (its size is the argument)."""
+
+
+def _read_regular(path: Path, limit: int) -> bytes | None:
+    """The bytes of a regular file (None for a FIFO, socket or device); TooBig past ``limit``.
+
+    Opened non-blocking and checked on the descriptor, like the read tools' reads."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        if info.st_size > limit:
+            raise TooBig(info.st_size)
+        with open(fd, "rb", closefd=False) as handle:
+            data = handle.read(limit + 1)
+        if len(data) > limit:
+            raise TooBig(len(data))
+        return data
+    finally:
+        os.close(fd)
+
+
+class SendFileTool:
+    """``send_file {path, caption?}``; exclusive (attachments arrive in the order sent)."""
+
+    name = "send_file"
+    description = (
+        "Attach a file from the workspace (or one the owner sent) to the chat, e.g. a report, "
+        "a patch or a generated image, with an optional short caption. At most 20 MB."
+    )
+
+    def __init__(self, channel: Channel, *, max_bytes: int = MAX_SEND_BYTES) -> None:
+        self._channel = channel
+        self._max_bytes = max_bytes
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "file path, relative to the workspace"},
+                "caption": {"type": "string"},
+            },
+            "required": ["path"],
+            "additionalProperties": False,
+        }
+
+    def is_concurrency_safe(self, args: dict[str, Any]) -> object:
+        return False
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        raw = args.get("path")
+        caption = args.get("caption")
+        if not isinstance(raw, str) or not raw.strip():
+            return ToolOutcome("error: path must be a non-empty string", is_error=True)
+        if caption is not None and not isinstance(caption, str):
+            return ToolOutcome("error: caption must be a string", is_error=True)
+        try:
+            path = await asyncio.to_thread(
+                resolve_in_workspace, raw, ctx.workspace, extra_roots=ctx.read_roots
+            )
+            data = await asyncio.to_thread(_read_regular, path, self._max_bytes)
+        except OutsideWorkspace as exc:
+            return ToolOutcome(exc.result_text(ctx.workspace), is_error=True)
+        except TooBig as exc:
+            size = int(exc.args[0])
+            return ToolOutcome(
+                f"error: {raw!r} is {human_size(size)}; send_file sends at most "
+                f"{human_size(self._max_bytes)} (compress it or send a part)",
+                is_error=True,
+            )
+        except FileNotFoundError:
+            return ToolOutcome(f"error: {raw!r} does not exist", is_error=True)
+        except IsADirectoryError:
+            return ToolOutcome(f"error: {raw!r} is a folder, not a file", is_error=True)
+        except OSError as exc:
+            return ToolOutcome(f"error: {type(exc).__name__}: {exc.strerror or exc}", True)
+        if data is None:
+            return ToolOutcome(
+                f"error: {raw!r} is not a regular file (a FIFO, socket or device)", True
+            )
+        shown = caption.strip()[:MAX_CAPTION_CHARS] if caption and caption.strip() else None
+        try:
+            await self._channel.send_file(ctx.session_id, data, path.name, caption=shown)
+        except Exception as exc:  # the chat's failure is the tool's result, not a crash
+            return ToolOutcome(
+                f"error: the file could not be sent ({type(exc).__name__}: {exc})", True
+            )
+        return ToolOutcome(f"sent {path.name} ({human_size(len(data))}) to the chat")
+
+
+__all__ = ["MAX_SEND_BYTES", "SendFileTool"]
