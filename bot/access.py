@@ -15,9 +15,11 @@ an allowed group the bot hears an owner's commands, messages that mention it, re
 messages and the next message of whoever pressed Keep planning or Revise; anyone may use
 /show-plan, /show_plan, /status, /help, /start and /team; someone whose role does not allow
 what they address the bot with is told what their role allows, at most once per user per chat
-per minute and at most ``REFUSALS_PER_CHAT`` times per chat per minute (the outbox sends
-refusals last and drops them first), and a press their role does not allow gets a short
-alert saying so. Anonymous admins and messages sent as a chat count as members.
+per minute. What the bot says to members (the read-only answers) and every refusal draw on
+one answer budget per user and per chat (``bot.flood``: past it they are dropped silently and
+counted; the outbox sends them last and drops them first); owners and approvers' allowed
+commands are never counted. A press the role does not allow gets a short alert saying so.
+Anonymous admins and messages sent as a chat count as members.
 
 When an allowed group is upgraded to a supergroup, Telegram posts a service message in each
 (``migrate_to_chat_id`` in the old, ``migrate_from_chat_id`` in the new); either one carries
@@ -30,7 +32,7 @@ import asyncio
 import logging
 import re
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -41,6 +43,7 @@ from telegram.error import TelegramError
 from telegram.ext import ApplicationHandlerStop, ContextTypes, TypeHandler
 
 from bot import callback as cb
+from bot import flood
 from bot.keys import SessionKey, message_key
 from engine.roles.policy import command_action, may, message_action, press_action, refusal_text
 from engine.roles.types import Action, Role
@@ -48,7 +51,10 @@ from engine.roles.types import Action, Role
 log = logging.getLogger("plangate.access")
 
 REFUSAL_INTERVAL_S = 60.0
-REFUSALS_PER_CHAT = 3  # per REFUSAL_INTERVAL_S, whoever asks (a flood gets three answers)
+# Answers to non-owners per chat per minute, refusals included (bot.flood has the budget).
+REFUSALS_PER_CHAT = flood.PER_CHAT
+# Why a message got no answer: the answer budget is spent (counted as dropped).
+OVER_BUDGET = "answer budget spent"
 # What a member who addresses the bot hears (other roles: engine.roles.policy.refusal_text).
 REFUSAL_TEXT = refusal_text("member")
 # A press the presser's role does not allow (an alert holds at most 200 characters).
@@ -107,6 +113,10 @@ class UpdateFacts:
         if self.migrate_from is not None:
             return (self.migrate_from, self.chat_id)
         return None
+
+    @property
+    def is_group(self) -> bool:
+        return self.chat_type in _GROUP_TYPES
 
     @property
     def refusal_key(self) -> tuple[int, int]:
@@ -248,13 +258,15 @@ def decide(
     refused_recently: bool = False,
     role: Role | None = None,
     answering: bool = False,
+    budget_left: bool = True,
 ) -> AccessDecision:
     """The access decision for one update. Pure; the caller keeps the state it reads.
 
     ``role``: the sender's role in the chat (the gate looks it up); without it an owner id is
     the owner and anyone else a member. A message sent as a chat is always a member's.
     ``answering``: the message replies to one of the agent's questions (an approver may answer).
-    """
+    ``budget_left``: the answer budget (``bot.flood``) has room for this sender: a member's
+    read-only answer and any refusal draw on it."""
     if facts.as_chat or facts.user_id is None:
         role = "member"
     elif facts.user_id in owner_ids:
@@ -289,9 +301,7 @@ def decide(
         return d("ignore", "private chat of a non-owner")
     migration = facts.migration
     if migration is not None:
-        old, new = migration
-        allowed = (allowed_chat_ids, added_groups)
-        if any(old in ids for ids in allowed) and not any(new in ids for ids in allowed):
+        if carries(*migration, allowed_chat_ids=allowed_chat_ids, added_groups=added_groups):
             return d("migrate", "an allowed group became a supergroup")
         return d("ignore", "migration already carried over, or of a group not allowed")
     if facts.chat_id not in allowed_chat_ids and facts.chat_id not in added_groups:
@@ -309,10 +319,30 @@ def decide(
         return d("ignore", f"{role}'s chatter, not addressed to the bot")
     action = facts_action(facts, feedback=feedback, answering=answering)
     if may(role, action):
+        if action == "read" and role == "member" and not budget_left:
+            return d("ignore", OVER_BUDGET)
         return d("allow", f"{role} addresses the bot", feedback=feedback, answer=action == "answer")
     if refused_recently:
         return d("ignore", "already refused this minute")
+    if not budget_left:
+        return d("ignore", OVER_BUDGET)
     return d("refuse", f"not allowed for the {role} role")
+
+
+def carries(
+    old_chat_id: int,
+    new_chat_id: int,
+    *,
+    allowed_chat_ids: Collection[int],
+    added_groups: Collection[int],
+) -> bool:
+    """The one rule of a group's migration: carried over when the old id is allowed (listed
+    or owner-added) and the new one is not yet (so it is carried once). The service message
+    (``decide``) and a send that met ``ChatMigrated`` (``AccessGate.carry_over``) both ask."""
+    allowed = (allowed_chat_ids, added_groups)
+    return any(old_chat_id in ids for ids in allowed) and not any(
+        new_chat_id in ids for ids in allowed
+    )
 
 
 def _feedback(facts: UpdateFacts, expecting_reply: bool) -> bool:
@@ -370,7 +400,8 @@ class AccessGate:
         self._on_seen = on_seen
         self._questions = questions
         self._refused_at: dict[tuple[int, int], float] = {}
-        self._chat_refusals: dict[int, deque[float]] = {}
+        # What the bot may still say to non-owners this minute (refusals and read-only answers).
+        self.answers = flood.AnswerBudget()
         self._moving: dict[int, asyncio.Event] = {}  # supergroup ids being carried over
         self._expecting: dict[SessionKey, int] = {}
         self._decisions: OrderedDict[int, AccessDecision] = OrderedDict()
@@ -409,10 +440,12 @@ class AccessGate:
             del self._moving[new_chat_id]
 
     def _carry(self, old_chat_id: int, new_chat_id: int) -> bool:
-        listed = (self.allowed_chat_ids, self.added_groups)
-        if not any(old_chat_id in ids for ids in listed):
-            return False
-        if any(new_chat_id in ids for ids in listed):
+        if not carries(
+            old_chat_id,
+            new_chat_id,
+            allowed_chat_ids=self.allowed_chat_ids,
+            added_groups=self.added_groups,
+        ):
             return False
         self.added_groups.add(new_chat_id)
         self.added_groups.discard(old_chat_id)
@@ -442,25 +475,27 @@ class AccessGate:
         key = (facts.chat_id or 0, facts.thread_key)
         now = self._clock()
         last = self._refused_at.get(facts.refusal_key)
-        chat_refusals = self._chat_refusals.setdefault(facts.chat_id or 0, deque())
-        while chat_refusals and now - chat_refusals[0] >= REFUSAL_INTERVAL_S:
-            chat_refusals.popleft()
+        chat, who = facts.refusal_key
         d = decide(
             facts,
             owner_ids=self.owner_ids,
             allowed_chat_ids=self.allowed_chat_ids,
             added_groups=self.added_groups,
             expecting_reply=facts.kind == "message" and self._expecting.get(key) == facts.user_id,
-            refused_recently=(last is not None and now - last < REFUSAL_INTERVAL_S)
-            or len(chat_refusals) >= REFUSALS_PER_CHAT,
+            refused_recently=last is not None and now - last < REFUSAL_INTERVAL_S,
             role=role,
             answering=self._answering(facts),
+            budget_left=self.answers.allows(chat, who, now),
         )
-        if not chat_refusals:
-            self._chat_refusals.pop(facts.chat_id or 0, None)
         if d.action == "refuse":
             self._refused_at[facts.refusal_key] = now
-            self._chat_refusals.setdefault(facts.chat_id or 0, deque()).append(now)
+        # A member's read-only answer (approvers are the owner's team: not counted).
+        answered = d.action == "allow" and d.role == "member" and facts_action(facts) == "read"
+        if d.action == "refuse" or (answered and facts.is_group):
+            self.answers.take(chat, who, now)  # what this update will answer
+        elif d.reason == OVER_BUDGET:
+            self.answers.drop()
+            log.debug("plangate.access.dropped chat=%s dropped=%d", chat, self.answers.dropped)
         if d.feedback:
             self._expecting.pop(key, None)
         if d.action == "group_added" and facts.chat_id is not None:

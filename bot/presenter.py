@@ -90,6 +90,8 @@ def plan_view(
         approvals_needed=data.approvals_needed,
         worktree=data.worktree,
         raise_cap=data.raise_cap,
+        steps=data.steps,
+        checks=data.checks,
     )
 
 

@@ -131,6 +131,7 @@ def engine_config(settings: Settings) -> EngineConfig:
             max_output_tokens=settings.max_output_tokens,
         ),
         goal_idle_rounds=settings.goal_idle_rounds,
+        max_plan_kb=settings.max_plan_kb,
         allow_bash=settings.allow_bash,
         bash_approval=settings.bash_approval_mode,
         ask_bash=settings.ask_bash,

@@ -251,6 +251,8 @@ class Settings(BaseSettings):
     usage_footer: Literal["off", "private", "on"] = "private"
     # The max_tokens of a model call when no limit is near; each call reserves it up front.
     max_output_tokens: int = Field(default=4096, ge=1)
+    # The plan .md's size limit in KB: a bigger plan is refused where it is written.
+    max_plan_kb: int = Field(default=512, ge=1)
     goal_idle_rounds: int = Field(default=3, ge=1)
     # When bash asks the owner: escalation (only to leave the sandbox; the default with the
     # sandbox on), always (unless an allow rule matches; the default with it off), never.

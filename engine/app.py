@@ -50,6 +50,7 @@ from engine.goal.tools import goal_tools
 from engine.goal.types import NEEDS_APPROVAL
 from engine.inbox import session_inbox
 from engine.model.types import ModelProvider
+from engine.plan.digest import DEFAULT_MAX_PLAN_KB
 from engine.plan.service import PlanChange, PlanService
 from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
@@ -131,6 +132,8 @@ class EngineConfig:
     # and the remote Push branch pushes to (PLANGATE_GIT_REMOTE; None: Merge instead).
     worktree_root: Path | None = None
     git_remote: str | None = None
+    # The plan .md's size limit in KB (PLANGATE_MAX_PLAN_KB).
+    max_plan_kb: int = DEFAULT_MAX_PLAN_KB
 
 
 class Engine:
@@ -397,7 +400,13 @@ def build_engine(
     locks = WorkspaceLocks()
     checks = SandboxChecks(BashTool(locks=locks, sandbox=config.sandbox), clock=clock)
     plans = PlanService(
-        plan_store, log, criteria=goals, clock=clock, checks=checks, approvers=votes.approvals
+        plan_store,
+        log,
+        criteria=goals,
+        clock=clock,
+        checks=checks,
+        max_plan_bytes=config.max_plan_kb * 1024,
+        approvers=votes.approvals,
     )
 
     async def block_for_approval(
