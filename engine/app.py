@@ -476,6 +476,7 @@ def build_engine(
         approvals=approvals,
         file_limits=config.file_limits,
         read_only_roots=worktrees.read_only_roots,
+        workspace_note=worktrees.prompt_note,
         locks=locks,
     )
     the_scheduler = scheduler or ApsScheduler()

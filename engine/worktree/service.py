@@ -135,6 +135,20 @@ class Worktrees:
             return ()
         return (Path(record.project) / ".git",)
 
+    async def prompt_note(self, session_id: str) -> str:
+        """The prompt's line about a live worktree: what it is and who commits."""
+        record = await self.record(session_id)
+        if record is None or record.phase != "live":
+            return ""
+        base = f" (from {record.base})" if record.base else ""
+        return (
+            f"This workspace is the approved plan's own git worktree on branch "
+            f"{record.branch}{base}. plangate commits your changes when the plan is done and "
+            "the owner decides whether to merge them; the repository history is read-only "
+            "here: do not git add, commit or switch branches. git status and git diff show "
+            "what you changed."
+        )
+
     async def view(self, session_id: str) -> WorktreeView | None:
         """What the plan card shows about the session's worktree (``None``: nothing)."""
         record = await self.record(session_id)
@@ -623,7 +637,10 @@ class Worktrees:
             return "works in place: the project is not a git repository"
         if is_within(self._root, project):
             return "works in place: plangate's home is inside the project"
-        keys = await self._main(project).unsafe()
+        try:
+            keys = await self._main(project).unsafe()
+        except OSError as exc:  # no git on this machine
+            return f"works in place: git cannot run here ({type(exc).__name__})"
         if keys:
             return (
                 "works in place: the repository's config names programs git would run "

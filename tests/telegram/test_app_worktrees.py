@@ -117,6 +117,10 @@ async def test_two_topics_run_two_plans_in_two_worktrees_and_merge_them(
         # bash ran git in the sandbox, in the worktree: it saw its own change only.
         said = [m for m in model.scripts["Add alpha"].requests[-1] if m.get("role") == "tool"]
         assert any("?? alpha.py" in str(m["content"]) for m in said)
+        # The prompt told the model where it works and who commits.
+        systems = [str(r[0]["content"]) for r in model.scripts["Add alpha"].requests]
+        assert any(f"own git worktree on branch {a_rec.branch}" in t for t in systems)
+        assert "own git worktree" not in systems[0]  # not while planning
         # plangate committed each worktree itself, with the plan's title.
         assert git(repo, "log", "-1", "--format=%s %an", a_rec.branch) == "Alpha plangate"
         await parts(live.app).presenter.flush()
@@ -144,7 +148,11 @@ async def test_two_topics_run_two_plans_in_two_worktrees_and_merge_them(
 
 async def _card_says(api: FakeBotApi, live: Live, sid: str, text: str) -> bool:
     await parts(live.app).presenter.flush()
-    return text in (await _card(api, live, sid)).text
+    data = await live.engine.plan_card(sid)
+    # (None for an instant while a finished plan's listeners run: not yet, not a failure.)
+    if data.sidecar is None or data.sidecar.flow.card_id is None:
+        return False
+    return text in api.message(GROUP, data.sidecar.flow.card_id).text
 
 
 async def _is(engine: Engine, sid: str, phase: str) -> bool:
