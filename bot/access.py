@@ -11,10 +11,11 @@ chats are ignored. A group is allowed when listed or when an owner added the bot
 other group the bot leaves. In an allowed group the bot hears an owner's commands, messages
 that mention it, replies to its messages and the owner's next message after Keep planning;
 anyone may use /show-plan, /show_plan, /status, /help and /start; a non-owner who addresses
-the bot otherwise is refused politely at most once per user per chat per minute and at most
-``REFUSALS_PER_CHAT`` times per chat per minute (the outbox sends refusals last and drops
-them first), and a non-owner's button press gets a short alert. Anonymous admins and
-messages sent as a chat count as non-owners.
+the bot otherwise is refused politely at most once per user per chat per minute; what the bot
+says to non-owners (refusals and read-only answers alike) draws on one answer budget per user
+and per chat (``bot.flood``: past it they are dropped silently and counted; the outbox sends
+them last and drops them first), and a non-owner's button press gets a short alert. Anonymous
+admins and messages sent as a chat count as non-owners.
 
 When an allowed group is upgraded to a supergroup, Telegram posts a service message in each
 (``migrate_to_chat_id`` in the old, ``migrate_from_chat_id`` in the new); either one carries
@@ -27,7 +28,7 @@ import asyncio
 import logging
 import re
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -38,6 +39,7 @@ from telegram.error import TelegramError
 from telegram.ext import ApplicationHandlerStop, ContextTypes, TypeHandler
 
 import engine.api as engine_api
+from bot import flood
 from bot.keys import SessionKey, message_key
 
 log = logging.getLogger("plangate.access")
@@ -45,7 +47,10 @@ log = logging.getLogger("plangate.access")
 # The engine's read-only commands, plus Telegram's /start (which behaves as /help).
 READ_ONLY_COMMANDS = engine_api.READ_ONLY_COMMANDS | {"start"}
 REFUSAL_INTERVAL_S = 60.0
-REFUSALS_PER_CHAT = 3  # per REFUSAL_INTERVAL_S, whoever asks (a flood gets three answers)
+# Answers to non-owners per chat per minute, refusals included (bot.flood has the budget).
+REFUSALS_PER_CHAT = flood.PER_CHAT
+# Why a non-owner's message got no answer: the answer budget is spent (counted as dropped).
+OVER_BUDGET = "non-owner answer budget spent"
 REFUSAL_TEXT = (
     "Sorry, only the owner can ask me to do things here. "
     "Anyone can use /show_plan, /status and /help."
@@ -91,6 +96,10 @@ class UpdateFacts:
         if self.migrate_from is not None:
             return (self.migrate_from, self.chat_id)
         return None
+
+    @property
+    def is_group(self) -> bool:
+        return self.chat_type in _GROUP_TYPES
 
     @property
     def refusal_key(self) -> tuple[int, int]:
@@ -195,8 +204,11 @@ def decide(
     added_groups: Collection[int],
     expecting_reply: bool = False,
     refused_recently: bool = False,
+    budget_left: bool = True,
 ) -> AccessDecision:
-    """The access decision for one update. Pure; the caller keeps the state it reads."""
+    """The access decision for one update. Pure; the caller keeps the state it reads.
+
+    ``budget_left``: the non-owner answer budget (``bot.flood``) has room for this sender."""
     owner = facts.user_id is not None and facts.user_id in owner_ids and not facts.as_chat
 
     def d(action: AccessAction, reason: str, *, feedback: bool = False) -> AccessDecision:
@@ -221,9 +233,7 @@ def decide(
         return d("ignore", "private chat of a non-owner")
     migration = facts.migration
     if migration is not None:
-        old, new = migration
-        allowed = (allowed_chat_ids, added_groups)
-        if any(old in ids for ids in allowed) and not any(new in ids for ids in allowed):
+        if carries(*migration, allowed_chat_ids=allowed_chat_ids, added_groups=added_groups):
             return d("migrate", "an allowed group became a supergroup")
         return d("ignore", "migration already carried over, or of a group not allowed")
     if facts.chat_id not in allowed_chat_ids and facts.chat_id not in added_groups:
@@ -240,12 +250,30 @@ def decide(
             return d("allow", "owner addresses the bot", feedback=_feedback(facts, expecting_reply))
         return d("ignore", "owner's chatter, not addressed to the bot")
     if facts.command in READ_ONLY_COMMANDS:
-        return d("allow", "read-only command")
+        return d("allow", "read-only command") if budget_left else d("ignore", OVER_BUDGET)
     if not addressed:
         return d("ignore", "non-owner's chatter")
     if refused_recently:
         return d("ignore", "non-owner already refused this minute")
+    if not budget_left:
+        return d("ignore", OVER_BUDGET)
     return d("refuse", "non-owner addresses the bot")
+
+
+def carries(
+    old_chat_id: int,
+    new_chat_id: int,
+    *,
+    allowed_chat_ids: Collection[int],
+    added_groups: Collection[int],
+) -> bool:
+    """The one rule of a group's migration: carried over when the old id is allowed (listed
+    or owner-added) and the new one is not yet (so it is carried once). The service message
+    (``decide``) and a send that met ``ChatMigrated`` (``AccessGate.carry_over``) both ask."""
+    allowed = (allowed_chat_ids, added_groups)
+    return any(old_chat_id in ids for ids in allowed) and not any(
+        new_chat_id in ids for ids in allowed
+    )
 
 
 def _feedback(facts: UpdateFacts, expecting_reply: bool) -> bool:
@@ -290,7 +318,8 @@ class AccessGate:
         self._refusal_text = refusal_text
         self._alert_text = alert_text
         self._refused_at: dict[tuple[int, int], float] = {}
-        self._chat_refusals: dict[int, deque[float]] = {}
+        # What the bot may still say to non-owners this minute (refusals and read-only answers).
+        self.answers = flood.AnswerBudget()
         self._moving: dict[int, asyncio.Event] = {}  # supergroup ids being carried over
         self._expecting: dict[SessionKey, int] = {}
         self._decisions: OrderedDict[int, AccessDecision] = OrderedDict()
@@ -329,10 +358,12 @@ class AccessGate:
             del self._moving[new_chat_id]
 
     def _carry(self, old_chat_id: int, new_chat_id: int) -> bool:
-        listed = (self.allowed_chat_ids, self.added_groups)
-        if not any(old_chat_id in ids for ids in listed):
-            return False
-        if any(new_chat_id in ids for ids in listed):
+        if not carries(
+            old_chat_id,
+            new_chat_id,
+            allowed_chat_ids=self.allowed_chat_ids,
+            added_groups=self.added_groups,
+        ):
             return False
         self.added_groups.add(new_chat_id)
         self.added_groups.discard(old_chat_id)
@@ -350,23 +381,24 @@ class AccessGate:
         key = (facts.chat_id or 0, facts.thread_key)
         now = self._clock()
         last = self._refused_at.get(facts.refusal_key)
-        chat_refusals = self._chat_refusals.setdefault(facts.chat_id or 0, deque())
-        while chat_refusals and now - chat_refusals[0] >= REFUSAL_INTERVAL_S:
-            chat_refusals.popleft()
+        chat, who = facts.refusal_key
         d = decide(
             facts,
             owner_ids=self.owner_ids,
             allowed_chat_ids=self.allowed_chat_ids,
             added_groups=self.added_groups,
             expecting_reply=facts.kind == "message" and self._expecting.get(key) == facts.user_id,
-            refused_recently=(last is not None and now - last < REFUSAL_INTERVAL_S)
-            or len(chat_refusals) >= REFUSALS_PER_CHAT,
+            refused_recently=last is not None and now - last < REFUSAL_INTERVAL_S,
+            budget_left=self.answers.allows(chat, who, now),
         )
-        if not chat_refusals:
-            self._chat_refusals.pop(facts.chat_id or 0, None)
         if d.action == "refuse":
             self._refused_at[facts.refusal_key] = now
-            self._chat_refusals.setdefault(facts.chat_id or 0, deque()).append(now)
+        answered = d.action == "allow" and facts.command in READ_ONLY_COMMANDS
+        if d.action == "refuse" or (answered and not d.owner and facts.is_group):
+            self.answers.take(chat, who, now)  # what this update will answer a non-owner
+        elif d.reason == OVER_BUDGET:
+            self.answers.drop()
+            log.debug("plangate.access.dropped chat=%s dropped=%d", chat, self.answers.dropped)
         if d.feedback:
             self._expecting.pop(key, None)
         if d.action == "group_added" and facts.chat_id is not None:

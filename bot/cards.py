@@ -231,8 +231,8 @@ def patch_inline(
     sidecar: PlanSidecar, state: PlanCardState, view: WorktreeView, *, note: str | None = None
 ) -> bool:
     """The whole diff fits on the Done card (else it goes as the ``.patch`` document)."""
-    if not view.patch or view.phase not in DECIDING:
-        return False
+    if not view.patch or view.phase not in DECIDING or len(view.patch) > TELEGRAM_TEXT_LIMIT:
+        return False  # (a diff longer than a message is never escaped just to be measured)
     # Measured on the card at its narrowest (the last task only, no checks' proof): when it
     # fits there, the card is drawn with it at some width.
     tasks = sidecar.tasks
@@ -251,6 +251,8 @@ def build_plan_card(
     attached: bool = False,
     worktree: WorktreeView | None = None,
     raise_cap: int | None = None,
+    steps: Sequence[tuple[str, Sequence[str]]] | None = None,
+    checks: Sequence[tuple[str, str]] | None = None,
 ) -> CardView:
     """The plan card for this sidecar in this state; ``note`` is one extra line of plain text.
 
@@ -258,7 +260,9 @@ def build_plan_card(
 
     In review the card carries the plan itself (``markdown``, rendered) when it fits one
     message; otherwise (or with ``attached``: the ``.md`` went as a document) it lists the
-    plan's steps with their Done when lines.
+    plan's steps with their Done when lines. ``steps`` and ``checks`` are as the engine parsed
+    them (once per revision, off the loop); without them they are parsed here from
+    ``markdown``.
     """
     if sidecar is None or state == "none":
         return CardView(_fit(["📋 <b>No plan</b>"], note) or "No plan")
@@ -268,7 +272,10 @@ def build_plan_card(
     if worktree is not None:
         buttons = buttons or _branch_buttons(worktree)
     if state in ("review", "confirm_discard") and markdown and not tasks:
-        return CardView(_review_text(head, markdown, note, attached=attached), buttons)
+        return CardView(
+            _review_text(head, markdown, note, attached=attached, steps=steps, checks=checks),
+            buttons,
+        )
     # The worktree's section (the branch, the diff at Done), widest first; it is kept apart
     # from the checks' proof above it.
     branch_sections: list[list[str]] = [[]]
@@ -354,9 +361,13 @@ def _review_checks(markdown: str) -> tuple[tuple[str, str], ...]:
     return tuple(found)
 
 
-def review_checks_block(markdown: str, *, limit: int = 20) -> list[str]:
-    """The review card's 🧪 block: the commands that must pass, as the owner approves them."""
-    checks = _review_checks(markdown)
+def review_checks_block(
+    markdown: str, *, limit: int = 20, checks: Sequence[tuple[str, str]] | None = None
+) -> list[str]:
+    """The review card's 🧪 block: the commands that must pass, as the owner approves them
+    (``checks`` as the engine parsed them, else parsed here)."""
+    if checks is None:
+        checks = _review_checks(markdown)
     if not checks:
         return []
     lines = [f"{CHECK_MARK} <b>Checks</b> (plangate runs them before a step counts as done)"]
@@ -405,32 +416,48 @@ def checks_proof(sidecar: PlanSidecar) -> list[str]:
     return block
 
 
-def _review_text(head: list[str], markdown: str, note: str | None, *, attached: bool) -> str:
+MAX_STEP_LINES = 400
+
+
+def _review_text(
+    head: list[str],
+    markdown: str,
+    note: str | None,
+    *,
+    attached: bool,
+    steps: Sequence[tuple[str, Sequence[str]]] | None = None,
+    checks: Sequence[tuple[str, str]] | None = None,
+) -> str:
     body = "" if attached else _plan_body(markdown)
-    checks = review_checks_block(markdown)
+    if checks is None:
+        checks = _review_checks(markdown)
+    block_lines = review_checks_block(markdown, checks=checks)
     if body:
-        for block in (checks, checks[:6], []):
+        for block in (block_lines, block_lines[:6], []):
             whole = _fit([*head, "", body, *(["", *block] if block else [])], note)
             if whole is not None:
                 return whole
     # Too long for one message: the .md document carries the text, the card the steps.
-    steps = _plan_steps(markdown)
+    if steps is None:
+        steps = _plan_steps(markdown)
     lines = [*head, "", "<i>The whole plan is attached as plan.md.</i>", ""]
-    for limit in (len(steps), 40, 20, 10, 5, 0):
+    # No card holds more than a few hundred step lines (4,096 characters), so a plan of
+    # thousands of steps is not clipped and escaped whole on every draw.
+    for limit in (min(len(steps), MAX_STEP_LINES), 40, 20, 10, 5, 0):
         shown: list[str] = []
         for i, (step, criteria) in enumerate(steps[:limit], start=1):
             shown.append(f"{i}. {clip_line(step)}")
             shown.extend(f"   <i>Done when: {clip_line(c)}</i>" for c in criteria[:2])
             shown.extend(
                 f"   {CHECK_MARK} <code>{clip_line(command, 200)}</code>"
-                for command, where in _review_checks(markdown)
+                for command, where in checks
                 if where == f"step {i}"
             )
         if limit < len(steps):
             shown.append(f"<i>… {len(steps) - limit} more steps</i>")
         shown.extend(
             f"{CHECK_MARK} <code>{clip_line(command, 200)}</code> · whole plan"
-            for command, where in _review_checks(markdown)
+            for command, where in checks
             if where == "whole plan"
         )
         text = _fit([*lines, *shown], note)

@@ -46,6 +46,13 @@ async def open_plangate(
     calls); the stores keep the real one. The database is closed on exit; shut the engine
     down before that.
     """
+    # The home (database, plan folders, sessions) is never visible to the agent, whichever
+    # caller opens plangate and whatever its settings already hide; a worktree or an inbox
+    # under it is a root of the boundary and shows through (engine/tools/boundary.py).
+    sandbox = config.sandbox
+    if home not in sandbox.hidden:
+        hidden = (home, *sandbox.hidden)
+        config = dataclasses.replace(config, sandbox=dataclasses.replace(sandbox, hidden=hidden))
     if config.worktree_root is None:
         # Approved plans' git worktrees live under the home (docs/projects.md).
         config = dataclasses.replace(config, worktree_root=home / "worktrees")

@@ -83,13 +83,22 @@ async def check_model(settings: Settings) -> tuple[bool, str]:
     return True, f"model: ok, {status}"
 
 
+# What PLANGATE_BASH_APPROVAL means, for the sandbox line (docs/agent.md, "Tool approvals").
+_APPROVAL_LINE = {
+    "escalation": "bash asks only to leave the sandbox (network, PLANGATE_ASK_BASH)",
+    "always": "bash asks for every command no PLANGATE_ALLOW_BASH rule allows",
+    "never": "bash never asks; network and PLANGATE_ASK_BASH commands are denied",
+}
+
+
 def check_sandbox(settings: Settings) -> tuple[bool, str]:
     """Whether bash's bubblewrap sandbox works here, and which limits bind."""
     sandbox = sandbox_settings(settings)
+    asks = _APPROVAL_LINE[settings.bash_approval_mode]
     if not sandbox.enabled:
         return True, (
             "sandbox: off (PLANGATE_SANDBOX=off): bash runs unconfined; remove the setting "
-            "to confine it"
+            f"to confine it; {asks}"
         )
     status = probe(sandbox, refresh=True)
     if status.problem is not None:
@@ -101,7 +110,8 @@ def check_sandbox(settings: Settings) -> tuple[bool, str]:
         "none": "processes NOT capped",
     }[status.process_limit]
     line = (
-        f"sandbox: ok, bubblewrap works; network {network}, memory {sandbox.memory_mb} MB, {limits}"
+        f"sandbox: ok, bubblewrap works; network {network}, memory {sandbox.memory_mb} MB, "
+        f"{limits}; {asks}"
     )
     if status.notes:
         return False, f"{line}; {'; '.join(status.notes)}"

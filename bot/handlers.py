@@ -15,7 +15,7 @@ import re
 import traceback
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from telegram import ForceReply, Message, Update
 from telegram.error import TelegramError
@@ -25,7 +25,7 @@ from bot import callback as cb
 from bot.access import AccessGate
 from bot.channel import TelegramChannel
 from bot.keys import SessionKey, message_key, update_key
-from bot.outbox import Outbox
+from bot.outbox import Dropped, Outbox
 from bot.presenter import CardPresenter
 from bot.render import clip_html, escape
 from bot.routes import (
@@ -203,11 +203,24 @@ class Handlers:
             if reply_to is None and actor is not None and key[0] < 0:
                 html = f'<a href="tg://user?id={actor}">{escape(actor_name or "owner")}</a>, {text}'
 
+        # A non-owner's answer in a group is expendable: it goes last and is dropped first, so
+        # it never stands between an owner and the answer the owner waits for.
+        priority: Literal["interactive", "low"] = (
+            "low" if actor is None and key[0] < 0 else "interactive"
+        )
+
         async def deliver() -> None:
             try:
                 await self.bp.outbox.send_text(
-                    key[0], html, thread_id=key[1] or None, reply_to=reply_to, reply_markup=markup
+                    key[0],
+                    html,
+                    thread_id=key[1] or None,
+                    reply_to=reply_to,
+                    reply_markup=markup,
+                    priority=priority,
                 )
+            except Dropped:
+                _log.debug("plangate.handlers.answer_dropped chat=%s", key[0])
             finally:
                 self._cards(session_id, outcome)
                 self.bp.presenter.release(session_id)

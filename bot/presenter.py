@@ -88,6 +88,8 @@ def plan_view(
         attached=attached,
         worktree=data.worktree,
         raise_cap=data.raise_cap,
+        steps=data.steps,
+        checks=data.checks,
     )
 
 

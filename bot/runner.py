@@ -79,11 +79,14 @@ def transcriber_from_settings(settings: Settings) -> OpenAITranscriber | None:
 
 
 def sandbox_settings(settings: Settings) -> SandboxSettings:
-    """bash's sandbox as the settings describe it; the home and the .env file stay hidden."""
+    """The sandbox as the settings describe it; the home, the .env file and the secret files
+    stay hidden from every tool (absolute secret files as named, relative ones in every
+    workspace)."""
     hidden = [settings.home]
     env_file = Path(".env").absolute()
     if env_file.is_file():
         hidden.append(env_file)
+    hidden += [Path(name) for name in settings.secret_files if Path(name).is_absolute()]
     return SandboxSettings(
         enabled=settings.sandbox == "on",
         network=settings.bash_network,
@@ -91,6 +94,7 @@ def sandbox_settings(settings: Settings) -> SandboxSettings:
         max_processes=settings.bash_max_processes,
         env_pass=settings.bash_env,
         hidden=tuple(hidden),
+        hidden_names=tuple(n for n in settings.secret_files if not Path(n).is_absolute()),
     )
 
 
@@ -131,6 +135,7 @@ def engine_config(settings: Settings) -> EngineConfig:
             max_output_tokens=settings.max_output_tokens,
         ),
         goal_idle_rounds=settings.goal_idle_rounds,
+        max_plan_kb=settings.max_plan_kb,
         allow_bash=settings.allow_bash,
         bash_approval=settings.bash_approval_mode,
         ask_bash=settings.ask_bash,

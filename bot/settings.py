@@ -243,6 +243,9 @@ class Settings(BaseSettings):
     bash_memory_mb: int = Field(default=2048, ge=64)
     bash_max_processes: int = Field(default=256, ge=16)
     bash_env: Annotated[tuple[str, ...], NoDecode] = ()
+    # Files the agent never sees (no tool, not bash): absolute paths, or paths relative to
+    # the workspace that are hidden in every workspace (".env.production,config/secrets.yml").
+    secret_files: Annotated[tuple[str, ...], NoDecode] = ()
     # Usage and budgets (docs/goals.md): prices per million tokens, the bot's daily token cap
     # (UTC day; 200k and 2m are accepted), the closing-reply footer, the no-progress limit.
     price_input: float | None = Field(default=None, ge=0, allow_inf_nan=False)
@@ -251,6 +254,8 @@ class Settings(BaseSettings):
     usage_footer: Literal["off", "private", "on"] = "private"
     # The max_tokens of a model call when no limit is near; each call reserves it up front.
     max_output_tokens: int = Field(default=4096, ge=1)
+    # The plan .md's size limit in KB: a bigger plan is refused where it is written.
+    max_plan_kb: int = Field(default=512, ge=1)
     goal_idle_rounds: int = Field(default=3, ge=1)
     # When bash asks the owner: escalation (only to leave the sandbox; the default with the
     # sandbox on), always (unless an allow rule matches; the default with it off), never.
@@ -403,6 +408,20 @@ class Settings(BaseSettings):
     @classmethod
     def _sandbox(cls, value: object) -> object:
         return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("secret_files", mode="before")
+    @classmethod
+    def _secret_files(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        names = tuple(name.strip() for name in value.split(",") if name.strip())
+        for name in names:
+            parts = Path(name).parts
+            if ".." in parts or name in (".", "/"):
+                raise _fail(
+                    f"expected file paths separated by commas, without '..', got {_shown(name)}"
+                )
+        return names
 
     @field_validator("bash_env", mode="before")
     @classmethod

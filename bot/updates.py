@@ -138,7 +138,7 @@ class UpdateLedger:
         uid, date = update.update_id, update_date(update)
         fresh = not self.is_repeat(uid, date)
         if fresh:
-            if self._floor is not None and uid <= self._floor:
+            if (self._floor is not None and uid <= self._floor) or self._jumped(uid, date):
                 self._rebase(uid)
             self._done[uid] = date
             if self.watermark is None or uid > self.watermark:
@@ -166,6 +166,20 @@ class UpdateLedger:
         if self._floor is None or update_id > self._floor:
             return False
         return date is None or self.last_date is None or date <= self.last_date
+
+    def _jumped(self, update_id: int, date: float | None) -> bool:
+        """A new numbering in a process that restored no watermark (so has no floor): an id
+        below the watermark dated after every update taken. A late arrival (a webhook out of
+        order) is below it too, but never newer than what came after it. Without this the
+        watermark would stay above the new ids, never move, and none would be persisted."""
+        return (
+            self._floor is None
+            and self.watermark is not None
+            and update_id <= self.watermark
+            and date is not None
+            and self.last_date is not None
+            and date > self.last_date
+        )
 
     def _rebase(self, update_id: int) -> None:
         """Telegram numbers anew from ``update_id``: the old numbering's ids above it stay

@@ -26,7 +26,9 @@ from engine.worktree.types import WorktreeView
 CommandName = Literal[
     "plan", "show_plan", "execute", "discard", "goal", "stop", "status", "help", "usage"
 ]
-# Anyone in an allowed group may run these; every other command is owner-only.
+# Anyone in an allowed group may run these; every other command is owner-only. They change
+# nothing, so their command/run is logged without the reply waiting (engine.commands). The one
+# set both rules read.
 READ_ONLY_COMMANDS: frozenset[str] = frozenset({"show_plan", "status", "help"})
 
 # The plan card's state, decided by the engine (engine.cards.plan_card_state). ``review``
@@ -126,8 +128,12 @@ class PlanCardData:
     busy: bool = False
     # Set when the plan just ended: the card shows the last sidecar with this ending.
     ended: Literal["completed", "discarded", "abandoned"] | None = None
-    # The plan text (the session .md) while it is up for review: the card carries it.
+    # The plan text (the session .md) while it is up for review: the card carries it, or
+    # its steps (title, Done when lines; parsed once per revision, off the loop) when long.
     markdown: str | None = None
+    steps: tuple[tuple[str, tuple[str, ...]], ...] | None = None
+    # ... and the checks it names, with where ("step N" or "whole plan"), parsed the same way.
+    checks: tuple[tuple[str, str], ...] | None = None
     # Something waits for the owner: the review, a question, a tool approval.
     waiting: str | None = None
     # Wall-clock time of the checklist's last progress while it runs.

@@ -49,6 +49,7 @@ from engine.goal.tools import goal_tools
 from engine.goal.types import NEEDS_APPROVAL
 from engine.inbox import session_inbox
 from engine.model.types import ModelProvider
+from engine.plan.digest import DEFAULT_MAX_PLAN_KB
 from engine.plan.service import PlanChange, PlanService
 from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
@@ -118,6 +119,8 @@ class EngineConfig:
     # and the remote Push branch pushes to (PLANGATE_GIT_REMOTE; None: Merge instead).
     worktree_root: Path | None = None
     git_remote: str | None = None
+    # The plan .md's size limit in KB (PLANGATE_MAX_PLAN_KB).
+    max_plan_kb: int = DEFAULT_MAX_PLAN_KB
 
 
 class Engine:
@@ -314,7 +317,14 @@ def build_engine(
     # (docs/checks.md); this bash tool is never offered to the model.
     locks = WorkspaceLocks()
     checks = SandboxChecks(BashTool(locks=locks, sandbox=config.sandbox), clock=clock)
-    plans = PlanService(plan_store, log, criteria=goals, clock=clock, checks=checks)
+    plans = PlanService(
+        plan_store,
+        log,
+        criteria=goals,
+        clock=clock,
+        checks=checks,
+        max_plan_bytes=config.max_plan_kb * 1024,
+    )
 
     async def block_for_approval(
         session_id: str, source: MessageSource, view: ApprovalView
@@ -383,6 +393,7 @@ def build_engine(
         approvals=approvals,
         file_limits=config.file_limits,
         read_only_roots=worktrees.read_only_roots,
+        workspace_note=worktrees.prompt_note,
         locks=locks,
     )
     the_scheduler = scheduler or ApsScheduler()

@@ -24,7 +24,7 @@ from engine.agent.turn import TurnResult
 from engine.api import GoalCardData, GoalCardState, PlanCardData, PlanCardState
 from engine.events import FeedbackSource
 from engine.goal.types import GoalSnapshot
-from engine.plan.extract import validate_template_b
+from engine.plan.digest import PlanDigest
 from engine.plan.service import PlanChange
 from engine.plan.types import PlanSidecar, PlanState
 from engine.services import Services
@@ -140,6 +140,10 @@ class Cards:
         self.choices = CardChoices()
         # The last plan of a session that just ended, so its card can say how it ended.
         self._ended: dict[str, tuple[PlanSidecar, PlanEnding]] = {}
+        # A card id Telegram returned for a plan that ended before its change reached the cards
+        # (the service delivers it after the criteria effects): (plan id, chat id, card id),
+        # applied to the ended plan when the change arrives.
+        self._late_cards: dict[str, tuple[str, int, int]] = {}
         self._plans.add_listener(self._on_plan_change)
         self._goals.add_listener(self._on_goal_change)
 
@@ -171,7 +175,9 @@ class Cards:
             return PlanCardData(state="none", sidecar=None, busy=busy)
         phase = await self._plans.state(session_id)
         run = controller.checklist
-        review_ready = phase == "post_init" and await self._review_ready(session_id, sidecar)
+        # The plan text's digest (size, template B, steps, checks), once per revision.
+        digest = await self._plans.digest(session_id) if phase == "post_init" else None
+        review_ready = digest is not None and _review_ready(sidecar, digest)
         state = plan_card_state(
             phase=phase,
             sidecar=sidecar,
@@ -206,6 +212,8 @@ class Cards:
             sidecar=sidecar,
             busy=busy,
             markdown=await self._plans.md_text(session_id) if review_ready else None,
+            steps=digest.steps if digest is not None and review_ready else None,
+            checks=digest.checks if digest is not None and review_ready else None,
             waiting=waiting,
             last_progress_at=run.last_progress_at if run.armed else None,
             halted=halted,
@@ -213,13 +221,6 @@ class Cards:
             raise_cap=raise_cap,
             checking=self._plans.checking(session_id),
         )
-
-    async def _review_ready(self, session_id: str, sidecar: PlanSidecar) -> bool:
-        """Review once ``submit`` was called for this revision or template B is valid."""
-        if sidecar.submitted_revision == sidecar.revision:
-            return True
-        md = await self._plans.md_text(session_id)
-        return bool(md) and not validate_template_b(md or "")
 
     async def goal_card(self, session_id: str) -> GoalCardData:
         """What the goal card shows now: the goal, armed or not, and its tokens so far."""
@@ -266,14 +267,12 @@ class Cards:
             # The plan may end between the read and the write: set_flow checks under its lock.
             written = await self._plans.set_flow(session_id, flow, plan_id=sidecar.id)
         ended = self._ended.get(session_id)
-        if (
-            not written
-            and ended is not None
-            and card_id is not None
-            and plan_id in (None, ended[0].id)
-        ):
-            flow = ended[0].flow.model_copy(update={"chat_id": chat_id, "card_id": card_id})
-            self._ended[session_id] = (ended[0].model_copy(update={"flow": flow}), ended[1])
+        if written or card_id is None:
+            return
+        if ended is not None and plan_id in (None, ended[0].id):
+            self._ended[session_id] = (_with_card(ended[0], chat_id, card_id), ended[1])
+        elif plan_id is not None and (sidecar is None or sidecar.id == plan_id):
+            self._late_cards[session_id] = (plan_id, chat_id, card_id)
 
     async def on_turn_end(
         self, session_id: str, message: InboundMessage, result: TurnResult
@@ -296,15 +295,33 @@ class Cards:
         await safe_call("plan_changed", self._channel.plan_changed(session_id))
 
     async def _on_plan_change(self, change: PlanChange) -> None:
+        late = self._late_cards.pop(change.session_id, None)
         if change.after is None and change.before is not None:
             ending = _ENDINGS.get(change.archived or "", "discarded")
-            self._ended[change.session_id] = (change.archived_sidecar or change.before, ending)
+            last = change.archived_sidecar or change.before
+            if late is not None and late[0] == last.id:
+                last = _with_card(last, late[1], late[2])
+            self._ended[change.session_id] = (last, ending)
         elif change.after is not None:
             self._ended.pop(change.session_id, None)
         await self.plan_changed(change.session_id)
 
     async def _on_goal_change(self, session_id: str, goal: GoalSnapshot | None) -> None:
         await safe_call("goal_changed", self._channel.goal_changed(session_id))
+
+
+def _review_ready(sidecar: PlanSidecar, digest: PlanDigest) -> bool:
+    """Review once ``submit`` was called for this revision or template B is valid; never for
+    a text over the size limit (the digest is made off the loop: a card redrawn at one
+    revision parses nothing)."""
+    if digest.too_big:
+        return False
+    return sidecar.submitted_revision == sidecar.revision or digest.approvable
+
+
+def _with_card(sidecar: PlanSidecar, chat_id: int, card_id: int) -> PlanSidecar:
+    flow = sidecar.flow.model_copy(update={"chat_id": chat_id, "card_id": card_id})
+    return sidecar.model_copy(update={"flow": flow})
 
 
 def _runs_in(worktree: WorktreeView | None, sidecar: PlanSidecar) -> bool:

@@ -25,6 +25,7 @@ from engine.cards import Cards
 from engine.events import Attachment, CommandRun, FeedbackSource, HumanSource
 from engine.goal.commands import describe_goal, parse_goal_command, run_goal_command
 from engine.goal.fold import GoalRefusal
+from engine.plan.digest import too_big_detail
 from engine.plan.extract import validate_template_b
 from engine.plan.types import is_editing
 from engine.services import Services
@@ -36,9 +37,6 @@ from engine.usage.meter import CAP_COMMAND
 _log = logging.getLogger("plangate.commands")
 
 STALE_TEXT = "This card is out of date."
-# Commands that change nothing: their command/run is logged without the reply waiting for the
-# commit (docs/storage.md says what a crash can lose).
-READ_ONLY_COMMANDS = frozenset({"status", "help", "show_plan"})
 
 HELP_TEXT = """plangate commands:
 /plan [request] - plan first: the agent explores and writes a plan for you to approve
@@ -154,7 +152,9 @@ class CommandPlane:
         args = clean_text(args).strip()
         if name in ("plan", "execute", "discard", "goal", "stop"):
             self._choices.clear(session_id)
-        if name in READ_ONLY_COMMANDS:
+        # Read-only commands (api.READ_ONLY_COMMANDS, the one set) change nothing: their
+        # command/run is logged without the reply waiting for the commit (docs/storage.md).
+        if name in api.READ_ONLY_COMMANDS:
             self.log_read_only(session_id, name, args, actor=actor)
         match name:
             case "plan":
@@ -280,8 +280,11 @@ class CommandPlane:
         ``text`` (from ``/execute text``) is queued as the owner's message once the approval is
         committed or pending; it runs after the turn that is running or queued, under Active.
         """
-        md = await self._plans.md_text(session_id) or ""
-        missing = validate_template_b(md)
+        digest = await self._plans.digest(session_id)
+        if digest is not None and digest.too_big:
+            too_big = too_big_detail(digest.size_bytes, self._plans.max_plan_bytes)
+            return Outcome(reply=_unsent(f"The plan cannot be approved: {too_big}.", text))
+        missing = list(digest.problems) if digest is not None else validate_template_b("")
         if missing:
             lines = "\n".join(f"- {item}" for item in missing)
             return Outcome(

@@ -98,20 +98,35 @@ async def close_interrupted_turn(log: EventLog, session_id: str) -> list[StoredE
 PENDING_COMMANDS = frozenset({"plan", "approve"})
 
 
+def pending_mark(event: SessionEvent) -> bool | None:
+    """The one rule of "a decision left pending": ``True`` for a command that leaves one
+    (:data:`PENDING_COMMANDS`), ``False`` for what decides it or takes it back (a plan change,
+    ``plan/mode`` or ``plan/changed``, or a take-back command), ``None`` for any other event.
+    Of a log's events, the last that it names says whether something is pending.
+
+    :func:`undecided_command` and :func:`attention_marks` both read it; migration 3 in
+    storage/migrations.py keeps a frozen SQL copy (it says why).
+    """
+    if isinstance(event, PlanChanged | PlanMode):
+        return False
+    if isinstance(event, CommandRun):
+        if event.name in PENDING_COMMANDS:
+            return True
+        if event.name in TAKE_BACK_COMMANDS:
+            return False
+    return None
+
+
 def undecided_command(events: Sequence[SessionEvent], name: str) -> CommandRun | None:
     """The last ``command/run`` called ``name`` (one of :data:`PENDING_COMMANDS`) if nothing
-    decided or took it back since: a dead process logged it and never committed it.
-
-    A plan change (``plan/mode``, ``plan/changed``) decides it; a take-back command cancels it.
-    """
+    decided or took it back since (:func:`pending_mark`): a dead process logged it and never
+    committed it. Another pending command in between neither decides nor is it."""
     for event in reversed(events):
-        if isinstance(event, PlanChanged | PlanMode):
+        mark = pending_mark(event)
+        if mark is False:
             return None
-        if isinstance(event, CommandRun):
-            if event.name == name:
-                return event
-            if event.name in TAKE_BACK_COMMANDS:
-                return None
+        if mark and isinstance(event, CommandRun) and event.name == name:
+            return event
     return None
 
 
@@ -140,8 +155,8 @@ def attention_marks(events: Iterable[SessionEvent]) -> AttentionMarks:
 
     A superset on purpose: a marked session that needs nothing is loaded for nothing, never
     the reverse. ``open_turn``: the last turn mark is a ``turn/start``. ``live_goal``: the
-    last goal revision is an active snapshot. ``undecided``: the last ``/plan`` or approval
-    command came after every plan change and take-back.
+    last goal revision is an active snapshot. ``undecided``: the last event
+    :func:`pending_mark` names is a pending command.
     """
     open_turn: bool | None = None
     live_goal: bool | None = None
@@ -153,11 +168,8 @@ def attention_marks(events: Iterable[SessionEvent]) -> AttentionMarks:
             open_turn = False
         elif isinstance(event, GoalChange):
             live_goal = event.snapshot is not None and event.snapshot.phase == "active"
-        elif isinstance(event, PlanChanged | PlanMode):
-            undecided = False
-        elif isinstance(event, CommandRun):
-            if event.name in PENDING_COMMANDS:
-                undecided = True
-            elif event.name in TAKE_BACK_COMMANDS:
-                undecided = False
+        else:
+            mark = pending_mark(event)
+            if mark is not None:
+                undecided = mark
     return AttentionMarks(open_turn, live_goal, undecided)

@@ -282,6 +282,7 @@ class Sessions:
         await self.ensure_loaded(session_id)
         record = await self.store.fork(session_id, upto_seq=upto_seq)
         await self._plans.fork(session_id, record.id)
+        await self._worktrees.forked(record.id)
         if await self._plans.current(record.id) is not None:
             await self._plans.set_flow(record.id, PlanFlow())
         return record.id

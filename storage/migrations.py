@@ -69,7 +69,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     ("CREATE INDEX events_type_at ON events (type, at)",),
     # 3: per-session attention marks (engine.recovery.attention_marks), kept by every append,
     # so start-up loads only the sessions with an open turn, a live goal or an undecided
-    # /plan or approval. Backfilled from the log by the same rules.
+    # /plan or approval. Backfilled from the log by the same rules. The backfill is a frozen
+    # SQL copy of engine.recovery.pending_mark (and of the command names it reads) on
+    # purpose: a migration must do on every old file what it did when it shipped, and the
+    # rule's owner may change later (a later change gets a migration of its own); the copy is
+    # checked against the Python rule by tests/storage/test_sqlite.py.
     (
         """
         CREATE TABLE session_marks (

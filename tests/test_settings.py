@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.runner import engine_config, transcriber_from_settings
+from bot.runner import engine_config, sandbox_settings, transcriber_from_settings
 from bot.settings import (
     DEFAULT_TELEGRAM_API_URL,
     PLACEHOLDER_MODEL_API_KEY,
@@ -303,6 +303,17 @@ def test_sandbox_settings_are_read_and_secret_names_refused() -> None:
         text = error_of({"PLANGATE_BASH_ENV": f"PATHX,{secret}"})
         assert "PLANGATE_BASH_ENV" in text and "never passed to bash" in text
     assert "PLANGATE_SANDBOX" in error_of({"PLANGATE_SANDBOX": "maybe"})
+
+
+def test_secret_files_are_hidden_from_every_tool(tmp_path: Path) -> None:
+    s = load({"PLANGATE_SECRET_FILES": f".env.production, config/secrets.yml,{tmp_path}/key"})
+    assert s.secret_files == (".env.production", "config/secrets.yml", f"{tmp_path}/key")
+    sandbox = sandbox_settings(s)
+    assert sandbox.hidden_names == (".env.production", "config/secrets.yml")
+    assert tmp_path / "key" in sandbox.hidden and s.home in sandbox.hidden
+    assert load({}).secret_files == ()
+    text = error_of({"PLANGATE_SECRET_FILES": "ok.txt,../up.txt"})
+    assert "PLANGATE_SECRET_FILES" in text and "without '..'" in text
 
 
 def test_approval_settings_rules_and_timeout() -> None:

@@ -11,7 +11,7 @@ afterwards with ``registry.set_driver(driver)`` (the driver needs the registry a
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from engine.agent.channel import Channel
@@ -26,7 +26,8 @@ from engine.ports import EventLog, SessionStore
 from engine.projects import ProjectCatalog
 from engine.tools.ask import AskUserTool
 from engine.tools.base import Tool
-from engine.tools.bash import BashLimits, BashTool, PlanViewSource, ReadOnlyRoots
+from engine.tools.bash import BashLimits, BashTool
+from engine.tools.boundary import BoundaryPolicy, PlanViewSource, ReadOnlyRoots
 from engine.tools.files import FileLimits, file_tools
 from engine.tools.sandbox import SandboxSettings
 from engine.tools.send import SendFileTool
@@ -86,17 +87,20 @@ def agent_tools(
     read_only_roots: ReadOnlyRoots | None = None,
 ) -> tuple[list[Tool], BashTool]:
     """The agent's own tools (read_file, list_files, grep, write_file, edit_file, bash,
-    ask_user, send_file) and the bash tool itself (for ``kill_session``)."""
+    ask_user, send_file) and the bash tool itself (for ``kill_session``).
+
+    They share one :class:`BoundaryPolicy`: the same workspace, phase, hidden paths and
+    read-only roots decide the file tools' checks, what send_file may send and bash's mounts.
+    """
     shared = locks or WorkspaceLocks()
-    bash = BashTool(
-        locks=shared,
-        limits=bash_limits,
-        sandbox=sandbox,
+    policy = BoundaryPolicy(
+        settings=sandbox or SandboxSettings(),
         plan_view=plan_view_source(plan) if plan is not None else None,
         read_only_roots=read_only_roots,
     )
-    tools: list[Tool] = [*file_tools(hooks=plan, locks=shared, limits=file_limits)]
-    tools.extend([bash, AskUserTool(channel), SendFileTool(channel)])
+    bash = BashTool(locks=shared, limits=bash_limits, boundary=policy)
+    tools: list[Tool] = [*file_tools(hooks=plan, locks=shared, limits=file_limits, boundary=policy)]
+    tools.extend([bash, AskUserTool(channel), SendFileTool(channel, boundary=policy)])
     return tools, bash
 
 
@@ -119,6 +123,7 @@ def build_agent(
     read_only_roots: ReadOnlyRoots | None = None,
     inbox_root: Path | None = None,
     locks: WorkspaceLocks | None = None,
+    workspace_note: Callable[[str], Awaitable[str]] | None = None,
 ) -> AgentRegistry:
     """Assemble the agent. ``extra_tools`` are the plan, todo and goal tools.
 
@@ -127,7 +132,8 @@ def build_agent(
     ``driver`` may be attached later with ``set_driver``; ``approvals`` is the owner's
     approval gate (none: every call the plan gate allows runs); ``locks`` are the workspace
     locks the tools share (pass the ones the check runner holds too); ``read_only_roots``
-    names what bash sees read-only besides the workspace (a plan worktree's repository).
+    names what bash sees read-only besides the workspace (a plan worktree's repository);
+    ``workspace_note`` adds a line about the workspace to the prompt.
     """
     own, bash = agent_tools(
         channel,
@@ -151,6 +157,7 @@ def build_agent(
         usage=usage,
         approvals=approvals,
         inbox_root=inbox_root,
+        workspace_note=workspace_note,
     )
     return AgentRegistry(deps, driver=driver)
 

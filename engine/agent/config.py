@@ -53,6 +53,8 @@ class AgentDeps:
     # The root of the session inboxes (engine.inbox): each session's is a read-only root
     # of its file tools. None: no inbox.
     inbox_root: Path | None = None
+    # A line for the prompt's workspace section (a plan's git worktree says what it is).
+    workspace_note: Callable[[str], Awaitable[str]] | None = None
 
 
 __all__ = ["AgentDeps", "WorkspaceResolver"]

@@ -26,6 +26,8 @@ class PromptInputs:
     goal: GoalSnapshot | None = None
     todos: Sequence[TodoItem] | None = None
     tool_names: Sequence[str] = ()
+    # What the workspace is, when it is more than a folder (a plan's git worktree).
+    workspace_note: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,7 @@ def _workspace(inputs: PromptInputs) -> str:
         "(the session plan .md aside). bash runs in the workspace with a timeout; long output "
         "is cut. Prefer edit_file for small changes and read a file before you edit it. "
         "When you need the user's decision, call ask_user and end your turn."
+        + (f"\n{inputs.workspace_note}" if inputs.workspace_note else "")
     )
 
 

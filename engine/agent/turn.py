@@ -391,6 +391,9 @@ async def _context(
             goal=projections.goal,
             todos=projections.todos,
             tool_names=tuple(t.name for t in deps.tools),
+            workspace_note=(
+                await deps.workspace_note(session_id) if deps.workspace_note is not None else ""
+            ),
         )
     )
     return assemble_messages(turns, system_prompt=system, settings=deps.settings)

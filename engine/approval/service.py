@@ -370,17 +370,7 @@ class ToolApprovals:
         unattended caller denies by itself). A denial or a timeout is remembered for the run;
         a timeout also for :meth:`take_timeout`.
         """
-        requested = ApprovalRequested(
-            request_id=view.request_id,
-            call_id=view.call_id,
-            tool=view.tool,
-            command=view.command,
-            rule=list(view.rule or ()),
-            unattended=False,
-            exact=view.exact,
-            network=view.why == "network",
-        )
-        decided = await self._wait(session_id, view, requested)
+        decided = await self._wait(session_id, view, _requested(view))
         state = self._session(session_id)
         if decided not in ("once", "session", "stopped"):
             state.denied.add(_key(view))
@@ -389,39 +379,30 @@ class ToolApprovals:
         return decided
 
     async def _unattended(self, session_id: str, view: ApprovalView, source: MessageSource) -> str:
-        """Deny at once; the turn's one notice lists the call (posted once, then edited)."""
+        """Deny at once; the turn's one notice lists the call (posted once, then edited).
+
+        Logged first (the log is the authority), then the chat: the turn's first denial runs
+        the hook (the goal blocks) and posts the notice; a later one adds its command to that
+        notice, whose Allow button stays the first call's.
+        """
         state = self._session(session_id)
-        notice = state.notice
-        same_turn = notice is not None and notice.turn == source
-        logged = view
-        if notice is not None and same_turn:
-            # The notice's own request id: its Allow button stays the first call's.
-            listed = notice.view
-            known = (listed.command, *listed.also)
-            if view.command not in known:
-                listed = dataclasses.replace(listed, also=(*listed.also, view.command))
-                notice.view = listed
-                await safe_call("approval_asked", self._notifier.approval_asked(session_id, listed))
-        requested = ApprovalRequested(
-            request_id=logged.request_id,
-            call_id=logged.call_id,
-            tool=logged.tool,
-            command=logged.command,
-            rule=list(logged.rule or ()),
-            unattended=True,
-            exact=logged.exact,
-            network=logged.why == "network",
-        )
         await self._log.append(
             session_id,
             [
-                requested,
+                _requested(view),
                 ApprovalDecided(
-                    request_id=logged.request_id, call_id=logged.call_id, decision="unattended"
+                    request_id=view.request_id, call_id=view.call_id, decision="unattended"
                 ),
             ],
         )
-        if same_turn:
+        notice = state.notice
+        if notice is not None and notice.turn == source:
+            listed = notice.view
+            if view.command not in (listed.command, *listed.also):
+                notice.view = dataclasses.replace(listed, also=(*listed.also, view.command))
+                await safe_call(
+                    "approval_asked", self._notifier.approval_asked(session_id, notice.view)
+                )
             return UNATTENDED_TEXT
         state.notice = _Notice(turn=source, view=view)
         if view.rule:
@@ -591,6 +572,20 @@ class ToolApprovals:
             state.write_rules.append(rule[0])
         else:
             cls._held(state, family, exact).append(rule)
+
+
+def _requested(view: ApprovalView) -> ApprovalRequested:
+    """The ``approval/requested`` event of a request."""
+    return ApprovalRequested(
+        request_id=view.request_id,
+        call_id=view.call_id,
+        tool=view.tool,
+        command=view.command,
+        rule=list(view.rule or ()),
+        unattended=view.unattended,
+        exact=view.exact,
+        network=view.why == "network",
+    )
 
 
 def _view(event: ApprovalRequested) -> ApprovalView:

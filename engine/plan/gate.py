@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.plan.digest import md_bytes, too_big_detail
 from engine.plan.refusals import TEXTS
 from engine.plan.types import PlanState
 from engine.tools.workspace import real_path, resolve_path
@@ -34,6 +35,11 @@ GATE_TEXTS: dict[str, str] = {
         "Denied (gate-editing-bash): bash is off while the plan is being designed. Use "
         "read_file, list_files and grep; write only the plan .md."
     ),
+    "gate-plan-too-big": (
+        "Denied (gate-plan-too-big): the plan .md would be over the size limit "
+        "(PLANGATE_MAX_PLAN_KB). Keep the plan short: steps, not code or logs; put long "
+        "material in project files the steps name."
+    ),
     "gate-active-md-frozen": (
         "Denied (gate-active-md-frozen): the approved plan .md is frozen while the checklist "
         "runs. Record progress with plan complete or plan skip; the owner can Revise the plan."
@@ -47,6 +53,9 @@ class PlanGateView:
 
     state: PlanState
     md_path: Path | None = None
+    # The plan text's size limit, and the live .md's size now (post-init), both in bytes.
+    max_md_bytes: int | None = None
+    md_bytes: int = 0
 
 
 def resolve_tool_path(raw: object, workspace: Path) -> Path | None:
@@ -61,6 +70,17 @@ def _is_md(raw: object, view: PlanGateView, workspace: Path) -> bool:
     if target is None or view.md_path is None:
         return False
     return target == real_path(view.md_path)
+
+
+def _size_after(tool_name: str, args: Mapping[str, Any], view: PlanGateView) -> int:
+    """The ``.md``'s size after this write (an edit: as if it replaced one occurrence)."""
+    if tool_name == "write_file":
+        content = args.get("content")
+        return md_bytes(content) if isinstance(content, str) else 0
+    old, new = args.get("old_text"), args.get("new_text")
+    if not isinstance(old, str) or not isinstance(new, str):
+        return view.md_bytes
+    return view.md_bytes + md_bytes(new) - md_bytes(old)
 
 
 def check_gate(
@@ -84,7 +104,16 @@ def check_gate(
         if state == "pre_init":
             return GATE_TEXTS["gate-pre-init-write"]
         if state == "post_init":
-            return None if is_md else GATE_TEXTS["gate-editing-write"]
+            if not is_md:
+                return GATE_TEXTS["gate-editing-write"]
+            size = _size_after(tool_name, args, view)
+            if view.max_md_bytes is not None and size > view.max_md_bytes:
+                return (
+                    GATE_TEXTS["gate-plan-too-big"]
+                    + "\n- "
+                    + too_big_detail(size, view.max_md_bytes)
+                )
+            return None
         if state == "active" and is_md:
             return GATE_TEXTS["gate-active-md-frozen"]
         return None

@@ -3,7 +3,8 @@
 A refusal is a value, never an exception: the tool returns its text to the model as an error
 result, a command returns it to the chat. Tests check the code; the text never varies, except
 that ``template-incomplete`` and ``approve-template`` append the validator's list of what is
-missing and ``checks-failed`` appends plangate's record of the failed run.
+missing, ``checks-failed`` appends plangate's record of the failed run, and ``plan-too-big``
+the plan's size against the limit.
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ class Refusal:
 
 
 TEXTS: dict[str, str] = {
+    # --- the plan text's size (PLANGATE_MAX_PLAN_KB) -----------------------------------------
+    "plan-too-big": (
+        "Refused (plan-too-big): the plan .md is over the size limit, so it cannot be saved, "
+        "submitted or approved. Keep the plan short (steps, not code or logs; put long "
+        "material in project files the steps name) and write it again."
+    ),
     # --- plan tool: init ---------------------------------------------------------------------
     "plan-live": (
         "Refused (plan-live): this session already has a plan. Continue it (plan show); "

@@ -25,6 +25,13 @@ from engine.events import PlanChanged, PlanMode, SessionEvent
 from engine.plan import checklist, machine
 from engine.plan.checklist import Gates
 from engine.plan.criteria import TaskCriteriaSink
+from engine.plan.digest import (
+    DEFAULT_MAX_PLAN_KB,
+    PlanDigest,
+    PlanDigests,
+    md_bytes,
+    too_big_detail,
+)
 from engine.plan.gate import PlanGateView
 from engine.plan.importer import read_import
 from engine.plan.machine import (
@@ -124,9 +131,12 @@ class PlanService:
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         seeding: Seeding | None = None,
         checks: CheckRunner | None = None,
+        max_plan_bytes: int = DEFAULT_MAX_PLAN_KB * 1024,
     ) -> None:
         self._store = store
         self._checks = checks
+        self.max_plan_bytes = max_plan_bytes
+        self._digests: PlanDigests | None = None
         self._log = log
         self._criteria = criteria
         self._clock = clock
@@ -181,6 +191,36 @@ class PlanService:
         if self._seeding is None:
             self._seeding = default_seeding()
         return self._seeding
+
+    @property
+    def digests(self) -> PlanDigests:
+        """The per-revision cache of what each plan text parses to (engine.plan.digest)."""
+        if self._digests is None:
+            seeding = self._seed()
+            self._digests = PlanDigests(
+                max_bytes=self.max_plan_bytes,
+                validate=seeding.validate,
+                extract=seeding.extract,
+                plan_checks=seeding.plan_checks,
+            )
+        return self._digests
+
+    async def digest(self, session_id: str) -> PlanDigest | None:
+        """The live ``.md``'s size check, template B problems and steps: cached per
+        (plan id, revision), worked out in a thread; ``None`` without a plan text."""
+        async with self._lock(session_id):
+            live = await self._load_locked(session_id)
+        if live.sidecar is None or live.md is None:
+            return None
+        return await self.digests.of(live.sidecar.id, live.sidecar.revision, live.md)
+
+    def _digest_of(self, live: _Live, text: str, ready: PlanDigest | None) -> PlanDigest:
+        """``ready`` when it was made for this very text, else made here (under the lock)."""
+        sidecar = live.sidecar
+        key = (sidecar.id if sidecar else "", sidecar.revision if sidecar else 0, len(text))
+        if ready is not None and ready.key == key and live.md == text:
+            return ready
+        return self.digests.cached(*key[:2], text) or self.digests.make(text, key)
 
     def _now(self) -> str:
         return datetime.fromtimestamp(self._clock(), UTC).isoformat()
@@ -344,8 +384,14 @@ class PlanService:
 
     async def gate_view(self, session_id: str) -> PlanGateView:
         """What :func:`engine.plan.gate.check_gate` needs, read at each tool call."""
+        async with self._lock(session_id):
+            live = await self._load_locked(session_id)
+        state = machine.state_of(live.sidecar, live.md)
         return PlanGateView(
-            state=await self.state(session_id), md_path=await self._store.md_path(session_id)
+            state=state,
+            md_path=await self._store.md_path(session_id),
+            max_md_bytes=self.max_plan_bytes,
+            md_bytes=md_bytes(live.md) if state == "post_init" and live.md else 0,
         )
 
     def take_notices(self, session_id: str) -> list[str]:
@@ -385,10 +431,11 @@ class PlanService:
         on re-approval, minting a new plan id); zero items leave Active with empty tasks.
         """
         seeding = self._seed()
-        # Extracted once before the lock (the snapshot of what the checks watch is file IO);
-        # reused under it when the text is still the same.
+        # Parsed once before the lock, off the loop (the digest), and the snapshot of what the
+        # checks watch taken from it (file IO); reused under the lock when the text is the same.
+        ready = await self.digest(session_id)
         before = await self.md_text(session_id)
-        early = list(seeding.extract(before)) if before else []
+        early = list(ready.items) if ready is not None else []
         baseline = await self._baseline(session_id, before, early)
 
         def decide(live: _Live, ctx: Context) -> Transition | Refusal:
@@ -397,10 +444,12 @@ class PlanService:
             checked = machine.approve_check(sidecar, live.md, revision)
             if isinstance(checked, Refusal):
                 return checked
-            missing = tuple(seeding.validate(text))
-            if missing:
-                return refusal("approve-template", list(missing))
-            items = early if before and text == before else list(seeding.extract(text))
+            digest = self._digest_of(live, text, ready)
+            if digest.too_big:
+                return self._too_big(digest)
+            if digest.problems:
+                return refusal("approve-template", list(digest.problems))
+            items = list(digest.items)
             if checked.revising is not None:
                 tasks, next_id = seeding.reconcile(
                     previous=checked.revising.tasks,
@@ -424,6 +473,9 @@ class PlanService:
             return machine.approve(sidecar, live.md, inp, ctx)
 
         return await self._run(session_id, decide)
+
+    def _too_big(self, digest: PlanDigest) -> Refusal:
+        return refusal("plan-too-big", [too_big_detail(digest.size_bytes, self.max_plan_bytes)])
 
     async def _baseline(
         self, session_id: str, text: str | None, items: Sequence[Any]
@@ -510,6 +562,11 @@ class PlanService:
             md = await self._store.read_md(session_id)
             live = _Live(sidecar=live.sidecar, md=md)
             self._live[session_id] = live
+            if md is not None and md_bytes(md) > self.max_plan_bytes:
+                # Not mirrored into the sidecar (nor parsed for the card): submit and Approve
+                # refuse it with its size until it is cut down.
+                _log.info("plangate.plan.md_too_big session=%s bytes=%d", session_id, len(md))
+                return self._result(live, "", "plan-too-big")
             ctx = await self._context(session_id)
             outcome = machine.md_written(live.sidecar, md, ctx)
             if outcome is None or isinstance(outcome, Refusal):
@@ -648,12 +705,17 @@ class PlanService:
 
     async def submit(self, session_id: str) -> PlanResult:
         """Ask for review: validates template B; records ``submitted_revision`` (no bump)."""
-        seeding = self._seed()
+        ready = await self.digest(session_id)  # parsed off the loop, before the lock
 
         def decide(live: _Live, ctx: Context) -> Transition | Refusal:
             text = live.md if live.md is not None else ""
             state = machine.state_of(live.sidecar, live.md)
-            missing = seeding.validate(text) if state == "post_init" else []
+            missing: Sequence[str] = []
+            if state == "post_init":
+                digest = self._digest_of(live, text, ready)
+                if digest.too_big:
+                    return self._too_big(digest)
+                missing = digest.problems
             return machine.submit(live.sidecar, live.md, missing, ctx)
 
         return await self._run(session_id, decide)

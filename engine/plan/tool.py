@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from engine.events import GoalRoundSource
+from engine.events import is_attended
 from engine.plan.importer import parse_task_spec, parse_task_specs
 from engine.plan.refusals import refusal
 from engine.plan.service import PlanResult, PlanService
@@ -117,7 +117,8 @@ class PlanTool:
                     tasks=tasks,
                     file_path=_opt_str(args, "file_path"),
                     workspace=ctx.workspace,
-                    autonomous=isinstance(ctx.source, GoalRoundSource),
+                    # A design plan waits for a review nobody could give.
+                    autonomous=not is_attended(ctx.source),
                 )
             )
         if op == "add_tasks":

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.agent.channel import Channel
-from engine.events import GoalRoundSource
+from engine.events import is_attended
 from engine.tools.base import ToolContext, ToolOutcome
 
 ASK_SENT_TEXT = "sent to the user; end your turn and wait for the answer"
@@ -49,7 +49,7 @@ class AskUserTool:
         return False
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
-        if isinstance(ctx.source, GoalRoundSource):
+        if not is_attended(ctx.source):  # nobody could answer (a goal round)
             return ToolOutcome(ASK_IN_ROUND_TEXT, is_error=True)
         question = args.get("question")
         if not isinstance(question, str) or not question.strip():

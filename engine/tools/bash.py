@@ -24,28 +24,25 @@ import json
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from engine.plan.gate import GATE_TEXTS, PlanGateView
+from engine.plan.gate import GATE_TEXTS
 from engine.tools.base import ToolContext, ToolOutcome
+from engine.tools.boundary import Boundary, BoundaryPolicy, PlanViewSource, ReadOnlyRoots
 from engine.tools.sandbox import (
     PidsCgroup,
     SandboxSettings,
-    bwrap_argv,
     find_pids_cgroup,
+    guarded,
     helper_env,
     probe,
+    reap_adopted,
     sandbox_env,
 )
 from engine.tools.workspace import WorkspaceLocks
-
-# The plan state and the session .md at the moment of a call (NoPlan when not given).
-PlanViewSource = Callable[[str], Awaitable[PlanGateView]]
-# What the session's bash sees read-only besides its workspace (a plan worktree's ``.git``).
-ReadOnlyRoots = Callable[[str], Awaitable[tuple[Path, ...]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,12 +155,18 @@ class BashTool:
         sandbox: SandboxSettings | None = None,
         plan_view: PlanViewSource | None = None,
         read_only_roots: ReadOnlyRoots | None = None,
+        boundary: BoundaryPolicy | None = None,
     ):
+        """``boundary`` decides the mounts; without it one is made of ``sandbox``,
+        ``plan_view`` (NoPlan when that is not given either) and ``read_only_roots``."""
         self._locks = locks or WorkspaceLocks()
-        self._read_only_roots = read_only_roots
         self._limits = limits or BashLimits()
-        self._sandbox = sandbox or SandboxSettings()
-        self._plan_view = plan_view
+        self._policy = boundary or BoundaryPolicy(
+            settings=sandbox or SandboxSettings(),
+            plan_view=plan_view,
+            read_only_roots=read_only_roots,
+        )
+        self._sandbox = self._policy.settings
         self._running: dict[str, set[asyncio.subprocess.Process]] = {}
 
     @property
@@ -208,27 +211,16 @@ class BashTool:
         reason = args.get("reason", "")
         if not isinstance(reason, str):
             return ToolOutcome("error: reason must be a string", is_error=True)
-        # ``network``: this one call has the host's network; the approval gate asked the
-        # owner before the call got here (docs/agent.md, "Tool approvals").
-        sandbox = replace(self._sandbox, network=True) if network else self._sandbox
         async with self._locks.lock_for(ctx.workspace):
-            view = (
-                await self._plan_view(ctx.session_id)
-                if self._plan_view is not None
-                else PlanGateView(state="none")
-            )
+            view = await self._policy.view(ctx.session_id)
             if view.state == "post_init":  # the gate refuses first; this holds without it too
                 return ToolOutcome(GATE_TEXTS["gate-editing-bash"], is_error=True)
-            hidden = [view.md_path.parent] if view.md_path is not None else []
-            ran = await self._run(
-                command,
-                timeout_s,
-                session_id=ctx.session_id,
-                workspace=ctx.workspace,
-                writable=view.state != "pre_init",
-                sandbox=sandbox,
-                hidden=hidden,
-            )
+            boundary = await self._policy.for_call(ctx, view=view)
+            if network:
+                # This one call has the host's network; the approval gate asked the owner
+                # before the call got here (docs/agent.md, "Tool approvals").
+                boundary = boundary.with_network(True)
+            ran = await self._run(command, timeout_s, session_id=ctx.session_id, boundary=boundary)
         if ran.problem is not None:
             return ToolOutcome(ran.problem, is_error=True)
         return self._outcome(ran)
@@ -244,16 +236,13 @@ class BashTool:
         """Run a check (docs/checks.md): the same sandbox as a call, with the workspace
         read-only and the network off whatever the settings say, the longest timeout a call
         may ask for, and the END of the output kept (a test runner's verdict is last)."""
-        sandbox = replace(self._sandbox, network=False)
         async with self._locks.lock_for(workspace):
+            boundary = await self._policy.for_session(session_id, workspace)
             return await self._run(
                 command,
                 self._limits.max_timeout_s,
                 session_id=session_id,
-                workspace=workspace,
-                writable=False,
-                sandbox=sandbox,
-                hidden=hidden,
+                boundary=boundary.for_check(hidden),
                 keep="tail",
             )
 
@@ -263,17 +252,15 @@ class BashTool:
         timeout_s: float,
         *,
         session_id: str,
-        workspace: Path,
-        writable: bool,
-        sandbox: SandboxSettings,
-        hidden: Sequence[Path],
+        boundary: Boundary,
         keep: Literal["head", "tail"] = "head",
     ) -> CommandRun:
+        sandbox = boundary.settings
         if not sandbox.enabled:
             # Unconfined on purpose, but still without the bot's secrets.
             process = await self._spawn(
-                ["bash", "-c", command],
-                cwd=str(workspace),
+                ["bash", "-c", guarded(), "bash", command],
+                cwd=str(boundary.workspace),
                 env=sandbox_env(sandbox, os.environ),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
@@ -284,21 +271,10 @@ class BashTool:
         status = await asyncio.to_thread(probe, sandbox)
         if status.problem is not None:
             return CommandRun(exit_code=None, output="", problem=status.problem)
-        read_only = (
-            await self._read_only_roots(session_id) if self._read_only_roots is not None else ()
-        )
         info_r, info_w = os.pipe()
         cgroup: PidsCgroup | None = None
         try:
-            argv = bwrap_argv(
-                sandbox,
-                workspace=workspace,
-                writable=writable,
-                command=command,
-                hidden=hidden,
-                read_only=read_only,
-                info_fd=info_w,
-            )
+            argv = boundary.bwrap_argv(command, info_fd=info_w)
             if status.process_limit == "cgroup":
                 # Reading mountinfo and making the folder are file IO: off the event loop. A
                 # /stop meanwhile still waits for the folder, so the clean-up below removes it.
@@ -502,6 +478,8 @@ class _Confined:
                     await asyncio.sleep(_POLL_S)
                 except asyncio.CancelledError:
                     cancelled = True
+        if pid is not None:
+            reap_adopted(pid)
         if self.cgroup is not None and not self.cgroup.remove():
             log.warning("plangate.tools.bash.cgroup_left folder=%s", self.cgroup.folder)
         if cancelled:

@@ -1,11 +1,13 @@
 """File tools: read_file, list_files, grep (parallel), write_file, edit_file (exclusive).
 
-Every path is resolved against the session's workspace with symlinks and ``..`` resolved
-first; a path outside it is refused with a clear result, except the session's plan ``.md``
-(asked of :class:`SessionMdHooks`). A successful write to that ``.md`` calls the plan service's
-``md_written`` hook. Writes hold the workspace lock (shared with ``bash``) and resolve their
-path under it. Output is capped with a note saying it was cut. Errors are results
-(``is_error``), never exceptions.
+Every path is the boundary's answer (``engine.tools.boundary``): resolved against the
+session's workspace with symlinks and ``..`` resolved first, refused with a clear result when
+it is outside the workspace and the read-only roots (except the session's plan ``.md``), when
+it is hidden (plangate's home, the plan folder, the settings file, the secrets), or, for a
+write, when the phase keeps the workspace read-only. Walks leave hidden entries out. A
+successful write to that ``.md`` calls the plan service's ``md_written`` hook. Writes hold the
+workspace lock (shared with ``bash``) and resolve their path under it. Output is capped with a
+note saying it was cut. Errors are results (``is_error``), never exceptions.
 
 The read side never blocks the bot: files are read only when regular (a FIFO or device is
 refused or skipped, checked on a non-blocking descriptor), reads, walks and writes run on this
@@ -28,12 +30,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from engine.tools import search as _search_module
 from engine.tools.base import Tool, ToolContext, ToolOutcome
+from engine.tools.boundary import Boundary, BoundaryPolicy, NotVisible
 from engine.tools.sandbox import helper_env
 from engine.tools.search import glob_match, walk_files
 from engine.tools.workspace import (
@@ -42,9 +44,7 @@ from engine.tools.workspace import (
     cut,
     display_path,
     read_text_nofollow,
-    real_path,
     replace_file,
-    resolve_in_workspace,
 )
 
 _log = logging.getLogger("plangate.tools.files")
@@ -111,11 +111,12 @@ def _int_arg(args: dict[str, Any], name: str) -> int | None:
 
 
 class _FileTool(ABC):
-    """Shared plumbing: path resolution with the session ``.md`` exception."""
+    """Shared plumbing: every path is the boundary's answer (``engine.tools.boundary``)."""
 
     name = ""
     description = ""
-    # Read tools may also read the context's read roots (the session inbox); writes never.
+    # Read tools may also read the context's read roots (the session inbox); writes never
+    # (the boundary refuses a write there: it is a read-only root).
     reads_only = False
 
     def __init__(
@@ -124,21 +125,40 @@ class _FileTool(ABC):
         hooks: SessionMdHooks | None = None,
         locks: WorkspaceLocks | None = None,
         limits: FileLimits | None = None,
+        boundary: BoundaryPolicy | None = None,
     ) -> None:
+        """``boundary`` decides what may be seen and written; without one, the workspace
+        with nothing hidden in NoPlan, and the ``.md`` the ``hooks`` name."""
         self._hooks = hooks
         self._locks = locks or WorkspaceLocks()
         self._limits = limits or FileLimits()
-
-    async def _md_path(self, ctx: ToolContext) -> Path | None:
-        return await self._hooks.session_md_path(ctx.session_id) if self._hooks else None
-
-    async def _resolve(self, raw: str, ctx: ToolContext) -> Path:
-        # Resolving follows links (file system calls): off the event loop, like the IO after.
-        also = await self._md_path(ctx)
-        extra = ctx.read_roots if self.reads_only else ()
-        return await _in_pool(
-            partial(resolve_in_workspace, raw, ctx.workspace, also_allowed=also, extra_roots=extra)
+        self._policy = boundary or BoundaryPolicy(
+            md_source=hooks.session_md_path if hooks is not None else None
         )
+
+    async def _readable(self, raw: str, ctx: ToolContext) -> tuple[Path, Boundary]:
+        # Resolving follows links (file system calls): off the event loop, like the IO after.
+        boundary = await self._policy.for_call(ctx)
+        return await _in_pool(boundary.readable, raw), boundary
+
+    async def precheck(self, args: dict[str, Any], ctx: ToolContext) -> str | None:
+        """The boundary's refusal of a hidden ``path``, asked before the gate (so an approval
+        request never previews a secret); every other check stays with the call itself."""
+        raw = args.get("path")
+        if not isinstance(raw, str) or not raw:
+            return None
+        boundary = await self._policy.for_call(ctx)
+        try:
+            await _in_pool(boundary.readable, raw)
+        except NotVisible as exc:
+            return exc.result_text(ctx.workspace)
+        except (OutsideWorkspace, OSError):
+            return None
+        return None
+
+    async def _writable(self, raw: str, ctx: ToolContext) -> tuple[Path, Boundary]:
+        boundary = await self._policy.for_call(ctx)
+        return await _in_pool(boundary.writable_path, raw), boundary
 
     @property
     @abstractmethod
@@ -192,11 +212,11 @@ class ReadFileTool(_FileTool):
         assert raw is not None
         offset = _int_arg(args, "offset") or 1
         limit = _int_arg(args, "limit") or self._limits.read_lines
-        path = await self._resolve(raw, ctx)
+        path, boundary = await self._readable(raw, ctx)
         if not await _in_pool(path.is_file):
             return _error(f"error: {raw!r} is not a file")
         limit = min(limit, self._limits.read_lines)
-        read = await _in_pool(_read_lines, path, max(offset, 1) - 1, limit)
+        read = await _in_pool(_read_lines, path, max(offset, 1) - 1, limit, boundary)
         if read is None:
             return _error(f"error: {raw!r} is not a regular file (a FIFO, socket or device)")
         shown, total = read
@@ -212,11 +232,20 @@ class ReadFileTool(_FileTool):
         return ToolOutcome(content=cut(body, self._limits.read_chars))
 
 
-def _read_lines(path: Path, start: int, limit: int) -> tuple[list[str], int] | None:
+def _read_lines(
+    path: Path, start: int, limit: int, boundary: Boundary
+) -> tuple[list[str], int] | None:
     """Lines ``start..start+limit`` and the total line count, streaming (big files are fine);
-    ``None`` when ``path`` is not a regular file (checked on the open, non-blocking fd)."""
+    ``None`` when ``path`` is not a regular file (checked on the open, non-blocking fd).
+
+    What the descriptor opened is judged by the boundary again: a link swapped in after the
+    path was checked is refused, not followed into a hidden file.
+    """
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
+        opened = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if opened != path and not boundary.visible(opened):
+            raise NotVisible(str(path), opened)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
         shown: list[str] = []
@@ -254,16 +283,16 @@ class ListFilesTool(_FileTool):
     async def _run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         raw = _str_arg(args, "path", required=False) or "."
         pattern = _str_arg(args, "pattern", required=False)
-        root = await self._resolve(raw, ctx)
+        root, boundary = await self._readable(raw, ctx)
         if not await _in_pool(root.is_dir):
             return _error(f"error: {raw!r} is not a folder")
-        return await _in_pool(self._list, root, pattern, _walk_root(root, ctx), ctx.workspace)
+        return await _in_pool(self._list, root, pattern, boundary)
 
-    def _list(self, root: Path, pattern: str | None, inside: Path, workspace: Path) -> ToolOutcome:
+    def _list(self, root: Path, pattern: str | None, boundary: Boundary) -> ToolOutcome:
         found: list[str] = []
         total = 0
-        for path in walk_files(root, inside):
-            # Shown relative to the workspace; a read root's files (the inbox) absolute.
+        workspace = boundary.workspace
+        for path in walk_files(root, *boundary.search_scope()):
             rel = display_path(path, workspace)
             if pattern and not (glob_match(rel, pattern) or fnmatch.fnmatch(path.name, pattern)):
                 continue
@@ -308,41 +337,25 @@ class GrepTool(_FileTool):
         assert pattern is not None
         raw = _str_arg(args, "path", required=False) or "."
         glob = _str_arg(args, "glob", required=False)
-        root = await self._resolve(raw, ctx)
+        root, boundary = await self._readable(raw, ctx)
         if not await _in_pool(root.exists):
             return _error(f"error: {raw!r} does not exist")
         if not await _in_pool(lambda: root.is_dir() or root.is_file()):
             return _error(f"error: {raw!r} is not a regular file (a FIFO, socket or device)")
         limits = self._limits
-        inside = _walk_root(root, ctx)
+        roots, hidden = boundary.search_scope()
         request = {
             "pattern": pattern,
             "root": str(root),
-            "workspace": str(inside),
+            "workspace": str(boundary.workspace),
+            "roots": roots,
+            "hidden": hidden,
             "glob": glob,
             "max_matches": limits.grep_matches,
             "line_chars": limits.grep_line_chars,
             "file_bytes": limits.grep_file_bytes,
         }
-        found = await _search(request, limits.grep_timeout_s)
-        if inside == real_path(ctx.workspace):
-            return found
-        # Hits under a read root (the inbox) are named absolutely, as read_file takes them.
-        lines = [
-            line if line.startswith(("[", "(", "error:")) else f"{inside}/{line}"
-            for line in found.content.split("\n")
-        ]
-        return ToolOutcome(content="\n".join(lines), is_error=found.is_error)
-
-
-def _walk_root(path: Path, ctx: ToolContext) -> Path:
-    """The root a walk from ``path`` stays inside: the workspace, or the read root (the
-    inbox) that ``path`` was allowed under."""
-    for root in (ctx.workspace, *ctx.read_roots):
-        resolved = real_path(root)
-        if path == resolved or resolved in path.parents:
-            return resolved
-    return real_path(ctx.workspace)
+        return await _search(request, limits.grep_timeout_s)
 
 
 async def _search(request: dict[str, Any], timeout_s: float) -> ToolOutcome:
@@ -422,9 +435,8 @@ async def _search(request: dict[str, Any], timeout_s: float) -> ToolOutcome:
 
 
 class _WriteTool(_FileTool):
-    async def _after_write(self, path: Path, ctx: ToolContext) -> None:
-        md = await self._md_path(ctx)
-        if self._hooks is not None and md is not None and path == real_path(md):
+    async def _after_write(self, path: Path, boundary: Boundary, ctx: ToolContext) -> None:
+        if self._hooks is not None and path == boundary.plan_md:
             await self._hooks.md_written(ctx.session_id)
 
 
@@ -450,11 +462,11 @@ class WriteFileTool(_WriteTool):
         # Resolved under the lock: a bash holding it could swap a folder for a link out of the
         # workspace while this write waits.
         async with self._locks.lock_for(ctx.workspace):
-            path = await self._resolve(raw, ctx)
+            path, boundary = await self._writable(raw, ctx)
             if await _in_pool(path.is_dir):  # a stat, off the loop like the write itself
                 return _error(f"error: {raw!r} is a folder")
             await _in_pool(_write, path, content)
-            await self._after_write(path, ctx)
+            await self._after_write(path, boundary, ctx)
         return ToolOutcome(content=f"wrote {len(content)} characters to {raw}")
 
 
@@ -493,7 +505,7 @@ class EditFileTool(_WriteTool):
             return _error("error: old_text is empty; use write_file to create a file")
         # Resolved under the lock, as in write_file.
         async with self._locks.lock_for(ctx.workspace):
-            path = await self._resolve(raw, ctx)
+            path, boundary = await self._writable(raw, ctx)
             if not await _in_pool(path.is_file):
                 return _error(f"error: {raw!r} is not a file")
             text = await _in_pool(read_text_nofollow, path)
@@ -507,7 +519,7 @@ class EditFileTool(_WriteTool):
                 )
             updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
             await _in_pool(_write, path, updated)
-            await self._after_write(path, ctx)
+            await self._after_write(path, boundary, ctx)
         replaced = count if replace_all else 1
         return ToolOutcome(content=f"replaced {replaced} occurrence(s) in {raw}")
 
@@ -517,8 +529,9 @@ def file_tools(
     hooks: SessionMdHooks | None = None,
     locks: WorkspaceLocks | None = None,
     limits: FileLimits | None = None,
+    boundary: BoundaryPolicy | None = None,
 ) -> list[Tool]:
-    """The five file tools sharing one set of hooks, locks and limits."""
+    """The five file tools sharing one set of hooks, locks, limits and one boundary."""
     shared_locks = locks or WorkspaceLocks()
     kinds: tuple[type[_FileTool], ...] = (
         ReadFileTool,
@@ -527,7 +540,9 @@ def file_tools(
         WriteFileTool,
         EditFileTool,
     )
-    return [kind(hooks=hooks, locks=shared_locks, limits=limits) for kind in kinds]
+    return [
+        kind(hooks=hooks, locks=shared_locks, limits=limits, boundary=boundary) for kind in kinds
+    ]
 
 
 __all__ = [

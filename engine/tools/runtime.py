@@ -6,7 +6,9 @@ exclusive. An exclusive call is an ordering barrier: every call before it has fi
 starts, and none after it starts before it ends. Consecutive safe calls run together.
 
 For each call, in this order: look the tool up, validate the arguments (the tool's pydantic
-``args_model`` when it has one, else its JSON ``parameters``), ask the gate, run. Every failure
+``args_model`` when it has one, else its JSON ``parameters``), the tool's own ``precheck`` if
+it has one (the boundary's refusal of a hidden path: before the gate, so no approval request
+ever shows or asks about a file the agent may not see), ask the gate, run. Every failure
 becomes an error :class:`ToolOutcome` for the model, never an exception to the caller (a
 cancellation still propagates). Results come back in call order.
 """
@@ -145,6 +147,11 @@ class ToolRuntime:
         problem = self._check_arguments(tool, call.arguments)
         if problem is not None:
             return _error(f"invalid arguments for {call.name}: {problem}")
+        precheck = getattr(tool, "precheck", None)
+        if callable(precheck):
+            refused = await precheck(call.arguments, ctx)
+            if isinstance(refused, str):
+                return ToolOutcome(content=refused, is_error=True)
         if self._gate is not None:
             try:
                 denied = await self._gate(call, ctx)

@@ -13,15 +13,18 @@ own cgroup with ``pids.max``. Everything is decided by the mounts, never by read
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.tools.git_guard import NAMED_GUARD, git_env
 from engine.tools.workspace import is_within, real_path
 
 log = logging.getLogger("plangate.tools.sandbox")
@@ -82,8 +85,10 @@ class SandboxSettings:
     max_processes: int = 256
     # Variables copied from the bot's environment on purpose (secret-looking names never are).
     env_pass: tuple[str, ...] = ()
-    # Never visible inside: the plangate home, the settings file.
+    # Never visible to any tool: the plangate home, the settings file, absolute secret files.
     hidden: tuple[Path, ...] = ()
+    # Relative paths hidden inside every workspace (secret files named in the settings).
+    hidden_names: tuple[str, ...] = ()
     bwrap: str = "bwrap"
 
 
@@ -116,7 +121,14 @@ def sandbox_env(settings: SandboxSettings, environ: Mapping[str, str]) -> dict[s
     for name in settings.env_pass:
         if not forbidden_env_name(name) and name in environ:
             env[name] = environ[name]
+    # Last, so no passed variable undoes it: git runs none of the commands its config names.
+    env.update(git_env())
     return env
+
+
+def guarded(command_var: str = '"$1"') -> str:
+    """bash that neutralises the repository's named git drivers, then execs the command."""
+    return f"{{ {NAMED_GUARD}; }} && exec bash -c {command_var}"
 
 
 def _system_mounts() -> list[str]:
@@ -134,8 +146,8 @@ def _system_mounts() -> list[str]:
     return args
 
 
-def _mounted_roots(workspace: Path, extra: Sequence[Path] = ()) -> list[Path]:
-    roots = [workspace, *extra]
+def _system_roots() -> list[Path]:
+    roots = []
     for folder in SYSTEM_DIRS:
         path = Path(folder)
         if path.is_dir() and not path.is_symlink():
@@ -144,18 +156,82 @@ def _mounted_roots(workspace: Path, extra: Sequence[Path] = ()) -> list[Path]:
     return roots
 
 
-def _masks(hidden: Iterable[Path], workspace: Path, extra: Sequence[Path] = ()) -> list[str]:
-    """Mount over every hidden path that lies inside something mounted."""
-    args: list[str] = []
-    roots = _mounted_roots(workspace, extra)
-    for raw in hidden:
+# Size of a tmpfs that masks a hidden folder: it only ever holds mount points.
+_MASK_BYTES = 64 * 1024
+# /dev holds device nodes, links and mount points only; /dev/shm is its own tmpfs.
+_DEV_BYTES = 1024 * 1024
+# The device nodes bwrap's --dev would give (its --dev tmpfs cannot be sized).
+_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+
+
+def tmpfs_sizes(memory_mb: int) -> dict[str, int]:
+    """Bytes of each writable tmpfs inside, together within the memory setting.
+
+    A tmpfs holds memory that ``ulimit -v`` does not count, so each is sized: half of the
+    memory setting for ``/tmp``, a quarter for ``/var/tmp``, an eighth for ``/dev/shm``.
+    """
+    total = memory_mb * 1024 * 1024
+    return {"/tmp": total // 2, "/var/tmp": total // 4, "/dev/shm": total // 8}
+
+
+def _scratch_mounts(memory_mb: int) -> list[str]:
+    sizes = tmpfs_sizes(memory_mb)
+    args = ["--proc", "/proc", "--size", str(_DEV_BYTES), "--tmpfs", "/dev"]
+    for name in _DEVICES:
+        if Path("/dev", name).exists():
+            args += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
+    for link, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
+        args += ["--symlink", target, f"/dev/{link}"]
+    args += ["--size", str(sizes["/dev/shm"]), "--tmpfs", "/dev/shm"]
+    args += ["--remount-ro", "/dev"]
+    for folder in ("/tmp", "/var/tmp"):
+        args += ["--size", str(sizes[folder]), "--tmpfs", folder]
+    return args
+
+
+def _mask(path: Path) -> list[str]:
+    if path.is_dir():
+        return ["--size", str(_MASK_BYTES), "--tmpfs", str(path)]
+    return ["--ro-bind", "/dev/null", str(path)]
+
+
+def _mount_plan(
+    workspace: Path, read_only: Sequence[Path], hidden: Iterable[Path], *, writable: bool
+) -> list[str]:
+    """The workspace, the read-only roots and the masks over every hidden path, in order.
+
+    Every mount is made after the mounts of the folders around it (ordered by depth, a root
+    before a mask of the same path), so a hidden folder that holds a root (an inbox or a
+    workspace under plangate's home) is masked first and the root then shows through it,
+    while a hidden path inside a root is masked over it. A hidden path outside everything
+    mounted needs no mask: it is simply not there. Masks end read-only.
+    """
+    roots = [workspace, *(root for root in read_only if root != workspace)]
+    mounted = [*_system_roots(), *roots]
+    bind = "--bind" if writable else "--ro-bind"
+    steps: list[tuple[int, int, list[str]]] = [
+        (len(workspace.parts), 0, [bind, str(workspace), str(workspace)])
+    ]
+    for root in roots[1:]:  # -try: an inbox is made when the first upload comes
+        steps.append((len(root.parts), 0, ["--ro-bind-try", str(root), str(root)]))
+    read_only_dirs: list[str] = []
+    for raw in dict.fromkeys(hidden):
         path = real_path(raw)
-        if not path.exists() or not any(is_within(path, root) for root in roots):
+        if not path.exists() or not any(is_within(path, root) for root in mounted):
             continue
+        steps.append((len(path.parts), 1, _mask(path)))
         if path.is_dir():
-            args += ["--tmpfs", str(path), "--remount-ro", str(path)]
-        else:
-            args += ["--ro-bind", "/dev/null", str(path)]
+            read_only_dirs.append(str(path))
+    args: list[str] = []
+    for _, _, step in sorted(steps, key=lambda item: (item[0], item[1])):
+        args += step
+    for folder in read_only_dirs:
+        args += ["--remount-ro", folder]
     return args
 
 
@@ -167,16 +243,16 @@ def bwrap_argv(
     command: str,
     hidden: Sequence[Path] = (),
     read_only: Sequence[Path] = (),
+    network: bool | None = None,
     environ: Mapping[str, str] | None = None,
     info_fd: int | None = None,
 ) -> list[str]:
     """The ``bwrap`` command line that runs ``command`` with ``bash -c`` in the sandbox.
 
-    ``read_only`` folders are mounted read-only at their own paths besides the workspace (a
-    plan worktree's repository, so git works in the worktree and its history cannot be
-    changed from inside).
+    ``hidden`` adds to ``settings.hidden``; ``network`` overrides ``settings.network`` (one
+    call's decision). Tools get this through :class:`engine.tools.boundary.Boundary`.
     """
-    ws = str(real_path(workspace))
+    ws = real_path(workspace)
     args = [
         settings.bwrap,
         "--unshare-user",
@@ -186,30 +262,64 @@ def bwrap_argv(
         "--unshare-cgroup-try",
         "--die-with-parent",
         "--new-session",
+        # Root outside is nobody special inside: no capability, and no new user namespace
+        # to gain them back in (so mount, umount and unshare fail).
+        "--cap-drop",
+        "ALL",
+        "--disable-userns",
         "--hostname",
         "sandbox",
     ]
-    if not settings.network:
+    if not (settings.network if network is None else network):
         args.append("--unshare-net")
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
     args += _system_mounts()
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
-    args += ["--bind" if writable else "--ro-bind", ws, ws]
-    extra = [real_path(p) for p in read_only if real_path(p).is_dir()]
-    for folder in extra:
-        args += ["--ro-bind", str(folder), str(folder)]
-    args += _masks([*settings.hidden, *hidden], real_path(workspace), extra)
-    args += ["--chdir", ws, "--clearenv"]
+    args += _scratch_mounts(settings.memory_mb)
+    args += _mount_plan(
+        ws,
+        [real_path(p) for p in read_only],
+        [*settings.hidden, *hidden],
+        writable=writable,
+    )
+    args += ["--chdir", str(ws), "--clearenv"]
     for name, value in sandbox_env(settings, os.environ if environ is None else environ).items():
         args += ["--setenv", name, value]
     # ulimit sets soft and hard limits together; nothing inside can raise a hard limit again.
     limits = (
         f"ulimit -v {settings.memory_mb * 1024} && ulimit -u {settings.max_processes} "
-        '&& exec bash -c "$1"'
+        f"&& {guarded()}"
     )
     args += ["--", "bash", "-c", limits, "bash", command]
     return args
+
+
+# --- orphans ----------------------------------------------------------------------------------
+
+
+def reap_adopted(pid: int) -> bool:
+    """Reap ``pid`` if it is a zombie this process adopted; ``True`` when it was reaped.
+
+    The sandbox's init (the inner ``bwrap``) can outlive the outer ``bwrap`` that started it
+    by a moment; it is then re-parented to the nearest reaper. When plangate is that reaper
+    (PID 1 of a container without an init), nobody else would ever wait for it, and each call
+    would leave a zombie. Only a pid the sandbox reported (bwrap's ``--info-fd``) is reaped,
+    and only when it is already a zombie whose parent is this process: asyncio's child watcher
+    owns the pids plangate started itself and waits for them by pid, so none of those is ever
+    taken from it (the outer bwrap is asyncio's; the inner one never was).
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] != "Z" or int(fields[1]) != os.getpid():
+        return False
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return False
+    return True
 
 
 # --- the pids cgroup -----------------------------------------------------------------------
@@ -329,20 +439,70 @@ def probe(settings: SandboxSettings, *, refresh: bool = False) -> SandboxStatus:
     return status
 
 
+def _reap_reported(info_fd: int) -> None:
+    """Read bwrap's ``--info-fd`` report to its end and reap the sandbox init it names."""
+    with os.fdopen(info_fd, "rb") as handle:
+        raw = handle.read()
+    try:
+        pid = json.loads(raw.decode("utf-8", "replace")).get("child-pid")
+    except (ValueError, AttributeError):
+        return
+    if isinstance(pid, int):
+        for _ in range(100):  # it is gone, or a zombie, a moment after the outer bwrap
+            if reap_adopted(pid) or not Path(f"/proc/{pid}").exists():
+                return
+            time.sleep(0.01)
+
+
+# The probe's command: fails with _NOT_POWERLESS unless the sandbox holds no capability.
+_NOT_POWERLESS = 86
+_POWERLESS = (
+    "grep -Eq '^CapEff:[[:space:]]*0+$' /proc/self/status || "
+    f"{{ grep CapEff /proc/self/status >&2; exit {_NOT_POWERLESS}; }}"
+)
+
+
 def _probe(settings: SandboxSettings) -> SandboxStatus:
     with tempfile.TemporaryDirectory(prefix="plangate-probe-") as folder:
-        argv = bwrap_argv(settings, workspace=Path(folder), writable=True, command="true")
+        info_r, info_w = os.pipe()
+        argv = bwrap_argv(
+            settings,
+            workspace=Path(folder),
+            writable=True,
+            command=_POWERLESS,
+            info_fd=info_w,
+        )
         try:
             done = subprocess.run(
-                argv, capture_output=True, timeout=20, check=False, cwd="/", env=helper_env()
+                argv,
+                capture_output=True,
+                timeout=20,
+                check=False,
+                cwd="/",
+                env=helper_env(),
+                pass_fds=(info_w,),
             )
         except FileNotFoundError:
             return SandboxStatus(f"bash is unavailable: {settings.bwrap} is not installed; {FIX}")
         except (OSError, subprocess.TimeoutExpired) as exc:
             return SandboxStatus(f"bash is unavailable: bubblewrap failed to start ({exc}); {FIX}")
+        finally:
+            os.close(info_w)
+            _reap_reported(info_r)
+    why = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    reason = why[-1] if why else f"exit code {done.returncode}"
+    if done.returncode == _NOT_POWERLESS:
+        return SandboxStatus(
+            "bash is unavailable: a process inside bubblewrap still holds capabilities "
+            f"({reason}); {FIX}"
+        )
+    if done.returncode != 0 and "disable-userns" in reason:
+        return SandboxStatus(
+            "bash is unavailable: this bubblewrap cannot turn off user namespaces inside the "
+            f"sandbox ({reason}), so root inside could regain capabilities; install "
+            "bubblewrap 0.8.0 or newer, or set PLANGATE_SANDBOX=off on purpose"
+        )
     if done.returncode != 0:
-        why = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        reason = why[-1] if why else f"exit code {done.returncode}"
         return SandboxStatus(
             f"bash is unavailable: bubblewrap cannot create its namespaces here ({reason}); "
             "allow unprivileged user namespaces (see the README's security model) or "
@@ -373,7 +533,9 @@ __all__ = [
     "bwrap_argv",
     "find_pids_cgroup",
     "forbidden_env_name",
+    "guarded",
     "helper_env",
     "probe",
+    "reap_adopted",
     "sandbox_env",
 ]

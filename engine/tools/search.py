@@ -12,6 +12,10 @@ Only regular files are read: a FIFO, socket or device in the workspace is skippe
 and every file is opened ``O_NONBLOCK`` and checked with ``fstat`` before it is read (a FIFO
 swapped in after the walk cannot block the open).
 
+What may be seen is the boundary's decision (``engine.tools.boundary``): the request carries
+its roots and hidden paths, and :func:`path_visible` is its rule. A hidden folder is not
+walked, and every file opened is judged again by what the descriptor points at.
+
 The child reads one JSON request on stdin and writes JSON lines: ``{"hit": ...}`` for each
 match shown, then ``{"total": N}``; or ``{"error": ...}`` for a bad pattern.
 """
@@ -24,7 +28,7 @@ import os
 import re
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +40,37 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def walk_files(root: Path, workspace: Path) -> Iterator[Path]:
-    """Regular files under ``root``, sorted; symlinked folders are not followed, a link that
-    resolves outside the workspace is skipped, and so is anything not a regular file."""
-    inside = os.path.realpath(workspace)
+def path_visible(path: str, roots: Sequence[str], hidden: Sequence[str]) -> bool:
+    """The boundary's visibility rule (``engine.tools.boundary``), kept here so that grep's
+    child, which imports only the standard library, applies the very same one.
+
+    The resolved ``path`` is visible when it lies in one of ``roots`` and in none of
+    ``hidden``; a hidden path that strictly contains the root holding ``path`` (a workspace
+    under plangate's home) does not count for that root.
+    """
+    inside = [root for root in roots if _inside(path, root)]
+    if not inside:
+        return False
+    root = max(inside, key=len)
+    return not any(
+        _inside(path, secret) and not (root != secret and _inside(root, secret))
+        for secret in hidden
+    )
+
+
+def walk_files(root: Path, roots: Sequence[str], hidden: Sequence[str] = ()) -> Iterator[Path]:
+    """Regular files under ``root`` that :func:`path_visible` allows, sorted.
+
+    Symlinked folders are not followed; a link is judged by what it resolves to (one out of
+    the roots or into a hidden path is skipped), and anything not a regular file is skipped.
+    A hidden folder is not walked at all.
+    """
     for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if d not in SKIP_DIRS and path_visible(os.path.join(folder, d), roots, hidden)
+        )
         for name in sorted(files):
             path = Path(folder) / name
             try:
@@ -50,18 +79,25 @@ def walk_files(root: Path, workspace: Path) -> Iterator[Path]:
                 continue
             if not stat.S_ISREG(info.st_mode):
                 continue
-            if path.is_symlink() and not _inside(os.path.realpath(path), inside):
+            real = os.path.realpath(path) if path.is_symlink() else str(path)
+            if not path_visible(real, roots, hidden):
                 continue
             yield path
 
 
-def read_regular(path: Path, max_bytes: int) -> bytes | None:
-    """The file's bytes, or ``None`` when it is not a regular file or is over ``max_bytes``.
+def read_regular(
+    path: Path, max_bytes: int, *, visible: Callable[[str], bool] | None = None
+) -> bytes | None:
+    """The file's bytes, or ``None`` when it is not a regular file, is over ``max_bytes``, or
+    (with ``visible``) what was actually opened is not visible.
 
-    Opened non-blocking and checked on the open descriptor, so a FIFO never blocks the caller.
+    Opened non-blocking and checked on the open descriptor, so a FIFO never blocks the caller
+    and a link swapped in after the walk is judged by the file it opened.
     """
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
+        if visible is not None and not visible(os.readlink(f"/proc/self/fd/{fd}")):
+            return None
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
             return None
@@ -95,18 +131,25 @@ def search(request: dict[str, Any], emit: Any) -> None:
         return
     root = Path(request["root"])
     workspace = os.path.realpath(request["workspace"])
+    # What the boundary lets the agent see; without it, the workspace and nothing hidden.
+    roots: list[str] = request.get("roots") or [workspace]
+    hidden: list[str] = request.get("hidden") or []
+
+    def visible(real: str) -> bool:
+        return path_visible(real, roots, hidden)
+
     glob: str | None = request.get("glob")
     max_matches = int(request["max_matches"])
     line_chars = int(request["line_chars"])
     file_bytes = int(request["file_bytes"])
-    files: Iterator[Path] = iter([root]) if root.is_file() else walk_files(root, Path(workspace))
+    files: Iterator[Path] = iter([root]) if root.is_file() else walk_files(root, roots, hidden)
     total = 0
     for path in files:
         rel = _relative(path, workspace)
         if glob and not (fnmatch.fnmatch(path.name, glob) or glob_match(rel, glob)):
             continue
         try:
-            data = read_regular(path, file_bytes)
+            data = read_regular(path, file_bytes, visible=visible)
         except OSError:
             continue
         if data is None or b"\0" in data[:8192]:

@@ -1,9 +1,11 @@
 """The ``send_file`` tool: attach a file the agent names to the chat (docs/agent.md).
 
-The path is judged exactly as the read tools judge theirs (resolved first, then inside the
-workspace or a read root such as the session inbox; anything else is refused), so the agent
-can send what it could read and nothing more. Regular files only, at most
-``MAX_SEND_BYTES``; the file is read in a thread, never on the event loop.
+The path is the boundary's answer, exactly as for the read tools (``engine.tools.boundary``:
+resolved first, then inside the workspace or a read-only root such as the session inbox, and
+never a hidden path: the home, the plan files, ``.env``, the secret files), so the agent can
+send what it could read and nothing more; what the descriptor opened is judged again.
+Regular files only, at most ``MAX_SEND_BYTES``; the file is read in a thread, never on the
+event loop.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Any
 from engine.agent.channel import Channel
 from engine.inbox import human_size
 from engine.tools.base import ToolContext, ToolOutcome
-from engine.tools.workspace import OutsideWorkspace, resolve_in_workspace
+from engine.tools.boundary import Boundary, BoundaryPolicy, NotVisible
+from engine.tools.workspace import OutsideWorkspace
 
 # What one attachment may weigh (Telegram takes 50 MB from a bot; a phone wants far less).
 MAX_SEND_BYTES = 20 * 1024 * 1024
@@ -28,12 +31,16 @@ class TooBig(Exception):
     """The file is over the limit (its size is the argument)."""
 
 
-def _read_regular(path: Path, limit: int) -> bytes | None:
+def _read_regular(path: Path, limit: int, boundary: Boundary) -> bytes | None:
     """The bytes of a regular file (None for a FIFO, socket or device); TooBig past ``limit``.
 
-    Opened non-blocking and checked on the descriptor, like the read tools' reads."""
+    Opened non-blocking and checked on the descriptor, like the read tools' reads; a link
+    swapped in after the check is judged by the file it opened."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
+        opened = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if opened != path and not boundary.visible(opened):
+            raise NotVisible(str(path), opened)
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             return None
@@ -57,9 +64,18 @@ class SendFileTool:
         "a patch or a generated image, with an optional short caption. At most 20 MB."
     )
 
-    def __init__(self, channel: Channel, *, max_bytes: int = MAX_SEND_BYTES) -> None:
+    def __init__(
+        self,
+        channel: Channel,
+        *,
+        max_bytes: int = MAX_SEND_BYTES,
+        boundary: BoundaryPolicy | None = None,
+    ) -> None:
+        """``boundary`` decides what may be sent (without one: the workspace and the read
+        roots, nothing hidden)."""
         self._channel = channel
         self._max_bytes = max_bytes
+        self._policy = boundary or BoundaryPolicy()
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -84,10 +100,9 @@ class SendFileTool:
         if caption is not None and not isinstance(caption, str):
             return ToolOutcome("error: caption must be a string", is_error=True)
         try:
-            path = await asyncio.to_thread(
-                resolve_in_workspace, raw, ctx.workspace, extra_roots=ctx.read_roots
-            )
-            data = await asyncio.to_thread(_read_regular, path, self._max_bytes)
+            boundary = await self._policy.for_call(ctx)
+            path = await asyncio.to_thread(boundary.readable, raw)
+            data = await asyncio.to_thread(_read_regular, path, self._max_bytes, boundary)
         except OutsideWorkspace as exc:
             return ToolOutcome(exc.result_text(ctx.workspace), is_error=True)
         except TooBig as exc:

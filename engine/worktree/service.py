@@ -105,6 +105,8 @@ class Worktrees:
         self._repo_locks: dict[str, asyncio.Lock] = {}
         self._confirm: dict[str, str] = {}
         self._patches: dict[str, str] = {}
+        # Sessions whose finished plan's branch was decided by this process.
+        self._decided: set[str] = set()
 
     # --- reads --------------------------------------------------------------------------
 
@@ -133,6 +135,20 @@ class Worktrees:
             return ()
         return (Path(record.project) / ".git",)
 
+    async def prompt_note(self, session_id: str) -> str:
+        """The prompt's line about a live worktree: what it is and who commits."""
+        record = await self.record(session_id)
+        if record is None or record.phase != "live":
+            return ""
+        base = f" (from {record.base})" if record.base else ""
+        return (
+            f"This workspace is the approved plan's own git worktree on branch "
+            f"{record.branch}{base}. plangate commits your changes when the plan is done and "
+            "the owner decides whether to merge them; the repository history is read-only "
+            "here: do not git add, commit or switch branches. git status and git diff show "
+            "what you changed."
+        )
+
     async def view(self, session_id: str) -> WorktreeView | None:
         """What the plan card shows about the session's worktree (``None``: nothing)."""
         record = await self.record(session_id)
@@ -159,9 +175,12 @@ class Worktrees:
         )
 
     async def ended_sidecar(self, session_id: str) -> PlanSidecar | None:
-        """The finished plan a waiting worktree belongs to (its Done card after a restart)."""
+        """The finished plan a waiting worktree belongs to (its Done card after a restart),
+        or whose branch was decided in this process (the card then says what happened)."""
         record = await self.record(session_id)
-        if record is None or record.phase not in DECIDING or record.sidecar is None:
+        if record is None or record.sidecar is None:
+            return None
+        if record.phase not in DECIDING and session_id not in self._decided:
             return None
         return PlanSidecar.model_validate(record.sidecar)
 
@@ -295,10 +314,8 @@ class Worktrees:
                 head = await self._commit(record, sidecar.title)
                 files = await self._numstat(record, head)
             except (GitError, OSError) as exc:
-                why = clip(str(exc), 300, one_line=True)
-                _log.warning("plangate.worktree.commit_failed session=%s %s", session_id, why)
-                head, files = record.base_commit, []
-                record = record.model_copy(update={"message": f"commit failed: {why}"})
+                await self._left_alone(session_id, record, exc)
+                return
             done = record.model_copy(
                 update={
                     "phase": "done",
@@ -310,7 +327,7 @@ class Worktrees:
                     "sidecar": sidecar.model_dump(mode="json"),
                 }
             )
-            if not files and head == record.base_commit and not record.message:
+            if not files and head == record.base_commit:
                 # Nothing changed: there is nothing to merge, keep or discard.
                 await self._remove_locked(done, delete_branch=True)
                 await self._append(
@@ -330,8 +347,8 @@ class Worktrees:
                 try:
                     head = await self._commit(record, record.title or "plangate plan")
                 except (GitError, OSError) as exc:
-                    _log.warning("plangate.worktree.commit_failed session=%s %s", session_id, exc)
-                    head = record.base_commit
+                    await self._left_alone(session_id, record, exc)
+                    return
                 record = record.model_copy(update={"head": head})
                 if head == record.base_commit:
                     await self._append(
@@ -344,6 +361,27 @@ class Worktrees:
                     )
                     return
             await self._keep_locked(session_id, record, note=reason, actor=actor)
+
+    async def _left_alone(self, session_id: str, record: WorktreeRecord, exc: Exception) -> None:
+        """The commit failed: nothing is removed (the work is only in the worktree's files);
+        the worktree is left where it is for the owner, and the session goes on without it."""
+        why = clip(str(exc), 300, one_line=True)
+        _log.warning("plangate.worktree.commit_failed session=%s %s", session_id, why)
+        message = f"Could not commit the changes ({why}); they are left in {record.path}."
+        await self._append(
+            session_id, record.model_copy(update={"phase": "kept", "message": message})
+        )
+        await safe_call("notice", self._channel.notice(session_id, message))
+
+    async def forked(self, child_id: str) -> None:
+        """A fork copied the parent's log: the copy must not share the parent's worktree
+        (two sessions in one tree), so it works in the project itself."""
+        record = await self.record(child_id)
+        if record is None or record.phase in CLOSED:
+            return
+        message = "works in place: a fork does not share its parent's worktree"
+        closed = record.model_copy(update={"phase": "in_place", "message": message, "path": ""})
+        await self._append(child_id, closed)
 
     # --- the owner's decision ---------------------------------------------------------------
 
@@ -599,7 +637,10 @@ class Worktrees:
             return "works in place: the project is not a git repository"
         if is_within(self._root, project):
             return "works in place: plangate's home is inside the project"
-        keys = await self._main(project).unsafe()
+        try:
+            keys = await self._main(project).unsafe()
+        except OSError as exc:  # no git on this machine
+            return f"works in place: git cannot run here ({type(exc).__name__})"
         if keys:
             return (
                 "works in place: the repository's config names programs git would run "
@@ -669,7 +710,10 @@ class Worktrees:
         if len(text.encode("utf-8")) > MAX_PATCH_BYTES:
             text = text.encode("utf-8")[:MAX_PATCH_BYTES].decode("utf-8", "ignore")
             text += "\n(cut: the diff is larger than 8 MB; see the branch)\n"
-        self._patches = {key: text}  # one at a time: Done cards are drawn one after another
+        # A few at a time (Done cards of several topics redraw in turn); the oldest goes.
+        self._patches[key] = text
+        while len(self._patches) > 4:
+            self._patches.pop(next(iter(self._patches)))
         return text
 
     async def _registered(self, main: Git, path: Path) -> bool:
@@ -740,6 +784,11 @@ class Worktrees:
         self, session_id: str, record: WorktreeRecord, *, actor: int | None = None
     ) -> None:
         await self._log.append(session_id, [WorktreeChange(record=record, actor=actor)])
+        previous = self._records.get(session_id)
+        if previous is not None and previous.phase in DECIDING and record.sidecar is not None:
+            self._decided.add(session_id)
+        elif record.phase in ("creating", "live", "in_place"):
+            self._decided.discard(session_id)  # a new plan: the old Done card is history
         self._records[session_id] = record
 
 

@@ -131,7 +131,7 @@ async def test_the_inbox_is_not_readable_without_the_root_and_never_writable(
     wrote = await WriteFileTool().run({"path": path, "content": "x"}, ctx)
     edited = await EditFileTool().run({"path": path, "old_text": "one", "new_text": "x"}, ctx)
     new = await WriteFileTool().run({"path": str(inbox / "new.txt"), "content": "x"}, ctx)
-    assert all(o.is_error and "outside the workspace" in o.content for o in (wrote, edited, new))
+    assert all(o.is_error and "read-only folder" in o.content for o in (wrote, edited, new))
     assert (inbox / "trace.log").read_text() == "line one\nERROR boom\n"
     assert not (inbox / "new.txt").exists()
     # A link in the inbox that leads out of it is judged by where it leads.

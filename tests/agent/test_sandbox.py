@@ -279,3 +279,22 @@ async def test_write_file_racing_a_symlink_swap_never_writes_outside(tmp_path: P
 
 def test_bwrap_is_on_path_for_ci() -> None:
     assert shutil.which("bwrap") is not None
+
+
+@pytest.mark.parametrize("folder", ["/tmp", "/var/tmp", "/dev/shm", "/dev"])
+async def test_every_writable_tmpfs_is_bounded_by_the_memory_setting(
+    tmp_path: Path, folder: str
+) -> None:
+    # 64 MB of memory: writing twice that fails inside the call, whichever tmpfs it goes to
+    # (/dev is read-only; its /dev/shm is sized).
+    tool = BashTool(limits=FAST, sandbox=SandboxSettings(memory_mb=64), plan_view=view_of("active"))
+    out = await tool.run(
+        {
+            "command": f"dd if=/dev/zero of={folder}/fill bs=1M count=128 2>&1 | head -1; "
+            f"du -m {folder}/fill 2>/dev/null || echo none"
+        },
+        ctx(tmp_path),
+    )
+    assert "No space left on device" in out.content or "Read-only file system" in out.content
+    written = out.content.splitlines()[-1].split("\t")[0]
+    assert written == "none" or int(written) <= 32, out.content

@@ -158,3 +158,34 @@ async def test_skip_of_a_checked_task_in_a_goal_round_is_denied_and_blocks_the_g
     assert "skip task 1" in asked[0].command and CHECK in asked[0].command
     decided = [e for e in events if isinstance(e, ApprovalDecided)]
     assert [d.decision for d in decided] == ["unattended"]
+
+
+async def test_a_checked_skip_in_the_run_the_owner_armed_waits_for_the_answer(
+    tmp_path: Path,
+) -> None:
+    script = [
+        call("plan", {"op": "start"}),
+        call("plan", {"op": "skip", "reason": "the monitor is retired"}),
+        say("Skipped with the owner's approval.", expect="Skipped (deferred)"),
+    ]
+    make_project(tmp_path / "work")
+    async with engine_rig(tmp_path, ScriptedProvider(script)) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(-1, 0)
+        await post_init(rig, sid, CHECKED_PLAN)
+        await engine.command(sid, "execute", "", actor=OWNER)
+
+        async def waiting() -> bool:
+            return engine.pending_approval(sid) is not None
+
+        await until(waiting, timeout_s=60)
+        view = engine.pending_approval(sid)
+        assert view is not None and view.tool == "plan skip" and not view.unattended
+        sidecar = await engine.plans.current(sid)
+        assert sidecar is not None and [t.status for t in sidecar.tasks] == ["in_progress"]
+        answered = await engine.approvals.answer(sid, "once", view.short_id, actor=OWNER)
+        assert answered.text == "Allowed once."
+        await settle(engine, sid, timeout_s=60)
+        assert await engine.plans.state(sid) == "none"
+    task = _archived(rig.home)["tasks"][0]
+    assert task["status"] == "deferred" and task["reason"] == "the monitor is retired"

@@ -38,6 +38,8 @@ async def test_doctor_passes_when_everything_answers(
     assert any("privacy mode is on" in line for line in lines)
     assert any(line.startswith("model: ok") for line in lines)
     assert any(line.startswith("sandbox: ok, bubblewrap works; network off") for line in lines)
+    # The default policy with the sandbox on: approvals only to leave it.
+    assert any("bash asks only to leave the sandbox" in line for line in lines)
     assert lines[-1] == "all checks passed"
 
 

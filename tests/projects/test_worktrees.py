@@ -247,3 +247,48 @@ async def test_a_plan_that_changed_nothing_leaves_no_branch(tmp_path: Path) -> N
     assert record is not None and record.phase == "empty"
     assert not tree.exists()
     assert git(repo, "branch", "--list", "plangate/*") == ""
+
+
+async def test_a_merge_git_refuses_loses_nothing_and_the_branch_waits(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    plan = _plan()
+    async with _service(tmp_path, repo) as service:
+        tree = await _approved(service, plan)
+        (tree / "a.txt").write_text("from the plan\n", encoding="utf-8")
+        await _completed(service, plan)
+        # The owner edited the same file in the main checkout meanwhile, uncommitted.
+        (repo / "a.txt").write_text("my local edit\n", encoding="utf-8")
+        said = await service.merge(SESSION, actor=1)
+        record = await service.record(SESSION)
+    assert said.startswith("Merge failed: ")
+    assert record is not None and record.phase == "done" and record.message == said
+    assert (repo / "a.txt").read_text() == "my local edit\n"
+    assert (tree / "a.txt").read_text() == "from the plan\n"
+    assert git(repo, "show", f"{record.branch}:a.txt") == "from the plan"
+
+
+async def test_merge_refuses_when_the_checkout_moved_to_another_branch(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    branch, _tree = await _done_plan(tmp_path, repo)
+    git(repo, "switch", "-q", "-c", "elsewhere")
+    async with _service(tmp_path, repo) as service:
+        said = await service.merge(SESSION, actor=1)
+    assert said == "The project is on elsewhere, not main: switch it back, or Keep branch."
+    assert git(repo, "rev-parse", "main") != git(repo, "rev-parse", branch)
+
+
+async def test_a_commit_that_fails_removes_nothing(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    plan = _plan()
+    async with _service(tmp_path, repo) as service:
+        tree = await _approved(service, plan)
+        (tree / "work.txt").write_text("an hour of work\n", encoding="utf-8")
+        # Another git process holds the worktree's index: plangate's commit fails.
+        admin = next((repo / ".git" / "worktrees").iterdir())
+        (admin / "index.lock").write_text("", encoding="utf-8")
+        await _completed(service, plan)
+        record = await service.record(SESSION)
+    assert record is not None and record.phase == "kept"
+    assert record.message.startswith("Could not commit the changes")
+    assert (tree / "work.txt").read_text() == "an hour of work\n"
+    assert git(repo, "branch", "--list", record.branch) != ""

@@ -24,6 +24,7 @@ from engine.model.transcribe import OpenAITranscriber
 from engine.model.types import ModelProvider
 from engine.progress.stuck import StuckLimits
 from engine.tools.files import FileLimits
+from engine.tools.sandbox import SandboxSettings
 from engine.usage.meter import UsageConfig
 from storage.open import Storage
 from tests.engine.helpers import ALLOW_TEST_RUN
@@ -67,12 +68,16 @@ async def live_bot(
     projects: tuple[tuple[str, Path], ...] = (),
     git_remote: str | None = None,
     transcribe: bool = False,
+    home: Path | None = None,
+    sandbox: SandboxSettings | None = None,
 ) -> AsyncIterator[Live]:
     """The real engine over real storage, wired to the real application on the fake API.
 
     ``bot_settings``: more fields of the bot's settings (``max_upload_mb`` ...); ``vision``:
     the model sees images (``PLANGATE_MODEL_VISION``); ``transcribe``: voice notes go to the
-    fake server's ``audio/transcriptions`` (the default rig only).
+    fake server's ``audio/transcriptions`` (the default rig only). ``home`` defaults to
+    ``tmp_path/home`` (beside the workspace); ``sandbox`` to the full sandbox with nothing
+    hidden but the home.
 
     ``group_pacing``: the shipped outbox pacing (about a call a second per chat, 20 per
     rolling minute in a group), as a real group has it; otherwise the tests' (no waits).
@@ -108,6 +113,7 @@ async def live_bot(
         vision=vision,
         projects=projects,
         git_remote=git_remote,
+        **({"sandbox": sandbox} if sandbox is not None else {}),
     )
     pacing = {"chat_interval_s": 1.0, "group_per_minute": 20} if group_pacing else {}
     settings = settings_for(
@@ -118,7 +124,9 @@ async def live_bot(
     )
     try:
         async with (
-            open_plangate(tmp_path / "home", model=model, channel=slot, config=config) as opened,
+            open_plangate(
+                home or tmp_path / "home", model=model, channel=slot, config=config
+            ) as opened,
             running_bot(
                 api,
                 opened.engine,

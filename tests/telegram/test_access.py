@@ -193,22 +193,30 @@ async def test_non_owner_in_group_read_only_and_one_refusal_per_minute(
     fake_api: FakeBotApi,
 ) -> None:
     clock = ManualClock()
-    app, _, probe = build(fake_api, clock)
+    app, gate, probe = build(fake_api, clock)
     async with running_app(app):  # type: ignore[arg-type]
-        fake_api.user_message(GROUP, OTHER, "/status")
-        fake_api.user_message(GROUP, OTHER, "/show-plan@plangate_test_bot")
         fake_api.user_message(GROUP, OTHER, "@plangate_test_bot delete everything")
         fake_api.user_message(GROUP, OTHER, "/plan something")
         fake_api.user_message(GROUP, OTHER, "just chatting")
         await settle(fake_api)
         clock.advance(61)
         fake_api.user_message(GROUP, OTHER, "/goal pause")
+        fake_api.user_message(GROUP, OTHER, "/status")
+        # The user's answers this minute are spent (a refusal and /status): dropped, counted.
+        fake_api.user_message(GROUP, OTHER, "/show-plan@plangate_test_bot")
         await settle(fake_api)
-    assert probe.seen == [("/status", False, False), ("/show-plan@plangate_test_bot", False, False)]
+        clock.advance(61)
+        fake_api.user_message(GROUP, OTHER, "/show-plan@plangate_test_bot")
+        await settle(fake_api)
+    assert probe.seen == [
+        ("/status", False, False),
+        ("/show-plan@plangate_test_bot", False, False),
+    ]
     texts = [m.text for m in fake_api.bot_messages(GROUP)]
     assert texts.count("heard") == 2
     refusals = [t for t in texts if t.startswith("Sorry, only the owner")]
     assert len(refusals) == 2  # one per minute
+    assert gate.answers.dropped == 1
 
 
 async def test_anonymous_admin_counts_as_non_owner(fake_api: FakeBotApi) -> None:

@@ -206,10 +206,16 @@ async def test_a_network_call_asks_once_allow_once_runs_it_with_the_network_deny
             call("plan", {"op": "complete", "evidence": "reached"}, expect="sent first"),
             call("plan", {"op": "start"}),
             call("bash", {"command": reach(port, "second"), "network": True, "reason": "again"}),
+            # The agent tries the denied call again: denied at once, nobody asked twice.
+            call(
+                "bash",
+                {"command": reach(port, "second"), "network": True, "reason": "again"},
+                expect="denied: the owner denied",
+            ),
             call(
                 "plan",
                 {"op": "complete", "evidence": "done offline"},
-                expect="denied: the owner denied",
+                expect="already denied in this run",
             ),
             say("Both tasks are done."),
         ]

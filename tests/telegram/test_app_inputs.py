@@ -128,7 +128,7 @@ async def test_the_inbox_is_read_only_for_the_agent(fake_api: FakeBotApi, tmp_pa
         assert prompt.startswith("(no caption)\n")
         assert "--- notes.txt ---\nkeep me\n" in prompt  # a small text file is inlined
         results = _tool_results(server)
-        assert all("refused" in r and "outside the workspace" in r for r in results)
+        assert all("refused" in r and "read-only folder" in r for r in results)
         (saved,) = _files_under(_inbox(tmp_path / "home"))
         assert saved.read_bytes() == b"keep me\n"
 

@@ -92,3 +92,16 @@ async def test_project_is_refused_while_a_plan_is_live(
         assert refused.startswith("A plan is live in project default")
         assert await live.engine.session_for_chat(GROUP, 3) == sid
         assert await live.engine.plans.state(sid) == "pre_init"
+
+
+async def test_a_new_topic_starts_in_its_groups_project(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    async with live_bot(fake_api, tmp_path, [], projects=(("other", other),)):
+        fake_api.user_message(GROUP, OWNER, "/project other")
+        await eventually(
+            lambda: any(m.text.startswith("Now working") for m in fake_api.bot_messages(GROUP))
+        )
+        assert (await _reply(fake_api, "/project", topic=11)).startswith("Project: other")

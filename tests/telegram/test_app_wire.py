@@ -45,6 +45,32 @@ async def test_sixty_non_owners_cannot_hold_up_the_owners_status(
     assert texts(fake_api).index("ok status") <= REFUSALS_PER_CHAT
 
 
+async def test_sixty_non_owner_help_commands_cannot_hold_up_the_owners_status(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    engine = RecordingEngine()
+    async with open_db(tmp_path / "p.db") as db, running_bot(fake_api, engine, db) as app:
+        for i in range(60):
+            # Twenty strangers, three read-only commands each, as a crowd would.
+            command = ("/help", "/status", "/show_plan")[i % 3]
+            fake_api.user_message(GROUP, 5000 + i // 3, command)
+        asked = fake_api.user_message(GROUP, OWNER, "/status")
+        await eventually(lambda: "ok status" in texts(fake_api))
+        gate = parts(app).gate
+        await eventually(lambda: gate.answers.dropped >= 60 - REFUSALS_PER_CHAT)
+    sent = texts(fake_api)
+    # One budget per chat for everything said to non-owners: three answers a minute; the
+    # rest were dropped without a word, and counted.
+    answers = [t for t in sent if t.startswith("ok ")]
+    assert len(answers) <= REFUSALS_PER_CHAT + 1
+    assert gate.answers.dropped == 60 - (len(answers) - 1)
+    # The owner's answer is among the first sends of the chat (the answers to non-owners go
+    # last): it never waited behind the crowd.
+    replies = [m.reply_to for m in fake_api.bot_messages(GROUP)]
+    assert asked.message_id in replies
+    assert replies.index(asked.message_id) <= REFUSALS_PER_CHAT
+
+
 async def test_429s_and_502s_lose_no_reply_and_the_review_card_still_appears(
     fake_api: FakeBotApi, tmp_path: Path
 ) -> None:

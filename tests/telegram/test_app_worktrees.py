@@ -117,6 +117,10 @@ async def test_two_topics_run_two_plans_in_two_worktrees_and_merge_them(
         # bash ran git in the sandbox, in the worktree: it saw its own change only.
         said = [m for m in model.scripts["Add alpha"].requests[-1] if m.get("role") == "tool"]
         assert any("?? alpha.py" in str(m["content"]) for m in said)
+        # The prompt told the model where it works and who commits.
+        systems = [str(r[0]["content"]) for r in model.scripts["Add alpha"].requests]
+        assert any(f"own git worktree on branch {a_rec.branch}" in t for t in systems)
+        assert "own git worktree" not in systems[0]  # not while planning
         # plangate committed each worktree itself, with the plan's title.
         assert git(repo, "log", "-1", "--format=%s %an", a_rec.branch) == "Alpha plangate"
         await parts(live.app).presenter.flush()
@@ -144,7 +148,11 @@ async def test_two_topics_run_two_plans_in_two_worktrees_and_merge_them(
 
 async def _card_says(api: FakeBotApi, live: Live, sid: str, text: str) -> bool:
     await parts(live.app).presenter.flush()
-    return text in (await _card(api, live, sid)).text
+    data = await live.engine.plan_card(sid)
+    # (None for an instant while a finished plan's listeners run: not yet, not a failure.)
+    if data.sidecar is None or data.sidecar.flow.card_id is None:
+        return False
+    return text in api.message(GROUP, data.sidecar.flow.card_id).text
 
 
 async def _is(engine: Engine, sid: str, phase: str) -> bool:
@@ -329,3 +337,44 @@ async def test_a_project_that_is_not_a_repository_works_in_place_and_says_so(
 
 async def _ended(engine: Engine, sid: str) -> bool:
     return await engine.plans.state(sid) == "none" and not engine.agents.is_busy(sid)
+
+
+async def test_the_done_buttons_still_work_after_a_restart(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "work", {"README.md": "hello\n"})
+    script = [*planning("Zeta", "write zeta.py"), *writing({"zeta.py": "Z = 6\n"})]
+    async with live_bot(fake_api, tmp_path, script) as live:
+        sid = await _one_plan_done(fake_api, live, "Add zeta")
+        shown = await _card(fake_api, live, sid)
+        merge = button(shown, "🔀 Merge")
+    # A new process on the same home: the plan is archived, its branch waits in the log.
+    async with live_bot(fake_api, tmp_path, []) as live:
+        engine = live.engine
+        fake_api.press(GROUP, shown.message_id, merge, user_id=OWNER)
+        await until(lambda: _is(engine, sid, "merged"))
+        assert (repo / "zeta.py").read_text() == "Z = 6\n"
+        await parts(live.app).presenter.flush()
+        await eventually(
+            lambda: "fast-forwarded into main" in fake_api.message(GROUP, shown.message_id).text
+        )
+        assert fake_api.message(GROUP, shown.message_id).buttons == []
+
+
+async def test_new_keeps_a_waiting_branch_and_removes_its_worktree(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "work", {"README.md": "hello\n"})
+    script = [*planning("Eta", "write eta.py"), *writing({"eta.py": "H = 7\n"})]
+    async with live_bot(fake_api, tmp_path, script) as live:
+        engine = live.engine
+        sid = await _one_plan_done(fake_api, live, "Add eta")
+        record = await engine.worktrees.record(sid)
+        assert record is not None and Path(record.path).is_dir()
+        fake_api.user_message(GROUP, OWNER, "/new", thread_id=ALPHA)
+        await until(lambda: _is(engine, sid, "kept"))
+        kept = await engine.worktrees.record(sid)
+    assert kept is not None and kept.message == f"Branch {record.branch} kept (the session ended)."
+    assert not Path(record.path).exists()
+    assert git(repo, "show", f"{record.branch}:eta.py") == "H = 7"
+    assert not (repo / "eta.py").exists()

@@ -395,3 +395,22 @@ def test_ids_that_restart_lower_with_newer_dates_are_new_and_rebase_the_ledger()
     # Reaching an id the old numbering used: a newer date says it is new, the same one not.
     assert not _taken(ledger, _message(5000, OWNER, date=1000))
     assert _taken(ledger, _message(5000, OWNER, date=2000 + week))
+
+
+def test_a_jump_in_a_process_started_without_a_watermark_is_rebased_and_persisted() -> None:
+    week = 7 * 86400
+    persisted: list[int] = []
+    ledger = UpdateLedger(on_advance=persisted.append)  # nothing stored: a first start
+    for uid in (5000, 5001):
+        assert _taken(ledger, _message(uid, OWNER, date=1000))
+    assert persisted == [5000, 5001]
+    # Telegram numbers anew: the new ids are new, and the watermark follows them (stored).
+    assert _taken(ledger, _message(3, OWNER, date=1000 + week))
+    assert _taken(ledger, _message(4, OWNER, date=1000 + week))
+    assert persisted[-2:] == [3, 4] and ledger.watermark == 4
+    assert 4 in ledger.recent()[0]
+    # A re-delivery of the old numbering stays a repeat; so does the new one's.
+    assert not _taken(ledger, _message(5001, OWNER, date=1000))
+    assert not _taken(ledger, _message(3, OWNER, date=1000 + week))
+    # A lower id without a newer date is not a jump: a press below the watermark is a repeat.
+    assert not _taken(ledger, _press(2))
