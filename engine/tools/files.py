@@ -141,21 +141,6 @@ class _FileTool(ABC):
         boundary = await self._policy.for_call(ctx)
         return await _in_pool(boundary.readable, raw), boundary
 
-    async def precheck(self, args: dict[str, Any], ctx: ToolContext) -> str | None:
-        """The boundary's refusal of a hidden ``path``, asked before the gate (so an approval
-        request never previews a secret); every other check stays with the call itself."""
-        raw = args.get("path")
-        if not isinstance(raw, str) or not raw:
-            return None
-        boundary = await self._policy.for_call(ctx)
-        try:
-            await _in_pool(boundary.readable, raw)
-        except NotVisible as exc:
-            return exc.result_text(ctx.workspace)
-        except (OutsideWorkspace, OSError):
-            return None
-        return None
-
     async def _writable(self, raw: str, ctx: ToolContext) -> tuple[Path, Boundary]:
         boundary = await self._policy.for_call(ctx)
         return await _in_pool(boundary.writable_path, raw), boundary
