@@ -6,16 +6,20 @@ the policy and a little state in, an ``AccessDecision`` out. ``AccessGate`` hold
 after Keep planning) and is the ``TypeHandler`` callback registered in group -1: it acts on
 the decision and raises ``ApplicationHandlerStop`` for everything the handlers must not see.
 
-Rules: owners may do everything; owners' private chats are always allowed, other private
-chats are ignored. A group is allowed when listed or when an owner added the bot; from any
-other group the bot leaves. In an allowed group the bot hears an owner's commands, messages
-that mention it, replies to its messages and the owner's next message after Keep planning;
-anyone may use /show-plan, /show_plan, /status, /help and /start; a non-owner who addresses
-the bot otherwise is refused politely at most once per user per chat per minute; what the bot
-says to non-owners (refusals and read-only answers alike) draws on one answer budget per user
-and per chat (``bot.flood``: past it they are dropped silently and counted; the outbox sends
-them last and drops them first), and a non-owner's button press gets a short alert. Anonymous
-admins and messages sent as a chat count as non-owners.
+Rules: who may do what is ``engine.roles.policy.may`` (role x action), the one rule the
+engine's own checks use too; the gate maps each command and press onto its action and asks
+it, with the sender's role in the chat (``roles``: owner, approver or member; docs/roles.md).
+Owners' private chats are always allowed, other private chats are ignored. A group is
+allowed when listed or when an owner added the bot; from any other group the bot leaves. In
+an allowed group the bot hears an owner's commands, messages that mention it, replies to its
+messages and the next message of whoever pressed Keep planning or Revise; anyone may use
+/show-plan, /show_plan, /status, /help, /start and /team; someone whose role does not allow
+what they address the bot with is told what their role allows, at most once per user per chat
+per minute. What the bot says to members (the read-only answers) and every refusal draw on
+one answer budget per user and per chat (``bot.flood``: past it they are dropped silently and
+counted; the outbox sends them last and drops them first); owners and approvers' allowed
+commands are never counted. A press the role does not allow gets a short alert saying so.
+Anonymous admins and messages sent as a chat count as members.
 
 When an allowed group is upgraded to a supergroup, Telegram posts a service message in each
 (``migrate_to_chat_id`` in the old, ``migrate_from_chat_id`` in the new); either one carries
@@ -38,24 +42,34 @@ from telegram.constants import ChatMemberStatus, ChatType, ParseMode
 from telegram.error import TelegramError
 from telegram.ext import ApplicationHandlerStop, ContextTypes, TypeHandler
 
-import engine.api as engine_api
+from bot import callback as cb
 from bot import flood
 from bot.keys import SessionKey, message_key
+from engine.roles.policy import command_action, may, message_action, press_action, refusal_text
+from engine.roles.types import Action, Role
 
 log = logging.getLogger("plangate.access")
 
-# The engine's read-only commands, plus Telegram's /start (which behaves as /help).
-READ_ONLY_COMMANDS = engine_api.READ_ONLY_COMMANDS | {"start"}
 REFUSAL_INTERVAL_S = 60.0
 # Answers to non-owners per chat per minute, refusals included (bot.flood has the budget).
 REFUSALS_PER_CHAT = flood.PER_CHAT
-# Why a non-owner's message got no answer: the answer budget is spent (counted as dropped).
-OVER_BUDGET = "non-owner answer budget spent"
-REFUSAL_TEXT = (
-    "Sorry, only the owner can ask me to do things here. "
-    "Anyone can use /show_plan, /status and /help."
-)
-ALERT_TEXT = "Only the owner can use these buttons."
+# Why a message got no answer: the answer budget is spent (counted as dropped).
+OVER_BUDGET = "answer budget spent"
+# What a member who addresses the bot hears (other roles: engine.roles.policy.refusal_text).
+REFUSAL_TEXT = refusal_text("member")
+# A press the presser's role does not allow (an alert holds at most 200 characters).
+ALERT_TEXTS: dict[Role, str] = {
+    "owner": "This button is not available.",
+    "approver": (
+        "Not for approvers: this button is the owner's. As an approver you may approve, revise "
+        "or discard plans, answer questions and tool approvals, and stop."
+    ),
+    "member": (
+        "Only owners and approvers can use these buttons. You are a member here: /show_plan, "
+        "/status, /help and /team are yours."
+    ),
+}
+ALERT_TEXT = ALERT_TEXTS["member"]
 
 AccessAction = Literal[
     "allow", "ignore", "refuse", "alert", "leave", "group_added", "group_gone", "migrate"
@@ -79,6 +93,9 @@ class UpdateFacts:
     as_chat: bool = False  # anonymous admin or a message sent on behalf of a chat
     sender_chat_id: int | None = None
     command: str | None = None  # normalised: "/Show-Plan@bot" -> "show_plan"
+    command_args: str = ""  # what follows the command word
+    reply_to_message_id: int | None = None
+    press: tuple[str, str] | None = None  # a callback's (kind, action): ("p", "approve")
     command_for_other_bot: bool = False
     mentions_bot: bool = False
     reply_to_bot: bool = False
@@ -110,13 +127,16 @@ class UpdateFacts:
 
 @dataclass(frozen=True, slots=True)
 class AccessDecision:
-    """What to do with an update. ``owner``: the actor is an owner; ``feedback``: it is the
-    owner's awaited answer after Keep planning / Revise."""
+    """What to do with an update. ``role``: the sender's role in the chat (``owner`` says
+    whether it is ``"owner"``); ``feedback``: it is the awaited answer after Keep planning /
+    Revise."""
 
     action: AccessAction
     reason: str
     owner: bool = False
     feedback: bool = False
+    role: Role = "member"
+    answer: bool = False  # a reply to one of the agent's questions, heard as the answer
 
     @property
     def passes(self) -> bool:
@@ -169,6 +189,7 @@ def facts_of(update: Update, *, bot_id: int, bot_username: str) -> UpdateFacts:
             chat_type=msg.chat.type,
             user_id=q.from_user.id,
             thread_key=message_key(msg)[1],
+            press=_press_of(q.data),
         )
     msg = update.message
     if msg is None:
@@ -177,6 +198,7 @@ def facts_of(update: Update, *, bot_id: int, bot_username: str) -> UpdateFacts:
         return UpdateFacts(kind="other", chat_id=chat.id if chat else None)
     text = msg.text or msg.caption or ""
     command, other_bot = parse_command(text, bot_username=bot_username)
+    args = text.split(maxsplit=1)[1] if command is not None and len(text.split()) > 1 else ""
     reply = msg.reply_to_message
     sender_chat = msg.sender_chat
     return UpdateFacts(
@@ -188,12 +210,42 @@ def facts_of(update: Update, *, bot_id: int, bot_username: str) -> UpdateFacts:
         as_chat=sender_chat is not None,
         sender_chat_id=sender_chat.id if sender_chat else None,
         command=command,
+        command_args=args,
         command_for_other_bot=other_bot,
         mentions_bot=_mentions(msg, bot_username),
         reply_to_bot=bool(reply and reply.from_user and reply.from_user.id == bot_id),
+        reply_to_message_id=reply.message_id if reply is not None else None,
         migrate_from=msg.migrate_from_chat_id,
         migrate_to=msg.migrate_to_chat_id,
     )
+
+
+def _press_of(data: str | None) -> tuple[str, str] | None:
+    """A callback's (kind, action) for the role check; ``q`` for an ask_user option."""
+    if data is None:
+        return None
+    if data.startswith("q:"):
+        return ("q", "")
+    press = cb.decode(data)
+    if press is not None:
+        return (press.kind, press.action)
+    # Other kinds (a voice transcript's Send, forged data): what it names, and the role rule
+    # makes an unknown one the owner's.
+    kind, _, rest = data.partition(":")
+    return (kind, rest.split(":", 1)[0]) if kind else None
+
+
+def facts_action(facts: UpdateFacts, *, feedback: bool = False, answering: bool = False) -> Action:
+    """What the update asks to do, for ``engine.roles.policy.may``. ``answering``: a message
+    that replies to one of the agent's questions."""
+    if facts.kind == "callback":
+        # No data at all: nothing to act on, the owner's (its handler says "out of date").
+        return press_action(*facts.press) if facts.press is not None else "control"
+    if facts.command is not None:
+        return command_action(facts.command, facts.command_args)
+    if answering and not feedback:
+        return "answer"
+    return message_action(feedback=feedback)
 
 
 def decide(
@@ -204,15 +256,31 @@ def decide(
     added_groups: Collection[int],
     expecting_reply: bool = False,
     refused_recently: bool = False,
+    role: Role | None = None,
+    answering: bool = False,
     budget_left: bool = True,
 ) -> AccessDecision:
     """The access decision for one update. Pure; the caller keeps the state it reads.
 
-    ``budget_left``: the non-owner answer budget (``bot.flood``) has room for this sender."""
-    owner = facts.user_id is not None and facts.user_id in owner_ids and not facts.as_chat
+    ``role``: the sender's role in the chat (the gate looks it up); without it an owner id is
+    the owner and anyone else a member. A message sent as a chat is always a member's.
+    ``answering``: the message replies to one of the agent's questions (an approver may answer).
+    ``budget_left``: the answer budget (``bot.flood``) has room for this sender: a member's
+    read-only answer and any refusal draw on it."""
+    if facts.as_chat or facts.user_id is None:
+        role = "member"
+    elif facts.user_id in owner_ids:
+        role = "owner"
+    elif role is None:
+        role = "member"
+    owner = role == "owner"
 
-    def d(action: AccessAction, reason: str, *, feedback: bool = False) -> AccessDecision:
-        return AccessDecision(action, reason, owner=owner, feedback=feedback)
+    def d(
+        action: AccessAction, reason: str, *, feedback: bool = False, answer: bool = False
+    ) -> AccessDecision:
+        return AccessDecision(
+            action, reason, owner=owner, feedback=feedback, role=role, answer=answer
+        )
 
     if facts.kind == "other" or facts.chat_id is None:
         return d("ignore", "not a message or a press")
@@ -239,25 +307,26 @@ def decide(
     if facts.chat_id not in allowed_chat_ids and facts.chat_id not in added_groups:
         return d("leave", "group not allowed")
     if facts.kind == "callback":
-        if owner:
-            return d("allow", "owner's press")
-        return d("alert", "non-owner's press")
+        if may(role, facts_action(facts)):
+            return d("allow", f"{role}'s press")
+        return d("alert", f"a press the {role} role does not allow")
     if facts.command_for_other_bot:
         return d("ignore", "command for another bot")
     addressed = facts.command is not None or facts.mentions_bot or facts.reply_to_bot
-    if owner:
-        if addressed or expecting_reply:
-            return d("allow", "owner addresses the bot", feedback=_feedback(facts, expecting_reply))
-        return d("ignore", "owner's chatter, not addressed to the bot")
-    if facts.command in READ_ONLY_COMMANDS:
-        return d("allow", "read-only command") if budget_left else d("ignore", OVER_BUDGET)
-    if not addressed:
-        return d("ignore", "non-owner's chatter")
+    # Awaited feedback counts only from someone whose role may give it.
+    feedback = _feedback(facts, expecting_reply) and may(role, message_action(feedback=True))
+    if not addressed and not feedback:
+        return d("ignore", f"{role}'s chatter, not addressed to the bot")
+    action = facts_action(facts, feedback=feedback, answering=answering)
+    if may(role, action):
+        if action == "read" and role == "member" and not budget_left:
+            return d("ignore", OVER_BUDGET)
+        return d("allow", f"{role} addresses the bot", feedback=feedback, answer=action == "answer")
     if refused_recently:
-        return d("ignore", "non-owner already refused this minute")
+        return d("ignore", "already refused this minute")
     if not budget_left:
         return d("ignore", OVER_BUDGET)
-    return d("refuse", "non-owner addresses the bot")
+    return d("refuse", f"not allowed for the {role} role")
 
 
 def carries(
@@ -282,6 +351,12 @@ def _feedback(facts: UpdateFacts, expecting_reply: bool) -> bool:
 
 
 Refuse = Callable[[Update, str], Awaitable[Any]]
+# (chat id, user id) -> the user's role in the chat (the engine's RoleService answers).
+RoleLookup = Callable[[int, int], Awaitable[Role]]
+# Every group message's sender: (chat id, user id, username or None, display name).
+SeenHook = Callable[[int, int, str | None, str], None]
+# (chat id, message id) -> whether that message is one of the agent's open questions.
+QuestionHook = Callable[[int, int], bool]
 GroupHook = Callable[[int], Awaitable[None]]
 MigrateHook = Callable[[int, int], Awaitable[None]]
 
@@ -304,8 +379,11 @@ class AccessGate:
         on_group_added: GroupHook | None = None,
         on_group_gone: GroupHook | None = None,
         on_migrate: MigrateHook | None = None,
-        refusal_text: str = REFUSAL_TEXT,
-        alert_text: str = ALERT_TEXT,
+        refusal_text: str | None = None,
+        alert_text: str | None = None,
+        roles: RoleLookup | None = None,
+        on_seen: SeenHook | None = None,
+        questions: QuestionHook | None = None,
     ) -> None:
         self.owner_ids = frozenset(owner_ids)
         self.allowed_chat_ids = frozenset(allowed_chat_ids)
@@ -315,8 +393,12 @@ class AccessGate:
         self._on_group_added = on_group_added
         self._on_group_gone = on_group_gone
         self._on_migrate = on_migrate
+        # Fixed texts when given; otherwise each says what the refused person's role allows.
         self._refusal_text = refusal_text
         self._alert_text = alert_text
+        self._roles = roles
+        self._on_seen = on_seen
+        self._questions = questions
         self._refused_at: dict[tuple[int, int], float] = {}
         # What the bot may still say to non-owners this minute (refusals and read-only answers).
         self.answers = flood.AnswerBudget()
@@ -375,7 +457,19 @@ class AccessGate:
 
     # ---- deciding ---------------------------------------------------------------------
 
-    def decide(self, update: Update, *, bot_id: int, bot_username: str) -> AccessDecision:
+    async def role_of(self, facts: UpdateFacts) -> Role | None:
+        """The sender's role in the chat, from ``roles`` (``None`` without a lookup)."""
+        if self._roles is None or facts.chat_id is None or facts.user_id is None:
+            return None
+        if facts.as_chat or facts.user_id in self.owner_ids:
+            return None  # decide() knows these without asking
+        found = await self._roles(facts.chat_id, facts.user_id)
+        # Owners are the gate's own list: a lookup never makes anyone else one.
+        return "member" if found == "owner" else found
+
+    def decide(
+        self, update: Update, *, bot_id: int, bot_username: str, role: Role | None = None
+    ) -> AccessDecision:
         """Decide for ``update`` and update the gate's state (refusal times, expectations)."""
         facts = facts_of(update, bot_id=bot_id, bot_username=bot_username)
         key = (facts.chat_id or 0, facts.thread_key)
@@ -389,13 +483,16 @@ class AccessGate:
             added_groups=self.added_groups,
             expecting_reply=facts.kind == "message" and self._expecting.get(key) == facts.user_id,
             refused_recently=last is not None and now - last < REFUSAL_INTERVAL_S,
+            role=role,
+            answering=self._answering(facts),
             budget_left=self.answers.allows(chat, who, now),
         )
         if d.action == "refuse":
             self._refused_at[facts.refusal_key] = now
-        answered = d.action == "allow" and facts.command in READ_ONLY_COMMANDS
-        if d.action == "refuse" or (answered and not d.owner and facts.is_group):
-            self.answers.take(chat, who, now)  # what this update will answer a non-owner
+        # A member's read-only answer (approvers are the owner's team: not counted).
+        answered = d.action == "allow" and d.role == "member" and facts_action(facts) == "read"
+        if d.action == "refuse" or (answered and facts.is_group):
+            self.answers.take(chat, who, now)  # what this update will answer
         elif d.reason == OVER_BUDGET:
             self.answers.drop()
             log.debug("plangate.access.dropped chat=%s dropped=%d", chat, self.answers.dropped)
@@ -410,6 +507,21 @@ class AccessGate:
             self._decisions.popitem(last=False)
         return d
 
+    def _answering(self, facts: UpdateFacts) -> bool:
+        reply = facts.reply_to_message_id
+        if self._questions is None or not facts.reply_to_bot or reply is None:
+            return False
+        return facts.chat_id is not None and self._questions(facts.chat_id, reply)
+
+    def _saw(self, update: Update, facts: UpdateFacts) -> None:
+        """Tell ``on_seen`` who wrote in a group (``/team add @name`` finds them by it)."""
+        msg = update.message
+        user = msg.from_user if msg is not None else None
+        if self._on_seen is None or user is None or facts.as_chat or user.is_bot:
+            return
+        if facts.chat_id is not None and facts.chat_type in _GROUP_TYPES:
+            self._on_seen(facts.chat_id, user.id, user.username, user.full_name)
+
     # ---- the TypeHandler -------------------------------------------------------------
 
     def handler(self) -> TypeHandler[Any, ContextTypes.DEFAULT_TYPE, None]:
@@ -423,7 +535,10 @@ class AccessGate:
         moving = self._moving.get(chat.id) if chat is not None else None
         if moving is not None:
             await moving.wait()  # judged once the group's move to this id is complete
-        d = self.decide(update, bot_id=bot.id, bot_username=bot.username)
+        facts = facts_of(update, bot_id=bot.id, bot_username=bot.username)
+        self._saw(update, facts)
+        role = await self.role_of(facts)
+        d = self.decide(update, bot_id=bot.id, bot_username=bot.username, role=role)
         log.debug("plangate.access.decision update=%s action=%s", update.update_id, d.action)
         try:
             if d.action == "group_added" and chat and self._on_group_added is not None:
@@ -435,12 +550,14 @@ class AccessGate:
                 if migration is not None:
                     await self.carry_over(*migration)
             elif d.action == "alert" and update.callback_query is not None:
-                await update.callback_query.answer(self._alert_text, show_alert=True)
+                alert = self._alert_text or ALERT_TEXTS[d.role]
+                await update.callback_query.answer(alert, show_alert=True)
             elif d.action == "refuse" and update.message is not None:
+                text = self._refusal_text or refusal_text(d.role)
                 if self._refuse is not None:
-                    await self._refuse(update, self._refusal_text)
+                    await self._refuse(update, text)
                 else:
-                    await update.message.reply_text(self._refusal_text, parse_mode=ParseMode.HTML)
+                    await update.message.reply_text(text, parse_mode=ParseMode.HTML)
             elif d.action == "leave" and chat is not None:
                 log.info("plangate.access.leave chat=%s", chat.id)
                 await bot.leave_chat(chat.id)

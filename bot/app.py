@@ -7,6 +7,7 @@ Handler map (groups run in order; a group's first matching handler runs)::
                                          a group upgraded to a supergroup moves over
     group  0  CommandHandler plan execute discard goal stop new project status usage help
               start(=help)
+              CommandHandler team        the chat's roles (engine.team)
               MessageHandler /show-plan, /show_plan, /show-plan@bot (one regex)
               CallbackQueryHandler ^[pga]: plan, goal and tool approval buttons -> engine.press
               CallbackQueryHandler ^q:     ask_user option buttons -> the owner's message
@@ -57,6 +58,7 @@ from bot.channel import QUESTION_PATTERN, REPLY_DOCUMENT_CHARS, LateChannel, Tel
 from bot.handlers import SHOW_PLAN_PATTERN, BotParts, Handlers, load_state, parts, redact
 from bot.keys import message_key
 from bot.outbox import Outbox, Sleep
+from bot.people import SeenPeople
 from bot.presenter import CardPresenter
 from bot.render import escape
 from bot.routes import GROUPS_KEY, ChatRoute, MetaStore, Routes, goal_card_key
@@ -87,6 +89,7 @@ MENU: tuple[tuple[str, str], ...] = (
     ("project", "Show or switch this chat's project"),
     ("status", "What the agent is doing"),
     ("usage", "Tokens and cost: today, this session, the goal"),
+    ("team", "Who may do what here: owners, approvers, members"),
     ("help", "How to use plangate"),
 )
 # CommandHandler names -> engine command names (/start behaves as /help).
@@ -233,6 +236,7 @@ def build_application(
         background.spawn(send(), name=f"refusal:{msg.chat.id}", expected=(Exception,))
 
     holder: list[AccessGate] = []
+    people = SeenPeople()
 
     async def save_groups(chat_id: int) -> None:
         # The gate already updated its set; persist all of it (a handful of ids).
@@ -240,7 +244,8 @@ def build_application(
         await db_meta.set_meta(GROUPS_KEY, json.dumps(sorted(holder[0].added_groups)))
 
     async def migrate(old: int, new: int) -> None:
-        # The group's sessions, routes and cards move to the supergroup's id.
+        # The group's sessions, routes, cards and team move to the supergroup's id.
+        people.move(old, new)
         for session_id in await engine.migrate_chat(old, new):
             route = await routes.lookup(session_id)
             await routes.remember(session_id, ChatRoute(new, route.thread_id if route else 0))
@@ -255,6 +260,9 @@ def build_application(
         on_group_added=save_groups,
         on_group_gone=save_groups,
         on_migrate=migrate,
+        roles=engine.role_of,
+        on_seen=people.saw,
+        questions=channel.asked,
     )
     holder.append(gate)
     # A send that finds the group upgraded before its service message came: the same move.
@@ -270,6 +278,7 @@ def build_application(
         token,
         ledger=ledger,
         tasks=background,
+        people=people,
         inputs=InputSettings(
             max_upload_mb=float(getattr(settings, "max_upload_mb", 20.0)),
             max_image_px=int(getattr(settings, "max_image_px", 2048)),
@@ -284,6 +293,7 @@ def build_application(
     for command, name in COMMANDS:
         application.add_handler(CommandHandler(command, h.command(name)))
     application.add_handler(CommandHandler("new", h.new))
+    application.add_handler(CommandHandler("team", h.team))
     application.add_handler(CommandHandler("project", h.project))
     application.add_handler(
         MessageHandler(filters.Regex(SHOW_PLAN_PATTERN) & filters.TEXT, h.show_plan)

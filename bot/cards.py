@@ -249,6 +249,8 @@ def build_plan_card(
     note: str | None = None,
     markdown: str | None = None,
     attached: bool = False,
+    approvals: Sequence[str] = (),
+    approvals_needed: int = 1,
     worktree: WorktreeView | None = None,
     raise_cap: int | None = None,
     steps: Sequence[tuple[str, Sequence[str]]] | None = None,
@@ -256,6 +258,7 @@ def build_plan_card(
 ) -> CardView:
     """The plan card for this sidecar in this state; ``note`` is one extra line of plain text.
 
+    ``approvals``: who approved this revision so far, when it needs ``approvals_needed``.
     ``raise_cap``: a run the daily cap paused also offers "Raise cap to <tokens>".
 
     In review the card carries the plan itself (``markdown``, rendered) when it fits one
@@ -266,7 +269,7 @@ def build_plan_card(
     """
     if sidecar is None or state == "none":
         return CardView(_fit(["📋 <b>No plan</b>"], note) or "No plan")
-    head = _plan_head(sidecar, state)
+    head = _plan_head(sidecar, state, approvals=approvals, needed=approvals_needed)
     tasks = sidecar.tasks
     buttons = _plan_buttons(state, sidecar.id, sidecar.revision, raise_cap=raise_cap)
     if worktree is not None:
@@ -309,20 +312,54 @@ def _counts(tasks: Sequence[PlanTask]) -> str:
     return progress_bar(done, len(tasks)) + (f" ({skipped} skipped)" if skipped else "")
 
 
-def _plan_head(sidecar: PlanSidecar, state: PlanCardState) -> list[str]:
+def _plan_head(
+    sidecar: PlanSidecar,
+    state: PlanCardState,
+    *,
+    approvals: Sequence[str] = (),
+    needed: int = 1,
+) -> list[str]:
     title = escape_within(sidecar.title or "New plan", 400, one_line=True)
     status = _PLAN_STATUS[state]
     if sidecar.revising is not None and sidecar.status == "Editing":
         status = "Revising — " + status[0].lower() + status[1:]
-    return [f"📋 <b>{title}</b>", f"<i>{escape(status)}</i>"]
+    head = [f"📋 <b>{title}</b>", f"<i>{escape(status)}</i>"]
+    line = approval_line(sidecar, state, approvals=approvals, needed=needed)
+    return [*head, line] if line else head
+
+
+def approval_line(
+    sidecar: PlanSidecar, state: PlanCardState, *, approvals: Sequence[str], needed: int
+) -> str | None:
+    """Who approved: "✅ Approved by Ana" on an approved plan, "👍 1 of 2 approvals: Ana"
+    while a review waits for more (HTML)."""
+    if sidecar.status == "Active" and sidecar.approved_by and state != "revise_offer":
+        names = [a.name or str(a.user_id) for a in sidecar.approved_by if a.user_id is not None]
+        if names:
+            return "✅ Approved by " + clip_line(_and(names), 200)
+    if state in ("review", "confirm_discard", "written") and needed > 1:
+        who = f": {_and(list(approvals))}" if approvals else ""
+        return clip_line(f"👍 {len(approvals)} of {needed} approvals{who}", 200)
+    return None
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def review_fits(
-    sidecar: PlanSidecar, markdown: str, *, state: PlanCardState, note: str | None = None
+    sidecar: PlanSidecar,
+    markdown: str,
+    *,
+    state: PlanCardState,
+    note: str | None = None,
+    approvals: Sequence[str] = (),
+    approvals_needed: int = 1,
 ) -> bool:
     """True when the whole plan text fits on the card drawn with this state and note."""
     body = _plan_body(markdown)
-    return bool(body) and _fit([*_plan_head(sidecar, state), "", body], note) is not None
+    head = _plan_head(sidecar, state, approvals=approvals, needed=approvals_needed)
+    return bool(body) and _fit([*head, "", body], note) is not None
 
 
 # A review card is redrawn many times at one revision: its plan text is rendered (and its

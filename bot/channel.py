@@ -20,6 +20,7 @@ import html
 import logging
 import re
 import secrets
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -52,6 +53,7 @@ QUESTION_PATTERN = r"^q:[0-9a-f]{8}:[0-9]{1,2}$"
 _QUESTION = re.compile(QUESTION_PATTERN)
 MAX_OPTION_LABEL = 60
 MAX_OPTIONS = 10
+MAX_ASKED = 256  # questions remembered for "is this reply an answer?"
 # Approval buttons and the way a request ended, as the message shows it.
 ALLOW_ONCE = "✅ Allow once"
 ALLOW_SESSION = "♾ Allow for this session"
@@ -113,6 +115,9 @@ class TelegramChannel:
         self._presenter = presenter
         self._document_chars = document_chars
         self._questions: dict[str, Question] = {}
+        # (chat id, message id) of the latest questions posted, options or not: a reply to one
+        # is an answer (an approver may give it; docs/roles.md).
+        self._asked: OrderedDict[tuple[int, int], None] = OrderedDict()
         self._typing_at: dict[str, float] = {}
         # Approval messages on screen, by request id: where to say how they ended.
         self._approvals: dict[str, tuple[int, int, str]] = {}
@@ -215,6 +220,13 @@ class TelegramChannel:
         )
         if shown:
             self._questions[token] = Question(session_id, shown, route.chat_id, msg.message_id)
+        self._asked[(route.chat_id, msg.message_id)] = None
+        while len(self._asked) > MAX_ASKED:
+            self._asked.popitem(last=False)
+
+    def asked(self, chat_id: int, message_id: int) -> bool:
+        """Whether ``message_id`` in ``chat_id`` is one of the agent's recent questions."""
+        return (chat_id, message_id) in self._asked
 
     def answer(self, data: str) -> tuple[Question, str] | None:
         """Resolve an option press (``q:<token>:<i>``) once; None when unknown or used."""

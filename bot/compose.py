@@ -63,6 +63,7 @@ async def open_plangate(
     try:
         engine = build_engine(
             log=storage.log if wrap_log is None else wrap_log(storage.log),
+            chat_log=storage.chat_log,
             sessions=storage.sessions,
             plan_store=storage.plan_store,
             model=model,

@@ -26,6 +26,7 @@ from bot.access import AccessGate
 from bot.channel import TelegramChannel
 from bot.keys import SessionKey, message_key, update_key
 from bot.outbox import Dropped, Outbox
+from bot.people import SeenPeople
 from bot.presenter import CardPresenter
 from bot.render import clip_html, escape
 from bot.routes import (
@@ -53,6 +54,9 @@ from engine.events import Attachment
 from engine.inbox import clean_name, inline_text, save_upload
 from engine.model.transcribe import Transcriber
 from engine.model.types import ModelError
+from engine.roles.commands import parse_team_args
+from engine.roles.policy import may
+from engine.roles.types import Person, Role
 from engine.tasks import BackgroundTasks
 from engine.text import clip
 
@@ -83,6 +87,8 @@ class BotParts:
     load_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Which updates are processed; the ChatLaneProcessor (bot.updates) feeds it.
     ledger: UpdateLedger = field(default_factory=UpdateLedger)
+    # Who wrote in each group, for /team add @name (bot.people).
+    people: SeenPeople = field(default_factory=SeenPeople)
     # Limits of files, photos and voice from the chat (docs/inputs.md).
     inputs: InputSettings = field(default_factory=InputSettings)
     # Speech to text for voice notes (None: not set up), and the transcripts on offer.
@@ -150,14 +156,26 @@ class Handlers:
         await self.bp.routes.remember(session_id, ChatRoute(key[0], key[1]))
         return session_id
 
-    def _is_owner(self, update: Update) -> bool:
+    def _role(self, update: Update) -> Role:
+        """The sender's role as the gate decided it (a member when the gate did not)."""
         d = self.bp.gate.decision(update)
         if d is not None:
-            return d.owner
+            return d.role
+        return "owner" if self.bp.gate.is_owner(self._actor(update)) else "member"
+
+    @staticmethod
+    def _actor(update: Update) -> int | None:
+        """The sender's user id; ``None`` for a message sent as a chat (anonymous admin)."""
         user = update.effective_user
         msg = update.effective_message
-        as_chat = isinstance(msg, Message) and msg.sender_chat is not None
-        return self.bp.gate.is_owner(user.id if user else None) and not as_chat
+        if user is None or (isinstance(msg, Message) and msg.sender_chat is not None):
+            return None
+        return user.id
+
+    @staticmethod
+    def _actor_name(update: Update) -> str:
+        user = update.effective_user
+        return user.full_name if user is not None else ""
 
     async def _decide(self, session_id: str, call: Awaitable[Outcome]) -> Outcome:
         """Await the engine's decision with the session's card refreshes held.
@@ -294,21 +312,22 @@ class Handlers:
 
     async def _run_command(self, update: Update, name: CommandName) -> None:
         msg = update.effective_message
-        user = update.effective_user
         if msg is None:
             return
         key = message_key(msg)
         session_id = await self._session(key)
         self.bp.presenter.saw_message(key[0], msg.message_id)
         args = _command_args(msg.text or "")
-        actor = user.id if user and self._is_owner(update) else None
-        outcome = await self._decide(
-            session_id, self.bp.engine.command(session_id, name, args, actor=actor)
+        # The engine checks the actor's role itself (engine.roles), with the same rule.
+        actor = self._actor(update)
+        call = self.bp.engine.command(
+            session_id, name, args, actor=actor, actor_name=self._actor_name(update)
         )
+        outcome = await self._decide(session_id, call)
         self._render(session_id, key, outcome, reply_to=msg.message_id, actor=actor)
 
     async def show_plan(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        """/show-plan, /show_plan, /show-plan@bot: restick the card (a copy for non-owners)."""
+        """/show-plan, /show_plan, /show-plan@bot: restick the card (a copy for members)."""
         msg = update.effective_message
         if msg is None or msg.text is None:
             return
@@ -316,20 +335,20 @@ class Handlers:
         target = m.group(1) if m else None
         if target and target.lower() != (context.bot.username or "").lower():
             return  # addressed to another bot
-        if self._is_owner(update):
+        if self._role(update) != "member":
+            # Owners and approvers press the card's buttons: it moves to the bottom.
             await self._run_command(update, "show_plan")
             return
         key = message_key(msg)
         session_id = await self._session(key)
-        outcome = await self._decide(
-            session_id, self.bp.engine.command(session_id, "show_plan", "", actor=None)
-        )
+        call = self.bp.engine.command(session_id, "show_plan", "", actor=self._actor(update))
+        outcome = await self._decide(session_id, call)
         if outcome.plan_card is not None:
             # A non-owner's copy: no buttons, and the live card stays where it is.
             self.bp.presenter.show_copy(session_id, ChatRoute(*key), reply_to=msg.message_id)
             self.bp.presenter.release(session_id)
             return
-        self._render(session_id, key, outcome, reply_to=msg.message_id, actor=None)
+        self._render(session_id, key, outcome, reply_to=msg.message_id, actor=self._actor(update))
 
     async def new(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """/new: end the key's session (its cards lose their buttons) and bind a fresh one."""
@@ -344,6 +363,48 @@ class Handlers:
         self.bp.gate.cancel_expect(key)
         fresh = await self._session(key)
         self._render(fresh, key, outcome, reply_to=msg.message_id, actor=user.id)
+
+    async def team(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """/team [add <user> approver | remove <user>]: the chat's roles (docs/roles.md)."""
+        msg = update.effective_message
+        if msg is None:
+            return
+        key = message_key(msg)
+        args = _command_args(msg.text or "")
+        outcome = await self.bp.engine.team(
+            key[0],
+            args,
+            actor=self._actor(update),
+            actor_name=self._actor_name(update),
+            target=self._team_target(msg, args),
+        )
+        reply = _reply_text(outcome)
+        if reply is None:
+            return
+        # In the background, like every reply: a paced send must not hold the chat's lane.
+        send = self.bp.outbox.send_text(
+            key[0], reply, thread_id=key[1] or None, reply_to=msg.message_id
+        )
+        self.bp.tasks.spawn(send, name=f"team:{key[0]}")
+
+    def _team_target(self, msg: Message, args: str) -> Person | None:
+        """Who ``/team add|remove`` means: the message replied to, or an ``@username`` seen
+        in the chat (a numeric id the engine reads from ``args``)."""
+        spec = parse_team_args(args)
+        if isinstance(spec, str) or spec.op == "list":
+            return None
+        if spec.username is not None:
+            return self.bp.people.find(msg.chat.id, spec.username)
+        reply = msg.reply_to_message
+        sender = None
+        # In a forum every topic message "replies" to the topic's first message: not a person.
+        if reply is not None and not (
+            msg.is_topic_message and reply.message_id == msg.message_thread_id
+        ):
+            sender = reply.from_user
+        if spec.user_id is None and sender is not None and not sender.is_bot:
+            return Person(sender.id, sender.full_name)
+        return None
 
     async def project(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """/project [name] (owner only: the gate refuses others): show or switch the project.
@@ -382,7 +443,13 @@ class Handlers:
         pressed = query.message.message_id if isinstance(query.message, Message) else None
         outcome = await self._decide(
             session_id,
-            self.bp.engine.press(session_id, data, actor=query.from_user.id, message_id=pressed),
+            self.bp.engine.press(
+                session_id,
+                data,
+                actor=query.from_user.id,
+                message_id=pressed,
+                actor_name=query.from_user.full_name,
+            ),
         )
         reply = _reply_text(outcome)
         toast = outcome.reply if outcome.reply and len(outcome.reply) <= MAX_TOAST else None
@@ -427,6 +494,7 @@ class Handlers:
             text,
             actor=query.from_user.id,
             message_id=question.message_id,
+            answer=True,
         )
 
     async def unknown_press(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -450,13 +518,18 @@ class Handlers:
     # ---- talking to the agent ------------------------------------------------------------
 
     async def text(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        """A text message the gate let through: an owner's words go to the agent."""
+        """A text message the gate let through: an owner's words, or an approver's feedback or
+        answer to a question, go to the agent."""
         msg = update.effective_message
         user = update.effective_user
-        if msg is None or user is None or not msg.text or not self._is_owner(update):
+        if msg is None or user is None or not msg.text:
             return
         decision = self.bp.gate.decision(update)
         feedback = bool(decision and decision.feedback)
+        # The gate let it through for this role (feedback, an answer to a question, an owner's
+        # words); the engine checks the role again.
+        if decision is None or not decision.passes:
+            return
         key = message_key(msg)
         session_id = await self._session(key)
         self.bp.presenter.saw_message(key[0], msg.message_id)
@@ -469,7 +542,12 @@ class Handlers:
             if found is not None:
                 self._close_transcript(found, "✏️ Your corrected text was sent instead.")
         await self.bp.engine.user_message(
-            session_id, text, actor=user.id, message_id=msg.message_id, feedback=feedback
+            session_id,
+            text,
+            actor=user.id,
+            message_id=msg.message_id,
+            feedback=feedback,
+            answer=bool(decision and decision.answer),
         )
 
     async def upload(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -477,7 +555,8 @@ class Handlers:
         and the saved path go to the agent (docs/inputs.md). Too big: one reply, nothing kept."""
         msg = update.effective_message
         user = update.effective_user
-        if msg is None or user is None or not self._is_owner(update):
+        # Files are words to the agent: control, an owner's (engine.roles.policy).
+        if msg is None or user is None or not may(self._role(update), "control"):
             return
         inputs = self.bp.inputs
         incoming = incoming_of(msg, max_image_px=inputs.max_image_px)

@@ -86,6 +86,8 @@ def plan_view(
         note=plan_note(data, now=time.time() if now is None else now),
         markdown=data.markdown,
         attached=attached,
+        approvals=data.approvals,
+        approvals_needed=data.approvals_needed,
         worktree=data.worktree,
         raise_cap=data.raise_cap,
         steps=data.steps,
@@ -424,7 +426,14 @@ class CardPresenter:
         slot.last_state = data.state
         if sidecar is not None and data.state == "review" and data.markdown:
             note = plan_note(data, now=time.time())
-            attached = not cards.review_fits(sidecar, data.markdown, state=data.state, note=note)
+            attached = not cards.review_fits(
+                sidecar,
+                data.markdown,
+                state=data.state,
+                note=note,
+                approvals=data.approvals,
+                approvals_needed=data.approvals_needed,
+            )
             if entering_review and current is not None and self._scrolled(route, current):
                 restick = True
         view = plan_view(data, attached=attached)

@@ -268,6 +268,10 @@ class Settings(BaseSettings):
     approval_timeout: Annotated[float, NoDecode] = 600.0
     # Writes to existing workspace files ask too (with a diff) in NoPlan and Active.
     ask_writes: bool = False
+    # Approvals by different people a plan needs (docs/roles.md), and whether an owner's
+    # approval alone is enough all the same.
+    plan_approvals: int = Field(default=1, ge=1, le=10)
+    owner_overrides: bool = False
     # Files from the phone (docs/inputs.md): the largest upload kept (Telegram's bots can
     # download at most 20 MB, so more than 20 changes nothing), whether the model sees
     # images, the largest photo side used, a reply longer than this many visible characters

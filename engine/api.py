@@ -17,6 +17,7 @@ from typing import Final, Literal, Protocol
 from engine.events import Attachment, GoalCheck
 from engine.goal.types import GoalSnapshot
 from engine.plan.types import PlanSidecar
+from engine.roles.types import Person, Role
 from engine.worktree.types import WorktreeView
 
 # The command plane's command names; `/show-plan`, `/show_plan` and `/show-plan@bot` all arrive
@@ -26,9 +27,9 @@ from engine.worktree.types import WorktreeView
 CommandName = Literal[
     "plan", "show_plan", "execute", "discard", "goal", "stop", "status", "help", "usage"
 ]
-# Anyone in an allowed group may run these; every other command is owner-only. They change
-# nothing, so their command/run is logged without the reply waiting (engine.commands). The one
-# set both rules read.
+# Anyone in an allowed group may run these (engine.roles.policy: the role rule reads them as
+# "read"). They change nothing, so their command/run is logged without the reply waiting
+# (engine.commands).
 READ_ONLY_COMMANDS: frozenset[str] = frozenset({"show_plan", "status", "help"})
 
 # The plan card's state, decided by the engine (engine.cards.plan_card_state). ``review``
@@ -140,6 +141,10 @@ class PlanCardData:
     last_progress_at: float | None = None
     # Why an Active checklist is not running (stuck, the daily cap, stopped, restarted).
     halted: str | None = None
+    # In review with more than one approval needed: who approved this revision so far, and
+    # how many approvals it needs (PLANGATE_PLAN_APPROVALS).
+    approvals: tuple[str, ...] = ()
+    approvals_needed: int = 1
     # The plan's git worktree: where it runs, and at Done its diff and the branch buttons.
     worktree: WorktreeView | None = None
     # Paused by the daily cap: the cap "Raise cap" would set (the card offers it then).
@@ -220,9 +225,14 @@ class EngineApi(Protocol):
         actor: int | None,
         message_id: int | None,
         feedback: bool = False,
+        answer: bool = False,
         attachments: Sequence[Attachment] = (),
     ) -> None:
-        """Queue a message for the agent and return at once (never waits for the turn)."""
+        """Queue a message for the agent and return at once (never waits for the turn).
+
+        ``feedback``: the answer to Keep planning / Revise; ``answer``: the answer to one of
+        the agent's questions (an option, or a reply to it). The actor's role must allow it
+        (an approver's words reach the agent only as these two)."""
         ...
 
     def inbox_dir(self, session_id: str) -> Path | None:
@@ -230,13 +240,30 @@ class EngineApi(Protocol):
         ...
 
     async def command(
-        self, session_id: str, name: CommandName, args: str, *, actor: int | None
+        self,
+        session_id: str,
+        name: CommandName,
+        args: str,
+        *,
+        actor: int | None,
+        actor_name: str = "",
     ) -> Outcome:
-        """Run a command in the command plane (logged as ``command/run``; opens no turn)."""
+        """Run a command in the command plane (logged as ``command/run``; opens no turn).
+
+        ``actor`` is the Telegram user id (``None``: nobody known); the actor's role in the
+        session's chat must allow the command, else the reply says what the role allows.
+        ``actor_name`` is how the actor is shown (recorded with the decisions they make).
+        """
         ...
 
     async def press(
-        self, session_id: str, press: Press, *, actor: int | None, message_id: int | None = None
+        self,
+        session_id: str,
+        press: Press,
+        *,
+        actor: int | None,
+        message_id: int | None = None,
+        actor_name: str = "",
     ) -> Outcome:
         """A button press, bound to the plan or goal revision it was drawn for.
 
@@ -246,6 +273,24 @@ class EngineApi(Protocol):
         plan card other than the one ``flow`` names: ``message_id`` is the pressed message)
         is answered "This card is out of date." and changes nothing.
         """
+        ...
+
+    async def role_of(self, chat_id: int, user_id: int | None) -> Role:
+        """The role of ``user_id`` in the chat: owner, approver or member (docs/roles.md)."""
+        ...
+
+    async def team(
+        self,
+        chat_id: int,
+        args: str,
+        *,
+        actor: int | None,
+        actor_name: str = "",
+        target: Person | None = None,
+    ) -> Outcome:
+        """``/team``: list the chat's roles, or (owners) ``add <user> approver`` / ``remove
+        <user>``. ``target`` is the person the front end found for the command (the message
+        replied to, or an ``@username`` seen in the chat); a numeric id in ``args`` needs none."""
         ...
 
     async def plan_card(self, session_id: str) -> PlanCardData: ...

@@ -23,6 +23,7 @@ from engine.agent.build import build_agent, workspace_from_store
 from engine.agent.channel import Channel
 from engine.agent.settings import AgentSettings
 from engine.api import (
+    APPROVAL_ONCE,
     CommandName,
     GoalCardData,
     Outcome,
@@ -54,9 +55,14 @@ from engine.plan.service import PlanChange, PlanService
 from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
 from engine.plan.types import is_editing
-from engine.ports import Clock, EventLog, SessionStore
+from engine.ports import ChatLog, Clock, EventLog, SessionStore
 from engine.progress.stuck import StuckLimits
 from engine.projects import ProjectCatalog
+from engine.roles.commands import describe_team, parse_team_args, run_team
+from engine.roles.policy import command_action, may, press_action, refusal_text
+from engine.roles.service import RoleService
+from engine.roles.types import Person, Role
+from engine.roles.votes import PlanVotes
 from engine.scheduler import ApsScheduler, Scheduler
 from engine.services import Services
 from engine.sessions import Sessions
@@ -106,6 +112,13 @@ class EngineConfig:
     ask_writes: bool = False
     # Caps of the file tools (grep's deadline among them); the defaults suit a real bot.
     file_limits: FileLimits | None = None
+    # Who owns the bot (PLANGATE_OWNER_IDS). None: no owner list (an engine embedded without
+    # people, as in the engine's own tests): every actor then counts as an owner.
+    owner_ids: frozenset[int] | None = None
+    # Approvals a plan needs from different people (PLANGATE_PLAN_APPROVALS), and whether an
+    # owner's approval alone is enough all the same (PLANGATE_OWNER_OVERRIDES).
+    plan_approvals: int = 1
+    owner_overrides: bool = False
     # Where the files the owner sends are kept (engine.inbox), ``<home>/inbox`` when opened
     # by bot.compose; None: no inbox (uploads are refused by the front end).
     inbox_root: Path | None = None
@@ -155,6 +168,7 @@ class Engine:
         self.approvals = services.approvals
         self.worktrees = services.worktrees
         self.usage = services.usage
+        self.roles = services.roles
         self.channel = services.channel
 
     # --- sessions ---------------------------------------------------------------------------
@@ -169,11 +183,58 @@ class Engine:
 
     async def new_session(self, chat_id: int, thread_id: int, *, actor: int) -> Outcome:
         """``/new``: end the key's session (cancel, disarm, archive), bind a fresh one."""
+        refused = await self._refused(chat_id, actor, "new", "")
+        if refused is not None:
+            return refused
         return await self.sessions.new_session(chat_id, thread_id, actor=actor)
 
+    async def _refused(
+        self, chat_id: int, actor: int | None, name: str, args: str
+    ) -> Outcome | None:
+        """The refusal when the actor's role may not run ``/name args`` in the chat."""
+        role = await self.roles.role_of(chat_id, actor)
+        if may(role, command_action(name, args)):
+            return None
+        return Outcome(reply=refusal_text(role))
+
     async def migrate_chat(self, old_chat_id: int, new_chat_id: int) -> list[str]:
-        """A group became a supergroup: bind its sessions to the new id; returns them."""
+        """A group became a supergroup: bind its sessions (and its team) to the new id."""
+        await self.roles.migrate(old_chat_id, new_chat_id)
         return await self.sessions.migrate_chat(old_chat_id, new_chat_id)
+
+    # --- roles ------------------------------------------------------------------------------
+
+    async def role_of(self, chat_id: int, user_id: int | None) -> Role:
+        """The role of ``user_id`` in the chat (engine.roles; a topic shares its group's)."""
+        return await self.roles.role_of(chat_id, user_id)
+
+    async def team(
+        self,
+        chat_id: int,
+        args: str,
+        *,
+        actor: int | None,
+        actor_name: str = "",
+        target: Person | None = None,
+    ) -> Outcome:
+        """``/team [add <user> approver | remove <user>]`` in a chat (docs/roles.md)."""
+        refused = await self._refused(chat_id, actor, "team", args)
+        if refused is not None:
+            return refused
+        role = await self.roles.role_of(chat_id, actor)
+        spec = parse_team_args(args)
+        if isinstance(spec, str):
+            return Outcome(reply=spec)
+        if spec.op == "list":
+            return Outcome(reply=await describe_team(self.roles, chat_id, viewer_role=role))
+        if chat_id > 0:
+            return Outcome(reply="Roles are kept per group: use /team in the group.")
+        assert actor is not None  # only an owner may change the team
+        text = await run_team(
+            self.roles, chat_id, spec, target=target, actor=Person(actor, actor_name)
+        )
+        _log.info("plangate.engine.team chat=%s op=%s by=%s", chat_id, spec.op, actor)
+        return Outcome(reply=text)
 
     def inbox_dir(self, session_id: str) -> Path | None:
         """The folder the session's uploads are saved in (None: uploads are off)."""
@@ -182,6 +243,9 @@ class Engine:
 
     async def project(self, chat_id: int, thread_id: int, args: str, *, actor: int) -> Outcome:
         """``/project [name]``: show the key's project, or bind the key to another one."""
+        refused = await self._refused(chat_id, actor, "project", args)
+        if refused is not None:
+            return refused
         return await self.sessions.project(chat_id, thread_id, args, actor=actor)
 
     # --- messages, commands, presses --------------------------------------------------------
@@ -194,6 +258,7 @@ class Engine:
         actor: int | None,
         message_id: int | None,
         feedback: bool = False,
+        answer: bool = False,
         attachments: Sequence[Attachment] = (),
     ) -> None:
         """Queue a message for the agent and return at once (never waits for the turn)."""
@@ -204,22 +269,37 @@ class Engine:
             actor=actor,
             message_id=message_id,
             feedback=feedback,
+            answer=answer,
             attachments=attachments,
         )
 
     async def command(
-        self, session_id: str, name: CommandName, args: str, *, actor: int | None
+        self,
+        session_id: str,
+        name: CommandName,
+        args: str,
+        *,
+        actor: int | None,
+        actor_name: str = "",
     ) -> Outcome:
         """Run a command in the command plane (logged as ``command/run``; opens no turn)."""
         await self.sessions.ensure_loaded(session_id)
-        return await self.commands.run(session_id, name, args, actor=actor)
+        return await self.commands.run(session_id, name, args, actor=actor, actor_name=actor_name)
 
     async def press(
-        self, session_id: str, press: Press, *, actor: int | None, message_id: int | None = None
+        self,
+        session_id: str,
+        press: Press,
+        *,
+        actor: int | None,
+        message_id: int | None = None,
+        actor_name: str = "",
     ) -> Outcome:
         """A button press bound to the revision it was drawn for; stale presses change nothing."""
         await self.sessions.ensure_loaded(session_id)
-        return await self.commands.press(session_id, press, actor=actor, message_id=message_id)
+        return await self.commands.press(
+            session_id, press, actor=actor, message_id=message_id, actor_name=actor_name
+        )
 
     # --- cards ------------------------------------------------------------------------------
 
@@ -302,6 +382,7 @@ class Engine:
 def build_engine(
     *,
     log: EventLog,
+    chat_log: ChatLog,
     sessions: SessionStore,
     plan_store: PlanStore,
     model: ModelProvider,
@@ -313,6 +394,7 @@ def build_engine(
     """Assemble an :class:`Engine` from its ports: the one composition of the services."""
     goals = GoalService(log, clock=clock, default_max_rounds=config.max_goal_rounds)
     usage = UsageMeter(log, goals=goals, config=config.usage, clock=clock)
+    votes = PlanVotes(log)
     # Checks run through the same sandbox runner as bash, under the same workspace locks
     # (docs/checks.md); this bash tool is never offered to the model.
     locks = WorkspaceLocks()
@@ -324,6 +406,7 @@ def build_engine(
         clock=clock,
         checks=checks,
         max_plan_bytes=config.max_plan_kb * 1024,
+        approvers=votes.approvals,
     )
 
     async def block_for_approval(
@@ -421,6 +504,8 @@ def build_engine(
         agents=agents,
         approvals=approvals,
         usage=usage,
+        roles=RoleService(chat_log, owner_ids=config.owner_ids),
+        votes=votes,
         channel=channel,
         workspace=catalog.default.path,
         catalog=catalog,
@@ -428,13 +513,28 @@ def build_engine(
         worktrees=worktrees,
     )
     cards = Cards(services)
+    cards.plan_approvals = config.plan_approvals
     agents.set_turn_listener(cards.on_turn_end)
     the_sessions = Sessions(sessions, services, cards=cards, profile=config.profile)
     usage.is_private = the_sessions.is_private
+
+    async def may_answer(session_id: str, actor: int | None) -> bool:
+        # The one rule: whoever may press a tool approval's buttons may answer it.
+        role = await services.roles.role_of(the_sessions.chat_of(session_id), actor)
+        return may(role, press_action("a", APPROVAL_ONCE))
+
+    approvals.answer_check = may_answer
     return Engine(
         services,
         sessions=the_sessions,
-        commands=CommandPlane(services, cards=cards),
+        commands=CommandPlane(
+            services,
+            cards=cards,
+            chat_of=the_sessions.chat_of,
+            plan_approvals=config.plan_approvals,
+            owner_overrides=config.owner_overrides,
+            clock=clock,
+        ),
         cards=cards,
         driver=driver,
         scheduler=the_scheduler,

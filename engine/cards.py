@@ -134,7 +134,10 @@ class Cards:
         self._agents = services.agents
         self._approvals = services.approvals
         self._usage = services.usage
+        self._votes = services.votes
         self._channel = services.channel
+        # Approvals a plan needs (the command plane's setting; build_engine sets it).
+        self.plan_approvals = 1
         self._worktrees = services.worktrees
         # The owner's choices on the cards; the command plane and /new change them.
         self.choices = CardChoices()
@@ -207,6 +210,10 @@ class Cards:
                     raise_cap = raised_cap(cap, self._usage.today().tokens)
             else:
                 halted = "Paused: Resume runs the rest of the checklist."
+        approvals: tuple[str, ...] = ()
+        if phase == "post_init" and self.plan_approvals > 1:
+            votes = await self._votes.votes(session_id, sidecar.id, sidecar.revision)
+            approvals = tuple(v.name or str(v.user_id) for v in votes)
         return PlanCardData(
             state=state,
             sidecar=sidecar,
@@ -217,6 +224,8 @@ class Cards:
             waiting=waiting,
             last_progress_at=run.last_progress_at if run.armed else None,
             halted=halted,
+            approvals=approvals,
+            approvals_needed=self.plan_approvals,
             worktree=worktree if _runs_in(worktree, sidecar) else None,
             raise_cap=raise_cap,
             checking=self._plans.checking(session_id),

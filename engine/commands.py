@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from engine import api
@@ -28,6 +29,11 @@ from engine.goal.fold import GoalRefusal
 from engine.plan.digest import too_big_detail
 from engine.plan.extract import validate_template_b
 from engine.plan.types import is_editing
+from engine.ports import Clock
+from engine.roles.audit import AuditTrail, plan_line, tool_line
+from engine.roles.policy import command_action, may, message_action, press_action, refusal_text
+from engine.roles.types import Role
+from engine.roles.votes import Vote
 from engine.services import Services
 from engine.tasks import BackgroundTasks
 from engine.text import clean_text, clip
@@ -67,7 +73,25 @@ class CommandPlane:
     The caller loads the session first (:meth:`engine.sessions.Sessions.ensure_loaded`).
     """
 
-    def __init__(self, services: Services, *, cards: Cards) -> None:
+    def __init__(
+        self,
+        services: Services,
+        *,
+        cards: Cards,
+        chat_of: Callable[[str], int | None] = lambda _session_id: None,
+        plan_approvals: int = 1,
+        owner_overrides: bool = False,
+        clock: Clock = time.time,
+    ) -> None:
+        if plan_approvals < 1:
+            raise ValueError("a plan needs at least one approval")
+        self._roles = services.roles
+        self._clock = clock
+        self._votes = services.votes
+        self._audit = AuditTrail(services.log)
+        self._chat_of = chat_of
+        self.plan_approvals = plan_approvals
+        self.owner_overrides = owner_overrides
         self._log = services.log
         self._plans = services.plans
         self._goals = services.goals
@@ -81,6 +105,10 @@ class CommandPlane:
         self._background_logs = BackgroundTasks(_log, event="log_failed")
 
     # --- plumbing ---------------------------------------------------------------------------
+
+    async def role(self, session_id: str, actor: int | None) -> Role:
+        """The actor's role in the session's chat (engine.roles; the one rule is ``may``)."""
+        return await self._roles.role_of(self._chat_of(session_id), actor)
 
     async def log_command(
         self,
@@ -117,9 +145,13 @@ class CommandPlane:
         actor: int | None,
         message_id: int | None,
         feedback: bool = False,
+        answer: bool = False,
         attachments: Sequence[Attachment] = (),
     ) -> None:
-        """An owner's message for the agent: queued, never waited for.
+        """A message for the agent: queued, never waited for.
+
+        The actor's role must allow it: an owner's words, or (approvers too) ``feedback`` and
+        an ``answer`` to a question the agent asked (the front end says which it is).
 
         ``feedback`` marks the answer to Keep planning or Revise; ``attachments`` are files
         already saved in the session inbox (engine.inbox). A message answers a
@@ -127,6 +159,12 @@ class CommandPlane:
         """
         controller = self._agents.controller(session_id)
         answered = controller.awaiting_answer
+        role = await self.role(session_id, actor)
+        action = "answer" if answer and not feedback else message_action(feedback=feedback)
+        if not may(role, action):
+            # The front end's gate refuses these before they get here; this is the backstop.
+            _log.info("plangate.commands.message_refused session=%s role=%s", session_id, role)
+            return
         source: FeedbackSource | HumanSource = (
             FeedbackSource(user_id=actor, message_id=message_id)
             if feedback
@@ -146,10 +184,22 @@ class CommandPlane:
     # --- commands ---------------------------------------------------------------------------
 
     async def run(
-        self, session_id: str, name: CommandName, args: str, *, actor: int | None
+        self,
+        session_id: str,
+        name: CommandName,
+        args: str,
+        *,
+        actor: int | None,
+        actor_name: str = "",
     ) -> Outcome:
-        """Run one command; refusals are outcomes with a reply, never exceptions."""
+        """Run one command; refusals are outcomes with a reply, never exceptions.
+
+        The actor's role must allow it (engine.roles.policy): a refusal says what it allows.
+        """
         args = clean_text(args).strip()
+        role = await self.role(session_id, actor)
+        if not may(role, command_action(name, args)):
+            return Outcome(reply=refusal_text(role))
         if name in ("plan", "execute", "discard", "goal", "stop"):
             self._choices.clear(session_id)
         # Read-only commands (api.READ_ONLY_COMMANDS, the one set) change nothing: their
@@ -163,7 +213,7 @@ class CommandPlane:
                 return await self._show_plan(session_id)
             case "execute":
                 await self.log_command(session_id, "execute", args, actor=actor)
-                return await self._execute(session_id, args, actor=actor)
+                return await self._execute(session_id, args, actor=actor, actor_name=actor_name)
             case "discard":
                 await self.log_command(session_id, "discard", args, actor=actor)
                 return await self.discard(session_id)
@@ -175,7 +225,7 @@ class CommandPlane:
                 return await self._stop(session_id)
             case "status":
                 # The workspace path tells a group's members about the owner's machine.
-                return Outcome(reply=await self.status_text(session_id, owner=actor is not None))
+                return Outcome(reply=await self.status_text(session_id, owner=role == "owner"))
             case "help":
                 return Outcome(reply=HELP_TEXT)
             case "usage":
@@ -231,7 +281,9 @@ class CommandPlane:
             return Outcome(reply="Planning; nothing written yet.", plan_card="restick")
         return Outcome(plan_card="restick")
 
-    async def _execute(self, session_id: str, text: str, *, actor: int | None) -> Outcome:
+    async def _execute(
+        self, session_id: str, text: str, *, actor: int | None, actor_name: str = ""
+    ) -> Outcome:
         """``/execute [text]``: the text goes to the agent as the owner's message once the
         approval stands (or with the checklist's continuation); a refusal says it was not sent."""
         plans = self._plans
@@ -248,7 +300,9 @@ class CommandPlane:
             )
         if state == "post_init":
             revision = await plans.revision(session_id)
-            return await self.approve(session_id, revision, actor=actor, text=text)
+            return await self.approve(
+                session_id, revision, actor=actor, actor_name=actor_name, text=text
+            )
         outcome = await self.run_checklist(session_id)
         if text:
             # Queued behind the checklist's next turn: the owner's turn goes first after it.
@@ -273,12 +327,21 @@ class CommandPlane:
         return Outcome(reply="Continuing with the checklist.", plan_card="refresh")
 
     async def approve(
-        self, session_id: str, revision: int, *, actor: int | None, text: str = ""
+        self,
+        session_id: str,
+        revision: int,
+        *,
+        actor: int | None,
+        actor_name: str = "",
+        text: str = "",
     ) -> Outcome:
         """Approve the plan at ``revision``: now when idle, at the next step when busy.
 
-        ``text`` (from ``/execute text``) is queued as the owner's message once the approval is
-        committed or pending; it runs after the turn that is running or queued, under Active.
+        With ``plan_approvals`` above one, each different approver's press is a vote for this
+        revision (engine.roles.votes); the one that completes the count approves, and an owner
+        alone does when ``owner_overrides``. ``text`` (from ``/execute text``) is queued as the
+        owner's message once the approval is committed or pending; it runs after the turn that
+        is running or queued, under Active.
         """
         digest = await self._plans.digest(session_id)
         if digest is not None and digest.too_big:
@@ -290,9 +353,39 @@ class CommandPlane:
             return Outcome(
                 reply=_unsent(f"The plan cannot be approved yet. Missing:\n{lines}", text)
             )
-        await self.log_command(
-            session_id, "approve", str(revision), actor=actor, data={"revision": revision}
+        sidecar = await self._plans.current(session_id)
+        if sidecar is None or sidecar.revision != revision:
+            return Outcome(reply=_unsent("The approval did not go through.", text))
+        votes = await self._votes.votes(session_id, sidecar.id, revision)
+        needed = self.plan_approvals
+        if self.owner_overrides and await self.role(session_id, actor) == "owner":
+            needed = 1
+        data = {"revision": revision, "plan_id": sidecar.id, "name": actor_name}
+        if actor is not None and any(v.user_id == actor for v in votes):
+            # The same person twice counts once.
+            return Outcome(
+                reply=_unsent(
+                    f"You approved this version already: {len(votes)} of {needed} approvals. "
+                    "It needs someone else's.",
+                    text,
+                )
+            )
+        final = len(votes) + 1 >= needed
+        # Logged first: a vote counts once it is in the log (a restart reads it back).
+        name = "approve" if final else "approval_vote"
+        [logged] = await self._log.append(
+            session_id, [CommandRun(name=name, args=str(revision), actor=actor, data=data)]
         )
+        self._audit.add(session_id, plan_line(actor, actor_name, logged.at, final=final))
+        if actor is not None:
+            self._votes.add(session_id, sidecar.id, revision, Vote(actor, actor_name, logged.at))
+        if not final:
+            return Outcome(
+                reply=_unsent(
+                    f"Approval {len(votes) + 1} of {needed}: it needs another approver.", text
+                ),
+                plan_card="refresh",
+            )
         controller = self._agents.controller(session_id)
         answer = await controller.request_approval(revision=revision, actor=actor)
         self._choices.feedback_done(session_id)
@@ -410,24 +503,46 @@ class CommandPlane:
         if waiting is not None:
             command = clip(waiting.command, 200, one_line=True)
             lines.append(f"Waiting for you: allow {waiting.tool} {command}?")
+        decisions = await self._audit.last(session_id)
+        if decisions:
+            lines.append("Last decisions:")
+            lines.extend(decisions)
         return "\n".join(lines)
 
     # --- presses ----------------------------------------------------------------------------
 
     async def press(
-        self, session_id: str, press: api.Press, *, actor: int | None, message_id: int | None = None
+        self,
+        session_id: str,
+        press: api.Press,
+        *,
+        actor: int | None,
+        message_id: int | None = None,
+        actor_name: str = "",
     ) -> Outcome:
         """A button press; counts only if id, revision and the action match the state now.
 
         A plan press counts only on the card ``flow`` names: an older copy of the card
-        (reposted since) is out of date even at the same revision.
+        (reposted since) is out of date even at the same revision. The presser's role must
+        allow the action (a removed approver's old buttons do nothing).
         """
         action, short_id, revision = press.action, press.short_id, press.revision
+        role = await self.role(session_id, actor)
+        if not may(role, press_action(press.kind, action)):
+            return Outcome(reply=refusal_text(role), alert=True)
         if press.kind == "a":
-            return await self._approval_press(session_id, action, short_id, actor=actor)
+            return await self._approval_press(
+                session_id, action, short_id, actor=actor, actor_name=actor_name
+            )
         if press.kind == "p":
             return await self._plan_press(
-                session_id, action, short_id, revision, actor=actor, message_id=message_id
+                session_id,
+                action,
+                short_id,
+                revision,
+                actor=actor,
+                message_id=message_id,
+                actor_name=actor_name,
             )
         return await self._goal_press(session_id, action, short_id, revision, actor=actor)
 
@@ -440,6 +555,7 @@ class CommandPlane:
         *,
         actor: int | None,
         message_id: int | None,
+        actor_name: str = "",
     ) -> Outcome:
         plans = self._plans
         if action in api.BRANCH_ACTIONS:
@@ -454,7 +570,7 @@ class CommandPlane:
         state = await plans.state(session_id)
         match action:
             case api.PLAN_APPROVE if state == "post_init":
-                return await self.approve(session_id, revision, actor=actor)
+                return await self.approve(session_id, revision, actor=actor, actor_name=actor_name)
             case api.PLAN_KEEP if state == "post_init":
                 await self.log_command(session_id, "keep_planning", "", actor=actor)
                 self._agents.controller(session_id).cancel_pending()
@@ -574,13 +690,19 @@ class CommandPlane:
         return Outcome(goal_card="refresh")
 
     async def _approval_press(
-        self, session_id: str, action: str, short_id: str, *, actor: int | None
+        self, session_id: str, action: str, short_id: str, *, actor: int | None, actor_name: str
     ) -> Outcome:
         """Allow once / Allow for this session / Deny on a waiting call, or Allow on a denied
         unattended one (adds the rule; a blocked goal then needs Resume)."""
-        result = await self._approvals.answer(session_id, action, short_id, actor=actor)
+        asked = self._approvals.pending(session_id)
+        result = await self._approvals.answer(
+            session_id, action, short_id, actor=actor, actor_name=actor_name
+        )
         if result.stale:
             return _stale()
+        if asked is not None and action != api.APPROVAL_RULE:
+            line = tool_line(asked.command, action, actor, actor_name, self._clock())
+            self._audit.add(session_id, line)
         if action != api.APPROVAL_RULE:
             return Outcome(reply=result.text, plan_card="refresh")
         goal = self._goals.peek(session_id)

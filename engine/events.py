@@ -243,6 +243,8 @@ class ApprovalDecided(_Event):
     call_id: str
     decision: ApprovalDecision
     actor: int | None = None
+    # How the person who answered was shown (the audit trail names them; docs/roles.md).
+    actor_name: str = ""
 
 
 class ApprovalRule(_Event):
@@ -257,6 +259,7 @@ class ApprovalRule(_Event):
     tool: str = "bash"
     words: list[str]
     actor: int | None = None
+    actor_name: str = ""
     exact: bool = False
 
 

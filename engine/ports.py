@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from engine.events import SessionEvent, StoredEvent
+from engine.roles.types import ChatEvent, StoredChatEvent
 
 Clock = Callable[[], float]
 
@@ -101,4 +102,19 @@ class SessionStore(Protocol):
 
     async def fork(self, session_id: str, *, upto_seq: int | None = None) -> SessionRecord:
         """A new session whose log is a copy of ``session_id``'s prefix up to ``upto_seq``."""
+        ...
+
+
+class ChatLog(Protocol):
+    """The append-only log of chat-level events (roles), one per chat id (docs/roles.md).
+
+    A forum topic has no log of its own: its group's applies. ``seq`` is dense per chat.
+    """
+
+    async def append_chat(self, chat_id: int, events: Sequence[ChatEvent]) -> list[StoredChatEvent]:
+        """Commit ``events`` in one transaction and return them; durable on return."""
+        ...
+
+    async def read_chat(self, chat_id: int) -> list[StoredChatEvent]:
+        """The chat's events in order (``[]`` for a chat with none)."""
         ...

@@ -17,13 +17,15 @@ from engine.goal.service import GoalService
 from engine.plan.service import PlanService
 from engine.ports import EventLog
 from engine.projects import ProjectCatalog
+from engine.roles.service import RoleService
+from engine.roles.votes import PlanVotes
 from engine.usage.meter import UsageMeter
 from engine.worktree.service import Worktrees
 
 
 @dataclass(frozen=True, slots=True)
 class Services:
-    """The event log, the plan, goal, agent, approval and usage services, the chat side, the
+    """The event log, the plan, goal, agent, approval, usage and role services, the chat side, the
     projects sessions may be bound to (``workspace`` is the default one's folder) and each
     session's workspace now (``workspace_for``: its project, or its plan's worktree)."""
 
@@ -33,6 +35,8 @@ class Services:
     agents: AgentRegistry
     approvals: ToolApprovals
     usage: UsageMeter
+    roles: RoleService
+    votes: PlanVotes
     channel: Channel
     workspace: Path
     catalog: ProjectCatalog

@@ -106,6 +106,11 @@ class Sessions:
         self._remember(key, session_id)
         return session_id
 
+    def chat_of(self, session_id: str) -> int | None:
+        """The chat a session is bound to, as this process knows it (``None``: unbound)."""
+        keys = self._chats.get(session_id)
+        return min(keys)[0] if keys else None
+
     def is_private(self, session_id: str) -> bool:
         """Whether the session is bound to a private chat (Telegram gives those positive ids)."""
         return any(chat_id > 0 for chat_id, _ in self._chats.get(session_id, ()))

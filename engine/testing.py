@@ -14,6 +14,7 @@ from engine.errors import AppendConflict
 from engine.events import CommandRun, GoalChange, SessionEvent, StoredEvent
 from engine.ports import ChatBinding, Clock, SessionRecord, check_types
 from engine.recovery import attention_marks
+from engine.roles.types import ChatEvent, StoredChatEvent
 
 
 class InMemoryEventLog:
@@ -147,3 +148,24 @@ class InMemorySessionStore:
         )
         await self._log.copy(session_id, child.id, upto_seq=upto_seq)
         return child
+
+
+class InMemoryChatLog:
+    """An :class:`engine.ports.ChatLog` in a dict."""
+
+    def __init__(self, *, clock: Clock = time.time) -> None:
+        self._clock = clock
+        self._events: dict[int, list[StoredChatEvent]] = {}
+
+    async def append_chat(self, chat_id: int, events: Sequence[ChatEvent]) -> list[StoredChatEvent]:
+        log = self._events.setdefault(chat_id, [])
+        at = self._clock()
+        stored = [
+            StoredChatEvent(chat_id=chat_id, seq=len(log) + i + 1, at=at, event=event)
+            for i, event in enumerate(events)
+        ]
+        log.extend(stored)
+        return stored
+
+    async def read_chat(self, chat_id: int) -> list[StoredChatEvent]:
+        return list(self._events.get(chat_id, []))

@@ -113,6 +113,20 @@ MIGRATIONS: tuple[Migration, ...] = (
         WHERE type = 'command/run'
         """,
     ),
+    # 5: the chat-level log (engine.ports.ChatLog): role events per chat id, so a chat's team
+    # replays after a restart. Small (a row per /team change), so no index beyond the key.
+    (
+        """
+        CREATE TABLE chat_events (
+            chat_id  INTEGER NOT NULL,
+            seq      INTEGER NOT NULL,
+            type     TEXT NOT NULL,
+            at       REAL NOT NULL,
+            payload  TEXT NOT NULL,
+            PRIMARY KEY (chat_id, seq)
+        ) WITHOUT ROWID
+        """,
+    ),
 )
 
 

@@ -1,6 +1,6 @@
 """Opening everything durable under one plangate home, for the composition root.
 
-<home>/plangate.db            the event log, sessions, chat bindings, meta
+<home>/plangate.db            the event log, sessions, chat bindings, the chat log, meta
 <home>/projects/<slug>/...    plan files (storage.plan_files)
 """
 
@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.ports import Clock
+from storage.chatlog import SqliteChatLog
 from storage.db import Database, database_path
 from storage.eventlog import SqliteEventLog
 from storage.plan_files import FilePlanStore
@@ -25,6 +26,7 @@ class Storage:
     log: SqliteEventLog
     sessions: SqliteSessionStore
     plan_store: FilePlanStore
+    chat_log: SqliteChatLog
 
     async def close(self) -> None:
         await self.db.close()
@@ -37,4 +39,7 @@ async def open_storage(home: Path, *, clock: Clock | None = None) -> Storage:
     log = SqliteEventLog(db) if clock is None else SqliteEventLog(db, clock=clock)
     sessions = SqliteSessionStore(db) if clock is None else SqliteSessionStore(db, clock=clock)
     plan_store = FilePlanStore.from_sessions(home, sessions)
-    return Storage(home=home, db=db, log=log, sessions=sessions, plan_store=plan_store)
+    chat_log = SqliteChatLog(db) if clock is None else SqliteChatLog(db, clock=clock)
+    return Storage(
+        home=home, db=db, log=log, sessions=sessions, plan_store=plan_store, chat_log=chat_log
+    )

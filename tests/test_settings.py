@@ -358,6 +358,16 @@ def test_bad_approval_settings_name_the_variable(env: dict[str, str], expected: 
     assert re.search(expected, error_of(env))
 
 
+def test_plan_approvals_and_owner_overrides() -> None:
+    s = load({})
+    assert s.plan_approvals == 1 and s.owner_overrides is False
+    s = load({"PLANGATE_PLAN_APPROVALS": "2", "PLANGATE_OWNER_OVERRIDES": "true"})
+    assert s.plan_approvals == 2 and s.owner_overrides is True
+    assert "PLANGATE_PLAN_APPROVALS" in error_of({"PLANGATE_PLAN_APPROVALS": "0"})
+    assert "PLANGATE_PLAN_APPROVALS" in error_of({"PLANGATE_PLAN_APPROVALS": "two"})
+    assert "PLANGATE_OWNER_OVERRIDES" in error_of({"PLANGATE_OWNER_OVERRIDES": "maybe"})
+
+
 def test_the_stuck_settings_and_the_old_stall_name() -> None:
     s = load({})
     assert (s.stuck_repeats, s.stuck_errors, s.stuck_monologue) == (4, 3, 3)

@@ -129,6 +129,8 @@ class ApprovalNotifier(Protocol):
 
 # Runs when an unattended turn's call was denied for want of an approval.
 UnattendedHook = Callable[[str, MessageSource, ApprovalView], Awaitable[None]]
+# (session id, actor) -> whether the actor may answer the session's requests (engine.roles).
+AnswerCheck = Callable[[str, int | None], Awaitable[bool]]
 
 
 @dataclass
@@ -196,6 +198,9 @@ class ToolApprovals:
         self.timeout_s = timeout_s
         self.on_unattended = on_unattended
         self.ask_writes = ask_writes
+        # Who may answer: engine.roles' one rule, set by build_engine (None: no people known,
+        # as in the approval service's own tests).
+        self.answer_check: AnswerCheck | None = None
         self._sessions: dict[str, _Session] = {}
 
     def _session(self, session_id: str) -> _Session:
@@ -219,9 +224,12 @@ class ToolApprovals:
         found = self._sessions.get(session_id)
         return found.pending.view if found is not None and found.pending is not None else None
 
-    def may_answer(self, session_id: str, actor: int | None) -> bool:
-        """Who may answer a request: the one check (the front end lets only owners press)."""
-        return True
+    async def may_answer(self, session_id: str, actor: int | None) -> bool:
+        """Who may answer a request: owners and the chat's approvers (``answer_check``, the
+        role rule of engine.roles; the front end's gate asks the same rule first)."""
+        if self.answer_check is None:
+            return True
+        return await self.answer_check(session_id, actor)
 
     def new_run(self, session_id: str) -> None:
         """A person acted (a message, Approve, ``/execute``, Resume): what was denied before
@@ -455,6 +463,7 @@ class ToolApprovals:
         decision: ApprovalDecision,
         *,
         actor: int | None = None,
+        actor_name: str = "",
     ) -> ApprovalDecision:
         """Close ``pending`` once with ``decision``; the first close wins."""
         state = self._session(session_id)
@@ -468,7 +477,11 @@ class ToolApprovals:
             session_id,
             [
                 ApprovalDecided(
-                    request_id=view.request_id, call_id=view.call_id, decision=decision, actor=actor
+                    request_id=view.request_id,
+                    call_id=view.call_id,
+                    decision=decision,
+                    actor=actor,
+                    actor_name=actor_name,
                 )
             ],
         )
@@ -486,41 +499,67 @@ class ToolApprovals:
     # --- presses ----------------------------------------------------------------------------
 
     async def answer(
-        self, session_id: str, action: str, short_id: str, *, actor: int | None
+        self,
+        session_id: str,
+        action: str,
+        short_id: str,
+        *,
+        actor: int | None,
+        actor_name: str = "",
     ) -> AnswerResult:
-        """A press on a request's button; anything that matches no open request is stale."""
+        """A press on a request's button; anything that matches no open request is stale.
+
+        Who answered (``actor``, ``actor_name``) is logged with the decision."""
         state = self._session(session_id)
-        if not self.may_answer(session_id, actor):
+        if not await self.may_answer(session_id, actor):
             return AnswerResult("", stale=True)
         if action == "rule":
-            return await self._grant_offer(session_id, state, short_id, actor=actor)
+            return await self._grant_offer(
+                session_id, state, short_id, actor=actor, actor_name=actor_name
+            )
         pending = state.pending
         if pending is None or pending.view.short_id != short_id or pending.answer.done():
             return AnswerResult("", stale=True)
         view = pending.view
         if action == "once":
-            await self._finish(session_id, pending, "once", actor=actor)
+            await self._finish(session_id, pending, "once", actor=actor, actor_name=actor_name)
             return AnswerResult("Allowed once.")
         if action == "session" and view.rule:
             await self.add_rule(
-                session_id, view.rule, actor=actor, family=view.family, exact=view.exact
+                session_id,
+                view.rule,
+                actor=actor,
+                actor_name=actor_name,
+                family=view.family,
+                exact=view.exact,
             )
-            await self._finish(session_id, pending, "session", actor=actor)
+            await self._finish(session_id, pending, "session", actor=actor, actor_name=actor_name)
             return AnswerResult(_allowed_text(view), rule=view.rule)
         if action == "deny":
-            await self._finish(session_id, pending, "deny", actor=actor)
+            await self._finish(session_id, pending, "deny", actor=actor, actor_name=actor_name)
             return AnswerResult("Denied.")
         return AnswerResult("", stale=True)
 
     async def _grant_offer(
-        self, session_id: str, state: _Session, short_id: str, *, actor: int | None
+        self,
+        session_id: str,
+        state: _Session,
+        short_id: str,
+        *,
+        actor: int | None,
+        actor_name: str = "",
     ) -> AnswerResult:
         found = next((v for k, v in state.offers.items() if k[:8] == short_id), None)
         if found is None or not found.rule:
             return AnswerResult("", stale=True)
         state.offers.pop(found.request_id, None)
         await self.add_rule(
-            session_id, found.rule, actor=actor, family=found.family, exact=found.exact
+            session_id,
+            found.rule,
+            actor=actor,
+            actor_name=actor_name,
+            family=found.family,
+            exact=found.exact,
         )
         return AnswerResult(_allowed_text(found), rule=found.rule)
 
@@ -531,6 +570,7 @@ class ToolApprovals:
         *,
         actor: int | None,
         family: RuleFamily = "bash",
+        actor_name: str = "",
         exact: bool = False,
     ) -> None:
         """Grant ``rule`` for the rest of the session (logged, so it replays).
@@ -542,7 +582,9 @@ class ToolApprovals:
         state = self._session(session_id)
         if not self._is_new(state, family, rule, exact):
             return
-        event = ApprovalRule(tool=family, words=list(rule), actor=actor, exact=exact)
+        event = ApprovalRule(
+            tool=family, words=list(rule), actor=actor, actor_name=actor_name, exact=exact
+        )
         await self._log.append(session_id, [event])  # logged first: what is granted replays
         self._remember(state, family, rule, exact)
         state.offers = {k: v for k, v in state.offers.items() if not self._granted(state, v)}

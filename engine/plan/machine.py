@@ -15,6 +15,7 @@ from typing import Literal
 from engine.plan.refusals import Refusal, refusal
 from engine.plan.store import ArchiveReason
 from engine.plan.types import (
+    PlanApproval,
     PlanFlow,
     PlanRevising,
     PlanSidecar,
@@ -313,6 +314,8 @@ class ApproveInput:
     actor: int | None
     tasks: tuple[PlanTask, ...]
     next_task_id: int
+    # Who approved, in order (engine.roles.votes); empty: the actor alone, now.
+    approved_by: tuple[PlanApproval, ...] = ()
     # The plan's ``## Checks`` and the snapshot of what its checks watch (docs/checks.md).
     checks: tuple[str, ...] = ()
     check_baseline: dict[str, str] | None = None
@@ -349,7 +352,8 @@ def approve(sidecar: PlanSidecar | None, md: str | None, inp: ApproveInput, ctx:
         "tasks": list(inp.tasks),
         "next_task_id": inp.next_task_id,
         "approved_at": ctx.now,
-        "approved_by": inp.actor,
+        "approved_by": list(inp.approved_by)
+        or ([PlanApproval(user_id=inp.actor, at=ctx.now)] if inp.actor is not None else []),
         "revising": None,
         "checks": list(inp.checks),
         "check_baseline": inp.check_baseline,
@@ -380,6 +384,7 @@ def revise(sidecar: PlanSidecar | None, md: str | None, ctx: Context) -> Result:
         plan_id=sidecar.id,
         tasks=list(sidecar.tasks),
         approved_at=sidecar.approved_at,
+        approved_by=list(sidecar.approved_by),
         md=md,
         mode=sidecar.mode,
     )
@@ -409,6 +414,7 @@ def discard(sidecar: PlanSidecar | None, md: str | None, ctx: Context) -> Result
             status="Active",
             tasks=list(kept.tasks),
             approved_at=kept.approved_at,
+            approved_by=list(kept.approved_by),
             revising=None,
             description=kept.md if kept.md is not None else sidecar.description,
         )

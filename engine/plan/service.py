@@ -47,6 +47,7 @@ from engine.plan.seeding import Seeding, default_seeding
 from engine.plan.store import ArchiveReason, PlanStore
 from engine.plan.types import (
     MAX_PAUSES,
+    PlanApproval,
     PlanFlow,
     PlanPause,
     PlanSidecar,
@@ -109,6 +110,8 @@ class PlanChange:
 
 
 PlanListener = Callable[[PlanChange], Awaitable[None]]
+# (session id, plan id, revision) -> who approved that revision, in order (engine.roles.votes).
+ApproversLookup = Callable[[str, str, int], Awaitable[Sequence[PlanApproval]]]
 
 
 class PlanService:
@@ -132,9 +135,11 @@ class PlanService:
         seeding: Seeding | None = None,
         checks: CheckRunner | None = None,
         max_plan_bytes: int = DEFAULT_MAX_PLAN_KB * 1024,
+        approvers: ApproversLookup | None = None,
     ) -> None:
         self._store = store
         self._checks = checks
+        self._approvers = approvers
         self.max_plan_bytes = max_plan_bytes
         self._digests: PlanDigests | None = None
         self._log = log
@@ -429,8 +434,15 @@ class PlanService:
 
         Seeds the checklist from the ``.md`` (or reconciles it against ``revising.tasks``
         on re-approval, minting a new plan id); zero items leave Active with empty tasks.
+        ``approved_by`` records the approvers the lookup names for this revision (else the
+        actor alone).
         """
         seeding = self._seed()
+        approved_by: tuple[PlanApproval, ...] = ()
+        current = await self.current(session_id)
+        if self._approvers is not None and current is not None:
+            # Read before the lock (it reads the log); approve_check refuses a stale revision.
+            approved_by = tuple(await self._approvers(session_id, current.id, revision))
         # Parsed once before the lock, off the loop (the digest), and the snapshot of what the
         # checks watch taken from it (file IO); reused under the lock when the text is the same.
         ready = await self.digest(session_id)
@@ -466,6 +478,9 @@ class PlanService:
                 actor=actor,
                 tasks=tuple(tasks),
                 next_task_id=next_id,
+                approved_by=approved_by
+                if sidecar is not None and current is not None and sidecar.id == current.id
+                else (),
                 checks=plan_checks,
                 # Taken before the lock from the same text (else the approval is stale).
                 check_baseline=baseline[1] if baseline and baseline[0] == watched else None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engine.checks.types import CheckResult
 
@@ -74,6 +74,26 @@ class PlanFlow(BaseModel):
     review_ids: list[int] = Field(default_factory=list)
 
 
+class PlanApproval(BaseModel):
+    """One person's approval of a plan: who (Telegram user id and the name shown) and when
+    (ISO 8601 UTC). ``approved_by`` lists them in the order they were given."""
+
+    model_config = ConfigDict(extra="allow")
+
+    user_id: int | None = None
+    name: str = ""
+    at: str = ""
+
+
+def _approvals(value: object) -> object:
+    """``approved_by`` as a list: an older sidecar kept one user id (or null) there."""
+    if value is None:
+        return []
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [{"user_id": value}]
+    return value
+
+
 class PlanRevising(BaseModel):
     """An Active plan's checklist kept aside while the owner revises it (docs/plan-lifecycle.md)."""
 
@@ -82,6 +102,7 @@ class PlanRevising(BaseModel):
     plan_id: str
     tasks: list[PlanTask]
     approved_at: str | None = None
+    approved_by: list[PlanApproval] = Field(default_factory=list)
     # The approved .md text, restored when the revision is discarded.
     md: str | None = None
     mode: Literal["design", "checklist", "import"] | None = None
@@ -126,7 +147,8 @@ class PlanSidecar(BaseModel):
     next_task_id: int = 1
     revising: PlanRevising | None = None
     flow: PlanFlow = Field(default_factory=PlanFlow)
-    approved_by: int | None = None
+    # Who approved it and when (docs/roles.md); kept in the archive.
+    approved_by: list[PlanApproval] = Field(default_factory=list)
     # The revision the agent last submitted for review; the card shows review while it equals
     # ``revision`` (an .md write bumps the revision and ends the review).
     submitted_revision: int | None = None
@@ -140,6 +162,8 @@ class PlanSidecar(BaseModel):
     changed_tests: list[str] = Field(default_factory=list)
     # The run's stops, oldest first (at most MAX_PAUSES kept).
     pauses: list[PlanPause] = Field(default_factory=list)
+
+    _approved_by = field_validator("approved_by", mode="before")(_approvals)
 
 
 # --- derived state and the legacy load map (docs/plan-json-spec.md) -------

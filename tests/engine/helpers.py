@@ -125,6 +125,9 @@ async def engine_rig(
     approval_timeout_s: float = 600.0,
     wrap_log: Callable[[EventLog], EventLog] | None = None,
     start: bool = True,
+    owner_ids: frozenset[int] | None = None,
+    plan_approvals: int = 1,
+    owner_overrides: bool = False,
 ) -> AsyncIterator[Rig]:
     """An engine over real files and SQLite in ``tmp_path``; shut down afterwards.
 
@@ -145,6 +148,9 @@ async def engine_rig(
         max_steps=max_steps,
         allow_bash=allow_bash,
         approval_timeout_s=approval_timeout_s,
+        owner_ids=owner_ids,
+        plan_approvals=plan_approvals,
+        owner_overrides=owner_overrides,
     )
     async with open_plangate(
         home, model=model, channel=channel, config=config, clock=clock, wrap_log=wrap_log

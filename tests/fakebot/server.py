@@ -202,6 +202,8 @@ class FakeBotApi:
         self.token = token
         self.bot_id = bot_id
         self.username = username
+        # A user's first name as Telegram sends it (default ``User<id>``).
+        self.first_names: dict[int, str] = {}
         self.chats: dict[int, FakeChat] = {}
         self.calls: list[Call] = []
         self.commands: list[dict[str, str]] = []
@@ -278,7 +280,7 @@ class FakeBotApi:
         return {
             "id": user_id,
             "is_bot": False,
-            "first_name": f"User{user_id}",
+            "first_name": self.first_names.get(user_id, f"User{user_id}"),
             "username": username or f"user{user_id}",
         }
 

@@ -32,6 +32,7 @@ from engine.api import (
 from engine.events import Attachment
 from engine.goal.types import GoalSnapshot
 from engine.plan.types import PlanSidecar, PlanTask
+from engine.roles.types import Person, Role
 from storage.db import Database
 from tests.fakebot.fixtures import running_app
 from tests.fakebot.server import FakeBotApi
@@ -89,6 +90,8 @@ class RecordingEngine:
         self.card_extra: dict[str, dict[str, Any]] = {}
         # Set to the bot's channel to be told of plan changes mid-command, as the engine is.
         self.channel: Any = None
+        # (chat id, user id) -> role, for role_of (everyone else is a member).
+        self.roles: dict[tuple[int, int], Role] = {}
         # Where uploads go (None: the bot refuses them, as an engine without an inbox).
         self.inbox_root: Path | None = None
 
@@ -187,6 +190,7 @@ class RecordingEngine:
         actor: int | None,
         message_id: int | None,
         feedback: bool = False,
+        answer: bool = False,
         attachments: Sequence[Attachment] = (),
     ) -> None:
         self.calls.append(
@@ -202,11 +206,32 @@ class RecordingEngine:
             )
         )
 
+    async def role_of(self, chat_id: int, user_id: int | None) -> Role:
+        return self.roles.get((chat_id, user_id or 0), "member")
+
+    async def team(
+        self,
+        chat_id: int,
+        args: str,
+        *,
+        actor: int | None,
+        actor_name: str = "",
+        target: Person | None = None,
+    ) -> Outcome:
+        self.calls.append(Call("team", (chat_id, args), {"actor": actor, "target": target}))
+        return Outcome(reply=f"team {args}".strip())
+
     def inbox_dir(self, session_id: str) -> Path | None:
         return self.inbox_root / session_id if self.inbox_root is not None else None
 
     async def command(
-        self, session_id: str, name: CommandName, args: str, *, actor: int | None
+        self,
+        session_id: str,
+        name: CommandName,
+        args: str,
+        *,
+        actor: int | None,
+        actor_name: str = "",
     ) -> Outcome:
         self.calls.append(Call("command", (session_id, name, args), {"actor": actor}))
         if name in self.outcomes:
@@ -238,6 +263,7 @@ class RecordingEngine:
         *,
         actor: int | None,
         message_id: int | None = None,
+        actor_name: str = "",
     ) -> Outcome:
         kind, action, short_id, revision = press.kind, press.action, press.short_id, press.revision
         self.calls.append(

@@ -30,7 +30,7 @@ from storage.open import Storage
 from tests.engine.helpers import ALLOW_TEST_RUN
 from tests.fakebot.server import FakeBotApi, FakeMessage
 from tests.fakes.openai_server import FAKE_MODEL, FakeOpenAIServer
-from tests.telegram.app_support import GROUP, running_bot, settings_for
+from tests.telegram.app_support import GROUP, OWNER, running_bot, settings_for
 
 
 @dataclass
@@ -59,6 +59,8 @@ async def live_bot(
     approval_timeout_s: float = 600.0,
     ask_writes: bool = False,
     file_limits: FileLimits | None = None,
+    plan_approvals: int = 1,
+    owner_overrides: bool = False,
     bash_approval: BashApproval | None = None,
     ask_bash: tuple[tuple[str, ...], ...] = (),
     stuck: StuckLimits | None = None,
@@ -106,6 +108,9 @@ async def live_bot(
         approval_timeout_s=approval_timeout_s,
         ask_writes=ask_writes,
         file_limits=file_limits,
+        owner_ids=frozenset({OWNER}),
+        plan_approvals=plan_approvals,
+        owner_overrides=owner_overrides,
         bash_approval=bash_approval,
         ask_bash=ask_bash,
         stuck=stuck or StuckLimits(),

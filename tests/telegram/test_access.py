@@ -8,7 +8,7 @@ import pytest
 from telegram import Update
 from telegram.ext import CallbackQueryHandler, ContextTypes, MessageHandler, filters
 
-from bot.access import AccessGate, UpdateFacts, decide, parse_command
+from bot.access import ALERT_TEXT, AccessGate, UpdateFacts, decide, parse_command
 from tests.fakebot.clock import ManualClock
 from tests.fakebot.fixtures import app_builder, running_app
 from tests.fakebot.server import FakeBotApi
@@ -214,7 +214,9 @@ async def test_non_owner_in_group_read_only_and_one_refusal_per_minute(
     ]
     texts = [m.text for m in fake_api.bot_messages(GROUP)]
     assert texts.count("heard") == 2
-    refusals = [t for t in texts if t.startswith("Sorry, only the owner")]
+    refusals = [
+        t for t in texts if t.startswith("Sorry, that is not for you. You are a member here")
+    ]
     assert len(refusals) == 2  # one per minute
     assert gate.answers.dropped == 1
 
@@ -269,9 +271,64 @@ async def test_non_owner_press_gets_alert_and_changes_nothing(fake_api: FakeBotA
         own = fake_api.press(GROUP, card.message_id, "p:approve:abcdefgh:1", user_id=OWNER)
         await settle(fake_api)
     assert fake_api.callback_answers[qid] == {
-        "text": "Only the owner can use these buttons.",
+        "text": ALERT_TEXT,
         "show_alert": True,
     }
     assert fake_api.callback_answers[own] == {"text": "done", "show_alert": False}
     assert probe.presses == ["p:approve:abcdefgh:1"]  # only the owner's press reached it
     assert fake_api.message(GROUP, card.message_id).text == "card"
+
+
+APPROVER = AP = 3003
+
+
+def tap(user_id: int, kind: str, action: str) -> UpdateFacts:
+    return UpdateFacts(
+        kind="callback",
+        chat_id=GROUP,
+        chat_type="supergroup",
+        user_id=user_id,
+        press=(kind, action),
+    )
+
+
+ROLE_CASES = [
+    # (facts, role looked up, expecting_reply, answering) -> (action, role, feedback, answer)
+    (tap(APPROVER, "p", "approve"), "approver", False, False, ("allow", "approver", False, False)),
+    (tap(APPROVER, "a", "deny"), "approver", False, False, ("allow", "approver", False, False)),
+    (tap(APPROVER, "g", "resume"), "approver", False, False, ("alert", "approver", False, False)),
+    (tap(OTHER, "p", "approve"), "member", False, False, ("alert", "member", False, False)),
+    (tap(OTHER, "q", ""), "member", False, False, ("alert", "member", False, False)),
+    (tap(APPROVER, "q", ""), "approver", False, False, ("allow", "approver", False, False)),
+    (msg(GROUP, AP, command="execute"), "approver", 0, 0, ("allow", "approver", False, False)),
+    (msg(GROUP, APPROVER, command="stop"), "approver", 0, 0, ("allow", "approver", False, False)),
+    (msg(GROUP, APPROVER, command="plan"), "approver", 0, 0, ("refuse", "approver", False, False)),
+    (
+        msg(GROUP, APPROVER, command="team", command_args="add @ana approver"),
+        "approver", 0, 0, ("refuse", "approver", False, False),
+    ),
+    (msg(GROUP, OTHER, command="team"), "member", 0, 0, ("allow", "member", False, False)),
+    (msg(GROUP, APPROVER), "approver", True, False, ("allow", "approver", True, False)),
+    (msg(GROUP, AP, mentions_bot=True), "approver", 0, 0, ("refuse", "approver", False, False)),
+    (msg(GROUP, APPROVER, reply_to_bot=True), "approver", 0, 1, ("allow", "approver", False, True)),
+    (msg(GROUP, OTHER, reply_to_bot=True), "member", 0, 1, ("refuse", "member", False, False)),
+    (msg(GROUP, AP, command="plan", **ANON), "approver", 0, 0, ("refuse", "member", False, False)),
+    (tap(OWNER, "g", "clear_yes"), "member", False, False, ("allow", "owner", False, False)),
+    (tap(AP, "v", "send"), "approver", False, False, ("alert", "approver", False, False)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("facts", "role", "expecting", "answering", "expected"), ROLE_CASES)
+def test_decisions_follow_the_role_rule(
+    facts: UpdateFacts, role: str, expecting: bool, answering: bool, expected: tuple[object, ...]
+) -> None:
+    d = decide(
+        facts,
+        owner_ids=OWNERS,
+        allowed_chat_ids=ALLOWED,
+        added_groups={ADDED},
+        expecting_reply=bool(expecting),
+        role=role,  # type: ignore[arg-type]
+        answering=bool(answering),
+    )
+    assert (d.action, d.role, d.feedback, d.answer) == expected

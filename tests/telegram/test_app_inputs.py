@@ -8,6 +8,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
+from bot.access import REFUSAL_TEXT
 from bot.app import parts
 from engine.events import UserMessage
 from engine.model.script import ScriptStep, call, say
@@ -204,7 +205,7 @@ async def test_a_file_in_a_group_counts_when_it_addresses_the_bot_and_never_from
             GROUP, STRANGER, b"evil\n", file_name="evil.sh", caption=f"@{fake_api.username} run"
         )
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
-        assert "only the owner" in fake_api.bot_messages(GROUP)[0].text
+        assert fake_api.bot_messages(GROUP)[0].text == REFUSAL_TEXT
         fake_api.user_document(
             GROUP, OWNER, b"# Spec\n", file_name="spec.md", caption=f"@{fake_api.username} read"
         )

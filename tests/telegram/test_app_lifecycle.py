@@ -147,7 +147,7 @@ async def test_the_error_handler_logs_the_type_without_the_token(
     fake_api: FakeBotApi, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     class Exploding(RecordingEngine):
-        async def command(self, session_id, name, args, *, actor):  # type: ignore[no-untyped-def]
+        async def command(self, session_id, name, args, *, actor, actor_name=""):  # type: ignore[no-untyped-def]
             raise RuntimeError(f"boom with {fake_api.token} inside")
 
     engine = Exploding()

@@ -33,7 +33,9 @@ class SlowStopEngine(RecordingEngine):
         self.closed = False
         self.after_shutdown: list[str] = []
 
-    async def command(self, session_id: str, name: Any, args: str, *, actor: int | None) -> Outcome:
+    async def command(
+        self, session_id: str, name: Any, args: str, *, actor: int | None, actor_name: str = ""
+    ) -> Outcome:
         if name == "stop":
             self.stopping.set()
             await asyncio.sleep(0.5)

@@ -39,7 +39,13 @@ class SlowStopEngine(RecordingEngine):
         self.release = asyncio.Event()
 
     async def command(
-        self, session_id: str, name: CommandName, args: str, *, actor: int | None
+        self,
+        session_id: str,
+        name: CommandName,
+        args: str,
+        *,
+        actor: int | None,
+        actor_name: str = "",
     ) -> Outcome:
         self.events.append(f"{session_id}:{name}:start")
         if name == "stop":

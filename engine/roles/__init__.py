@@ -1,0 +1,1 @@
+"""Roles per chat: who may do what (docs/roles.md)."""
