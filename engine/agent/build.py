@@ -153,6 +153,7 @@ def build_agent(
         plan=plan,
         goals=goals,
         stop_hooks=(bash.kill_session,),
+        boundary=bash.boundary,
         settings=settings or AgentSettings(),
         usage=usage,
         approvals=approvals,

@@ -20,6 +20,7 @@ from engine.approval.service import ToolApprovals
 from engine.model.types import ModelProvider
 from engine.ports import EventLog
 from engine.tools.base import Tool
+from engine.tools.boundary import BoundaryPolicy
 from engine.usage.meter import UsageMeter
 
 WorkspaceResolver = Callable[[str], Awaitable[Path]]
@@ -53,6 +54,9 @@ class AgentDeps:
     # The root of the session inboxes (engine.inbox): each session's is a read-only root
     # of its file tools. None: no inbox.
     inbox_root: Path | None = None
+    # What every tool call may see (engine/tools/boundary.py): a hidden path argument of any
+    # tool is refused before the gate. None: no such check (tests of the loop alone).
+    boundary: BoundaryPolicy | None = None
     # A line for the prompt's workspace section (a plan's git worktree says what it is).
     workspace_note: Callable[[str], Awaitable[str]] | None = None
 

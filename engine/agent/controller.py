@@ -643,7 +643,8 @@ class AgentRegistry:
         self.deps = deps
         self._listeners = Listeners(idle=driver)
         self._controllers: dict[str, SessionController] = {}
-        self.runtime = ToolRuntime(deps.tools, gate=self._gate)
+        precheck = deps.boundary.refuse_hidden if deps.boundary is not None else None
+        self.runtime = ToolRuntime(deps.tools, gate=self._gate, precheck=precheck)
         self._closed = False
 
     def set_driver(self, driver: IdleListener | None) -> None:

@@ -192,6 +192,11 @@ class BashTool:
     def is_concurrency_safe(self, args: dict[str, Any]) -> object:
         return False
 
+    @property
+    def boundary(self) -> BoundaryPolicy:
+        """The policy this tool's calls are confined by (shared with the file tools)."""
+        return self._policy
+
     async def kill_session(self, session_id: str) -> None:
         """Kill every process group this tool started for ``session_id`` and await them."""
         for process in list(self._running.get(session_id, ())):

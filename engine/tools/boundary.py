@@ -33,6 +33,8 @@ Its questions:
 - :meth:`Boundary.visible`: for walks (``list_files``, ``grep``): a hidden entry is simply
   absent. :meth:`Boundary.search_scope` hands the same data to grep's child process.
 - :meth:`Boundary.bwrap_argv`: bash's sandbox command line from the same fields.
+- :meth:`BoundaryPolicy.refuse_hidden`: the tool runtime's check of any tool's path argument
+  (``path``, ``file_path``) before the gate: a new tool with a path argument is covered.
 
 Use from a tool::
 
@@ -43,8 +45,10 @@ Use from a tool::
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +62,11 @@ from engine.tools.workspace import OutsideWorkspace, is_within, real_path, resol
 PlanViewSource = Callable[[str], Awaitable[PlanGateView]]
 # The session's plan .md alone, for tools built without a plan view (tests, the demo).
 MdSource = Callable[[str], Awaitable[Path | None]]
+# Resolving a path follows links (file system calls): its own two threads, so a busy default
+# pool never holds up the check, and a slow disk never holds up the event loop.
+_PATHS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="plangate-paths")
+# The argument names that carry a path, in every tool (the runtime checks them all).
+PATH_ARGUMENTS = ("path", "file_path")
 # Extra read-only roots of a session (an upload inbox), asked at each call.
 ReadOnlyRoots = Callable[[str], Awaitable[Sequence[Path]]]
 
@@ -229,6 +238,25 @@ class BoundaryPolicy:
         md = await self.md_source(session_id) if self.md_source is not None else None
         return PlanGateView(state="none", md_path=md)
 
+    async def refuse_hidden(self, arguments: Mapping[str, object], ctx: ToolContext) -> str | None:
+        """The refusal of a call whose path argument (:data:`PATH_ARGUMENTS`, of any tool:
+        a file tool, ``send_file``, ``plan init file_path``, a tool added later) names a
+        hidden path; ``None`` otherwise. The tool runtime asks it before the gate, so no
+        approval request ever shows or previews a file the agent may not see."""
+        raws = [arguments.get(name) for name in PATH_ARGUMENTS]
+        paths = [raw for raw in raws if isinstance(raw, str) and raw]
+        if not paths:
+            return None
+        boundary = await self.for_call(ctx)
+        for raw in paths:
+            try:
+                await asyncio.get_running_loop().run_in_executor(_PATHS, boundary.readable, raw)
+            except NotVisible as exc:
+                return exc.result_text(ctx.workspace)
+            except (OutsideWorkspace, OSError, ValueError):
+                continue  # outside or unreadable: the tool's own answer says so
+        return None
+
     async def for_call(self, ctx: ToolContext, *, view: PlanGateView | None = None) -> Boundary:
         """The boundary of one call in ``ctx`` (``view`` when the caller already read it);
         the context's ``read_roots`` (the session's upload inbox) are read-only roots."""
@@ -261,6 +289,7 @@ class BoundaryPolicy:
 
 
 __all__ = [
+    "PATH_ARGUMENTS",
     "Boundary",
     "BoundaryPolicy",
     "MdSource",

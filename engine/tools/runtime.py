@@ -6,9 +6,9 @@ exclusive. An exclusive call is an ordering barrier: every call before it has fi
 starts, and none after it starts before it ends. Consecutive safe calls run together.
 
 For each call, in this order: look the tool up, validate the arguments (the tool's pydantic
-``args_model`` when it has one, else its JSON ``parameters``), the tool's own ``precheck`` if
-it has one (the boundary's refusal of a hidden path: before the gate, so no approval request
-ever shows or asks about a file the agent may not see), ask the gate, run. Every failure
+``args_model`` when it has one, else its JSON ``parameters``), the boundary's refusal of a
+hidden path argument (``Boundary.refuse_hidden``: before the gate, so no approval request ever
+shows or asks about a file the agent may not see), ask the gate, run. Every failure
 becomes an error :class:`ToolOutcome` for the model, never an exception to the caller (a
 cancellation still propagates). Results come back in call order.
 """
@@ -18,11 +18,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from engine.text import clean_text
 from engine.tools.base import Tool, ToolContext, ToolOutcome
 from engine.tools.schema import check_schema
 
@@ -40,6 +41,8 @@ class ToolCallRequest:
 
 # None allows the call; a string denies it and is returned to the model as an error result.
 Gate = Callable[[ToolCallRequest, ToolContext], Awaitable[str | None]]
+# The same shape, asked before the gate with the call's arguments (the boundary's check).
+Precheck = Callable[[dict[str, Any], ToolContext], Awaitable[str | None]]
 
 
 def _error(text: str) -> ToolOutcome:
@@ -57,13 +60,16 @@ def _format_validation(exc: ValidationError) -> str:
 class ToolRuntime:
     """The tools a turn may call, with the gate that runs before each call."""
 
-    def __init__(self, tools: Sequence[Tool], *, gate: Gate | None = None) -> None:
+    def __init__(
+        self, tools: Sequence[Tool], *, gate: Gate | None = None, precheck: Precheck | None = None
+    ) -> None:
         self._tools: dict[str, Tool] = {}
         for tool in tools:
             if tool.name in self._tools:
                 raise ValueError(f"duplicate tool name {tool.name!r}")
             self._tools[tool.name] = tool
         self._gate = gate
+        self._precheck = precheck
 
     def specs(self) -> list[dict[str, Any]]:
         """OpenAI function-tool specs, in registration order."""
@@ -140,6 +146,13 @@ class ToolRuntime:
         return "; ".join(problems) or None
 
     async def _run_one(self, call: ToolCallRequest, ctx: ToolContext) -> ToolOutcome:
+        outcome = await self._outcome(call, ctx)
+        # A result must serialise (the log, the model): a file name that is not UTF-8 comes
+        # from the file system as lone surrogates, shown here as U+FFFD, whatever the tool.
+        content = clean_text(outcome.content)
+        return outcome if content is outcome.content else replace(outcome, content=content)
+
+    async def _outcome(self, call: ToolCallRequest, ctx: ToolContext) -> ToolOutcome:
         tool = self._tools.get(call.name)
         if tool is None:
             known = ", ".join(sorted(self._tools)) or "none"
@@ -147,10 +160,9 @@ class ToolRuntime:
         problem = self._check_arguments(tool, call.arguments)
         if problem is not None:
             return _error(f"invalid arguments for {call.name}: {problem}")
-        precheck = getattr(tool, "precheck", None)
-        if callable(precheck):
-            refused = await precheck(call.arguments, ctx)
-            if isinstance(refused, str):
+        if self._precheck is not None:
+            refused = await self._precheck(call.arguments, ctx)
+            if refused is not None:
                 return ToolOutcome(content=refused, is_error=True)
         if self._gate is not None:
             try:
@@ -176,4 +188,4 @@ class ToolRuntime:
         return outcome
 
 
-__all__ = ["Gate", "ToolCallRequest", "ToolRuntime"]
+__all__ = ["Gate", "Precheck", "ToolCallRequest", "ToolRuntime"]

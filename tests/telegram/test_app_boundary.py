@@ -167,6 +167,9 @@ def probes(sidecar: Path, *, writes: bool, links: bool = False) -> list[ScriptSt
             call("list_files", {"path": "home-link"}),
             call("grep", {"pattern": "status", "path": "home-link"}),
             call("write_file", {"path": "home-link/x.json", "content": "{}"}),
+            # Any tool's path argument: a plan import of the sidecar is refused the same way.
+            call("plan", {"op": "init", "title": "x", "file_path": str(sidecar)}),
+            call("list_files", {"pattern": "*.py"}, expect="not visible"),
         ]
     if writes:
         steps.append(call("write_file", {"path": "notes.txt", "content": "allowed\n"}))

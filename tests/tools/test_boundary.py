@@ -244,3 +244,13 @@ def test_an_inbox_under_a_hidden_home_inside_the_workspace(
     seen = _inside_sees(b, candidates)
     assert seen == [True, False, inbox_exists]
     assert [b.visible(p) for p in candidates] == [True, False, True]
+
+
+async def test_a_path_argument_of_any_tool_is_checked(tree: dict[str, Path]) -> None:
+    policy = BoundaryPolicy(settings=SandboxSettings(hidden=(tree["home"],)))
+    ws = tree["ws"]
+    refused = await policy.refuse_hidden({"file_path": ".plangate/plangate.db"}, ctx(ws))
+    assert refused is not None and "not visible" in refused
+    assert await policy.refuse_hidden({"path": "src/app.py"}, ctx(ws)) is None
+    assert await policy.refuse_hidden({"path": "../elsewhere"}, ctx(ws)) is None  # the tool's
+    assert await policy.refuse_hidden({"command": "cat .plangate/plangate.db"}, ctx(ws)) is None
