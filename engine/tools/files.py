@@ -30,15 +30,18 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from engine.tools import search as _search_module
 from engine.tools.base import Tool, ToolContext, ToolOutcome
 from engine.tools.boundary import Boundary, BoundaryPolicy, NotVisible
+from engine.tools.reading import Window, read_window
 from engine.tools.sandbox import helper_env
 from engine.tools.search import glob_match, walk_files
 from engine.tools.workspace import (
+    FileTooBig,
     OutsideWorkspace,
     WorkspaceLocks,
     cut,
@@ -80,6 +83,13 @@ class SessionMdHooks(Protocol):
 class FileLimits:
     read_lines: int = 2_000
     read_chars: int = 60_000
+    # read_file keeps at most this much of one line (a minified file's one line may fill most
+    # of the window; the rest leaves room for the notes), and reads at most this much of a
+    # file (bytes): memory and time stay bounded whatever the file (engine.tools.reading).
+    read_line_chars: int = 50_000
+    read_scan_bytes: int = 64 << 20
+    # edit_file reads the whole file: one over this is refused (bash's sed edits any size).
+    edit_bytes: int = 16 << 20
     list_entries: int = 1_000
     grep_matches: int = 300
     grep_line_chars: int = 300
@@ -201,26 +211,17 @@ class ReadFileTool(_FileTool):
         if not await _in_pool(path.is_file):
             return _error(f"error: {raw!r} is not a file")
         limit = min(limit, self._limits.read_lines)
-        read = await _in_pool(_read_lines, path, max(offset, 1) - 1, limit, boundary)
+        start = max(offset, 1) - 1
+        read = await _in_pool(_read_lines, path, start, limit, boundary, self._limits)
         if read is None:
             return _error(f"error: {raw!r} is not a regular file (a FIFO, socket or device)")
-        shown, total = read
-        if total == 0:
-            return ToolOutcome(content=f"({raw} is empty)")
-        start = max(offset, 1) - 1
-        body = "\n".join(f"{start + i + 1}\t{line}" for i, line in enumerate(shown))
-        rest = total - (start + len(shown))
-        if not shown:
-            body = f"(offset {offset} is past the end: {raw} has {total} lines)"
-        elif rest > 0:
-            body += f"\n[{rest} more lines; read on with offset={start + len(shown) + 1}]"
-        return ToolOutcome(content=cut(body, self._limits.read_chars))
+        return ToolOutcome(content=cut(_shown(raw, offset, start, read), self._limits.read_chars))
 
 
 def _read_lines(
-    path: Path, start: int, limit: int, boundary: Boundary
-) -> tuple[list[str], int] | None:
-    """Lines ``start..start+limit`` and the total line count, streaming (big files are fine);
+    path: Path, start: int, limit: int, boundary: Boundary, limits: FileLimits | None = None
+) -> Window | None:
+    """Lines ``start..start+limit`` in bounded memory and time (engine.tools.reading);
     ``None`` when ``path`` is not a regular file (checked on the open, non-blocking fd).
 
     What the descriptor opened is judged by the boundary again: a link swapped in after the
@@ -233,16 +234,55 @@ def _read_lines(
             raise NotVisible(str(path), opened)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        shown: list[str] = []
-        total = 0
-        with open(fd, encoding="utf-8", errors="replace", newline=None, closefd=False) as handle:
-            for index, line in enumerate(handle):
-                total = index + 1
-                if start <= index < start + limit:
-                    shown.append(line.rstrip("\n"))
-        return shown, total
+        limits = limits or FileLimits()
+        return read_window(
+            fd,
+            start,
+            limit,
+            line_chars=limits.read_line_chars,
+            max_chars=limits.read_chars,
+            scan_bytes=limits.read_scan_bytes,
+        )
     finally:
         os.close(fd)
+
+
+def _shown(raw: str, offset: int, start: int, window: Window) -> str:
+    """read_file's text: numbered lines, the cut ones marked, and where to read on."""
+    if window.total == 0:
+        return f"({raw} is empty)"
+    mb = f"{window.scanned / (1 << 20):,.0f} MB"
+    if not window.lines:
+        if window.total is None:
+            return (
+                f"(offset {offset} is past what read_file reads of {raw}: its first {mb} hold "
+                f"{window.seen:,} lines; use grep, or bash with sed -n or tail, for the rest)"
+            )
+        return f"(offset {offset} is past the end: {raw} has {window.total} lines)"
+    shown = []
+    for i, line in enumerate(window.lines):
+        number = start + i
+        text = f"{number + 1}\t{line}"
+        if number in window.cut:
+            text += f" [line cut: about {window.cut[number]:,} characters in all]"
+        shown.append(text)
+    body = "\n".join(shown)
+    after = start + len(window.lines) + 1
+    if window.total is None:
+        body += (
+            f"\n[read_file read the first {mb} of this {_size(window.size)} file; more lines "
+            f"may follow: read on with offset={after}, or use grep or bash for the rest]"
+        )
+    elif window.total > after - 1:
+        body += f"\n[{window.total - after + 1} more lines; read on with offset={after}]"
+    return body
+
+
+def _size(size: int) -> str:
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:,.1f} {unit}"
+    return f"{size} bytes"
 
 
 class ListFilesTool(_FileTool):
@@ -493,7 +533,16 @@ class EditFileTool(_WriteTool):
             path, boundary = await self._writable(raw, ctx)
             if not await _in_pool(path.is_file):
                 return _error(f"error: {raw!r} is not a file")
-            text = await _in_pool(read_text_nofollow, path)
+            try:
+                text = await _in_pool(
+                    partial(read_text_nofollow, path, max_bytes=self._limits.edit_bytes)
+                )
+            except FileTooBig as exc:
+                return _error(
+                    f"error: {raw!r} is {exc.size:,} bytes; edit_file edits files up to "
+                    f"{self._limits.edit_bytes >> 20} MB. Edit a bigger file with bash "
+                    "(sed -i, or a script)"
+                )
             count = text.count(old)
             if count == 0:
                 return _error(f"error: old_text was not found in {raw}; read the file first")

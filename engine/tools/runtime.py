@@ -18,11 +18,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from engine.text import clean_text
 from engine.tools.base import Tool, ToolContext, ToolOutcome
 from engine.tools.schema import check_schema
 
@@ -145,6 +146,13 @@ class ToolRuntime:
         return "; ".join(problems) or None
 
     async def _run_one(self, call: ToolCallRequest, ctx: ToolContext) -> ToolOutcome:
+        outcome = await self._outcome(call, ctx)
+        # A result must serialise (the log, the model): a file name that is not UTF-8 comes
+        # from the file system as lone surrogates, shown here as U+FFFD, whatever the tool.
+        content = clean_text(outcome.content)
+        return outcome if content is outcome.content else replace(outcome, content=content)
+
+    async def _outcome(self, call: ToolCallRequest, ctx: ToolContext) -> ToolOutcome:
         tool = self._tools.get(call.name)
         if tool is None:
             known = ", ".join(sorted(self._tools)) or "none"

@@ -100,22 +100,38 @@ def _open_folder(folder: Path) -> int:
     return fd
 
 
-def read_text_nofollow(path: Path) -> str:
+class FileTooBig(OSError):
+    """A file over the size a tool reads whole; ``size`` is its size in bytes."""
+
+    def __init__(self, path: Path, size: int) -> None:
+        super().__init__(f"{path} is {size} bytes")
+        self.size = size
+
+
+def read_text_nofollow(path: Path, *, max_bytes: int | None = None) -> str:
     """The UTF-8 text of the resolved ``path``, refusing a symlink swapped in since.
 
     Opened non-blocking and checked on the descriptor: a FIFO swapped in raises
-    ``OSError`` rather than blocking the thread.
+    ``OSError`` rather than blocking the thread. A file over ``max_bytes`` raises
+    :class:`FileTooBig` before anything is read (at most ``max_bytes`` are ever read).
     """
     folder = _open_folder(path.parent)
     try:
         fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
     finally:
         os.close(folder)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
         os.close(fd)
         raise OSError(f"{path} is not a regular file")
+    if max_bytes is not None and info.st_size > max_bytes:
+        os.close(fd)
+        raise FileTooBig(path, info.st_size)
     with os.fdopen(fd, "rb") as handle:
-        return handle.read().decode("utf-8")
+        data = handle.read() if max_bytes is None else handle.read(max_bytes + 1)
+    if max_bytes is not None and len(data) > max_bytes:  # it grew since the fstat
+        raise FileTooBig(path, len(data))
+    return data.decode("utf-8")
 
 
 def replace_file(path: Path, data: bytes) -> None:
