@@ -203,6 +203,9 @@ def build_application(
         outbox,
         presenter,
         document_chars=int(getattr(settings, "reply_document_chars", REPLY_DOCUMENT_CHARS)),
+        bot=application.bot,
+        clock=clock,
+        sleep=sleep,
     )
 
     async def delivery_failed(chat_id: int, message_id: int | None, err: Exception) -> None:

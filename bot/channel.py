@@ -20,12 +20,13 @@ import html
 import logging
 import re
 import secrets
+import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from telegram import InlineKeyboardButton, InlineKeyboardMarkup
-from telegram.error import BadRequest
+from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
+from telegram.error import BadRequest, TelegramError
 
 from bot import callback as cb
 from bot.outbox import Outbox
@@ -45,7 +46,7 @@ from engine.agent.channel import Channel
 from engine.approval.policy import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
 from engine.tasks import BackgroundTasks
-from engine.text import clip
+from engine.text import ELLIPSIS, clip
 
 _log = logging.getLogger("plangate.channel")
 
@@ -84,11 +85,27 @@ REPLY_DOCUMENT_CHARS = 6000
 ANSWER_FILE = "answer.md"
 # The summary: the answer's first paragraph, at most this many visible characters.
 SUMMARY_CHARS = 1500
+# A streamed reply's draft changes at most this often (Telegram animates the changes).
+DRAFT_EVERY_S = 1.0
+# A draft shows at most this many characters: the end of a long one (it is plain text).
+DRAFT_CHARS = 4000
 # Telegram shows "typing" for about 5 s; asking again sooner only spends API calls. In a
 # group every call counts against the 20-per-minute budget (AIORateLimiter counts chat
 # actions too), which replies and card edits need more: there, typing is shown sparingly.
 TYPING_EVERY_S = 4.0
 TYPING_EVERY_GROUP_S = 20.0
+
+
+@dataclass(slots=True)
+class _Draft:
+    """A reply being shown as a draft while it streams (one per session, one per turn)."""
+
+    draft_id: int
+    text: str = ""
+    sent: str = ""
+    sent_at: float | None = None
+    task: asyncio.Task[None] | None = None
+    failed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,10 +127,17 @@ class TelegramChannel:
         presenter: CardPresenter,
         *,
         document_chars: int = REPLY_DOCUMENT_CHARS,
+        bot: Bot | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._outbox = outbox
         self._presenter = presenter
         self._document_chars = document_chars
+        self._bot = bot
+        self._clock = clock
+        self._sleep = sleep
+        self._drafts: dict[str, _Draft] = {}
         self._questions: dict[str, Question] = {}
         # (chat id, message id) of the latest questions posted, options or not: a reply to one
         # is an answer (an approver may give it; docs/roles.md).
@@ -141,6 +165,7 @@ class TelegramChannel:
         (the first paragraph) and the whole text as ``answer.md``, rather than a wall of
         messages (docs/inputs.md). Rendering runs in a thread.
         """
+        self._end_draft(session_id)  # the final message replaces the draft
         route = await self.route(session_id)
         if route is None or not text.strip():
             return
@@ -164,6 +189,65 @@ class TelegramChannel:
             thread_id=route.thread,
             reply_to=reply_to,
         )
+
+    async def drafts_wanted(self, session_id: str) -> bool:
+        """Drafts in private chats only: a group's 20 calls a minute are for the card."""
+        route = await self._presenter.route(session_id)
+        return self._bot is not None and route is not None and route.chat_id > 0
+
+    async def draft(self, session_id: str, text: str) -> None:
+        """Show the reply so far (``sendMessageDraft``), at most once every ``DRAFT_EVERY_S``:
+        a newer text replaces one not yet shown; the call goes through the outbox. Returns at
+        once."""
+        if not text.strip() or self._bot is None:
+            return
+        route = await self._presenter.route(session_id)
+        if route is None or route.chat_id < 0:
+            return  # never in a group
+        state = self._drafts.get(session_id)
+        if state is None:
+            state = self._drafts[session_id] = _Draft(draft_id=secrets.randbelow(2**31 - 1) + 1)
+        if state.failed:
+            return
+        state.text = text
+        if state.task is None or state.task.done():
+            state.task = self._tasks.spawn(
+                self._show_drafts(route, state), name=f"draft:{session_id}"
+            )
+
+    async def _show_drafts(self, route: ChatRoute, state: _Draft) -> None:
+        bot = self._bot
+        assert bot is not None
+        while state.text != state.sent:
+            if state.sent_at is not None:
+                wait = state.sent_at + DRAFT_EVERY_S - self._clock()
+                if wait > 0:
+                    await self._sleep(wait)
+                    continue
+            text = state.text
+            shown = text if len(text) <= DRAFT_CHARS else ELLIPSIS + text[-(DRAFT_CHARS - 1) :]
+
+            async def send(shown: str = shown) -> bool:
+                # Failures end the drafts here, inside the call: the outbox must never retry
+                # a draft (the final reply would wait behind it). The final message still comes.
+                try:
+                    return await bot.send_message_draft(
+                        route.chat_id, state.draft_id, shown, message_thread_id=route.thread
+                    )
+                except TelegramError as err:
+                    _log.info("plangate.channel.draft_failed %s", type(err).__name__)
+                    state.failed = True
+                    return False
+
+            await self._outbox.call(route.chat_id, send)
+            if state.failed:
+                return
+            state.sent, state.sent_at = text, self._clock()
+
+    def _end_draft(self, session_id: str) -> None:
+        state = self._drafts.pop(session_id, None)
+        if state is not None and state.task is not None:
+            state.task.cancel()
 
     async def send_file(
         self, session_id: str, data: bytes, filename: str, *, caption: str | None
@@ -259,6 +343,7 @@ class TelegramChannel:
     async def turn_ended(self, session_id: str, outcome: TurnOutcome) -> None:
         """A turn closed: redraw the cards (a round may have moved the goal)."""
         self._typing_at.pop(session_id, None)
+        self._end_draft(session_id)
         self._presenter.refresh(session_id, "plan")
         self._presenter.refresh(session_id, "goal")
 
@@ -517,6 +602,13 @@ class LateChannel:
         if self._target is None:
             raise RuntimeError("the chat is not connected yet")
         await self._target.send_file(session_id, data, filename, caption=caption)
+
+    async def drafts_wanted(self, session_id: str) -> bool:
+        return self._target is not None and await self._target.drafts_wanted(session_id)
+
+    async def draft(self, session_id: str, text: str) -> None:
+        if self._target is not None:
+            await self._target.draft(session_id, text)
 
     async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
         if self._target is not None:

@@ -138,6 +138,12 @@ class ConsoleChannel:
         shown = f" — {caption}" if caption else ""
         self.line("plangate", f"📎 {filename} ({len(data)} bytes){shown}")
 
+    async def drafts_wanted(self, session_id: str) -> bool:
+        return False  # the console prints the final reply only
+
+    async def draft(self, session_id: str, text: str) -> None:
+        return None
+
     async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
         self.line("plangate", f"🔐 allow {view.tool}? {view.command}")
 

@@ -61,6 +61,16 @@ class Channel(Protocol):
         """Attach a file to the chat (the ``send_file`` tool); raises when it was not sent."""
         ...
 
+    async def drafts_wanted(self, session_id: str) -> bool:
+        """Whether this chat shows a reply while it is written (a private chat: the model is
+        then asked to stream, and :meth:`draft` hears the text as it grows)."""
+        ...
+
+    async def draft(self, session_id: str, text: str) -> None:
+        """The reply so far, while the model streams it (paced by the channel; the final
+        :meth:`reply` replaces it). Never waits for the chat."""
+        ...
+
     async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
         """A tool call waits for the owner: post it with Allow once / for this session / Deny.
 

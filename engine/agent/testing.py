@@ -31,8 +31,9 @@ class RecordingChannel:
     ``wait_for(method)`` lets a test wait (without sleeping) until a notification arrives.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, drafts: bool = False) -> None:
         self.calls: list[ChannelCall] = []
+        self.drafts = drafts
         self._changed = asyncio.Condition()
 
     async def _record(self, method: str, session_id: str, **args: Any) -> None:
@@ -68,6 +69,12 @@ class RecordingChannel:
         self, session_id: str, data: bytes, filename: str, *, caption: str | None
     ) -> None:
         await self._record("send_file", session_id, data=data, filename=filename, caption=caption)
+
+    async def drafts_wanted(self, session_id: str) -> bool:
+        return self.drafts
+
+    async def draft(self, session_id: str, text: str) -> None:
+        await self._record("draft", session_id, text=text)
 
     async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
         await self._record("approval_asked", session_id, view=view)

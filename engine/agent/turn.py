@@ -45,7 +45,7 @@ from engine.events import (
     UserMessage,
 )
 from engine.inbox import session_inbox
-from engine.model.types import ModelError, ModelReply, ModelToolCall
+from engine.model.types import ModelError, ModelReply, ModelToolCall, StreamingProvider
 from engine.tasks import safe_call
 from engine.tools.base import ToolContext, ToolOutcome
 from engine.tools.runtime import ToolCallRequest, ToolRuntime
@@ -218,7 +218,7 @@ async def run_turn(
                     break
                 held = got
                 estimate, max_tokens = held.prompt_estimate, held.max_tokens
-            reply = await deps.model.complete(messages, specs, max_tokens=max_tokens)
+            reply = await _call_model(deps, session_id, messages, specs, max_tokens=max_tokens)
             final_text = reply.text
             if reply.text.strip():
                 last_said = reply.text
@@ -335,6 +335,26 @@ async def run_turn(
 def _reply_tokens(reply: ModelReply) -> int:
     usage = reply.usage
     return 0 if usage is None else usage.prompt_tokens + usage.completion_tokens
+
+
+async def _call_model(
+    deps: AgentDeps,
+    session_id: str,
+    messages: list[dict[str, object]],
+    specs: Sequence[dict[str, object]],
+    *,
+    max_tokens: int | None,
+) -> ModelReply:
+    """One model call: streamed into the chat's draft when the chat shows drafts and the
+    provider can stream, else a plain completion (docs/inputs.md)."""
+    model = deps.model
+    if isinstance(model, StreamingProvider) and await deps.channel.drafts_wanted(session_id):
+
+        async def on_text(text: str) -> None:
+            await safe_call("draft", deps.channel.draft(session_id, text))
+
+        return await model.stream(messages, specs, on_text=on_text, max_tokens=max_tokens)
+    return await model.complete(messages, specs, max_tokens=max_tokens)
 
 
 async def _run_batch(

@@ -34,6 +34,7 @@ from engine.model.types import (
     ModelReply,
     ModelToolCall,
     ModelUsage,
+    TextSink,
 )
 from engine.text import clean_text, clean_value
 
@@ -122,6 +123,53 @@ class OpenAIProvider:
         create = cast(Callable[..., Awaitable[Any]], self._client.chat.completions.create)
         response = await self._with_retries(lambda: create(**kwargs))
         return parse_completion(response)
+
+    async def stream(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        *,
+        on_text: TextSink,
+        max_tokens: int | None = None,
+    ) -> ModelReply:
+        """:meth:`complete`, streamed: ``on_text`` hears the text so far as chunks arrive.
+
+        Retried like ``complete`` until the first chunk; a failure after it is a ModelError
+        (the text already shown is not repeated). Usage comes from the final chunk
+        (``stream_options.include_usage``). Cancelling closes the connection at once.
+        """
+        body: dict[str, Any] = {
+            "messages": list(messages),
+            "stream_options": {"include_usage": True},
+        }
+        if tools:
+            body["tools"] = list(tools)
+            body["tool_choice"] = "auto"
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": [],
+            "stream": True,
+            "extra_body": body,
+        }
+        create = cast(Callable[..., Awaitable[Any]], self._client.chat.completions.create)
+        response = await self._with_retries(lambda: create(**kwargs))
+        collected = _StreamedReply()
+        try:
+            async for chunk in response:
+                grown = collected.add(chunk)
+                if grown:
+                    await on_text(clean_text(collected.text))
+        except openai.OpenAIError as exc:
+            raise ModelError(
+                f"the model server at {_shown(self.base_url)} broke off its answer: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+        finally:
+            # On a cancel (/stop) too: the server sees the connection go.
+            await response.close()
+        return collected.reply()
 
     async def check(self) -> str:
         """For ``plangate doctor``: a one-line status, or ModelError saying what is wrong.
@@ -269,6 +317,57 @@ def parse_completion(response: Any) -> ModelReply:
     return ModelReply(
         text=clean_text(message.content or ""), tool_calls=tuple(calls), usage=parse_usage(response)
     )
+
+
+class _StreamedReply:
+    """The chunks of one streamed completion, put back together."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self._calls: dict[int, dict[str, str]] = {}
+        self._usage: ModelUsage | None = None
+
+    def add(self, chunk: Any) -> bool:
+        """Take one chunk; True when the text grew."""
+        usage = parse_usage(chunk)
+        if usage is not None:
+            self._usage = usage
+        grew = False
+        for choice in getattr(chunk, "choices", None) or ():
+            delta = getattr(choice, "delta", None)
+            if delta is None:
+                continue
+            piece = getattr(delta, "content", None)
+            if piece:
+                self.text += piece
+                grew = True
+            for call in getattr(delta, "tool_calls", None) or ():
+                index = int(getattr(call, "index", 0) or 0)
+                slot = self._calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
+                if getattr(call, "id", None):
+                    slot["id"] = call.id
+                function = getattr(call, "function", None)
+                if function is not None:
+                    if getattr(function, "name", None):
+                        slot["name"] += function.name
+                    if getattr(function, "arguments", None):
+                        slot["arguments"] += function.arguments
+        return grew
+
+    def reply(self) -> ModelReply:
+        calls = []
+        for index in sorted(self._calls):
+            slot = self._calls[index]
+            arguments, raw_kept = _parse_arguments(slot["arguments"])
+            calls.append(
+                ModelToolCall(
+                    id=clean_text(slot["id"] or f"call_{index}"),
+                    name=clean_text(slot["name"]),
+                    arguments=clean_value(arguments),
+                    raw_arguments=clean_text(raw_kept),
+                )
+            )
+        return ModelReply(text=clean_text(self.text), tool_calls=tuple(calls), usage=self._usage)
 
 
 def parse_usage(response: Any) -> ModelUsage | None:

@@ -7,9 +7,9 @@ specs. Every provider (OpenAI-compatible HTTP, scripted) speaks this vocabulary.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from engine.errors import PlangateError
 
@@ -67,6 +67,28 @@ class ModelProvider(Protocol):
         Raises ModelError (or ModelAuthError) when no reply can be had.
         """
         ...
+
+
+# Called with the reply's text so far while it streams (the whole text each time, not a delta).
+TextSink = Callable[[str], Awaitable[None]]
+
+
+@runtime_checkable
+class StreamingProvider(Protocol):
+    """A provider that can also stream: ``on_text`` hears the text as it grows.
+
+    The reply returned is the same as ``complete`` would give. Cancelling the call ends the
+    stream at once (the connection is closed).
+    """
+
+    async def stream(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        *,
+        on_text: TextSink,
+        max_tokens: int | None = None,
+    ) -> ModelReply: ...
 
 
 class ModelError(PlangateError):

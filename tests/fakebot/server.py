@@ -146,6 +146,7 @@ class FakeChat:
     bot_is_member: bool = True
     bot_can_pin: bool = True
     chat_actions: list[str] = field(default_factory=list)
+    drafts: list[tuple[int, str, float]] = field(default_factory=list)  # sendMessageDraft
     migrated_to: int | None = None  # a basic group upgraded to this supergroup
 
     def as_dict(self) -> dict[str, Any]:
@@ -1118,6 +1119,22 @@ class FakeBotApi:
         msg.text, msg.html, msg.entities, msg.reply_markup = text, p["text"], entities, markup
         chat.messages[msg.message_id] = msg
         return self._message_dict(msg)
+
+    async def _api_sendMessageDraft(self, p: dict[str, Any]) -> Any:
+        """A streamed reply's draft: private chats only, a non-zero ``draft_id``; kept in
+        ``chat.drafts`` as (draft_id, text, clock) and shown nowhere else."""
+        chat = self._chat_for_send(p)
+        if chat.type != "private":
+            raise bad_request("the method is available only for private chats")
+        draft_id = p.get("draft_id")
+        if not isinstance(draft_id, int) or draft_id == 0:
+            raise bad_request("invalid draft_id")
+        text = p.get("text") or ""
+        if not isinstance(text, str) or utf16_len(text) > MAX_TEXT_UTF16:
+            raise bad_request("message is too long")
+        self._thread(chat, p)
+        chat.drafts.append((draft_id, text, self.clock()))
+        return True
 
     async def _api_editMessageText(self, p: dict[str, Any]) -> Any:
         _, msg = self._editable(p)

@@ -1,6 +1,7 @@
 """A fake OpenAI chat-completions server on loopback, for the real openai SDK to talk to.
 
-It implements ``POST /v1/chat/completions`` (non-streaming), ``GET /v1/models`` and
+It implements ``POST /v1/chat/completions`` (plain, or streamed as server-sent events with
+``"stream": true``), ``GET /v1/models`` and
 ``POST /v1/audio/transcriptions`` (answers ``server.transcripts`` in order), checks
 each request like the real API (engine.model.validate: roles, tool-call pairing, tool specs,
 and the model name), answers from a ``Script``, and records every request. Faults on demand::
@@ -92,6 +93,11 @@ class FakeOpenAIServer:
     # Speech to text: each request answers the next of these texts (then "").
     transcripts: list[str] = field(default_factory=list)
     transcriptions: list[Transcription] = field(default_factory=list)
+    # Streaming (``"stream": true``): the text goes in pieces this long, this far apart.
+    stream_piece_chars: int = 40
+    stream_delay_s: float = 0.0
+    streams_done: int = 0
+    streams_cut: int = 0  # streams the client closed before the end
     _runner: web.AppRunner | None = None
     _port: int = 0
     _counter: int = 0
@@ -253,8 +259,6 @@ class FakeOpenAIServer:
         model = body.get("model")
         if not isinstance(model, str) or not model:
             return self._bad_request("you must provide a model parameter")
-        if body.get("stream"):
-            return self._bad_request("the fake model server does not stream")
         problems = validate_request(
             body.get("messages"), body.get("tools"), body.get("tool_choice")
         )
@@ -276,7 +280,61 @@ class FakeOpenAIServer:
             return self._bad_request(f"script divergence: {exc}")
         self._counter += 1
         usage = self.usage_of(body) if self.usage_of is not None else self.usage
+        if body.get("stream"):
+            options = body.get("stream_options") or {}
+            return await self._stream(
+                request, reply, model=model, usage=usage if options.get("include_usage") else None
+            )
         return web.json_response(_completion(reply, model=model, number=self._counter, usage=usage))
+
+    async def _stream(
+        self, request: web.Request, reply: ModelReply, *, model: str, usage: FakeUsage | None
+    ) -> web.StreamResponse:
+        """The reply as server-sent events, the way OpenAI streams: the text in pieces of
+        ``stream_piece_chars``, ``stream_delay_s`` apart, then the tool calls, the finish
+        reason, the usage chunk when asked for, and ``[DONE]``. A client that goes away
+        mid-stream is counted in ``streams_cut``."""
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        base = {
+            "id": f"chatcmpl-fake-{self._counter}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": model,
+        }
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+            return base | {"choices": [choice]}
+
+        events: list[dict[str, Any]] = [chunk({"role": "assistant", "content": ""})]
+        text = reply.text
+        step = max(1, self.stream_piece_chars)
+        events.extend(chunk({"content": text[i : i + step]}) for i in range(0, len(text), step))
+        for index, c in enumerate(reply.tool_calls):
+            arguments = c.raw_arguments if c.raw_arguments else json.dumps(c.arguments)
+            head = {"index": index, "id": c.id, "type": "function"}
+            events.append(
+                chunk({"tool_calls": [head | {"function": {"name": c.name, "arguments": ""}}]})
+            )
+            events.append(
+                chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]})
+            )
+        events.append(chunk({}, "tool_calls" if reply.tool_calls else "stop"))
+        if usage is not None:
+            events.append(base | {"choices": [], "usage": _usage_body(usage)})
+        try:
+            for i, event in enumerate(events):
+                if i and self.stream_delay_s:
+                    await asyncio.sleep(self.stream_delay_s)
+                await response.write(f"data: {json.dumps(event)}\n\n".encode())
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+        except (ConnectionError, asyncio.CancelledError):
+            self.streams_cut += 1
+            raise
+        self.streams_done += 1
+        return response
 
     def _bad_request(self, message: str) -> web.Response:
         self.errors.append(message)
@@ -341,13 +399,17 @@ def _completion(
         ],
     }
     if usage is not None:
-        body["usage"] = {
-            "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens,
-            "total_tokens": usage.prompt_tokens + usage.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
-        }
+        body["usage"] = _usage_body(usage)
     return body
+
+
+def _usage_body(usage: FakeUsage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+    }
 
 
 @pytest_asyncio.fixture

@@ -110,12 +110,15 @@ async def test_the_fake_server_refuses_what_the_sdk_would_not_catch() -> None:
     async with FakeOpenAIServer() as server, aiohttp.ClientSession() as http:
         url = f"{server.base_url}/chat/completions"
         bad_tools = {"model": FAKE_MODEL, "messages": USER, "tools": [{"type": "function"}]}
-        streaming = {"model": FAKE_MODEL, "messages": USER, "stream": True}
         no_model = {"messages": USER}
-        for body in (bad_tools, streaming, no_model):
+        for body in (bad_tools, no_model):
             async with http.post(url, json=body) as response:
                 assert response.status == 400
                 assert (await response.json())["error"]["type"] == "invalid_request_error"
+        # A stream of a conversation that is itself malformed is refused before any event.
+        bad_stream = {"model": FAKE_MODEL, "messages": [], "stream": True}
+        async with http.post(url, json=bad_stream) as response:
+            assert response.status == 400
         async with http.get(f"{server.base_url}/models") as response:
             listed = await response.json()
 

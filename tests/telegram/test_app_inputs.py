@@ -285,3 +285,35 @@ async def test_a_photo_with_vision_off_is_saved_and_the_agent_told_it_cannot_see
         # The default 2048 px takes the 1280 size too; the 2560 one is never fetched.
         (saved,) = _files_under(_inbox(tmp_path / "home"))
         assert saved.read_bytes() == b"\xff\xd8medium-jpeg-bytes"
+
+
+async def test_a_file_sent_in_a_topic_as_a_reply_to_the_bot_goes_to_that_topics_session(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    script = [
+        say("Send me the trace.", expect="the crash"),
+        say("Read it.", expect="file saved: inbox/trace.txt"),
+    ]
+    async with live_bot(fake_api, tmp_path, script) as live:
+        fake_api.user_message(GROUP, OWNER, f"@{fake_api.username} the crash again", thread_id=7)
+        await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
+        asked = fake_api.bot_messages(GROUP)[-1]
+        assert asked.thread_id == 7
+        # No mention: a reply to the bot's message in the topic is addressed to it.
+        fake_api.user_document(
+            GROUP,
+            OWNER,
+            b"Traceback ...\n",
+            file_name="trace.txt",
+            reply_to=asked.message_id,
+            thread_id=7,
+        )
+        await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 2)
+        topic = await live.engine.session_for_chat(GROUP, 7)
+        await settle(live.engine, topic)
+        (saved,) = _files_under(_inbox(tmp_path / "home"))
+        assert saved.parent.name == topic  # the topic's own inbox
+        answer = fake_api.bot_messages(GROUP)[-1]
+        assert answer.text.startswith("Read it.") and answer.thread_id == 7
+        server = live.model_server
+        assert server is not None and server.errors == []

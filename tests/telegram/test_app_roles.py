@@ -155,6 +155,9 @@ async def test_roles_survive_a_restart_and_a_removed_approvers_buttons_do_nothin
         assert await engine.role_of(GROUP, ANA) == "approver"
         listing = await say(fake_api, OWNER, "/team")
         assert "Ana (3003)" in listing
+        # A forum topic shares its group's team.
+        in_topic = await say(fake_api, ANA, "/team", thread_id=7)
+        assert "Ana (3003)" in in_topic and "You are: approver." in in_topic
 
         # The owner removes her by id; her old Approve button (still the live card's) now
         # gets the member's alert, and the plan stays in review.
