@@ -58,6 +58,11 @@ MAX_ASKED = 256  # questions remembered for "is this reply an answer?"
 # Approval buttons and the way a request ended, as the message shows it.
 ALLOW_ONCE = "✅ Allow once"
 ALLOW_SESSION = "♾ Allow for this session"
+# Said under a session rule for a test runner or build tool (docs/security.md).
+TRUSTS_PROJECT_CONFIG = (
+    "A session rule for a test runner or build tool also trusts the project's own test "
+    "configuration (conftest.py, package.json scripts, a Makefile), which the agent can edit."
+)
 DENY = "⛔ Deny"
 _CLOSED = {
     "once": "✅ Allowed once.",
@@ -404,6 +409,8 @@ class TelegramChannel:
                     ]
                 )
             first.append(_button(DENY, cb.APPROVAL_DENY, view))
+        if view.rule and view.trusts_project_config:
+            html_text += f"\n<i>{TRUSTS_PROJECT_CONFIG}</i>"
         markup = InlineKeyboardMarkup(rows) if rows else None
 
         async def post() -> None:

@@ -64,6 +64,13 @@ _RUNS_CODE = re.compile(
     r"|sudo|doas|su|chroot|timeout|nice|ionice|nohup|stdbuf|setsid|flock|unbuffer"
     r"|exec|command|builtin|eval|time|strace|ltrace|gdb|nsenter|unshare"
 )
+# Programs that run the project's own configuration as code (``conftest.py``, ``package.json``
+# scripts, a ``Makefile``): a rule for one trusts that configuration, which the agent may edit,
+# and the approval message says so (docs/security.md).
+_RUNS_PROJECT_CONFIG = re.compile(
+    r"pytest|py\.test|tox|nox|hatch|poetry|pdm|uv|npm|yarn|pnpm|jest|vitest|mocha|make|gmake"
+    r"|cargo|go|gradle|gradlew|mvn|mvnw|rake|bundle|rspec|phpunit|composer|dotnet|ctest|meson|ninja"
+)
 # Shells whose ``-c`` argument is a whole script: its content counts as a compound command.
 _SHELLS = re.compile(r"sh|bash|dash|zsh|ksh|mksh|fish|csh|tcsh|busybox")
 # Separators an ask-rule search splits on, besides the shell's own operators.
@@ -77,6 +84,12 @@ class RuleError(ValueError):
 def program(word: str) -> str:
     """A command's program as rules name it: ``/usr/bin/python3`` -> ``python3``."""
     return word.rstrip("/").rsplit("/", 1)[-1] if "/" in word else word
+
+
+def runs_project_config(words: Sequence[str]) -> bool:
+    """Whether the program is a test runner or build tool that runs the project's own
+    configuration (``pytest`` imports ``conftest.py``): a rule for it trusts that configuration."""
+    return bool(words) and _RUNS_PROJECT_CONFIG.fullmatch(program(words[0])) is not None
 
 
 def runs_code(words: Sequence[str]) -> bool:
@@ -406,6 +419,12 @@ class ApprovalView:
         return rule_text(self.rule)
 
     @property
+    def trusts_project_config(self) -> bool:
+        """The session rule names a test runner or build tool, so it trusts the project's
+        test configuration (which the agent may have written)."""
+        return self.family == "bash" and self.rule is not None and runs_project_config(self.rule)
+
+    @property
     def rule_label(self) -> str:
         """What the session button adds, in words, before the press."""
         if not self.rule:
@@ -448,6 +467,7 @@ __all__ = [
     "program",
     "rule_text",
     "runs_code",
+    "runs_project_config",
     "session_rule",
     "wants_network",
 ]

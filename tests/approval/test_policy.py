@@ -19,6 +19,7 @@ from engine.approval.policy import (
     offered_rule,
     parse_rule,
     parse_rules,
+    runs_project_config,
     session_rule,
 )
 
@@ -271,3 +272,22 @@ def test_a_shell_script_in_dash_c_is_compound_for_prefix_rules() -> None:
         "ask"
     )
     assert decide("bash", {"command": "bash x.sh"}, phase="active", rules=[("bash",)]) == "allow"
+
+
+@pytest.mark.parametrize(
+    ("command", "trusts"),
+    [
+        ("pytest -q", True),
+        ("/usr/bin/pytest tests", True),
+        ("npm test", True),
+        ("make check", True),
+        ("cargo test", True),
+        ("git status", False),
+        ("ls -la", False),
+        ("", False),
+    ],
+)
+def test_a_test_runner_or_build_tool_runs_the_projects_own_configuration(
+    command: str, trusts: bool
+) -> None:
+    assert runs_project_config(command_words(command) or ()) is trusts

@@ -444,3 +444,26 @@ async def test_a_three_thousand_character_command_is_shown_whole_before_allow(
         sid = await live.engine.session_for_chat(GROUP, 0)
         await eventually(lambda: (work / "HIDDEN_TAIL_RAN").exists())
         await settle(live.engine, sid)
+
+
+async def test_a_session_rule_for_a_test_runner_says_it_trusts_the_projects_test_config(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    workspace_files(tmp_path)
+    script = [
+        call("bash", {"command": "pytest -q"}),
+        call("bash", {"command": "git status"}, expect="denied: the owner denied"),
+        say("Done.", expect="denied: the owner denied"),
+    ]
+    async with live_bot(fake_api, tmp_path, script, allow_bash=(), bash_approval="always") as live:
+        fake_api.user_message(GROUP, OWNER, BOT + "run the tests")
+        await eventually(lambda: len(approval_messages(fake_api)) == 1)
+        runner = approval_messages(fake_api)[0]
+        assert "trusts the project's own test configuration" in runner.text
+        fake_api.press(GROUP, runner.message_id, button(runner, DENY), user_id=OWNER)
+        await eventually(lambda: len(approval_messages(fake_api)) == 2)
+        plain = approval_messages(fake_api)[1]
+        assert "git status" in plain.text
+        assert "test configuration" not in plain.text
+        fake_api.press(GROUP, plain.message_id, button(plain, DENY), user_id=OWNER)
+        await settle(live.engine, await live.engine.session_for_chat(GROUP, 0))
