@@ -398,7 +398,16 @@ def build_engine(
     # Checks run through the same sandbox runner as bash, under the same workspace locks
     # (docs/checks.md); this bash tool is never offered to the model.
     locks = WorkspaceLocks()
-    checks = SandboxChecks(BashTool(locks=locks, sandbox=config.sandbox), clock=clock)
+
+    async def check_read_roots(session_id: str) -> tuple[Path, ...]:
+        # A check in a plan's worktree sees the repository's .git read-only, as bash does
+        # (bound late: the worktree service is built below).
+        return await worktrees.read_only_roots(session_id)
+
+    checks = SandboxChecks(
+        BashTool(locks=locks, sandbox=config.sandbox, read_only_roots=check_read_roots),
+        clock=clock,
+    )
     plans = PlanService(
         plan_store,
         log,

@@ -292,3 +292,20 @@ async def test_a_commit_that_fails_removes_nothing(tmp_path: Path) -> None:
     assert record.message.startswith("Could not commit the changes")
     assert (tree / "work.txt").read_text() == "an hour of work\n"
     assert git(repo, "branch", "--list", record.branch) != ""
+
+
+async def test_a_check_in_a_worktree_sees_the_repository_read_only(tmp_path: Path) -> None:
+    from engine.checks.runner import SandboxChecks
+    from engine.tools.bash import BashTool
+
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    async with _service(tmp_path, repo) as service:
+        tree = await _approved(service, _plan())
+        (tree / "b.txt").write_text("b\n", encoding="utf-8")
+        blind = SandboxChecks(BashTool())
+        seeing = SandboxChecks(BashTool(read_only_roots=service.read_only_roots))
+        command = "git status --porcelain | grep -q b.txt"
+        without = await blind.run([command], session_id=SESSION, workspace=tree)
+        with_roots = await seeing.run([command], session_id=SESSION, workspace=tree)
+    assert not without.passed  # the worktree's .git file points into the repository
+    assert with_roots.passed, with_roots
