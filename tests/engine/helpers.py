@@ -164,7 +164,7 @@ async def engine_rig(
             await engine.shutdown()
 
 
-async def settle(engine: Engine, session_id: str, *, timeout_s: float = 20.0) -> None:
+async def settle(engine: Engine, session_id: str, *, timeout_s: float = 30.0) -> None:
     """Wait (bounded) until the session's agent has nothing running or queued."""
 
     async def idle() -> None:

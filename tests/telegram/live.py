@@ -176,8 +176,8 @@ async def card(
     return api.message(chat_id, data.sidecar.flow.card_id)
 
 
-async def until(check: Callable[[], Awaitable[bool]], *, timeout_s: float = 20.0) -> None:
-    """Wait (bounded) until the async ``check()`` holds."""
+async def until(check: Callable[[], Awaitable[bool]], *, timeout_s: float = 30.0) -> None:
+    """Wait (bounded) until the async ``check()`` holds; as generous as ``eventually``."""
 
     async def loop() -> None:
         while not await check():
