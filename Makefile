@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo run test check lint bench
+.PHONY: demo run test check lint bench system-deps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,11 @@ demo: $(STAMP)
 run: $(STAMP)
 	$(BIN)/plangate run
 
-test: $(STAMP)
+# The sandbox tests need bubblewrap, git and util-linux: installed here when missing (as root).
+system-deps:
+	@sh deploy/system-deps.sh
+
+test: $(STAMP) system-deps
 	$(BIN)/pytest
 
 lint: $(STAMP)
