@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.tools.git_guard import NAMED_GUARD, git_env
+from engine.tools.search import path_visible
 from engine.tools.workspace import is_within, real_path
 
 log = logging.getLogger("plangate.tools.sandbox")
@@ -200,6 +201,33 @@ def _mask(path: Path) -> list[str]:
     return ["--ro-bind", "/dev/null", str(path)]
 
 
+def _pinned_folders(
+    workspace: Path, read_only: Sequence[Path], masked: Sequence[Path]
+) -> list[Path]:
+    """The folders of the writable workspace that hold a mask: each becomes a mount point.
+
+    A mask sticks to its directory entry, and the kernel lets a folder that merely contains a
+    mount point be renamed: ``mv config config2`` would carry the mask along and leave the
+    hidden file on disk at a path no hidden entry names, for the next call and the file tools
+    to read. A folder that is a mount point itself cannot be renamed (``EBUSY``), so every
+    folder strictly between the workspace and a mask is bound onto itself. Folders inside a
+    read-only root (renames there fail anyway) or inside a mask are left alone.
+    """
+    roots = [str(workspace), *(str(root) for root in read_only)]
+    secrets = [str(path) for path in masked]
+    pinned: dict[Path, None] = {}
+    for path in masked:
+        for folder in reversed(path.parents):
+            if folder == workspace or not is_within(folder, workspace):
+                continue
+            if any(is_within(folder, root) for root in read_only):
+                break
+            if not path_visible(str(folder), roots, secrets):
+                break
+            pinned[folder] = None
+    return list(pinned)
+
+
 def _mount_plan(
     workspace: Path, read_only: Sequence[Path], hidden: Iterable[Path], *, writable: bool
 ) -> list[str]:
@@ -209,7 +237,8 @@ def _mount_plan(
     before a mask of the same path), so a hidden folder that holds a root (an inbox or a
     workspace under plangate's home) is masked first and the root then shows through it,
     while a hidden path inside a root is masked over it. A hidden path outside everything
-    mounted needs no mask: it is simply not there. Masks end read-only.
+    mounted needs no mask: it is simply not there. Masks end read-only. In a writable
+    workspace the folders around each mask are mount points too (:func:`_pinned_folders`).
     """
     roots = [workspace, *(root for root in read_only if root != workspace)]
     mounted = [*_system_roots(), *roots]
@@ -219,14 +248,19 @@ def _mount_plan(
     ]
     for root in roots[1:]:  # -try: an inbox is made when the first upload comes
         steps.append((len(root.parts), 0, ["--ro-bind-try", str(root), str(root)]))
+    masked = [
+        path
+        for path in dict.fromkeys(real_path(raw) for raw in hidden)
+        if path.exists() and any(is_within(path, root) for root in mounted)
+    ]
     read_only_dirs: list[str] = []
-    for raw in dict.fromkeys(hidden):
-        path = real_path(raw)
-        if not path.exists() or not any(is_within(path, root) for root in mounted):
-            continue
+    for path in masked:
         steps.append((len(path.parts), 1, _mask(path)))
         if path.is_dir():
             read_only_dirs.append(str(path))
+    if writable:
+        for pinned in _pinned_folders(workspace, roots[1:], masked):
+            steps.append((len(pinned.parts), 0, ["--bind", str(pinned), str(pinned)]))
     args: list[str] = []
     for _, _, step in sorted(steps, key=lambda item: (item[0], item[1])):
         args += step

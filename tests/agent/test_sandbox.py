@@ -20,7 +20,8 @@ from engine.plan.service import PlanService
 from engine.testing import InMemoryEventLog
 from engine.tools.base import ToolContext
 from engine.tools.bash import BashLimits, BashTool
-from engine.tools.files import WriteFileTool
+from engine.tools.boundary import BoundaryPolicy
+from engine.tools.files import ReadFileTool, WriteFileTool
 from engine.tools.sandbox import SandboxSettings, probe
 from storage.plan_files import FilePlanStore, SessionLocation
 from tests.agent.harness import SID, make_agent
@@ -131,6 +132,52 @@ async def test_active_bash_sees_only_the_workspace(tmp_path: Path) -> None:
         assert seen.is_error and "No such file" in seen.content, seen.content
     listed = await tool.run({"command": "ls -A .plangate | wc -l"}, ctx(ws))
     assert listed.content == "exit code 0\n0"
+
+
+async def test_bash_cannot_rename_a_folder_from_under_a_mask(tmp_path: Path) -> None:
+    # A mask sticks to its directory entry: were the folders around it renamable, one call's
+    # mv would leave the hidden bytes at a path no hidden entry names for the next call and
+    # for read_file. A secret two levels deep and the home at var/plangate, both inside.
+    ws = project(tmp_path)
+    secret = ws / "config" / "deep" / "secret.txt"
+    secret.parent.mkdir(parents=True)
+    secret.write_text("SECRET VALUE\n")
+    home = ws / "var" / "plangate"
+    sidecar = home / "plans" / "plan-s1.json"
+    sidecar.parent.mkdir(parents=True)
+    sidecar.write_text('{"status": "Editing"}')
+    (home / "plangate.db").write_text("database bytes")
+    settings = SandboxSettings(hidden=(home, secret))
+    tool = BashTool(limits=FAST, sandbox=settings, plan_view=view_of("active"))
+    read = ReadFileTool(boundary=BoundaryPolicy(settings=settings))
+    for folder, to in (
+        ("config", "config2"),
+        ("config/deep", "config/deep2"),
+        ("var", "var2"),
+    ):
+        moved = await tool.run({"command": f"mv {folder} {to} && echo moved"}, ctx(ws))
+        assert moved.is_error and "busy" in moved.content.lower(), moved.content
+        after = await tool.run(
+            {
+                "command": f"cat {to}/deep/secret.txt {to}/secret.txt {to}/plangate/plangate.db; "
+                f"echo EDITED > {to}/plangate/plans/plan-s1.json; mv {to} {folder}; true"
+            },
+            ctx(ws),
+        )
+        assert "SECRET" not in after.content and "database" not in after.content
+        for raw in (
+            f"{to}/deep/secret.txt",
+            f"{to}/secret.txt",
+            f"{to}/plangate/plangate.db",
+            "config/deep/secret.txt",
+            "var/plangate/plangate.db",
+        ):
+            out = await read.run({"path": raw}, ctx(ws))
+            assert out.is_error, (raw, out.content)
+            assert "SECRET" not in out.content and "database" not in out.content
+    assert secret.read_text() == "SECRET VALUE\n"
+    assert sidecar.read_text() == '{"status": "Editing"}'
+    assert not (ws / "config2").exists() and not (ws / "var2").exists()
 
 
 async def _connect_result(tool: BashTool, ws: Path) -> tuple[str, int]:

@@ -254,3 +254,93 @@ async def test_a_path_argument_of_any_tool_is_checked(tree: dict[str, Path]) -> 
     assert await policy.refuse_hidden({"path": "src/app.py"}, ctx(ws)) is None
     assert await policy.refuse_hidden({"path": "../elsewhere"}, ctx(ws)) is None  # the tool's
     assert await policy.refuse_hidden({"command": "cat .plangate/plangate.db"}, ctx(ws)) is None
+
+
+def _run_inside(b: Boundary, command: str) -> subprocess.CompletedProcess[str]:
+    argv = b.bwrap_argv(command)
+    return subprocess.run(
+        argv, capture_output=True, text=True, env=helper_env(), timeout=30, check=False
+    )
+
+
+def _copies_refused(b: Boundary, ws: Path, content: str) -> int:
+    """Every file under ``ws`` holding ``content`` is refused by the file tools; how many."""
+    found = 0
+    for folder, _, files in os.walk(ws):
+        for name in files:
+            path = Path(folder) / name
+            if path.read_text(errors="replace") == content:
+                found += 1
+                with pytest.raises(NotVisible):
+                    b.readable(str(path.relative_to(ws)))
+    return found
+
+
+def test_a_folder_holding_a_hidden_file_cannot_be_renamed(tmp_path: Path) -> None:
+    # A mask sticks to its directory entry; renaming a folder that holds it would carry the
+    # mask along and leave the secret on disk at a path no hidden entry names.
+    assert probe(SandboxSettings()).problem is None
+    ws = tmp_path / "ws"
+    (ws / "a" / "b").mkdir(parents=True)
+    secret = ws / "a" / "b" / "secret.txt"
+    secret.write_text("SECRET\n")
+    b = Boundary.build(ws, writable=True, hidden=[secret])
+    for command in ("mv a a2", "mv a/b a/b2", "mv a/b a/c", "cd a/b && mv ../b ../c"):
+        done = _run_inside(b, command)
+        assert done.returncode != 0, (command, done.stdout)
+        assert "busy" in done.stderr.lower(), (command, done.stderr)
+    # Across the pinned mounts mv falls back to copying, and the mask copies as nothing.
+    assert _run_inside(b, "cd a && mv b ../b2").returncode != 0
+    assert sorted(p.name for p in (ws / "a").iterdir()) == ["b"]
+    assert not (ws / "a2").exists() and not (ws / "a" / "c").exists()
+    assert "SECRET" not in _run_inside(b, "cat a/b/secret.txt; ls -R").stdout
+    assert _copies_refused(b, ws, "SECRET\n") == 1
+    # The read-only workspace is as it was: nothing bound writable, renames fail read-only.
+    ro = Boundary.build(ws, writable=False, hidden=[secret])
+    assert "--bind" not in ro.bwrap_argv("true")
+    assert _run_inside(ro, "mv a a2").returncode != 0
+    assert secret.read_text() == "SECRET\n"
+
+
+def test_a_home_inside_the_workspace_cannot_be_moved_from_under_its_mask(
+    tmp_path: Path,
+) -> None:
+    # plangate's home two levels down, the session's inbox inside it showing through.
+    assert probe(SandboxSettings()).problem is None
+    ws = tmp_path / "ws"
+    home = ws / "var" / "plangate"
+    (home / "plans").mkdir(parents=True)
+    (home / "plangate.db").write_text("DATABASE\n")
+    sidecar = home / "plans" / "p.json"
+    sidecar.write_text('{"status": "Editing"}')
+    inbox = home / "inbox" / "s1"
+    inbox.mkdir(parents=True)
+    (inbox / "upload.txt").write_text("uploaded\n")
+    (ws / "var" / "log.txt").write_text("log\n")
+
+    def boundary() -> Boundary:
+        return Boundary.build(
+            ws, writable=True, settings=SandboxSettings(hidden=(home,)), read_only=[inbox]
+        )
+
+    first = _run_inside(boundary(), "mv var var2 && echo moved")
+    assert first.returncode != 0 and "moved" not in first.stdout
+    assert "busy" in first.stderr.lower()
+    second = _run_inside(
+        boundary(),
+        "cat var2/plangate/plangate.db var/plangate/plangate.db; "
+        "echo EDITED > var2/plangate/plans/p.json; echo EDITED > var/plangate/plans/p.json; "
+        "mv var/plangate var/pg; mv var2 var; true",
+    )
+    assert "DATABASE" not in second.stdout
+    assert sidecar.read_text() == '{"status": "Editing"}'
+    assert not (ws / "var2").exists() and not (ws / "var" / "pg").exists()
+    b = boundary()
+    assert _copies_refused(b, ws, "DATABASE\n") == 1
+    assert _copies_refused(b, ws, '{"status": "Editing"}') == 1
+    # The rest of the workspace and the inbox inside the home are still seen and usable.
+    seen = _inside_sees(b, [ws / "var" / "log.txt", home / "plangate.db", inbox / "upload.txt"])
+    assert seen == [True, False, True]
+    done = _run_inside(b, "echo more >> var/log.txt && mv var/log.txt var/log2.txt")
+    assert done.returncode == 0, done.stderr
+    assert (ws / "var" / "log2.txt").read_text() == "log\nmore\n"
