@@ -202,7 +202,9 @@ class Worktrees:
                 await self._start(session_id, after)
         elif after is None and before is not None:
             record = await self.record(session_id)
-            if record is None or record.phase != "live":
+            # "creating" too: a /discard may land while the worktree is still being made;
+            # _finish and set_aside wait for that under the session lock, then act on it.
+            if record is None or record.phase not in ("live", "creating"):
                 return
             ended = change.archived_sidecar or before
             if change.archived == "completed":

@@ -3,6 +3,7 @@ own git commands, and a restart in the middle of each step leaving a consistent 
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -382,3 +383,40 @@ async def test_a_check_in_a_worktree_sees_the_repository_read_only(tmp_path: Pat
         with_roots = await seeing.run([command], session_id=SESSION, workspace=tree)
     assert not without.passed  # the worktree's .git file points into the repository
     assert with_roots.passed, with_roots
+
+
+async def test_a_discard_while_the_worktree_is_made_sets_it_aside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    plan = _plan()
+    entered, gate = asyncio.Event(), asyncio.Event()
+    # Hold the one step that makes the worktree (found by name, on purpose: the discard must
+    # land exactly while the record says "creating").
+    original = vars(Worktrees)["_add_worktree"]
+
+    async def held(self: Worktrees, *args: object) -> object:
+        entered.set()
+        await gate.wait()
+        return await original(self, *args)
+
+    monkeypatch.setattr(Worktrees, "_add_worktree", held)
+    async with _service(tmp_path, repo) as service:
+        start = asyncio.create_task(
+            service.on_plan_change(PlanChange(SESSION, before=None, after=plan))
+        )
+        await asyncio.wait_for(entered.wait(), 10)
+        creating = await service.record(SESSION)
+        assert creating is not None and creating.phase == "creating"
+        discard = asyncio.create_task(
+            service.on_plan_change(
+                PlanChange(SESSION, before=plan, after=None, archived="discarded")
+            )
+        )
+        gate.set()
+        await asyncio.wait_for(asyncio.gather(start, discard), 30)
+        record = await service.record(SESSION)
+        workspace = await service.workspace_for(SESSION)
+    assert record is not None and record.phase != "live", record
+    assert workspace == repo
+    assert not Path(creating.path).exists()
