@@ -21,6 +21,7 @@ first call: a round that was counted always makes its call.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -195,12 +196,8 @@ async def run_turn(
                 moved = await deps.workspace_for(session_id)
                 if moved != workspace:
                     workspace = moved
-                    ctx = ToolContext(
-                        session_id=session_id,
-                        workspace=workspace,
-                        turn_id=turn_id,
-                        source=message.source,
-                    )
+                    # Only the workspace moves: the inbox stays a read-only root.
+                    ctx = dataclasses.replace(ctx, workspace=workspace)
             await safe_call("typing", deps.channel.typing(session_id))
             messages = await _context(deps, session_id, workspace_text=str(workspace))
             compacted = any(m.get("content") == ELIDED_TEXT for m in messages)

@@ -138,6 +138,9 @@ class _Pending:
     view: ApprovalView
     answer: asyncio.Future[ApprovalDecision]
     actor: int | None = None
+    # A press is being granted ("Allow for this session" logs its rule first): no other
+    # press or the timeout may close the request meanwhile.
+    claimed: bool = False
 
 
 # What makes two requests "the same" within a run.
@@ -436,7 +439,10 @@ class ToolApprovals:
             await safe_call("approval_asked", self._notifier.approval_asked(session_id, view))
             decision = await asyncio.wait_for(asyncio.shield(pending.answer), self.timeout_s)
         except TimeoutError:
-            decision = await self._finish(session_id, pending, "timeout")
+            if pending.claimed:  # answered just in time: its grant is being logged
+                decision = await asyncio.shield(pending.answer)
+            else:
+                decision = await self._finish(session_id, pending, "timeout")
         except asyncio.CancelledError:
 
             async def stopped() -> None:
@@ -518,21 +524,33 @@ class ToolApprovals:
                 session_id, state, short_id, actor=actor, actor_name=actor_name
             )
         pending = state.pending
-        if pending is None or pending.view.short_id != short_id or pending.answer.done():
+        if (
+            pending is None
+            or pending.view.short_id != short_id
+            or pending.answer.done()
+            or pending.claimed
+        ):
             return AnswerResult("", stale=True)
         view = pending.view
         if action == "once":
             await self._finish(session_id, pending, "once", actor=actor, actor_name=actor_name)
             return AnswerResult("Allowed once.")
         if action == "session" and view.rule:
-            await self.add_rule(
-                session_id,
-                view.rule,
-                actor=actor,
-                actor_name=actor_name,
-                family=view.family,
-                exact=view.exact,
-            )
+            # Claimed before the rule's log write, so a second press (a Deny by someone else)
+            # or the timeout cannot close the request while the rule is being granted.
+            pending.claimed = True
+            try:
+                await self.add_rule(
+                    session_id,
+                    view.rule,
+                    actor=actor,
+                    actor_name=actor_name,
+                    family=view.family,
+                    exact=view.exact,
+                )
+            except BaseException:
+                pending.claimed = False
+                raise
             await self._finish(session_id, pending, "session", actor=actor, actor_name=actor_name)
             return AnswerResult(_allowed_text(view), rule=view.rule)
         if action == "deny":

@@ -14,8 +14,11 @@ git runs with the repository's own code switched off: the workspace is the agent
 so its ``.git/config`` is not trusted. It runs as plangate's own git commands do
 (``engine.worktree.git``: the same ``-c`` overrides of every option that runs a program, the
 same clean environment with no system or global configuration), submodules are ignored, and a
-repository whose configuration names a program git would run (:func:`unsafe_config`: a filter
-driver, an include...) is walked instead. The child never gets the project's Python path.
+repository whose configuration names a program git would run (:func:`unsafe_config` over every
+file git reads, ``config.worktree`` included: a filter driver, an include...) is walked
+instead. The repository is found once; the listing and the status then name it explicitly
+(``GIT_DIR``, ``GIT_WORK_TREE``), so both read the same configuration. The child never gets
+the project's Python path.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import os
 from pathlib import Path
 
 from engine.checks.watch import SKIP_DIRS
-from engine.worktree.git import SAFE_CONFIG, git_env, unsafe_config
+from engine.worktree.git import CONFIG_LISTING, SAFE_CONFIG, git_env, unsafe_config
 
 _log = logging.getLogger("plangate.progress.workspace")
 
@@ -44,8 +47,12 @@ def _git_env() -> dict[str, str]:
     return env
 
 
-async def _git(workspace: Path, *args: str) -> bytes | None:
-    """Run one git command in ``workspace``; its stdout, or None when it failed."""
+async def _git(workspace: Path, *args: str, repo: tuple[str, str] | None = None) -> bytes | None:
+    """Run one git command in ``workspace`` (in ``repo``: its git folder and top, when
+    given); its stdout, or None when it failed."""
+    env = _git_env()
+    if repo is not None:
+        env["GIT_DIR"], env["GIT_WORK_TREE"] = repo
     try:
         child = await asyncio.create_subprocess_exec(
             "git",
@@ -56,7 +63,7 @@ async def _git(workspace: Path, *args: str) -> bytes | None:
             "status.showUntrackedFiles=all",
             *args,
             cwd=workspace,
-            env=_git_env(),
+            env=env,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
@@ -127,16 +134,25 @@ def walk_digest(root: Path, *, max_entries: int = MAX_ENTRIES) -> str:
 
 async def snapshot(workspace: Path) -> str:
     """A digest that changes when a file in the workspace is created, changed or removed."""
-    top = await _git(workspace, "rev-parse", "--show-toplevel")
-    if top is not None and top.strip():
+    found = await _git(workspace, "rev-parse", "--absolute-git-dir", "--show-toplevel")
+    lines = os.fsdecode(found).splitlines() if found is not None else []
+    if len(lines) == 2 and all(line.strip() for line in lines):
         # Porcelain paths are relative to the repository's top, which may be above the
         # workspace; only the workspace's own part is listed (the "." pathspec).
-        toplevel = Path(os.fsdecode(top.strip()))
-        listing = await _git(workspace, "config", "--local", "--list", "--null")
+        repo = (lines[0], lines[1])
+        toplevel = Path(lines[1])
+        listing = await _git(workspace, *CONFIG_LISTING, repo=repo)
         # A key that makes git run a program (a filter driver, say) means: walk instead.
-        if listing is not None and not unsafe_config(os.fsdecode(listing)):
+        if listing is not None and not unsafe_config(os.fsdecode(listing), scoped=True):
             porcelain = await _git(
-                workspace, "status", "--porcelain=v1", "-z", "--ignore-submodules=all", "--", "."
+                workspace,
+                "status",
+                "--porcelain=v1",
+                "-z",
+                "--ignore-submodules=all",
+                "--",
+                ".",
+                repo=repo,
             )
             if porcelain is not None:
                 return await asyncio.to_thread(_git_digest, toplevel, porcelain)

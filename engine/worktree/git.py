@@ -8,7 +8,10 @@ credential helpers, signing programs), diffs run with ``--no-ext-diff --no-textc
 ``GIT_DIR`` / ``GIT_WORK_TREE`` name the repository explicitly, so a ``.git`` file the agent
 rewrote in a worktree is never followed. A repository whose own configuration names a program
 git would run (a filter or merge driver, an include, an ssh command...) is refused outright:
-:func:`unsafe_config` lists those keys.
+:func:`unsafe_config` lists those keys. The check reads every file git itself reads
+(:data:`CONFIG_LISTING`: ``config.worktree`` and included files too, not just
+``.git/config``) and runs before every command, not once: the agent may write the
+repository's configuration again after a worktree was made (NoPlan, or after the plan).
 """
 
 from __future__ import annotations
@@ -67,8 +70,13 @@ _UNSAFE_KEYS = re.compile(
     r"|credential\..*helper"
     r"|gpg\..*program"
     r"|uploadpack\.packobjectshook"
+    # Makes git read .git/config.worktree (or a worktree's own): refused rather than trusted.
+    r"|extensions\.worktreeconfig"
     r")$"
 )
+# Every configuration entry git reads for the repository, each with its scope (``local``,
+# ``worktree``...); our own ``-c`` overrides come back as ``command`` and are skipped.
+CONFIG_LISTING: tuple[str, ...] = ("config", "--list", "--null", "--show-scope")
 
 
 class GitError(PlangateError):
@@ -115,10 +123,15 @@ def git_env(home: Path) -> dict[str, str]:
     return env
 
 
-def unsafe_config(listing: str) -> list[str]:
-    """The keys of ``git config --list --null`` output that would make git run a program."""
+def unsafe_config(listing: str, *, scoped: bool = False) -> list[str]:
+    """The keys of ``git config --list --null`` output that would make git run a program;
+    ``scoped``: the output of :data:`CONFIG_LISTING` (scope and entry alternate)."""
+    entries = listing.split("\0")
+    if scoped:
+        pairs = zip(entries[0::2], entries[1::2], strict=False)
+        entries = [entry for scope, entry in pairs if scope.strip() != "command"]
     keys = []
-    for entry in listing.split("\0"):
+    for entry in entries:
         key = entry.split("\n", 1)[0].strip().lower()
         if key and _UNSAFE_KEYS.match(key):
             keys.append(key)
@@ -137,7 +150,22 @@ class Git:
     async def run(
         self, *args: str, check: bool = True, timeout_s: float = GIT_TIMEOUT_S
     ) -> GitResult:
-        """Run ``git <args>``; ``check`` raises :class:`GitError` on a non-zero exit."""
+        """Run ``git <args>``; ``check`` raises :class:`GitError` on a non-zero exit.
+
+        The repository's configuration is checked first, every time: when it names a program
+        git would run, :class:`GitError` is raised (whatever ``check``) and nothing runs."""
+        keys = await self.unsafe()
+        if keys:
+            _log.warning("plangate.worktree.git.refused args=%s keys=%s", args[:2], keys[:3])
+            raise GitError(
+                f"git {args[0] if args else ''}: refused, the repository's config names "
+                f"programs git would run ({', '.join(sorted(set(keys))[:3])})"
+            )
+        return await self._exec(*args, check=check, timeout_s=timeout_s)
+
+    async def _exec(
+        self, *args: str, check: bool = True, timeout_s: float = GIT_TIMEOUT_S
+    ) -> GitResult:
         self._home.mkdir(parents=True, exist_ok=True)
         env = git_env(self._home)
         env["GIT_DIR"] = str(self.git_dir)
@@ -176,9 +204,12 @@ class Git:
         return (await self.run(*args)).out.strip()
 
     async def unsafe(self) -> list[str]:
-        """This repository's own configuration keys that would run a program."""
-        listing = await self.run("config", "--local", "--list", "--null", check=False)
-        return unsafe_config(listing.out)
+        """This repository's configuration keys that would run a program (every file git
+        reads for it); a configuration git cannot list counts as unsafe too."""
+        listing = await self._exec(*CONFIG_LISTING, check=False)
+        if not listing.ok:
+            return [f"(config unreadable: {listing.last_line()})"]
+        return unsafe_config(listing.out, scoped=True)
 
 
 def diff_args(*revs: str) -> Sequence[str]:
@@ -189,6 +220,7 @@ def diff_args(*revs: str) -> Sequence[str]:
 __all__ = [
     "AUTHOR_EMAIL",
     "AUTHOR_NAME",
+    "CONFIG_LISTING",
     "GIT_TIMEOUT_S",
     "SAFE_CONFIG",
     "Git",

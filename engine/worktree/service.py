@@ -202,7 +202,9 @@ class Worktrees:
                 await self._start(session_id, after)
         elif after is None and before is not None:
             record = await self.record(session_id)
-            if record is None or record.phase != "live":
+            # "creating" too: a /discard may land while the worktree is still being made;
+            # _finish and set_aside wait for that under the session lock, then act on it.
+            if record is None or record.phase not in ("live", "creating"):
                 return
             ended = change.archived_sidecar or before
             if change.archived == "completed":
@@ -664,8 +666,17 @@ class Worktrees:
         for admin in sorted(admin_root.iterdir()) if admin_root.is_dir() else []:
             gitdir = admin / "gitdir"
             try:
-                if gitdir.read_text(encoding="utf-8").strip() == wanted:
-                    return Git(admin, Path(record.path), home=self._git_home())
+                if gitdir.read_text(encoding="utf-8").strip() != wanted:
+                    continue
+                # git reads the admin folder's commondir and config.worktree too: one that
+                # points elsewhere or carries its own config is not the one git made.
+                common = admin / (admin / "commondir").read_text(encoding="utf-8").strip()
+                if (
+                    common.resolve() != (project / ".git").resolve()
+                    or (admin / "config.worktree").exists()
+                ):
+                    raise GitError(f"the worktree {record.path}'s git folder was altered")
+                return Git(admin, Path(record.path), home=self._git_home())
             except OSError:
                 continue
         raise GitError(f"the worktree {record.path} is not registered in {project}")

@@ -312,3 +312,27 @@ async def test_session_rules_for_interpreters_allow_the_exact_command_only(
     await fresh.load(sid)
     assert await fresh.check(bash("python3 x.py"), human, phase="active") is None
     assert fresh.rules(sid) == ()  # no prefix rule was added
+
+
+async def test_allow_for_the_session_and_a_deny_at_once_act_once(
+    storage: Storage, tmp_path: Path
+) -> None:
+    sid = await new_session(storage, tmp_path)
+    channel = RecordingChannel()
+    gate = ToolApprovals(storage.log, channel)
+    waiting = asyncio.create_task(
+        gate.check(bash("rm -rf build"), ctx(sid, HumanSource()), phase="active")
+    )
+    [asked] = await asyncio.wait_for(channel.wait_for("approval_asked"), 5)
+    view = asked.args["view"]
+    assert view.rule is not None
+    # Two approvers press at once: the session grant logs its rule first, and the Deny that
+    # lands meanwhile must not also act (it is out of date).
+    allow, deny = await asyncio.gather(
+        gate.answer(sid, "session", view.short_id, actor=1),
+        gate.answer(sid, "deny", view.short_id, actor=2),
+    )
+    assert not allow.stale and deny.stale
+    assert await asyncio.wait_for(waiting, 5) is None  # allowed: the call runs
+    assert await decided(storage, sid) == ["session"]
+    assert gate.rules(sid) == (view.rule,)

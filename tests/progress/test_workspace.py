@@ -75,6 +75,27 @@ async def test_a_repository_with_a_filter_driver_is_walked_instead(tmp_path: Pat
     assert await snapshot(root) != first
 
 
+async def test_a_filter_in_config_worktree_never_runs_and_is_walked_instead(
+    tmp_path: Path,
+) -> None:
+    # What bash in the workspace can plant without touching .git/config's driver keys:
+    # git reads .git/config.worktree once extensions.worktreeConfig is on.
+    root = _repo(tmp_path / "repo")
+    marker = tmp_path / "filtered"
+    script = root / ".git" / "evil.sh"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\ncat\n")
+    script.chmod(0o755)
+    _git(root, "config", "core.repositoryformatversion", "1")
+    _git(root, "config", "extensions.worktreeConfig", "true")
+    (root / ".git" / "config.worktree").write_text(f'[filter "evil"]\n\tclean = {script}\n')
+    (root / ".git" / "info").mkdir(exist_ok=True)
+    (root / ".git" / "info" / "attributes").write_text("a.py filter=evil\n")
+    # Same content, another mtime: git must read the file again (through the filter).
+    os.utime(root / "a.py", (1_500_000_000, 1_500_000_000))
+    assert (await snapshot(root)).startswith("walk:")
+    assert not marker.exists()
+
+
 async def test_outside_a_repository_sizes_and_mtimes_are_compared(tmp_path: Path) -> None:
     root = tmp_path / "plain"
     (root / "src").mkdir(parents=True)

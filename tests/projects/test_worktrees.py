@@ -3,16 +3,19 @@ own git commands, and a restart in the middle of each step leaving a consistent 
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
+
 from engine.agent.testing import RecordingChannel
 from engine.events import WorktreeChange
 from engine.plan.service import PlanChange
 from engine.plan.types import PlanSidecar
-from engine.worktree.git import unsafe_config
+from engine.worktree.git import Git, GitError, unsafe_config
 from engine.worktree.service import Worktrees, plan_slug
 from storage.open import open_storage
 from tests.projects.support import git, make_repo
@@ -125,6 +128,77 @@ async def test_a_rewritten_dot_git_file_in_the_worktree_is_not_followed(tmp_path
     assert record is not None and record.phase == "done"
     assert git(repo, "show", f"{record.branch}:b.txt") == "b"
     assert git(decoy, "log", "--format=%s") == "first"  # the decoy got no commit
+
+
+def _evil_filter(tmp_path: Path, marker: Path) -> Path:
+    script = tmp_path / "evil.sh"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\ncat\n", encoding="utf-8")
+    script.chmod(0o755)
+    return script
+
+
+async def test_a_config_poisoned_after_the_worktree_was_made_runs_nothing(
+    tmp_path: Path,
+) -> None:
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    marker = tmp_path / "ran-filter"
+    script = _evil_filter(tmp_path, marker)
+    plan = _plan()
+    async with _service(tmp_path, repo) as service:
+        tree = await _approved(service, plan)
+        (tree / "b.txt").write_text("b\n", encoding="utf-8")
+        # The repository was clean at creation; then its config names a filter (NoPlan,
+        # or another session, wrote the main checkout's .git).
+        git(repo, "config", "filter.evil.clean", str(script))
+        git(repo, "config", "filter.evil.smudge", str(script))
+        (repo / ".git" / "info").mkdir(exist_ok=True)
+        (repo / ".git" / "info" / "attributes").write_text("* filter=evil\n", encoding="utf-8")
+        await _completed(service, plan)
+        record = await service.record(SESSION)
+    assert record is not None and record.phase == "kept"
+    assert "refused" in record.message and "filter.evil.clean" in record.message
+    assert not marker.exists()  # git add -A never ran the clean filter
+
+
+async def test_a_worktree_config_filter_stops_plangates_merge(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    git(repo, "checkout", "-q", "-b", "feat")
+    (repo / "c.txt").write_text("c\n", encoding="utf-8")
+    git(repo, "add", "c.txt")
+    git(repo, "commit", "-q", "-m", "c")
+    git(repo, "checkout", "-q", "main")
+    marker = tmp_path / "ran-smudge"
+    script = _evil_filter(tmp_path, marker)
+    # Not in .git/config at all: git reads config.worktree once the extension is on.
+    git(repo, "config", "core.repositoryformatversion", "1")
+    git(repo, "config", "extensions.worktreeConfig", "true")
+    (repo / ".git" / "config.worktree").write_text(
+        f'[filter "evil"]\n\tsmudge = {script}\n', encoding="utf-8"
+    )
+    (repo / ".git" / "info").mkdir(exist_ok=True)
+    (repo / ".git" / "info" / "attributes").write_text("* filter=evil\n", encoding="utf-8")
+    main = Git(repo / ".git", repo, home=tmp_path / "home")
+    assert {"extensions.worktreeconfig", "filter.evil.smudge"} <= set(await main.unsafe())
+    with pytest.raises(GitError, match="refused"):
+        await main.run("merge", "--no-edit", "--no-verify", "-m", "m", "feat", check=False)
+    assert not marker.exists()
+    assert not (repo / "c.txt").exists()  # nothing was merged
+
+
+async def test_an_admin_folder_pointed_elsewhere_is_refused(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    decoy = make_repo(tmp_path / "decoy", {"d.txt": "d\n"})
+    plan = _plan()
+    async with _service(tmp_path, repo) as service:
+        tree = await _approved(service, plan)
+        (tree / "b.txt").write_text("b\n", encoding="utf-8")
+        (admin,) = (repo / ".git" / "worktrees").iterdir()
+        (admin / "commondir").write_text(f"{decoy / '.git'}\n", encoding="utf-8")
+        await _completed(service, plan)
+        record = await service.record(SESSION)
+    assert record is not None and record.phase == "kept"
+    assert "altered" in record.message
+    assert git(decoy, "log", "--format=%s") == "first"
 
 
 async def _restarted(tmp_path: Path, repo: Path, **kw: object) -> Worktrees:
@@ -309,3 +383,40 @@ async def test_a_check_in_a_worktree_sees_the_repository_read_only(tmp_path: Pat
         with_roots = await seeing.run([command], session_id=SESSION, workspace=tree)
     assert not without.passed  # the worktree's .git file points into the repository
     assert with_roots.passed, with_roots
+
+
+async def test_a_discard_while_the_worktree_is_made_sets_it_aside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    plan = _plan()
+    entered, gate = asyncio.Event(), asyncio.Event()
+    # Hold the one step that makes the worktree (found by name, on purpose: the discard must
+    # land exactly while the record says "creating").
+    original = vars(Worktrees)["_add_worktree"]
+
+    async def held(self: Worktrees, *args: object) -> object:
+        entered.set()
+        await gate.wait()
+        return await original(self, *args)
+
+    monkeypatch.setattr(Worktrees, "_add_worktree", held)
+    async with _service(tmp_path, repo) as service:
+        start = asyncio.create_task(
+            service.on_plan_change(PlanChange(SESSION, before=None, after=plan))
+        )
+        await asyncio.wait_for(entered.wait(), 10)
+        creating = await service.record(SESSION)
+        assert creating is not None and creating.phase == "creating"
+        discard = asyncio.create_task(
+            service.on_plan_change(
+                PlanChange(SESSION, before=plan, after=None, archived="discarded")
+            )
+        )
+        gate.set()
+        await asyncio.wait_for(asyncio.gather(start, discard), 30)
+        record = await service.record(SESSION)
+        workspace = await service.workspace_for(SESSION)
+    assert record is not None and record.phase != "live", record
+    assert workspace == repo
+    assert not Path(creating.path).exists()
