@@ -58,7 +58,7 @@ def tree_digest(root: Path) -> dict[str, str]:
 
 @pytest.fixture(autouse=True)
 def _needs_bwrap() -> None:
-    # The sandbox must work where these tests run (.ci/run installs bubblewrap); a missing
+    # The sandbox must work where these tests run (make test installs bubblewrap); a missing
     # bwrap is a failure with the fix, not a skip.
     status = probe(SandboxSettings())
     assert status.problem is None, status.problem

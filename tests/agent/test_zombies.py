@@ -18,7 +18,7 @@ DRIVER = Path(__file__).with_name("zombie_driver.py")
 
 def test_fifty_bash_calls_as_pid_1_leave_no_zombie(tmp_path: Path) -> None:
     if shutil.which("unshare") is None:
-        pytest.skip("util-linux unshare is missing (.ci/run installs util-linux)")
+        pytest.skip("util-linux unshare is missing (make test installs it)")
     # As root a plain pid namespace; otherwise a user namespace maps us to root first.
     userns = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
     argv = ["unshare", *userns, "--pid", "--fork", "--mount-proc"]

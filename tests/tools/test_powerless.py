@@ -32,7 +32,7 @@ def _as(user: str) -> list[str]:
         return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
     if os.geteuid() != 0:
         return []  # already unprivileged
-    pytest.skip("no setpriv to drop to an unprivileged user (util-linux; .ci/run installs it)")
+    pytest.skip("no setpriv to drop to an unprivileged user (util-linux; make test installs it)")
 
 
 @pytest.fixture
