@@ -40,6 +40,8 @@ YES_DISCARD = "Yes, discard"
 YES_CLEAR = "Yes, clear"
 PAUSE = "⏸ Pause"
 RESUME = "▶️ Resume"
+# A paused run whose project setup failed: the same press runs the setup again.
+RETRY = "▶️ Retry"
 RAISE_CAP = "⬆️ Raise cap to {tokens}"
 START = "▶️ Start"
 CLEAR = "✖️ Clear"
@@ -148,7 +150,12 @@ def _id_key(task_id: str) -> tuple[int, str]:
 
 
 def _plan_buttons(
-    state: PlanCardState, plan_id: str, revision: int, *, raise_cap: int | None = None
+    state: PlanCardState,
+    plan_id: str,
+    revision: int,
+    *,
+    raise_cap: int | None = None,
+    retry: bool = False,
 ) -> tuple[tuple[Button, ...], ...]:
     def b(label: str, action: str) -> Button:
         return (label, cb.plan_data(action, plan_id, revision))
@@ -167,7 +174,7 @@ def _plan_buttons(
             (b(DISCARD, cb.PLAN_DISCARD),),
         )
     if state == "paused":
-        return ((b(RESUME, cb.PLAN_RESUME), b(DISCARD, cb.PLAN_DISCARD)),)
+        return ((b(RETRY if retry else RESUME, cb.PLAN_RESUME), b(DISCARD, cb.PLAN_DISCARD)),)
     if state == "revise_offer":
         return ((b(REVISE, cb.PLAN_REVISE), b(CANCEL, cb.PLAN_CANCEL)),)
     if state == "confirm_discard":
@@ -255,8 +262,13 @@ def build_plan_card(
     raise_cap: int | None = None,
     steps: Sequence[tuple[str, Sequence[str]]] | None = None,
     checks: Sequence[tuple[str, str]] | None = None,
+    retry: bool = False,
+    output: str | None = None,
 ) -> CardView:
     """The plan card for this sidecar in this state; ``note`` is one extra line of plain text.
+
+    ``retry``: the paused run's button is Retry (its project setup failed); ``output`` is the
+    end of that setup's output, shown under the tasks.
 
     ``approvals``: who approved this revision so far, when it needs ``approvals_needed``.
     ``raise_cap``: a run the daily cap paused also offers "Raise cap to <tokens>".
@@ -271,7 +283,7 @@ def build_plan_card(
         return CardView(_fit(["📋 <b>No plan</b>"], note) or "No plan")
     head = _plan_head(sidecar, state, approvals=approvals, needed=approvals_needed)
     tasks = sidecar.tasks
-    buttons = _plan_buttons(state, sidecar.id, sidecar.revision, raise_cap=raise_cap)
+    buttons = _plan_buttons(state, sidecar.id, sidecar.revision, raise_cap=raise_cap, retry=retry)
     if worktree is not None:
         buttons = buttons or _branch_buttons(worktree)
     if state in ("review", "confirm_discard") and markdown and not tasks:
@@ -295,6 +307,8 @@ def build_plan_card(
         return CardView(_fit(head + body, note) or escape("Plan card too long."), buttons)
     counts = _counts(tasks)
     proof = checks_proof(sidecar) if state == "done" else []
+    if output:
+        proof = [*proof, "", f"<pre>{escape(clip(output, 1500))}</pre>"]
     # Narrow the window until the card fits (long titles full of "&" can be large).
     for before, after in ((WINDOW_BEFORE, WINDOW_AFTER), (1, 3), (0, 1), (0, 0)):
         window = task_window(tasks, before=before, after=after)

@@ -151,6 +151,11 @@ class PlanCardData:
     raise_cap: int | None = None
     # plangate is running a task's checks now (docs/checks.md): "task 1: `pytest -q`".
     checking: str | None = None
+    # The project's setup (docs/environments.md): running now; the tail of a failed run's
+    # output; the paused run's button is Retry (it runs the setup again).
+    setting_up: bool = False
+    setup_tail: str | None = None
+    retry: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,6 +76,7 @@ from engine.tools.sandbox import SandboxSettings
 from engine.tools.workspace import WorkspaceLocks
 from engine.usage.meter import UsageConfig, UsageMeter
 from engine.worktree.service import Worktrees
+from engine.worktree.setup import DEFAULT_SETUP_TIMEOUT_S, EnvSetup
 
 _log = logging.getLogger("plangate.engine")
 
@@ -134,6 +135,11 @@ class EngineConfig:
     git_remote: str | None = None
     # The plan .md's size limit in KB (PLANGATE_MAX_PLAN_KB).
     max_plan_kb: int = DEFAULT_MAX_PLAN_KB
+    # A project's setup script (docs/environments.md): its timeout (PLANGATE_SETUP_TIMEOUT)
+    # and where the consent to it and its package caches are kept (``<home>/environments``;
+    # None: consent in memory, no caches).
+    setup_timeout_s: float = DEFAULT_SETUP_TIMEOUT_S
+    environments_root: Path | None = None
 
 
 class Engine:
@@ -404,10 +410,8 @@ def build_engine(
         # (bound late: the worktree service is built below).
         return await worktrees.read_only_roots(session_id)
 
-    checks = SandboxChecks(
-        BashTool(locks=locks, sandbox=config.sandbox, read_only_roots=check_read_roots),
-        clock=clock,
-    )
+    check_bash = BashTool(locks=locks, sandbox=config.sandbox, read_only_roots=check_read_roots)
+    checks = SandboxChecks(check_bash, clock=clock)
     plans = PlanService(
         plan_store,
         log,
@@ -462,6 +466,17 @@ def build_engine(
     # First of the plan's listeners: the worktree is made (or committed) before the cards
     # redraw and before the execution turn is queued.
     plans.add_listener(worktrees.on_plan_change)
+    # The project's setup (docs/environments.md) runs in the sandbox checks run in; its
+    # listener comes after the worktree's (an approval consents to the script it names).
+    setup = EnvSetup(
+        worktrees,
+        check_bash,
+        channel,
+        root=config.environments_root,
+        approvals=approvals,
+        timeout_s=config.setup_timeout_s,
+    )
+    plans.add_listener(setup.on_plan_change)
     workspace_for = worktrees.workspace_for
     tools: list[Tool] = [
         PlanTool(plans, ask_owner=ask_owner),
@@ -487,6 +502,7 @@ def build_engine(
         read_only_roots=worktrees.read_only_roots,
         workspace_note=worktrees.prompt_note,
         locks=locks,
+        prepare=setup.prepare,
     )
     the_scheduler = scheduler or ApsScheduler()
 
@@ -518,6 +534,7 @@ def build_engine(
         channel=channel,
         workspace=catalog.default.path,
         catalog=catalog,
+        setup=setup,
         workspace_for=workspace_for,
         worktrees=worktrees,
     )

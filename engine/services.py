@@ -21,6 +21,7 @@ from engine.roles.service import RoleService
 from engine.roles.votes import PlanVotes
 from engine.usage.meter import UsageMeter
 from engine.worktree.service import Worktrees
+from engine.worktree.setup import EnvSetup
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,8 @@ class Services:
     catalog: ProjectCatalog
     workspace_for: Callable[[str], Awaitable[Path]]
     worktrees: Worktrees
+    # Each live worktree's setup script (docs/environments.md); None: no setup at all.
+    setup: EnvSetup | None = None
 
 
 __all__ = ["Services"]

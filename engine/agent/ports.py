@@ -7,12 +7,12 @@ that satisfy these protocols (``engine.agent.adapters`` wraps ``PlanService`` an
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from engine.events import GoalRoundSource
+from engine.events import GoalRoundSource, MessageSource
 from engine.plan.types import PlanPause, PlanState, PlanTask, is_editing
 
 # The plan service's derived state: none (NoPlan), pre_init (Editing before ``plan init``),
@@ -109,6 +109,25 @@ class IdleListener(Protocol):
         ...
 
 
+class RunHold(Protocol):
+    """Why an approved run cannot do its work yet (the project's setup failed or waits for
+    consent): the card's line, the output that says why, the goal's blocked code."""
+
+    @property
+    def code(self) -> str: ...
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def evidence(self) -> str: ...
+
+
+# Before a step of an approved run or a goal round: ``None`` when the work may go on
+# (engine.worktree.setup.EnvSetup.prepare runs the project's setup first).
+RunPreparer = Callable[[str, MessageSource], Awaitable[RunHold | None]]
+
+
 __all__ = [
     "ApprovalOutcome",
     "GoalPort",
@@ -116,4 +135,6 @@ __all__ = [
     "PlanPhase",
     "PlanPort",
     "PlanPromptView",
+    "RunHold",
+    "RunPreparer",
 ]
