@@ -25,7 +25,7 @@ from engine.worktree.types import WorktreeView
 # (:meth:`EngineApi.new_session`), which a session's command cannot do; nor is ``/project``
 # (:meth:`EngineApi.project`), for the same reason.
 CommandName = Literal[
-    "plan", "show_plan", "execute", "discard", "goal", "stop", "status", "help", "usage"
+    "plan", "show_plan", "execute", "discard", "goal", "stop", "status", "help", "usage", "setup"
 ]
 # Anyone in an allowed group may run these (engine.roles.policy: the role rule reads them as
 # "read"). They change nothing, so their command/run is logged without the reply waiting

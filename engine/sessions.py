@@ -27,6 +27,8 @@ from engine.recovery import close_interrupted_turn, undecided_command
 from engine.services import Services
 from engine.tasks import safe_call
 from engine.text import clip
+from engine.worktree.script import SETUP_PATH
+from engine.worktree.setup import read_script
 
 _log = logging.getLogger("plangate.sessions")
 
@@ -197,7 +199,9 @@ class Sessions:
         current = await self.project_of(session_id)
         name = args.strip()
         if not name:
-            return Outcome(reply=self._project_listing(current))
+            script = await asyncio.to_thread(read_script, current.path)
+            setup = script.label if script is not None else f"none (no {SETUP_PATH})"
+            return Outcome(reply=f"{self._project_listing(current)}\nSetup: {setup}")
         wanted = self._catalog.get(name) if PROJECT_NAME.fullmatch(name) else None
         if wanted is None:
             return Outcome(

@@ -119,6 +119,10 @@ class Worktrees:
             self._records[session_id] = last.record if isinstance(last, WorktreeChange) else None
         return self._records[session_id]
 
+    def peek(self, session_id: str) -> WorktreeRecord | None:
+        """The session's worktree record as this process last read it (no log read)."""
+        return self._records.get(session_id)
+
     async def workspace_for(self, session_id: str) -> Path:
         """The session's workspace now: its plan's worktree while that is live, else its
         project's folder."""

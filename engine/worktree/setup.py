@@ -58,11 +58,41 @@ HoldCode = Literal["needs-approval", "no-progress"]
 @dataclass(frozen=True, slots=True)
 class SetupHold:
     """Why the run cannot start its work: the card's line, the failure's tail, the goal's
-    blocked code."""
+    blocked code, and the failure in a few words."""
 
     code: HoldCode
     text: str
     evidence: str = ""
+    why: str = ""
+
+
+def _hold_of(ran: CommandRun) -> SetupHold | None:
+    """How a setup run ended, as a hold (``None``: it succeeded)."""
+    if ran.problem is not None:
+        why, tail = ran.problem, ""
+    elif ran.timed_out:
+        why, tail = f"timed out after {ran.timeout_s:g}s", note_of(ran.output)
+    elif ran.exit_code != 0:
+        why, tail = f"exit code {ran.exit_code}", note_of(ran.output)
+    else:
+        return None
+    short = clip(why, 120, one_line=True)
+    return SetupHold(
+        "no-progress", f"Setup failed ({short}): Retry runs it again", evidence=tail, why=why
+    )
+
+
+def read_script(folder: Path) -> SetupScript | None:
+    """The setup script on disk in ``folder`` (``None``: none, or not a regular file).
+    Blocking: a thread."""
+    path = folder / SETUP_PATH
+    try:
+        if path.is_symlink() or not path.is_file():
+            return None
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return script_of(text) if text.strip() else None
 
 
 class SetupConsent:
@@ -168,6 +198,7 @@ class EnvSetup:
         # consents to exactly that text.
         self._shown: dict[str, str] = {}
         self._running: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     # --- what the cards show --------------------------------------------------------------
 
@@ -238,15 +269,7 @@ class EnvSetup:
             return unasked
         if self._approvals is None:
             return unasked
-        view = ApprovalView(
-            request_id=uuid.uuid4().hex,
-            call_id=f"setup:{script.short}",
-            tool="setup",
-            command=f"{script.label}, with the network:\n{script.text}",
-            rule=None,
-            why="network",
-        )
-        decided = await self._approvals.request(session_id, view)
+        decided = await self._approvals.request(session_id, self._view(script))
         if decided not in ("once", "session"):
             return SetupHold(
                 "needs-approval",
@@ -254,6 +277,111 @@ class EnvSetup:
             )
         self.consent.allow(project, script.sha)
         return None
+
+    # --- /setup: the owner asks ------------------------------------------------------------
+
+    async def describe(self, session_id: str, workspace: Path) -> str:
+        """One line for ``/status`` and ``/project``: the project's script and its state."""
+        record = await self._worktrees.record(session_id)
+        live = record is not None and record.phase == "live"
+        script = await asyncio.to_thread(read_script, workspace)
+        if script is None:
+            return f"Setup: no {SETUP_PATH}"
+        project = Path(record.project) if live and record is not None else workspace
+        consent = "approved" if self.consent.allowed(project, script.sha) else "not approved yet"
+        state = ""
+        if live and record is not None and record.setup:
+            state = {
+                "needed": ", not run yet",
+                "running": ", running now",
+                "ready": ", ran in the plan's worktree",
+                "failed": ", failed: Retry on the plan card runs it again",
+            }.get(record.setup, "")
+        return f"Setup: {script.label} ({consent}{state})"
+
+    async def owner_setup(self, session_id: str, workspace: Path) -> str:
+        """``/setup``: run the script on disk in ``workspace`` (the project itself, or the
+        live plan's worktree, whose script the plan may have changed) after one approval
+        message showing the whole text (unless that text was approved before). Runs in the
+        background; the reply says what happens, a notice says how it ended."""
+        await self._worktrees.record(session_id)  # loaded, so peek() below knows it
+        script = await asyncio.to_thread(read_script, workspace)
+        if script is None:
+            return f"This project has no {SETUP_PATH} (docs/environments.md says what it holds)."
+        if session_id in self._running:
+            return "The setup is running already."
+        task = asyncio.create_task(self._owner_run(session_id, workspace, script))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        if self._consented(session_id, workspace, script):
+            return f"Running {script.label} in {workspace.name}."
+        return f"{script.label}: approve it below to run it."
+
+    def _consented(self, session_id: str, workspace: Path, script: SetupScript) -> bool:
+        return self.consent.allowed(self._project_path(session_id, workspace), script.sha)
+
+    def _project_path(self, session_id: str, workspace: Path) -> Path:
+        record = self._worktrees.peek(session_id)
+        if record is not None and record.phase == "live" and Path(record.path) == workspace:
+            return Path(record.project)
+        return workspace
+
+    async def _owner_run(self, session_id: str, workspace: Path, script: SetupScript) -> None:
+        project = self._project_path(session_id, workspace)
+        try:
+            if not self.consent.allowed(project, script.sha) and self._approvals is not None:
+                decided = await self._approvals.request(session_id, self._view(script))
+                if decided not in ("once", "session"):
+                    await safe_call(
+                        "notice",
+                        self._channel.notice(session_id, f"{script.label} was not run."),
+                    )
+                    return
+                self.consent.allow(project, script.sha)
+            live = project != workspace
+            if live:
+                # The plan's worktree: what the last setup built is writable again while
+                # the new one runs, then read-only again.
+                await self._worktrees.set_setup(
+                    session_id, setup="needed", setup_sha=script.sha, setup_built=[]
+                )
+                hold = await self._run(session_id, workspace, project, script)
+            else:
+                hold = await self._run_in_place(session_id, workspace, project, script)
+            text = hold.text if hold is not None else f"{script.label} ran: exit code 0."
+            if hold is not None and hold.evidence:
+                text += "\n" + hold.evidence
+            await safe_call("notice", self._channel.notice(session_id, text))
+        except Exception as exc:  # a background run: say it, never raise into nothing
+            _log.warning("plangate.worktree.setup.owner_failed %s: %s", type(exc).__name__, exc)
+
+    async def _run_in_place(
+        self, session_id: str, workspace: Path, project: Path, script: SetupScript
+    ) -> SetupHold | None:
+        """The owner's own folder: the script runs there; nothing is made read-only (the
+        folder is the owner's, and NoPlan writes it anyway)."""
+        self._running.add(session_id)
+        try:
+            ran = await self._bash.run_setup(
+                script.text,
+                session_id=session_id,
+                workspace=workspace,
+                timeout_s=self.timeout_s,
+                caches=self._cache_folder(project),
+            )
+        finally:
+            self._running.discard(session_id)
+        return _hold_of(ran)
+
+    def _view(self, script: SetupScript) -> ApprovalView:
+        return ApprovalView(
+            request_id=uuid.uuid4().hex,
+            call_id=f"setup:{script.short}",
+            tool="setup",
+            command=f"{script.label}, with the network:\n{script.text}",
+            rule=None,
+            why="network",
+        )
 
     def running(self, session_id: str) -> bool:
         """A setup of this session is running now."""
@@ -286,7 +414,7 @@ class EnvSetup:
                 await self._worktrees.set_setup(
                     session_id, setup="failed", setup_note="the setup was stopped"
                 )
-        ok = ran.problem is None and not ran.timed_out and ran.exit_code == 0
+        ok = _hold_of(ran) is None
         _log.info(
             "plangate.worktree.setup session=%s exit=%s timed_out=%s built=%d",
             session_id,
@@ -299,19 +427,11 @@ class EnvSetup:
                 session_id, setup="ready", setup_note="", setup_built=built
             )
             return None
-        if ran.problem is not None:
-            why, tail = ran.problem, ""
-        elif ran.timed_out:
-            why, tail = f"timed out after {ran.timeout_s:g}s", note_of(ran.output)
-        else:
-            why, tail = f"exit code {ran.exit_code}", note_of(ran.output)
-        note = f"{why}\n{tail}".strip()
+        hold = _hold_of(ran)
+        assert hold is not None
+        note = f"{hold.why}\n{hold.evidence}".strip()
         await self._worktrees.set_setup(session_id, setup="failed", setup_note=note)
-        return SetupHold(
-            "no-progress",
-            f"Setup failed ({clip(why, 120, one_line=True)}): Retry runs it again",
-            evidence=tail,
-        )
+        return hold
 
     def _cache_folder(self, project: Path) -> Path | None:
         folder = self.caches(project)
@@ -326,5 +446,6 @@ __all__ = [
     "SetupConsent",
     "SetupHold",
     "note_of",
+    "read_script",
     "script_of",
 ]

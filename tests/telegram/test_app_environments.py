@@ -29,6 +29,7 @@ from tests.telegram.app_support import GROUP, OWNER, eventually
 from tests.telegram.live import Live, button, card, labels, live_bot, until
 
 CHECK = ".venv/bin/python -m pytest -q"
+WANTED = ("pytest", "setuptools", "wheel")
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 PLAN = f"""# Fix add
@@ -66,8 +67,7 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip(f"{SYSTEM_PYTHON} (the sandbox's python3) is not installed")
     folder = tmp_path_factory.mktemp("wheels")
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "-d", str(folder)]
-        + ["pytest", "setuptools", "wheel"],
+        [sys.executable, "-m", "pip", "download", "-q", "-d", str(folder), *WANTED],
         capture_output=True,
         text=True,
         check=False,
@@ -113,8 +113,12 @@ def python_project(root: Path, index: str, wheels: Path) -> Path:
         },
     )
     subprocess.run(
-        ["bash", "-c", f"set -e; {SYSTEM_PYTHON} -m venv .venv; "
-         f".venv/bin/pip install -q --no-index --find-links {wheels} -e . pytest"],
+        [
+            "bash",
+            "-c",
+            f"set -e; {SYSTEM_PYTHON} -m venv .venv; "
+            f".venv/bin/pip install -q --no-index --find-links {wheels} -e . pytest",
+        ],
         cwd=repo,
         env={"PATH": "/usr/bin:/bin", "HOME": str(root), "PIP_CONFIG_FILE": "/dev/null"},
         check=True,
@@ -230,3 +234,155 @@ async def _done_card(api: FakeBotApi, live: Live, sid: str):  # type: ignore[no-
     assert record is not None and record.sidecar is not None
     card_id = record.sidecar["flow"]["card_id"]
     return api.message(GROUP, card_id)
+
+
+# --- a failing setup, Retry, a restart --------------------------------------------------------
+
+RUNS = "/var/cache/plangate/runs"
+# The first run waits (a restart cuts it off); every later one fails loudly.
+FLAKY_SETUP = (
+    f"n=$(cat {RUNS} 2>/dev/null | wc -l)\n"
+    f"echo run >> {RUNS}\n"
+    '[ "$n" -ge 1 ] || sleep 300\n'
+    'echo "ERROR: No matching distribution found for calc-extras==9.9" >&2\n'
+    "exit 3\n"
+)
+
+
+def small_project(root: Path, setup: str) -> Path:
+    return make_repo(
+        root,
+        {
+            ".gitignore": ".venv/\n",
+            "calc.py": BROKEN,
+            "test_calc.py": "import unittest\n",
+            ".plangate/setup.sh": setup,
+        },
+    )
+
+
+def _runs(home: Path) -> int:
+    found = list((home / "environments" / "caches").glob("*/runs"))
+    return len(found[0].read_text().splitlines()) if found else 0
+
+
+async def _setup_phase(engine: Engine, sid: str) -> str:
+    record = await engine.worktrees.record(sid)
+    return record.setup if record is not None else ""
+
+
+async def test_a_setup_cut_off_by_a_restart_waits_for_retry_and_a_failure_shows_its_output(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    small_project(tmp_path / "work", FLAKY_SETUP)
+    home = tmp_path / "home"
+    script = [*PLANNING, say("unreachable: setup never succeeds")]
+    async with live_bot(fake_api, tmp_path, script) as live:
+        fake_api.user_message(GROUP, OWNER, "/plan Fix add")
+        sid = await _reviewed(fake_api, live)
+        review = await card(fake_api, live, sid)
+        fake_api.press(GROUP, review.message_id, button(review, "✅ Approve"), user_id=OWNER)
+        await until(lambda: _is_setting_up(live, sid))
+        await until(lambda: _ran(home, 1))  # the script is inside its sleep
+        await parts(live.app).presenter.flush()
+        running = await card(fake_api, live, sid)
+        assert "🔧 Setting up the environment" in running.text
+    # plangate stopped mid-setup. It comes back with Retry on the card and runs nothing.
+    async with live_bot(fake_api, tmp_path, []) as live:
+        await parts(live.app).presenter.flush()
+        assert await _setup_phase(live.engine, sid) == "failed"
+        paused = await card(fake_api, live, sid)
+        assert "▶️ Retry" in labels(paused) and "Setup failed" in paused.text
+        assert _runs(home) == 1 and not live.engine.agents.is_busy(sid)
+        # Retry runs it again; it fails, and the card shows why, with its output.
+        fake_api.press(GROUP, paused.message_id, button(paused, "▶️ Retry"), user_id=OWNER)
+        await until(lambda: _failed_again(live, sid, home))
+        await parts(live.app).presenter.flush()
+        failed = await card(fake_api, live, sid)
+    assert "Setup failed (exit code 3)" in failed.text
+    assert "No matching distribution found for calc-extras" in failed.text
+    assert "▶️ Retry" in labels(failed)
+    assert _runs(home) == 2
+
+
+async def _reviewed(api: FakeBotApi, live: Live) -> str:
+    await eventually(lambda: any("ready for review" in m.text for m in _all(api)))
+    sid = await live.engine.session_for_chat(GROUP, 0)
+    await until(lambda: _review(live, sid))
+    await parts(live.app).presenter.flush()
+    return sid
+
+
+async def _ran(home: Path, times: int) -> bool:
+    return _runs(home) == times
+
+
+async def _is_setting_up(live: Live, sid: str) -> bool:
+    return await _setup_phase(live.engine, sid) == "running"
+
+
+async def _failed_again(live: Live, sid: str, home: Path) -> bool:
+    engine = live.engine
+    return (
+        _runs(home) == 2
+        and await _setup_phase(engine, sid) == "failed"
+        and not engine.agents.is_busy(sid)
+    )
+
+
+# --- what setup built is read-only to the plan --------------------------------------------
+
+# The project's "installed test runner" fails until the code is fixed; a plan that edits the
+# runner instead of the code must not pass.
+RUNNER_SETUP = (
+    "mkdir -p .venv/bin\n"
+    "printf '#!/bin/sh\\ngrep -q \"a + b\" calc.py\\n' > .venv/bin/check\n"
+    "chmod +x .venv/bin/check\n"
+)
+RUNNER_CHECK = ".venv/bin/check"
+RUNNER_PLAN = PLAN.replace(CHECK, RUNNER_CHECK)
+CHEAT = "printf '#!/bin/sh\\nexit 0\\n' > .venv/bin/check"
+
+CHEATING: list[ScriptStep] = [
+    call("plan", {"op": "init", "title": "Fix add", "mode": "design"}),
+    call("write_file", {"path": "{plan_md}", "content": RUNNER_PLAN}, expect="Design plan"),
+    call("plan", {"op": "submit"}),
+    say("The plan is ready for review."),
+    call("plan", {"op": "start"}),
+    call("bash", {"command": RUNNER_CHECK}),
+    # Instead of fixing calc.py, the agent makes the installed runner say yes.
+    call("bash", {"command": CHEAT}, expect="exit code 1"),
+    call(
+        "write_file",
+        {"path": ".venv/bin/check", "content": "#!/bin/sh\nexit 0\n"},
+        expect="Read-only file system",
+    ),
+    call("plan", {"op": "complete", "evidence": "green"}, expect="read-only folder"),
+    say("The checks still fail.", expect="checks-failed"),
+]
+
+
+async def test_what_setup_built_is_read_only_so_a_plan_cannot_doctor_its_check(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    small_project(tmp_path / "work", RUNNER_SETUP)
+    async with live_bot(fake_api, tmp_path, CHEATING) as live:
+        engine = live.engine
+        fake_api.user_message(GROUP, OWNER, "/plan Fix add")
+        sid = await _reviewed(fake_api, live)
+        review = await card(fake_api, live, sid)
+        fake_api.press(GROUP, review.message_id, button(review, "✅ Approve"), user_id=OWNER)
+        # The whole script played, every expect held (a divergence stops it short).
+        await until(lambda: _played(live, len(CHEATING)), timeout_s=120)
+        record = await engine.worktrees.record(sid)
+        assert record is not None and record.setup == "ready"
+        assert record.setup_built == [".venv"]
+        runner = Path(record.path) / ".venv/bin/check"
+        assert "grep" in runner.read_text()
+        sidecar = await engine.plans.current(sid)
+        assert sidecar is not None and sidecar.tasks[0].status == "in_progress"
+
+
+async def _played(live: Live, steps: int) -> bool:
+    assert live.model_server is not None
+    return live.model_server.script.position == steps
