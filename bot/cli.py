@@ -22,6 +22,16 @@ def _fail(line: str, code: int = 2) -> int:
     return code
 
 
+def installed_version() -> str:
+    """plangate's version as installed (the wheel's metadata), or "unknown" from a bare checkout."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("plangate")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line and run the chosen command; returns the exit code."""
     parser = argparse.ArgumentParser(
@@ -29,10 +39,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="A coding agent steered from Telegram. Without a command: run the bot "
         "when a token is set, else the offline demo.",
     )
+    parser.add_argument("--version", action="version", version=f"plangate {installed_version()}")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("run", help="run the Telegram bot (polling, or a webhook when configured)")
     sub.add_parser("demo", help="play the whole flow offline in the terminal")
     sub.add_parser("doctor", help="check the token, the model, the folders and the settings")
+    sub.add_parser("health", help="exit 0 when a running bot's heartbeat is fresh (Docker)")
     args = parser.parse_args(argv)
     command = args.command
     try:
@@ -44,6 +56,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             from bot.demo import main as demo_main
 
             return demo_main()
+        if command == "health":
+            from bot.health import check
+            from bot.settings import load_settings
+
+            problem = check(load_settings().home.expanduser())
+            if problem is not None:
+                return _fail(problem, 1)
+            print("plangate: ok")
+            return 0
         if command == "doctor":
             from bot.doctor import run_doctor
 

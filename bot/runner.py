@@ -15,6 +15,7 @@ from telegram.error import InvalidToken
 from bot.app import redact, serve
 from bot.channel import LateChannel
 from bot.compose import open_plangate
+from bot.health import heartbeat
 from bot.settings import Settings, load_settings, require_run_settings
 from engine.app import EngineConfig
 from engine.errors import ConfigError
@@ -168,13 +169,14 @@ async def run_bot() -> int:
         async with open_plangate(
             settings.home.expanduser(), model=model, channel=channel, config=config
         ) as opened:
-            await serve(
-                settings,
-                opened.engine,
-                opened.storage.db,
-                channel_slot=channel,
-                transcriber=transcriber,
-            )
+            async with heartbeat(settings.home.expanduser()):
+                await serve(
+                    settings,
+                    opened.engine,
+                    opened.storage.db,
+                    channel_slot=channel,
+                    transcriber=transcriber,
+                )
     except InvalidToken:
         raise ConfigError(
             "PLANGATE_TELEGRAM_TOKEN: the Telegram server refused the token (getMe: "
