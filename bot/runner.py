@@ -166,17 +166,19 @@ async def run_bot() -> int:
     transcriber = transcriber_from_settings(settings)
     channel = LateChannel()
     try:
-        async with open_plangate(
-            settings.home.expanduser(), model=model, channel=channel, config=config
-        ) as opened:
-            async with heartbeat(settings.home.expanduser()):
-                await serve(
-                    settings,
-                    opened.engine,
-                    opened.storage.db,
-                    channel_slot=channel,
-                    transcriber=transcriber,
-                )
+        async with (
+            open_plangate(
+                settings.home.expanduser(), model=model, channel=channel, config=config
+            ) as opened,
+            heartbeat(settings.home.expanduser()),
+        ):
+            await serve(
+                settings,
+                opened.engine,
+                opened.storage.db,
+                channel_slot=channel,
+                transcriber=transcriber,
+            )
     except InvalidToken:
         raise ConfigError(
             "PLANGATE_TELEGRAM_TOKEN: the Telegram server refused the token (getMe: "
