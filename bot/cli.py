@@ -44,23 +44,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("run", help="run the Telegram bot (polling, or a webhook when configured)")
     sub.add_parser("demo", help="play the whole flow offline in the terminal")
     sub.add_parser("doctor", help="check the token, the model, the folders and the settings")
+    from bot.wizard import add_arguments
+
+    add_arguments(
+        sub.add_parser("setup", help="first run: check the token, pair the owner, write settings")
+    )
     sub.add_parser("health", help="exit 0 when a running bot's heartbeat is fresh (Docker)")
     args = parser.parse_args(argv)
     command = args.command
     try:
         if command is None:
-            from bot.settings import load_settings
+            from bot.settings import load_run_settings
 
-            command = "run" if load_settings().telegram_token is not None else "demo"
+            command = "run" if load_run_settings().telegram_token is not None else "demo"
         if command == "demo":
             from bot.demo import main as demo_main
 
             return demo_main()
+        if command == "setup":
+            from bot.wizard import main as setup_main
+
+            return setup_main(args)
         if command == "health":
             from bot.health import check
-            from bot.settings import load_settings
+            from bot.settings import load_run_settings
 
-            problem = check(load_settings().home.expanduser())
+            problem = check(load_run_settings().home.expanduser())
             if problem is not None:
                 return _fail(problem, 1)
             print("plangate: ok")

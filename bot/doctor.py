@@ -19,7 +19,7 @@ from telegram.error import InvalidToken, NetworkError, TelegramError
 
 from bot.app import file_url
 from bot.runner import model_from_settings, sandbox_settings
-from bot.settings import Settings, load_settings, run_problems
+from bot.settings import Settings, load_run_settings, run_problems
 from engine.errors import ConfigError
 from engine.model.types import ModelError
 from engine.tools.sandbox import probe
@@ -119,7 +119,7 @@ def check_sandbox(settings: Settings) -> tuple[bool, str]:
 
 
 async def run_doctor(
-    out: TextIO = sys.stdout, *, load: Callable[[], Settings] = load_settings
+    out: TextIO = sys.stdout, *, load: Callable[[], Settings] = load_run_settings
 ) -> int:
     """Run every check and print one line each; 0 when all passed."""
     try:

@@ -16,7 +16,7 @@ from bot.app import redact, serve
 from bot.channel import LateChannel
 from bot.compose import open_plangate
 from bot.health import heartbeat
-from bot.settings import Settings, load_settings, require_run_settings
+from bot.settings import Settings, load_run_settings, require_run_settings
 from engine.app import EngineConfig
 from engine.errors import ConfigError
 from engine.model.openai_provider import OpenAIProvider
@@ -155,7 +155,7 @@ def engine_config(settings: Settings) -> EngineConfig:
 
 async def run_bot() -> int:
     """Run the bot until SIGINT/SIGTERM; a setting or token problem is one line and exit 2."""
-    settings = load_settings()
+    settings = load_run_settings()
     require_run_settings(settings)
     configure_logging(settings)
     config = engine_config(settings)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -56,6 +57,8 @@ from engine.tools.sandbox import forbidden_env_name
 from engine.usage.ledger import parse_tokens
 
 PREFIX = "PLANGATE_"
+DEFAULT_HOME = Path("~/.plangate")
+CONFIG_FILE = "config.env"
 # The openai SDK refuses to start without a key; local servers (Ollama, vLLM) ignore it.
 PLACEHOLDER_MODEL_API_KEY = "plangate-no-key"
 DEFAULT_TELEGRAM_API_URL = "https://api.telegram.org/bot"
@@ -203,7 +206,7 @@ class Settings(BaseSettings):
     telegram_api_url: str = DEFAULT_TELEGRAM_API_URL
     owner_ids: Annotated[tuple[int, ...], NoDecode] = ()
     allowed_chat_ids: Annotated[tuple[int, ...], NoDecode] = ()
-    home: Path = Field(default_factory=lambda: Path("~/.plangate").expanduser())
+    home: Path = Field(default_factory=lambda: DEFAULT_HOME.expanduser())
     workspace: Path = Field(default_factory=Path.cwd)
     profile: str | None = None
     model: str = "gpt-4o-mini"
@@ -543,24 +546,43 @@ def _one_line(exc: ValidationError) -> str:
     return " ".join(text.split())
 
 
+def config_path(environ: Mapping[str, str] | None = None) -> Path:
+    """The settings file ``plangate setup`` writes: ``config.env`` in plangate's home, the home
+    taken from ``PLANGATE_HOME`` in the environment (default ``~/.plangate``)."""
+    env = os.environ if environ is None else environ
+    return Path(env.get(f"{PREFIX}HOME") or DEFAULT_HOME).expanduser() / CONFIG_FILE
+
+
 def load_settings(
-    environ: Mapping[str, str] | None = None, *, env_file: str | None = ".env"
+    environ: Mapping[str, str] | None = None,
+    *,
+    env_file: str | None = ".env",
+    config_file: Path | None = None,
 ) -> Settings:
-    """Read settings from ``environ`` (default ``os.environ``) and ``env_file``.
+    """Read settings from ``environ`` (default ``os.environ``), then ``env_file``, then
+    ``config_file`` (``plangate setup``'s file): the first that names a setting wins.
 
     Raises :class:`ConfigError` with one line naming the variable that is missing or wrong.
     """
+    files = tuple(f for f in (config_file, env_file) if f is not None)  # later files win
     token = _ENVIRON.set(environ)
     try:
-        return Settings(_env_file=env_file)
+        return Settings(_env_file=files or None)
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
     except SettingsError as exc:
         raise ConfigError(" ".join(str(exc).split())) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{env_file}: cannot be read ({type(exc).__name__})") from None
+        where = getattr(exc, "filename", None) or env_file
+        raise ConfigError(f"{where}: cannot be read ({type(exc).__name__})") from None
     finally:
         _ENVIRON.reset(token)
+
+
+def load_run_settings() -> Settings:
+    """The settings ``run``, ``doctor`` and ``health`` use: the environment, a ``.env`` in the
+    current folder, then ``<home>/config.env``."""
+    return load_settings(config_file=config_path())
 
 
 def run_problems(settings: Settings) -> list[str]:
