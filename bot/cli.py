@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -40,6 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "when a token is set, else the offline demo.",
     )
     parser.add_argument("--version", action="version", version=f"plangate {installed_version()}")
+    parser.add_argument(
+        "--debug", action="store_true", help="log everything, with tracebacks (PLANGATE_LOG_LEVEL)"
+    )
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("run", help="run the Telegram bot (polling, or a webhook when configured)")
     sub.add_parser("demo", help="play the whole flow offline in the terminal")
@@ -52,6 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("health", help="exit 0 when a running bot's heartbeat is fresh (Docker)")
     args = parser.parse_args(argv)
     command = args.command
+    if args.debug:
+        os.environ["PLANGATE_LOG_LEVEL"] = "DEBUG"
     try:
         if command is None:
             from bot.settings import load_run_settings

@@ -28,6 +28,7 @@ from typing import TextIO
 from telegram import Bot
 from telegram.error import Conflict, InvalidToken, NetworkError
 
+from bot.app import file_url
 from bot.settings import config_path
 from engine.errors import ConfigError
 
@@ -145,7 +146,7 @@ def write_config(path: Path, lines: Sequence[str]) -> None:
 
 def _bot(token: str, api_url: str | None) -> Bot:
     if api_url:
-        return Bot(token, base_url=api_url, base_file_url=api_url.replace("/bot", "/file/bot"))
+        return Bot(token, base_url=api_url, base_file_url=file_url(api_url))
     return Bot(token)
 
 
