@@ -128,7 +128,9 @@ _ENDINGS: dict[str, PlanEnding] = {"completed": "completed", "abandoned": "aband
 class Cards:
     """What the plan card and the goal card show now; the one place front ends ask."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, *, plan_approvals: int = 1) -> None:
+        """``plan_approvals``: the approvals a plan needs (PLANGATE_PLAN_APPROVALS). The cards
+        subscribe to the plans, the goals and the agents' turns."""
         self._plans = services.plans
         self._goals = services.goals
         self._agents = services.agents
@@ -136,8 +138,7 @@ class Cards:
         self._usage = services.usage
         self._votes = services.votes
         self._channel = services.channel
-        # Approvals a plan needs (the command plane's setting; build_engine sets it).
-        self.plan_approvals = 1
+        self.plan_approvals = plan_approvals
         self._worktrees = services.worktrees
         # The owner's choices on the cards; the command plane and /new change them.
         self.choices = CardChoices()
@@ -149,6 +150,7 @@ class Cards:
         self._late_cards: dict[str, tuple[str, int, int]] = {}
         self._plans.add_listener(self._on_plan_change)
         self._goals.add_listener(self._on_goal_change)
+        self._agents.listen_turns(self.on_turn_end)
 
     async def plan_card(self, session_id: str) -> PlanCardData:
         """What the plan card shows now (:func:`plan_card_state` is the rule)."""
