@@ -21,7 +21,15 @@ from typing import Literal
 
 from engine.agent.controller import InboundMessage
 from engine.agent.turn import TurnResult
-from engine.api import GoalCardData, GoalCardState, PlanCardData, PlanCardState
+from engine.api import (
+    GoalCardData,
+    GoalCardState,
+    PlanCardData,
+    PlanCardState,
+    branch_actions,
+    goal_actions,
+    plan_actions,
+)
 from engine.events import FeedbackSource
 from engine.goal.types import GoalSnapshot
 from engine.plan.digest import PlanDigest
@@ -175,7 +183,12 @@ class Cards:
                 )
                 shown = worktree if mine else None
                 return PlanCardData(
-                    state=final, sidecar=ended[0], busy=busy, ended=ended[1], worktree=shown
+                    state=final,
+                    sidecar=ended[0],
+                    busy=busy,
+                    ended=ended[1],
+                    worktree=shown,
+                    branch_actions=branch_actions(shown),
                 )
             return PlanCardData(state="none", sidecar=None, busy=busy)
         phase = await self._plans.state(session_id)
@@ -212,6 +225,8 @@ class Cards:
                     raise_cap = raised_cap(cap, self._usage.today().tokens)
             else:
                 halted = "Paused: Resume runs the rest of the checklist."
+        actions = plan_actions(state, raise_cap=raise_cap)
+        shown = worktree if _runs_in(worktree, sidecar) else None
         approvals: tuple[str, ...] = ()
         if phase == "post_init" and self.plan_approvals > 1:
             votes = await self._votes.votes(session_id, sidecar.id, sidecar.revision)
@@ -228,9 +243,12 @@ class Cards:
             halted=halted,
             approvals=approvals,
             approvals_needed=self.plan_approvals,
-            worktree=worktree if _runs_in(worktree, sidecar) else None,
+            worktree=shown,
             raise_cap=raise_cap,
             checking=self._plans.checking(session_id),
+            actions=actions,
+            # The branch's buttons show where the plan's own do not (its Done card).
+            branch_actions=() if actions else branch_actions(shown),
         )
 
     async def goal_card(self, session_id: str) -> GoalCardData:
@@ -239,10 +257,12 @@ class Cards:
         if goal is None:
             return GoalCardData(state="none", goal=None)
         state = self.choices.goal_choice(session_id, goal.id, goal.revision) or "live"
+        armed = self._goals.is_armed(session_id)
         return GoalCardData(
             state=state,
             goal=goal,
-            armed=self._goals.is_armed(session_id),
+            armed=armed,
+            actions=goal_actions(goal, armed=armed, confirm_clear=state == "confirm_clear"),
             tokens_used=await self._usage.goal_tokens(session_id, goal.id),
             last_check=await self._goals.last_check(session_id),
         )
@@ -344,4 +364,10 @@ def _runs_in(worktree: WorktreeView | None, sidecar: PlanSidecar) -> bool:
     return worktree.phase in ("in_place", "failed") and worktree.plan_id == sidecar.id
 
 
-__all__ = ["CardChoices", "Cards", "PlanChoice", "PlanEnding", "plan_card_state"]
+__all__ = [
+    "CardChoices",
+    "Cards",
+    "PlanChoice",
+    "PlanEnding",
+    "plan_card_state",
+]
