@@ -95,6 +95,8 @@ def plan_view(
         checks=data.checks,
         retry=data.retry,
         output=data.setup_tail,
+        actions=data.actions,
+        branch=data.branch_actions,
     )
 
 
@@ -135,6 +137,7 @@ def goal_view(data: GoalCardData, *, note: str | None = None) -> cards.CardView:
         note=note,
         tokens_used=data.tokens_used,
         last_check=data.last_check,
+        actions=data.actions,
     )
 
 
