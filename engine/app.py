@@ -42,6 +42,7 @@ from engine.bindings import ChatBindings
 from engine.cards import Cards
 from engine.checks.runner import SandboxChecks
 from engine.commands import CommandPlane
+from engine.environments import DEFAULT_SETUP_TIMEOUT_S, EnvSetup
 from engine.events import Attachment
 from engine.goal.driver import RoundDriver
 from engine.goal.progress import IdleRoundWatch
@@ -73,7 +74,6 @@ from engine.tools.sandbox import SandboxSettings
 from engine.tools.workspace import WorkspaceLocks
 from engine.usage.meter import UsageConfig, UsageMeter
 from engine.worktree.service import Worktrees
-from engine.worktree.setup import DEFAULT_SETUP_TIMEOUT_S, EnvSetup
 
 _log = logging.getLogger("plangate.engine")
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from engine.agent.channel import Channel
 from engine.agent.controller import AgentRegistry
 from engine.approval.service import ToolApprovals
+from engine.environments import EnvSetup
 from engine.goal.service import GoalService
 from engine.plan.service import PlanService
 from engine.ports import EventLog
@@ -21,7 +22,6 @@ from engine.roles.service import RoleService
 from engine.roles.votes import PlanVotes
 from engine.usage.meter import UsageMeter
 from engine.worktree.service import Worktrees
-from engine.worktree.setup import EnvSetup
 
 
 @dataclass(frozen=True, slots=True)

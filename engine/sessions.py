@@ -20,6 +20,7 @@ from pathlib import Path
 from engine.api import Outcome
 from engine.bindings import ChatBindings
 from engine.cards import Cards
+from engine.environments import read_script
 from engine.events import CommandRun
 from engine.plan.types import PlanFlow
 from engine.ports import SessionStore
@@ -29,7 +30,6 @@ from engine.services import Services
 from engine.tasks import safe_call
 from engine.text import clip
 from engine.worktree.script import SETUP_PATH
-from engine.worktree.setup import read_script
 
 _log = logging.getLogger("plangate.sessions")
 

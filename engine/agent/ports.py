@@ -124,7 +124,7 @@ class RunHold(Protocol):
 
 
 # Before a step of an approved run or a goal round: ``None`` when the work may go on
-# (engine.worktree.setup.EnvSetup.prepare runs the project's setup first).
+# (engine.environments.EnvSetup.prepare runs the project's setup first).
 RunPreparer = Callable[[str, MessageSource], Awaitable[RunHold | None]]
 
 

@@ -39,7 +39,7 @@ from engine.tools.bash import BashTool, CommandRun
 from engine.worktree.script import MAX_SCRIPT_CHARS, SETUP_PATH, SetupScript, script_of
 from engine.worktree.service import Worktrees, project_slug
 
-_log = logging.getLogger("plangate.worktree.setup")
+_log = logging.getLogger("plangate.environments")
 
 DEFAULT_SETUP_TIMEOUT_S = 15 * 60.0
 # What a failed run's note keeps of its output (the card's lines).
@@ -353,7 +353,7 @@ class EnvSetup:
                 text += "\n" + hold.evidence
             await safe_call("notice", self._channel.notice(session_id, text))
         except Exception as exc:  # a background run: say it, never raise into nothing
-            _log.warning("plangate.worktree.setup.owner_failed %s: %s", type(exc).__name__, exc)
+            _log.warning("plangate.environments.owner_failed %s: %s", type(exc).__name__, exc)
 
     async def _run_in_place(
         self, session_id: str, workspace: Path, project: Path, script: SetupScript
@@ -416,7 +416,7 @@ class EnvSetup:
                 )
         ok = _hold_of(ran) is None
         _log.info(
-            "plangate.worktree.setup session=%s exit=%s timed_out=%s built=%d",
+            "plangate.environments.setup session=%s exit=%s timed_out=%s built=%d",
             session_id,
             ran.exit_code,
             ran.timed_out,
