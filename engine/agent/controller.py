@@ -37,14 +37,17 @@ from engine.events import (
     RunPaused,
     SeedSource,
     WorkspaceChanged,
+    is_attended,
 )
 from engine.goal.types import NO_PROGRESS
+from engine.plan.gate import PlanGateView, check_gate
 from engine.plan.types import PlanPause, PlanTask
 from engine.progress import workspace as workspace_snapshot
 from engine.progress.stuck import Step, StuckWatch, Verdict, call_record, step_changed
 from engine.tasks import BackgroundTasks, safe_call
 from engine.text import clip
 from engine.tools.base import ToolContext
+from engine.tools.effects import effects_of
 from engine.tools.runtime import ToolCallRequest, ToolRuntime
 
 CHECKLIST_DONE_TEXT = "✅ The checklist is done."
@@ -643,8 +646,7 @@ class AgentRegistry:
         self.deps = deps
         self._listeners = Listeners(idle=driver)
         self._controllers: dict[str, SessionController] = {}
-        precheck = deps.boundary.refuse_hidden if deps.boundary is not None else None
-        self.runtime = ToolRuntime(deps.tools, gate=self._gate, precheck=precheck)
+        self.runtime = ToolRuntime(deps.tools, gate=self._gate, paths=deps.boundary)
         self._closed = False
 
     def set_driver(self, driver: IdleListener | None) -> None:
@@ -717,19 +719,32 @@ class AgentRegistry:
         return stopped
 
     async def _gate(self, request: ToolCallRequest, ctx: ToolContext) -> str | None:
-        """The plan gate, then the owner's approval (which may wait for a press)."""
+        """The plan gate, then the owner's approval (which may wait for a press); both read
+        what the tool declares it does (engine.tools.effects), never its name."""
         plan = self.deps.plan
+        declared = self.runtime.registry.declaration(request.name)
+        goal_round = not is_attended(ctx.source)
         if plan is not None:
             denied = await plan.check_tool(
-                ctx.session_id, request.name, request.arguments, workspace=ctx.workspace
+                ctx.session_id,
+                declared,
+                request.arguments,
+                workspace=ctx.workspace,
+                goal_round=goal_round,
             )
-            if denied is not None:
-                return denied
+        else:
+            view = PlanGateView(state="none")
+            denied = check_gate(
+                declared, request.arguments, view, workspace=ctx.workspace, goal_round=goal_round
+            )
+        if denied is not None:
+            return denied
         approvals = self.deps.approvals
-        if approvals is None or not approvals.may_ask(request.name):
+        effects = effects_of(declared, request.arguments)
+        if approvals is None or not approvals.may_ask(effects):
             return None
         phase = (await plan.prompt_view(ctx.session_id)).phase if plan is not None else "none"
-        return await approvals.check(request, ctx, phase=phase)
+        return await approvals.check(request, ctx, phase=phase, declared=declared)
 
 
 __all__ = [
