@@ -59,8 +59,9 @@ GATE_TEXTS: dict[str, str] = {
         "Write what you would fetch into the plan as a step."
     ),
     "gate-round-ask": (
-        "Denied (gate-round-ask): a goal round has nobody to answer a question; decide with "
-        "what you know, or report the goal blocked with update_goal."
+        "Denied (gate-round-ask): nobody can answer a question or review a plan in an "
+        "autonomous goal round; decide with what you know, or report the goal blocked with "
+        "update_goal."
     ),
     "gate-undeclared": (
         "Denied (gate-undeclared): this tool (or this operation of it) does not declare what "

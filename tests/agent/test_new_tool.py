@@ -5,7 +5,8 @@
 ``workspace / path`` blindly). Everything else comes from the declaration: the plan gate
 refuses it while a plan is being written, approvals ask with a diff where writes are asked,
 the boundary refuses a path outside the workspace, and the progress rule counts what it
-changed. Real PlanService on real files, the real plan tool, the scripted model.
+changed (a goal round's outer bound does not stop it). Real PlanService on real files, the
+real plan tool, the scripted model.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from engine.agent.settings import AgentSettings
 from engine.agent.testing import RecordingChannel
 from engine.approval.policy import ApprovalView
 from engine.approval.service import ToolApprovals
-from engine.events import ToolResult
+from engine.events import GoalRoundSource, ProgressMade, ToolResult
 from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
 from engine.plan.gate import GATE_TEXTS
 from engine.plan.service import PlanService
 from engine.plan.tool import PlanTool
+from engine.progress.stuck import StuckLimits
 from engine.testing import InMemoryEventLog
 from engine.tools.base import ToolContext, ToolOutcome
 from engine.tools.effects import declare
@@ -69,7 +71,15 @@ class ApplyPatchTool:
 
 
 class Rig:
-    def __init__(self, tmp_path: Path, script: list[ScriptStep], *, ask_writes: bool = False):
+    def __init__(
+        self,
+        tmp_path: Path,
+        script: list[ScriptStep],
+        *,
+        ask_writes: bool = False,
+        goals: Any = None,
+        settings: AgentSettings | None = None,
+    ) -> None:
         self.ws = tmp_path / "ws"
         self.ws.mkdir()
         self.log = InMemoryEventLog()
@@ -91,7 +101,8 @@ class Rig:
             workspace_for=workspace_for,
             plan=PlanServiceAdapter(self.plans),
             extra_tools=[PlanTool(self.plans), ApplyPatchTool()],
-            settings=AgentSettings(),
+            goals=goals,
+            settings=settings or AgentSettings(),
             approvals=self.approvals,
         )
 
@@ -206,3 +217,42 @@ async def test_an_undeclared_tool_is_refused_while_a_plan_is_written(tmp_path: P
     [result] = await rig.results()
     assert result.is_error and result.content == GATE_TEXTS["gate-undeclared"]
     assert not (rig.ws / "mystery.txt").exists()
+
+
+class RoundGoals:
+    """A GoalPort whose round stays valid; records a block."""
+
+    def __init__(self) -> None:
+        self.blocked: list[str] = []
+
+    async def validate_round(self, session_id: str, source: GoalRoundSource) -> bool:
+        return True
+
+    async def disarm(self, session_id: str) -> None:
+        return None
+
+    async def block_round(
+        self, session_id: str, source: GoalRoundSource, *, code: str, message: str
+    ) -> None:
+        self.blocked.append(message)
+
+
+async def test_a_new_writing_tool_counts_as_progress(tmp_path: Path) -> None:
+    # An outer bound of 3 steps without progress: five patches in a row that each change the
+    # file are work, so the goal round is not stopped, and each step is logged as progress.
+    script: list[ScriptStep] = [
+        call("apply_patch", {"path": "log.txt", "find": f"v{k}", "replace": f"v{k + 1}"})
+        for k in range(5)
+    ]
+    script.append(say("Patched five times."))
+    goals = RoundGoals()
+    settings = AgentSettings(stuck=StuckLimits(progress_steps=3))
+    rig = Rig(tmp_path, script, goals=goals, settings=settings)
+    (rig.ws / "log.txt").write_text("v0\n", encoding="utf-8")
+    round_source = GoalRoundSource(goal_id="g", revision=1, round=1)
+    await rig.registry.submit_round(SID, "round 1 of 5", round_source)
+    await rig.registry.wait_idle(SID)
+    assert goals.blocked == []
+    assert (rig.ws / "log.txt").read_text() == "v5\n"
+    made = [e.event for e in await rig.log.read(SID) if isinstance(e.event, ProgressMade)]
+    assert [m.kinds for m in made] == [["workspace"]] * 5

@@ -77,3 +77,4 @@ def test_the_docs_carry_the_declarations_and_the_gate_table() -> None:
     security = (DOCS / "security.md").read_text(encoding="utf-8")
     assert effects_table(BUILTIN) in security
     assert gate_table() in security
+    assert gate_table() in (DOCS / "agent.md").read_text(encoding="utf-8")
