@@ -14,7 +14,7 @@ import pytest
 
 from bot.app import parts
 from engine.app import Engine
-from engine.events import RunPaused, SeedSource, UserMessage
+from engine.events import ProgressMade, RunPaused, SeedSource, UserMessage
 from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
 from engine.progress.stuck import StuckLimits
@@ -393,8 +393,9 @@ async def test_goal_rounds_whose_bash_changes_files_are_not_idle(
         assert goal is not None and goal.blocked is not None
         assert goal.blocked.code == "round-limit" and goal.rounds_started == 4
         assert len(list(live.workspace.glob("round_*.txt"))) == 4
-        changed = await live.storage.log.read(sid, types=("workspace/changed",))
-        assert len(changed) == 4
+        made = await live.storage.log.read(sid, types=("progress/made",))
+        kinds = [s.event.kinds for s in made if isinstance(s.event, ProgressMade)]
+        assert kinds == [["workspace"]] * 4
 
 
 def _churn(count: int) -> list[ScriptStep]:
