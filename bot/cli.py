@@ -46,7 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("run", help="run the Telegram bot (polling, or a webhook when configured)")
-    sub.add_parser("demo", help="play the whole flow offline in the terminal")
+    demo = sub.add_parser("demo", help="play the whole flow offline in the terminal")
+    demo.add_argument("--fast", action="store_true", help="no pauses between the lines")
     sub.add_parser("doctor", help="check the token, the model, the folders and the settings")
     from bot.wizard import add_arguments
 
@@ -66,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "demo":
             from bot.demo import main as demo_main
 
-            return demo_main()
+            return demo_main(fast=getattr(args, "fast", False))
         if command == "setup":
             from bot.wizard import main as setup_main
 
