@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from engine.events import GoalRoundSource, MessageSource
 from engine.plan.types import PlanPause, PlanState, PlanTask, is_editing
+from engine.tools.effects import Declaration
 
 # The plan service's derived state: none (NoPlan), pre_init (Editing before ``plan init``),
 # post_init (Editing after ``init``: only the session ``.md`` is writable), active.
@@ -59,9 +60,16 @@ class PlanPort(Protocol):
         ...
 
     async def check_tool(
-        self, session_id: str, tool_name: str, args: Mapping[str, Any], *, workspace: Path
+        self,
+        session_id: str,
+        tool: Declaration | None,
+        args: Mapping[str, Any],
+        *,
+        workspace: Path,
+        goal_round: bool = False,
     ) -> str | None:
-        """The plan gate for one call: ``None`` allows, else the fixed deny reason."""
+        """The plan gate for one call of a tool declared ``tool`` (``None``: undeclared):
+        ``None`` allows, else the fixed deny reason."""
         ...
 
     async def commit_plan_mode(self, session_id: str, active: bool) -> None:

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from engine.tools.base import ToolContext, ToolOutcome
 from engine.tools.boundary import Boundary, BoundaryPolicy, PlanViewSource, ReadOnlyRoots
+from engine.tools.effects import BUILTIN
 from engine.tools.plan_view import GATE_TEXTS
 from engine.tools.sandbox import (
     PidsCgroup,
@@ -149,6 +150,7 @@ class BashTool:
     for ``kill_session``."""
 
     name = "bash"
+    declaration = BUILTIN["bash"]
     description = (
         "Run a bash command in the workspace and return its exit code and output (stdout and "
         "stderr merged, long output cut). timeout_s defaults to 120 (at most 600). Background "
