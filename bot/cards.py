@@ -26,6 +26,7 @@ from engine.api import (
 )
 from engine.checks.report import how_it_ended
 from engine.checks.types import CheckResult
+from engine.checks.watch import runner_file
 from engine.events import GoalCheck
 from engine.goal.types import GoalSnapshot
 from engine.plan.extract import extract_work_items, plan_checks
@@ -490,12 +491,14 @@ def checks_proof(sidecar: PlanSidecar) -> list[str]:
     if not lines and not sidecar.changed_tests:
         return []
     block = ["", f"{CHECK_MARK} <b>Checks</b>", *lines]
-    if sidecar.changed_tests:
-        changed = ", ".join(sidecar.changed_tests[:10])
-        more = (
-            f" (+{len(sidecar.changed_tests) - 10} more)" if len(sidecar.changed_tests) > 10 else ""
-        )
-        block.append(f"✏️ changed tests: {clip_line(changed, 600)}{more}")
+    # What decides what a check runs (a conftest.py, a package.json, a unittest.py put on the
+    # import path) is named apart from the tests: a check can pass because it moved.
+    runners = [p for p in sidecar.changed_tests if runner_file(p)]
+    tests = [p for p in sidecar.changed_tests if not runner_file(p)]
+    for label, changed in (("✏️ changed tests", tests), ("⚠️ changed what runs the checks", runners)):
+        if changed:
+            more = f" (+{len(changed) - 10} more)" if len(changed) > 10 else ""
+            block.append(f"{label}: {clip_line(', '.join(changed[:10]), 600)}{more}")
     return block
 
 

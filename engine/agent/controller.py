@@ -649,7 +649,9 @@ class SessionController:
         # Approval is consent to the whole checklist: a commit mid-turn lets that turn end,
         # then the run goes on by itself (_after_turn).
         await self._arm()
-        if queue_execution:
+        # A re-approval that carried every task over as done finished the plan at once:
+        # there is nothing to execute.
+        if queue_execution and (await self._tasks())[0]:
             self.submit(self._deps.settings.execution_prompt, source=SeedSource())
         return True
 
