@@ -93,6 +93,9 @@ class FakeOpenAIServer:
     # Speech to text: each request answers the next of these texts (then "").
     transcripts: list[str] = field(default_factory=list)
     transcriptions: list[Transcription] = field(default_factory=list)
+    # When set, every transcription is answered with this (content type, body) instead: a
+    # server that answers something that is not the JSON the API promises.
+    transcribe_raw: tuple[str, str] | None = None
     # Streaming (``"stream": true``): the text goes in pieces this long, this far apart.
     stream_piece_chars: int = 40
     stream_delay_s: float = 0.0
@@ -235,6 +238,9 @@ class FakeOpenAIServer:
         data = upload.file.read()
         self.transcriptions.append(Transcription(model, upload.filename, data, upload.content_type))
         self.requests.append(RecordedRequest(request.method, request.path, {}, {"model": model}))
+        if self.transcribe_raw is not None:
+            content_type, raw = self.transcribe_raw
+            return web.Response(text=raw, content_type=content_type)
         text = self.transcripts.pop(0) if self.transcripts else ""
         return web.json_response({"text": text})
 
