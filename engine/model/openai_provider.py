@@ -20,6 +20,7 @@ import email.utils
 import json
 import logging
 import random
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
@@ -48,6 +49,40 @@ MAX_RETRY_AFTER_S = 60.0
 _RETRY_STATUSES = frozenset({408, 409, 429})
 
 Sleep = Callable[[float], Awaitable[None]]
+
+# The two names of the completion-token limit. Every OpenAI-compatible server reads
+# ``max_tokens``; OpenAI's reasoning models refuse it and take ``max_completion_tokens``.
+MAX_TOKENS = "max_tokens"
+MAX_COMPLETION_TOKENS = "max_completion_tokens"
+# OpenAI's reasoning families, by name (with or without a ``vendor/`` prefix, as OpenRouter
+# names them): o1, o3, o4-mini, gpt-5 and their variants.
+_REASONING = re.compile(r"(?:^|/)(?:o[134](?:-|$)|gpt-5)", re.IGNORECASE)
+# What a server refused, learnt once per (base URL, model) while the process runs.
+_LEARNT_LIMIT: dict[tuple[str, str], str] = {}
+
+# The doctor's probe: the shape of a turn's call (messages, one tool, tool_choice auto, the
+# token limit), kept tiny.
+_PROBE_MESSAGES = [{"role": "user", "content": "Reply with the word ok."}]
+_PROBE_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "noop",
+            "description": "Does nothing.",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    }
+]
+_PROBE_TOKENS = 16
+
+
+def limit_field(model: str) -> str:
+    """The body field the completion-token limit goes in for ``model``, known by its name."""
+    return MAX_COMPLETION_TOKENS if _REASONING.search(model) else MAX_TOKENS
+
+
+class _LimitRefused(ModelError):
+    """The server refused the token-limit field sent (HTTP 400 naming it)."""
 
 
 class OpenAIProvider:
@@ -105,24 +140,59 @@ class OpenAIProvider:
     ) -> ModelReply:
         """One chat completion with the tools offered (``tool_choice`` auto).
 
-        ``max_tokens`` is sent as ``max_tokens``: the field every OpenAI-compatible server
-        reads (OpenAI's newer ``max_completion_tokens`` is not understood by all of them).
+        ``max_tokens`` goes in the field the model takes (:attr:`limit_field`): ``max_tokens``,
+        which every OpenAI-compatible server reads, or ``max_completion_tokens`` for OpenAI's
+        reasoning models; a server that refuses the one sent is asked again with the other,
+        once, and that is remembered for this server and model.
         Raises ModelAuthError when the key is refused, ModelError for anything else that
         leaves no reply after the retries.
         """
         body: dict[str, Any] = {"messages": list(messages)}
-        if max_tokens is not None:
-            body["max_tokens"] = max_tokens
         if tools:  # the API refuses an empty tools array
             body["tools"] = list(tools)
             body["tool_choice"] = "auto"
+        response = await self._create(body, max_tokens=max_tokens, stream=False)
+        return parse_completion(response)
+
+    @property
+    def limit_field(self) -> str:
+        """The field the token limit is sent in: learnt from this server, else by name."""
+        return _LEARNT_LIMIT.get((self.base_url, self.model), limit_field(self.model))
+
+    async def _create(self, body: dict[str, Any], *, max_tokens: int | None, stream: bool) -> Any:
+        """``chat.completions.create`` with the retries, the limit in the field the server
+        takes (a refusal naming it switches to the other field, once)."""
         # The messages are plain JSON already. Passed as typed arguments, the SDK walks every
         # message of the context on each call, on the event loop (a second or more per call
         # late in a long turn); as ``extra_body`` they are sent as they are.
-        kwargs: dict[str, Any] = {"model": self.model, "messages": [], "extra_body": body}
         create = cast(Callable[..., Awaitable[Any]], self._client.chat.completions.create)
-        response = await self._with_retries(lambda: create(**kwargs))
-        return parse_completion(response)
+        for attempt in range(2):
+            field = self.limit_field
+            sent = dict(body)
+            if max_tokens is not None:
+                sent[field] = max_tokens
+            kwargs: dict[str, Any] = {"model": self.model, "messages": [], "extra_body": sent}
+            if stream:
+                kwargs["stream"] = True
+            try:
+                return await self._with_retries(
+                    lambda kwargs=kwargs: create(**kwargs),
+                    limit=field if max_tokens is not None else None,
+                )
+            except _LimitRefused as exc:
+                if attempt:
+                    raise ModelError(str(exc)) from None
+                other = MAX_COMPLETION_TOKENS if field == MAX_TOKENS else MAX_TOKENS
+                _LEARNT_LIMIT[(self.base_url, self.model)] = other
+                log.warning(
+                    "plangate.model.openai_provider.limit_field server=%s model=%s refused=%s "
+                    "using=%s",
+                    _shown(self.base_url),
+                    self.model,
+                    field,
+                    other,
+                )
+        raise AssertionError("unreachable")
 
     async def stream(
         self,
@@ -145,16 +215,7 @@ class OpenAIProvider:
         if tools:
             body["tools"] = list(tools)
             body["tool_choice"] = "auto"
-        if max_tokens is not None:
-            body["max_tokens"] = max_tokens
-        kwargs: dict[str, Any] = {
-            "model": self.model,
-            "messages": [],
-            "stream": True,
-            "extra_body": body,
-        }
-        create = cast(Callable[..., Awaitable[Any]], self._client.chat.completions.create)
-        response = await self._with_retries(lambda: create(**kwargs))
+        response = await self._create(body, max_tokens=max_tokens, stream=True)
         collected = _StreamedReply()
         try:
             async for chunk in response:
@@ -174,38 +235,35 @@ class OpenAIProvider:
     async def check(self) -> str:
         """For ``plangate doctor``: a one-line status, or ModelError saying what is wrong.
 
-        Lists the server's models; when that is not supported or the model is not listed
-        (some local servers list aliases), falls back to a one-token completion.
+        Makes the call a turn makes (a tool offered with ``tool_choice`` auto, the token limit
+        in the field turns send, learnt the same way), so the doctor fails where turns would.
+        A failure names the models the server lists, when it lists others.
         """
         where = _shown(self.base_url)
         try:
-            page = await self._with_retries(self._client.models.list)
-            listed = [str(getattr(m, "id", "")) for m in getattr(page, "data", None) or ()]
-        except ModelAuthError:
-            raise
-        except ModelError:
-            listed = []
-        if self.model in listed:
-            return f"model server {where}: ok, model {self.model!r} available"
-        create = cast(Callable[..., Awaitable[Any]], self._client.chat.completions.create)
-        try:
-            await self._with_retries(
-                lambda: create(
-                    model=self.model,
-                    messages=[{"role": "user", "content": "ping"}],
-                    max_completion_tokens=1,
-                )
-            )
+            await self.complete(_PROBE_MESSAGES, _PROBE_TOOLS, max_tokens=_PROBE_TOKENS)
         except ModelAuthError:
             raise
         except ModelError as exc:
-            if not listed:
+            try:
+                page = await self._with_retries(self._client.models.list)
+                listed = [str(getattr(m, "id", "")) for m in getattr(page, "data", None) or ()]
+            except ModelError:
+                listed = []
+            if not listed or self.model in listed:
                 raise
             shown = ", ".join(listed[:10]) + (", ..." if len(listed) > 10 else "")
             raise ModelError(f"{exc} (the server lists: {shown})") from None
-        return f"model server {where}: ok, model {self.model!r} answers"
+        return (
+            f"model server {where}: ok, model {self.model!r} answers with tools "
+            f"({self.limit_field})"
+        )
 
-    async def _with_retries(self, send: Callable[[], Awaitable[Any]]) -> Any:
+    async def _with_retries(
+        self, send: Callable[[], Awaitable[Any]], *, limit: str | None = None
+    ) -> Any:
+        """``send()`` with our retry policy; ``limit``: the token-limit field sent, so a 400
+        naming it is told apart (:class:`_LimitRefused`)."""
         attempt = 0
         while True:
             try:
@@ -217,6 +275,8 @@ class OpenAIProvider:
                         "the model server refused the API key (PLANGATE_MODEL_API_KEY): "
                         f"HTTP {status} from {_shown(self.base_url)}"
                     ) from None
+                if limit is not None and status == 400 and _names_field(exc, limit):
+                    raise _LimitRefused(self._refusal(exc)) from None
                 if status not in _RETRY_STATUSES and status < 500:
                     raise ModelError(self._refusal(exc)) from None
                 retry_after = _retry_after_s(exc.response.headers)
@@ -422,6 +482,17 @@ def _retry_after_s(headers: Any) -> float | None:
     if parsed is None:
         return None
     return max(0.0, float(email.utils.mktime_tz(parsed) - time.time()))
+
+
+def _names_field(exc: openai.APIStatusError, field: str) -> bool:
+    """Whether a 400 refuses ``field``: OpenAI names it in ``param`` (``unsupported_parameter``);
+    other servers in the message ("Unrecognized request argument supplied: ...")."""
+    body = exc.body
+    error = body.get("error", body) if isinstance(body, dict) else None
+    if isinstance(error, dict) and error.get("param") == field:
+        return True
+    message = _server_message(exc)
+    return f"'{field}'" in message or f"argument supplied: {field}" in message
 
 
 def _server_message(exc: openai.APIStatusError) -> str:

@@ -96,6 +96,9 @@ class FakeOpenAIServer:
     # When set, every transcription is answered with this (content type, body) instead: a
     # server that answers something that is not the JSON the API promises.
     transcribe_raw: tuple[str, str] | None = None
+    # Body fields this server refuses with HTTP 400, as OpenAI refuses ``max_tokens`` for its
+    # reasoning models (or vLLM ``tool_choice: auto`` without a tool parser).
+    refused_params: set[str] = field(default_factory=set)
     # Streaming (``"stream": true``): the text goes in pieces this long, this far apart.
     stream_piece_chars: int = 40
     stream_delay_s: float = 0.0
@@ -265,6 +268,16 @@ class FakeOpenAIServer:
         model = body.get("model")
         if not isinstance(model, str) or not model:
             return self._bad_request("you must provide a model parameter")
+        for name in sorted(self.refused_params & set(body)):
+            message = f"Unsupported parameter: '{name}' is not supported with this model."
+            if name == "max_tokens":
+                message += " Use 'max_completion_tokens' instead."
+            self.errors.append(message)
+            body_ = {"message": message, "type": "invalid_request_error", "param": name,
+                     "code": "unsupported_parameter"}  # fmt: skip
+            return web.json_response(
+                {"error": body_}, status=400, headers={"x-should-retry": "false"}
+            )
         problems = validate_request(
             body.get("messages"), body.get("tools"), body.get("tool_choice")
         )
