@@ -233,6 +233,7 @@ async def run_turn(
                     reply=reply,
                     chars=chars,
                     estimate=estimate,
+                    server=_server_of(deps.model),
                 )
                 tokens = record.prompt_tokens + record.completion_tokens
                 events.append(record)
@@ -327,6 +328,11 @@ async def run_turn(
     if text:
         await safe_call("reply", deps.channel.reply(session_id, text, reply_to=message.message_id))
     return TurnResult(turn_id, outcome, final_text, detail, asked=asked, refusal=budget_stop)
+
+
+def _server_of(model: object) -> str:
+    """The model server a provider talks to, for the usage log (its base URL, if it has one)."""
+    return str(getattr(model, "base_url", "") or type(model).__name__)
 
 
 def _reply_tokens(reply: ModelReply) -> int:
