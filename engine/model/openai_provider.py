@@ -17,24 +17,32 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import json
+import functools
 import logging
 import random
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import openai
 
 from engine.errors import ConfigError
+from engine.model.arguments import (
+    MAX_ARGUMENT_CHARS,
+    Arguments,
+    parse_arguments,
+    refused_size,
+)
 from engine.model.types import (
     ModelAuthError,
     ModelError,
     ModelReply,
     ModelToolCall,
     ModelUsage,
+    StreamProgress,
     TextSink,
 )
 from engine.text import clean_text, clean_value
@@ -47,6 +55,11 @@ PLACEHOLDER_API_KEY = "plangate-no-key"
 # A Retry-After longer than this is not waited out inside one model call.
 MAX_RETRY_AFTER_S = 60.0
 _RETRY_STATUSES = frozenset({408, 409, 429})
+# Bounds on what a server's tool calls may grow to (a hostile server is not trusted): ids and
+# names past these are cut; call indexes past the last are dropped.
+MAX_ID_CHARS = 256
+MAX_NAME_CHARS = 256
+MAX_STREAMED_CALLS = 128
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -167,29 +180,29 @@ class OpenAIProvider:
         # late in a long turn); as ``extra_body`` they are sent as they are.
         create = cast(Callable[..., Awaitable[Any]], self._client.chat.completions.create)
         for attempt in range(2):
-            field = self.limit_field
+            sent_in = self.limit_field
             sent = dict(body)
             if max_tokens is not None:
-                sent[field] = max_tokens
+                sent[sent_in] = max_tokens
             kwargs: dict[str, Any] = {"model": self.model, "messages": [], "extra_body": sent}
             if stream:
                 kwargs["stream"] = True
             try:
                 return await self._with_retries(
-                    lambda kwargs=kwargs: create(**kwargs),
-                    limit=field if max_tokens is not None else None,
+                    functools.partial(create, **kwargs),
+                    limit=sent_in if max_tokens is not None else None,
                 )
             except _LimitRefused as exc:
                 if attempt:
                     raise ModelError(str(exc)) from None
-                other = MAX_COMPLETION_TOKENS if field == MAX_TOKENS else MAX_TOKENS
+                other = MAX_COMPLETION_TOKENS if sent_in == MAX_TOKENS else MAX_TOKENS
                 _LEARNT_LIMIT[(self.base_url, self.model)] = other
                 log.warning(
                     "plangate.model.openai_provider.limit_field server=%s model=%s refused=%s "
                     "using=%s",
                     _shown(self.base_url),
                     self.model,
-                    field,
+                    sent_in,
                     other,
                 )
         raise AssertionError("unreachable")
@@ -201,12 +214,15 @@ class OpenAIProvider:
         *,
         on_text: TextSink,
         max_tokens: int | None = None,
+        progress: StreamProgress | None = None,
     ) -> ModelReply:
-        """:meth:`complete`, streamed: ``on_text`` hears the text so far as chunks arrive.
+        """:meth:`complete`, streamed: ``on_text`` hears each new piece of text as it arrives.
 
         Retried like ``complete`` until the first chunk; a failure after it is a ModelError
         (the text already shown is not repeated). Usage comes from the final chunk
         (``stream_options.include_usage``). Cancelling closes the connection at once.
+        ``progress`` is kept up to date (the stream opened, the characters arrived), so a
+        stream cut short can still be paid for.
         """
         body: dict[str, Any] = {
             "messages": list(messages),
@@ -216,12 +232,14 @@ class OpenAIProvider:
             body["tools"] = list(tools)
             body["tool_choice"] = "auto"
         response = await self._create(body, max_tokens=max_tokens, stream=True)
-        collected = _StreamedReply()
+        if progress is not None:
+            progress.opened = True
+        collected = _StreamedReply(progress)
         try:
             async for chunk in response:
-                grown = collected.add(chunk)
-                if grown:
-                    await on_text(clean_text(collected.text))
+                added = collected.add(chunk)
+                if added:
+                    await on_text(added)
         except openai.OpenAIError as exc:
             raise ModelError(
                 f"the model server at {_shown(self.base_url)} broke off its answer: "
@@ -364,70 +382,113 @@ def parse_completion(response: Any) -> ModelReply:
         function = getattr(tool_call, "function", None)
         if function is None:  # a non-function (custom) tool call: we offer none
             continue
-        raw = function.arguments or ""
-        arguments, raw_kept = _parse_arguments(raw)
-        calls.append(
-            ModelToolCall(
-                id=clean_text(tool_call.id or f"call_{index}"),
-                name=clean_text(function.name or ""),
-                arguments=clean_value(arguments),
-                raw_arguments=clean_text(raw_kept),
-            )
-        )
+        parsed = parse_arguments(function.arguments or "")
+        calls.append(_tool_call(tool_call.id or f"call_{index}", function.name or "", parsed))
     return ModelReply(
         text=clean_text(message.content or ""), tool_calls=tuple(calls), usage=parse_usage(response)
     )
 
 
+@dataclass(slots=True)
+class _StreamedCall:
+    """One tool call's pieces as they stream (by the call's index)."""
+
+    id: str = ""
+    name: list[str] = field(default_factory=list)
+    name_chars: int = 0
+    arguments: list[str] = field(default_factory=list)
+    argument_chars: int = 0
+
+
 class _StreamedReply:
-    """The chunks of one streamed completion, put back together."""
+    """The chunks of one streamed completion, put back together.
 
-    def __init__(self) -> None:
-        self.text = ""
-        self._calls: dict[int, dict[str, str]] = {}
+    Work is linear in the answer's length whatever the chunk size: each piece is cleaned and
+    kept once, and joined once at the end (re-joining or re-scanning the text so far on every
+    chunk made a long answer in tiny chunks quadratic, and stalled every chat on the loop).
+    What a hostile server may grow is bounded: a call's arguments stop being kept past
+    :data:`MAX_ARGUMENT_CHARS` (the call is refused), its name past :data:`MAX_NAME_CHARS`.
+    """
+
+    def __init__(self, progress: StreamProgress | None = None) -> None:
+        self._text: list[str] = []
+        # A high surrogate ending one piece may pair with a low one starting the next.
+        self._carry = ""
+        self._calls: dict[int, _StreamedCall] = {}
         self._usage: ModelUsage | None = None
+        self._progress = progress if progress is not None else StreamProgress()
 
-    def add(self, chunk: Any) -> bool:
-        """Take one chunk; True when the text grew."""
+    def add(self, chunk: Any) -> str:
+        """Take one chunk; returns the text it added (cleaned; "" when none)."""
         usage = parse_usage(chunk)
         if usage is not None:
             self._usage = usage
-        grew = False
+        added = ""
         for choice in getattr(chunk, "choices", None) or ():
             delta = getattr(choice, "delta", None)
             if delta is None:
                 continue
             piece = getattr(delta, "content", None)
-            if piece:
-                self.text += piece
-                grew = True
+            if isinstance(piece, str) and piece:
+                self._progress.chars += len(piece)
+                piece = self._carry + piece
+                self._carry = ""
+                if "\ud800" <= piece[-1] <= "\udbff":
+                    piece, self._carry = piece[:-1], piece[-1]
+                piece = clean_text(piece)
+                if piece:
+                    self._text.append(piece)
+                    added += piece
             for call in getattr(delta, "tool_calls", None) or ():
-                index = int(getattr(call, "index", 0) or 0)
-                slot = self._calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
-                if getattr(call, "id", None):
-                    slot["id"] = call.id
-                function = getattr(call, "function", None)
-                if function is not None:
-                    if getattr(function, "name", None):
-                        slot["name"] += function.name
-                    if getattr(function, "arguments", None):
-                        slot["arguments"] += function.arguments
-        return grew
+                self._add_call(call)
+        return added
+
+    def _add_call(self, call: Any) -> None:
+        index = getattr(call, "index", 0)
+        index = index if isinstance(index, int) and 0 <= index < MAX_STREAMED_CALLS else -1
+        if index < 0:
+            return  # an index no real stream uses: nothing kept
+        slot = self._calls.setdefault(index, _StreamedCall())
+        if isinstance(getattr(call, "id", None), str) and call.id:
+            slot.id = call.id[:MAX_ID_CHARS]
+        function = getattr(call, "function", None)
+        if function is None:
+            return
+        name = getattr(function, "name", None)
+        if isinstance(name, str) and name:
+            self._progress.chars += len(name)
+            if slot.name_chars < MAX_NAME_CHARS:
+                slot.name.append(name)
+            slot.name_chars += len(name)
+        arguments = getattr(function, "arguments", None)
+        if isinstance(arguments, str) and arguments:
+            self._progress.chars += len(arguments)
+            if slot.argument_chars <= MAX_ARGUMENT_CHARS:
+                slot.arguments.append(arguments)
+            slot.argument_chars += len(arguments)
 
     def reply(self) -> ModelReply:
         calls = []
         for index in sorted(self._calls):
             slot = self._calls[index]
-            arguments, raw_kept = _parse_arguments(slot["arguments"])
-            calls.append(
-                ModelToolCall(
-                    id=clean_text(slot["id"] or f"call_{index}"),
-                    name=clean_text(slot["name"]),
-                    arguments=clean_value(arguments),
-                    raw_arguments=clean_text(raw_kept),
-                )
-            )
-        return ModelReply(text=clean_text(self.text), tool_calls=tuple(calls), usage=self._usage)
+            if slot.argument_chars > MAX_ARGUMENT_CHARS:
+                parsed = refused_size(slot.argument_chars)
+            else:
+                parsed = parse_arguments("".join(slot.arguments))
+            calls.append(_tool_call(slot.id or f"call_{index}", "".join(slot.name), parsed))
+        text = "".join(self._text) + clean_text(self._carry)
+        return ModelReply(text=text, tool_calls=tuple(calls), usage=self._usage)
+
+
+def _tool_call(call_id: str, name: str, parsed: Arguments) -> ModelToolCall:
+    """A tool call as the engine gets it: text cleaned, ids and names of bounded length."""
+    return ModelToolCall(
+        id=clean_text(call_id[:MAX_ID_CHARS]),
+        name=clean_text(name[:MAX_NAME_CHARS]),
+        arguments=clean_value(parsed.value),
+        raw_arguments=clean_text(parsed.raw),
+        refused=parsed.refused,
+    )
 
 
 def parse_usage(response: Any) -> ModelUsage | None:
@@ -449,18 +510,6 @@ def _count(value: object) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
     return None
-
-
-def _parse_arguments(raw: str) -> tuple[dict[str, Any], str]:
-    if not raw.strip():
-        return {}, ""  # some servers send "" for a call without arguments
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return {}, raw
-    if not isinstance(value, dict):
-        return {}, raw
-    return value, ""
 
 
 def _retry_after_s(headers: Any) -> float | None:

@@ -102,6 +102,13 @@ class FakeOpenAIServer:
     # Streaming (``"stream": true``): the text goes in pieces this long, this far apart.
     stream_piece_chars: int = 40
     stream_delay_s: float = 0.0
+    # When set, a stream is broken off (the connection dropped) after this many chunks.
+    stream_break_after: int | None = None
+    streams_broken: int = 0
+    # When set, a stream waits after this many chunks until ``stream_resume`` is set.
+    stream_pause_at: int | None = None
+    stream_resume: asyncio.Event = field(default_factory=asyncio.Event)
+    stream_paused: int = 0  # streams that reached the pause
     streams_done: int = 0
     streams_cut: int = 0  # streams the client closed before the end
     _runner: web.AppRunner | None = None
@@ -346,6 +353,15 @@ class FakeOpenAIServer:
             for i, event in enumerate(events):
                 if i and self.stream_delay_s:
                     await asyncio.sleep(self.stream_delay_s)
+                if i == self.stream_pause_at:
+                    self.stream_paused += 1
+                    self._every_hold.append(self.stream_resume)
+                    await self.stream_resume.wait()
+                if self.stream_break_after is not None and i >= self.stream_break_after:
+                    self.streams_broken += 1
+                    if request.transport is not None:
+                        request.transport.close()  # a server that dies mid-answer
+                    return response
                 await response.write(f"data: {json.dumps(event)}\n\n".encode())
             await response.write(b"data: [DONE]\n\n")
             await response.write_eof()
