@@ -60,6 +60,8 @@ _RETRY_STATUSES = frozenset({408, 409, 429})
 MAX_ID_CHARS = 256
 MAX_NAME_CHARS = 256
 MAX_STREAMED_CALLS = 128
+# A stream hands the event loop back this often (in chunks) even when its data is all there.
+YIELD_EVERY_CHUNKS = 4
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -240,6 +242,11 @@ class OpenAIProvider:
                 added = collected.add(chunk)
                 if added:
                     await on_text(added)
+                collected.chunks += 1
+                if collected.chunks % YIELD_EVERY_CHUNKS == 0:
+                    # A fast server's chunks arrive by the thousand in one socket read, and
+                    # parsing them never waits: let other chats' work run between batches.
+                    await asyncio.sleep(0)
         except openai.OpenAIError as exc:
             raise ModelError(
                 f"the model server at {_shown(self.base_url)} broke off its answer: "
@@ -425,6 +432,7 @@ class _StreamedReply:
         self._calls: dict[int, _StreamedCall] = {}
         self._usage: ModelUsage | None = None
         self._progress = progress if progress is not None else StreamProgress()
+        self.chunks = 0
 
     def add(self, chunk: Any) -> str:
         """Take one chunk; returns the text it added (cleaned; "" when none)."""
