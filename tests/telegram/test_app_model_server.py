@@ -5,13 +5,23 @@ cut short, hostile tool calls."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bot.channel import TelegramChannel
-from engine.events import ModelUsageRecord
+from engine.events import (
+    AssistantMessage,
+    HumanSource,
+    ModelUsageRecord,
+    ToolCall,
+    ToolResult,
+    TurnEnd,
+    TurnStart,
+    UserMessage,
+)
 from engine.model import openai_provider
 from engine.model.script import ScriptedCall, ScriptStep, call, say
 from engine.text import clean_text
@@ -283,3 +293,39 @@ async def test_a_400_kb_answer_in_8_byte_chunks_costs_linear_work_and_status_ans
         assert drafted[0] == len(answer)
         drafts = fake_api.chats[OWNER].drafts
         assert drafts and all(len(text) <= 4000 for _, text, _ in drafts)
+
+
+async def test_a_log_poisoned_before_the_refusal_existed_still_loads(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    # A store written by an earlier plangate holds a call nested 250 deep: the reader refused
+    # it on every turn ("CorruptState"), restarts included, until /new dropped the session.
+    home = tmp_path / "home"
+    deep: Any = 1
+    for _ in range(250):
+        deep = [deep]
+    script = [say("Hello again.", expect="are you there?")]
+    async with live_bot(fake_api, tmp_path, script, home=home) as live:
+        sid = await live.engine.session_for_chat(GROUP, 0)
+        await live.storage.log.append(
+            sid,
+            [
+                TurnStart(turn_id="t0"),
+                UserMessage(text="write it", source=HumanSource(user_id=OWNER)),
+                AssistantMessage(text=""),
+                ToolCall(call_id="c0", name="write_file", arguments={"path": deep}),
+                ToolResult(call_id="c0", name="write_file", content="error: no", is_error=True),
+                TurnEnd(turn_id="t0", outcome="completed"),
+            ],
+        )
+    async with live_bot(fake_api, tmp_path, script, home=home) as live:
+        fake_api.user_message(GROUP, OWNER, f"@{fake_api.username} are you there?")
+        await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
+        await settle(live.engine, sid)
+        assert fake_api.bot_messages(GROUP)[-1].text.startswith("Hello again.")
+        server = live.model_server
+        assert server is not None and server.errors == []
+        (call_event,) = [
+            e.event for e in await live.storage.log.read(sid) if isinstance(e.event, ToolCall)
+        ]
+        assert "nested too deep" in json.dumps(call_event.arguments)
