@@ -81,7 +81,6 @@ async def run(kb: int, piece: int, probes: int) -> None:
     )
     print(f"/status idle:       {ms(idle)} ({len(idle)} probes)")
     print(f"/status meanwhile:  {ms(busy)} ({len(busy)} probes)")
-    print("  each:", " ".join(f"{b * 1000:.0f}" for b in busy))
     ratio = statistics.median(busy) / statistics.median(idle)
     print(f"ratio (median meanwhile / idle): {ratio:.2f}; worst {max(busy) / max(idle):.2f}")
 
