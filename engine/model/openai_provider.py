@@ -261,12 +261,18 @@ class OpenAIProvider:
         """For ``plangate doctor``: a one-line status, or ModelError saying what is wrong.
 
         Makes the call a turn makes (a tool offered with ``tool_choice`` auto, the token limit
-        in the field turns send, learnt the same way), so the doctor fails where turns would.
+        in the field turns send, learnt the same way), plain and streamed, so the doctor fails
+        where turns would.
         A failure names the models the server lists, when it lists others.
         """
         where = _shown(self.base_url)
         try:
             await self.complete(_PROBE_MESSAGES, _PROBE_TOOLS, max_tokens=_PROBE_TOKENS)
+            # Private chats stream the same call (the live draft): a server that cannot
+            # would fail every turn there.
+            await self.stream(
+                _PROBE_MESSAGES, _PROBE_TOOLS, on_text=_ignore_text, max_tokens=_PROBE_TOKENS
+            )
         except ModelAuthError:
             raise
         except ModelError as exc:
@@ -280,8 +286,8 @@ class OpenAIProvider:
             shown = ", ".join(listed[:10]) + (", ..." if len(listed) > 10 else "")
             raise ModelError(f"{exc} (the server lists: {shown})") from None
         return (
-            f"model server {where}: ok, model {self.model!r} answers with tools "
-            f"({self.limit_field})"
+            f"model server {where}: ok, model {self.model!r} answers with tools, plain and "
+            f"streamed ({self.limit_field})"
         )
 
     async def _with_retries(
@@ -547,6 +553,10 @@ def _retry_after_s(headers: Any) -> float | None:
     if parsed is None:
         return None
     return max(0.0, float(email.utils.mktime_tz(parsed) - time.time()))
+
+
+async def _ignore_text(_piece: str) -> None:
+    return None
 
 
 def _names_field(exc: openai.APIStatusError, field: str) -> bool:

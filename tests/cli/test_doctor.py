@@ -76,4 +76,4 @@ async def test_doctor_learns_max_completion_tokens_as_a_turn_does(
     settings = _settings(tmp_path, fake_api, fake_openai, fake_api.token)
     assert await run_doctor(out, load=lambda: settings) == 0
     (line,) = [x for x in out.getvalue().splitlines() if x.startswith("model:")]
-    assert line.endswith("answers with tools (max_completion_tokens)")
+    assert line.endswith("streamed (max_completion_tokens)")

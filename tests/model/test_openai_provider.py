@@ -291,8 +291,8 @@ async def test_check_reports_a_listed_model(make_provider: MakeProvider) -> None
     status = await make_provider().check()
 
     assert status == (
-        f"model server {make_provider().base_url}: ok, model 'fake-model' answers with tools "
-        "(max_tokens)"
+        f"model server {make_provider().base_url}: ok, model 'fake-model' answers with tools, "
+        "plain and streamed (max_tokens)"
     )
 
 
@@ -303,9 +303,11 @@ async def test_check_needs_no_model_list(
 
     status = await make_provider().check()
 
-    assert status.endswith("ok, model 'fake-model' answers with tools (max_tokens)")
-    assert [r.path for r in fake_openai.requests] == ["/v1/chat/completions"]
-    assert fake_openai.chat_requests[-1]["max_tokens"] >= 1
+    assert status.endswith("plain and streamed (max_tokens)")
+    assert [r.path for r in fake_openai.requests] == ["/v1/chat/completions"] * 2
+    plain, streamed = fake_openai.chat_requests
+    assert not plain.get("stream") and streamed["stream"] is True
+    assert plain["max_tokens"] >= 1 and plain["tools"] == streamed["tools"]
 
 
 async def test_check_fails_for_a_model_the_server_does_not_have(
