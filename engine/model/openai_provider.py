@@ -344,6 +344,13 @@ class OpenAIProvider:
                     f"the model server at {_shown(self.base_url)} gave an unusable answer: "
                     f"{type(exc).__name__}: {exc}"
                 ) from None
+            except (ValueError, RecursionError) as exc:
+                # A body labelled JSON that does not parse, or nests too deep to parse: the
+                # SDK lets the parser's own error through.
+                raise ModelError(
+                    f"the model server at {_shown(self.base_url)} gave an unusable answer: "
+                    f"{type(exc).__name__}"
+                ) from None
             attempt += 1
             await self._sleep(delay)
 

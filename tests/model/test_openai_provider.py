@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from engine.errors import ConfigError
 from engine.model.openai_provider import PLACEHOLDER_API_KEY, OpenAIProvider
@@ -453,3 +454,29 @@ async def test_check_makes_the_call_a_turn_makes_and_fails_where_turns_would(
 
 async def _ignore(_text: str) -> None:
     return None
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["<html>502 Bad Gateway</html>", '{"choices": ' + "[" * 100_000 + "]" * 100_000 + "}"],
+)
+async def test_a_body_that_does_not_parse_is_a_model_error(body: str) -> None:
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(text=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    provider = OpenAIProvider(
+        FAKE_MODEL, base_url=f"http://127.0.0.1:{runner.addresses[0][1]}/v1", max_retries=0
+    )
+    try:
+        with pytest.raises(ModelError, match="gave an unusable answer"):
+            await provider.complete(HELLO, [])
+    finally:
+        await provider.aclose()
+        await runner.cleanup()
