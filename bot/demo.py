@@ -156,7 +156,7 @@ class ConsoleChannel:
     async def drafts_wanted(self, session_id: str) -> bool:
         return False  # the console prints the final reply only
 
-    async def draft(self, session_id: str, text: str) -> None:
+    async def draft(self, session_id: str, text: str, *, more: bool = False) -> None:
         return None
 
     async def approval_asked(self, session_id: str, view: ApprovalView) -> None:

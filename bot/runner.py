@@ -161,6 +161,7 @@ def engine_config(settings: Settings) -> EngineConfig:
         ),
         goal_idle_rounds=settings.goal_idle_rounds,
         max_plan_kb=settings.max_plan_kb,
+        setup_timeout_s=settings.setup_timeout,
         allow_bash=settings.allow_bash,
         bash_approval=settings.bash_approval_mode,
         ask_bash=settings.ask_bash,

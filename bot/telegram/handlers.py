@@ -585,7 +585,18 @@ class Handlers:
             self._say(key, msg.message_id, str(exc))
             return
         name = clean_name(incoming.name, default=incoming.default_name)
-        path = await asyncio.to_thread(save_upload, inbox, name, data)
+        try:
+            path = await asyncio.to_thread(save_upload, inbox, name, data)
+        except OSError as exc:
+            _log.warning("plangate.handlers.upload_not_saved %s", exc)
+            reason = exc.strerror or type(exc).__name__
+            self._say(
+                key,
+                msg.message_id,
+                f"⚠️ I could not save that file ({reason}); nothing reached the agent. "
+                "Try sending it again.",
+            )
+            return
         _log.info(
             "plangate.handlers.upload_saved session=%s bytes=%d kind=%s",
             session_id,
@@ -628,6 +639,19 @@ class Handlers:
             return
 
         async def work() -> None:
+            try:
+                await listen()
+            except Exception as exc:
+                # In the background nobody else would hear of it: the voice note would vanish.
+                _log.exception("plangate.handlers.voice_failed %s", type(exc).__name__)
+                self._say(
+                    key,
+                    message_id,
+                    f"🎙 That voice note was lost ({type(exc).__name__}); send it again, "
+                    "or type the message.",
+                )
+
+        async def listen() -> None:
             try:
                 data = await fetch(bot, incoming, limit)
             except UploadRefused as exc:
