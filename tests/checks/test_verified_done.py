@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bot.cards import checks_proof
+from bot.telegram.cards import checks_proof
 from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
 from engine.plan.types import PlanSidecar

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram.error import BadRequest, TelegramError
 
-from bot import callback as cb
-from bot.outbox import Outbox
-from bot.presenter import CardPresenter
-from bot.render import (
+from bot.telegram import callback as cb
+from bot.telegram.outbox import Outbox
+from bot.telegram.presenter import CardPresenter
+from bot.telegram.render import (
     TELEGRAM_TEXT_LIMIT,
     clip_html,
     escape,
@@ -41,7 +41,7 @@ from bot.render import (
     summary_html,
     utf16_len,
 )
-from bot.routes import ChatRoute
+from bot.telegram.routes import ChatRoute
 from engine.agent.channel import Channel
 from engine.approval.policy import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome

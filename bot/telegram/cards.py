@@ -4,7 +4,7 @@ A card is one message: title, status, a progress bar, a window of tasks around t
 one with counts, and the buttons for its state. Builders take plain values (the sidecar, a
 goal snapshot) and return a ``CardView``; they make no Telegram calls. The raw HTML always
 fits Telegram's 4,096 UTF-16 units. Buttons carry callback data bound to the revision they
-were drawn for (``bot.callback``).
+were drawn for (``bot.telegram.callback``).
 """
 
 from __future__ import annotations
@@ -15,8 +15,14 @@ from dataclasses import dataclass
 
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup
 
-from bot import callback as cb
-from bot.render import TELEGRAM_TEXT_LIMIT, escape, escape_within, markdown_to_html, utf16_len
+from bot.telegram import callback as cb
+from bot.telegram.render import (
+    TELEGRAM_TEXT_LIMIT,
+    escape,
+    escape_within,
+    markdown_to_html,
+    utf16_len,
+)
 from engine.api import (
     CardActions,
     PlanCardState,
