@@ -598,7 +598,36 @@ class SessionController:
                 self.session_id, message.source
             ):
                 return "goal round no longer valid"
-        return None
+        return await self._prepare(message)
+
+    async def _prepare(self, message: InboundMessage | None) -> str | None:
+        """The project's setup runs before the approved run's (or a goal round's) first step
+        in its worktree; a failure pauses the run (Retry) or blocks the goal."""
+        prepare = self._deps.prepare
+        if prepare is None or message is None:
+            return None
+        round_source = message.source if isinstance(message.source, GoalRoundSource) else None
+        if not self._run.armed and round_source is None:
+            return None  # a turn the owner watches, outside the run: the environment as it is
+        hold = await prepare(self.session_id, message.source)
+        if hold is None:
+            return None
+        if self._run.armed:
+            _, tasks = await self._tasks()
+            task = checklist.current_task(tasks)
+            await self._pause(
+                PauseReason(
+                    "setup",
+                    hold.text,
+                    evidence=hold.evidence,
+                    task_id=task.id if task is not None else None,
+                )
+            )
+        if round_source is not None and self._deps.goals is not None:
+            await self._deps.goals.block_round(
+                self.session_id, round_source, code=hold.code, message=hold.text
+            )
+        return f"setup: {hold.text}"
 
     async def _commit_pending(self, *, queue_execution: bool) -> None:
         plan = self._deps.plan
@@ -627,7 +656,9 @@ class SessionController:
         # Approval is consent to the whole checklist: a commit mid-turn lets that turn end,
         # then the run goes on by itself (_after_turn).
         await self._arm()
-        if queue_execution:
+        # A re-approval that carried every task over as done finished the plan at once:
+        # there is nothing to execute.
+        if queue_execution and (await self._tasks())[0]:
             self.submit(self._deps.settings.execution_prompt, source=SeedSource())
         return True
 

@@ -105,6 +105,9 @@ class Boundary:
     plan_md: Path | None = None
     network: bool = False
     settings: SandboxSettings = dataclasses.field(default_factory=SandboxSettings)
+    # (host folder, path inside) mounted writable for this run only: a setup run's package
+    # caches (docs/environments.md). Never set for the agent's own calls or the checks.
+    binds: tuple[tuple[Path, str], ...] = ()
 
     @classmethod
     def build(
@@ -181,9 +184,11 @@ class Boundary:
         path = resolve_path(raw, self.workspace)
         if self.plan_md is not None and path == self.plan_md:
             return path
+        if any(is_within(path, root) for root in self.read_only):
+            # Outside the workspace, or inside it but built by the project's setup (its
+            # environment is read-only to the plan: docs/environments.md).
+            raise ReadOnlyPath(raw, path, "it is in a read-only folder")
         if not is_within(path, self.workspace):
-            if any(is_within(path, root) for root in self.read_only):
-                raise ReadOnlyPath(raw, path, "it is in a read-only folder")
             raise OutsideWorkspace(raw, path)
         if not self.visible(path):
             raise NotVisible(raw, path)
@@ -216,6 +221,7 @@ class Boundary:
             network=self.network,
             environ=environ,
             info_fd=info_fd,
+            binds=self.binds,
         )
 
 
