@@ -394,7 +394,14 @@ def build_engine(
     """Assemble an :class:`Engine` from its ports: the one composition of the services."""
     goals = GoalService(log, clock=clock, default_max_rounds=config.max_goal_rounds)
     usage = UsageMeter(log, goals=goals, config=config.usage, clock=clock)
-    votes = PlanVotes(log)
+    roles = RoleService(chat_log, owner_ids=config.owner_ids)
+
+    async def vote_counts(session_id: str, user_id: int) -> bool:
+        # A vote counts while its voter may approve in the session's chat (bound late: the
+        # sessions are built below).
+        return await roles.may(the_sessions.chat_of(session_id), user_id, "approve")
+
+    votes = PlanVotes(log, counts=vote_counts)
     # Checks run through the same sandbox runner as bash, under the same workspace locks
     # (docs/checks.md); this bash tool is never offered to the model.
     locks = WorkspaceLocks()
@@ -513,7 +520,7 @@ def build_engine(
         agents=agents,
         approvals=approvals,
         usage=usage,
-        roles=RoleService(chat_log, owner_ids=config.owner_ids),
+        roles=roles,
         votes=votes,
         channel=channel,
         workspace=catalog.default.path,

@@ -31,8 +31,8 @@ from engine.plan.extract import validate_template_b
 from engine.plan.types import is_editing
 from engine.ports import Clock
 from engine.roles.audit import AuditTrail, plan_line, tool_line
-from engine.roles.policy import command_action, may, message_action, press_action, refusal_text
-from engine.roles.types import Role
+from engine.roles.policy import command_action, may, press_action, refusal_text, words_action
+from engine.roles.types import Action, Role
 from engine.roles.votes import Vote
 from engine.services import Services
 from engine.tasks import BackgroundTasks
@@ -160,8 +160,7 @@ class CommandPlane:
         controller = self._agents.controller(session_id)
         answered = controller.awaiting_answer
         role = await self.role(session_id, actor)
-        action = "answer" if answer and not feedback else message_action(feedback=feedback)
-        if not may(role, action):
+        if not may(role, await self.words_action(session_id, feedback=feedback, answer=answer)):
             # The front end's gate refuses these before they get here; this is the backstop.
             _log.info("plangate.commands.message_refused session=%s role=%s", session_id, role)
             return
@@ -175,6 +174,19 @@ class CommandPlane:
         )
         if answered:
             await self._redraw_plan(session_id)
+
+    async def words_action(self, session_id: str, *, feedback: bool, answer: bool) -> Action:
+        """What words for the agent count as now (engine.roles.policy.words_action): feedback
+        only while the plan under review awaits it, an answer only while the agent's question
+        is open (the first answer closes it); anything else is one's own words."""
+        if feedback:
+            sidecar = await self._plans.current(session_id)
+            feedback = sidecar is not None and self._choices.awaits_feedback(session_id, sidecar.id)
+        controller = self._agents.controller(session_id)
+        # While a turn runs, its question may be on screen before the turn notes it: the front
+        # end knows which question is open then (it closes the older ones when a turn starts).
+        answer = answer and (controller.awaiting_answer or controller.working)
+        return words_action(feedback=feedback, answer=answer)
 
     def _pass_on(self, session_id: str, text: str, *, actor: int | None) -> None:
         """Queue a command's text (``/plan text``, ``/execute text``) as the owner's message."""

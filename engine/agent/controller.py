@@ -376,7 +376,8 @@ class SessionController:
 
     async def _after_turn(self, message: InboundMessage, result: TurnResult) -> None:
         """Tell the listener; keep an armed checklist run going while it makes progress."""
-        self._asked = self._asked or result.asked
+        # ``result.asked`` was noted at its step (_post_step): an answer given since must not
+        # reopen the question.
         on_turn_end = self._listeners.turn_end
         if on_turn_end is not None:
             await safe_call("turn_end", on_turn_end(self.session_id, message, result))
@@ -449,6 +450,10 @@ class SessionController:
 
     async def _post_step(self, step: StepDone) -> str | None:
         """Feed the step to the stuck detector; a verdict stops the turn (and the run) here."""
+        if any(c.name == "ask_user" and not r.is_error for c, r in step.calls):
+            # The question is open from the moment it is on screen: its answer may come
+            # before this turn ends (and closes it, once: engine.commands).
+            self._asked = True
         watching = self._watching()
         if watching is False:
             return None

@@ -10,7 +10,7 @@ votes, in order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -55,23 +55,36 @@ def votes_for(stored: Iterable[StoredEvent], plan_id: str, revision: int) -> lis
     return out
 
 
+# (session id, voter's user id) -> whether the voter still holds a role that may approve.
+VoteCheck = Callable[[str, int], Awaitable[bool]]
+
+
 class PlanVotes:
     """The votes of each session's current plan revision (read from the log once, then kept
-    up to date by :meth:`add`)."""
+    up to date by :meth:`add`).
 
-    def __init__(self, log: EventLog) -> None:
+    ``counts``: a vote counts only while its voter still holds a role that may approve (a
+    removed approver's vote drops out of the count of a revision still undecided; a plan
+    already approved stays approved). ``None``: every vote counts."""
+
+    def __init__(self, log: EventLog, *, counts: VoteCheck | None = None) -> None:
         self._log = log
+        self._counts = counts
         self._cache: dict[str, tuple[str, int, list[Vote]]] = {}
 
     async def votes(self, session_id: str, plan_id: str, revision: int) -> list[Vote]:
-        """The votes for ``plan_id`` at ``revision`` in the session."""
+        """The votes for ``plan_id`` at ``revision`` in the session that count now."""
         cached = self._cache.get(session_id)
         if cached is not None and cached[:2] == (plan_id, revision):
-            return list(cached[2])
-        stored = await self._log.read(session_id, types=("command/run",))
-        found = votes_for(stored, plan_id, revision)
-        self._cache[session_id] = (plan_id, revision, found)
-        return list(found)
+            found = list(cached[2])
+        else:
+            stored = await self._log.read(session_id, types=("command/run",))
+            found = votes_for(stored, plan_id, revision)
+            self._cache[session_id] = (plan_id, revision, list(found))
+        if self._counts is None:
+            return found
+        # Asked each time: a role may be removed between two presses.
+        return [v for v in found if await self._counts(session_id, v.user_id)]
 
     def add(self, session_id: str, plan_id: str, revision: int, vote: Vote) -> None:
         """Count a vote that was just logged (a second one by the same person is ignored)."""
@@ -86,4 +99,4 @@ class PlanVotes:
         return [v.approval() for v in await self.votes(session_id, plan_id, revision)]
 
 
-__all__ = ["VOTE_COMMANDS", "PlanVotes", "Vote", "votes_for"]
+__all__ = ["VOTE_COMMANDS", "PlanVotes", "Vote", "VoteCheck", "votes_for"]
