@@ -64,6 +64,19 @@ SEED_RETRY_PROMPT = (
     "criteria from its Done when lines), then start the first task."
 )
 FEEDBACK_QUESTION = "What should change? Reply with your feedback for the planner."
+# What a press that only changes its card answers (the presser sees it at once).
+PRESS_ANSWERS: dict[tuple[str, str], str] = {
+    ("p", api.PLAN_DISCARD): "Discard this plan? Confirm on the card.",
+    ("p", api.PLAN_CANCEL): "Cancelled: nothing changed.",
+    ("p", api.PLAN_DROP): "Discard the changes? Confirm on the card.",
+    ("p", api.PLAN_DROP_NO): "Cancelled: the branch waits for your decision.",
+    ("g", api.GOAL_PAUSE): "Goal paused.",
+    ("g", api.GOAL_RESUME): "Goal resumed.",
+    ("g", api.GOAL_START): "Goal started.",
+    ("g", api.GOAL_CLEAR): "Clear this goal? Confirm on the card.",
+    ("g", api.GOAL_CLEAR_YES): "Goal cleared.",
+    ("g", api.GOAL_CANCEL): "Cancelled: nothing changed.",
+}
 TEXT_NOT_SENT = "The text after /execute was not sent to the agent."
 
 
@@ -543,11 +556,11 @@ class CommandPlane:
         if not may(role, press_action(press.kind, action)):
             return Outcome(reply=refusal_text(role), alert=True)
         if press.kind == "a":
-            return await self._approval_press(
+            outcome = await self._approval_press(
                 session_id, action, short_id, actor=actor, actor_name=actor_name
             )
-        if press.kind == "p":
-            return await self._plan_press(
+        elif press.kind == "p":
+            outcome = await self._plan_press(
                 session_id,
                 action,
                 short_id,
@@ -556,7 +569,14 @@ class CommandPlane:
                 message_id=message_id,
                 actor_name=actor_name,
             )
-        return await self._goal_press(session_id, action, short_id, revision, actor=actor)
+        else:
+            outcome = await self._goal_press(session_id, action, short_id, revision, actor=actor)
+        if not outcome.reply:
+            # Every press is answered in words (done, refused with why, or out of date): a
+            # card change alone may wait behind the group's pacing.
+            said = PRESS_ANSWERS.get((press.kind, action), "Done.")
+            outcome = dataclasses.replace(outcome, reply=said)
+        return outcome
 
     async def _plan_press(
         self,

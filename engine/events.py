@@ -274,7 +274,9 @@ class WorktreeChange(_Event):
 # Why a run stopped by itself: stuck (the detector's pattern names how), the daily cap, a turn
 # that failed (a model error, a context overflow the provider refused), or an approval nobody
 # answered within PLANGATE_APPROVAL_TIMEOUT.
-PauseKind = Literal["stuck", "daily-cap", "failed", "approval-timeout"]
+# Why an approved run stopped. The first four are logged (``run/paused``); ``stop`` and
+# ``restart`` are read back from the log by a new process (engine.agent.checklist).
+PauseKind = Literal["stuck", "daily-cap", "failed", "approval-timeout", "stop", "restart"]
 
 
 class RunPaused(_Event):

@@ -209,6 +209,12 @@ class SessionController:
         committed = await self._commit_approval(queue_execution=True)
         return "committed" if committed else "stale"
 
+    def restore_pause(self, reason: PauseReason) -> None:
+        """A new process found the checklist run stopped: keep why (read back from the log,
+        not logged again), so the card says it. Only when nothing runs or is armed here."""
+        if not self.busy and not self._run.armed and self._run.paused is None:
+            self._run = checklist.pause(self._run, reason)
+
     def cancel_pending(self) -> None:
         """Forget a pending plan-mode switch and approval, uncommitted.
 
@@ -319,6 +325,13 @@ class SessionController:
         except Exception as exc:  # worker boundary: log the type, keep the process alive
             _log.exception("plangate.agent.controller.drain_failed %s", type(exc).__name__)
             self._current = None
+            if self._run.armed:
+                # No continuation is queued after a failure here: an armed run would wait
+                # for a turn that never comes. It pauses, says why, and Resume goes on.
+                reason = PauseReason(
+                    "failed", f"Paused: an internal error stopped the run ({type(exc).__name__})"
+                )
+                await safe_call("pause", self._pause(reason))
         finally:
             self._notify_idle()
 
