@@ -284,13 +284,13 @@ def decide(
             return d("ignore", "private chat membership")
         if not facts.bot_joined:
             return d("group_gone", "the bot left or was removed")
-        if owner:
+        if may(role, "settings"):  # adding the bot to a group is a setting, the owner's
             return d("group_added", "an owner added the bot")
         if facts.chat_id in allowed_chat_ids or facts.chat_id in added_groups:
             return d("ignore", "added to an allowed group by a non-owner")
         return d("leave", "added by a non-owner to a group that is not allowed")
     if not is_group:
-        if owner:
+        if may(role, "control"):  # a private chat with the bot is all words for the agent
             return d("allow", "owner's private chat", feedback=_feedback(facts, expecting_reply))
         return d("ignore", "private chat of a non-owner")
     migration = facts.migration

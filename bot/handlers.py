@@ -722,13 +722,17 @@ class Handlers:
             type(err).__name__,
             redact(detail, self.bp.token),
         )
-        # The person who sent a command or a message hears that it failed (never the details).
-        if not isinstance(update, Update) or update.callback_query is not None:
+        # The person who sent a command, a message or a press hears that it failed (never
+        # the details): a press as an alert, which costs no group message.
+        if not isinstance(update, Update):
+            return
+        text = f"⚠️ That failed ({escape(type(err).__name__)}); the log has the details."
+        if update.callback_query is not None:
+            await _answer(update.callback_query, text, alert=True)
             return
         msg = update.effective_message
         if isinstance(msg, Message):
             # In the background, like every reply: a paced send must not hold the chat's lane.
-            text = f"⚠️ That failed ({escape(type(err).__name__)}); the log has the details."
 
             async def tell() -> None:
                 await self.bp.outbox.send_text(

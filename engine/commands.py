@@ -250,7 +250,8 @@ class CommandPlane:
                 return await self._stop(session_id)
             case "status":
                 # The workspace path tells a group's members about the owner's machine.
-                return Outcome(reply=await self.status_text(session_id, owner=role == "owner"))
+                owner = may(role, "settings")  # the path is the owner's machine's
+                return Outcome(reply=await self.status_text(session_id, owner=owner))
             case "help":
                 return Outcome(reply=HELP_TEXT)
             case "usage":

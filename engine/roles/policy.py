@@ -68,13 +68,15 @@ ACTIONS: Final[dict[Action, ActionRule]] = {
         _OWNER,
         "`/plan`, `/goal <objective>` and every other `/goal` form, the goal's Start / "
         "Resume / Clear, `/new`, a finished plan's branch buttons (Merge, Push branch, Keep "
-        "branch, Discard changes), giving the agent words of one's own (see below)",
+        "branch, Discard changes), giving the agent words of one's own (see below), a "
+        "private chat with the bot",
         "steer the agent",
     ),
     "settings": ActionRule(
         _OWNER,
         "`/usage` and `/usage cap`, ⬆️ Raise cap, `/goal budget` (and `--tokens`), "
-        "`/project`, `/team add`, `/team remove`",
+        "`/project`, `/team add`, `/team remove`, adding the bot to a group, the workspace "
+        "path in `/status`",
         "change the settings",
     ),
 }
@@ -161,7 +163,11 @@ WORDS: Final[dict[Words, Action]] = {"feedback": "review", "answer": "answer", "
 # Where words come from, for the docs' table: (the way, what it counts as).
 WORD_SOURCES: Final[tuple[tuple[str, Words], ...]] = (
     ("a message to the bot (a mention, a reply to the bot, any message in a private chat)", "own"),
-    ("the next message after ✏️ Keep planning or ✏️ Revise, by whoever pressed it", "feedback"),
+    (
+        "the next message of whoever pressed ✏️ Keep planning or ✏️ Revise, while the plan "
+        "under review waits for it",
+        "feedback",
+    ),
     ("a reply to the agent's question while it is open (or its option button), once", "answer"),
     ("a reply to a question already answered, or not the one open now", "own"),
     ("`/execute <text>`, `/plan <text>`, `/goal <objective>`", "own"),

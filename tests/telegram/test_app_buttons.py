@@ -14,7 +14,14 @@ from typing import Any
 from bot.app import parts
 from tests.fakebot.server import FakeBotApi
 from tests.projects.support import RoutedProvider, git, make_repo, planning, writing
-from tests.telegram.app_support import GROUP, OWNER, eventually
+from tests.telegram.app_support import (
+    GROUP,
+    OWNER,
+    RecordingEngine,
+    eventually,
+    open_db,
+    running_bot,
+)
 from tests.telegram.live import button, labels, live_bot, until
 from tests.telegram.test_app_worktrees import (
     ALPHA,
@@ -104,3 +111,22 @@ async def test_after_a_restart_the_card_says_why_the_run_stopped(
 
         await until(says_why)
         assert labels(await _card(fake_api, live, sid))[0] == "▶️ Resume"
+
+
+async def test_a_press_the_engine_fails_on_is_answered_with_the_failure(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    class Exploding(RecordingEngine):
+        async def press(self, session_id, press, *, actor, message_id=None, actor_name=""):  # type: ignore[no-untyped-def]
+            raise RuntimeError("boom")
+
+    async with open_db(tmp_path / "p.db") as db, running_bot(fake_api, Exploding(), db):
+        fake_api.user_message(OWNER, OWNER, "/status")
+        await eventually(lambda: len(fake_api.bot_messages(OWNER)) == 1)
+        shown = fake_api.bot_messages(OWNER)[0]
+        qid = fake_api.press_raw(OWNER, shown.message_id, "p:approve:abcd1234:1", user_id=OWNER)
+        answer = await _answer(fake_api, qid)
+    assert answer == {
+        "text": "⚠️ That failed (RuntimeError); the log has the details.",
+        "show_alert": True,
+    }
