@@ -274,9 +274,10 @@ class WorktreeChange(_Event):
 # Why a run stopped by itself: stuck (the detector's pattern names how), the daily cap, a turn
 # that failed (a model error, a context overflow the provider refused), or an approval nobody
 # answered within PLANGATE_APPROVAL_TIMEOUT.
-# Why an approved run stopped. The first four are logged (``run/paused``); ``stop`` and
-# ``restart`` are read back from the log by a new process (engine.agent.checklist).
-PauseKind = Literal["stuck", "daily-cap", "failed", "approval-timeout", "stop", "restart"]
+# A ``setup`` pause waits for the project's setup script (engine.environments). ``stop`` and
+# ``restart`` are never logged: a new process reads them back from the log
+# (engine.agent.checklist.stopped_reason).
+PauseKind = Literal["stuck", "daily-cap", "failed", "approval-timeout", "setup", "stop", "restart"]
 
 
 class RunPaused(_Event):
@@ -298,11 +299,20 @@ class RunPaused(_Event):
 class WorkspaceChanged(_Event):
     """bash changed the workspace in the step just logged (the snapshot after it differed).
 
-    Logged by the agent while the stuck detector watches (a checklist run, a goal round), so
-    what bash did on disk counts as progress for the goal's idle rounds too.
+    Written by earlier versions; read as ``progress/made {kinds: [workspace]}``.
     """
 
     type: Literal["workspace/changed"] = "workspace/changed"
+
+
+class ProgressMade(_Event):
+    """The step just logged made progress (engine.progress.rule): a task's status changed
+    (``task``), a file in the workspace changed (``workspace``), the goal's state changed
+    (``goal``). Logged by the agent while the stuck detector watches (a checklist run, a goal
+    round), so a goal's idle-rounds count reads the same rule from the log."""
+
+    type: Literal["progress/made"] = "progress/made"
+    kinds: list[Literal["task", "workspace", "goal"]] = Field(default_factory=list)
 
 
 SessionEvent = Annotated[
@@ -324,6 +334,7 @@ SessionEvent = Annotated[
     | ApprovalRule
     | RunPaused
     | WorkspaceChanged
+    | ProgressMade
     | WorktreeChange,
     Field(discriminator="type"),
 ]

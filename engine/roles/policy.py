@@ -4,8 +4,8 @@
 :data:`COMMANDS`, :data:`PRESSES` and :data:`WORDS` map every command, button press and way of
 giving the agent words onto an action. Everything else is generated from these tables: the
 permission sets (:data:`PERMISSIONS`), the read-only commands (:data:`READ_COMMANDS`), the role
-texts (:data:`ROLE_TEXT`) and the press alerts (:data:`ALERT_TEXTS`). The Telegram gate
-(``bot/access.py``) and the engine's own actor checks (``engine.commands``, ``engine.app``)
+texts (:data:`ROLE_TEXT`) and the press alerts (:data:`ALERT_TEXTS`). The front end's gate
+(``bot/telegram/access.py``) and the engine's own actor checks (``engine.commands``, ``engine.app``)
 ask :func:`may` after mapping what they got with :func:`command_action`, :func:`press_action`
 or :func:`words_action`. Nothing else decides who may do what.
 """
@@ -75,8 +75,8 @@ ACTIONS: Final[dict[Action, ActionRule]] = {
     "settings": ActionRule(
         _OWNER,
         "`/usage` and `/usage cap`, ⬆️ Raise cap, `/goal budget` (and `--tokens`), "
-        "`/project`, `/team add`, `/team remove`, adding the bot to a group, the workspace "
-        "path in `/status`",
+        "`/project`, `/setup`, `/team add`, `/team remove`, adding the bot to a group, the "
+        "workspace path in `/status`",
         "change the settings",
     ),
 }
@@ -114,6 +114,7 @@ COMMANDS: Final[dict[str, Action]] = {
     "new": "control",
     "usage": "settings",
     "project": "settings",
+    "setup": "settings",
 }
 # Commands that only repeat another (``/start`` is ``/help``): not listed in the texts.
 _ALIASES: Final = frozenset({"start"})

@@ -11,7 +11,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from bot.app import parts
+from bot.telegram.app import parts
 from tests.fakebot.server import FakeBotApi
 from tests.projects.support import RoutedProvider, git, make_repo, planning, writing
 from tests.telegram.app_support import (
