@@ -637,10 +637,14 @@ class SessionController:
         plan = self._deps.plan
         if pending is None or plan is None:
             return False
+        # Armed before the commit, which redraws the card: on its way from review to work the
+        # card reads "In progress", never "Paused". Undone when nothing was committed.
+        before, self._run = self._run, checklist.arm(self._run, [], now=self._clock())
         outcome = await plan.commit_approval(
             self.session_id, revision=pending.revision, actor=pending.actor
         )
         if not outcome.committed:
+            self._run = before
             # Nothing was committed, so the plan service said nothing: redraw the card here.
             await safe_call("plan_changed", self._deps.channel.plan_changed(self.session_id))
             text = outcome.message or LAPSED_TEXT
