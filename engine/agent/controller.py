@@ -481,10 +481,15 @@ class SessionController:
         # Progress is work (engine.progress.rule), judged from what each call's tool declares.
         registry = self._runtime.registry
         effects = [(registry.effects(name, args), err) for name, args, _, err in pairs]
-        files = any(may_change_files(does) for does, _ in effects)
+        moved = (
+            await self._workspace_moved() if any(may_change_files(d) for d, _ in effects) else False
+        )
+        if moved is None:
+            # No snapshot to compare with: a write that went through is taken at its word.
+            moved = any("write" in does and not err for does, err in effects)
         kinds = step_progress(
             task=tasks_moved,
-            workspace=files and await self._workspace_moved(),
+            workspace=moved,
             goal=any(changes_goal(does, is_error=err) for does, err in effects),
         )
         if kinds:
@@ -506,16 +511,18 @@ class SessionController:
             return None
         return await self._stuck(verdict, task, watching)
 
-    async def _workspace_moved(self) -> bool:
-        """Whether the workspace changed since the last snapshot (then it is the new one)."""
+    async def _workspace_moved(self) -> bool | None:
+        """Whether the workspace changed since the last snapshot (then it is the new one);
+        ``None`` when there is nothing to compare (no snapshot before, or this one failed)."""
         before = self._baseline
         try:
             workspace = await self._deps.workspace_for(self.session_id)
             self._baseline = await workspace_snapshot.snapshot(workspace)
         except OSError as exc:
             _log.warning("plangate.agent.controller.snapshot_failed %s", type(exc).__name__)
-            return False
-        return before is not None and before != self._baseline
+            self._baseline = None
+            return None
+        return None if before is None else before != self._baseline
 
     async def _take_baseline(self) -> None:
         if self._baseline is not None or self._watching() is False:
@@ -655,10 +662,14 @@ class SessionController:
         plan = self._deps.plan
         if pending is None or plan is None:
             return False
+        # Armed before the commit, which redraws the card: on its way from review to work the
+        # card reads "In progress", never "Paused". Undone when nothing was committed.
+        before, self._run = self._run, checklist.arm(self._run, [], now=self._clock())
         outcome = await plan.commit_approval(
             self.session_id, revision=pending.revision, actor=pending.actor
         )
         if not outcome.committed:
+            self._run = before
             # Nothing was committed, so the plan service said nothing: redraw the card here.
             await safe_call("plan_changed", self._deps.channel.plan_changed(self.session_id))
             text = outcome.message or LAPSED_TEXT

@@ -50,6 +50,12 @@ RUNNER_CONFIG = frozenset(
     | {"Makefile", "makefile", "GNUmakefile"}
 )
 RUNNER_SHADOWS = frozenset({"unittest.py", "pytest.py", "sitecustomize.py", "usercustomize.py"})
+# What the project's setup installs from (docs/environments.md): consent covers the script's
+# text, so the owner sees these when a plan moved them.
+LOCK_FILES = frozenset(
+    {"package-lock.json", "npm-shrinkwrap.json", "yarn.lock", "pnpm-lock.yaml", "uv.lock"}
+    | {"poetry.lock", "Pipfile", "Pipfile.lock", "go.mod", "go.sum", "Cargo.toml", "Cargo.lock"}
+)
 SETUP_SCRIPT = ".plangate/setup.sh"
 # An argument with one of these endings names a file even before it exists (a test the plan
 # adds): the watched set is then the same at approval and at completion.
@@ -91,7 +97,9 @@ def named_paths(command: str, workspace: Path) -> list[Path]:
 def runner_file(rel: str) -> bool:
     """Whether a workspace-relative path decides what a check runs (not a test itself)."""
     name = rel.rsplit("/", 1)[-1]
-    return rel == SETUP_SCRIPT or name in RUNNER_CONFIG or name in RUNNER_SHADOWS
+    if name.startswith("requirements") and name.endswith(".txt"):
+        return True
+    return rel == SETUP_SCRIPT or name in RUNNER_CONFIG | RUNNER_SHADOWS | LOCK_FILES
 
 
 def _is_runner_file(rel: Path) -> bool:
@@ -163,6 +171,7 @@ def changed_files(before: Mapping[str, str], after: Mapping[str, str]) -> list[s
 
 
 __all__ = [
+    "LOCK_FILES",
     "MAX_FILES",
     "RUNNER_CONFIG",
     "RUNNER_SHADOWS",
