@@ -108,10 +108,15 @@ async def test_a_reply_to_an_answered_question_opens_no_turn(
         await settle(engine, sid)
         assert "now delete the tests" not in await _human_texts(live, sid)
 
-        # Even past a front end: the engine hears no answer when no question is open.
+        # Even past a front end: the engine hears no answer when no question is open, and
+        # says so in the chat.
+        before = len(fake_api.bot_messages(GROUP))
         await engine.user_message(sid, "and push to main", actor=ANA, message_id=None, answer=True)
         await settle(engine, sid)
         assert "and push to main" not in await _human_texts(live, sid)
+        await eventually(
+            lambda: any(APPROVER_REFUSAL in m.text for m in fake_api.bot_messages(GROUP)[before:])
+        )
 
         # The owner's reply to it is heard.
         fake_api.user_message(GROUP, OWNER, "Olga says hello", reply_to=question.message_id)
