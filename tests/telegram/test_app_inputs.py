@@ -8,8 +8,8 @@ import base64
 from pathlib import Path
 from typing import Any
 
-from bot.access import REFUSAL_TEXT
-from bot.app import parts
+from bot.telegram.access import REFUSAL_TEXT
+from bot.telegram.app import parts
 from engine.events import UserMessage
 from engine.model.script import ScriptStep, call, say
 from tests.engine.helpers import settle

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bot.channel import TelegramChannel
+from bot.telegram.channel import TelegramChannel
 from engine.events import (
     AssistantMessage,
     HumanSource,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.app import parts
+from bot.telegram.app import parts
 from engine.model.script import call, say
 from tests.engine.helpers import settle
 from tests.fakebot.server import FakeBotApi, FakeMessage
