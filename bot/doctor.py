@@ -18,7 +18,7 @@ from telegram import Bot
 from telegram.error import InvalidToken, NetworkError, TelegramError
 
 from bot.app import file_url
-from bot.runner import model_from_settings, sandbox_settings
+from bot.runner import install_problems, model_from_settings, sandbox_settings
 from bot.settings import Settings, load_settings, run_problems
 from engine.errors import ConfigError
 from engine.model.types import ModelError
@@ -137,11 +137,13 @@ async def run_doctor(
         fix = "set PLANGATE_HOME to a folder you own"
         results.append((False, f"home {home}: not writable ({home_problem}); {fix}"))
     workspace = settings.workspace
+    held = install_problems(settings)
+    results.extend((False, line) for line in held)
     if not workspace.is_dir():
         results.append((False, f"workspace {workspace}: not a folder; set PLANGATE_WORKSPACE"))
     elif not os.access(workspace, os.W_OK):
         results.append((False, f"workspace {workspace}: not writable by this user"))
-    else:
+    elif not held:
         results.append((True, f"workspace {workspace}: ok"))
     results.append(await asyncio.to_thread(check_sandbox, settings))
     results.append(await check_telegram(settings))

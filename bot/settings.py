@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -543,16 +544,55 @@ def _one_line(exc: ValidationError) -> str:
     return " ".join(text.split())
 
 
+def work_folders(settings: Settings) -> list[tuple[str, Path]]:
+    """``(label, folder)`` of every folder the agent may write: the workspace, the projects,
+    the projects' root and the plans' worktrees under the home."""
+    found = [("the workspace (PLANGATE_WORKSPACE)", settings.workspace)]
+    found += [(f"project {name} (PLANGATE_PROJECTS)", path) for name, path in settings.projects]
+    if settings.projects_root is not None:
+        found.append(("the projects' folder (PLANGATE_PROJECTS_ROOT)", settings.projects_root))
+    found.append(("the plans' worktrees", settings.home / "worktrees"))
+    return found
+
+
+def dotenv_refusal(env_file: Path, *seen: Settings) -> str | None:
+    """One line refusing ``env_file`` when it lies in a folder the agent may write, as any of
+    ``seen`` names them (the settings with the file and without it: a ``.env`` that moves
+    the workspace away from itself is caught by the second)."""
+    path = Path(os.path.realpath(env_file))
+    for settings in seen:
+        for label, folder in work_folders(settings):
+            root = Path(os.path.realpath(folder))
+            if path == root or root in path.parents:
+                return (
+                    f"{path}: a settings file inside {label} {root} is refused, since the "
+                    "agent can write it; put the settings in the environment, or in a .env in a "
+                    "folder that is no workspace or project (plangate's home, for one) and start "
+                    "plangate from there"
+                )
+    return None
+
+
 def load_settings(
     environ: Mapping[str, str] | None = None, *, env_file: str | None = ".env"
 ) -> Settings:
     """Read settings from ``environ`` (default ``os.environ``) and ``env_file``.
 
-    Raises :class:`ConfigError` with one line naming the variable that is missing or wrong.
+    Raises :class:`ConfigError` with one line naming the variable that is missing or wrong,
+    or refusing an ``env_file`` that lies where the agent can write (:func:`dotenv_refusal`).
     """
     token = _ENVIRON.set(environ)
     try:
-        return Settings(_env_file=env_file)
+        settings = Settings(_env_file=env_file)
+        if env_file is not None and Path(env_file).is_file():
+            try:
+                bare = Settings(_env_file=None)
+            except ValidationError:
+                bare = settings
+            refusal = dotenv_refusal(Path(env_file), settings, bare)
+            if refusal is not None:
+                raise ConfigError(refusal)
+        return settings
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
     except SettingsError as exc:
@@ -590,8 +630,10 @@ __all__ = [
     "DEFAULT_TELEGRAM_API_URL",
     "PLACEHOLDER_MODEL_API_KEY",
     "Settings",
+    "dotenv_refusal",
     "env_name",
     "load_settings",
     "require_run_settings",
     "run_problems",
+    "work_folders",
 ]

@@ -134,6 +134,9 @@ class EngineConfig:
     git_remote: str | None = None
     # The plan .md's size limit in KB (PLANGATE_MAX_PLAN_KB).
     max_plan_kb: int = DEFAULT_MAX_PLAN_KB
+    # ``(what, folder)`` of plangate's own files (interpreter, venv, package, home): a project
+    # holding one is refused by ``/project`` (engine.tools.host; bot.compose fills it).
+    protected: tuple[tuple[str, Path], ...] = ()
 
 
 class Engine:
@@ -454,7 +457,9 @@ def build_engine(
     async def ask_owner(ctx: ToolContext, what: str) -> str | None:
         return await approvals.ask(ctx, tool="plan skip", command=what)
 
-    catalog = ProjectCatalog(config.workspace, config.projects, root=config.projects_root)
+    catalog = ProjectCatalog(
+        config.workspace, config.projects, root=config.projects_root, protected=config.protected
+    )
     project_for = workspace_from_store(sessions, default=catalog.default.path, catalog=catalog)
     worktrees = Worktrees(
         log, channel, project_for=project_for, root=config.worktree_root, remote=config.git_remote

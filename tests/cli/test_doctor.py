@@ -12,13 +12,15 @@ from tests.fakes.openai_server import FAKE_MODEL, FakeOpenAIServer
 
 
 def _settings(tmp_path: Path, api: FakeBotApi, model: FakeOpenAIServer, token: str) -> Settings:
+    # The workspace beside the home, never around it (a workspace holding the home is refused).
+    (tmp_path / "work").mkdir(exist_ok=True)
     return load_settings(
         {
             "PLANGATE_TELEGRAM_TOKEN": token,
             "PLANGATE_TELEGRAM_API_URL": api.base_url,
             "PLANGATE_OWNER_IDS": "1",
             "PLANGATE_HOME": str(tmp_path / "home"),
-            "PLANGATE_WORKSPACE": str(tmp_path),
+            "PLANGATE_WORKSPACE": str(tmp_path / "work"),
             "PLANGATE_MODEL": FAKE_MODEL,
             "PLANGATE_MODEL_BASE_URL": model.base_url,
         },
