@@ -19,7 +19,13 @@ from telegram.error import InvalidToken, NetworkError, TelegramError
 
 from bot.app import file_url
 from bot.runner import install_problems, model_from_settings, sandbox_settings
-from bot.settings import Settings, load_settings, run_problems
+from bot.settings import (
+    Settings,
+    config_path,
+    load_run_settings,
+    run_problems,
+    settings_warnings,
+)
 from engine.errors import ConfigError
 from engine.model.types import ModelError
 from engine.tools.sandbox import probe
@@ -119,7 +125,7 @@ def check_sandbox(settings: Settings) -> tuple[bool, str]:
 
 
 async def run_doctor(
-    out: TextIO = sys.stdout, *, load: Callable[[], Settings] = load_settings
+    out: TextIO = sys.stdout, *, load: Callable[[], Settings] = load_run_settings
 ) -> int:
     """Run every check and print one line each; 0 when all passed."""
     try:
@@ -128,6 +134,8 @@ async def run_doctor(
         print(f"settings: {exc}", file=out)
         return 1
     results: list[tuple[bool, str]] = [(True, "settings: ok")]
+    files = [config_path(), Path(".env")]
+    results.extend((False, f"settings: {line}") for line in settings_warnings(files=files))
     results.extend((False, f"settings: {problem}") for problem in run_problems(settings))
     home = settings.home.expanduser()
     home_problem = _writable(home)

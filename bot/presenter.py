@@ -92,6 +92,8 @@ def plan_view(
         raise_cap=data.raise_cap,
         steps=data.steps,
         checks=data.checks,
+        actions=data.actions,
+        branch=data.branch_actions,
     )
 
 
@@ -130,6 +132,7 @@ def goal_view(data: GoalCardData, *, note: str | None = None) -> cards.CardView:
         note=note,
         tokens_used=data.tokens_used,
         last_check=data.last_check,
+        actions=data.actions,
     )
 
 

@@ -21,7 +21,15 @@ from typing import Literal
 
 from engine.agent.controller import InboundMessage
 from engine.agent.turn import TurnResult
-from engine.api import GoalCardData, GoalCardState, PlanCardData, PlanCardState
+from engine.api import (
+    GoalCardData,
+    GoalCardState,
+    PlanCardData,
+    PlanCardState,
+    branch_actions,
+    goal_actions,
+    plan_actions,
+)
 from engine.events import FeedbackSource
 from engine.goal.types import GoalSnapshot
 from engine.plan.digest import PlanDigest
@@ -128,7 +136,9 @@ _ENDINGS: dict[str, PlanEnding] = {"completed": "completed", "abandoned": "aband
 class Cards:
     """What the plan card and the goal card show now; the one place front ends ask."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, *, plan_approvals: int = 1) -> None:
+        """``plan_approvals``: the approvals a plan needs (PLANGATE_PLAN_APPROVALS). The cards
+        subscribe to the plans, the goals and the agents' turns."""
         self._plans = services.plans
         self._goals = services.goals
         self._agents = services.agents
@@ -136,8 +146,7 @@ class Cards:
         self._usage = services.usage
         self._votes = services.votes
         self._channel = services.channel
-        # Approvals a plan needs (the command plane's setting; build_engine sets it).
-        self.plan_approvals = 1
+        self.plan_approvals = plan_approvals
         self._worktrees = services.worktrees
         # The owner's choices on the cards; the command plane and /new change them.
         self.choices = CardChoices()
@@ -149,6 +158,7 @@ class Cards:
         self._late_cards: dict[str, tuple[str, int, int]] = {}
         self._plans.add_listener(self._on_plan_change)
         self._goals.add_listener(self._on_goal_change)
+        self._agents.listen_turns(self.on_turn_end)
 
     async def plan_card(self, session_id: str) -> PlanCardData:
         """What the plan card shows now (:func:`plan_card_state` is the rule)."""
@@ -173,7 +183,12 @@ class Cards:
                 )
                 shown = worktree if mine else None
                 return PlanCardData(
-                    state=final, sidecar=ended[0], busy=busy, ended=ended[1], worktree=shown
+                    state=final,
+                    sidecar=ended[0],
+                    busy=busy,
+                    ended=ended[1],
+                    worktree=shown,
+                    branch_actions=branch_actions(shown),
                 )
             return PlanCardData(state="none", sidecar=None, busy=busy)
         phase = await self._plans.state(session_id)
@@ -210,6 +225,8 @@ class Cards:
                     raise_cap = raised_cap(cap, self._usage.today().tokens)
             else:
                 halted = "Paused: Resume runs the rest of the checklist."
+        actions = plan_actions(state, raise_cap=raise_cap)
+        shown = worktree if _runs_in(worktree, sidecar) else None
         approvals: tuple[str, ...] = ()
         if phase == "post_init" and self.plan_approvals > 1:
             votes = await self._votes.votes(session_id, sidecar.id, sidecar.revision)
@@ -226,9 +243,12 @@ class Cards:
             halted=halted,
             approvals=approvals,
             approvals_needed=self.plan_approvals,
-            worktree=worktree if _runs_in(worktree, sidecar) else None,
+            worktree=shown,
             raise_cap=raise_cap,
             checking=self._plans.checking(session_id),
+            actions=actions,
+            # The branch's buttons show where the plan's own do not (its Done card).
+            branch_actions=() if actions else branch_actions(shown),
         )
 
     async def goal_card(self, session_id: str) -> GoalCardData:
@@ -237,10 +257,12 @@ class Cards:
         if goal is None:
             return GoalCardData(state="none", goal=None)
         state = self.choices.goal_choice(session_id, goal.id, goal.revision) or "live"
+        armed = self._goals.is_armed(session_id)
         return GoalCardData(
             state=state,
             goal=goal,
-            armed=self._goals.is_armed(session_id),
+            armed=armed,
+            actions=goal_actions(goal, armed=armed, confirm_clear=state == "confirm_clear"),
             tokens_used=await self._usage.goal_tokens(session_id, goal.id),
             last_check=await self._goals.last_check(session_id),
         )
@@ -342,4 +364,10 @@ def _runs_in(worktree: WorktreeView | None, sidecar: PlanSidecar) -> bool:
     return worktree.phase in ("in_place", "failed") and worktree.plan_id == sidecar.id
 
 
-__all__ = ["CardChoices", "Cards", "PlanChoice", "PlanEnding", "plan_card_state"]
+__all__ = [
+    "CardChoices",
+    "Cards",
+    "PlanChoice",
+    "PlanEnding",
+    "plan_card_state",
+]

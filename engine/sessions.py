@@ -18,6 +18,7 @@ import logging
 from pathlib import Path
 
 from engine.api import Outcome
+from engine.bindings import ChatBindings
 from engine.cards import Cards
 from engine.events import CommandRun
 from engine.plan.types import PlanFlow
@@ -50,6 +51,7 @@ class Sessions:
         services: Services,
         *,
         cards: Cards,
+        bindings: ChatBindings,
         profile: str | None = None,
     ) -> None:
         self.store = store
@@ -70,9 +72,8 @@ class Sessions:
         # first load skips those reads.
         self._quiet: set[str] = set()
         # The bindings this process knows, both ways (a session's chats: the usage footer asks
-        # on every reply whether its chat is private).
-        self._bindings: dict[tuple[int, int], str] = {}
-        self._chats: dict[str, set[tuple[int, int]]] = {}
+        # on every reply whether its chat is private); only this object changes them.
+        self._bindings = bindings
         self._finding: dict[tuple[int, int], asyncio.Future[str]] = {}
 
     # --- bindings ---------------------------------------------------------------------------
@@ -86,7 +87,7 @@ class Sessions:
         # Bindings change only through this object (/new, migration), so a hit needs no
         # database trip.
         key = (chat_id, thread_id)
-        session_id = self._bindings.get(key)
+        session_id = self._bindings.session(key)
         if session_id is not None:
             return session_id
         # Concurrent first touches of one key wait for the one lookup: two would each create
@@ -108,25 +109,13 @@ class Sessions:
 
     def chat_of(self, session_id: str) -> int | None:
         """The chat a session is bound to, as this process knows it (``None``: unbound)."""
-        keys = self._chats.get(session_id)
-        return min(keys)[0] if keys else None
-
-    def is_private(self, session_id: str) -> bool:
-        """Whether the session is bound to a private chat (Telegram gives those positive ids)."""
-        return any(chat_id > 0 for chat_id, _ in self._chats.get(session_id, ()))
+        return self._bindings.chat_of(session_id)
 
     def _remember(self, key: tuple[int, int], session_id: str) -> None:
-        self._forget(key)
-        self._bindings[key] = session_id
-        self._chats.setdefault(session_id, set()).add(key)
+        self._bindings.remember(key, session_id)
 
     def _forget(self, key: tuple[int, int]) -> None:
-        old = self._bindings.pop(key, None)
-        if old is not None:
-            keys = self._chats.get(old, set())
-            keys.discard(key)
-            if not keys:
-                self._chats.pop(old, None)
+        self._bindings.forget(key)
 
     async def _create_bound(
         self, chat_id: int, thread_id: int, *, workspace: Path | None = None
@@ -143,7 +132,7 @@ class Sessions:
         """A new key's project: a forum topic starts in its group's, anything else in the
         default project."""
         if thread_id:
-            group = self._bindings.get((chat_id, 0)) or await self.store.session_for_chat(
+            group = self._bindings.session((chat_id, 0)) or await self.store.session_for_chat(
                 chat_id, 0
             )
             if group is not None:
@@ -307,7 +296,7 @@ class Sessions:
         bound: set[str] = set()
         for binding in await self.store.chat_bindings():
             key = (binding.chat_id, binding.thread_id)
-            if key not in self._bindings:
+            if self._bindings.session(key) is None:
                 self._remember(key, binding.session_id)
             bound.add(binding.session_id)
         marked = [sid for sid in await self._log.needs_attention() if sid in bound]

@@ -19,7 +19,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from engine.agent import checklist
@@ -58,13 +58,14 @@ TurnListener = Callable[[str, InboundMessage, TurnResult], Awaitable[None]]
 
 @dataclass(slots=True)
 class Listeners:
-    """Who hears about a session's turns: the goal driver (idle) and the engine (turn end).
+    """Who hears about a session's turns: the goal driver (idle) and the cards (turn end).
 
-    One record, shared by the registry and all its controllers: a listener attached later
-    (the driver needs the registry first) reaches every controller at once."""
+    One record, shared by the registry and all its controllers. Each listener subscribes
+    itself when it is built (:meth:`AgentRegistry.listen_idle`, :meth:`AgentRegistry.listen_turns`),
+    so the engine is composed in one pass and no one sets a listener on the agent later."""
 
-    idle: IdleListener | None = None
-    turn_end: TurnListener | None = None
+    idle: list[IdleListener] = field(default_factory=list)
+    turn_end: list[TurnListener] = field(default_factory=list)
 
 
 # The card's line when the daily cap pauses the run (the UTC day ends at midnight).
@@ -377,8 +378,7 @@ class SessionController:
     async def _after_turn(self, message: InboundMessage, result: TurnResult) -> None:
         """Tell the listener; keep an armed checklist run going while it makes progress."""
         self._asked = self._asked or result.asked
-        on_turn_end = self._listeners.turn_end
-        if on_turn_end is not None:
+        for on_turn_end in self._listeners.turn_end:
             await safe_call("turn_end", on_turn_end(self.session_id, message, result))
         continued = False
         tasks_left = False
@@ -614,15 +614,13 @@ class SessionController:
 
     def _notify_idle(self, *, outcome: str | None = None, goal_id: str | None = None) -> None:
         """Wake the goal driver; it checks :meth:`is_idle` itself when it runs."""
-        on_idle = self._listeners.idle
-        if on_idle is None:
-            return
-        try:
-            result = on_idle.notify_idle(self.session_id, outcome=outcome, goal_id=goal_id)
-            if inspect.isawaitable(result):
-                self._background.spawn(_awaited(result), name=f"notify_idle:{self.session_id}")
-        except Exception as exc:  # the driver's failure must not kill the agent worker
-            _log.warning("plangate.agent.controller.notify_idle_failed %s", type(exc).__name__)
+        for on_idle in self._listeners.idle:
+            try:
+                result = on_idle.notify_idle(self.session_id, outcome=outcome, goal_id=goal_id)
+                if inspect.isawaitable(result):
+                    self._background.spawn(_awaited(result), name=f"notify_idle:{self.session_id}")
+            except Exception as exc:  # the driver's failure must not kill the agent worker
+                _log.warning("plangate.agent.controller.notify_idle_failed %s", type(exc).__name__)
 
 
 async def _awaited(result: Awaitable[object]) -> None:
@@ -641,19 +639,20 @@ class AgentRegistry:
 
     def __init__(self, deps: AgentDeps, *, driver: IdleListener | None = None) -> None:
         self.deps = deps
-        self._listeners = Listeners(idle=driver)
+        self._listeners = Listeners(idle=[driver] if driver is not None else [])
         self._controllers: dict[str, SessionController] = {}
         precheck = deps.boundary.refuse_hidden if deps.boundary is not None else None
         self.runtime = ToolRuntime(deps.tools, gate=self._gate, precheck=precheck)
         self._closed = False
 
-    def set_driver(self, driver: IdleListener | None) -> None:
-        """Attach the goal round driver after construction (it needs this registry too)."""
-        self._listeners.idle = driver
+    def listen_idle(self, listener: IdleListener) -> None:
+        """Wake ``listener`` whenever a session's turn ends or its inbox drains (the goal
+        round driver subscribes itself so when it is built: it needs this registry first)."""
+        self._listeners.idle.append(listener)
 
-    def set_turn_listener(self, listener: TurnListener | None) -> None:
-        """Be told after every turn of every session (the engine's card state)."""
-        self._listeners.turn_end = listener
+    def listen_turns(self, listener: TurnListener) -> None:
+        """Tell ``listener`` after every turn of every session (the cards subscribe so)."""
+        self._listeners.turn_end.append(listener)
 
     def controller(self, session_id: str) -> SessionController:
         """The session's controller, created on first use."""

@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from engine.api import APPROVAL_ONCE
 from engine.approval.policy import (
     BASH,
     WRITE_TOOLS,
@@ -60,6 +61,8 @@ from engine.events import (
     is_attended,
 )
 from engine.ports import EventLog
+from engine.roles.policy import may, press_action
+from engine.roles.types import Role
 from engine.tasks import safe_call
 from engine.tools.base import ToolContext
 from engine.tools.runtime import ToolCallRequest
@@ -133,6 +136,22 @@ UnattendedHook = Callable[[str, MessageSource, ApprovalView], Awaitable[None]]
 AnswerCheck = Callable[[str, int | None], Awaitable[bool]]
 
 
+class Roles(Protocol):
+    """The chats' teams as the approvals read them (``engine.roles.RoleService``)."""
+
+    async def role_of(self, chat_id: int | None, user_id: int | None) -> Role:
+        """The role of ``user_id`` in ``chat_id``."""
+        ...
+
+
+class SessionChats(Protocol):
+    """Which chat a session lives in (``engine.bindings.ChatBindings``)."""
+
+    def chat_of(self, session_id: str) -> int | None:
+        """The chat the session is bound to, as this process knows it."""
+        ...
+
+
 @dataclass
 class _Pending:
     view: ApprovalView
@@ -191,7 +210,13 @@ class ToolApprovals:
         on_unattended: UnattendedHook | None = None,
         ask_writes: bool = False,
         policy: BashPolicy | None = None,
+        roles: Roles | None = None,
+        chats: SessionChats | None = None,
     ) -> None:
+        """``on_unattended`` hears of a call denied in an unattended turn (the goal service
+        blocks the round's goal). ``roles`` and ``chats`` tell who may answer a session's
+        requests (without them no people are known, as in this service's own tests: anyone
+        may)."""
         if timeout_s <= 0:
             raise ValueError("the approval timeout must be positive")
         self._log = log
@@ -201,9 +226,8 @@ class ToolApprovals:
         self.timeout_s = timeout_s
         self.on_unattended = on_unattended
         self.ask_writes = ask_writes
-        # Who may answer: engine.roles' one rule, set by build_engine (None: no people known,
-        # as in the approval service's own tests).
-        self.answer_check: AnswerCheck | None = None
+        self._roles = roles
+        self._chats = chats
         self._sessions: dict[str, _Session] = {}
 
     def _session(self, session_id: str) -> _Session:
@@ -228,11 +252,13 @@ class ToolApprovals:
         return found.pending.view if found is not None and found.pending is not None else None
 
     async def may_answer(self, session_id: str, actor: int | None) -> bool:
-        """Who may answer a request: owners and the chat's approvers (``answer_check``, the
-        role rule of engine.roles; the front end's gate asks the same rule first)."""
-        if self.answer_check is None:
+        """Who may answer a request: whoever may press a tool approval's buttons (the role
+        rule of engine.roles; the front end's gate asks the same rule first)."""
+        if self._roles is None:
             return True
-        return await self.answer_check(session_id, actor)
+        chat = self._chats.chat_of(session_id) if self._chats is not None else None
+        role = await self._roles.role_of(chat, actor)
+        return may(role, press_action("a", APPROVAL_ONCE))
 
     def new_run(self, session_id: str) -> None:
         """A person acted (a message, Approve, ``/execute``, Resume): what was denied before
@@ -343,6 +369,10 @@ class ToolApprovals:
             reason=reason,
         )
         return await self._request(ctx, view)
+
+    async def ask_plan_skip(self, ctx: ToolContext, what: str) -> str | None:
+        """``plan skip`` of a task with checks asks the owner first (:meth:`ask`)."""
+        return await self.ask(ctx, tool="plan skip", command=what)
 
     async def ask(self, ctx: ToolContext, *, tool: str, command: str) -> str | None:
         """Ask the owner about an action no rule covers (a skip of a task with checks,

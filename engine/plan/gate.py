@@ -9,53 +9,18 @@ paths) before the decision, so a link or a detour to the ``.md`` is the ``.md``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from engine.plan.digest import md_bytes, too_big_detail
 from engine.plan.refusals import TEXTS
-from engine.plan.types import PlanState
+from engine.tools.plan_view import GATE_TEXTS as GATE_TEXTS
+from engine.tools.plan_view import PlanGateView as PlanGateView
 from engine.tools.workspace import real_path, resolve_path
 
 WRITE_TOOLS = frozenset({"write_file", "edit_file"})
 SHELL_TOOLS = frozenset({"bash"})
 CHECKLIST_OPS = frozenset({"add_tasks", "add_task", "start", "complete", "skip"})
-
-GATE_TEXTS: dict[str, str] = {
-    "gate-pre-init-write": (
-        "Denied (gate-pre-init-write): plan mode is on and no plan exists yet, so project "
-        "files cannot change. Explore with read_file, grep or bash, then call plan init."
-    ),
-    "gate-editing-write": (
-        "Denied (gate-editing-write): while the plan is being designed only the session plan "
-        ".md (the path plan init returned) can be written. Write the plan there."
-    ),
-    "gate-editing-bash": (
-        "Denied (gate-editing-bash): bash is off while the plan is being designed. Use "
-        "read_file, list_files and grep; write only the plan .md."
-    ),
-    "gate-plan-too-big": (
-        "Denied (gate-plan-too-big): the plan .md would be over the size limit "
-        "(PLANGATE_MAX_PLAN_KB). Keep the plan short: steps, not code or logs; put long "
-        "material in project files the steps name."
-    ),
-    "gate-active-md-frozen": (
-        "Denied (gate-active-md-frozen): the approved plan .md is frozen while the checklist "
-        "runs. Record progress with plan complete or plan skip; the owner can Revise the plan."
-    ),
-}
-
-
-@dataclass(frozen=True, slots=True)
-class PlanGateView:
-    """What the gate needs to know: the derived state and the session ``.md``'s path."""
-
-    state: PlanState
-    md_path: Path | None = None
-    # The plan text's size limit, and the live .md's size now (post-init), both in bytes.
-    max_md_bytes: int | None = None
-    md_bytes: int = 0
 
 
 def resolve_tool_path(raw: object, workspace: Path) -> Path | None:

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engine.checks.types import CheckResult
+from engine.tools.plan_view import PlanState as PlanState
 
 PlanStatus = Literal["Editing", "Active"]
 TaskStatus = Literal["pending", "in_progress", "completed", "deferred"]
@@ -168,8 +169,8 @@ class PlanSidecar(BaseModel):
 
 # --- derived state and the legacy load map (docs/plan-json-spec.md) -------
 
-PlanState = Literal["none", "pre_init", "post_init", "active"]
-"""The derived lifecycle state: NoPlan, Editing pre-init, Editing post-init, Active."""
+# The derived lifecycle state (NoPlan, Editing pre-init, Editing post-init, Active) is defined
+# with the plan view the tools read (engine.tools.plan_view): PlanState.
 
 
 def is_editing(state: PlanState) -> bool:

@@ -7,9 +7,9 @@ there to answer.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
-from engine.agent.channel import Channel
 from engine.events import is_attended
 from engine.tools.base import ToolContext, ToolOutcome
 
@@ -18,6 +18,14 @@ ASK_IN_ROUND_TEXT = (
     "refused: ask_user is not available in an autonomous goal round; decide with what you "
     "know, or report the goal blocked with update_goal"
 )
+
+
+class QuestionChannel(Protocol):
+    """The part of the chat channel this tool uses (the engine's ``Channel`` has it)."""
+
+    async def ask(self, session_id: str, question: str, options: Sequence[str]) -> None:
+        """Put the question to the chat; ``options`` become buttons when not empty."""
+        ...
 
 
 class AskUserTool:
@@ -29,7 +37,7 @@ class AskUserTool:
         "buttons. Returns at once: end your turn afterwards; the answer comes as a new message."
     )
 
-    def __init__(self, channel: Channel, *, max_options: int = 8) -> None:
+    def __init__(self, channel: QuestionChannel, *, max_options: int = 8) -> None:
         self._channel = channel
         self._max_options = max_options
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from engine.plan.gate import GATE_TEXTS
 from engine.tools.base import ToolContext, ToolOutcome
 from engine.tools.boundary import Boundary, BoundaryPolicy, PlanViewSource, ReadOnlyRoots
+from engine.tools.plan_view import GATE_TEXTS
 from engine.tools.sandbox import (
     PidsCgroup,
     SandboxSettings,

@@ -52,8 +52,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.plan.gate import PlanGateView
 from engine.tools.base import ToolContext
+from engine.tools.plan_view import PlanGateView
 from engine.tools.sandbox import SandboxSettings, bwrap_argv
 from engine.tools.search import path_visible
 from engine.tools.workspace import OutsideWorkspace, is_within, real_path, resolve_path

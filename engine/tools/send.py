@@ -14,9 +14,8 @@ import asyncio
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from engine.agent.channel import Channel
 from engine.inbox import human_size
 from engine.tools.base import ToolContext, ToolOutcome
 from engine.tools.boundary import Boundary, BoundaryPolicy, NotVisible
@@ -25,6 +24,16 @@ from engine.tools.workspace import OutsideWorkspace
 # What one attachment may weigh (Telegram takes 50 MB from a bot; a phone wants far less).
 MAX_SEND_BYTES = 20 * 1024 * 1024
 MAX_CAPTION_CHARS = 1000
+
+
+class FileChannel(Protocol):
+    """The part of the chat channel this tool uses (the engine's ``Channel`` has it)."""
+
+    async def send_file(
+        self, session_id: str, data: bytes, filename: str, *, caption: str | None
+    ) -> None:
+        """Attach a file to the chat; raises when it was not sent."""
+        ...
 
 
 class TooBig(Exception):
@@ -66,7 +75,7 @@ class SendFileTool:
 
     def __init__(
         self,
-        channel: Channel,
+        channel: FileChannel,
         *,
         max_bytes: int = MAX_SEND_BYTES,
         boundary: BoundaryPolicy | None = None,

@@ -26,8 +26,8 @@ import re
 import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Protocol
 
-from engine.agent.channel import Channel
 from engine.events import WorktreeChange
 from engine.plan.service import PlanChange
 from engine.plan.types import PlanSidecar
@@ -81,13 +81,21 @@ def parse_numstat(text: str) -> list[FileStat]:
     return stats
 
 
+class NoticeChannel(Protocol):
+    """The part of the chat channel the worktrees use (the engine's ``Channel`` has it)."""
+
+    async def notice(self, session_id: str, text: str) -> None:
+        """A short system line for the chat."""
+        ...
+
+
 class Worktrees:
     """The worktree of each session's plan: made at approval, decided at Done."""
 
     def __init__(
         self,
         log: EventLog,
-        channel: Channel,
+        channel: NoticeChannel,
         *,
         project_for: ProjectResolver,
         root: Path | None,

@@ -66,7 +66,7 @@ async def test_goal_round_ends_when_validation_fails_and_driver_is_told(tmp_path
         goals=goals,
     )
     driver = Driver()
-    agent.registry.set_driver(driver)
+    agent.registry.listen_idle(driver)
     assert agent.registry.is_idle(SID)
     await agent.registry.submit_round(SID, "round 1 of 5", ROUND)
     assert not agent.registry.is_idle(SID)
