@@ -57,6 +57,8 @@ async def open_plangate(
     if not config.protected:
         # No project may hold plangate's own files or its home (engine/tools/host.py).
         config = dataclasses.replace(config, protected=tuple(protected_folders(home)))
+    if config.home is None:
+        config = dataclasses.replace(config, home=home)
     if config.worktree_root is None:
         # Approved plans' git worktrees live under the home (docs/projects.md).
         config = dataclasses.replace(config, worktree_root=home / "worktrees")

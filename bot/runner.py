@@ -186,6 +186,8 @@ def engine_config(settings: Settings) -> EngineConfig:
         projects=settings.projects,
         projects_root=settings.projects_root,
         worktree_root=settings.home / "worktrees",
+        disk_reserve_mb=settings.disk_reserve_mb,
+        home=settings.home,
         git_remote=settings.git_remote,
     )
 

@@ -247,6 +247,9 @@ class Settings(BaseSettings):
     bash_network: bool = False
     bash_memory_mb: int = Field(default=2048, ge=64)
     bash_max_processes: int = Field(default=256, ge=16)
+    # Megabytes kept free on the disk of plangate's home for its own writes: below it no bash
+    # call runs and an unattended run pauses (engine/tools/disk.py); 0 turns it off.
+    disk_reserve_mb: int = Field(default=256, ge=0)
     bash_env: Annotated[tuple[str, ...], NoDecode] = ()
     # Files the agent never sees (no tool, not bash): absolute paths, or paths relative to
     # the workspace that are hidden in every workspace (".env.production,config/secrets.yml").

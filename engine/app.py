@@ -68,6 +68,7 @@ from engine.tasks import safe_call
 from engine.text import clip
 from engine.todo.tool import TodoWriteTool
 from engine.tools.bash import BashTool
+from engine.tools.disk import DiskReserve
 from engine.tools.files import FileLimits
 from engine.tools.sandbox import SandboxSettings
 from engine.tools.workspace import WorkspaceLocks
@@ -134,6 +135,10 @@ class EngineConfig:
     # ``(what, folder)`` of plangate's own files (interpreter, venv, package, home): a project
     # holding one is refused by ``/project`` (engine.tools.host; bot.compose fills it).
     protected: tuple[tuple[str, Path], ...] = ()
+    # The room kept for plangate's own writes on its home's disk (PLANGATE_DISK_RESERVE_MB;
+    # engine/tools/disk.py), and that home (bot.compose fills it). 0 or no home: no reserve.
+    disk_reserve_mb: int = 0
+    home: Path | None = None
 
 
 class Engine:
@@ -419,8 +424,16 @@ def build_engine(
     # in a plan's worktree see the repository's .git read-only as bash does (docs/checks.md);
     # this bash tool is never offered to the model.
     locks = WorkspaceLocks()
+    disk = DiskReserve(config.home, config.disk_reserve_mb) if config.home is not None else None
+    if disk is not None:
+        disk.hold()  # taken at start; see engine/tools/disk.py
     checks = SandboxChecks(
-        BashTool(locks=locks, sandbox=config.sandbox, read_only_roots=worktrees.read_only_roots),
+        BashTool(
+            locks=locks,
+            sandbox=config.sandbox,
+            read_only_roots=worktrees.read_only_roots,
+            disk=disk,
+        ),
         clock=clock,
     )
     plans = PlanService(
@@ -473,6 +486,7 @@ def build_engine(
         read_only_roots=worktrees.read_only_roots,
         workspace_note=worktrees.prompt_note,
         locks=locks,
+        disk=disk,
     )
     the_scheduler = scheduler or ApsScheduler()
     driver = RoundDriver(

@@ -274,7 +274,7 @@ class WorktreeChange(_Event):
 # Why a run stopped by itself: stuck (the detector's pattern names how), the daily cap, a turn
 # that failed (a model error, a context overflow the provider refused), or an approval nobody
 # answered within PLANGATE_APPROVAL_TIMEOUT.
-PauseKind = Literal["stuck", "daily-cap", "failed", "approval-timeout"]
+PauseKind = Literal["stuck", "daily-cap", "failed", "approval-timeout", "disk"]
 
 
 class RunPaused(_Event):

@@ -40,6 +40,9 @@ async def test_doctor_passes_when_everything_answers(
     assert any("privacy mode is on" in line for line in lines)
     assert any(line.startswith("model: ok") for line in lines)
     assert any(line.startswith("sandbox: ok, bubblewrap works; network off") for line in lines)
+    # Which bound holds a call's memory, and the disk reserve, each said.
+    assert any("memory 2048 MB per call in total" in line for line in lines)
+    assert any(line.startswith("disk: ") and line.endswith("; ok") for line in lines)
     # The default policy with the sandbox on: approvals only to leave it.
     assert any("bash asks only to leave the sandbox" in line for line in lines)
     assert lines[-1] == "all checks passed"
