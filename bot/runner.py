@@ -16,8 +16,6 @@ from urllib.parse import urlsplit
 from telegram import Bot
 from telegram.error import InvalidToken, NetworkError
 
-from bot.app import file_url, redact, serve
-from bot.channel import LateChannel
 from bot.compose import open_plangate
 from bot.health import heartbeat
 from bot.settings import (
@@ -27,6 +25,8 @@ from bot.settings import (
     require_run_settings,
     settings_warnings,
 )
+from bot.telegram.app import file_url, redact, serve
+from bot.telegram.channel import LateChannel
 from engine.app import EngineConfig
 from engine.errors import ConfigError
 from engine.model.openai_provider import OpenAIProvider
@@ -174,6 +174,7 @@ def engine_config(settings: Settings) -> EngineConfig:
         ),
         goal_idle_rounds=settings.goal_idle_rounds,
         max_plan_kb=settings.max_plan_kb,
+        setup_timeout_s=settings.setup_timeout,
         allow_bash=settings.allow_bash,
         bash_approval=settings.bash_approval_mode,
         ask_bash=settings.ask_bash,

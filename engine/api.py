@@ -25,7 +25,7 @@ from engine.worktree.types import DECIDING, WorktreeView
 # (:meth:`EngineApi.new_session`), which a session's command cannot do; nor is ``/project``
 # (:meth:`EngineApi.project`), for the same reason.
 CommandName = Literal[
-    "plan", "show_plan", "execute", "discard", "goal", "stop", "status", "help", "usage"
+    "plan", "show_plan", "execute", "discard", "goal", "stop", "status", "help", "usage", "setup"
 ]
 # Anyone in an allowed group may run these (engine.roles.policy: the role rule reads them as
 # "read"). They change nothing, so their command/run is logged without the reply waiting
@@ -53,7 +53,7 @@ GoalCardState = Literal["none", "live", "confirm_clear"]
 # The button protocol. A press names its card kind (``p`` plan, ``g`` goal, ``a`` tool
 # approval), an action of that kind, the first 8 characters of the plan, goal or request id,
 # and the revision the button was drawn for. The front end encodes and decodes it
-# (bot/callback.py); the command plane matches these constants, so a typo fails to import.
+# (bot/telegram/callback.py); the command plane matches these constants, so a typo fails to import.
 PressKind = Literal["p", "g", "a"]
 PLAN_APPROVE: Final = "approve"
 PLAN_KEEP: Final = "keep"
@@ -217,6 +217,11 @@ class PlanCardData:
     raise_cap: int | None = None
     # plangate is running a task's checks now (docs/checks.md): "task 1: `pytest -q`".
     checking: str | None = None
+    # The project's setup (docs/environments.md): running now; the tail of a failed run's
+    # output; the paused run's button is Retry (it runs the setup again).
+    setting_up: bool = False
+    setup_tail: str | None = None
+    retry: bool = False
     # The card's actions, bound to the sidecar's id and revision (engine.cards.plan_actions);
     # at Done, the branch's, bound to the worktree's plan id and revision (branch_actions).
     actions: CardActions = ()

@@ -42,6 +42,7 @@ from engine.bindings import ChatBindings
 from engine.cards import Cards
 from engine.checks.runner import SandboxChecks
 from engine.commands import CommandPlane
+from engine.environments import DEFAULT_SETUP_TIMEOUT_S, EnvSetup
 from engine.events import Attachment
 from engine.goal.driver import RoundDriver
 from engine.goal.progress import IdleRoundWatch
@@ -139,6 +140,11 @@ class EngineConfig:
     # engine/tools/disk.py), and that home (bot.compose fills it). 0 or no home: no reserve.
     disk_reserve_mb: int = 0
     home: Path | None = None
+    # A project's setup script (docs/environments.md): its timeout (PLANGATE_SETUP_TIMEOUT)
+    # and where the consent to it and its package caches are kept (``<home>/environments``;
+    # None: consent in memory, no caches).
+    setup_timeout_s: float = DEFAULT_SETUP_TIMEOUT_S
+    environments_root: Path | None = None
 
 
 class Engine:
@@ -427,27 +433,11 @@ def build_engine(
     disk = DiskReserve(config.home, config.disk_reserve_mb) if config.home is not None else None
     if disk is not None:
         disk.hold()  # taken at start; see engine/tools/disk.py
-    checks = SandboxChecks(
-        BashTool(
-            locks=locks,
-            sandbox=config.sandbox,
-            read_only_roots=worktrees.read_only_roots,
-            disk=disk,
-        ),
-        clock=clock,
+    # Setup runs through this tool too: it counts against the same disk reserve.
+    check_bash = BashTool(
+        locks=locks, sandbox=config.sandbox, read_only_roots=worktrees.read_only_roots, disk=disk
     )
-    plans = PlanService(
-        plan_store,
-        log,
-        criteria=goals,
-        clock=clock,
-        checks=checks,
-        max_plan_bytes=config.max_plan_kb * 1024,
-        approvers=votes.approvals,
-        # First of the plan's listeners: the worktree is made (or committed) before the cards
-        # redraw and before the execution turn is queued.
-        listeners=(worktrees.on_plan_change,),
-    )
+    checks = SandboxChecks(check_bash, clock=clock)
     approvals = ToolApprovals(
         log,
         channel,
@@ -462,6 +452,30 @@ def build_engine(
         ),
         roles=roles,
         chats=bindings,
+    )
+    # The project's setup (docs/environments.md) runs in the sandbox the checks run in.
+    setup = EnvSetup(
+        worktrees,
+        check_bash,
+        channel,
+        root=config.environments_root,
+        approvals=approvals,
+        timeout_s=config.setup_timeout_s,
+    )
+    plans = PlanService(
+        plan_store,
+        log,
+        criteria=goals,
+        clock=clock,
+        checks=checks,
+        max_plan_bytes=config.max_plan_kb * 1024,
+        approvers=votes.approvals,
+        # First of the plan's listeners: the worktree is made (or committed) before the cards
+        # redraw and before the execution turn is queued.
+        # The setup's listener comes after the worktree's: an approval consents to the
+        # script the new worktree was made with.
+        listeners=(worktrees.on_plan_change, setup.on_plan_change),
+        workspace_for=worktrees.workspace_for,
     )
     agents = build_agent(
         log=log,
@@ -487,6 +501,7 @@ def build_engine(
         workspace_note=worktrees.prompt_note,
         locks=locks,
         disk=disk,
+        prepare=setup.prepare,
     )
     the_scheduler = scheduler or ApsScheduler()
     driver = RoundDriver(
@@ -510,6 +525,7 @@ def build_engine(
         catalog=catalog,
         workspace_for=worktrees.workspace_for,
         worktrees=worktrees,
+        setup=setup,
     )
     cards = Cards(services, plan_approvals=config.plan_approvals)
     return Engine(

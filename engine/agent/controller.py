@@ -34,17 +34,21 @@ from engine.events import (
     GoalRoundSource,
     HumanSource,
     MessageSource,
+    ProgressMade,
     RunPaused,
     SeedSource,
-    WorkspaceChanged,
+    is_attended,
 )
 from engine.goal.types import NO_PROGRESS
+from engine.plan.gate import PlanGateView, check_gate
 from engine.plan.types import PlanPause, PlanTask
 from engine.progress import workspace as workspace_snapshot
-from engine.progress.stuck import Step, StuckWatch, Verdict, call_record, step_changed
+from engine.progress.rule import changes_goal, may_change_files, step_progress
+from engine.progress.stuck import Step, StuckWatch, Verdict, call_record
 from engine.tasks import BackgroundTasks, safe_call
 from engine.text import clip
 from engine.tools.base import ToolContext
+from engine.tools.effects import effects_of
 from engine.tools.runtime import ToolCallRequest, ToolRuntime
 
 CHECKLIST_DONE_TEXT = "✅ The checklist is done."
@@ -476,11 +480,24 @@ class SessionController:
         active, tasks = await self._tasks()
         self._run, tasks_moved = checklist.observe_tasks(self._run, tasks, now=now)
         pairs = [(c.name, c.arguments, r.content, r.is_error) for c, r in step.calls]
-        progress = tasks_moved or step_changed(pairs)
-        if any(name == "bash" for name, *_ in pairs) and await self._workspace_moved():
-            # In the log, so the goal's idle-rounds rule counts what bash did on disk too.
-            await self._deps.log.append(self.session_id, [WorkspaceChanged()])
-            progress = True
+        # Progress is work (engine.progress.rule), judged from what each call's tool declares.
+        registry = self._runtime.registry
+        effects = [(registry.effects(name, args), err) for name, args, _, err in pairs]
+        moved = (
+            await self._workspace_moved() if any(may_change_files(d) for d, _ in effects) else False
+        )
+        if moved is None:
+            # No snapshot to compare with: a write that went through is taken at its word.
+            moved = any("write" in does and not err for does, err in effects)
+        kinds = step_progress(
+            task=tasks_moved,
+            workspace=moved,
+            goal=any(changes_goal(does, is_error=err) for does, err in effects),
+        )
+        if kinds:
+            # In the log, so the goal's idle-rounds count reads the same rule.
+            await self._deps.log.append(self.session_id, [ProgressMade(kinds=list(kinds))])
+        progress = bool(kinds)
         record = Step(
             calls=tuple(call_record(n, a, c, is_error=e) for n, a, c, e in pairs),
             compacted=step.compacted,
@@ -496,16 +513,18 @@ class SessionController:
             return None
         return await self._stuck(verdict, task, watching)
 
-    async def _workspace_moved(self) -> bool:
-        """Whether bash changed the workspace since the last snapshot (then it is the new one)."""
+    async def _workspace_moved(self) -> bool | None:
+        """Whether the workspace changed since the last snapshot (then it is the new one);
+        ``None`` when there is nothing to compare (no snapshot before, or this one failed)."""
         before = self._baseline
         try:
             workspace = await self._deps.workspace_for(self.session_id)
             self._baseline = await workspace_snapshot.snapshot(workspace)
         except OSError as exc:
             _log.warning("plangate.agent.controller.snapshot_failed %s", type(exc).__name__)
-            return False
-        return before is not None and before != self._baseline
+            self._baseline = None
+            return None
+        return None if before is None else before != self._baseline
 
     async def _take_baseline(self) -> None:
         if self._baseline is not None or self._watching() is False:
@@ -602,7 +621,36 @@ class SessionController:
                 self.session_id, message.source
             ):
                 return "goal round no longer valid"
-        return None
+        return await self._prepare(message)
+
+    async def _prepare(self, message: InboundMessage | None) -> str | None:
+        """The project's setup runs before the approved run's (or a goal round's) first step
+        in its worktree; a failure pauses the run (Retry) or blocks the goal."""
+        prepare = self._deps.prepare
+        if prepare is None or message is None:
+            return None
+        round_source = message.source if isinstance(message.source, GoalRoundSource) else None
+        if not self._run.armed and round_source is None:
+            return None  # a turn the owner watches, outside the run: the environment as it is
+        hold = await prepare(self.session_id, message.source)
+        if hold is None:
+            return None
+        if self._run.armed:
+            _, tasks = await self._tasks()
+            task = checklist.current_task(tasks)
+            await self._pause(
+                PauseReason(
+                    "setup",
+                    hold.text,
+                    evidence=hold.evidence,
+                    task_id=task.id if task is not None else None,
+                )
+            )
+        if round_source is not None and self._deps.goals is not None:
+            await self._deps.goals.block_round(
+                self.session_id, round_source, code=hold.code, message=hold.text
+            )
+        return f"setup: {hold.text}"
 
     async def _commit_pending(self, *, queue_execution: bool) -> None:
         plan = self._deps.plan
@@ -631,7 +679,9 @@ class SessionController:
         # Approval is consent to the whole checklist: a commit mid-turn lets that turn end,
         # then the run goes on by itself (_after_turn).
         await self._arm()
-        if queue_execution:
+        # A re-approval that carried every task over as done finished the plan at once:
+        # there is nothing to execute.
+        if queue_execution and (await self._tasks())[0]:
             self.submit(self._deps.settings.execution_prompt, source=SeedSource())
         return True
 
@@ -664,8 +714,7 @@ class AgentRegistry:
         self.deps = deps
         self._listeners = Listeners(idle=[driver] if driver is not None else [])
         self._controllers: dict[str, SessionController] = {}
-        precheck = deps.boundary.refuse_hidden if deps.boundary is not None else None
-        self.runtime = ToolRuntime(deps.tools, gate=self._gate, precheck=precheck)
+        self.runtime = ToolRuntime(deps.tools, gate=self._gate, paths=deps.boundary)
         self._closed = False
 
     def listen_idle(self, listener: IdleListener) -> None:
@@ -739,19 +788,32 @@ class AgentRegistry:
         return stopped
 
     async def _gate(self, request: ToolCallRequest, ctx: ToolContext) -> str | None:
-        """The plan gate, then the owner's approval (which may wait for a press)."""
+        """The plan gate, then the owner's approval (which may wait for a press); both read
+        what the tool declares it does (engine.tools.effects), never its name."""
         plan = self.deps.plan
+        declared = self.runtime.registry.declaration(request.name)
+        goal_round = not is_attended(ctx.source)
         if plan is not None:
             denied = await plan.check_tool(
-                ctx.session_id, request.name, request.arguments, workspace=ctx.workspace
+                ctx.session_id,
+                declared,
+                request.arguments,
+                workspace=ctx.workspace,
+                goal_round=goal_round,
             )
-            if denied is not None:
-                return denied
+        else:
+            view = PlanGateView(state="none")
+            denied = check_gate(
+                declared, request.arguments, view, workspace=ctx.workspace, goal_round=goal_round
+            )
+        if denied is not None:
+            return denied
         approvals = self.deps.approvals
-        if approvals is None or not approvals.may_ask(request.name):
+        effects = effects_of(declared, request.arguments)
+        if approvals is None or not approvals.may_ask(effects):
             return None
         phase = (await plan.prompt_view(ctx.session_id)).phase if plan is not None else "none"
-        return await approvals.check(request, ctx, phase=phase)
+        return await approvals.check(request, ctx, phase=phase, declared=declared)
 
 
 __all__ = [

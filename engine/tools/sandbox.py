@@ -287,15 +287,16 @@ def bwrap_argv(
     environ: Mapping[str, str] | None = None,
     info_fd: int | None = None,
     memory_cgroup: bool = False,
+    binds: Sequence[tuple[Path, str]] = (),
 ) -> list[str]:
     """The ``bwrap`` command line that runs ``command`` with ``bash -c`` in the sandbox.
 
     ``hidden`` adds to ``settings.hidden``; ``network`` overrides ``settings.network`` (one
-    call's decision). ``memory_cgroup``: the call runs in a cgroup whose memory limit bounds
-    its total, so no process gets an address-space limit (runtimes that reserve a large
-    address space, such as Node's WebAssembly, need that); without one the fallback limits
-    apply (:func:`fallback_limits`). Tools get this through
-    :class:`engine.tools.boundary.Boundary`.
+    call's decision); ``binds`` are extra writable mounts (a setup run's caches).
+    ``memory_cgroup``: the call runs in a cgroup whose memory limit bounds its total, so no
+    process gets an address-space limit (runtimes that reserve a large address space, such
+    as Node's WebAssembly, need that); without one the fallback limits apply
+    (:func:`fallback_limits`). Tools get this through :class:`engine.tools.boundary.Boundary`.
     """
     ws = real_path(workspace)
     args = [
@@ -336,6 +337,8 @@ def bwrap_argv(
         [*settings.hidden, *hidden],
         writable=writable,
     )
+    for source, target in binds:  # a setup run's package caches, outside every root
+        args += ["--bind", str(source), target]
     args += ["--chdir", str(ws), "--clearenv"]
     for name, value in sandbox_env(settings, os.environ if environ is None else environ).items():
         args += ["--setenv", name, value]

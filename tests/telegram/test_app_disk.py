@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.app import parts
+from bot.telegram.app import parts
 from engine.events import RunPaused
 from engine.model.script import call, say
 from tests.checks.support import PLANNING, make_project

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bot.app import parts
-from bot.routes import goal_card_key
+from bot.telegram.app import parts
+from bot.telegram.routes import goal_card_key
 from engine.app import Engine
 from engine.events import UserMessage
 from engine.model.script import ScriptStep, call, say

@@ -1,7 +1,7 @@
 """The plan card and the goal card on Telegram: one live message each per session.
 
 The presenter draws what the engine says (``engine.plan_card()`` / ``engine.goal_card()``)
-with ``bot.cards`` and delivers it through the outbox; it keeps no card state of its own,
+with ``bot.telegram.cards`` and delivers it through the outbox; it keeps no card state of its own,
 only where the cards are:
 
 - one card message per plan, edited in place from ``/plan`` to Done; its id is written to the
@@ -34,9 +34,9 @@ from typing import Any, Literal
 
 from telegram import Bot, Message
 
-from bot import cards
-from bot.outbox import Outbox
-from bot.routes import (
+from bot.telegram import cards
+from bot.telegram.outbox import Outbox
+from bot.telegram.routes import (
     ChatRoute,
     MetaStore,
     Routes,
@@ -62,6 +62,7 @@ _ENDED_NOTE = {
     "abandoned": "📦 Set aside by /new: {title}",
 }
 BUSY_NOTE = "⏳ The agent is working…"
+SETUP_NOTE = "🔧 Setting up the environment"
 MOVED_NOTE = "This card moved below ⬇️"
 
 
@@ -92,6 +93,8 @@ def plan_view(
         raise_cap=data.raise_cap,
         steps=data.steps,
         checks=data.checks,
+        retry=data.retry,
+        output=data.setup_tail,
         actions=data.actions,
         branch=data.branch_actions,
     )
@@ -103,6 +106,8 @@ def plan_note(data: PlanCardData, *, now: float) -> str | None:
         return f"👉 Waiting for you: {data.waiting}."
     if data.halted is not None:
         return f"⏸ {data.halted}"
+    if data.setting_up:
+        return SETUP_NOTE
     if data.checking is not None:
         return f"🧪 Running the checks of {data.checking}"
     if not data.busy or data.state not in ("planning", "written", "active"):

@@ -4,7 +4,7 @@ A card is one message: title, status, a progress bar, a window of tasks around t
 one with counts, and the buttons for its state. Builders take plain values (the sidecar, a
 goal snapshot) and return a ``CardView``; they make no Telegram calls. The raw HTML always
 fits Telegram's 4,096 UTF-16 units. Buttons carry callback data bound to the revision they
-were drawn for (``bot.callback``).
+were drawn for (``bot.telegram.callback``).
 """
 
 from __future__ import annotations
@@ -15,8 +15,14 @@ from dataclasses import dataclass
 
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup
 
-from bot import callback as cb
-from bot.render import TELEGRAM_TEXT_LIMIT, escape, escape_within, markdown_to_html, utf16_len
+from bot.telegram import callback as cb
+from bot.telegram.render import (
+    TELEGRAM_TEXT_LIMIT,
+    escape,
+    escape_within,
+    markdown_to_html,
+    utf16_len,
+)
 from engine.api import (
     CardActions,
     PlanCardState,
@@ -26,6 +32,7 @@ from engine.api import (
 )
 from engine.checks.report import how_it_ended
 from engine.checks.types import CheckResult
+from engine.checks.watch import runner_file
 from engine.events import GoalCheck
 from engine.goal.types import GoalSnapshot
 from engine.plan.extract import extract_work_items, plan_checks
@@ -45,6 +52,8 @@ YES_DISCARD = "Yes, discard"
 YES_CLEAR = "Yes, clear"
 PAUSE = "⏸ Pause"
 RESUME = "▶️ Resume"
+# A paused run whose project setup failed: the same press runs the setup again.
+RETRY = "▶️ Retry"
 RAISE_CAP = "⬆️ Raise cap to {tokens}"
 START = "▶️ Start"
 CLEAR = "✖️ Clear"
@@ -177,13 +186,20 @@ ACTION_LABELS: dict[str, str] = {
 
 
 def _rows(
-    actions: CardActions, data: Callable[[str], str], *, raise_cap: int | None = None
+    actions: CardActions,
+    data: Callable[[str], str],
+    *,
+    raise_cap: int | None = None,
+    retry: bool = False,
 ) -> tuple[tuple[Button, ...], ...]:
-    """The engine's card actions drawn as buttons: a label each, callback data bound."""
+    """The engine's card actions drawn as buttons: a label each, callback data bound
+    (``retry``: Resume reads Retry, the run paused on its project's setup)."""
 
     def label(action: str) -> str:
         if action == cb.PLAN_RAISE_CAP:
             return RAISE_CAP.format(tokens=fmt_tokens(raise_cap or 0))
+        if action == cb.PLAN_RESUME and retry:
+            return RETRY
         return ACTION_LABELS[action]
 
     return tuple(tuple((label(a), data(a)) for a in row) for row in actions)
@@ -196,12 +212,15 @@ def _plan_buttons(
     *,
     raise_cap: int | None = None,
     actions: CardActions | None = None,
+    retry: bool = False,
 ) -> tuple[tuple[Button, ...], ...]:
     """The plan card's buttons: ``actions`` as the engine gave them (by default its table's
     for ``state``), bound to the plan's id and revision."""
     if actions is None:
         actions = plan_actions(state, raise_cap=raise_cap)
-    return _rows(actions, lambda a: cb.plan_data(a, plan_id, revision), raise_cap=raise_cap)
+    return _rows(
+        actions, lambda a: cb.plan_data(a, plan_id, revision), raise_cap=raise_cap, retry=retry
+    )
 
 
 def _branch_buttons(
@@ -278,11 +297,15 @@ def build_plan_card(
     checks: Sequence[tuple[str, str]] | None = None,
     actions: CardActions | None = None,
     branch: CardActions | None = None,
+    retry: bool = False,
+    output: str | None = None,
 ) -> CardView:
     """The plan card for this sidecar in this state; ``note`` is one extra line of plain text.
 
     ``actions`` and ``branch``: the card's actions as the engine's card data lists them
-    (without them, the engine's table for ``state`` and ``worktree``).
+    (without them, the engine's table for ``state`` and ``worktree``). ``retry``: the
+    paused run's Resume reads Retry (its project setup failed); ``output`` is the end of that
+    setup's output, shown under the tasks.
 
     ``approvals``: who approved this revision so far, when it needs ``approvals_needed``.
     ``raise_cap``: a run the daily cap paused also offers "Raise cap to <tokens>".
@@ -298,7 +321,7 @@ def build_plan_card(
     head = _plan_head(sidecar, state, approvals=approvals, needed=approvals_needed)
     tasks = sidecar.tasks
     buttons = _plan_buttons(
-        state, sidecar.id, sidecar.revision, raise_cap=raise_cap, actions=actions
+        state, sidecar.id, sidecar.revision, raise_cap=raise_cap, actions=actions, retry=retry
     )
     if worktree is not None:
         buttons = buttons or _branch_buttons(worktree, branch)
@@ -323,6 +346,8 @@ def build_plan_card(
         return CardView(_fit(head + body, note) or escape("Plan card too long."), buttons)
     counts = _counts(tasks)
     proof = checks_proof(sidecar) if state == "done" else []
+    if output:
+        proof = [*proof, "", f"<pre>{escape(clip(output, 1500))}</pre>"]
     # Narrow the window until the card fits (long titles full of "&" can be large).
     for before, after in ((WINDOW_BEFORE, WINDOW_AFTER), (1, 3), (0, 1), (0, 0)):
         window = task_window(tasks, before=before, after=after)
@@ -472,12 +497,14 @@ def checks_proof(sidecar: PlanSidecar) -> list[str]:
     if not lines and not sidecar.changed_tests:
         return []
     block = ["", f"{CHECK_MARK} <b>Checks</b>", *lines]
-    if sidecar.changed_tests:
-        changed = ", ".join(sidecar.changed_tests[:10])
-        more = (
-            f" (+{len(sidecar.changed_tests) - 10} more)" if len(sidecar.changed_tests) > 10 else ""
-        )
-        block.append(f"✏️ changed tests: {clip_line(changed, 600)}{more}")
+    # What decides what a check runs (a conftest.py, a package.json, a unittest.py put on the
+    # import path) is named apart from the tests: a check can pass because it moved.
+    runners = [p for p in sidecar.changed_tests if runner_file(p)]
+    tests = [p for p in sidecar.changed_tests if not runner_file(p)]
+    for label, changed in (("✏️ changed tests", tests), ("⚠️ changed what runs the checks", runners)):
+        if changed:
+            more = f" (+{len(changed) - 10} more)" if len(changed) > 10 else ""
+            block.append(f"{label}: {clip_line(', '.join(changed[:10]), 600)}{more}")
     return block
 
 
