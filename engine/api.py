@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Literal, Protocol
+from typing import Final, Literal, Protocol, get_args
 
 from engine.events import Attachment, GoalCheck
 from engine.goal.types import GoalSnapshot
 from engine.plan.types import PlanSidecar
+from engine.roles.policy import READ_COMMANDS
 from engine.roles.types import Person, Role
 from engine.worktree.types import DECIDING, WorktreeView
 
@@ -27,10 +28,10 @@ from engine.worktree.types import DECIDING, WorktreeView
 CommandName = Literal[
     "plan", "show_plan", "execute", "discard", "goal", "stop", "status", "help", "usage", "setup"
 ]
-# Anyone in an allowed group may run these (engine.roles.policy: the role rule reads them as
-# "read"). They change nothing, so their command/run is logged without the reply waiting
-# (engine.commands).
-READ_ONLY_COMMANDS: frozenset[str] = frozenset({"show_plan", "status", "help"})
+# Anyone in an allowed group may run these: the command plane's share of the permission
+# table's read-only commands (engine.roles.policy.READ_COMMANDS). They change nothing, so their
+# command/run is logged without the reply waiting (engine.commands).
+READ_ONLY_COMMANDS: frozenset[str] = READ_COMMANDS & frozenset(get_args(CommandName))
 
 # The plan card's state, decided by the engine (engine.cards.plan_card_state). ``review``
 # is the card with Approve / Keep planning / Discard; ``active`` a checklist being worked
