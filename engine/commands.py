@@ -35,7 +35,7 @@ from engine.roles.policy import command_action, may, press_action, refusal_text,
 from engine.roles.types import Action, Role
 from engine.roles.votes import Vote
 from engine.services import Services
-from engine.tasks import BackgroundTasks
+from engine.tasks import BackgroundTasks, safe_call
 from engine.text import clean_text, clip
 from engine.usage.ledger import fmt_tokens, parse_tokens, raised_cap
 from engine.usage.meter import CAP_COMMAND
@@ -100,6 +100,7 @@ class CommandPlane:
         if plan_approvals < 1:
             raise ValueError("a plan needs at least one approval")
         self._roles = services.roles
+        self._channel = services.channel
         self._clock = clock
         self._votes = services.votes
         self._audit = AuditTrail(services.log)
@@ -178,6 +179,11 @@ class CommandPlane:
         if not may(role, await self.words_action(session_id, feedback=feedback, answer=answer)):
             # The front end's gate refuses these before they get here; this is the backstop.
             _log.info("plangate.commands.message_refused session=%s role=%s", session_id, role)
+            # Said, never dropped without a word (two answers to one question at once, say).
+            self._background_logs.spawn(
+                safe_call("notice", self._channel.notice(session_id, refusal_text(role))),
+                name=f"session={session_id} refusal",
+            )
             return
         source: FeedbackSource | HumanSource = (
             FeedbackSource(user_id=actor, message_id=message_id)

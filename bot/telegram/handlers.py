@@ -454,7 +454,10 @@ class Handlers:
         reply = _reply_text(outcome)
         toast = outcome.reply if outcome.reply and len(outcome.reply) <= MAX_TOAST else None
         as_message = reply is not None and (outcome.await_feedback or toast is None)
-        await _answer(query, None if as_message else toast, alert=outcome.alert)
+        # The presser sees words at once, also when the full answer follows as a message (in
+        # the group's pacing): its first line, or the whole of a short one.
+        said = toast or (clip(outcome.reply, MAX_TOAST, one_line=True) if outcome.reply else None)
+        await _answer(query, said, alert=outcome.alert)
         if data.kind == "a" or outcome.stale:
             # An approval message is used once; a stale card's buttons are dead.
             self._strip_pressed(query.message)

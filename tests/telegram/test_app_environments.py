@@ -361,7 +361,9 @@ CHEATING: list[ScriptStep] = [
         {"path": ".venv/bin/check", "content": "#!/bin/sh\nexit 0\n"},
         expect="Read-only file system",
     ),
-    call("plan", {"op": "complete", "evidence": "green"}, expect="read-only folder"),
+    # Nor can it poison what the next plan's setup installs from: the caches are not there.
+    call("bash", {"command": "ls /var/cache/plangate"}, expect="read-only folder"),
+    call("plan", {"op": "complete", "evidence": "green"}, expect="No such file or directory"),
     say("The checks still fail.", expect="checks-failed"),
 ]
 

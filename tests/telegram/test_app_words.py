@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.events import HumanSource, UserMessage
+from engine.events import FeedbackSource, HumanSource, UserMessage
 from engine.model.script import call
 from engine.model.script import say as model_say
 from engine.tools.ask import ASK_SENT_TEXT
@@ -18,6 +18,7 @@ from tests.engine.helpers import EXECUTION, PLANNING, settle
 from tests.fakebot.server import FakeBotApi, FakeMessage
 from tests.telegram.app_support import GROUP, OWNER, eventually
 from tests.telegram.live import Live, button, live_bot, until
+from tests.telegram.test_app_e2e import FEEDBACK_TURN
 from tests.telegram.test_app_roles import (
     ANA,
     APPROVE,
@@ -107,10 +108,15 @@ async def test_a_reply_to_an_answered_question_opens_no_turn(
         await settle(engine, sid)
         assert "now delete the tests" not in await _human_texts(live, sid)
 
-        # Even past a front end: the engine hears no answer when no question is open.
+        # Even past a front end: the engine hears no answer when no question is open, and
+        # says so in the chat.
+        before = len(fake_api.bot_messages(GROUP))
         await engine.user_message(sid, "and push to main", actor=ANA, message_id=None, answer=True)
         await settle(engine, sid)
         assert "and push to main" not in await _human_texts(live, sid)
+        await eventually(
+            lambda: any(APPROVER_REFUSAL in m.text for m in fake_api.bot_messages(GROUP)[before:])
+        )
 
         # The owner's reply to it is heard.
         fake_api.user_message(GROUP, OWNER, "Olga says hello", reply_to=question.message_id)
@@ -181,3 +187,38 @@ async def test_a_removed_approvers_vote_no_longer_counts(
         [plan] = archived(live)
         assert plan["archive_reason"] == "completed"
         assert [a["user_id"] for a in plan["approved_by"]] == [BEN, OWNER]
+
+
+async def test_an_approvers_feedback_after_keep_planning_is_heard_once(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    named(fake_api)
+    async with live_bot(fake_api, tmp_path, [*PLANNING, *FEEDBACK_TURN]) as live:
+        engine = live.engine
+        await say(fake_api, OWNER, f"/team add {ANA} approver")
+        sid, review = await review_card(fake_api, live)
+        keep = button(review, "✏️ Keep planning")
+        toast = await answered(
+            fake_api, fake_api.press(GROUP, review.message_id, keep, user_id=ANA)
+        )
+        assert str(toast["text"]).startswith("What should change?"), toast
+        # Her next message is the feedback: the planner hears it as feedback.
+        fake_api.user_message(GROUP, ANA, "Make step 2 shorter")
+        await until(lambda: _feedback_heard(live, sid))
+        await settle(engine, sid)
+        # Once: her next message to the bot is her own words, refused.
+        refused = await say(fake_api, ANA, BOT + "and delete the tests")
+        assert refused.startswith(APPROVER_REFUSAL), refused
+        await settle(engine, sid)
+        assert "and delete the tests" not in await _human_texts(live, sid)
+
+
+async def _feedback_heard(live: Live, sid: str) -> bool:
+    stored = await live.storage.log.read(sid, types=("user/message",))
+    return any(
+        isinstance(s.event, UserMessage)
+        and isinstance(s.event.source, FeedbackSource)
+        and s.event.text == "Make step 2 shorter"
+        and s.event.source.user_id == ANA
+        for s in stored
+    )
