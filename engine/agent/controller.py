@@ -392,6 +392,26 @@ class SessionController:
         )
         return f"checklist paused: the approval of {shown} timed out"
 
+    async def _observe_disk(self) -> str | None:
+        """Below the disk reserve (engine/tools/disk.py) nothing unattended goes on: an
+        armed checklist run pauses with the reason on the card, a goal round ends. A turn a
+        person started goes on (bash refuses with the reason; the chat keeps answering)."""
+        disk = self._deps.disk
+        message = self._current
+        goal_round = message is not None and isinstance(message.source, GoalRoundSource)
+        if disk is None or not (self._run.armed or goal_round):
+            return None
+        low = await asyncio.to_thread(disk.low)
+        if low is None:
+            return None
+        if goal_round:
+            await safe_call("notice", self._deps.channel.notice(self.session_id, low))
+            return f"goal round stopped: {low}"
+        _, tasks = await self._tasks()
+        task = checklist.current_task(tasks)
+        await self._pause(PauseReason("disk", low, task_id=task.id if task is not None else None))
+        return f"checklist paused: {low}"
+
     async def _after_turn(self, message: InboundMessage, result: TurnResult) -> None:
         """Tell the listener; keep an armed checklist run going while it makes progress."""
         # ``result.asked`` was noted at its step (_post_step): an answer given since must not
@@ -608,6 +628,9 @@ class SessionController:
         paused = await self._observe_approvals()
         if paused is not None:
             return paused
+        disk_low = await self._observe_disk()
+        if disk_low is not None:
+            return disk_low
         if message is not None and isinstance(message.source, GoalRoundSource):
             if switching_to_plan:
                 return "goal round ended: plan mode was entered"
