@@ -32,6 +32,7 @@ from engine.errors import ConfigError
 from engine.model.openai_provider import OpenAIProvider
 from engine.model.transcribe import OpenAITranscriber
 from engine.progress.stuck import StuckLimits
+from engine.tools.host import install_refusal, protected_folders
 from engine.tools.sandbox import SandboxSettings, probe
 from engine.usage.meter import UsageConfig
 
@@ -120,6 +121,7 @@ def sandbox_settings(settings: Settings) -> SandboxSettings:
         env_pass=settings.bash_env,
         hidden=tuple(hidden),
         hidden_names=tuple(n for n in settings.secret_files if not Path(n).is_absolute()),
+        tool_dirs=settings.sandbox_tool_dirs,
     )
 
 
@@ -134,6 +136,18 @@ def sandbox_warning(sandbox: SandboxSettings) -> str | None:
     if status.problem is not None:
         return f"{status.problem} (every bash call is refused until then)"
     return "; ".join(status.notes) or None
+
+
+def install_problems(settings: Settings) -> list[str]:
+    """One line for each folder the agent would work in that holds plangate's own files (its
+    interpreter, venv, installed package or home): ``run`` and ``doctor`` refuse those."""
+    protected = protected_folders(settings.home)
+    found = [install_refusal("PLANGATE_WORKSPACE:", settings.workspace, protected)]
+    found += [
+        install_refusal(f"PLANGATE_PROJECTS {name}:", path, protected)
+        for name, path in settings.projects
+    ]
+    return [line for line in found if line is not None]
 
 
 def engine_config(settings: Settings) -> EngineConfig:
@@ -174,6 +188,8 @@ def engine_config(settings: Settings) -> EngineConfig:
         projects=settings.projects,
         projects_root=settings.projects_root,
         worktree_root=settings.home / "worktrees",
+        disk_reserve_mb=settings.disk_reserve_mb,
+        home=settings.home,
         git_remote=settings.git_remote,
     )
 
@@ -219,6 +235,9 @@ async def run_bot() -> int:
     """Run the bot until SIGINT/SIGTERM; a setting or token problem is one line and exit 2."""
     settings = load_run_settings()
     require_run_settings(settings)
+    held = install_problems(settings)
+    if held:
+        raise ConfigError(held[0])
     configure_logging(settings)
     for line in settings_warnings(files=[config_path(), Path(".env")]):
         _log.warning("settings: %s", line)

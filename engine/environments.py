@@ -20,9 +20,11 @@ the owner's ``/setup``.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
+import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,6 +137,107 @@ def note_of(text: str) -> str:
     """The last lines of a run's output, for the card."""
     kept = "\n".join(text.rstrip().split("\n")[-NOTE_LINES:])
     return kept if len(kept) <= NOTE_CHARS else "…" + kept[-(NOTE_CHARS - 1) :]
+
+
+# Files whose text decides what a setup installs, besides the script: a copy of what a setup
+# built is reused only while all of them (at the worktree's top) are byte for byte the same.
+DEPENDENCY_FILES = (
+    "pyproject.toml",
+    "setup.cfg",
+    "setup.py",
+    "package.json",
+    "package-lock.json",
+    "npm-shrinkwrap.json",
+    "yarn.lock",
+    "pnpm-lock.yaml",
+    "uv.lock",
+    "poetry.lock",
+    "Pipfile.lock",
+    "go.mod",
+    "go.sum",
+    "Cargo.toml",
+    "Cargo.lock",
+)
+# Copies of built environments kept per project (the newest ones).
+KEEP_COPIES = 2
+
+
+def environment_key(workspace: Path, script: SetupScript) -> str:
+    """What a built environment depends on: the script and the dependency files (their
+    names and bytes, ``requirements*.txt`` too). Blocking: a thread."""
+    digest = hashlib.sha256(script.sha.encode())
+    names = [*DEPENDENCY_FILES, *sorted(p.name for p in workspace.glob("requirements*.txt"))]
+    for name in names:
+        path = workspace / name
+        if path.is_file() and not path.is_symlink():
+            digest.update(f"\0{name}\0".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:32]
+
+
+def save_copy(folder: Path, workspace: Path, built: list[str]) -> None:
+    """Keep a copy of what a setup built in ``workspace`` (plangate's home, never seen by a
+    plan), for the next worktree with the same key. Blocking: a thread."""
+    if folder.exists() or not built:
+        return
+    temp = folder.with_name(f".{folder.name}.{uuid.uuid4().hex[:8]}")
+    try:
+        for rel in built:
+            source, target = workspace / rel, temp / "tree" / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if source.is_dir() and not source.is_symlink():
+                shutil.copytree(source, target, symlinks=True)
+            else:
+                shutil.copy2(source, target, follow_symlinks=False)
+        (temp / "built.json").write_text(json.dumps({"path": str(workspace), "built": built}))
+        os.replace(temp, folder)
+    except OSError as exc:
+        _log.info("plangate.environments.copy_not_kept %s", exc)
+        shutil.rmtree(temp, ignore_errors=True)
+        return
+    copies = sorted(
+        (p for p in folder.parent.iterdir() if not p.name.startswith(".")),
+        key=lambda p: p.stat().st_mtime,
+    )
+    for old in copies[:-KEEP_COPIES]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def restore_copy(folder: Path, workspace: Path) -> list[str] | None:
+    """Put a kept copy into ``workspace``, its old worktree's path rewritten to this one in
+    the text files that name it (scripts' first lines, ``.pth`` files, records); the built
+    paths, or ``None`` when there is no usable copy. Blocking: a thread."""
+    try:
+        meta = json.loads((folder / "built.json").read_text())
+        old, built = str(meta["path"]), [str(rel) for rel in meta["built"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if any(Path(rel).is_absolute() or ".." in Path(rel).parts for rel in built):
+        return None
+    new = str(workspace)
+    for rel in built:
+        source, target = folder / "tree" / rel, workspace / rel
+        if target.exists() or target.is_symlink():
+            return None  # the worktree has it already: run the script instead
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir() and not source.is_symlink():
+            shutil.copytree(source, target, symlinks=True)
+        else:
+            shutil.copy2(source, target, follow_symlinks=False)
+        for path in [target] if target.is_file() else target.rglob("*"):
+            _rewrite(path, old.encode(), new.encode())
+    return built
+
+
+def _rewrite(path: Path, old: bytes, new: bytes) -> None:
+    if path.is_symlink() or not path.is_file() or path.suffix == ".pyc":
+        return
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return
+    if old in data and b"\0" not in data[:8192]:
+        path.write_bytes(data.replace(old, new))
 
 
 def _entries(root: Path) -> set[str]:
@@ -397,6 +500,18 @@ class EnvSetup:
         await self._worktrees.set_setup(session_id, setup="running", setup_note="")
         self._running.add(session_id)
         await safe_call("plan_changed", self._channel.plan_changed(session_id))
+        copy = await self._copy_folder(project, workspace, script)
+        if copy is not None:
+            reused = await asyncio.to_thread(restore_copy, copy, workspace)
+            if reused is not None:
+                self._running.discard(session_id)
+                _log.info(
+                    "plangate.environments.reused session=%s built=%d", session_id, len(reused)
+                )
+                await self._worktrees.set_setup(
+                    session_id, setup="ready", setup_note="", setup_built=reused
+                )
+                return None
         ran: CommandRun | None = None
         try:
             before = await asyncio.to_thread(_entries, workspace)
@@ -423,6 +538,9 @@ class EnvSetup:
             len(built),
         )
         if ok:
+            if copy is not None:
+                # Kept before the plan's first step: nothing the plan does reaches it.
+                await asyncio.to_thread(save_copy, copy, workspace, built)
             await self._worktrees.set_setup(
                 session_id, setup="ready", setup_note="", setup_built=built
             )
@@ -432,6 +550,16 @@ class EnvSetup:
         note = f"{hold.why}\n{hold.evidence}".strip()
         await self._worktrees.set_setup(session_id, setup="failed", setup_note=note)
         return hold
+
+    async def _copy_folder(
+        self, project: Path, workspace: Path, script: SetupScript
+    ) -> Path | None:
+        """Where a copy of what this script builds in this worktree is kept (``None``: no
+        home to keep it in)."""
+        if self._root is None:
+            return None
+        key = await asyncio.to_thread(environment_key, workspace, script)
+        return self._root / "built" / project_slug(project) / key
 
     def _cache_folder(self, project: Path) -> Path | None:
         folder = self.caches(project)

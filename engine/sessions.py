@@ -198,6 +198,9 @@ class Sessions:
                 reply=f"No project named {clip(name, 64, one_line=True)!r}. "
                 f"Projects: {self._project_names()}."
             )
+        refused = self._catalog.refusal(wanted)
+        if refused is not None:
+            return Outcome(reply=refused)
         if wanted.path == current.path:
             return Outcome(reply=f"Already working in project {wanted.name} ({wanted.path}).")
         controller = self._agents.controller(session_id)

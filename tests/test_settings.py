@@ -176,7 +176,9 @@ def test_dot_env_defaults_to_the_current_folder(
 ) -> None:
     (tmp_path / ".env").write_text("PLANGATE_PROFILE=fromdotenv\n")
     monkeypatch.chdir(tmp_path)
-    assert load_settings({}).profile == "fromdotenv"
+    workspace = tmp_path / "work"  # a folder that is no workspace holds the settings
+    workspace.mkdir()
+    assert load_settings({"PLANGATE_WORKSPACE": str(workspace)}).profile == "fromdotenv"
 
 
 def test_a_malformed_dot_env_value_names_the_variable(tmp_path: Path) -> None:
