@@ -16,7 +16,7 @@ from typing import Final, Literal, Protocol
 
 from engine.events import Attachment, GoalCheck
 from engine.goal.types import GoalSnapshot
-from engine.plan.types import PlanSidecar
+from engine.plan.types import PlanSidecar, PlanState
 from engine.roles.types import Person, Role
 from engine.worktree.types import DECIDING, WorktreeView
 
@@ -134,6 +134,28 @@ def plan_actions(state: PlanCardState, *, raise_cap: int | None = None) -> CardA
     return _PLAN_ACTIONS.get(state, ())
 
 
+# The card states a plan at one revision may be drawn in. What is process-local changes no
+# revision (a turn running or not, the owner's Revise or Discard choice, the planner working on
+# feedback), so a card drawn at this revision may show any of them: a press carries an action
+# of one of these, or it is out of date.
+_PHASE_CARD_STATES: dict[PlanState, tuple[PlanCardState, ...]] = {
+    "pre_init": ("planning", "confirm_discard"),
+    "post_init": ("written", "review", "confirm_discard"),
+    "active": ("active", "paused", "revise_offer", "confirm_discard", "done"),
+}
+
+
+def plan_actions_at(phase: PlanState, *, raise_cap: int | None = None) -> frozenset[str]:
+    """Every action a plan card drawn at the plan's current revision may carry in ``phase``
+    (the union of :func:`plan_actions` over the card states of that phase)."""
+    return frozenset(
+        action
+        for state in _PHASE_CARD_STATES.get(phase, ())
+        for row in plan_actions(state, raise_cap=raise_cap)
+        for action in row
+    )
+
+
 def branch_actions(view: WorktreeView | None) -> CardActions:
     """A finished plan's branch actions while its branch waits for a decision (Merge, or
     Push branch with a remote; Keep branch; Discard changes, confirmed once)."""
@@ -147,24 +169,40 @@ def branch_actions(view: WorktreeView | None) -> CardActions:
     return ((PLAN_PUSH if view.push else PLAN_MERGE,), keep)
 
 
-def goal_actions(goal: GoalSnapshot | None, *, armed: bool, confirm_clear: bool) -> CardActions:
+def goal_actions(
+    goal: GoalSnapshot | None, *, armed: bool | None, confirm_clear: bool
+) -> CardActions:
     """The goal card's actions: Pause while it runs, Start for a goal the model proposed,
-    Resume otherwise while it can go on; Clear; a task goal is a label and offers none."""
+    Resume otherwise while it can go on; Clear; a task goal is a label and offers none.
+
+    ``armed`` is process-local and changes without a new revision (``/stop``, a restart), so
+    a card drawn at this revision may show Pause or Resume: ``None`` gives the actions of
+    either (what a press at this revision may carry)."""
     if goal is None or goal.source == "task":
         return ()
     if confirm_clear:
         return ((GOAL_CLEAR_YES, GOAL_CANCEL),)
-    first: str | None = None
+    firsts: tuple[str, ...] = ()
     if goal.phase == "active":
-        if armed:
-            first = GOAL_PAUSE
-        elif goal.source == "model" and goal.rounds_started == 0:
-            first = GOAL_START
-        else:
-            first = GOAL_RESUME
+        if armed is None or armed:
+            firsts += (GOAL_PAUSE,)
+        if not armed:
+            start = goal.source == "model" and goal.rounds_started == 0
+            firsts += (GOAL_START if start else GOAL_RESUME,)
     elif goal.phase == "paused" or (goal.phase == "blocked" and goal.rounds_left > 0):
-        first = GOAL_RESUME
-    return ((first, GOAL_CLEAR),) if first is not None else ((GOAL_CLEAR,),)
+        firsts = (GOAL_RESUME,)
+    return ((*firsts, GOAL_CLEAR),)
+
+
+def goal_actions_at(goal: GoalSnapshot | None) -> frozenset[str]:
+    """Every action a goal card drawn at the goal's current revision may carry: armed or not,
+    with the Clear confirmation or without (both process-local: no new revision)."""
+    return frozenset(
+        action
+        for confirm in (False, True)
+        for row in goal_actions(goal, armed=None, confirm_clear=confirm)
+        for action in row
+    )
 
 
 def offers(actions: CardActions, action: str) -> bool:

@@ -566,20 +566,26 @@ class CommandPlane:
         card_id = sidecar.flow.card_id
         if message_id is not None and card_id is not None and message_id != card_id:
             return _stale()
+        # The one table (engine.api.plan_actions): the action must be one the card can show at
+        # this revision; the match below only acts.
+        offered = api.plan_actions_at(
+            await plans.state(session_id), raise_cap=self._usage.daily_cap
+        )
+        if action not in offered:
+            return _stale()
         self._choices.clear(session_id)
-        state = await plans.state(session_id)
         match action:
-            case api.PLAN_APPROVE if state == "post_init":
+            case api.PLAN_APPROVE:
                 return await self.approve(session_id, revision, actor=actor, actor_name=actor_name)
-            case api.PLAN_KEEP if state == "post_init":
+            case api.PLAN_KEEP:
                 await self.log_command(session_id, "keep_planning", "", actor=actor)
                 self._agents.controller(session_id).cancel_pending()
                 self._choices.await_feedback(session_id, sidecar.id)
                 return Outcome(reply=FEEDBACK_QUESTION, await_feedback=True, plan_card="refresh")
-            case api.PLAN_RESUME if state == "active":
+            case api.PLAN_RESUME:
                 await self.log_command(session_id, "resume", "", actor=actor)
                 return await self.run_checklist(session_id)
-            case api.PLAN_RAISE_CAP if state == "active" and self._usage.daily_cap is not None:
+            case api.PLAN_RAISE_CAP if self._usage.daily_cap is not None:
                 meter = self._usage
                 cap = raised_cap(meter.daily_cap or 0, meter.today().tokens)
                 # Logged like /usage cap, so the raised cap holds after a restart too.
@@ -600,7 +606,7 @@ class CommandPlane:
                 return await self.discard(session_id)
             case api.PLAN_CANCEL:
                 return Outcome(plan_card="refresh")
-            case api.PLAN_REVISE if state == "active" and await self._revisable(session_id):
+            case api.PLAN_REVISE if await self._revisable(session_id):
                 await self.log_command(session_id, "revise", "", actor=actor)
                 # Editing must hold from the first moment: a turn still executing the
                 # checklist is stopped before the plan reopens (its bash could write on).
@@ -632,6 +638,8 @@ class CommandPlane:
             or not await worktrees.deciding(session_id)
             or record.plan_id[:8] != short_id
             or record.revision != revision
+            # The Done card's branch actions now (engine.api.branch_actions).
+            or not api.offers(api.branch_actions(await worktrees.view(session_id)), action)
         ):
             return _stale()
         data = {"plan_id": record.plan_id, "revision": revision, "branch": record.branch}
@@ -664,6 +672,10 @@ class CommandPlane:
         goals = self._goals
         goal = await goals.get(session_id)
         if goal is None or goal.id[:8] != short_id or goal.revision != revision:
+            return _stale()
+        # The one table (engine.api.goal_actions): the action must be one the card can show
+        # at this revision.
+        if action not in api.goal_actions_at(goal):
             return _stale()
         self._choices.clear(session_id)
         ref = goal.ref
