@@ -61,7 +61,7 @@ from bot.outbox import Outbox, Sleep
 from bot.people import SeenPeople
 from bot.presenter import CardPresenter
 from bot.render import escape
-from bot.routes import GROUPS_KEY, ChatRoute, MetaStore, Routes, goal_card_key
+from bot.routes import GROUPS_KEY, ChatRoute, MetaStore, Routes
 from bot.updates import ChatLaneProcessor, UpdateLedger
 from bot.uploads import InputSettings
 from bot.voice import VOICE_PATTERN
@@ -252,7 +252,6 @@ def build_application(
         for session_id in await engine.migrate_chat(old, new):
             route = await routes.lookup(session_id)
             await routes.remember(session_id, ChatRoute(new, route.thread_id if route else 0))
-            await db_meta.set_meta(goal_card_key(session_id), "")
             presenter.refresh(session_id, "plan")
             presenter.refresh(session_id, "goal")
 

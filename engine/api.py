@@ -255,7 +255,7 @@ class PlanCardData:
     raise_cap: int | None = None
     # plangate is running a task's checks now (docs/checks.md): "task 1: `pytest -q`".
     checking: str | None = None
-    # The card's actions, bound to the sidecar's id and revision (engine.cards.plan_actions);
+    # The card's actions, bound to the sidecar's id and revision (plan_actions above);
     # at Done, the branch's, bound to the worktree's plan id and revision (branch_actions).
     actions: CardActions = ()
     branch_actions: CardActions = ()
@@ -272,8 +272,11 @@ class GoalCardData:
     tokens_used: int = 0
     # The goal's last check run (docs/checks.md), when its checks ran.
     last_check: GoalCheck | None = None
-    # The card's actions, bound to the goal's id and revision (engine.cards.goal_actions).
+    # The card's actions, bound to the goal's id and revision (goal_actions above).
     actions: CardActions = ()
+    # Where the goal card is (EngineApi.set_goal_card), None: no card yet.
+    chat_id: int | None = None
+    card_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,6 +426,13 @@ class EngineApi(Protocol):
         card. With ``plan_id`` it writes only while that plan is the live one (or the one
         that just ended, whose card still shows it).
         """
+        ...
+
+    async def set_goal_card(
+        self, session_id: str, *, chat_id: int | None, card_id: int | None
+    ) -> None:
+        """Remember the goal card's message (``card_id`` None: no card; the next drawing posts
+        one). Call it the moment the channel returns a card's id; :meth:`goal_card` tells it."""
         ...
 
     async def start(self) -> list[RestoredGoal]:

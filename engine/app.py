@@ -332,6 +332,12 @@ class Engine:
             plan_id=plan_id,
         )
 
+    async def set_goal_card(
+        self, session_id: str, *, chat_id: int | None, card_id: int | None
+    ) -> None:
+        """Remember the goal card's message (:meth:`Cards.set_goal_card`)."""
+        await self.cards.set_goal_card(session_id, chat_id=chat_id, card_id=card_id)
+
     # --- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> list[RestoredGoal]:

@@ -303,6 +303,16 @@ class WorkspaceChanged(_Event):
     type: Literal["workspace/changed"] = "workspace/changed"
 
 
+class GoalCardPosted(_Event):
+    """Where the session's goal card is: the chat and message the channel returned, recorded
+    the moment it did (``card_id`` None: no card; the next drawing posts one). The plan card's
+    ids are in the plan's sidecar; a goal has no sidecar (a goal lives in NoPlan too)."""
+
+    type: Literal["goal/card"] = "goal/card"
+    chat_id: int | None = None
+    card_id: int | None = None
+
+
 SessionEvent = Annotated[
     UserMessage
     | AssistantMessage
@@ -322,7 +332,8 @@ SessionEvent = Annotated[
     | ApprovalRule
     | RunPaused
     | WorkspaceChanged
-    | WorktreeChange,
+    | WorktreeChange
+    | GoalCardPosted,
     Field(discriminator="type"),
 ]
 

@@ -66,6 +66,7 @@ class Sessions:
         self._workspace_for = services.workspace_for
         self._choices = cards.choices
         self._redraw_plan = cards.plan_changed
+        self._set_goal_card = cards.set_goal_card
         self._profile = profile
         self._loaded: set[str] = set()
         # Bound sessions that start-up found unmarked (no open turn, nothing undecided): their
@@ -258,6 +259,8 @@ class Sessions:
                     update={"chat_id": new_chat_id, "card_id": None, "review_ids": []}
                 )
                 await self._plans.set_flow(binding.session_id, flow)
+            # Nor can its goal card: the next drawing posts one in the new chat.
+            await self._set_goal_card(binding.session_id, chat_id=None, card_id=None)
             moved.append(binding.session_id)
         _log.info(
             "plangate.sessions.chat_migrated from=%s to=%s sessions=%s",
@@ -279,6 +282,7 @@ class Sessions:
         await self._worktrees.forked(record.id)
         if await self._plans.current(record.id) is not None:
             await self._plans.set_flow(record.id, PlanFlow())
+        await self._set_goal_card(record.id, chat_id=None, card_id=None)
         return record.id
 
     # --- loading ----------------------------------------------------------------------------
