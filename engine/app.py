@@ -21,7 +21,7 @@ from pathlib import Path
 from engine.agent.adapters import PlanServiceAdapter
 from engine.agent.build import build_agent, workspace_from_store
 from engine.agent.channel import Channel
-from engine.agent.settings import AgentSettings
+from engine.agent.settings import DEFAULT_MAX_STEPS, AgentSettings
 from engine.api import (
     CommandName,
     GoalCardData,
@@ -45,7 +45,7 @@ from engine.commands import CommandPlane
 from engine.events import Attachment
 from engine.goal.driver import RoundDriver
 from engine.goal.progress import IdleRoundWatch
-from engine.goal.service import GoalService
+from engine.goal.service import DEFAULT_MAX_GOAL_ROUNDS, GoalService
 from engine.goal.tools import goal_tools
 from engine.inbox import session_inbox
 from engine.model.types import ModelProvider
@@ -83,13 +83,14 @@ SHUTDOWN_NOTICE = "plangate is stopping: the running turn was stopped and will n
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
-    """The settings the engine itself reads."""
+    """The settings the engine itself reads, with their defaults: the one place they live
+    (``bot.settings`` builds each ``PLANGATE_*`` default from :data:`ENGINE_DEFAULTS`)."""
 
     workspace: Path
     profile: str | None = None
-    max_goal_rounds: int = 20
+    max_goal_rounds: int = DEFAULT_MAX_GOAL_ROUNDS
     todo_parallel: bool = True
-    max_steps: int = 50
+    max_steps: int = DEFAULT_MAX_STEPS
     # When an unattended run is stuck: the loop patterns and the outer bound on progress.
     stuck: StuckLimits = field(default_factory=StuckLimits)
     # How bash is confined; the default is the full sandbox with no hidden paths named.
@@ -131,6 +132,11 @@ class EngineConfig:
     git_remote: str | None = None
     # The plan .md's size limit in KB (PLANGATE_MAX_PLAN_KB).
     max_plan_kb: int = DEFAULT_MAX_PLAN_KB
+
+
+# The engine's configuration as it comes by default (its workspace aside): what the settings
+# layer's defaults are read from.
+ENGINE_DEFAULTS = EngineConfig(workspace=Path("."))
 
 
 class Engine:
@@ -519,4 +525,4 @@ def build_engine(
     )
 
 
-__all__ = ["SHUTDOWN_NOTICE", "Engine", "EngineConfig", "build_engine"]
+__all__ = ["ENGINE_DEFAULTS", "SHUTDOWN_NOTICE", "Engine", "EngineConfig", "build_engine"]
