@@ -45,7 +45,7 @@ from telegram.ext import ApplicationHandlerStop, ContextTypes, TypeHandler
 from bot import callback as cb
 from bot import flood
 from bot.keys import SessionKey, message_key
-from engine.roles.policy import command_action, may, message_action, press_action, refusal_text
+from engine.api import command_action, may, message_action, press_action, refusal_text
 from engine.roles.types import Action, Role
 
 log = logging.getLogger("plangate.access")

@@ -44,8 +44,7 @@ from bot.routes import (
     patch_key,
     review_rev_key,
 )
-from engine.agent.checklist import current_task, task_label
-from engine.api import EngineApi, GoalCardData, PlanCardData
+from engine.api import EngineApi, GoalCardData, PlanCardData, current_task, task_label
 from engine.tasks import BackgroundTasks
 
 _log = logging.getLogger("plangate.presenter")

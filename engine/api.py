@@ -1,6 +1,6 @@
 """The engine as a front end sees it: one facade, decisions returned as values.
 
-``bot/`` (Telegram) and the console demo call :class:`EngineApi`; they never reach into the
+The front ends in ``bot/`` and the console demo call :class:`EngineApi`; they never reach into the
 plan, goal or agent services. Commands and button presses are decided here and returned as
 outcomes ("decide first, act second"): the front end only renders them. Everything the
 engine says on its own (turn replies, questions, card changes) goes through
@@ -104,6 +104,8 @@ PRESS_ACTIONS: Final[dict[PressKind, frozenset[str]]] = {
     "a": frozenset({APPROVAL_ONCE, APPROVAL_SESSION, APPROVAL_DENY, APPROVAL_RULE}),
 }
 SHORT_ID_LEN: Final = 8
+# The answer to a press on a card that is out of date (or forged): it changes nothing.
+STALE_TEXT: Final = "This card is out of date."
 # A card's buttons as actions, in rows: what the card offers in its state now (engine.cards
 # decides it, the press is accepted only for an action on the card; a front end gives each
 # action its label and draws it).
@@ -363,7 +365,7 @@ class EngineApi(Protocol):
     ) -> Outcome:
         """Run a command in the command plane (logged as ``command/run``; opens no turn).
 
-        ``actor`` is the Telegram user id (``None``: nobody known); the actor's role in the
+        ``actor`` is the person's id (``None``: nobody known); the actor's role in the
         session's chat must allow the command, else the reply says what the role allows.
         ``actor_name`` is how the actor is shown (recorded with the decisions they make).
         """
@@ -422,7 +424,7 @@ class EngineApi(Protocol):
     ) -> None:
         """Remember the plan card's (and plan-text messages') ids in the sidecar's ``flow``.
 
-        Call it the moment Telegram returns a card's id, before any other call for that
+        Call it the moment the channel returns a card's id, before any other call for that
         card. With ``plan_id`` it writes only while that plan is the live one (or the one
         that just ended, whose card still shows it).
         """
@@ -440,3 +442,45 @@ class EngineApi(Protocol):
         ...
 
     async def shutdown(self) -> None: ...
+
+
+# --- what front ends share -------------------------------------------------------------------
+#
+# A front end (bot/) reaches the engine through this module, the ports (engine.ports, the
+# channel, the model and speech ports), and the event and value types (engine.events,
+# engine.errors, engine.<package>.types), plus engine.text and engine.tasks
+# (tests/test_architecture.py). The pure helpers below are the rest of what a front end uses:
+# who may do what (engine.roles), how an upload is named and kept (engine.inbox), the wording
+# and reading of a plan's steps and checks, a pending tool request as the chat shows it.
+from engine.agent.checklist import current_task, task_label  # noqa: E402
+from engine.approval.policy import ApprovalView  # noqa: E402
+from engine.checks.report import how_it_ended  # noqa: E402
+from engine.inbox import clean_name, human_size, inline_text, save_upload  # noqa: E402
+from engine.plan.extract import extract_work_items, plan_checks  # noqa: E402
+from engine.roles.commands import parse_team_args  # noqa: E402
+from engine.roles.policy import (  # noqa: E402
+    command_action,
+    may,
+    message_action,
+    press_action,
+    refusal_text,
+)
+
+__all__ = [
+    "ApprovalView",
+    "clean_name",
+    "command_action",
+    "current_task",
+    "extract_work_items",
+    "how_it_ended",
+    "human_size",
+    "inline_text",
+    "may",
+    "message_action",
+    "parse_team_args",
+    "plan_checks",
+    "press_action",
+    "refusal_text",
+    "save_upload",
+    "task_label",
+]

@@ -9,8 +9,8 @@ planner working on feedback after Keep planning or Revise). Front ends draw what
 
 :func:`plan_card_state` is the pure rule; :class:`CardChoices` holds the owner's choices;
 :class:`Cards` reads the services and answers what each card shows now, keeps the plan card's
-message ids in the sidecar's ``flow``, and asks the channel to redraw when a card changes. See
-docs/telegram.md "The plan card's life".
+message ids in the sidecar's ``flow`` (the goal card's in the log: ``goal/card``), and asks
+the channel to redraw when a card changes. docs/architecture.md has the actions table.
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ class Cards:
         self.choices = CardChoices()
         # The last plan of a session that just ended, so its card can say how it ended.
         self._ended: dict[str, tuple[PlanSidecar, PlanEnding]] = {}
-        # A card id Telegram returned for a plan that ended before its change reached the cards
+        # A card id the channel returned for a plan that ended before its change reached the cards
         # (the service delivers it after the criteria effects): (plan id, chat id, card id),
         # applied to the ended plan when the change arrives.
         self._late_cards: dict[str, tuple[str, int, int]] = {}
@@ -307,7 +307,7 @@ class Cards:
     ) -> None:
         """Remember the plan card's (and plan-text messages') ids in the sidecar's ``flow``.
 
-        Written the moment Telegram returns the id. A plan that ended meanwhile keeps its
+        Written the moment the channel returns the id. A plan that ended meanwhile keeps its
         last card in memory, so its final drawing edits that message.
         """
         sidecar = await self._plans.current(session_id)

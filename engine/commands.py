@@ -1,7 +1,7 @@
 """The command plane: every slash command and button press, decided (docs/commands.md).
 
 Commands run without opening a model turn and are logged as ``command/run``. Each returns an
-:class:`engine.api.Outcome` that the front end renders; nothing here knows Telegram.
+:class:`engine.api.Outcome` that the front end renders; nothing here knows the chat service.
 
 The plan command matrix (docs/commands.md):
 
@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from engine import api
-from engine.api import CommandName, Outcome
+from engine.api import STALE_TEXT, CommandName, Outcome
 from engine.cards import Cards
 from engine.events import Attachment, CommandRun, FeedbackSource, HumanSource
 from engine.goal.commands import describe_goal, parse_goal_command, run_goal_command
@@ -42,7 +42,6 @@ from engine.usage.meter import CAP_COMMAND
 
 _log = logging.getLogger("plangate.commands")
 
-STALE_TEXT = "This card is out of date."
 
 HELP_TEXT = """plangate commands:
 /plan [request] - plan first: the agent explores and writes a plan for you to approve
