@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 from engine import api
@@ -31,8 +31,9 @@ from engine.plan.extract import validate_template_b
 from engine.plan.types import is_editing
 from engine.ports import Clock
 from engine.roles.audit import AuditTrail, plan_line, tool_line
+from engine.roles.commands import describe_team, parse_team_args, run_team
 from engine.roles.policy import command_action, may, message_action, press_action, refusal_text
-from engine.roles.types import Role
+from engine.roles.types import Person, Role
 from engine.roles.votes import Vote
 from engine.services import Services
 from engine.tasks import BackgroundTasks
@@ -77,6 +78,7 @@ class CommandPlane:
         services: Services,
         *,
         cards: Cards,
+        ensure_loaded: Callable[[str], Awaitable[None]] | None = None,
         chat_of: Callable[[str], int | None] = lambda _session_id: None,
         plan_approvals: int = 1,
         owner_overrides: bool = False,
@@ -85,6 +87,8 @@ class CommandPlane:
         if plan_approvals < 1:
             raise ValueError("a plan needs at least one approval")
         self._roles = services.roles
+        # A session is loaded in this process before anything is decided for it (Sessions).
+        self._ensure_loaded = ensure_loaded
         self._clock = clock
         self._votes = services.votes
         self._audit = AuditTrail(services.log)
@@ -135,6 +139,74 @@ class CommandPlane:
     async def flush_logs(self) -> None:
         """Wait for the background ``command/run`` appends still in flight."""
         await self._background_logs.drain()
+
+    async def _load(self, session_id: str) -> None:
+        if self._ensure_loaded is not None:
+            await self._ensure_loaded(session_id)
+
+    async def user_message(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        actor: int | None,
+        message_id: int | None,
+        feedback: bool = False,
+        answer: bool = False,
+        attachments: Sequence[Attachment] = (),
+    ) -> None:
+        """The session loaded, then :meth:`message` (``EngineApi.user_message``)."""
+        await self._load(session_id)
+        await self.message(
+            session_id,
+            text,
+            actor=actor,
+            message_id=message_id,
+            feedback=feedback,
+            answer=answer,
+            attachments=attachments,
+        )
+
+    async def command(
+        self,
+        session_id: str,
+        name: CommandName,
+        args: str,
+        *,
+        actor: int | None,
+        actor_name: str = "",
+    ) -> Outcome:
+        """The session loaded, then :meth:`run` (``EngineApi.command``)."""
+        await self._load(session_id)
+        return await self.run(session_id, name, args, actor=actor, actor_name=actor_name)
+
+    async def team(
+        self,
+        chat_id: int,
+        args: str,
+        *,
+        actor: int | None,
+        actor_name: str = "",
+        target: Person | None = None,
+    ) -> Outcome:
+        """``/team [add <user> approver | remove <user>]`` in a chat (docs/roles.md): anyone
+        may list; only an owner may change the team, and only in a group."""
+        role = await self._roles.role_of(chat_id, actor)
+        if not may(role, command_action("team", args)):
+            return Outcome(reply=refusal_text(role))
+        spec = parse_team_args(args)
+        if isinstance(spec, str):
+            return Outcome(reply=spec)
+        if spec.op == "list":
+            return Outcome(reply=await describe_team(self._roles, chat_id, viewer_role=role))
+        if chat_id > 0:
+            return Outcome(reply="Roles are kept per group: use /team in the group.")
+        assert actor is not None  # only an owner may change the team
+        text = await run_team(
+            self._roles, chat_id, spec, target=target, actor=Person(actor, actor_name)
+        )
+        _log.info("plangate.commands.team chat=%s op=%s by=%s", chat_id, spec.op, actor)
+        return Outcome(reply=text)
 
     async def message(
         self,
@@ -525,6 +597,7 @@ class CommandPlane:
         (reposted since) is out of date even at the same revision. The presser's role must
         allow the action (a removed approver's old buttons do nothing).
         """
+        await self._load(session_id)
         action, short_id, revision = press.action, press.short_id, press.revision
         role = await self.role(session_id, actor)
         if not may(role, press_action(press.kind, action)):
