@@ -46,6 +46,8 @@ YES_DISCARD = "Yes, discard"
 YES_CLEAR = "Yes, clear"
 PAUSE = "⏸ Pause"
 RESUME = "▶️ Resume"
+# A paused run whose project setup failed: the same press runs the setup again.
+RETRY = "▶️ Retry"
 RAISE_CAP = "⬆️ Raise cap to {tokens}"
 START = "▶️ Start"
 CLEAR = "✖️ Clear"
@@ -178,13 +180,20 @@ ACTION_LABELS: dict[str, str] = {
 
 
 def _rows(
-    actions: CardActions, data: Callable[[str], str], *, raise_cap: int | None = None
+    actions: CardActions,
+    data: Callable[[str], str],
+    *,
+    raise_cap: int | None = None,
+    retry: bool = False,
 ) -> tuple[tuple[Button, ...], ...]:
-    """The engine's card actions drawn as buttons: a label each, callback data bound."""
+    """The engine's card actions drawn as buttons: a label each, callback data bound
+    (``retry``: Resume reads Retry, the run paused on its project's setup)."""
 
     def label(action: str) -> str:
         if action == cb.PLAN_RAISE_CAP:
             return RAISE_CAP.format(tokens=fmt_tokens(raise_cap or 0))
+        if action == cb.PLAN_RESUME and retry:
+            return RETRY
         return ACTION_LABELS[action]
 
     return tuple(tuple((label(a), data(a)) for a in row) for row in actions)
@@ -197,12 +206,15 @@ def _plan_buttons(
     *,
     raise_cap: int | None = None,
     actions: CardActions | None = None,
+    retry: bool = False,
 ) -> tuple[tuple[Button, ...], ...]:
     """The plan card's buttons: ``actions`` as the engine gave them (by default its table's
     for ``state``), bound to the plan's id and revision."""
     if actions is None:
         actions = plan_actions(state, raise_cap=raise_cap)
-    return _rows(actions, lambda a: cb.plan_data(a, plan_id, revision), raise_cap=raise_cap)
+    return _rows(
+        actions, lambda a: cb.plan_data(a, plan_id, revision), raise_cap=raise_cap, retry=retry
+    )
 
 
 def _branch_buttons(
@@ -279,11 +291,15 @@ def build_plan_card(
     checks: Sequence[tuple[str, str]] | None = None,
     actions: CardActions | None = None,
     branch: CardActions | None = None,
+    retry: bool = False,
+    output: str | None = None,
 ) -> CardView:
     """The plan card for this sidecar in this state; ``note`` is one extra line of plain text.
 
     ``actions`` and ``branch``: the card's actions as the engine's card data lists them
-    (without them, the engine's table for ``state`` and ``worktree``).
+    (without them, the engine's table for ``state`` and ``worktree``). ``retry``: the
+    paused run's Resume reads Retry (its project setup failed); ``output`` is the end of that
+    setup's output, shown under the tasks.
 
     ``approvals``: who approved this revision so far, when it needs ``approvals_needed``.
     ``raise_cap``: a run the daily cap paused also offers "Raise cap to <tokens>".
@@ -299,7 +315,7 @@ def build_plan_card(
     head = _plan_head(sidecar, state, approvals=approvals, needed=approvals_needed)
     tasks = sidecar.tasks
     buttons = _plan_buttons(
-        state, sidecar.id, sidecar.revision, raise_cap=raise_cap, actions=actions
+        state, sidecar.id, sidecar.revision, raise_cap=raise_cap, actions=actions, retry=retry
     )
     if worktree is not None:
         buttons = buttons or _branch_buttons(worktree, branch)
@@ -324,6 +340,8 @@ def build_plan_card(
         return CardView(_fit(head + body, note) or escape("Plan card too long."), buttons)
     counts = _counts(tasks)
     proof = checks_proof(sidecar) if state == "done" else []
+    if output:
+        proof = [*proof, "", f"<pre>{escape(clip(output, 1500))}</pre>"]
     # Narrow the window until the card fits (long titles full of "&" can be large).
     for before, after in ((WINDOW_BEFORE, WINDOW_AFTER), (1, 3), (0, 1), (0, 0)):
         window = task_window(tasks, before=before, after=after)

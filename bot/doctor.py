@@ -29,6 +29,7 @@ from bot.settings import (
 from engine.errors import ConfigError
 from engine.model.types import ModelError
 from engine.tools.sandbox import probe
+from engine.worktree.script import suggestion
 
 
 def _writable(folder: Path) -> str | None:
@@ -124,6 +125,20 @@ def check_sandbox(settings: Settings) -> tuple[bool, str]:
     return True, line
 
 
+def check_setups(settings: Settings) -> list[tuple[bool, str]]:
+    """A line per project with dependencies and no ``.plangate/setup.sh`` (docs/
+    environments.md): informational, never a failure."""
+    folders = [settings.workspace, *(path for _, path in settings.projects)]
+    if settings.projects_root is not None and settings.projects_root.is_dir():
+        folders += sorted(p for p in settings.projects_root.iterdir() if p.is_dir())
+    lines = []
+    for folder in dict.fromkeys(folders):
+        line = suggestion(folder) if folder.is_dir() else None
+        if line is not None:
+            lines.append((True, f"project {folder}: {line}"))
+    return lines
+
+
 async def run_doctor(
     out: TextIO = sys.stdout, *, load: Callable[[], Settings] = load_run_settings
 ) -> int:
@@ -151,6 +166,7 @@ async def run_doctor(
         results.append((False, f"workspace {workspace}: not writable by this user"))
     else:
         results.append((True, f"workspace {workspace}: ok"))
+    results.extend(await asyncio.to_thread(check_setups, settings))
     results.append(await asyncio.to_thread(check_sandbox, settings))
     results.append(await check_telegram(settings))
     results.append(await check_model(settings))

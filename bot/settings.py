@@ -270,6 +270,8 @@ class Settings(BaseSettings):
     allow_bash: Annotated[tuple[Rule, ...], NoDecode] = ()
     # Seconds a tool approval waits for the owner before it is denied ("600", "90s", "10m").
     approval_timeout: Annotated[float, NoDecode] = _ENGINE.approval_timeout_s
+    # How long a project's setup script may run (docs/environments.md): seconds or 15m.
+    setup_timeout: Annotated[float, NoDecode] = _ENGINE.setup_timeout_s
     # Writes to existing workspace files ask too (with a diff) in NoPlan and Active.
     ask_writes: bool = _ENGINE.ask_writes
     # Approvals by different people a plan needs (docs/roles.md), and whether an owner's
@@ -369,7 +371,7 @@ class Settings(BaseSettings):
                 f"shell operators; {exc}"
             ) from None
 
-    @field_validator("approval_timeout", mode="before")
+    @field_validator("approval_timeout", "setup_timeout", mode="before")
     @classmethod
     def _approval_timeout(cls, value: object) -> object:
         if not isinstance(value, str):

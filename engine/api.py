@@ -25,7 +25,7 @@ from engine.worktree.types import DECIDING, WorktreeView
 # (:meth:`EngineApi.new_session`), which a session's command cannot do; nor is ``/project``
 # (:meth:`EngineApi.project`), for the same reason.
 CommandName = Literal[
-    "plan", "show_plan", "execute", "discard", "goal", "stop", "status", "help", "usage"
+    "plan", "show_plan", "execute", "discard", "goal", "stop", "status", "help", "usage", "setup"
 ]
 # Anyone in an allowed group may run these (engine.roles.policy: the role rule reads them as
 # "read"). They change nothing, so their command/run is logged without the reply waiting
@@ -257,6 +257,11 @@ class PlanCardData:
     raise_cap: int | None = None
     # plangate is running a task's checks now (docs/checks.md): "task 1: `pytest -q`".
     checking: str | None = None
+    # The project's setup (docs/environments.md): running now; the tail of a failed run's
+    # output; the paused run's button is Retry (it runs the setup again).
+    setting_up: bool = False
+    setup_tail: str | None = None
+    retry: bool = False
     # The card's actions, bound to the sidecar's id and revision (plan_actions above);
     # at Done, the branch's, bound to the worktree's plan id and revision (branch_actions).
     actions: CardActions = ()

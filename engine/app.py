@@ -33,6 +33,7 @@ from engine.bindings import ChatBindings
 from engine.cards import Cards
 from engine.checks.runner import SandboxChecks
 from engine.commands import CommandPlane
+from engine.environments import DEFAULT_SETUP_TIMEOUT_S, EnvSetup
 from engine.goal.driver import RoundDriver
 from engine.goal.progress import IdleRoundWatch
 from engine.goal.service import DEFAULT_MAX_GOAL_ROUNDS, GoalService
@@ -118,6 +119,11 @@ class EngineConfig:
     git_remote: str | None = None
     # The plan .md's size limit in KB (PLANGATE_MAX_PLAN_KB).
     max_plan_kb: int = DEFAULT_MAX_PLAN_KB
+    # A project's setup script (docs/environments.md): its timeout (PLANGATE_SETUP_TIMEOUT)
+    # and where the consent to it and its package caches are kept (``<home>/environments``;
+    # None: consent in memory, no caches).
+    setup_timeout_s: float = DEFAULT_SETUP_TIMEOUT_S
+    environments_root: Path | None = None
 
 
 # The engine's configuration as it comes by default (its workspace aside): what the settings
@@ -261,22 +267,10 @@ def build_engine(
     # in a plan's worktree see the repository's .git read-only as bash does (docs/checks.md);
     # this bash tool is never offered to the model.
     locks = WorkspaceLocks()
-    checks = SandboxChecks(
-        BashTool(locks=locks, sandbox=config.sandbox, read_only_roots=worktrees.read_only_roots),
-        clock=clock,
+    check_bash = BashTool(
+        locks=locks, sandbox=config.sandbox, read_only_roots=worktrees.read_only_roots
     )
-    plans = PlanService(
-        plan_store,
-        log,
-        criteria=goals,
-        clock=clock,
-        checks=checks,
-        max_plan_bytes=config.max_plan_kb * 1024,
-        approvers=votes.approvals,
-        # First of the plan's listeners: the worktree is made (or committed) before the cards
-        # redraw and before the execution turn is queued.
-        listeners=(worktrees.on_plan_change,),
-    )
+    checks = SandboxChecks(check_bash, clock=clock)
     approvals = ToolApprovals(
         log,
         channel,
@@ -291,6 +285,29 @@ def build_engine(
         ),
         roles=roles,
         chats=bindings,
+    )
+    # The project's setup (docs/environments.md) runs in the sandbox the checks run in.
+    setup = EnvSetup(
+        worktrees,
+        check_bash,
+        channel,
+        root=config.environments_root,
+        approvals=approvals,
+        timeout_s=config.setup_timeout_s,
+    )
+    plans = PlanService(
+        plan_store,
+        log,
+        criteria=goals,
+        clock=clock,
+        checks=checks,
+        max_plan_bytes=config.max_plan_kb * 1024,
+        approvers=votes.approvals,
+        # First of the plan's listeners: the worktree is made (or committed) before the cards
+        # redraw and before the execution turn is queued.
+        # The setup's listener comes after the worktree's: an approval consents to the
+        # script the new worktree was made with.
+        listeners=(worktrees.on_plan_change, setup.on_plan_change),
     )
     agents = build_agent(
         log=log,
@@ -315,6 +332,7 @@ def build_engine(
         read_only_roots=worktrees.read_only_roots,
         workspace_note=worktrees.prompt_note,
         locks=locks,
+        prepare=setup.prepare,
     )
     the_scheduler = scheduler or ApsScheduler()
     driver = RoundDriver(
@@ -338,6 +356,7 @@ def build_engine(
         catalog=catalog,
         workspace_for=worktrees.workspace_for,
         worktrees=worktrees,
+        setup=setup,
     )
     cards = Cards(services, plan_approvals=config.plan_approvals)
     the_sessions = Sessions(

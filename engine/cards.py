@@ -39,6 +39,7 @@ from engine.services import Services
 from engine.tasks import safe_call
 from engine.text import clip
 from engine.usage.ledger import raised_cap
+from engine.worktree.script import SETUP_PATH, SetupScript
 from engine.worktree.types import WorktreeView
 
 PlanChoice = Literal["revise_offer", "confirm_discard"]
@@ -151,6 +152,7 @@ class Cards:
         self._log = services.log
         # The goal card's (chat, message) per session, read from the log once (goal/card).
         self._goal_cards: dict[str, tuple[int | None, int | None]] = {}
+        self._setup = services.setup
         # The owner's choices on the cards; the command plane and /new change them.
         self.choices = CardChoices()
         # The last plan of a session that just ended, so its card can say how it ended.
@@ -220,7 +222,20 @@ class Cards:
             waiting = "your review"
         halted: str | None = None
         raise_cap: int | None = None
-        if state == "paused":
+        setup = worktree if _runs_in(worktree, sidecar) else None
+        retry = False
+        setup_tail: str | None = None
+        if state == "paused" and setup is not None and setup.setup == "failed":
+            # The setup failed or a restart cut it off: Retry runs it again (never by itself).
+            why = setup.setup_note.split("\n", 1)
+            halted = f"Setup failed ({why[0]}): Retry runs it again"
+            if run.paused is not None and run.paused.kind == "setup":
+                halted = run.paused.text
+            setup_tail = why[1] if len(why) > 1 else None
+            retry = True
+        elif state == "paused" and run.paused is not None and run.paused.kind == "setup":
+            halted, retry = run.paused.text, True
+        elif state == "paused":
             if run.paused is not None:
                 halted = run.paused.text
                 cap = self._usage.daily_cap
@@ -238,7 +253,7 @@ class Cards:
             state=state,
             sidecar=sidecar,
             busy=busy,
-            markdown=await self._plans.md_text(session_id) if review_ready else None,
+            markdown=await self._review_text(session_id) if review_ready else None,
             steps=digest.steps if digest is not None and review_ready else None,
             checks=digest.checks if digest is not None and review_ready else None,
             waiting=waiting,
@@ -249,10 +264,25 @@ class Cards:
             worktree=shown,
             raise_cap=raise_cap,
             checking=self._plans.checking(session_id),
+            setting_up=setup is not None and setup.setup == "running",
+            setup_tail=setup_tail,
+            retry=retry,
             actions=actions,
             # The branch's buttons show where the plan's own do not (its Done card).
             branch_actions=() if actions else branch_actions(shown),
         )
+
+    async def _review_text(self, session_id: str) -> str | None:
+        """The plan text up for review, with the project's setup script after it: approving
+        the plan approves that exact text (docs/environments.md)."""
+        text = await self._plans.md_text(session_id)
+        if text is None or self._setup is None:
+            return text
+        project = await self._worktrees.project_of(session_id)
+        script = await self._setup.review_script(session_id, project)
+        if script is None:
+            return text
+        return text.rstrip() + "\n\n" + setup_section(script)
 
     async def goal_card(self, session_id: str) -> GoalCardData:
         """What the goal card shows now: the goal, armed or not, and its tokens so far."""
@@ -367,6 +397,16 @@ class Cards:
 
     async def _on_goal_change(self, session_id: str, goal: GoalSnapshot | None) -> None:
         await safe_call("goal_changed", self._channel.goal_changed(session_id))
+
+
+def setup_section(script: SetupScript) -> str:
+    """The setup script as the review shows it after the plan: its name, hash and text."""
+    fence = "````" if "```" in script.text else "```"
+    return (
+        f"## Setup script\n\n`{SETUP_PATH}` (sha256 `{script.short}`) runs in the plan's "
+        "worktree with the network before the first step; approving the plan approves this "
+        f"text:\n\n{fence}bash\n{script.text.rstrip()}\n{fence}\n"
+    )
 
 
 def _review_ready(sidecar: PlanSidecar, digest: PlanDigest) -> bool:

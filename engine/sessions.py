@@ -20,6 +20,7 @@ from pathlib import Path
 from engine.api import Outcome
 from engine.bindings import ChatBindings
 from engine.cards import Cards
+from engine.environments import read_script
 from engine.events import CommandRun
 from engine.inbox import session_inbox
 from engine.plan.types import PlanFlow
@@ -30,6 +31,7 @@ from engine.roles.policy import command_action, may, refusal_text
 from engine.services import Services
 from engine.tasks import safe_call
 from engine.text import clip
+from engine.worktree.script import SETUP_PATH
 
 _log = logging.getLogger("plangate.sessions")
 
@@ -217,7 +219,9 @@ class Sessions:
         current = await self.project_of(session_id)
         name = args.strip()
         if not name:
-            return Outcome(reply=self._project_listing(current))
+            script = await asyncio.to_thread(read_script, current.path)
+            setup = script.label if script is not None else f"none (no {SETUP_PATH})"
+            return Outcome(reply=f"{self._project_listing(current)}\nSetup: {setup}")
         wanted = self._catalog.get(name) if PROJECT_NAME.fullmatch(name) else None
         if wanted is None:
             return Outcome(

@@ -16,7 +16,7 @@ from pathlib import Path
 from engine.agent.channel import Channel
 from engine.agent.config import AgentDeps, WorkspaceResolver
 from engine.agent.controller import AgentRegistry
-from engine.agent.ports import GoalPort, IdleListener, PlanPort
+from engine.agent.ports import GoalPort, IdleListener, PlanPort, RunPreparer
 from engine.agent.settings import AgentSettings
 from engine.approval.service import ToolApprovals
 from engine.model.types import ModelProvider
@@ -123,6 +123,7 @@ def build_agent(
     inbox_root: Path | None = None,
     locks: WorkspaceLocks | None = None,
     workspace_note: Callable[[str], Awaitable[str]] | None = None,
+    prepare: RunPreparer | None = None,
 ) -> AgentRegistry:
     """Assemble the agent. ``extra_tools`` are the plan, todo and goal tools.
 
@@ -133,7 +134,8 @@ def build_agent(
     plan gate allows runs); ``locks`` are the workspace
     locks the tools share (pass the ones the check runner holds too); ``read_only_roots``
     names what bash sees read-only besides the workspace (a plan worktree's repository);
-    ``workspace_note`` adds a line about the workspace to the prompt.
+    ``workspace_note`` adds a line about the workspace to the prompt; ``prepare`` runs
+    before each step of an approved run or a goal round (the project's setup).
     """
     own, bash = agent_tools(
         channel,
@@ -159,6 +161,7 @@ def build_agent(
         approvals=approvals,
         inbox_root=inbox_root,
         workspace_note=workspace_note,
+        prepare=prepare,
     )
     return AgentRegistry(deps, driver=driver)
 

@@ -37,8 +37,6 @@ from typing import Protocol
 
 from engine.api import APPROVAL_ONCE
 from engine.approval.policy import (
-    BASH,
-    WRITE_TOOLS,
     ApprovalView,
     BashPolicy,
     Escalation,
@@ -65,6 +63,7 @@ from engine.roles.policy import may, press_action
 from engine.roles.types import Role
 from engine.tasks import safe_call
 from engine.tools.base import ToolContext
+from engine.tools.effects import BUILTIN, Declaration, Effect, effects_of
 from engine.tools.runtime import ToolCallRequest
 
 _log = logging.getLogger("plangate.approval.service")
@@ -239,9 +238,10 @@ class ToolApprovals:
         """The settings' rules, then the ones granted in this session."""
         return self._rules + tuple(self._session(session_id).rules)
 
-    def may_ask(self, tool: str) -> bool:
-        """Whether a call of ``tool`` can ever wait here (else the gate need not look)."""
-        return may_ask(tool, ask_writes=self.ask_writes)
+    def may_ask(self, effects: Iterable[Effect]) -> bool:
+        """Whether a call with ``effects`` (what its tool declares) can ever wait here (else
+        the gate need not look)."""
+        return may_ask(effects, ask_writes=self.ask_writes)
 
     def _granted(self, state: _Session, view: ApprovalView) -> bool:
         return bool(view.rule) and not self._is_new(state, view.family, view.rule or (), view.exact)
@@ -303,17 +303,31 @@ class ToolApprovals:
 
     # --- the gate ---------------------------------------------------------------------------
 
-    async def check(self, request: ToolCallRequest, ctx: ToolContext, *, phase: str) -> str | None:
+    async def check(
+        self,
+        request: ToolCallRequest,
+        ctx: ToolContext,
+        *,
+        phase: str,
+        declared: Declaration | None = None,
+    ) -> str | None:
         """``None`` runs the call; a string denies it (the model reads it as the result).
 
-        May wait for the owner up to the timeout. Cancelled (``/stop``), the request is
-        closed as ``stopped`` and the cancellation goes on.
+        ``declared``: what the call's tool declares it does (engine.tools.effects; plangate's
+        own tool of that name when not given). May wait for the owner up to the timeout.
+        Cancelled (``/stop``), the request is closed as ``stopped`` and the cancellation goes
+        on.
         """
         session_id = ctx.session_id
         state = self._session(session_id)
+        declared = declared if declared is not None else BUILTIN.get(request.name)
+        effects = effects_of(declared, request.arguments)
         target: str | None = None
-        if self.ask_writes and request.name in WRITE_TOOLS:
-            target = await asyncio.to_thread(write_target, ctx.workspace, request.arguments)
+        if self.ask_writes and "write" in effects:
+            written = declared.path_args("write") if declared is not None else ()
+            target = await asyncio.to_thread(
+                write_target, ctx.workspace, request.arguments, written
+            )
         decision = decide(
             request.name,
             request.arguments,
@@ -325,6 +339,7 @@ class ToolApprovals:
             ask_writes=self.ask_writes,
             write_target=target,
             write_rules=state.write_rules,
+            effects=effects,
         )
         if decision == "allow":
             return None
@@ -333,7 +348,7 @@ class ToolApprovals:
         exact = False
         why: Escalation = "command"
         reason = ""
-        if request.name == BASH:
+        if "shell" in effects:
             command = bash_command(request.arguments)
             why = escalation(request.arguments, policy=self.policy) or "command"
             if decision == "deny":
@@ -352,7 +367,7 @@ class ToolApprovals:
         elif target is not None:
             command, rule, why = f"{request.name} {target}", (target,), "write"
             diff = await asyncio.to_thread(
-                write_diff, ctx.workspace, request.name, request.arguments, target
+                write_diff, ctx.workspace, declared, request.arguments, target
             )
         else:
             command = request.name

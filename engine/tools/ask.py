@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from engine.events import is_attended
 from engine.tools.base import ToolContext, ToolOutcome
+from engine.tools.effects import BUILTIN
 
 ASK_SENT_TEXT = "sent to the user; end your turn and wait for the answer"
 ASK_IN_ROUND_TEXT = (
@@ -32,6 +33,7 @@ class AskUserTool:
     """``ask_user {question, options?}``; exclusive."""
 
     name = "ask_user"
+    declaration = BUILTIN["ask_user"]
     description = (
         "Ask the owner a question in the chat, optionally with short answer options shown as "
         "buttons. Returns at once: end your turn afterwards; the answer comes as a new message."

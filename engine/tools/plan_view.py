@@ -32,6 +32,23 @@ GATE_TEXTS: dict[str, str] = {
         "(PLANGATE_MAX_PLAN_KB). Keep the plan short: steps, not code or logs; put long "
         "material in project files the steps name."
     ),
+    "gate-editing-send": (
+        "Denied (gate-editing-send): nothing is sent to the chat while a plan is being "
+        "written. Put what the owner should see in the plan; send files once it is approved."
+    ),
+    "gate-editing-network": (
+        "Denied (gate-editing-network): the network is off while the plan is being designed. "
+        "Write what you would fetch into the plan as a step."
+    ),
+    "gate-round-ask": (
+        "Denied (gate-round-ask): nobody can answer a question or review a plan in an "
+        "autonomous goal round; decide with what you know, or report the goal blocked with "
+        "update_goal."
+    ),
+    "gate-undeclared": (
+        "Denied (gate-undeclared): this tool (or this operation of it) does not declare what "
+        "it does, so it cannot run while a plan is being written or in a goal round."
+    ),
     "gate-active-md-frozen": (
         "Denied (gate-active-md-frozen): the approved plan .md is frozen while the checklist "
         "runs. Record progress with plan complete or plan skip; the owner can Revise the plan."

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from engine.inbox import human_size
 from engine.tools.base import ToolContext, ToolOutcome
 from engine.tools.boundary import Boundary, BoundaryPolicy, NotVisible
+from engine.tools.effects import BUILTIN
 from engine.tools.workspace import OutsideWorkspace
 
 # What one attachment may weigh (chat services take tens of MB from a bot; a phone wants far less).
@@ -68,6 +69,7 @@ class SendFileTool:
     """``send_file {path, caption?}``; exclusive (attachments arrive in the order sent)."""
 
     name = "send_file"
+    declaration = BUILTIN["send_file"]
     description = (
         "Attach a file from the workspace (or one the owner sent) to the chat, e.g. a report, "
         "a patch or a generated image, with an optional short caption. At most 20 MB."
