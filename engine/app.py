@@ -184,6 +184,8 @@ class Engine:
         self.goal_card = cards.goal_card
         self.set_plan_flow = cards.set_plan_flow
         self.set_goal_card = cards.set_goal_card
+        # The tool call a session waits on the owner for, if any (for tests and tools).
+        self.pending_approval = services.approvals.pending
 
     # --- lifecycle --------------------------------------------------------------------------
 
