@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TextIO
 
 from bot.compose import open_plangate
-from bot.presenter import goal_view, plan_view
-from bot.render import markdown_to_html
+from bot.telegram.presenter import goal_view, plan_view
+from bot.telegram.render import markdown_to_html
 from engine.api import Outcome, Press
 from engine.app import Engine, EngineConfig
 from engine.approval.policy import ApprovalView
@@ -156,7 +156,7 @@ class ConsoleChannel:
     async def drafts_wanted(self, session_id: str) -> bool:
         return False  # the console prints the final reply only
 
-    async def draft(self, session_id: str, text: str) -> None:
+    async def draft(self, session_id: str, text: str, *, more: bool = False) -> None:
         return None
 
     async def approval_asked(self, session_id: str, view: ApprovalView) -> None:

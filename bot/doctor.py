@@ -17,7 +17,6 @@ from typing import TextIO
 from telegram import Bot
 from telegram.error import InvalidToken, NetworkError, TelegramError
 
-from bot.app import file_url
 from bot.runner import model_from_settings, sandbox_settings
 from bot.settings import (
     Settings,
@@ -26,6 +25,7 @@ from bot.settings import (
     run_problems,
     settings_warnings,
 )
+from bot.telegram.app import file_url
 from engine.errors import ConfigError
 from engine.model.types import ModelError
 from engine.tools.sandbox import probe

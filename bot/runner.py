@@ -17,8 +17,6 @@ from urllib.parse import urlsplit
 from telegram import Bot
 from telegram.error import InvalidToken, NetworkError
 
-from bot.app import file_url, redact, serve
-from bot.channel import LateChannel
 from bot.compose import open_plangate
 from bot.health import heartbeat
 from bot.settings import (
@@ -28,6 +26,8 @@ from bot.settings import (
     require_run_settings,
     settings_warnings,
 )
+from bot.telegram.app import file_url, redact, serve
+from bot.telegram.channel import LateChannel
 from engine.app import EngineConfig
 from engine.errors import ConfigError
 from engine.model.openai_provider import OpenAIProvider

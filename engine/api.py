@@ -53,7 +53,7 @@ GoalCardState = Literal["none", "live", "confirm_clear"]
 # The button protocol. A press names its card kind (``p`` plan, ``g`` goal, ``a`` tool
 # approval), an action of that kind, the first 8 characters of the plan, goal or request id,
 # and the revision the button was drawn for. The front end encodes and decodes it
-# (bot/callback.py); the command plane matches these constants, so a typo fails to import.
+# (bot/telegram/callback.py); the command plane matches these constants, so a typo fails to import.
 PressKind = Literal["p", "g", "a"]
 PLAN_APPROVE: Final = "approve"
 PLAN_KEEP: Final = "keep"
@@ -460,6 +460,7 @@ class EngineApi(Protocol):
 from engine.agent.checklist import current_task, task_label  # noqa: E402
 from engine.approval.policy import ApprovalView  # noqa: E402
 from engine.checks.report import how_it_ended  # noqa: E402
+from engine.checks.watch import runner_file  # noqa: E402
 from engine.inbox import clean_name, human_size, inline_text, save_upload  # noqa: E402
 from engine.plan.extract import extract_work_items, plan_checks  # noqa: E402
 from engine.roles.commands import parse_team_args  # noqa: E402
@@ -486,6 +487,7 @@ __all__ = [
     "plan_checks",
     "press_action",
     "refusal_text",
+    "runner_file",
     "save_upload",
     "task_label",
 ]

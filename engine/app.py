@@ -310,6 +310,7 @@ def build_engine(
         # The setup's listener comes after the worktree's: an approval consents to the
         # script the new worktree was made with.
         listeners=(worktrees.on_plan_change, setup.on_plan_change),
+        workspace_for=worktrees.workspace_for,
     )
     agents = build_agent(
         log=log,

@@ -463,10 +463,15 @@ class SessionController:
         # Progress is work (engine.progress.rule), judged from what each call's tool declares.
         registry = self._runtime.registry
         effects = [(registry.effects(name, args), err) for name, args, _, err in pairs]
-        files = any(may_change_files(does) for does, _ in effects)
+        moved = (
+            await self._workspace_moved() if any(may_change_files(d) for d, _ in effects) else False
+        )
+        if moved is None:
+            # No snapshot to compare with: a write that went through is taken at its word.
+            moved = any("write" in does and not err for does, err in effects)
         kinds = step_progress(
             task=tasks_moved,
-            workspace=files and await self._workspace_moved(),
+            workspace=moved,
             goal=any(changes_goal(does, is_error=err) for does, err in effects),
         )
         if kinds:
@@ -488,16 +493,18 @@ class SessionController:
             return None
         return await self._stuck(verdict, task, watching)
 
-    async def _workspace_moved(self) -> bool:
-        """Whether the workspace changed since the last snapshot (then it is the new one)."""
+    async def _workspace_moved(self) -> bool | None:
+        """Whether the workspace changed since the last snapshot (then it is the new one);
+        ``None`` when there is nothing to compare (no snapshot before, or this one failed)."""
         before = self._baseline
         try:
             workspace = await self._deps.workspace_for(self.session_id)
             self._baseline = await workspace_snapshot.snapshot(workspace)
         except OSError as exc:
             _log.warning("plangate.agent.controller.snapshot_failed %s", type(exc).__name__)
-            return False
-        return before is not None and before != self._baseline
+            self._baseline = None
+            return None
+        return None if before is None else before != self._baseline
 
     async def _take_baseline(self) -> None:
         if self._baseline is not None or self._watching() is False:
@@ -649,7 +656,9 @@ class SessionController:
         # Approval is consent to the whole checklist: a commit mid-turn lets that turn end,
         # then the run goes on by itself (_after_turn).
         await self._arm()
-        if queue_execution:
+        # A re-approval that carried every task over as done finished the plan at once:
+        # there is nothing to execute.
+        if queue_execution and (await self._tasks())[0]:
             self.submit(self._deps.settings.execution_prompt, source=SeedSource())
         return True
 

@@ -1,9 +1,9 @@
 """Who may do what: the one rule (docs/roles.md).
 
-:func:`may` is the whole policy, a pure table of role x action. The front end's gate
-(``bot/access.py``) and the engine's own actor checks (``engine.commands``) both ask it, after
-mapping a command or a button press onto its :data:`~engine.roles.types.Action` with
-:func:`command_action` and :func:`press_action`. Nothing else decides who may do what.
+:func:`may` is the whole policy, a pure table of role x action. The front end's gate and
+the engine's own actor checks (``engine.commands``) both ask it, after mapping a command or a
+button press onto its :data:`~engine.roles.types.Action` with :func:`command_action` and
+:func:`press_action`. Nothing else decides who may do what.
 """
 
 from __future__ import annotations

@@ -331,7 +331,10 @@ def effects_table(declarations: Mapping[str, Declaration] | None = None) -> str:
     """The Markdown table of tools, operations, effects and path arguments (docs/security.md
     carries it; a test keeps the two the same)."""
     found = BUILTIN if declarations is None else declarations
-    lines = ["| tool | operation | effects | path arguments |", "|---|---|---|---|"]
+    lines = [
+        "| tool | what it is for | operation | effects | path arguments |",
+        "|---|---|---|---|---|",
+    ]
     for name, declared in found.items():
         paths = ", ".join(f"`{arg}` ({use})" for arg, use in declared.paths.items()) or "-"
         flags = "".join(f"; +{eff} when `{arg}: true`" for arg, eff in declared.flags.items())
@@ -342,7 +345,7 @@ def effects_table(declarations: Mapping[str, Declaration] | None = None) -> str:
         )
         for op, effects in rows:
             shown = ", ".join(e for e in EFFECTS if e in effects) + flags
-            lines.append(f"| `{name}` | {op} | {shown} | {paths} |")
+            lines.append(f"| `{name}` | {declared.summary or '-'} | {op} | {shown} | {paths} |")
     return "\n".join(lines)
 
 

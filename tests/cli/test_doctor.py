@@ -55,6 +55,30 @@ async def test_doctor_names_a_refused_token_and_fails(
     assert text.splitlines()[-1] == "1 problem(s) found"
 
 
+async def test_doctor_fails_where_a_turn_would_though_the_model_is_listed(
+    tmp_path: Path, fake_api: FakeBotApi, fake_openai: FakeOpenAIServer
+) -> None:
+    # The server lists the model but refuses tool_choice (vLLM without a tool parser): every
+    # turn fails there, so the doctor says so instead of "ok".
+    fake_openai.refused_params = {"tool_choice"}
+    out = io.StringIO()
+    settings = _settings(tmp_path, fake_api, fake_openai, fake_api.token)
+    assert await run_doctor(out, load=lambda: settings) == 1
+    (line,) = [x for x in out.getvalue().splitlines() if x.startswith("model:")]
+    assert "HTTP 400" in line and "tool_choice" in line
+
+
+async def test_doctor_learns_max_completion_tokens_as_a_turn_does(
+    tmp_path: Path, fake_api: FakeBotApi, fake_openai: FakeOpenAIServer
+) -> None:
+    fake_openai.refused_params = {"max_tokens"}
+    out = io.StringIO()
+    settings = _settings(tmp_path, fake_api, fake_openai, fake_api.token)
+    assert await run_doctor(out, load=lambda: settings) == 0
+    (line,) = [x for x in out.getvalue().splitlines() if x.startswith("model:")]
+    assert line.endswith("streamed (max_completion_tokens)")
+
+
 async def test_doctor_says_when_a_project_with_dependencies_has_no_setup_script(
     tmp_path: Path, fake_api: FakeBotApi, fake_openai: FakeOpenAIServer
 ) -> None:

@@ -18,8 +18,8 @@ from typing import Any
 
 from telegram.ext import AIORateLimiter, Application
 
-from bot.app import build_application, drain, prepare
-from bot.channel import LateChannel
+from bot.telegram.app import build_application, drain, prepare
+from bot.telegram.channel import LateChannel
 from engine.api import (
     CommandName,
     GoalCardData,

@@ -12,9 +12,9 @@ from typing import Any
 
 from telegram.ext import Application
 
-from bot.app import announce_restored, parts
-from bot.channel import LateChannel
 from bot.compose import open_plangate
+from bot.telegram.app import announce_restored, parts
+from bot.telegram.channel import LateChannel
 from engine.api import RestoredGoal
 from engine.app import Engine, EngineConfig
 from engine.approval.policy import BashApproval

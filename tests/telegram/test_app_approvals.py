@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from bot.app import parts
+from bot.telegram.app import parts
 from engine.events import ApprovalDecided, ApprovalRule
 from engine.model.script import call, say
 from tests.fakebot.server import FakeBotApi, FakeMessage

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bot.app import parts
+from bot.telegram.app import parts
 from engine.app import Engine
 from engine.events import UserMessage
 from engine.model.script import ScriptStep, call, say

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.app import parts
+from bot.telegram.app import parts
 from engine.app import Engine
 from engine.model.script import ScriptStep, call, say
 from tests.fakebot.server import FakeBotApi

@@ -23,15 +23,15 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram.error import BadRequest, TelegramError
 
-from bot import callback as cb
-from bot.outbox import Outbox
-from bot.presenter import CardPresenter
-from bot.render import (
+from bot.telegram import callback as cb
+from bot.telegram.outbox import Outbox
+from bot.telegram.presenter import CardPresenter
+from bot.telegram.render import (
     TELEGRAM_TEXT_LIMIT,
     clip_html,
     escape,
@@ -41,7 +41,7 @@ from bot.render import (
     summary_html,
     utf16_len,
 )
-from bot.routes import ChatRoute
+from bot.telegram.routes import ChatRoute
 from engine.agent.channel import Channel
 from engine.api import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
@@ -103,14 +103,40 @@ TYPING_EVERY_GROUP_S = 20.0
 
 @dataclass(slots=True)
 class _Draft:
-    """A reply being shown as a draft while it streams (one per session, one per turn)."""
+    """A reply being shown as a draft while it streams (one per session, one per turn).
+
+    Only the end of the text is kept (a draft shows at most ``DRAFT_CHARS``): pieces are
+    appended and folded into that tail once they hold twice as much, so each character is
+    copied a bounded number of times however small the pieces (linear work in the answer).
+    """
 
     draft_id: int
-    text: str = ""
-    sent: str = ""
+    pieces: list[str] = field(default_factory=list)
+    kept: int = 0  # characters in ``pieces``
+    total: int = 0  # characters of the whole draft text
+    version: int = 0  # bumped by every change; ``sent`` is the version on screen
+    sent: int = 0
     sent_at: float | None = None
     task: asyncio.Task[None] | None = None
     failed: bool = False
+
+    def put(self, text: str, *, more: bool) -> None:
+        if not more:
+            self.pieces, self.kept, self.total = [], 0, 0
+        self.pieces.append(text)
+        self.kept += len(text)
+        self.total += len(text)
+        self.version += 1
+        if self.kept > 2 * DRAFT_CHARS:
+            tail = "".join(self.pieces)[-DRAFT_CHARS:]
+            self.pieces, self.kept = [tail], len(tail)
+
+    def shown(self) -> str:
+        """What the draft shows: the text, or its end after an ellipsis."""
+        text = "".join(self.pieces)
+        if self.total <= DRAFT_CHARS:
+            return text
+        return ELLIPSIS + text[-(DRAFT_CHARS - 1) :]
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,11 +226,11 @@ class TelegramChannel:
         route = await self._presenter.route(session_id)
         return self._bot is not None and route is not None and route.chat_id > 0
 
-    async def draft(self, session_id: str, text: str) -> None:
+    async def draft(self, session_id: str, text: str, *, more: bool = False) -> None:
         """Show the reply so far (``sendMessageDraft``), at most once every ``DRAFT_EVERY_S``:
-        a newer text replaces one not yet shown; the call goes through the outbox. Returns at
-        once."""
-        if not text.strip() or self._bot is None:
+        a newer text replaces one not yet shown; the call goes through the outbox. ``more``:
+        ``text`` continues the draft (each piece once). Returns at once."""
+        if not text or self._bot is None:
             return
         route = await self._presenter.route(session_id)
         if route is None or route.chat_id < 0:
@@ -214,7 +240,7 @@ class TelegramChannel:
             state = self._drafts[session_id] = _Draft(draft_id=secrets.randbelow(2**31 - 1) + 1)
         if state.failed:
             return
-        state.text = text
+        state.put(text, more=more)
         if state.task is None or state.task.done():
             state.task = self._tasks.spawn(
                 self._show_drafts(route, state), name=f"draft:{session_id}"
@@ -223,14 +249,16 @@ class TelegramChannel:
     async def _show_drafts(self, route: ChatRoute, state: _Draft) -> None:
         bot = self._bot
         assert bot is not None
-        while state.text != state.sent:
+        while state.version != state.sent:
             if state.sent_at is not None:
                 wait = state.sent_at + DRAFT_EVERY_S - self._clock()
                 if wait > 0:
                     await self._sleep(wait)
                     continue
-            text = state.text
-            shown = text if len(text) <= DRAFT_CHARS else ELLIPSIS + text[-(DRAFT_CHARS - 1) :]
+            version, shown = state.version, state.shown()
+            if not shown.strip():
+                state.sent = version  # nothing to show yet (a reply opening with spaces)
+                continue
 
             async def send(shown: str = shown) -> bool:
                 # Failures end the drafts here, inside the call: the outbox must never retry
@@ -247,7 +275,7 @@ class TelegramChannel:
             await self._outbox.call(route.chat_id, send)
             if state.failed:
                 return
-            state.sent, state.sent_at = text, self._clock()
+            state.sent, state.sent_at = version, self._clock()
 
     def _end_draft(self, session_id: str) -> None:
         state = self._drafts.pop(session_id, None)
@@ -613,9 +641,9 @@ class LateChannel:
     async def drafts_wanted(self, session_id: str) -> bool:
         return self._target is not None and await self._target.drafts_wanted(session_id)
 
-    async def draft(self, session_id: str, text: str) -> None:
+    async def draft(self, session_id: str, text: str, *, more: bool = False) -> None:
         if self._target is not None:
-            await self._target.draft(session_id, text)
+            await self._target.draft(session_id, text, more=more)
 
     async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
         if self._target is not None:

@@ -1,6 +1,6 @@
 """The update callbacks of the Telegram application and the state they share.
 
-``bot.app.build_application`` registers them (the handler map is in its docstring). Each
+``bot.telegram.app.build_application`` registers them (the handler map is in its docstring). Each
 callback is ``async def verb(update, context) -> None``: parse -> call the engine -> render
 the Outcome. None awaits an agent turn; rendering runs in background tasks through the outbox.
 """
@@ -21,15 +21,15 @@ from telegram import ForceReply, Message, Update
 from telegram.error import TelegramError
 from telegram.ext import Application, ApplicationHandlerStop, ContextTypes
 
-from bot import callback as cb
-from bot.access import AccessGate
-from bot.channel import TelegramChannel
-from bot.keys import SessionKey, message_key, update_key
-from bot.outbox import Dropped, Outbox
-from bot.people import SeenPeople
-from bot.presenter import CardPresenter
-from bot.render import clip_html, escape
-from bot.routes import (
+from bot.telegram import callback as cb
+from bot.telegram.access import AccessGate
+from bot.telegram.channel import TelegramChannel
+from bot.telegram.keys import SessionKey, message_key, update_key
+from bot.telegram.outbox import Dropped, Outbox
+from bot.telegram.people import SeenPeople
+from bot.telegram.presenter import CardPresenter
+from bot.telegram.render import clip_html, escape
+from bot.telegram.routes import (
     GROUPS_KEY,
     LAST_UPDATE_KEY,
     RECENT_UPDATES_KEY,
@@ -37,9 +37,9 @@ from bot.routes import (
     MetaStore,
     Routes,
 )
-from bot.updates import UpdateLedger
-from bot.uploads import Incoming, InputSettings, UploadRefused, fetch, incoming_of, refusal
-from bot.voice import (
+from bot.telegram.updates import UpdateLedger
+from bot.telegram.uploads import Incoming, InputSettings, UploadRefused, fetch, incoming_of, refusal
+from bot.telegram.voice import (
     EMPTY_TEXT,
     NOT_CONFIGURED_TEXT,
     Transcript,
@@ -86,14 +86,14 @@ class BotParts:
     gate: AccessGate
     token: str
     # Rendering, delivery and the update_id write started by handlers (a handler never waits
-    # for them; bot.app.drain does).
+    # for them; bot.telegram.app.drain does).
     tasks: BackgroundTasks
     last_update_id: int | None = None
     loaded: bool = False
     load_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    # Which updates are processed; the ChatLaneProcessor (bot.updates) feeds it.
+    # Which updates are processed; the ChatLaneProcessor (bot.telegram.updates) feeds it.
     ledger: UpdateLedger = field(default_factory=UpdateLedger)
-    # Who wrote in each group, for /team add @name (bot.people).
+    # Who wrote in each group, for /team add @name (bot.telegram.people).
     people: SeenPeople = field(default_factory=SeenPeople)
     # Limits of files, photos and voice from the chat (docs/inputs.md).
     inputs: InputSettings = field(default_factory=InputSettings)
@@ -268,7 +268,7 @@ class Handlers:
         """Drop an update processed before (a repeat after a restart).
 
         An update let through is taken (processed, at most once): the ledger's watermark,
-        which is stored, never passes an update still waiting for its lane (bot.updates).
+        which is stored, never passes an update still waiting for its lane (bot.telegram.updates).
         """
         bp = self.bp
         await load_state(bp)
@@ -591,7 +591,18 @@ class Handlers:
             self._say(key, msg.message_id, str(exc))
             return
         name = clean_name(incoming.name, default=incoming.default_name)
-        path = await asyncio.to_thread(save_upload, inbox, name, data)
+        try:
+            path = await asyncio.to_thread(save_upload, inbox, name, data)
+        except OSError as exc:
+            _log.warning("plangate.handlers.upload_not_saved %s", exc)
+            reason = exc.strerror or type(exc).__name__
+            self._say(
+                key,
+                msg.message_id,
+                f"⚠️ I could not save that file ({reason}); nothing reached the agent. "
+                "Try sending it again.",
+            )
+            return
         _log.info(
             "plangate.handlers.upload_saved session=%s bytes=%d kind=%s",
             session_id,
@@ -634,6 +645,19 @@ class Handlers:
             return
 
         async def work() -> None:
+            try:
+                await listen()
+            except Exception as exc:
+                # In the background nobody else would hear of it: the voice note would vanish.
+                _log.exception("plangate.handlers.voice_failed %s", type(exc).__name__)
+                self._say(
+                    key,
+                    message_id,
+                    f"🎙 That voice note was lost ({type(exc).__name__}); send it again, "
+                    "or type the message.",
+                )
+
+        async def listen() -> None:
             try:
                 data = await fetch(bot, incoming, limit)
             except UploadRefused as exc:
