@@ -141,7 +141,10 @@ class ConsoleChannel:
         engine = self._engine()
         if engine is None:
             return
-        view = goal_view(await engine.goal_card(session_id))
+        data = await engine.goal_card(session_id)
+        if data.goal is None and not self._last_goal:
+            return  # no goal and no goal card yet: nothing to show (as on Telegram)
+        view = goal_view(data)
         self._card("goal card", view.text, view.buttons, last="_last_goal")
 
     async def notice(self, session_id: str, text: str) -> None:

@@ -121,6 +121,7 @@ def sandbox_settings(settings: Settings) -> SandboxSettings:
         env_pass=settings.bash_env,
         hidden=tuple(hidden),
         hidden_names=tuple(n for n in settings.secret_files if not Path(n).is_absolute()),
+        tool_dirs=settings.sandbox_tool_dirs,
     )
 
 

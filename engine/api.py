@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Literal, Protocol
+from typing import Final, Literal, Protocol, get_args
 
 from engine.events import Attachment, GoalCheck
 from engine.goal.types import GoalSnapshot
 from engine.plan.types import PlanSidecar, PlanState
+from engine.roles.policy import READ_COMMANDS
 from engine.roles.types import Person, Role
 from engine.worktree.types import DECIDING, WorktreeView
 
@@ -27,10 +28,10 @@ from engine.worktree.types import DECIDING, WorktreeView
 CommandName = Literal[
     "plan", "show_plan", "execute", "discard", "goal", "stop", "status", "help", "usage", "setup"
 ]
-# Anyone in an allowed group may run these (engine.roles.policy: the role rule reads them as
-# "read"). They change nothing, so their command/run is logged without the reply waiting
-# (engine.commands).
-READ_ONLY_COMMANDS: frozenset[str] = frozenset({"show_plan", "status", "help"})
+# Anyone in an allowed group may run these: the command plane's share of the permission
+# table's read-only commands (engine.roles.policy.READ_COMMANDS). They change nothing, so their
+# command/run is logged without the reply waiting (engine.commands).
+READ_ONLY_COMMANDS: frozenset[str] = READ_COMMANDS & frozenset(get_args(CommandName))
 
 # The plan card's state, decided by the engine (engine.cards.plan_card_state). ``review``
 # is the card with Approve / Keep planning / Discard; ``active`` a checklist being worked
@@ -465,14 +466,17 @@ from engine.inbox import clean_name, human_size, inline_text, save_upload  # noq
 from engine.plan.extract import extract_work_items, plan_checks  # noqa: E402
 from engine.roles.commands import parse_team_args  # noqa: E402
 from engine.roles.policy import (  # noqa: E402
+    ALERT_TEXTS,
     command_action,
     may,
     message_action,
     press_action,
     refusal_text,
+    words_action,
 )
 
 __all__ = [
+    "ALERT_TEXTS",
     "ApprovalView",
     "clean_name",
     "command_action",
@@ -490,4 +494,5 @@ __all__ = [
     "runner_file",
     "save_upload",
     "task_label",
+    "words_action",
 ]

@@ -256,7 +256,8 @@ def build_engine(
     usage = UsageMeter(
         log, goals=goals, config=config.usage, clock=clock, is_private=bindings.is_private
     )
-    votes = PlanVotes(log)
+    # A vote counts while its voter may approve in the session's chat (engine.roles.votes).
+    votes = PlanVotes(log, roles=roles, chat_of=bindings.chat_of)
     catalog = ProjectCatalog(config.workspace, config.projects, root=config.projects_root)
     worktrees = Worktrees(
         log,

@@ -21,7 +21,6 @@ import logging
 import re
 import secrets
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -54,7 +53,6 @@ QUESTION_PATTERN = r"^q:[0-9a-f]{8}:[0-9]{1,2}$"
 _QUESTION = re.compile(QUESTION_PATTERN)
 MAX_OPTION_LABEL = 60
 MAX_OPTIONS = 10
-MAX_ASKED = 256  # questions remembered for "is this reply an answer?"
 # Approval buttons and the way a request ended, as the message shows it.
 ALLOW_ONCE = "✅ Allow once"
 ALLOW_SESSION = "♾ Allow for this session"
@@ -170,9 +168,10 @@ class TelegramChannel:
         self._sleep = sleep
         self._drafts: dict[str, _Draft] = {}
         self._questions: dict[str, Question] = {}
-        # (chat id, message id) of the latest questions posted, options or not: a reply to one
-        # is an answer (an approver may give it; docs/roles.md).
-        self._asked: OrderedDict[tuple[int, int], None] = OrderedDict()
+        # The question each session has open now, options or not: (chat id, message id, its
+        # options' token). A reply to it is an answer (an approver may give it, once;
+        # docs/roles.md); the next turn closes it, answered or not.
+        self._open: dict[str, tuple[int, int, str | None]] = {}
         self._typing_at: dict[str, float] = {}
         # Approval messages on screen, by request id: where to say how they ended.
         self._approvals: dict[str, tuple[int, int, str]] = {}
@@ -337,13 +336,26 @@ class TelegramChannel:
         )
         if shown:
             self._questions[token] = Question(session_id, shown, route.chat_id, msg.message_id)
-        self._asked[(route.chat_id, msg.message_id)] = None
-        while len(self._asked) > MAX_ASKED:
-            self._asked.popitem(last=False)
+        self._close_question(session_id)  # a newer question is the one open now
+        self._open[session_id] = (route.chat_id, msg.message_id, token if shown else None)
 
     def asked(self, chat_id: int, message_id: int) -> bool:
-        """Whether ``message_id`` in ``chat_id`` is one of the agent's recent questions."""
-        return (chat_id, message_id) in self._asked
+        """Whether ``message_id`` in ``chat_id`` is a question the agent has open now."""
+        return any(q[:2] == (chat_id, message_id) for q in self._open.values())
+
+    def answered(self, chat_id: int, message_id: int) -> None:
+        """A reply to the open question ``message_id`` was heard as its answer: it is
+        answered once."""
+        for session_id, q in list(self._open.items()):
+            if q[:2] == (chat_id, message_id):
+                self._close_question(session_id)
+
+    def _close_question(self, session_id: str) -> None:
+        """The session's open question is answered or moved past: replies and its option
+        buttons no longer answer it."""
+        closed = self._open.pop(session_id, None)
+        if closed is not None and closed[2] is not None:
+            self._questions.pop(closed[2], None)
 
     def answer(self, data: str) -> tuple[Question, str] | None:
         """Resolve an option press (``q:<token>:<i>``) once; None when unknown or used."""
@@ -354,6 +366,7 @@ class TelegramChannel:
         if question is None or int(index) >= len(question.options):
             return None
         del self._questions[token]  # a question is answered once
+        self._close_question(question.session_id)
         return question, question.options[int(index)]
 
     async def typing(self, session_id: str) -> None:
@@ -370,7 +383,9 @@ class TelegramChannel:
         await self._outbox.typing(route.chat_id, thread_id=route.thread)
 
     async def turn_started(self, session_id: str) -> None:
-        """A turn opened: the plan card shows it is busy (coalesced redraw)."""
+        """A turn opened: the plan card shows it is busy (coalesced redraw). The question
+        the agent asked before is answered or moved past: it is no longer open."""
+        self._close_question(session_id)
         self._presenter.refresh(session_id, "plan")
 
     async def turn_ended(self, session_id: str, outcome: TurnOutcome) -> None:

@@ -57,7 +57,9 @@ from engine.api import (
     inline_text,
     may,
     parse_team_args,
+    refusal_text,
     save_upload,
+    words_action,
 )
 from engine.events import Attachment
 from engine.model.transcribe import Transcriber
@@ -460,7 +462,10 @@ class Handlers:
         reply = _reply_text(outcome)
         toast = outcome.reply if outcome.reply and len(outcome.reply) <= MAX_TOAST else None
         as_message = reply is not None and (outcome.await_feedback or toast is None)
-        await _answer(query, None if as_message else toast, alert=outcome.alert)
+        # The presser sees words at once, also when the full answer follows as a message (in
+        # the group's pacing): its first line, or the whole of a short one.
+        said = toast or (clip(outcome.reply, MAX_TOAST, one_line=True) if outcome.reply else None)
+        await _answer(query, said, alert=outcome.alert)
         if data.kind == "a" or outcome.stale:
             # An approval message is used once; a stale card's buttons are dead.
             self._strip_pressed(query.message)
@@ -547,13 +552,17 @@ class Handlers:
             found = self.bp.transcripts.take_reply(key, msg.reply_to_message.message_id)
             if found is not None:
                 self._close_transcript(found, "✏️ Your corrected text was sent instead.")
+        answer = bool(decision and decision.answer)
+        if answer and msg.reply_to_message is not None:
+            # The question is answered once: a second reply to it is someone's own words.
+            self.bp.channel.answered(key[0], msg.reply_to_message.message_id)
         await self.bp.engine.user_message(
             session_id,
             text,
             actor=user.id,
             message_id=msg.message_id,
             feedback=feedback,
-            answer=bool(decision and decision.answer),
+            answer=answer,
         )
 
     async def upload(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -561,19 +570,24 @@ class Handlers:
         and the saved path go to the agent (docs/inputs.md). Too big: one reply, nothing kept."""
         msg = update.effective_message
         user = update.effective_user
-        # Files are words to the agent: control, an owner's (engine.roles.policy).
-        if msg is None or user is None or not may(self._role(update), "control"):
+        decision = self.bp.gate.decision(update)
+        # Files are words to the agent: the gate let them through as the sender's role allows
+        # (an owner's own, or an approver's feedback or answer); the engine checks again.
+        if msg is None or user is None or decision is None or not decision.passes:
             return
         inputs = self.bp.inputs
         incoming = incoming_of(msg, max_image_px=inputs.max_image_px)
         if incoming is None:
             return
-        decision = self.bp.gate.decision(update)
-        feedback = bool(decision and decision.feedback)
+        feedback, answer = decision.feedback, decision.answer
         key = message_key(msg)
         session_id = await self._session(key)
         self.bp.presenter.saw_message(key[0], msg.message_id)
         if incoming.kind == "voice":
+            if not may(decision.role, words_action()):
+                # A transcript goes to the agent with Send: one's own words, the owner's.
+                self._say(key, msg.message_id, refusal_text(decision.role))
+                return
             self._voice(context.bot, session_id, key, msg.message_id, incoming)
             return
         inbox = self.bp.engine.inbox_dir(session_id)
@@ -624,6 +638,7 @@ class Handlers:
             actor=user.id,
             message_id=msg.message_id,
             feedback=feedback,
+            answer=answer,
             attachments=[attachment],
         )
 
@@ -742,13 +757,17 @@ class Handlers:
             type(err).__name__,
             redact(detail, self.bp.token),
         )
-        # The person who sent a command or a message hears that it failed (never the details).
-        if not isinstance(update, Update) or update.callback_query is not None:
+        # The person who sent a command, a message or a press hears that it failed (never
+        # the details): a press as an alert, which costs no group message.
+        if not isinstance(update, Update):
+            return
+        text = f"⚠️ That failed ({escape(type(err).__name__)}); the log has the details."
+        if update.callback_query is not None:
+            await _answer(update.callback_query, text, alert=True)
             return
         msg = update.effective_message
         if isinstance(msg, Message):
             # In the background, like every reply: a paced send must not hold the chat's lane.
-            text = f"⚠️ That failed ({escape(type(err).__name__)}); the log has the details."
 
             async def tell() -> None:
                 await self.bp.outbox.send_text(

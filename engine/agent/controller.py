@@ -214,6 +214,12 @@ class SessionController:
         committed = await self._commit_approval(queue_execution=True)
         return "committed" if committed else "stale"
 
+    def restore_pause(self, reason: PauseReason) -> None:
+        """A new process found the checklist run stopped: keep why (read back from the log,
+        not logged again), so the card says it. Only when nothing runs or is armed here."""
+        if not self.busy and not self._run.armed and self._run.paused is None:
+            self._run = checklist.pause(self._run, reason)
+
     def cancel_pending(self) -> None:
         """Forget a pending plan-mode switch and approval, uncommitted.
 
@@ -324,6 +330,13 @@ class SessionController:
         except Exception as exc:  # worker boundary: log the type, keep the process alive
             _log.exception("plangate.agent.controller.drain_failed %s", type(exc).__name__)
             self._current = None
+            if self._run.armed:
+                # No continuation is queued after a failure here: an armed run would wait
+                # for a turn that never comes. It pauses, says why, and Resume goes on.
+                reason = PauseReason(
+                    "failed", f"Paused: an internal error stopped the run ({type(exc).__name__})"
+                )
+                await safe_call("pause", self._pause(reason))
         finally:
             self._notify_idle()
 
@@ -381,7 +394,8 @@ class SessionController:
 
     async def _after_turn(self, message: InboundMessage, result: TurnResult) -> None:
         """Tell the listener; keep an armed checklist run going while it makes progress."""
-        self._asked = self._asked or result.asked
+        # ``result.asked`` was noted at its step (_post_step): an answer given since must not
+        # reopen the question.
         for on_turn_end in self._listeners.turn_end:
             await safe_call("turn_end", on_turn_end(self.session_id, message, result))
         continued = False
@@ -453,6 +467,10 @@ class SessionController:
 
     async def _post_step(self, step: StepDone) -> str | None:
         """Feed the step to the stuck detector; a verdict stops the turn (and the run) here."""
+        if any(c.name == "ask_user" and not r.is_error for c, r in step.calls):
+            # The question is open from the moment it is on screen: its answer may come
+            # before this turn ends (and closes it, once: engine.commands).
+            self._asked = True
         watching = self._watching()
         if watching is False:
             return None
@@ -644,10 +662,14 @@ class SessionController:
         plan = self._deps.plan
         if pending is None or plan is None:
             return False
+        # Armed before the commit, which redraws the card: on its way from review to work the
+        # card reads "In progress", never "Paused". Undone when nothing was committed.
+        before, self._run = self._run, checklist.arm(self._run, [], now=self._clock())
         outcome = await plan.commit_approval(
             self.session_id, revision=pending.revision, actor=pending.actor
         )
         if not outcome.committed:
+            self._run = before
             # Nothing was committed, so the plan service said nothing: redraw the card here.
             await safe_call("plan_changed", self._deps.channel.plan_changed(self.session_id))
             text = outcome.message or LAPSED_TEXT

@@ -278,8 +278,10 @@ async def run_turn(
                     outcome, detail, final_text = "completed", stop_reason, ""
                     break
             final_text = ""
+            # A question went to the person (a call whose tool declares "ask"): the run
+            # waits for the answer.
             asked = asked or any(
-                c.name == "ask_user" and not o.is_error
+                "ask" in runtime.registry.effects(c.name, c.arguments) and not o.is_error
                 for c, o in zip(reply.tool_calls, outcomes, strict=True)
             )
         else:

@@ -18,11 +18,12 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import functools
+import json
 import logging
 import random
 import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
@@ -181,6 +182,8 @@ class OpenAIProvider:
         # message of the context on each call, on the event loop (a second or more per call
         # late in a long turn); as ``extra_body`` they are sent as they are.
         create = cast(Callable[..., Awaitable[Any]], self._client.chat.completions.create)
+        if stream:
+            create = self._open_stream
         for attempt in range(2):
             sent_in = self.limit_field
             sent = dict(body)
@@ -209,6 +212,14 @@ class OpenAIProvider:
                 )
         raise AssertionError("unreachable")
 
+    async def _open_stream(self, **kwargs: Any) -> _OpenStream:
+        """Open a streamed completion without the SDK's per-chunk models: its status is checked
+        (and refused like any call) as the response starts; the body is read by :meth:`stream`.
+        """
+        opening = self._client.chat.completions.with_streaming_response.create(**kwargs)
+        response = await opening.__aenter__()
+        return _OpenStream(opening, response)
+
     async def stream(
         self,
         messages: Sequence[dict[str, Any]],
@@ -233,12 +244,12 @@ class OpenAIProvider:
         if tools:
             body["tools"] = list(tools)
             body["tool_choice"] = "auto"
-        response = await self._create(body, max_tokens=max_tokens, stream=True)
+        opened: _OpenStream = await self._create(body, max_tokens=max_tokens, stream=True)
         if progress is not None:
             progress.opened = True
         collected = _StreamedReply(progress)
         try:
-            async for chunk in response:
+            async for chunk in _server_events(opened.response):
                 added = collected.add(chunk)
                 if added:
                     await on_text(added)
@@ -247,14 +258,20 @@ class OpenAIProvider:
                     # A fast server's chunks arrive by the thousand in one socket read, and
                     # parsing them never waits: let other chats' work run between batches.
                     await asyncio.sleep(0)
-        except openai.OpenAIError as exc:
+        except _StreamError as exc:
+            raise ModelError(
+                f"the model server at {_shown(self.base_url)} sent an error in its answer: {exc}"
+            ) from None
+        except (ModelError, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # the connection broke (the HTTP client's own errors)
             raise ModelError(
                 f"the model server at {_shown(self.base_url)} broke off its answer: "
-                f"{type(exc).__name__}: {exc}"
+                f"{type(exc).__name__}"
             ) from None
         finally:
             # On a cancel (/stop) too: the server sees the connection go.
-            await response.close()
+            await opened.opening.__aexit__(None, None, None)
         return collected.reply()
 
     async def check(self) -> str:
@@ -417,6 +434,63 @@ def parse_completion(response: Any) -> ModelReply:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _OpenStream:
+    """A streamed completion under way: the SDK's context (to close it) and its response."""
+
+    opening: Any
+    response: Any
+
+
+class _StreamError(Exception):
+    """The server sent an error event in the middle of a stream."""
+
+
+async def _server_events(response: Any) -> AsyncIterator[dict[str, Any]]:
+    """The JSON objects of a server-sent-events body (``data:`` lines, joined until a blank
+    line), up to ``[DONE]``. One ``json.loads`` per event: the SDK's typed chunk models cost
+    a hundred times that per chunk, which a long answer in tiny chunks pays thousands of
+    times. An ``error`` event, or data carrying ``error``, raises :class:`_StreamError`."""
+    data: list[str] = []
+    event = ""
+    done = False
+    async for line in response.iter_lines():
+        if line:
+            field_name, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if field_name == "data":
+                data.append(value)
+            elif field_name == "event":
+                event = value
+            continue
+        if not data or done:
+            data, event = [], ""
+            continue
+        text = "\n".join(data)
+        data = []
+        if text.startswith("[DONE]"):
+            done = True  # read on to the end of the body: the connection is then reusable
+            continue
+        try:
+            parsed = json.loads(text)
+        except (ValueError, RecursionError):
+            raise _StreamError(f"a chunk that is not JSON: {text[:80]!r}") from None
+        if event == "error" or (isinstance(parsed, dict) and parsed.get("error")):
+            error = parsed.get("error") if isinstance(parsed, dict) else None
+            message = error.get("message") if isinstance(error, dict) else None
+            raise _StreamError(str(message or error or "an error event")[:500])
+        event = ""
+        if isinstance(parsed, dict):
+            yield parsed
+
+
+def _get(value: Any, name: str) -> Any:
+    """``value[name]`` of a parsed chunk, or the attribute of an SDK object."""
+    if isinstance(value, dict):
+        return value.get(name)
+    return getattr(value, name, None)
+
+
 @dataclass(slots=True)
 class _StreamedCall:
     """One tool call's pieces as they stream (by the call's index)."""
@@ -453,11 +527,11 @@ class _StreamedReply:
         if usage is not None:
             self._usage = usage
         added = ""
-        for choice in getattr(chunk, "choices", None) or ():
-            delta = getattr(choice, "delta", None)
+        for choice in _get(chunk, "choices") or ():
+            delta = _get(choice, "delta")
             if delta is None:
                 continue
-            piece = getattr(delta, "content", None)
+            piece = _get(delta, "content")
             if isinstance(piece, str) and piece:
                 self._progress.chars += len(piece)
                 piece = self._carry + piece
@@ -468,28 +542,29 @@ class _StreamedReply:
                 if piece:
                     self._text.append(piece)
                     added += piece
-            for call in getattr(delta, "tool_calls", None) or ():
+            for call in _get(delta, "tool_calls") or ():
                 self._add_call(call)
         return added
 
     def _add_call(self, call: Any) -> None:
-        index = getattr(call, "index", 0)
+        index = _get(call, "index") or 0
         index = index if isinstance(index, int) and 0 <= index < MAX_STREAMED_CALLS else -1
         if index < 0:
             return  # an index no real stream uses: nothing kept
         slot = self._calls.setdefault(index, _StreamedCall())
-        if isinstance(getattr(call, "id", None), str) and call.id:
-            slot.id = call.id[:MAX_ID_CHARS]
-        function = getattr(call, "function", None)
+        call_id = _get(call, "id")
+        if isinstance(call_id, str) and call_id:
+            slot.id = call_id[:MAX_ID_CHARS]
+        function = _get(call, "function")
         if function is None:
             return
-        name = getattr(function, "name", None)
+        name = _get(function, "name")
         if isinstance(name, str) and name:
             self._progress.chars += len(name)
             if slot.name_chars < MAX_NAME_CHARS:
                 slot.name.append(name)
             slot.name_chars += len(name)
-        arguments = getattr(function, "arguments", None)
+        arguments = _get(function, "arguments")
         if isinstance(arguments, str) and arguments:
             self._progress.chars += len(arguments)
             if slot.argument_chars <= MAX_ARGUMENT_CHARS:
@@ -523,15 +598,15 @@ def _tool_call(call_id: str, name: str, parsed: Arguments) -> ModelToolCall:
 def parse_usage(response: Any) -> ModelUsage | None:
     """The response's ``usage`` (cached tokens from ``prompt_tokens_details``); ``None`` when the
     server sent none or sent counts that are not whole numbers >= 0."""
-    usage = getattr(response, "usage", None)
+    usage = _get(response, "usage")
     if usage is None:
         return None
-    prompt = _count(getattr(usage, "prompt_tokens", None))
-    completion = _count(getattr(usage, "completion_tokens", None))
+    prompt = _count(_get(usage, "prompt_tokens"))
+    completion = _count(_get(usage, "completion_tokens"))
     if prompt is None or completion is None:
         return None
-    details = getattr(usage, "prompt_tokens_details", None)
-    cached = _count(getattr(details, "cached_tokens", None)) if details is not None else None
+    details = _get(usage, "prompt_tokens_details")
+    cached = _count(_get(details, "cached_tokens")) if details is not None else None
     return ModelUsage(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached or 0)
 
 

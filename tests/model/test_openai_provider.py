@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import json
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
@@ -477,6 +478,49 @@ async def test_a_body_that_does_not_parse_is_a_model_error(body: str) -> None:
     try:
         with pytest.raises(ModelError, match="gave an unusable answer"):
             await provider.complete(HELLO, [])
+    finally:
+        await provider.aclose()
+        await runner.cleanup()
+
+
+async def test_an_error_event_in_the_middle_of_a_stream_is_a_model_error() -> None:
+    chunk = {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": FAKE_MODEL,
+        "choices": [{"index": 0, "delta": {"content": "Hel"}, "finish_reason": None}],
+    }
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        await response.write(b'data: {"error": {"message": "the model is overloaded"}}\n\n')
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    provider = OpenAIProvider(
+        FAKE_MODEL, base_url=f"http://127.0.0.1:{runner.addresses[0][1]}/v1", max_retries=0
+    )
+    heard: list[str] = []
+
+    async def on_text(piece: str) -> None:
+        heard.append(piece)
+
+    try:
+        with pytest.raises(
+            ModelError, match="sent an error in its answer: the model is overloaded"
+        ):
+            await provider.stream(HELLO, [], on_text=on_text)
+        assert heard == ["Hel"]
     finally:
         await provider.aclose()
         await runner.cleanup()
