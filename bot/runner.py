@@ -33,6 +33,7 @@ from engine.errors import ConfigError
 from engine.model.openai_provider import OpenAIProvider
 from engine.model.transcribe import OpenAITranscriber
 from engine.progress.stuck import StuckLimits
+from engine.tools.host import install_refusal, protected_folders
 from engine.tools.sandbox import SandboxSettings, probe
 from engine.usage.meter import UsageConfig
 
@@ -162,6 +163,18 @@ SHARED_FIELDS: tuple[str, ...] = tuple(
 )
 
 
+def install_problems(settings: Settings) -> list[str]:
+    """One line for each folder the agent would work in that holds plangate's own files (its
+    interpreter, venv, installed package or home): ``run`` and ``doctor`` refuse those."""
+    protected = protected_folders(settings.home)
+    found = [install_refusal("PLANGATE_WORKSPACE:", settings.workspace, protected)]
+    found += [
+        install_refusal(f"PLANGATE_PROJECTS {name}:", path, protected)
+        for name, path in settings.projects
+    ]
+    return [line for line in found if line is not None]
+
+
 def engine_config(settings: Settings) -> EngineConfig:
     """The engine's configuration from the settings: the fields named alike as they are
     (:data:`SHARED_FIELDS`), the others in the engine's shape."""
@@ -234,6 +247,9 @@ async def run_bot() -> int:
     """Run the bot until SIGINT/SIGTERM; a setting or token problem is one line and exit 2."""
     settings = load_run_settings()
     require_run_settings(settings)
+    held = install_problems(settings)
+    if held:
+        raise ConfigError(held[0])
     configure_logging(settings)
     for line in settings_warnings(files=[config_path(), Path(".env")]):
         _log.warning("settings: %s", line)

@@ -246,6 +246,10 @@ class Settings(BaseSettings):
     bash_network: bool = _ENGINE.sandbox.network
     bash_memory_mb: int = Field(default=_ENGINE.sandbox.memory_mb, ge=64)
     bash_max_processes: int = Field(default=_ENGINE.sandbox.max_processes, ge=16)
+    # Megabytes kept free on the disk of plangate's home for its own writes: below it no bash
+    # call runs and an unattended run pauses (engine/tools/disk.py); 0 turns it off. A running
+    # bot's own default: an engine embedded without a home keeps none.
+    disk_reserve_mb: int = Field(default=256, ge=0)
     bash_env: Annotated[tuple[str, ...], NoDecode] = ()
     # Files the agent never sees (no tool, not bash): absolute paths, or paths relative to
     # the workspace that are hidden in every workspace (".env.production,config/secrets.yml").
@@ -573,6 +577,35 @@ def _one_line(exc: ValidationError) -> str:
     return " ".join(text.split())
 
 
+def work_folders(settings: Settings) -> list[tuple[str, Path]]:
+    """``(label, folder)`` of every folder the agent may write: the workspace, the projects,
+    the projects' root and the plans' worktrees under the home."""
+    found = [("the workspace (PLANGATE_WORKSPACE)", settings.workspace)]
+    found += [(f"project {name} (PLANGATE_PROJECTS)", path) for name, path in settings.projects]
+    if settings.projects_root is not None:
+        found.append(("the projects' folder (PLANGATE_PROJECTS_ROOT)", settings.projects_root))
+    found.append(("the plans' worktrees", settings.home / "worktrees"))
+    return found
+
+
+def dotenv_refusal(env_file: Path, *seen: Settings) -> str | None:
+    """One line refusing ``env_file`` when it lies in a folder the agent may write, as any of
+    ``seen`` names them (the settings with the file and without it: a ``.env`` that moves
+    the workspace away from itself is caught by the second)."""
+    path = Path(os.path.realpath(env_file))
+    for settings in seen:
+        for label, folder in work_folders(settings):
+            root = Path(os.path.realpath(folder))
+            if path == root or root in path.parents:
+                return (
+                    f"{path}: a settings file inside {label} {root} is refused, since the "
+                    "agent can write it; put the settings in the environment, or in a .env in a "
+                    "folder that is no workspace or project (plangate's home, for one) and start "
+                    "plangate from there"
+                )
+    return None
+
+
 def config_path(environ: Mapping[str, str] | None = None) -> Path:
     """The settings file ``plangate setup`` writes: ``config.env`` in plangate's home, the home
     taken from ``PLANGATE_HOME`` in the environment (default ``~/.plangate``)."""
@@ -589,12 +622,22 @@ def load_settings(
     """Read settings from ``environ`` (default ``os.environ``), then ``env_file``, then
     ``config_file`` (``plangate setup``'s file): the first that names a setting wins.
 
-    Raises :class:`ConfigError` with one line naming the variable that is missing or wrong.
+    Raises :class:`ConfigError` with one line naming the variable that is missing or wrong,
+    or refusing an ``env_file`` that lies where the agent can write (:func:`dotenv_refusal`).
     """
     files = tuple(f for f in (config_file, env_file) if f is not None)  # later files win
     token = _ENVIRON.set(environ)
     try:
-        return Settings(_env_file=files or None)
+        settings = Settings(_env_file=files or None)
+        if env_file is not None and Path(env_file).is_file():
+            try:
+                bare = Settings(_env_file=config_file)
+            except ValidationError:
+                bare = settings
+            refusal = dotenv_refusal(Path(env_file), settings, bare)
+            if refusal is not None:
+                raise ConfigError(refusal)
+        return settings
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
     except SettingsError as exc:
@@ -710,8 +753,10 @@ __all__ = [
     "DEFAULT_TELEGRAM_API_URL",
     "PLACEHOLDER_MODEL_API_KEY",
     "Settings",
+    "dotenv_refusal",
     "env_name",
     "load_settings",
     "require_run_settings",
     "run_problems",
+    "work_folders",
 ]

@@ -55,6 +55,7 @@ from engine.tasks import safe_call
 from engine.text import clip
 from engine.todo.tool import TodoWriteTool
 from engine.tools.bash import BashTool
+from engine.tools.disk import DiskReserve
 from engine.tools.files import FileLimits
 from engine.tools.sandbox import SandboxSettings
 from engine.tools.workspace import WorkspaceLocks
@@ -119,6 +120,13 @@ class EngineConfig:
     git_remote: str | None = None
     # The plan .md's size limit in KB (PLANGATE_MAX_PLAN_KB).
     max_plan_kb: int = DEFAULT_MAX_PLAN_KB
+    # ``(what, folder)`` of plangate's own files (interpreter, venv, package, home): a project
+    # holding one is refused by ``/project`` (engine.tools.host; bot.compose fills it).
+    protected: tuple[tuple[str, Path], ...] = ()
+    # The room kept for plangate's own writes on its home's disk (PLANGATE_DISK_RESERVE_MB;
+    # engine/tools/disk.py), and that home (bot.compose fills it). 0 or no home: no reserve.
+    disk_reserve_mb: int = 0
+    home: Path | None = None
     # A project's setup script (docs/environments.md): its timeout (PLANGATE_SETUP_TIMEOUT)
     # and where the consent to it and its package caches are kept (``<home>/environments``;
     # None: consent in memory, no caches).
@@ -258,7 +266,9 @@ def build_engine(
     )
     # A vote counts while its voter may approve in the session's chat (engine.roles.votes).
     votes = PlanVotes(log, roles=roles, chat_of=bindings.chat_of)
-    catalog = ProjectCatalog(config.workspace, config.projects, root=config.projects_root)
+    catalog = ProjectCatalog(
+        config.workspace, config.projects, root=config.projects_root, protected=config.protected
+    )
     worktrees = Worktrees(
         log,
         channel,
@@ -270,8 +280,12 @@ def build_engine(
     # in a plan's worktree see the repository's .git read-only as bash does (docs/checks.md);
     # this bash tool is never offered to the model.
     locks = WorkspaceLocks()
+    disk = DiskReserve(config.home, config.disk_reserve_mb) if config.home is not None else None
+    if disk is not None:
+        disk.hold()  # taken at start; see engine/tools/disk.py
+    # Setup runs through this tool too: it counts against the same disk reserve.
     check_bash = BashTool(
-        locks=locks, sandbox=config.sandbox, read_only_roots=worktrees.read_only_roots
+        locks=locks, sandbox=config.sandbox, read_only_roots=worktrees.read_only_roots, disk=disk
     )
     checks = SandboxChecks(check_bash, clock=clock)
     approvals = ToolApprovals(
@@ -336,6 +350,7 @@ def build_engine(
         read_only_roots=worktrees.read_only_roots,
         workspace_note=worktrees.prompt_note,
         locks=locks,
+        disk=disk,
         prepare=setup.prepare,
     )
     the_scheduler = scheduler or ApsScheduler()

@@ -276,8 +276,11 @@ class WorktreeChange(_Event):
 # answered within PLANGATE_APPROVAL_TIMEOUT.
 # A ``setup`` pause waits for the project's setup script (engine.environments). ``stop`` and
 # ``restart`` are never logged: a new process reads them back from the log
-# (engine.agent.checklist.stopped_reason).
-PauseKind = Literal["stuck", "daily-cap", "failed", "approval-timeout", "setup", "stop", "restart"]
+# (engine.agent.checklist.stopped_reason). A ``disk`` pause: below PLANGATE_DISK_RESERVE_MB
+# (engine.tools.disk).
+PauseKind = Literal[
+    "stuck", "daily-cap", "failed", "approval-timeout", "setup", "stop", "restart", "disk"
+]
 
 
 class RunPaused(_Event):

@@ -229,6 +229,9 @@ class Sessions:
                 reply=f"No project named {clip(name, 64, one_line=True)!r}. "
                 f"Projects: {self._project_names()}."
             )
+        held = self._catalog.refusal(wanted)
+        if held is not None:
+            return Outcome(reply=held)
         if wanted.path == current.path:
             return Outcome(reply=f"Already working in project {wanted.name} ({wanted.path}).")
         controller = self._agents.controller(session_id)

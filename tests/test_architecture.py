@@ -258,7 +258,7 @@ FRONT_END_SURFACE = (
     "engine.text",
     "engine.tasks",
 )
-COMPOSITION_ROOTS = frozenset({"cli", "compose", "demo", "doctor", "runner", "settings"})
+COMPOSITION_ROOTS = frozenset({"cli", "compose", "demo", "doctor", "runner", "settings", "wizard"})
 
 
 def _on_surface(module: str) -> bool:
