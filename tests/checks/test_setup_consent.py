@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from engine.environments import read_script
 from engine.events import ApprovalDecided, ApprovalRequested
 from engine.model.script import call, say
 from engine.model.scripted import ScriptedProvider
@@ -147,3 +148,22 @@ async def test_setup_again_in_the_worktree_keeps_what_it_built_read_only(tmp_pat
     assert (Path(record.path) / ".venv" / "v").read_text() == "2\n"
     roots = [str(p) for p in await engine.worktrees.read_only_roots(sid)]
     assert str(Path(record.path) / ".venv") in roots and str(Path(record.path) / "tools") in roots
+
+
+async def test_status_and_project_say_whether_the_project_has_a_setup_script(
+    tmp_path: Path,
+) -> None:
+    async with engine_rig(tmp_path, ScriptedProvider([])) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(-1, 0)
+        status = await engine.command(sid, "status", "", actor=OWNER)
+        assert status.reply is not None and "Setup: no .plangate/setup.sh" in status.reply
+        (rig.workspace / ".plangate").mkdir()
+        (rig.workspace / ".plangate" / "setup.sh").write_text("npm ci\n")
+        sha = (await asyncio.to_thread(read_script, rig.workspace)).sha  # type: ignore[union-attr]
+        status = await engine.command(sid, "status", "", actor=OWNER)
+        assert status.reply is not None
+        assert f"Setup: .plangate/setup.sh (sha256 {sha[:12]}) (not approved yet)" in status.reply
+        project = await engine.project(-1, 0, "", actor=OWNER)
+    assert project.reply is not None
+    assert f"Setup: .plangate/setup.sh (sha256 {sha[:12]})" in project.reply

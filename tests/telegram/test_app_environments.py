@@ -63,9 +63,9 @@ BROKEN = "def add(a, b):\n    return a - b\n"
 TEST = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """pytest, setuptools and wheel as wheel files, fetched once for the module through the
+    """pytest, setuptools and wheel as wheel files, fetched once per test run through the
     machine's own pip configuration (a local index here; skipped where none answers)."""
     if not Path(SYSTEM_PYTHON).exists():
         pytest.skip(f"{SYSTEM_PYTHON} (the sandbox's python3) is not installed")
