@@ -26,6 +26,7 @@ import logging
 import os
 import shutil
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -347,6 +348,9 @@ class EnvSetup:
         record = await self._worktrees.record(session_id)
         if record is None or record.phase != "live" or record.setup in ("", "ready"):
             return None
+        if session_id in self._running:
+            # The owner's /setup is running in this worktree: the work waits for it.
+            return SetupHold("no-progress", "The setup is running (/setup): Resume when it ends")
         script = await self._worktrees.base_script(session_id)
         if script is None or script.sha != record.setup_sha:
             # The base commit no longer has the script git had (history rewritten): nothing
@@ -442,13 +446,14 @@ class EnvSetup:
                     return
                 self.consent.allow(project, script.sha)
             live = project != workspace
-            if live:
-                # The plan's worktree: what the last setup built is writable again while
-                # the new one runs, then read-only again.
-                await self._worktrees.set_setup(
-                    session_id, setup="needed", setup_sha=script.sha, setup_built=[]
-                )
-                hold = await self._run(session_id, workspace, project, script)
+            record = self._worktrees.peek(session_id)
+            if live and record is not None:
+                # The plan's worktree: what the last setup built is writable while the new
+                # one runs, then read-only again with whatever this run adds. (The record
+                # keeps the base commit's script: Retry runs that one.)
+                earlier = list(record.setup_built)
+                await self._worktrees.set_setup(session_id, setup="needed", setup_built=[])
+                hold = await self._run(session_id, workspace, project, script, keep=earlier)
             else:
                 hold = await self._run_in_place(session_id, workspace, project, script)
             text = hold.text if hold is not None else f"{script.label} ran: exit code 0."
@@ -491,8 +496,16 @@ class EnvSetup:
         return session_id in self._running
 
     async def _run(
-        self, session_id: str, workspace: Path, project: Path, script: SetupScript
+        self,
+        session_id: str,
+        workspace: Path,
+        project: Path,
+        script: SetupScript,
+        *,
+        keep: Sequence[str] = (),
     ) -> SetupHold | None:
+        """Run ``script`` in the worktree (or put in a kept copy of its build); ``keep``: what
+        an earlier setup built there, read-only again afterwards whatever this run does."""
         if len(script.text) > MAX_SCRIPT_CHARS:
             note = f"{SETUP_PATH} is longer than {MAX_SCRIPT_CHARS} characters"
             await self._worktrees.set_setup(session_id, setup="failed", setup_note=note)
@@ -522,7 +535,7 @@ class EnvSetup:
                 timeout_s=self.timeout_s,
                 caches=self._cache_folder(project),
             )
-            built = await asyncio.to_thread(_built, workspace, before)
+            built = sorted({*keep, *await asyncio.to_thread(_built, workspace, before)})
         finally:
             self._running.discard(session_id)
             if ran is None:  # stopped or failed to start: never left "running"

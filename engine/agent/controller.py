@@ -498,7 +498,8 @@ class SessionController:
 
     async def _post_step(self, step: StepDone) -> str | None:
         """Feed the step to the stuck detector; a verdict stops the turn (and the run) here."""
-        if any(c.name == "ask_user" and not r.is_error for c, r in step.calls):
+        declared = self._runtime.registry.effects
+        if any("ask" in declared(c.name, c.arguments) and not r.is_error for c, r in step.calls):
             # The question is open from the moment it is on screen: its answer may come
             # before this turn ends (and closes it, once: engine.commands).
             self._asked = True
