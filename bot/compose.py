@@ -2,7 +2,7 @@
 
 The bot's runner, the offline demo, the benches and the test rigs all open plangate through
 :func:`open_plangate`, so the wiring of ports to services is written once. Starting and
-shutting down the engine stay with the caller (``bot.app.serve`` does both for the bot).
+shutting down the engine stay with the caller (``bot.telegram.app.serve`` does both for the bot).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from engine.app import Engine, EngineConfig, build_engine
 from engine.inbox import INBOX_FOLDER
 from engine.model.types import ModelProvider
 from engine.ports import Clock, EventLog
+from engine.tools.host import protected_folders
 from storage.open import Storage, open_storage
 
 
@@ -53,9 +54,17 @@ async def open_plangate(
     if home not in sandbox.hidden:
         hidden = (home, *sandbox.hidden)
         config = dataclasses.replace(config, sandbox=dataclasses.replace(sandbox, hidden=hidden))
+    if not config.protected:
+        # No project may hold plangate's own files or its home (engine/tools/host.py).
+        config = dataclasses.replace(config, protected=tuple(protected_folders(home)))
+    if config.home is None:
+        config = dataclasses.replace(config, home=home)
     if config.worktree_root is None:
         # Approved plans' git worktrees live under the home (docs/projects.md).
         config = dataclasses.replace(config, worktree_root=home / "worktrees")
+    if config.environments_root is None:
+        # Consent to setup scripts and the projects' package caches (docs/environments.md).
+        config = dataclasses.replace(config, environments_root=home / "environments")
     storage = await open_storage(home, clock=clock)
     if config.inbox_root is None:
         # Uploads live in plangate's home, beside the database, never in the project.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable
@@ -17,12 +18,27 @@ from typing import TextIO
 from telegram import Bot
 from telegram.error import InvalidToken, NetworkError, TelegramError
 
-from bot.app import file_url
-from bot.runner import model_from_settings, sandbox_settings
-from bot.settings import Settings, load_settings, run_problems
+from bot.runner import install_problems, model_from_settings, sandbox_settings
+from bot.settings import (
+    Settings,
+    config_path,
+    load_run_settings,
+    run_problems,
+    settings_warnings,
+)
+from bot.telegram.app import file_url
 from engine.errors import ConfigError
 from engine.model.types import ModelError
-from engine.tools.sandbox import probe
+from engine.tools.disk import DiskReserve
+from engine.tools.sandbox import (
+    SYSTEM_DIRS,
+    SandboxSettings,
+    SandboxStatus,
+    fallback_limits,
+    probe,
+    sandbox_path,
+)
+from engine.worktree.script import suggestion
 
 
 def _writable(folder: Path) -> str | None:
@@ -91,6 +107,41 @@ _APPROVAL_LINE = {
 }
 
 
+def memory_line(sandbox: SandboxSettings, status: SandboxStatus) -> str:
+    """Which bound holds one bash call's memory (docs/security.md, "Whole-call limits")."""
+    if status.memory_limit == "cgroup":
+        return f"memory {sandbox.memory_mb} MB per call in total (a memory cgroup)"
+    per_process_mb, processes = fallback_limits(sandbox.memory_mb, sandbox.max_processes)
+    return (
+        f"memory {sandbox.memory_mb} MB per call in total through the fallback (no writable "
+        f"memory cgroup here): at most {processes} processes of {per_process_mb} MB address "
+        "space each, too little for toolchains such as Node; give plangate a memory cgroup"
+    )
+
+
+def check_disk(settings: Settings) -> tuple[bool, str]:
+    """The room on the disk of plangate's home against ``PLANGATE_DISK_RESERVE_MB``."""
+    reserve = DiskReserve(settings.home, settings.disk_reserve_mb)
+    if not reserve.enabled:
+        return (
+            True,
+            "disk: no reserve (PLANGATE_DISK_RESERVE_MB=0): a full disk fails plangate's writes",
+        )
+    try:
+        free = reserve.free_mb()
+    except OSError as exc:
+        return False, f"disk: cannot read the free space of {settings.home} ({exc.strerror})"
+    line = (
+        f"disk: {free} MB free where plangate's home is, {reserve.reserve_mb} MB kept for "
+        "plangate (PLANGATE_DISK_RESERVE_MB)"
+    )
+    # While plangate runs its reserve is a file in the home, not counted as free.
+    needed = reserve.reserve_mb if reserve.held() else 2 * reserve.reserve_mb
+    if free < needed:
+        return False, f"{line}; too little: bash calls stay refused until {needed} MB are free"
+    return True, f"{line}; ok"
+
+
 def check_sandbox(settings: Settings) -> tuple[bool, str]:
     """Whether bash's bubblewrap sandbox works here, and which limits bind."""
     sandbox = sandbox_settings(settings)
@@ -110,7 +161,7 @@ def check_sandbox(settings: Settings) -> tuple[bool, str]:
         "none": "processes NOT capped",
     }[status.process_limit]
     line = (
-        f"sandbox: ok, bubblewrap works; network {network}, memory {sandbox.memory_mb} MB, "
+        f"sandbox: ok, bubblewrap works; network {network}, {memory_line(sandbox, status)}, "
         f"{limits}; {asks}"
     )
     if status.notes:
@@ -118,8 +169,57 @@ def check_sandbox(settings: Settings) -> tuple[bool, str]:
     return True, line
 
 
+# Tools a project's setup or checks commonly call; doctor says which the sandbox sees.
+TOOLS = ("python3", "pip3", "uv", "node", "npm", "git", "make", "gcc", "go", "cargo")
+
+
+def check_tools(settings: Settings) -> list[tuple[bool, str]]:
+    """Which of :data:`TOOLS` bash and the checks see in the sandbox, and, when this
+    machine's ``python3`` or ``node`` is one the sandbox does not see (pyenv, nvm,
+    ``~/.local/bin``), the setting that shows it (informational, never a failure)."""
+    sandbox = sandbox_settings(settings)
+    inside = sandbox_path(sandbox)
+    seen = [tool for tool in TOOLS if shutil.which(tool, path=inside)]
+    missing = [tool for tool in TOOLS if tool not in seen]
+    line = "sandbox tools: " + (", ".join(seen) or "none of " + ", ".join(TOOLS))
+    if missing:
+        line += f" (not there: {', '.join(missing)})"
+    lines = [(True, line)]
+    roots = [Path(folder) for folder in SYSTEM_DIRS] + list(sandbox.tool_dirs)
+    for tool in ("python3", "node"):
+        host = shutil.which(tool)
+        if host is None:
+            continue
+        resolved = Path(host).resolve()
+        if any(resolved.is_relative_to(root.resolve()) for root in roots if root.exists()):
+            continue
+        folder = resolved.parent.parent if resolved.parent.name == "bin" else resolved.parent
+        lines.append(
+            (
+                True,
+                f"sandbox tools: {tool} here is {host}, which the sandbox does not see; "
+                f"install it under /usr or set PLANGATE_SANDBOX_TOOL_DIRS={folder}",
+            )
+        )
+    return lines
+
+
+def check_setups(settings: Settings) -> list[tuple[bool, str]]:
+    """A line per project with dependencies and no ``.plangate/setup.sh`` (docs/
+    environments.md): informational, never a failure."""
+    folders = [settings.workspace, *(path for _, path in settings.projects)]
+    if settings.projects_root is not None and settings.projects_root.is_dir():
+        folders += sorted(p for p in settings.projects_root.iterdir() if p.is_dir())
+    lines = []
+    for folder in dict.fromkeys(folders):
+        line = suggestion(folder) if folder.is_dir() else None
+        if line is not None:
+            lines.append((True, f"project {folder}: {line}"))
+    return lines
+
+
 async def run_doctor(
-    out: TextIO = sys.stdout, *, load: Callable[[], Settings] = load_settings
+    out: TextIO = sys.stdout, *, load: Callable[[], Settings] = load_run_settings
 ) -> int:
     """Run every check and print one line each; 0 when all passed."""
     try:
@@ -128,6 +228,8 @@ async def run_doctor(
         print(f"settings: {exc}", file=out)
         return 1
     results: list[tuple[bool, str]] = [(True, "settings: ok")]
+    files = [config_path(), Path(".env")]
+    results.extend((False, f"settings: {line}") for line in settings_warnings(files=files))
     results.extend((False, f"settings: {problem}") for problem in run_problems(settings))
     home = settings.home.expanduser()
     home_problem = _writable(home)
@@ -137,13 +239,18 @@ async def run_doctor(
         fix = "set PLANGATE_HOME to a folder you own"
         results.append((False, f"home {home}: not writable ({home_problem}); {fix}"))
     workspace = settings.workspace
+    held = install_problems(settings)
+    results.extend((False, line) for line in held)
     if not workspace.is_dir():
         results.append((False, f"workspace {workspace}: not a folder; set PLANGATE_WORKSPACE"))
     elif not os.access(workspace, os.W_OK):
         results.append((False, f"workspace {workspace}: not writable by this user"))
-    else:
+    elif not held:
         results.append((True, f"workspace {workspace}: ok"))
+    results.extend(await asyncio.to_thread(check_setups, settings))
+    results.extend(await asyncio.to_thread(check_tools, settings))
     results.append(await asyncio.to_thread(check_sandbox, settings))
+    results.append(await asyncio.to_thread(check_disk, settings))
     results.append(await check_telegram(settings))
     results.append(await check_model(settings))
     for _, line in results:

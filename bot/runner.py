@@ -7,20 +7,33 @@ engine, storage and bot together (with the demo and the doctor).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import itertools
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from telegram.error import InvalidToken
+from telegram import Bot
+from telegram.error import InvalidToken, NetworkError
 
-from bot.app import redact, serve
-from bot.channel import LateChannel
 from bot.compose import open_plangate
-from bot.settings import Settings, load_settings, require_run_settings
+from bot.health import heartbeat
+from bot.settings import (
+    Settings,
+    config_path,
+    load_run_settings,
+    require_run_settings,
+    settings_warnings,
+)
+from bot.telegram.app import file_url, redact, serve
+from bot.telegram.channel import LateChannel
 from engine.app import EngineConfig
 from engine.errors import ConfigError
 from engine.model.openai_provider import OpenAIProvider
 from engine.model.transcribe import OpenAITranscriber
 from engine.progress.stuck import StuckLimits
+from engine.tools.host import install_refusal, protected_folders
 from engine.tools.sandbox import SandboxSettings, probe
 from engine.usage.meter import UsageConfig
 
@@ -42,8 +55,20 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+class NetworkErrorsInOneLine(logging.Filter):
+    """A Telegram network error (unreachable, timed out) is one log line, not a traceback: it is
+    weather, not a bug, and PTB logs one per failed poll. ``--debug`` keeps the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, NetworkError):
+            record.msg = f"{record.getMessage()} ({type(error).__name__}: {error.message})"
+            record.args, record.exc_info, record.exc_text = None, None, None
+        return True
+
+
 def configure_logging(settings: Settings) -> None:
-    """INFO logs to stderr with every secret redacted."""
+    """Logs to stderr at ``PLANGATE_LOG_LEVEL`` with every secret redacted."""
     secrets = [
         s.get_secret_value()
         for s in (settings.telegram_token, settings.model_api_key, settings.webhook_secret)
@@ -52,9 +77,11 @@ def configure_logging(settings: Settings) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     handler.addFilter(RedactingFilter(secrets))
+    if settings.log_level != "DEBUG":
+        handler.addFilter(NetworkErrorsInOneLine())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
+    root.setLevel(settings.log_level)
     # httpx logs every request URL, and a Bot API URL contains the token.
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
@@ -95,6 +122,7 @@ def sandbox_settings(settings: Settings) -> SandboxSettings:
         env_pass=settings.bash_env,
         hidden=tuple(hidden),
         hidden_names=tuple(n for n in settings.secret_files if not Path(n).is_absolute()),
+        tool_dirs=settings.sandbox_tool_dirs,
     )
 
 
@@ -111,13 +139,48 @@ def sandbox_warning(sandbox: SandboxSettings) -> str | None:
     return "; ".join(status.notes) or None
 
 
+# The engine's settings whose PLANGATE_* name differs from the engine's field, or that the
+# engine takes in another shape; every other field of EngineConfig that a setting of the same
+# name exists for is copied as it is (SHARED_FIELDS).
+_DERIVED = frozenset(
+    {
+        "max_goal_rounds",
+        "stuck",
+        "sandbox",
+        "usage",
+        "bash_approval",
+        "approval_timeout_s",
+        "setup_timeout_s",
+        "owner_ids",
+        "vision",
+        "worktree_root",
+    }
+)
+SHARED_FIELDS: tuple[str, ...] = tuple(
+    f.name
+    for f in dataclasses.fields(EngineConfig)
+    if f.name in Settings.model_fields and f.name not in _DERIVED
+)
+
+
+def install_problems(settings: Settings) -> list[str]:
+    """One line for each folder the agent would work in that holds plangate's own files (its
+    interpreter, venv, installed package or home): ``run`` and ``doctor`` refuse those."""
+    protected = protected_folders(settings.home)
+    found = [install_refusal("PLANGATE_WORKSPACE:", settings.workspace, protected)]
+    found += [
+        install_refusal(f"PLANGATE_PROJECTS {name}:", path, protected)
+        for name, path in settings.projects
+    ]
+    return [line for line in found if line is not None]
+
+
 def engine_config(settings: Settings) -> EngineConfig:
+    """The engine's configuration from the settings: the fields named alike as they are
+    (:data:`SHARED_FIELDS`), the others in the engine's shape."""
     return EngineConfig(
-        workspace=settings.workspace,
-        profile=settings.profile,
+        **{name: getattr(settings, name) for name in SHARED_FIELDS},
         max_goal_rounds=settings.goal_max_rounds,
-        todo_parallel=settings.todo_parallel,
-        max_steps=settings.max_steps,
         stuck=StuckLimits(
             repeats=settings.stuck_repeats,
             errors=settings.stuck_errors,
@@ -134,29 +197,63 @@ def engine_config(settings: Settings) -> EngineConfig:
             footer=settings.usage_footer,
             max_output_tokens=settings.max_output_tokens,
         ),
-        goal_idle_rounds=settings.goal_idle_rounds,
-        max_plan_kb=settings.max_plan_kb,
-        allow_bash=settings.allow_bash,
+        setup_timeout_s=settings.setup_timeout,
         bash_approval=settings.bash_approval_mode,
-        ask_bash=settings.ask_bash,
         approval_timeout_s=settings.approval_timeout,
-        ask_writes=settings.ask_writes,
         owner_ids=frozenset(settings.owner_ids),
-        plan_approvals=settings.plan_approvals,
-        owner_overrides=settings.owner_overrides,
         vision=settings.model_vision,
-        projects=settings.projects,
-        projects_root=settings.projects_root,
         worktree_root=settings.home / "worktrees",
-        git_remote=settings.git_remote,
     )
+
+
+RETRY_FIRST_S = 2.0
+RETRY_MAX_S = 60.0
+
+
+async def wait_for_telegram(
+    settings: Settings, *, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+) -> None:
+    """``getMe`` until the Telegram server answers, backing off from 2 s to a minute and logging
+    one line per failed attempt; a refused token stops at once (ConfigError)."""
+    assert settings.telegram_token is not None
+    bot = Bot(
+        settings.telegram_token.get_secret_value(),
+        base_url=settings.telegram_api_url,
+        base_file_url=file_url(settings.telegram_api_url),
+    )
+    delay = RETRY_FIRST_S
+    for attempt in itertools.count(1):
+        try:
+            await bot.get_me()
+            return
+        except InvalidToken:
+            raise ConfigError(
+                "PLANGATE_TELEGRAM_TOKEN: the Telegram server refused the token (getMe: "
+                "unauthorized); copy it again from @BotFather"
+            ) from None
+        except NetworkError as exc:
+            _log.warning(
+                "telegram: cannot reach %s (%s); attempt %d, next in %.0f s",
+                urlsplit(settings.telegram_api_url).netloc or settings.telegram_api_url,
+                exc.message,
+                attempt,
+                delay,
+            )
+        await sleep(delay)
+        delay = min(delay * 2, RETRY_MAX_S)
 
 
 async def run_bot() -> int:
     """Run the bot until SIGINT/SIGTERM; a setting or token problem is one line and exit 2."""
-    settings = load_settings()
+    settings = load_run_settings()
     require_run_settings(settings)
+    held = install_problems(settings)
+    if held:
+        raise ConfigError(held[0])
     configure_logging(settings)
+    for line in settings_warnings(files=[config_path(), Path(".env")]):
+        _log.warning("settings: %s", line)
+    await wait_for_telegram(settings)
     config = engine_config(settings)
     warning = await asyncio.to_thread(sandbox_warning, config.sandbox)
     if warning is not None:
@@ -165,9 +262,12 @@ async def run_bot() -> int:
     transcriber = transcriber_from_settings(settings)
     channel = LateChannel()
     try:
-        async with open_plangate(
-            settings.home.expanduser(), model=model, channel=channel, config=config
-        ) as opened:
+        async with (
+            open_plangate(
+                settings.home.expanduser(), model=model, channel=channel, config=config
+            ) as opened,
+            heartbeat(settings.home.expanduser()),
+        ):
             await serve(
                 settings,
                 opened.engine,

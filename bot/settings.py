@@ -9,9 +9,12 @@ over ``.env``; an empty value counts as unset. :func:`load_settings` turns any m
 from __future__ import annotations
 
 import contextvars
+import difflib
 import json
+import logging
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -33,6 +36,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from engine.app import ENGINE_DEFAULTS
 from engine.approval.policy import (
     BASH_APPROVALS,
     BashApproval,
@@ -43,19 +47,17 @@ from engine.approval.policy import (
 )
 from engine.errors import ConfigError
 from engine.goal.commands import parse_interval
-from engine.progress.stuck import (
-    DEFAULT_ERRORS,
-    DEFAULT_MONOLOGUE,
-    DEFAULT_PROGRESS_S,
-    DEFAULT_PROGRESS_STEPS,
-    DEFAULT_REPEATS,
-)
 from engine.projects import PROJECT_NAME
 from engine.text import clip
 from engine.tools.sandbox import forbidden_env_name
 from engine.usage.ledger import parse_tokens
 
 PREFIX = "PLANGATE_"
+# Every default the engine reads lives once, on its configuration; the settings take theirs
+# from it (the names here are the PLANGATE_* contracts, the engine's may differ).
+_ENGINE = ENGINE_DEFAULTS
+DEFAULT_HOME = Path("~/.plangate")
+CONFIG_FILE = "config.env"
 # The openai SDK refuses to start without a key; local servers (Ollama, vLLM) ignore it.
 PLACEHOLDER_MODEL_API_KEY = "plangate-no-key"
 DEFAULT_TELEGRAM_API_URL = "https://api.telegram.org/bot"
@@ -203,7 +205,7 @@ class Settings(BaseSettings):
     telegram_api_url: str = DEFAULT_TELEGRAM_API_URL
     owner_ids: Annotated[tuple[int, ...], NoDecode] = ()
     allowed_chat_ids: Annotated[tuple[int, ...], NoDecode] = ()
-    home: Path = Field(default_factory=lambda: Path("~/.plangate").expanduser())
+    home: Path = Field(default_factory=lambda: DEFAULT_HOME.expanduser())
     workspace: Path = Field(default_factory=Path.cwd)
     profile: str | None = None
     model: str = "gpt-4o-mini"
@@ -212,9 +214,9 @@ class Settings(BaseSettings):
         default=None,
         validation_alias=AliasChoices("PLANGATE_MODEL_API_KEY", "OPENAI_API_KEY"),
     )
-    goal_max_rounds: int = Field(default=20, ge=1)
-    todo_parallel: bool = True
-    max_steps: int = Field(default=50, ge=1)
+    goal_max_rounds: int = Field(default=_ENGINE.max_goal_rounds, ge=1)
+    todo_parallel: bool = _ENGINE.todo_parallel
+    max_steps: int = Field(default=_ENGINE.max_steps, ge=1)
     # Seconds between two edits of one card (the env name predates the unit-suffix habit).
     flow_edit_interval: float = Field(default=1.5, gt=0, allow_inf_nan=False)
     # Seconds between two progress edits of one card in a group (about 20 calls a minute
@@ -224,39 +226,48 @@ class Settings(BaseSettings):
     pin_cards: Literal["auto", "always", "never"] = "auto"
     # When an unattended run is stuck (docs/agent.md "Stuck, not slow"): the loop patterns,
     # then the outer bound on real progress (the old stall-steps name is its alias).
-    stuck_repeats: int = Field(default=DEFAULT_REPEATS, ge=2)
-    stuck_errors: int = Field(default=DEFAULT_ERRORS, ge=2)
-    stuck_monologue: int = Field(default=DEFAULT_MONOLOGUE, ge=2)
+    stuck_repeats: int = Field(default=_ENGINE.stuck.repeats, ge=2)
+    stuck_errors: int = Field(default=_ENGINE.stuck.errors, ge=2)
+    stuck_monologue: int = Field(default=_ENGINE.stuck.monologue, ge=2)
     progress_steps: int = Field(
-        default=DEFAULT_PROGRESS_STEPS,
+        default=_ENGINE.stuck.progress_steps,
         ge=1,
         validation_alias=AliasChoices("PLANGATE_PROGRESS_STEPS", "PLANGATE_CHECKLIST_STALL_STEPS"),
     )
-    progress_minutes: float = Field(default=DEFAULT_PROGRESS_S / 60, gt=0, allow_inf_nan=False)
-    task_tokens: int | None = Field(default=None, ge=1)
+    progress_minutes: float = Field(
+        default=_ENGINE.stuck.progress_s / 60, gt=0, allow_inf_nan=False
+    )
+    task_tokens: int | None = Field(default=_ENGINE.stuck.task_tokens, ge=1)
     webhook_url: str | None = None
     webhook_secret: SecretStr | None = None
     webhook_listen: str | None = None
     # bash's sandbox: "off" runs bash unconfined (on purpose only; a warning at start).
     sandbox: Literal["on", "off"] = "on"
-    bash_network: bool = False
-    bash_memory_mb: int = Field(default=2048, ge=64)
-    bash_max_processes: int = Field(default=256, ge=16)
+    bash_network: bool = _ENGINE.sandbox.network
+    bash_memory_mb: int = Field(default=_ENGINE.sandbox.memory_mb, ge=64)
+    bash_max_processes: int = Field(default=_ENGINE.sandbox.max_processes, ge=16)
+    # Megabytes kept free on the disk of plangate's home for its own writes: below it no bash
+    # call runs and an unattended run pauses (engine/tools/disk.py); 0 turns it off. A running
+    # bot's own default: an engine embedded without a home keeps none.
+    disk_reserve_mb: int = Field(default=256, ge=0)
     bash_env: Annotated[tuple[str, ...], NoDecode] = ()
     # Files the agent never sees (no tool, not bash): absolute paths, or paths relative to
     # the workspace that are hidden in every workspace (".env.production,config/secrets.yml").
     secret_files: Annotated[tuple[str, ...], NoDecode] = ()
+    # Toolchains outside the system folders (pyenv, nvm, rustup, ~/.local): absolute folders
+    # the sandbox sees read-only, their bin/ on its PATH (docs/environments.md).
+    sandbox_tool_dirs: Annotated[tuple[Path, ...], NoDecode] = ()
     # Usage and budgets (docs/goals.md): prices per million tokens, the bot's daily token cap
     # (UTC day; 200k and 2m are accepted), the closing-reply footer, the no-progress limit.
     price_input: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     price_output: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    daily_tokens: int | None = Field(default=None, ge=1)
-    usage_footer: Literal["off", "private", "on"] = "private"
+    daily_tokens: int | None = Field(default=_ENGINE.usage.daily_tokens, ge=1)
+    usage_footer: Literal["off", "private", "on"] = _ENGINE.usage.footer
     # The max_tokens of a model call when no limit is near; each call reserves it up front.
-    max_output_tokens: int = Field(default=4096, ge=1)
+    max_output_tokens: int = Field(default=_ENGINE.usage.max_output_tokens, ge=1)
     # The plan .md's size limit in KB: a bigger plan is refused where it is written.
-    max_plan_kb: int = Field(default=512, ge=1)
-    goal_idle_rounds: int = Field(default=3, ge=1)
+    max_plan_kb: int = Field(default=_ENGINE.max_plan_kb, ge=1)
+    goal_idle_rounds: int = Field(default=_ENGINE.goal_idle_rounds, ge=1)
     # When bash asks the owner: escalation (only to leave the sandbox; the default with the
     # sandbox on), always (unless an allow rule matches; the default with it off), never.
     bash_approval: BashApproval | None = None
@@ -265,19 +276,21 @@ class Settings(BaseSettings):
     # Command prefixes bash runs without asking ("pytest,git status,ls"), as word tuples.
     allow_bash: Annotated[tuple[Rule, ...], NoDecode] = ()
     # Seconds a tool approval waits for the owner before it is denied ("600", "90s", "10m").
-    approval_timeout: Annotated[float, NoDecode] = 600.0
+    approval_timeout: Annotated[float, NoDecode] = _ENGINE.approval_timeout_s
+    # How long a project's setup script may run (docs/environments.md): seconds or 15m.
+    setup_timeout: Annotated[float, NoDecode] = _ENGINE.setup_timeout_s
     # Writes to existing workspace files ask too (with a diff) in NoPlan and Active.
-    ask_writes: bool = False
+    ask_writes: bool = _ENGINE.ask_writes
     # Approvals by different people a plan needs (docs/roles.md), and whether an owner's
     # approval alone is enough all the same.
-    plan_approvals: int = Field(default=1, ge=1, le=10)
-    owner_overrides: bool = False
+    plan_approvals: int = Field(default=_ENGINE.plan_approvals, ge=1, le=10)
+    owner_overrides: bool = _ENGINE.owner_overrides
     # Files from the phone (docs/inputs.md): the largest upload kept (Telegram's bots can
     # download at most 20 MB, so more than 20 changes nothing), whether the model sees
     # images, the largest photo side used, a reply longer than this many visible characters
     # goes as a summary plus answer.md, and the speech-to-text endpoint for voice notes.
     max_upload_mb: float = Field(default=20.0, gt=0, allow_inf_nan=False)
-    model_vision: bool = False
+    model_vision: bool = _ENGINE.vision
     max_image_px: int = Field(default=2048, ge=64)
     reply_document_chars: int = Field(default=6000, ge=500)
     transcribe_model: str = "whisper-1"
@@ -288,6 +301,13 @@ class Settings(BaseSettings):
     projects_root: Path | None = None
     # Where Push branch pushes a finished plan's branch (a URL or a path; no Merge then).
     git_remote: str | None = None
+    # How much plangate logs; DEBUG also keeps the tracebacks of network errors (--debug).
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _log_level(cls, value: object) -> object:
+        return value.strip().upper() if isinstance(value, str) else value
 
     @classmethod
     def settings_customise_sources(
@@ -358,7 +378,7 @@ class Settings(BaseSettings):
                 f"shell operators; {exc}"
             ) from None
 
-    @field_validator("approval_timeout", mode="before")
+    @field_validator("approval_timeout", "setup_timeout", mode="before")
     @classmethod
     def _approval_timeout(cls, value: object) -> object:
         if not isinstance(value, str):
@@ -426,6 +446,20 @@ class Settings(BaseSettings):
                     f"expected file paths separated by commas, without '..', got {_shown(name)}"
                 )
         return names
+
+    @field_validator("sandbox_tool_dirs", mode="before")
+    @classmethod
+    def _sandbox_tool_dirs(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        names = tuple(name.strip() for name in value.split(",") if name.strip())
+        for name in names:
+            path = Path(name)
+            if not path.is_absolute() or ".." in path.parts or name == "/":
+                raise _fail(
+                    f"expected absolute folders separated by commas (not /), got {_shown(name)}"
+                )
+        return tuple(Path(name) for name in names)
 
     @field_validator("bash_env", mode="before")
     @classmethod
@@ -543,24 +577,153 @@ def _one_line(exc: ValidationError) -> str:
     return " ".join(text.split())
 
 
-def load_settings(
-    environ: Mapping[str, str] | None = None, *, env_file: str | None = ".env"
-) -> Settings:
-    """Read settings from ``environ`` (default ``os.environ``) and ``env_file``.
+def work_folders(settings: Settings) -> list[tuple[str, Path]]:
+    """``(label, folder)`` of every folder the agent may write: the workspace, the projects,
+    the projects' root and the plans' worktrees under the home."""
+    found = [("the workspace (PLANGATE_WORKSPACE)", settings.workspace)]
+    found += [(f"project {name} (PLANGATE_PROJECTS)", path) for name, path in settings.projects]
+    if settings.projects_root is not None:
+        found.append(("the projects' folder (PLANGATE_PROJECTS_ROOT)", settings.projects_root))
+    found.append(("the plans' worktrees", settings.home / "worktrees"))
+    return found
 
-    Raises :class:`ConfigError` with one line naming the variable that is missing or wrong.
+
+def dotenv_refusal(env_file: Path, *seen: Settings) -> str | None:
+    """One line refusing ``env_file`` when it lies in a folder the agent may write, as any of
+    ``seen`` names them (the settings with the file and without it: a ``.env`` that moves
+    the workspace away from itself is caught by the second)."""
+    path = Path(os.path.realpath(env_file))
+    for settings in seen:
+        for label, folder in work_folders(settings):
+            root = Path(os.path.realpath(folder))
+            if path == root or root in path.parents:
+                return (
+                    f"{path}: a settings file inside {label} {root} is refused, since the "
+                    "agent can write it; put the settings in the environment, or in a .env in a "
+                    "folder that is no workspace or project (plangate's home, for one) and start "
+                    "plangate from there"
+                )
+    return None
+
+
+def config_path(environ: Mapping[str, str] | None = None) -> Path:
+    """The settings file ``plangate setup`` writes: ``config.env`` in plangate's home, the home
+    taken from ``PLANGATE_HOME`` in the environment (default ``~/.plangate``)."""
+    env = os.environ if environ is None else environ
+    return Path(env.get(f"{PREFIX}HOME") or DEFAULT_HOME).expanduser() / CONFIG_FILE
+
+
+def load_settings(
+    environ: Mapping[str, str] | None = None,
+    *,
+    env_file: str | None = ".env",
+    config_file: Path | None = None,
+) -> Settings:
+    """Read settings from ``environ`` (default ``os.environ``), then ``env_file``, then
+    ``config_file`` (``plangate setup``'s file): the first that names a setting wins.
+
+    Raises :class:`ConfigError` with one line naming the variable that is missing or wrong,
+    or refusing an ``env_file`` that lies where the agent can write (:func:`dotenv_refusal`).
     """
+    files = tuple(f for f in (config_file, env_file) if f is not None)  # later files win
     token = _ENVIRON.set(environ)
     try:
-        return Settings(_env_file=env_file)
+        settings = Settings(_env_file=files or None)
+        if env_file is not None and Path(env_file).is_file():
+            try:
+                bare = Settings(_env_file=config_file)
+            except ValidationError:
+                bare = settings
+            refusal = dotenv_refusal(Path(env_file), settings, bare)
+            if refusal is not None:
+                raise ConfigError(refusal)
+        return settings
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
     except SettingsError as exc:
         raise ConfigError(" ".join(str(exc).split())) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{env_file}: cannot be read ({type(exc).__name__})") from None
+        where = getattr(exc, "filename", None) or env_file
+        raise ConfigError(f"{where}: cannot be read ({type(exc).__name__})") from None
     finally:
         _ENVIRON.reset(token)
+
+
+def setting_names() -> frozenset[str]:
+    """Every ``PLANGATE_*`` variable some setting reads (aliases included)."""
+    names = set()
+    for field, info in Settings.model_fields.items():
+        names.add(PREFIX + field.upper())
+        if isinstance(info.validation_alias, AliasChoices):
+            names |= {c.upper() for c in info.validation_alias.choices if isinstance(c, str)}
+    return frozenset(n for n in names if n.startswith(PREFIX))
+
+
+def unknown_names(names: Iterable[str]) -> list[str]:
+    """One line per ``PLANGATE_*`` name no setting reads, with the nearest setting's name: a
+    typo (``PLANGATE_MODLE``) would otherwise be ignored without a word."""
+    known = setting_names()
+    lines = []
+    for name in sorted({n.upper() for n in names if n.upper().startswith(PREFIX)} - known):
+        near = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        lines.append(f"{name} is not a plangate setting{hint}; it is ignored")
+    return lines
+
+
+def env_file_problem(path: Path) -> str | None:
+    """One line naming the file and the line when ``path`` has a line that is not
+    ``NAME=value`` (a comment, a blank or an ``export NAME=value`` is fine); None otherwise."""
+    from dotenv.parser import parse_stream
+
+    try:
+        with path.open(encoding="utf-8") as fh:
+            for binding in parse_stream(fh):
+                if binding.error:
+                    first = binding.original.string.strip().splitlines()[0:1] or [""]
+                    return (
+                        f"{path}:{binding.original.line}: cannot read this line "
+                        f"({clip(first[0], 40)!r}); expected NAME=value"
+                    )
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"{path}: cannot be read ({type(exc).__name__})"
+    return None
+
+
+def _env_file_names(path: Path) -> list[str]:
+    from dotenv import dotenv_values
+
+    try:
+        return [k for k in dotenv_values(path) if k]
+    except (OSError, UnicodeDecodeError):
+        return []
+
+
+def settings_warnings(
+    environ: Mapping[str, str] | None = None, files: Sequence[Path] = ()
+) -> list[str]:
+    """What ``run`` and ``doctor`` warn about before starting: unknown ``PLANGATE_*`` names in
+    the environment and in the settings files."""
+    env = os.environ if environ is None else environ
+    names = list(env)
+    for path in files:
+        names += _env_file_names(path)
+    return unknown_names(names)
+
+
+def load_run_settings() -> Settings:
+    """The settings ``run``, ``doctor`` and ``health`` use: the environment, a ``.env`` in the
+    current folder, then ``<home>/config.env``."""
+    files = [config_path(), Path(".env")]
+    for path in files:
+        problem = env_file_problem(path)
+        if problem is not None:
+            raise ConfigError(problem)
+    # python-dotenv's own warning names neither the setting nor plangate; ours came first.
+    logging.getLogger("dotenv.main").setLevel(logging.ERROR)
+    return load_settings(config_file=files[0])
 
 
 def run_problems(settings: Settings) -> list[str]:
@@ -590,8 +753,10 @@ __all__ = [
     "DEFAULT_TELEGRAM_API_URL",
     "PLACEHOLDER_MODEL_API_KEY",
     "Settings",
+    "dotenv_refusal",
     "env_name",
     "load_settings",
     "require_run_settings",
     "run_problems",
+    "work_folders",
 ]

@@ -14,54 +14,39 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.agent.adapters import PlanServiceAdapter
 from engine.agent.build import build_agent, workspace_from_store
 from engine.agent.channel import Channel
-from engine.agent.settings import AgentSettings
-from engine.api import (
-    APPROVAL_ONCE,
-    CommandName,
-    GoalCardData,
-    Outcome,
-    PlanCardData,
-    Press,
-    RestoredGoal,
-)
+from engine.agent.settings import DEFAULT_MAX_STEPS, AgentSettings
+from engine.api import EngineApi, RestoredGoal
 from engine.approval.policy import (
-    ApprovalView,
     BashApproval,
     BashPolicy,
     Rule,
     default_bash_approval,
 )
 from engine.approval.service import DEFAULT_TIMEOUT_S, ToolApprovals
+from engine.bindings import ChatBindings
 from engine.cards import Cards
 from engine.checks.runner import SandboxChecks
 from engine.commands import CommandPlane
-from engine.events import Attachment, GoalRoundSource, MessageSource
+from engine.environments import DEFAULT_SETUP_TIMEOUT_S, EnvSetup
 from engine.goal.driver import RoundDriver
 from engine.goal.progress import IdleRoundWatch
-from engine.goal.service import GoalService
+from engine.goal.service import DEFAULT_MAX_GOAL_ROUNDS, GoalService
 from engine.goal.tools import goal_tools
-from engine.goal.types import NEEDS_APPROVAL
-from engine.inbox import session_inbox
 from engine.model.types import ModelProvider
 from engine.plan.digest import DEFAULT_MAX_PLAN_KB
-from engine.plan.service import PlanChange, PlanService
+from engine.plan.service import PlanService
 from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
-from engine.plan.types import is_editing
 from engine.ports import ChatLog, Clock, EventLog, SessionStore
 from engine.progress.stuck import StuckLimits
 from engine.projects import ProjectCatalog
-from engine.roles.commands import describe_team, parse_team_args, run_team
-from engine.roles.policy import command_action, may, press_action, refusal_text
 from engine.roles.service import RoleService
-from engine.roles.types import Person, Role
 from engine.roles.votes import PlanVotes
 from engine.scheduler import ApsScheduler, Scheduler
 from engine.services import Services
@@ -69,8 +54,8 @@ from engine.sessions import Sessions
 from engine.tasks import safe_call
 from engine.text import clip
 from engine.todo.tool import TodoWriteTool
-from engine.tools.base import Tool, ToolContext
 from engine.tools.bash import BashTool
+from engine.tools.disk import DiskReserve
 from engine.tools.files import FileLimits
 from engine.tools.sandbox import SandboxSettings
 from engine.tools.workspace import WorkspaceLocks
@@ -86,13 +71,14 @@ SHUTDOWN_NOTICE = "plangate is stopping: the running turn was stopped and will n
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
-    """The settings the engine itself reads."""
+    """The settings the engine itself reads, with their defaults: the one place they live
+    (``bot.settings`` builds each ``PLANGATE_*`` default from :data:`ENGINE_DEFAULTS`)."""
 
     workspace: Path
     profile: str | None = None
-    max_goal_rounds: int = 20
+    max_goal_rounds: int = DEFAULT_MAX_GOAL_ROUNDS
     todo_parallel: bool = True
-    max_steps: int = 50
+    max_steps: int = DEFAULT_MAX_STEPS
     # When an unattended run is stuck: the loop patterns and the outer bound on progress.
     stuck: StuckLimits = field(default_factory=StuckLimits)
     # How bash is confined; the default is the full sandbox with no hidden paths named.
@@ -134,14 +120,34 @@ class EngineConfig:
     git_remote: str | None = None
     # The plan .md's size limit in KB (PLANGATE_MAX_PLAN_KB).
     max_plan_kb: int = DEFAULT_MAX_PLAN_KB
+    # ``(what, folder)`` of plangate's own files (interpreter, venv, package, home): a project
+    # holding one is refused by ``/project`` (engine.tools.host; bot.compose fills it).
+    protected: tuple[tuple[str, Path], ...] = ()
+    # The room kept for plangate's own writes on its home's disk (PLANGATE_DISK_RESERVE_MB;
+    # engine/tools/disk.py), and that home (bot.compose fills it). 0 or no home: no reserve.
+    disk_reserve_mb: int = 0
+    home: Path | None = None
+    # A project's setup script (docs/environments.md): its timeout (PLANGATE_SETUP_TIMEOUT)
+    # and where the consent to it and its package caches are kept (``<home>/environments``;
+    # None: consent in memory, no caches).
+    setup_timeout_s: float = DEFAULT_SETUP_TIMEOUT_S
+    environments_root: Path | None = None
+
+
+# The engine's configuration as it comes by default (its workspace aside): what the settings
+# layer's defaults are read from.
+ENGINE_DEFAULTS = EngineConfig(workspace=Path("."))
 
 
 class Engine:
-    """One process's plangate: its services, composed; every call goes to the part that owns it.
+    """One process's plangate: its services, composed; start-up and shutdown.
 
-    The parts are public for tests and tools that read state (``plans``, ``goals``, ``agents``,
-    ``usage``, ``approvals``, ``worktrees``, ``log``); front ends use only the
-    :class:`EngineApi` methods.
+    Each :class:`EngineApi` verb is the owner's own method, handed out as it is (no facade
+    method repeats it): the sessions (bindings, ``/new``, ``/project``, migration, the
+    inbox), the command plane (messages, commands, presses, ``/team``), the roles, the cards.
+    The parts are public for tests and tools that read state (``plans``, ``goals``,
+    ``agents``, ``usage``, ``approvals``, ``worktrees``, ``log``); front ends use only the
+    :class:`EngineApi` verbs.
     """
 
     def __init__(
@@ -170,170 +176,24 @@ class Engine:
         self.usage = services.usage
         self.roles = services.roles
         self.channel = services.channel
-
-    # --- sessions ---------------------------------------------------------------------------
-
-    async def session_for_chat(self, chat_id: int, thread_id: int) -> str:
-        """The session bound to the chat key, created and bound on first use."""
-        return await self.sessions.for_chat(chat_id, thread_id)
-
-    async def ensure_loaded(self, session_id: str) -> None:
-        """Load a session in this process if it is not yet (see :class:`Sessions`)."""
-        await self.sessions.ensure_loaded(session_id)
-
-    async def new_session(self, chat_id: int, thread_id: int, *, actor: int) -> Outcome:
-        """``/new``: end the key's session (cancel, disarm, archive), bind a fresh one."""
-        refused = await self._refused(chat_id, actor, "new", "")
-        if refused is not None:
-            return refused
-        return await self.sessions.new_session(chat_id, thread_id, actor=actor)
-
-    async def _refused(
-        self, chat_id: int, actor: int | None, name: str, args: str
-    ) -> Outcome | None:
-        """The refusal when the actor's role may not run ``/name args`` in the chat."""
-        role = await self.roles.role_of(chat_id, actor)
-        if may(role, command_action(name, args)):
-            return None
-        return Outcome(reply=refusal_text(role))
-
-    async def migrate_chat(self, old_chat_id: int, new_chat_id: int) -> list[str]:
-        """A group became a supergroup: bind its sessions (and its team) to the new id."""
-        await self.roles.migrate(old_chat_id, new_chat_id)
-        return await self.sessions.migrate_chat(old_chat_id, new_chat_id)
-
-    # --- roles ------------------------------------------------------------------------------
-
-    async def role_of(self, chat_id: int, user_id: int | None) -> Role:
-        """The role of ``user_id`` in the chat (engine.roles; a topic shares its group's)."""
-        return await self.roles.role_of(chat_id, user_id)
-
-    async def team(
-        self,
-        chat_id: int,
-        args: str,
-        *,
-        actor: int | None,
-        actor_name: str = "",
-        target: Person | None = None,
-    ) -> Outcome:
-        """``/team [add <user> approver | remove <user>]`` in a chat (docs/roles.md)."""
-        refused = await self._refused(chat_id, actor, "team", args)
-        if refused is not None:
-            return refused
-        role = await self.roles.role_of(chat_id, actor)
-        spec = parse_team_args(args)
-        if isinstance(spec, str):
-            return Outcome(reply=spec)
-        if spec.op == "list":
-            return Outcome(reply=await describe_team(self.roles, chat_id, viewer_role=role))
-        if chat_id > 0:
-            return Outcome(reply="Roles are kept per group: use /team in the group.")
-        assert actor is not None  # only an owner may change the team
-        text = await run_team(
-            self.roles, chat_id, spec, target=target, actor=Person(actor, actor_name)
-        )
-        _log.info("plangate.engine.team chat=%s op=%s by=%s", chat_id, spec.op, actor)
-        return Outcome(reply=text)
-
-    def inbox_dir(self, session_id: str) -> Path | None:
-        """The folder the session's uploads are saved in (None: uploads are off)."""
-        root = self.config.inbox_root
-        return session_inbox(root, session_id) if root is not None else None
-
-    async def project(self, chat_id: int, thread_id: int, args: str, *, actor: int) -> Outcome:
-        """``/project [name]``: show the key's project, or bind the key to another one."""
-        refused = await self._refused(chat_id, actor, "project", args)
-        if refused is not None:
-            return refused
-        return await self.sessions.project(chat_id, thread_id, args, actor=actor)
-
-    # --- messages, commands, presses --------------------------------------------------------
-
-    async def user_message(
-        self,
-        session_id: str,
-        text: str,
-        *,
-        actor: int | None,
-        message_id: int | None,
-        feedback: bool = False,
-        answer: bool = False,
-        attachments: Sequence[Attachment] = (),
-    ) -> None:
-        """Queue a message for the agent and return at once (never waits for the turn)."""
-        await self.sessions.ensure_loaded(session_id)
-        await self.commands.message(
-            session_id,
-            text,
-            actor=actor,
-            message_id=message_id,
-            feedback=feedback,
-            answer=answer,
-            attachments=attachments,
-        )
-
-    async def command(
-        self,
-        session_id: str,
-        name: CommandName,
-        args: str,
-        *,
-        actor: int | None,
-        actor_name: str = "",
-    ) -> Outcome:
-        """Run a command in the command plane (logged as ``command/run``; opens no turn)."""
-        await self.sessions.ensure_loaded(session_id)
-        return await self.commands.run(session_id, name, args, actor=actor, actor_name=actor_name)
-
-    async def press(
-        self,
-        session_id: str,
-        press: Press,
-        *,
-        actor: int | None,
-        message_id: int | None = None,
-        actor_name: str = "",
-    ) -> Outcome:
-        """A button press bound to the revision it was drawn for; stale presses change nothing."""
-        await self.sessions.ensure_loaded(session_id)
-        return await self.commands.press(
-            session_id, press, actor=actor, message_id=message_id, actor_name=actor_name
-        )
-
-    # --- cards ------------------------------------------------------------------------------
-
-    async def plan_card(self, session_id: str) -> PlanCardData:
-        """What the plan card shows now (engine.cards has the rule)."""
-        return await self.cards.plan_card(session_id)
-
-    async def goal_card(self, session_id: str) -> GoalCardData:
-        """What the goal card shows now."""
-        return await self.cards.goal_card(session_id)
-
-    def pending_approval(self, session_id: str) -> ApprovalView | None:
-        """The tool call this session waits on the owner for ("waiting for you"), if any."""
-        return self.approvals.pending(session_id)
-
-    async def set_plan_flow(
-        self,
-        session_id: str,
-        *,
-        chat_id: int,
-        thread_id: int | None,
-        card_id: int | None,
-        review_ids: Sequence[int] | None = None,
-        plan_id: str | None = None,
-    ) -> None:
-        """Remember the plan card's ids in the sidecar's ``flow`` (:meth:`Cards.set_plan_flow`)."""
-        await self.cards.set_plan_flow(
-            session_id,
-            chat_id=chat_id,
-            thread_id=thread_id,
-            card_id=card_id,
-            review_ids=review_ids,
-            plan_id=plan_id,
-        )
+        # The verbs of EngineApi, each its owner's (docs/architecture.md "One declaration").
+        self.session_for_chat = sessions.for_chat
+        self.ensure_loaded = sessions.ensure_loaded
+        self.new_session = sessions.new_session
+        self.project = sessions.project
+        self.migrate_chat = sessions.migrate_chat
+        self.inbox_dir = sessions.inbox_dir
+        self.user_message = commands.user_message
+        self.command = commands.command
+        self.press = commands.press
+        self.team = commands.team
+        self.role_of = services.roles.role_of
+        self.plan_card = cards.plan_card
+        self.goal_card = cards.goal_card
+        self.set_plan_flow = cards.set_plan_flow
+        self.set_goal_card = cards.set_goal_card
+        # The tool call a session waits on the owner for, if any (for tests and tools).
+        self.pending_approval = services.approvals.pending
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -391,22 +251,66 @@ def build_engine(
     scheduler: Scheduler | None = None,
     clock: Clock = time.time,
 ) -> Engine:
-    """Assemble an :class:`Engine` from its ports: the one composition of the services."""
+    """Assemble an :class:`Engine` from its ports: the one composition of the services.
+
+    One pass, in dependency order, with constructor arguments only: each part is given the
+    services it uses, and a part that listens to another subscribes itself when it is built
+    (the driver and the cards to the agents' turns, the driver to the plans). No rule lives
+    here; tests/test_architecture.py checks that nothing is set on a part afterwards.
+    """
+    bindings = ChatBindings()
+    roles = RoleService(chat_log, owner_ids=config.owner_ids)
     goals = GoalService(log, clock=clock, default_max_rounds=config.max_goal_rounds)
-    usage = UsageMeter(log, goals=goals, config=config.usage, clock=clock)
-    votes = PlanVotes(log)
-    # Checks run through the same sandbox runner as bash, under the same workspace locks
-    # (docs/checks.md); this bash tool is never offered to the model.
+    usage = UsageMeter(
+        log, goals=goals, config=config.usage, clock=clock, is_private=bindings.is_private
+    )
+    # A vote counts while its voter may approve in the session's chat (engine.roles.votes).
+    votes = PlanVotes(log, roles=roles, chat_of=bindings.chat_of)
+    catalog = ProjectCatalog(
+        config.workspace, config.projects, root=config.projects_root, protected=config.protected
+    )
+    worktrees = Worktrees(
+        log,
+        channel,
+        project_for=workspace_from_store(sessions, default=catalog.default.path, catalog=catalog),
+        root=config.worktree_root,
+        remote=config.git_remote,
+    )
+    # Checks run through the same sandbox runner as bash, under the same workspace locks, and
+    # in a plan's worktree see the repository's .git read-only as bash does (docs/checks.md);
+    # this bash tool is never offered to the model.
     locks = WorkspaceLocks()
-
-    async def check_read_roots(session_id: str) -> tuple[Path, ...]:
-        # A check in a plan's worktree sees the repository's .git read-only, as bash does
-        # (bound late: the worktree service is built below).
-        return await worktrees.read_only_roots(session_id)
-
-    checks = SandboxChecks(
-        BashTool(locks=locks, sandbox=config.sandbox, read_only_roots=check_read_roots),
-        clock=clock,
+    disk = DiskReserve(config.home, config.disk_reserve_mb) if config.home is not None else None
+    if disk is not None:
+        disk.hold()  # taken at start; see engine/tools/disk.py
+    # Setup runs through this tool too: it counts against the same disk reserve.
+    check_bash = BashTool(
+        locks=locks, sandbox=config.sandbox, read_only_roots=worktrees.read_only_roots, disk=disk
+    )
+    checks = SandboxChecks(check_bash, clock=clock)
+    approvals = ToolApprovals(
+        log,
+        channel,
+        rules=config.allow_bash,
+        timeout_s=config.approval_timeout_s,
+        on_unattended=goals.approval_needed,
+        ask_writes=config.ask_writes,
+        policy=BashPolicy(
+            mode=config.bash_approval or default_bash_approval(sandbox=config.sandbox.enabled),
+            ask=config.ask_bash,
+            network_on=config.sandbox.network or not config.sandbox.enabled,
+        ),
+        roles=roles,
+        chats=bindings,
+    )
+    # The project's setup (docs/environments.md) runs in the sandbox the checks run in.
+    setup = EnvSetup(
+        worktrees,
+        check_bash,
+        channel,
+        root=config.environments_root,
+        approvals=approvals,
+        timeout_s=config.setup_timeout_s,
     )
     plans = PlanService(
         plan_store,
@@ -416,66 +320,25 @@ def build_engine(
         checks=checks,
         max_plan_bytes=config.max_plan_kb * 1024,
         approvers=votes.approvals,
+        # First of the plan's listeners: the worktree is made (or committed) before the cards
+        # redraw and before the execution turn is queued.
+        # The setup's listener comes after the worktree's: an approval consents to the
+        # script the new worktree was made with.
+        listeners=(worktrees.on_plan_change, setup.on_plan_change),
+        workspace_for=worktrees.workspace_for,
     )
-
-    async def block_for_approval(
-        session_id: str, source: MessageSource, view: ApprovalView
-    ) -> None:
-        # A goal round never waits on a person: its goal stops until the owner allows it.
-        if not isinstance(source, GoalRoundSource):
-            return
-        goal = await goals.round_goal(session_id, source)
-        if goal is None:
-            return
-        what = view.command or view.tool
-        if view.why == "network":
-            what += " (with the network)"
-        await goals.block(
-            session_id,
-            goal.ref,
-            code=NEEDS_APPROVAL,
-            message=f"{view.tool} needs your approval: {what}",
-        )
-
-    approvals = ToolApprovals(
-        log,
-        channel,
-        rules=config.allow_bash,
-        timeout_s=config.approval_timeout_s,
-        on_unattended=block_for_approval,
-        ask_writes=config.ask_writes,
-        policy=BashPolicy(
-            mode=config.bash_approval or default_bash_approval(sandbox=config.sandbox.enabled),
-            ask=config.ask_bash,
-            network_on=config.sandbox.network or not config.sandbox.enabled,
-        ),
-    )
-
-    async def ask_owner(ctx: ToolContext, what: str) -> str | None:
-        return await approvals.ask(ctx, tool="plan skip", command=what)
-
-    catalog = ProjectCatalog(config.workspace, config.projects, root=config.projects_root)
-    project_for = workspace_from_store(sessions, default=catalog.default.path, catalog=catalog)
-    worktrees = Worktrees(
-        log, channel, project_for=project_for, root=config.worktree_root, remote=config.git_remote
-    )
-    # First of the plan's listeners: the worktree is made (or committed) before the cards
-    # redraw and before the execution turn is queued.
-    plans.add_listener(worktrees.on_plan_change)
-    workspace_for = worktrees.workspace_for
-    tools: list[Tool] = [
-        PlanTool(plans, ask_owner=ask_owner),
-        TodoWriteTool(log, allow_parallel_in_progress=config.todo_parallel),
-        *goal_tools(goals, checks=checks),
-    ]
     agents = build_agent(
         log=log,
         model=model,
         channel=channel,
-        workspace_for=workspace_for,
+        workspace_for=worktrees.workspace_for,
         plan=PlanServiceAdapter(plans),
         goals=goals,
-        extra_tools=tools,
+        extra_tools=[
+            PlanTool(plans, ask_owner=approvals.ask_plan_skip),
+            TodoWriteTool(log, allow_parallel_in_progress=config.todo_parallel),
+            *goal_tools(goals, checks=checks),
+        ],
         settings=AgentSettings(
             max_steps=config.max_steps, stuck=config.stuck, vision=config.vision
         ),
@@ -487,25 +350,17 @@ def build_engine(
         read_only_roots=worktrees.read_only_roots,
         workspace_note=worktrees.prompt_note,
         locks=locks,
+        disk=disk,
+        prepare=setup.prepare,
     )
     the_scheduler = scheduler or ApsScheduler()
-
-    async def planning(session_id: str) -> bool:
-        # No goal round is dispatched while the plan is being edited (docs/goals.md).
-        return is_editing(await plans.state(session_id))
-
-    idle = IdleRoundWatch(goals, log, limit=config.goal_idle_rounds)
     driver = RoundDriver(
-        goals, agents, the_scheduler, hold=planning, after_round=idle.round_settled
+        goals,
+        agents,
+        the_scheduler,
+        plans=plans,
+        after_round=IdleRoundWatch(goals, log, limit=config.goal_idle_rounds).round_settled,
     )
-    agents.set_driver(driver)
-
-    async def wake_driver(change: PlanChange) -> None:
-        if change.after is None or change.after.status == "Active":
-            # Planning ended: a goal round held back while Editing may go now.
-            driver.notify_idle(change.session_id)
-
-    plans.add_listener(wake_driver)
     services = Services(
         log=log,
         plans=plans,
@@ -513,33 +368,32 @@ def build_engine(
         agents=agents,
         approvals=approvals,
         usage=usage,
-        roles=RoleService(chat_log, owner_ids=config.owner_ids),
+        roles=roles,
         votes=votes,
         channel=channel,
         workspace=catalog.default.path,
         catalog=catalog,
-        workspace_for=workspace_for,
+        workspace_for=worktrees.workspace_for,
         worktrees=worktrees,
+        setup=setup,
     )
-    cards = Cards(services)
-    cards.plan_approvals = config.plan_approvals
-    agents.set_turn_listener(cards.on_turn_end)
-    the_sessions = Sessions(sessions, services, cards=cards, profile=config.profile)
-    usage.is_private = the_sessions.is_private
-
-    async def may_answer(session_id: str, actor: int | None) -> bool:
-        # The one rule: whoever may press a tool approval's buttons may answer it.
-        role = await services.roles.role_of(the_sessions.chat_of(session_id), actor)
-        return may(role, press_action("a", APPROVAL_ONCE))
-
-    approvals.answer_check = may_answer
+    cards = Cards(services, plan_approvals=config.plan_approvals)
+    the_sessions = Sessions(
+        sessions,
+        services,
+        cards=cards,
+        bindings=bindings,
+        profile=config.profile,
+        inbox_root=config.inbox_root,
+    )
     return Engine(
         services,
         sessions=the_sessions,
         commands=CommandPlane(
             services,
             cards=cards,
-            chat_of=the_sessions.chat_of,
+            ensure_loaded=the_sessions.ensure_loaded,
+            chat_of=bindings.chat_of,
             plan_approvals=config.plan_approvals,
             owner_overrides=config.owner_overrides,
             clock=clock,
@@ -551,4 +405,7 @@ def build_engine(
     )
 
 
-__all__ = ["SHUTDOWN_NOTICE", "Engine", "EngineConfig", "build_engine"]
+# Checked by the type checker: the engine is what front ends are given.
+_IS_THE_API: type[EngineApi] = Engine
+
+__all__ = ["ENGINE_DEFAULTS", "SHUTDOWN_NOTICE", "Engine", "EngineConfig", "build_engine"]

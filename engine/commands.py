@@ -1,7 +1,7 @@
 """The command plane: every slash command and button press, decided (docs/commands.md).
 
 Commands run without opening a model turn and are logged as ``command/run``. Each returns an
-:class:`engine.api.Outcome` that the front end renders; nothing here knows Telegram.
+:class:`engine.api.Outcome` that the front end renders; nothing here knows the chat service.
 
 The plan command matrix (docs/commands.md):
 
@@ -17,11 +17,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 from engine import api
-from engine.api import CommandName, Outcome
+from engine.api import STALE_TEXT, CommandName, Outcome
 from engine.cards import Cards
 from engine.events import Attachment, CommandRun, FeedbackSource, HumanSource
 from engine.goal.commands import describe_goal, parse_goal_command, run_goal_command
@@ -31,18 +31,18 @@ from engine.plan.extract import validate_template_b
 from engine.plan.types import is_editing
 from engine.ports import Clock
 from engine.roles.audit import AuditTrail, plan_line, tool_line
-from engine.roles.policy import command_action, may, message_action, press_action, refusal_text
-from engine.roles.types import Role
+from engine.roles.commands import describe_team, parse_team_args, run_team
+from engine.roles.policy import command_action, may, press_action, refusal_text, words_action
+from engine.roles.types import Action, Person, Role
 from engine.roles.votes import Vote
 from engine.services import Services
-from engine.tasks import BackgroundTasks
+from engine.tasks import BackgroundTasks, safe_call
 from engine.text import clean_text, clip
 from engine.usage.ledger import fmt_tokens, parse_tokens, raised_cap
 from engine.usage.meter import CAP_COMMAND
 
 _log = logging.getLogger("plangate.commands")
 
-STALE_TEXT = "This card is out of date."
 
 HELP_TEXT = """plangate commands:
 /plan [request] - plan first: the agent explores and writes a plan for you to approve
@@ -56,6 +56,7 @@ HELP_TEXT = """plangate commands:
 /new - start a fresh session in this chat
 /project [name] - show this chat's project, or switch this chat (or topic) to another
 /status - what the agent is doing
+/setup - run the project's .plangate/setup.sh here (asks first, showing the whole script)
 /help - this list"""
 
 SEED_RETRY_PROMPT = (
@@ -64,6 +65,19 @@ SEED_RETRY_PROMPT = (
     "criteria from its Done when lines), then start the first task."
 )
 FEEDBACK_QUESTION = "What should change? Reply with your feedback for the planner."
+# What a press that only changes its card answers (the presser sees it at once).
+PRESS_ANSWERS: dict[tuple[str, str], str] = {
+    ("p", api.PLAN_DISCARD): "Discard this plan? Confirm on the card.",
+    ("p", api.PLAN_CANCEL): "Cancelled: nothing changed.",
+    ("p", api.PLAN_DROP): "Discard the changes? Confirm on the card.",
+    ("p", api.PLAN_DROP_NO): "Cancelled: the branch waits for your decision.",
+    ("g", api.GOAL_PAUSE): "Goal paused.",
+    ("g", api.GOAL_RESUME): "Goal resumed.",
+    ("g", api.GOAL_START): "Goal started.",
+    ("g", api.GOAL_CLEAR): "Clear this goal? Confirm on the card.",
+    ("g", api.GOAL_CLEAR_YES): "Goal cleared.",
+    ("g", api.GOAL_CANCEL): "Cancelled: nothing changed.",
+}
 TEXT_NOT_SENT = "The text after /execute was not sent to the agent."
 
 
@@ -78,6 +92,7 @@ class CommandPlane:
         services: Services,
         *,
         cards: Cards,
+        ensure_loaded: Callable[[str], Awaitable[None]] | None = None,
         chat_of: Callable[[str], int | None] = lambda _session_id: None,
         plan_approvals: int = 1,
         owner_overrides: bool = False,
@@ -86,6 +101,9 @@ class CommandPlane:
         if plan_approvals < 1:
             raise ValueError("a plan needs at least one approval")
         self._roles = services.roles
+        # A session is loaded in this process before anything is decided for it (Sessions).
+        self._ensure_loaded = ensure_loaded
+        self._channel = services.channel
         self._clock = clock
         self._votes = services.votes
         self._audit = AuditTrail(services.log)
@@ -100,6 +118,7 @@ class CommandPlane:
         self._usage = services.usage
         self._workspace_for = services.workspace_for
         self._worktrees = services.worktrees
+        self._setup = services.setup
         self._choices = cards.choices
         self._redraw_plan = cards.plan_changed
         self._background_logs = BackgroundTasks(_log, event="log_failed")
@@ -137,6 +156,74 @@ class CommandPlane:
         """Wait for the background ``command/run`` appends still in flight."""
         await self._background_logs.drain()
 
+    async def _load(self, session_id: str) -> None:
+        if self._ensure_loaded is not None:
+            await self._ensure_loaded(session_id)
+
+    async def user_message(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        actor: int | None,
+        message_id: int | None,
+        feedback: bool = False,
+        answer: bool = False,
+        attachments: Sequence[Attachment] = (),
+    ) -> None:
+        """The session loaded, then :meth:`message` (``EngineApi.user_message``)."""
+        await self._load(session_id)
+        await self.message(
+            session_id,
+            text,
+            actor=actor,
+            message_id=message_id,
+            feedback=feedback,
+            answer=answer,
+            attachments=attachments,
+        )
+
+    async def command(
+        self,
+        session_id: str,
+        name: CommandName,
+        args: str,
+        *,
+        actor: int | None,
+        actor_name: str = "",
+    ) -> Outcome:
+        """The session loaded, then :meth:`run` (``EngineApi.command``)."""
+        await self._load(session_id)
+        return await self.run(session_id, name, args, actor=actor, actor_name=actor_name)
+
+    async def team(
+        self,
+        chat_id: int,
+        args: str,
+        *,
+        actor: int | None,
+        actor_name: str = "",
+        target: Person | None = None,
+    ) -> Outcome:
+        """``/team [add <user> approver | remove <user>]`` in a chat (docs/roles.md): anyone
+        may list; only an owner may change the team, and only in a group."""
+        role = await self._roles.role_of(chat_id, actor)
+        if not may(role, command_action("team", args)):
+            return Outcome(reply=refusal_text(role))
+        spec = parse_team_args(args)
+        if isinstance(spec, str):
+            return Outcome(reply=spec)
+        if spec.op == "list":
+            return Outcome(reply=await describe_team(self._roles, chat_id, viewer_role=role))
+        if chat_id > 0:
+            return Outcome(reply="Roles are kept per group: use /team in the group.")
+        assert actor is not None  # only an owner may change the team
+        text = await run_team(
+            self._roles, chat_id, spec, target=target, actor=Person(actor, actor_name)
+        )
+        _log.info("plangate.commands.team chat=%s op=%s by=%s", chat_id, spec.op, actor)
+        return Outcome(reply=text)
+
     async def message(
         self,
         session_id: str,
@@ -160,10 +247,14 @@ class CommandPlane:
         controller = self._agents.controller(session_id)
         answered = controller.awaiting_answer
         role = await self.role(session_id, actor)
-        action = "answer" if answer and not feedback else message_action(feedback=feedback)
-        if not may(role, action):
+        if not may(role, await self.words_action(session_id, feedback=feedback, answer=answer)):
             # The front end's gate refuses these before they get here; this is the backstop.
             _log.info("plangate.commands.message_refused session=%s role=%s", session_id, role)
+            # Said, never dropped without a word (two answers to one question at once, say).
+            self._background_logs.spawn(
+                safe_call("notice", self._channel.notice(session_id, refusal_text(role))),
+                name=f"session={session_id} refusal",
+            )
             return
         source: FeedbackSource | HumanSource = (
             FeedbackSource(user_id=actor, message_id=message_id)
@@ -175,6 +266,19 @@ class CommandPlane:
         )
         if answered:
             await self._redraw_plan(session_id)
+
+    async def words_action(self, session_id: str, *, feedback: bool, answer: bool) -> Action:
+        """What words for the agent count as now (engine.roles.policy.words_action): feedback
+        only while the plan under review awaits it, an answer only while the agent's question
+        is open (the first answer closes it); anything else is one's own words."""
+        if feedback:
+            sidecar = await self._plans.current(session_id)
+            feedback = sidecar is not None and self._choices.awaits_feedback(session_id, sidecar.id)
+        controller = self._agents.controller(session_id)
+        # While a turn runs, its question may be on screen before the turn notes it: the front
+        # end knows which question is open then (it closes the older ones when a turn starts).
+        answer = answer and (controller.awaiting_answer or controller.working)
+        return words_action(feedback=feedback, answer=answer)
 
     def _pass_on(self, session_id: str, text: str, *, actor: int | None) -> None:
         """Queue a command's text (``/plan text``, ``/execute text``) as the owner's message."""
@@ -225,12 +329,27 @@ class CommandPlane:
                 return await self._stop(session_id)
             case "status":
                 # The workspace path tells a group's members about the owner's machine.
-                return Outcome(reply=await self.status_text(session_id, owner=role == "owner"))
+                owner = may(role, "settings")  # the path is the owner's machine's
+                return Outcome(reply=await self.status_text(session_id, owner=owner))
             case "help":
                 return Outcome(reply=HELP_TEXT)
             case "usage":
                 return await self._usage_command(session_id, args, actor=actor)
+            case "setup":
+                await self.log_command(session_id, "setup", args, actor=actor)
+                return await self._setup_command(session_id)
         return Outcome(reply=HELP_TEXT)
+
+    async def _setup_command(self, session_id: str) -> Outcome:
+        """``/setup``: the project's setup script in the session's workspace now (the
+        project itself, or the live plan's worktree), after the owner's approval of its text
+        (docs/environments.md)."""
+        if self._setup is None:
+            return Outcome(reply="Setup scripts are off here.")
+        if self._agents.controller(session_id).busy:
+            return Outcome(reply="The agent is working: /stop it first, then /setup.")
+        workspace = await self._workspace_for(session_id)
+        return Outcome(reply=await self._setup.owner_setup(session_id, workspace))
 
     async def _plan(self, session_id: str, text: str, *, actor: int | None) -> Outcome:
         plans = self._plans
@@ -492,6 +611,8 @@ class CommandPlane:
         # session. A fresh read would wait behind the update_id commit (docs/bench.md).
         goal = self._goals.peek(session_id)
         lines.append(describe_goal(goal, armed=self._goals.is_armed(session_id)))
+        if self._setup is not None:
+            lines.append(await self._setup.describe(session_id, workspace))
         controller = self._agents.controller(session_id)
         queued = len(controller.queued)
         agent = "working" if controller.busy else "idle"
@@ -526,16 +647,17 @@ class CommandPlane:
         (reposted since) is out of date even at the same revision. The presser's role must
         allow the action (a removed approver's old buttons do nothing).
         """
+        await self._load(session_id)
         action, short_id, revision = press.action, press.short_id, press.revision
         role = await self.role(session_id, actor)
         if not may(role, press_action(press.kind, action)):
             return Outcome(reply=refusal_text(role), alert=True)
         if press.kind == "a":
-            return await self._approval_press(
+            outcome = await self._approval_press(
                 session_id, action, short_id, actor=actor, actor_name=actor_name
             )
-        if press.kind == "p":
-            return await self._plan_press(
+        elif press.kind == "p":
+            outcome = await self._plan_press(
                 session_id,
                 action,
                 short_id,
@@ -544,7 +666,14 @@ class CommandPlane:
                 message_id=message_id,
                 actor_name=actor_name,
             )
-        return await self._goal_press(session_id, action, short_id, revision, actor=actor)
+        else:
+            outcome = await self._goal_press(session_id, action, short_id, revision, actor=actor)
+        if not outcome.reply:
+            # Every press is answered in words (done, refused with why, or out of date): a
+            # card change alone may wait behind the group's pacing.
+            said = PRESS_ANSWERS.get((press.kind, action), "Done.")
+            outcome = dataclasses.replace(outcome, reply=said)
+        return outcome
 
     async def _plan_press(
         self,
@@ -566,20 +695,26 @@ class CommandPlane:
         card_id = sidecar.flow.card_id
         if message_id is not None and card_id is not None and message_id != card_id:
             return _stale()
+        # The one table (engine.api.plan_actions): the action must be one the card can show at
+        # this revision; the match below only acts.
+        offered = api.plan_actions_at(
+            await plans.state(session_id), raise_cap=self._usage.daily_cap
+        )
+        if action not in offered:
+            return _stale()
         self._choices.clear(session_id)
-        state = await plans.state(session_id)
         match action:
-            case api.PLAN_APPROVE if state == "post_init":
+            case api.PLAN_APPROVE:
                 return await self.approve(session_id, revision, actor=actor, actor_name=actor_name)
-            case api.PLAN_KEEP if state == "post_init":
+            case api.PLAN_KEEP:
                 await self.log_command(session_id, "keep_planning", "", actor=actor)
                 self._agents.controller(session_id).cancel_pending()
                 self._choices.await_feedback(session_id, sidecar.id)
                 return Outcome(reply=FEEDBACK_QUESTION, await_feedback=True, plan_card="refresh")
-            case api.PLAN_RESUME if state == "active":
+            case api.PLAN_RESUME:
                 await self.log_command(session_id, "resume", "", actor=actor)
                 return await self.run_checklist(session_id)
-            case api.PLAN_RAISE_CAP if state == "active" and self._usage.daily_cap is not None:
+            case api.PLAN_RAISE_CAP if self._usage.daily_cap is not None:
                 meter = self._usage
                 cap = raised_cap(meter.daily_cap or 0, meter.today().tokens)
                 # Logged like /usage cap, so the raised cap holds after a restart too.
@@ -600,7 +735,7 @@ class CommandPlane:
                 return await self.discard(session_id)
             case api.PLAN_CANCEL:
                 return Outcome(plan_card="refresh")
-            case api.PLAN_REVISE if state == "active" and await self._revisable(session_id):
+            case api.PLAN_REVISE if await self._revisable(session_id):
                 await self.log_command(session_id, "revise", "", actor=actor)
                 # Editing must hold from the first moment: a turn still executing the
                 # checklist is stopped before the plan reopens (its bash could write on).
@@ -632,6 +767,8 @@ class CommandPlane:
             or not await worktrees.deciding(session_id)
             or record.plan_id[:8] != short_id
             or record.revision != revision
+            # The Done card's branch actions now (engine.api.branch_actions).
+            or not api.offers(api.branch_actions(await worktrees.view(session_id)), action)
         ):
             return _stale()
         data = {"plan_id": record.plan_id, "revision": revision, "branch": record.branch}
@@ -664,6 +801,10 @@ class CommandPlane:
         goals = self._goals
         goal = await goals.get(session_id)
         if goal is None or goal.id[:8] != short_id or goal.revision != revision:
+            return _stale()
+        # The one table (engine.api.goal_actions): the action must be one the card can show
+        # at this revision.
+        if action not in api.goal_actions_at(goal):
             return _stale()
         self._choices.clear(session_id)
         ref = goal.ref

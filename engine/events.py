@@ -274,7 +274,13 @@ class WorktreeChange(_Event):
 # Why a run stopped by itself: stuck (the detector's pattern names how), the daily cap, a turn
 # that failed (a model error, a context overflow the provider refused), or an approval nobody
 # answered within PLANGATE_APPROVAL_TIMEOUT.
-PauseKind = Literal["stuck", "daily-cap", "failed", "approval-timeout"]
+# A ``setup`` pause waits for the project's setup script (engine.environments). ``stop`` and
+# ``restart`` are never logged: a new process reads them back from the log
+# (engine.agent.checklist.stopped_reason). A ``disk`` pause: below PLANGATE_DISK_RESERVE_MB
+# (engine.tools.disk).
+PauseKind = Literal[
+    "stuck", "daily-cap", "failed", "approval-timeout", "setup", "stop", "restart", "disk"
+]
 
 
 class RunPaused(_Event):
@@ -296,11 +302,30 @@ class RunPaused(_Event):
 class WorkspaceChanged(_Event):
     """bash changed the workspace in the step just logged (the snapshot after it differed).
 
-    Logged by the agent while the stuck detector watches (a checklist run, a goal round), so
-    what bash did on disk counts as progress for the goal's idle rounds too.
+    Written by earlier versions; read as ``progress/made {kinds: [workspace]}``.
     """
 
     type: Literal["workspace/changed"] = "workspace/changed"
+
+
+class GoalCardPosted(_Event):
+    """Where the session's goal card is: the chat and message the channel returned, recorded
+    the moment it did (``card_id`` None: no card; the next drawing posts one). The plan card's
+    ids are in the plan's sidecar; a goal has no sidecar (a goal lives in NoPlan too)."""
+
+    type: Literal["goal/card"] = "goal/card"
+    chat_id: int | None = None
+    card_id: int | None = None
+
+
+class ProgressMade(_Event):
+    """The step just logged made progress (engine.progress.rule): a task's status changed
+    (``task``), a file in the workspace changed (``workspace``), the goal's state changed
+    (``goal``). Logged by the agent while the stuck detector watches (a checklist run, a goal
+    round), so a goal's idle-rounds count reads the same rule from the log."""
+
+    type: Literal["progress/made"] = "progress/made"
+    kinds: list[Literal["task", "workspace", "goal"]] = Field(default_factory=list)
 
 
 SessionEvent = Annotated[
@@ -322,7 +347,9 @@ SessionEvent = Annotated[
     | ApprovalRule
     | RunPaused
     | WorkspaceChanged
-    | WorktreeChange,
+    | ProgressMade
+    | WorktreeChange
+    | GoalCardPosted,
     Field(discriminator="type"),
 ]
 

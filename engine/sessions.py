@@ -17,16 +17,22 @@ import asyncio
 import logging
 from pathlib import Path
 
+from engine.agent.checklist import stopped_reason
 from engine.api import Outcome
+from engine.bindings import ChatBindings
 from engine.cards import Cards
+from engine.environments import read_script
 from engine.events import CommandRun
+from engine.inbox import session_inbox
 from engine.plan.types import PlanFlow
 from engine.ports import SessionStore
 from engine.projects import PROJECT_NAME, Project
 from engine.recovery import close_interrupted_turn, undecided_command
+from engine.roles.policy import command_action, may, refusal_text
 from engine.services import Services
 from engine.tasks import safe_call
 from engine.text import clip
+from engine.worktree.script import SETUP_PATH
 
 _log = logging.getLogger("plangate.sessions")
 
@@ -50,8 +56,11 @@ class Sessions:
         services: Services,
         *,
         cards: Cards,
+        bindings: ChatBindings,
         profile: str | None = None,
+        inbox_root: Path | None = None,
     ) -> None:
+        """``inbox_root``: where the sessions' uploads are kept (None: uploads are off)."""
         self.store = store
         self._log = services.log
         self._plans = services.plans
@@ -64,15 +73,17 @@ class Sessions:
         self._workspace_for = services.workspace_for
         self._choices = cards.choices
         self._redraw_plan = cards.plan_changed
+        self._set_goal_card = cards.set_goal_card
         self._profile = profile
+        self._inbox_root = inbox_root
+        self._roles = services.roles
         self._loaded: set[str] = set()
         # Bound sessions that start-up found unmarked (no open turn, nothing undecided): their
         # first load skips those reads.
         self._quiet: set[str] = set()
         # The bindings this process knows, both ways (a session's chats: the usage footer asks
-        # on every reply whether its chat is private).
-        self._bindings: dict[tuple[int, int], str] = {}
-        self._chats: dict[str, set[tuple[int, int]]] = {}
+        # on every reply whether its chat is private); only this object changes them.
+        self._bindings = bindings
         self._finding: dict[tuple[int, int], asyncio.Future[str]] = {}
 
     # --- bindings ---------------------------------------------------------------------------
@@ -86,7 +97,7 @@ class Sessions:
         # Bindings change only through this object (/new, migration), so a hit needs no
         # database trip.
         key = (chat_id, thread_id)
-        session_id = self._bindings.get(key)
+        session_id = self._bindings.session(key)
         if session_id is not None:
             return session_id
         # Concurrent first touches of one key wait for the one lookup: two would each create
@@ -108,25 +119,13 @@ class Sessions:
 
     def chat_of(self, session_id: str) -> int | None:
         """The chat a session is bound to, as this process knows it (``None``: unbound)."""
-        keys = self._chats.get(session_id)
-        return min(keys)[0] if keys else None
-
-    def is_private(self, session_id: str) -> bool:
-        """Whether the session is bound to a private chat (Telegram gives those positive ids)."""
-        return any(chat_id > 0 for chat_id, _ in self._chats.get(session_id, ()))
+        return self._bindings.chat_of(session_id)
 
     def _remember(self, key: tuple[int, int], session_id: str) -> None:
-        self._forget(key)
-        self._bindings[key] = session_id
-        self._chats.setdefault(session_id, set()).add(key)
+        self._bindings.remember(key, session_id)
 
     def _forget(self, key: tuple[int, int]) -> None:
-        old = self._bindings.pop(key, None)
-        if old is not None:
-            keys = self._chats.get(old, set())
-            keys.discard(key)
-            if not keys:
-                self._chats.pop(old, None)
+        self._bindings.forget(key)
 
     async def _create_bound(
         self, chat_id: int, thread_id: int, *, workspace: Path | None = None
@@ -143,7 +142,7 @@ class Sessions:
         """A new key's project: a forum topic starts in its group's, anything else in the
         default project."""
         if thread_id:
-            group = self._bindings.get((chat_id, 0)) or await self.store.session_for_chat(
+            group = self._bindings.session((chat_id, 0)) or await self.store.session_for_chat(
                 chat_id, 0
             )
             if group is not None:
@@ -162,13 +161,33 @@ class Sessions:
         folder = await self._workspace_for_session(session_id)
         return self._catalog.for_path(folder) or self._catalog.default
 
-    async def new_session(
+    def inbox_dir(self, session_id: str) -> Path | None:
+        """The folder the session's uploads are saved in (None: uploads are off)."""
+        root = self._inbox_root
+        return session_inbox(root, session_id) if root is not None else None
+
+    async def _refused(
+        self, chat_id: int, actor: int | None, name: str, args: str
+    ) -> Outcome | None:
+        """The refusal when the actor's role may not run ``/name args`` in the chat."""
+        role = await self._roles.role_of(chat_id, actor)
+        if may(role, command_action(name, args)):
+            return None
+        return Outcome(reply=refusal_text(role))
+
+    async def new_session(self, chat_id: int, thread_id: int, *, actor: int) -> Outcome:
+        """``/new``: end the key's session (cancel, disarm, archive), bind a fresh one, in the
+        same project; the actor's role must allow it."""
+        refused = await self._refused(chat_id, actor, "new", "")
+        if refused is not None:
+            return refused
+        return await self._renew(chat_id, thread_id, actor=actor)
+
+    async def _renew(
         self, chat_id: int, thread_id: int, *, actor: int, workspace: Path | None = None
     ) -> Outcome:
-        """``/new``: end the key's session (cancel, disarm, archive), bind a fresh one.
-
-        The fresh session stays in the old one's project unless ``workspace`` names another.
-        """
+        """End the key's session and bind a fresh one, in the old one's project unless
+        ``workspace`` names another."""
         old = await self.store.session_for_chat(chat_id, thread_id)
         dropped: list[str] = []
         if old is not None:
@@ -187,23 +206,32 @@ class Sessions:
         return Outcome(reply="Started a new session.", dropped=tuple(dropped))
 
     async def project(self, chat_id: int, thread_id: int, args: str, *, actor: int) -> Outcome:
-        """``/project``: say which project the key works in; ``/project <name>`` binds another.
+        """``/project``: say which project the key works in; ``/project <name>`` binds another
+        (the actor's role must allow it).
 
         Binding starts a fresh session in that project (a session's folder never changes: its
         plan files live under it), logged as ``command/run`` ``project`` in both sessions.
         Refused while the key's session has a live plan or a plan switch pending.
         """
+        refused = await self._refused(chat_id, actor, "project", args)
+        if refused is not None:
+            return refused
         session_id = await self.for_chat(chat_id, thread_id)
         current = await self.project_of(session_id)
         name = args.strip()
         if not name:
-            return Outcome(reply=self._project_listing(current))
+            script = await asyncio.to_thread(read_script, current.path)
+            setup = script.label if script is not None else f"none (no {SETUP_PATH})"
+            return Outcome(reply=f"{self._project_listing(current)}\nSetup: {setup}")
         wanted = self._catalog.get(name) if PROJECT_NAME.fullmatch(name) else None
         if wanted is None:
             return Outcome(
                 reply=f"No project named {clip(name, 64, one_line=True)!r}. "
                 f"Projects: {self._project_names()}."
             )
+        held = self._catalog.refusal(wanted)
+        if held is not None:
+            return Outcome(reply=held)
         if wanted.path == current.path:
             return Outcome(reply=f"Already working in project {wanted.name} ({wanted.path}).")
         controller = self._agents.controller(session_id)
@@ -213,7 +241,7 @@ class Sessions:
                 "before switching projects."
             )
         data = {"project": wanted.name, "path": str(wanted.path), "from": current.name}
-        outcome = await self.new_session(chat_id, thread_id, actor=actor, workspace=wanted.path)
+        outcome = await self._renew(chat_id, thread_id, actor=actor, workspace=wanted.path)
         fresh = await self.for_chat(chat_id, thread_id)
         await self._log.append(
             fresh, [CommandRun(name="project", args=wanted.name, actor=actor, data=data)]
@@ -248,11 +276,13 @@ class Sessions:
         return "\n".join(lines)
 
     async def migrate_chat(self, old_chat_id: int, new_chat_id: int) -> list[str]:
-        """A group became a supergroup: bind its sessions to the new id; returns them.
+        """A group became a supergroup: bind its sessions (and its team) to the new id;
+        returns them.
 
         Each moved plan's ``flow`` names the new chat and no card (the old group's messages
         can no longer be edited), so the next drawing posts the card anew. Idempotent.
         """
+        await self._roles.migrate(old_chat_id, new_chat_id)
         moved: list[str] = []
         for binding in await self.store.chat_bindings():
             if binding.chat_id != old_chat_id:
@@ -269,6 +299,8 @@ class Sessions:
                     update={"chat_id": new_chat_id, "card_id": None, "review_ids": []}
                 )
                 await self._plans.set_flow(binding.session_id, flow)
+            # Nor can its goal card: the next drawing posts one in the new chat.
+            await self._set_goal_card(binding.session_id, chat_id=None, card_id=None)
             moved.append(binding.session_id)
         _log.info(
             "plangate.sessions.chat_migrated from=%s to=%s sessions=%s",
@@ -290,6 +322,7 @@ class Sessions:
         await self._worktrees.forked(record.id)
         if await self._plans.current(record.id) is not None:
             await self._plans.set_flow(record.id, PlanFlow())
+        await self._set_goal_card(record.id, chat_id=None, card_id=None)
         return record.id
 
     # --- loading ----------------------------------------------------------------------------
@@ -304,7 +337,7 @@ class Sessions:
         bound: set[str] = set()
         for binding in await self.store.chat_bindings():
             key = (binding.chat_id, binding.thread_id)
-            if key not in self._bindings:
+            if self._bindings.session(key) is None:
                 self._remember(key, binding.session_id)
             bound.add(binding.session_id)
         marked = [sid for sid in await self._log.needs_attention() if sid in bound]
@@ -358,10 +391,25 @@ class Sessions:
             await self._notice(session_id, notice)
         if not quiet:
             await self._decide_pending(session_id)
+        await self._restore_pause(session_id)
         if interrupted:
             # The card still shows the turn as working: redraw it (a checklist left by the
             # dead process is paused now, with Resume; nothing restarts by itself).
             await self._redraw_plan(session_id)
+
+    async def _restore_pause(self, session_id: str) -> None:
+        """An Active checklist that no run carries here: its card says why the run stopped
+        (the restart, /stop, or the pause the dead process logged), not just "Paused"."""
+        controller = self._agents.controller(session_id)
+        run = controller.checklist
+        if controller.busy or run.armed or run.paused is not None:
+            return
+        if await self._plans.state(session_id) != "active":
+            return
+        stored = await self._log.read(session_id, types=("command/run", "run/paused", "turn/end"))
+        reason = stopped_reason(s.event for s in stored)
+        if reason is not None:
+            controller.restore_pause(reason)
 
     async def _decide_pending(self, session_id: str) -> None:
         stored = await self._log.read(

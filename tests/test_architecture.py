@@ -1,12 +1,20 @@
-"""The layering, checked: engine imports neither bot nor storage, and engine has no import loop.
+"""The structure, checked (docs/architecture.md "Structure rules").
+
+- engine imports neither bot nor storage, and has no import loop, between modules nor between
+  its subpackages (``engine/<package>/``: a loop there is two packages that cannot be read
+  apart, even when no two modules import each other);
+- the engine is composed in one pass: nothing is set on an engine object after it is built
+  (no attribute assigned, no ``set_*``/``bind`` call), and the composition functions hold no
+  rules (no nested function or lambda).
 
 Every import counts, including those under ``TYPE_CHECKING`` and inside functions: a loop that
-only the type checker sees is still two modules that cannot be read apart (docs/architecture.md).
+only the type checker sees is still two modules that cannot be read apart.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,6 +89,273 @@ def test_engine_imports_neither_bot_nor_storage() -> None:
 
 def test_engine_has_no_import_loop() -> None:
     assert _cycle(_engine_graph()) is None
+
+
+def _package(module: str) -> str | None:
+    """``engine.plan.service`` -> ``engine.plan``; a top-level module (``engine.events``)
+    belongs to no subpackage: it is the shared layer every package may import."""
+    parts = module.split(".")
+    if len(parts) > 2:
+        return ".".join(parts[:2])
+    return module if (ROOT / Path(*parts)).is_dir() else None
+
+
+def _package_graph() -> dict[str, set[str]]:
+    """Which subpackage of engine/ imports which (each import between two modules counts)."""
+    graph: dict[str, set[str]] = {}
+    for module, imported in _engine_graph().items():
+        mine = _package(module)
+        if mine is None:
+            continue
+        graph.setdefault(mine, set())
+        for other in imported:
+            theirs = _package(other)
+            if theirs is not None and theirs != mine:
+                graph[mine].add(theirs)
+                graph.setdefault(theirs, set())
+    return graph
+
+
+def test_engine_subpackages_have_no_import_loop() -> None:
+    # The packages layer: tools at the bottom, then checks, plan, worktree, progress, goal,
+    # usage, approval, agent (docs/architecture.md).
+    assert _cycle(_package_graph()) is None
+
+
+def _imported_from(tree: ast.Module) -> dict[str, str]:
+    """Each name the module imports, with the module it comes from (``.`` when relative)."""
+    names: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                names[alias.asname or alias.name] = "." if node.level else node.module or ""
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                names[(alias.asname or alias.name).split(".")[0]] = alias.name
+    return names
+
+
+def _root_name(node: ast.expr) -> str | None:
+    while isinstance(node, ast.Attribute | ast.Call):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+SETTER_CALLS = ("set_", "bind")
+
+
+def _late_setters(path: Path, *, foreign: tuple[str, ...]) -> list[str]:
+    """Where a function sets something on an object it built from another module's class or
+    factory (one whose module starts with one of ``foreign``): ``obj.attr = ...``,
+    ``obj.set_x(...)``, ``obj.bind(...)``. The object is known by the local name the call's
+    result was bound to, which is what composition code does."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    imported = _imported_from(tree)
+    found: list[str] = []
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        built: set[str] = set()
+        for node in ast.walk(function):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+                origin = imported.get(_root_name(node.value) or "")
+                if origin is not None and origin.startswith(foreign):
+                    built.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        for node in ast.walk(function):
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = list(node.targets)
+            elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+                targets = [node.target]
+            for target in targets:
+                if (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id in built
+                ):
+                    found.append(f"{path.name}:{node.lineno} {target.value.id}.{target.attr} =")
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in built
+                and node.func.attr.startswith(SETTER_CALLS)
+            ):
+                found.append(f"{path.name}:{node.lineno} {node.func.value.id}.{node.func.attr}()")
+    return found
+
+
+def test_nothing_is_set_on_an_engine_object_after_it_is_built() -> None:
+    # The engine is composed in one pass with constructor arguments: a part that needs another
+    # is given it, a listener subscribes itself when built. Checked wherever engine objects
+    # are built: the engine itself (objects of another engine module) and the front ends.
+    offending = [
+        hit
+        for path in sorted((ROOT / "engine").rglob("*.py"))
+        for hit in _late_setters(path, foreign=("engine", "."))
+    ] + [
+        hit
+        for folder in ("bot", "bench")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for hit in _late_setters(path, foreign=("engine",))
+    ]
+    assert offending == []
+
+
+def test_the_setter_finder_finds_a_setter(tmp_path: Path) -> None:
+    source = tmp_path / "compose.py"
+    source.write_text(
+        "from engine.x import Thing, make\n"
+        "def build():\n"
+        "    thing = Thing()\n"
+        "    other = make(thing)\n"
+        "    thing.hook = other.run\n"
+        "    other.set_driver(thing)\n"
+        "    mine = object()\n"
+        "    mine.ok = 1\n",
+        encoding="utf-8",
+    )
+    assert _late_setters(source, foreign=("engine",)) == [
+        "compose.py:5 thing.hook =",
+        "compose.py:6 other.set_driver()",
+    ]
+
+
+COMPOSITION = {"engine/app.py": "build_engine", "bot/compose.py": "open_plangate"}
+
+
+def test_composition_holds_no_rules() -> None:
+    # A rule written as a closure in the composition ("a goal round never waits on a person")
+    # belongs to the service that owns it; composition only passes parts to constructors.
+    nested: list[str] = []
+    for file, name in COMPOSITION.items():
+        tree = ast.parse((ROOT / file).read_text(encoding="utf-8"))
+        (function,) = [
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name
+        ]
+        nested += [
+            f"{file}:{n.lineno}"
+            for n in ast.walk(function)
+            if n is not function
+            and isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+        ]
+    assert nested == []
+
+
+# What a front end may import from the engine: its API (engine.api, which also carries the few
+# pure helpers front ends share), the ports it implements or calls, and the event and value
+# types. The composition roots and the command line are exempt: they build the engine.
+FRONT_END_SURFACE = (
+    "engine.api",
+    "engine.ports",
+    "engine.agent.channel",
+    "engine.model.types",
+    "engine.model.transcribe",
+    "engine.events",
+    "engine.errors",
+    "engine.text",
+    "engine.tasks",
+)
+COMPOSITION_ROOTS = frozenset({"cli", "compose", "demo", "doctor", "runner", "settings", "wizard"})
+
+
+def _on_surface(module: str) -> bool:
+    parts = module.split(".")
+    if parts[0] != "engine" or len(parts) == 1:
+        return True
+    if len(parts) == 3 and parts[2] == "types":  # engine.<package>.types: value types
+        return True
+    return any(module == m or module.startswith(m + ".") for m in FRONT_END_SURFACE)
+
+
+def test_front_ends_reach_the_engine_only_through_its_surface() -> None:
+    # bot/ (Telegram, and any sibling front end) talks to EngineApi, implements the ports and
+    # reads the event and value types; it never reaches into a service.
+    offending: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "bot").rglob("*.py")):
+        if path.parent == ROOT / "bot" and path.stem in COMPOSITION_ROOTS:
+            continue
+        outside = sorted(
+            m for m in _imports(path) if m.split(".")[0] == "engine" and not _on_surface(m)
+        )
+        # ``from engine.api import x`` also yields engine.api.x: a name, not a module.
+        outside = [m for m in outside if not _on_surface(m.rpartition(".")[0])]
+        if outside:
+            offending[str(path.relative_to(ROOT))] = outside
+    assert offending == {}
+
+
+CHAT_SERVICES = re.compile(r"telegram|slack", re.IGNORECASE)
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    """The ids of the string constants that are docstrings (module, class, function)."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                found.add(id(body[0].value))
+    return found
+
+
+def _service_words(path: Path, root: Path = ROOT) -> list[str]:
+    """Where the code of ``path`` names a chat service: an identifier, an attribute, an
+    import, an argument or a string it uses. Comments and docstrings may name one as an
+    example; the code may not (what it says reaches a chat that may be any service)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = _docstrings(tree)
+    hits: list[str] = []
+    for node in ast.walk(tree):
+        words: list[str] = []
+        if isinstance(node, ast.Name):
+            words = [node.id]
+        elif isinstance(node, ast.Attribute):
+            words = [node.attr]
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            words = [node.name]
+        elif isinstance(node, ast.arg | ast.keyword):
+            words = [node.arg or ""]
+        elif isinstance(node, ast.alias):
+            words = [node.name, node.asname or ""]
+        elif isinstance(node, ast.ImportFrom):
+            words = [node.module or ""]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            words = [] if id(node) in docs else [node.value]
+        hits += [
+            f"{path.relative_to(root)}:{getattr(node, 'lineno', '?')} {w[:40]!r}"
+            for w in words
+            if CHAT_SERVICES.search(w)
+        ]
+    return hits
+
+
+def test_no_engine_module_names_a_chat_service() -> None:
+    # The engine knows chats, people and a channel; which service carries them is the front
+    # end's (bot/). Its code names none, so a second front end changes nothing in it.
+    hits = [h for path in sorted((ROOT / "engine").rglob("*.py")) for h in _service_words(path)]
+    assert hits == []
+
+
+def test_the_service_word_finder_reads_code_not_prose(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        '"""Docs may say Telegram."""\n'
+        "# so may comments: Slack\n"
+        "import telegram\n"
+        "def f(slack_token):\n"
+        '    """An example: Telegram."""\n'
+        '    return "sent to Telegram"\n',
+        encoding="utf-8",
+    )
+    found = sorted(_service_words(source, tmp_path), key=lambda h: int(h.split(":")[1][0]))
+    assert [h.split(" ", 1)[1] for h in found] == [
+        "'telegram'",
+        "'slack_token'",
+        "'sent to Telegram'",
+    ]
 
 
 def test_the_cycle_finder_finds_a_loop() -> None:

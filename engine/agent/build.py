@@ -3,9 +3,8 @@
 The composition root passes the stores, the model, the channel and (optionally) the plan and
 goal machines; this builds the agent's own tools (file tools, bash, ask_user, send_file)
 sharing one set of workspace locks, adds the caller's tools (plan, todo_write, goal tools),
-and returns the :class:`~engine.agent.controller.AgentRegistry`. Attach the goal round driver
-afterwards with ``registry.set_driver(driver)`` (the driver needs the registry as its
-``RoundTarget``).
+and returns the :class:`~engine.agent.controller.AgentRegistry`. The goal round driver, built
+after it (the registry is its ``RoundTarget``), subscribes itself to the registry's idle signal.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from pathlib import Path
 from engine.agent.channel import Channel
 from engine.agent.config import AgentDeps, WorkspaceResolver
 from engine.agent.controller import AgentRegistry
-from engine.agent.ports import GoalPort, IdleListener, PlanPort
+from engine.agent.ports import GoalPort, IdleListener, PlanPort, RunPreparer
 from engine.agent.settings import AgentSettings
 from engine.approval.service import ToolApprovals
 from engine.model.types import ModelProvider
@@ -28,6 +27,7 @@ from engine.tools.ask import AskUserTool
 from engine.tools.base import Tool
 from engine.tools.bash import BashLimits, BashTool
 from engine.tools.boundary import BoundaryPolicy, PlanViewSource, ReadOnlyRoots
+from engine.tools.disk import DiskReserve
 from engine.tools.files import FileLimits, file_tools
 from engine.tools.sandbox import SandboxSettings
 from engine.tools.send import SendFileTool
@@ -85,6 +85,7 @@ def agent_tools(
     bash_limits: BashLimits | None = None,
     sandbox: SandboxSettings | None = None,
     read_only_roots: ReadOnlyRoots | None = None,
+    disk: DiskReserve | None = None,
 ) -> tuple[list[Tool], BashTool]:
     """The agent's own tools (read_file, list_files, grep, write_file, edit_file, bash,
     ask_user, send_file) and the bash tool itself (for ``kill_session``).
@@ -98,7 +99,7 @@ def agent_tools(
         plan_view=plan_view_source(plan) if plan is not None else None,
         read_only_roots=read_only_roots,
     )
-    bash = BashTool(locks=shared, limits=bash_limits, boundary=policy)
+    bash = BashTool(locks=shared, limits=bash_limits, boundary=policy, disk=disk)
     tools: list[Tool] = [*file_tools(hooks=plan, locks=shared, limits=file_limits, boundary=policy)]
     tools.extend([bash, AskUserTool(channel), SendFileTool(channel, boundary=policy)])
     return tools, bash
@@ -124,16 +125,21 @@ def build_agent(
     inbox_root: Path | None = None,
     locks: WorkspaceLocks | None = None,
     workspace_note: Callable[[str], Awaitable[str]] | None = None,
+    disk: DiskReserve | None = None,
+    prepare: RunPreparer | None = None,
 ) -> AgentRegistry:
     """Assemble the agent. ``extra_tools`` are the plan, todo and goal tools.
 
     ``plan`` is a :class:`~engine.agent.ports.PlanPort` (wrap ``PlanService`` in
     :class:`engine.agent.adapters.PlanServiceAdapter`); ``goals`` is the ``GoalService``;
-    ``driver`` may be attached later with ``set_driver``; ``approvals`` is the owner's
-    approval gate (none: every call the plan gate allows runs); ``locks`` are the workspace
+    ``driver`` is told when a session goes idle (a driver built later subscribes itself
+    with ``listen_idle``); ``approvals`` is the owner's approval gate (none: every call the
+    plan gate allows runs); ``locks`` are the workspace
     locks the tools share (pass the ones the check runner holds too); ``read_only_roots``
     names what bash sees read-only besides the workspace (a plan worktree's repository);
-    ``workspace_note`` adds a line about the workspace to the prompt.
+    ``workspace_note`` adds a line about the workspace to the prompt; ``prepare`` runs
+    before each step of an approved run or a goal round (the project's setup); ``disk`` is
+    the room kept for plangate's own writes (bash stops below it, an unattended run pauses).
     """
     own, bash = agent_tools(
         channel,
@@ -143,6 +149,7 @@ def build_agent(
         bash_limits=bash_limits,
         sandbox=sandbox,
         read_only_roots=read_only_roots,
+        disk=disk,
     )
     deps = AgentDeps(
         log=log,
@@ -159,6 +166,8 @@ def build_agent(
         approvals=approvals,
         inbox_root=inbox_root,
         workspace_note=workspace_note,
+        disk=disk,
+        prepare=prepare,
     )
     return AgentRegistry(deps, driver=driver)
 

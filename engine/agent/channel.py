@@ -1,6 +1,6 @@
-"""The channel the agent tells things to (docs/agent.md, docs/telegram.md).
+"""The channel the agent tells things to (docs/agent.md).
 
-The engine never imports Telegram: ``bot/`` implements :class:`Channel` for Telegram and the
+The engine knows no chat service: each front end in ``bot/`` implements :class:`Channel`, as the
 console demo implements it for a terminal. Every method is a notification; the agent does not
 wait for the chat to answer. A channel method that raises is logged by the agent and never
 breaks a turn (see :func:`engine.tasks.safe_call`).
@@ -66,9 +66,11 @@ class Channel(Protocol):
         then asked to stream, and :meth:`draft` hears the text as it grows)."""
         ...
 
-    async def draft(self, session_id: str, text: str) -> None:
-        """The reply so far, while the model streams it (paced by the channel; the final
-        :meth:`reply` replaces it). Never waits for the chat."""
+    async def draft(self, session_id: str, text: str, *, more: bool = False) -> None:
+        """The reply while the model streams it (paced by the channel; the final
+        :meth:`reply` replaces it). ``text`` replaces the draft, or with ``more`` continues
+        it: the engine hands each new piece once, never the whole text again. Never waits
+        for the chat."""
         ...
 
     async def approval_asked(self, session_id: str, view: ApprovalView) -> None:

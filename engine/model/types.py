@@ -26,6 +26,9 @@ class ModelToolCall:
     name: str
     arguments: dict[str, Any]
     raw_arguments: str = ""
+    # Why the arguments were refused on arrival (too large, nested too deep), else "": the
+    # call is then answered with this as its tool error, never run (engine.model.arguments).
+    refused: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,11 +45,15 @@ class ModelReply:
     """One assistant reply: text (possibly empty), the tool calls in order, and ``usage``.
 
     ``usage`` is ``None`` when the server reported none (the agent estimates it then).
+    ``arrived_chars``: how many characters the reply came with (text, tool names and argument
+    text, refused arguments included), when the provider counted them; an estimate of the
+    reply is never below a quarter of it.
     """
 
     text: str
     tool_calls: tuple[ModelToolCall, ...] = ()
     usage: ModelUsage | None = None
+    arrived_chars: int = 0
 
 
 class ModelProvider(Protocol):
@@ -69,13 +76,24 @@ class ModelProvider(Protocol):
         ...
 
 
-# Called with the reply's text so far while it streams (the whole text each time, not a delta).
+# Called with each new piece of the reply's text while it streams (a delta, never the whole
+# text again: that would make a long answer in tiny chunks quadratic).
 TextSink = Callable[[str], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class StreamProgress:
+    """What a streamed call has received so far, kept up to date while it streams: whether the
+    server answered at all and how many characters (text, tool names and arguments) arrived.
+    Read when the stream is cut short, to record what was paid for."""
+
+    opened: bool = False
+    chars: int = 0
 
 
 @runtime_checkable
 class StreamingProvider(Protocol):
-    """A provider that can also stream: ``on_text`` hears the text as it grows.
+    """A provider that can also stream: ``on_text`` hears each new piece of text.
 
     The reply returned is the same as ``complete`` would give. Cancelling the call ends the
     stream at once (the connection is closed).
@@ -88,6 +106,7 @@ class StreamingProvider(Protocol):
         *,
         on_text: TextSink,
         max_tokens: int | None = None,
+        progress: StreamProgress | None = None,
     ) -> ModelReply: ...
 
 

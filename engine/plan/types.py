@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engine.checks.types import CheckResult
+from engine.tools.plan_view import PlanState as PlanState
 
 PlanStatus = Literal["Editing", "Active"]
 TaskStatus = Literal["pending", "in_progress", "completed", "deferred"]
@@ -64,7 +65,7 @@ class PlanTask(BaseModel):
 
 
 class PlanFlow(BaseModel):
-    """Telegram message ids of the plan card and the plan-text messages."""
+    """The channel's message ids of the plan card and the plan-text messages."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -75,7 +76,7 @@ class PlanFlow(BaseModel):
 
 
 class PlanApproval(BaseModel):
-    """One person's approval of a plan: who (Telegram user id and the name shown) and when
+    """One person's approval of a plan: who (the person's id and the name shown) and when
     (ISO 8601 UTC). ``approved_by`` lists them in the order they were given."""
 
     model_config = ConfigDict(extra="allow")
@@ -168,8 +169,8 @@ class PlanSidecar(BaseModel):
 
 # --- derived state and the legacy load map (docs/plan-json-spec.md) -------
 
-PlanState = Literal["none", "pre_init", "post_init", "active"]
-"""The derived lifecycle state: NoPlan, Editing pre-init, Editing post-init, Active."""
+# The derived lifecycle state (NoPlan, Editing pre-init, Editing post-init, Active) is defined
+# with the plan view the tools read (engine.tools.plan_view): PlanState.
 
 
 def is_editing(state: PlanState) -> bool:

@@ -13,7 +13,9 @@ from collections.abc import Collection
 
 from engine.ports import ChatLog
 from engine.roles.fold import apply_team_event, fold_team
+from engine.roles.policy import may
 from engine.roles.types import (
+    Action,
     ChatEvent,
     GrantedRole,
     Person,
@@ -29,7 +31,7 @@ class RoleService:
 
     ``owner_ids`` ``None`` means no owner list was given (an engine embedded without a front
     end that knows people, as the engine's own tests do): every actor then counts as an owner.
-    The Telegram bot always passes its owners.
+    A front end always passes its owners.
     """
 
     def __init__(self, log: ChatLog, *, owner_ids: Collection[int] | None) -> None:
@@ -72,6 +74,10 @@ class RoleService:
                 team = await self._team_locked(chat_id)
         member = team.get(user_id)
         return member.role if member is not None else "member"
+
+    async def may(self, chat_id: int | None, user_id: int | None, action: Action) -> bool:
+        """Whether ``user_id`` may do ``action`` in the chat now (the permission table)."""
+        return may(await self.role_of(chat_id, user_id), action)
 
     async def _append_locked(self, chat_id: int, event: ChatEvent) -> None:
         team = await self._team_locked(chat_id)

@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import stat
-import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +36,8 @@ from typing import Any, Protocol, TypeVar
 from engine.tools import search as _search_module
 from engine.tools.base import Tool, ToolContext, ToolOutcome
 from engine.tools.boundary import Boundary, BoundaryPolicy, NotVisible
+from engine.tools.effects import BUILTIN
+from engine.tools.host import INSTALL
 from engine.tools.reading import Window, read_window
 from engine.tools.sandbox import helper_env
 from engine.tools.search import glob_match, walk_files
@@ -58,11 +59,14 @@ _T = TypeVar("_T")
 # anything on asyncio.to_thread) rely on, and a busy default pool never holds up a tool.
 _FILES_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="plangate-files")
 
-# The search child runs this text, read once at start, with ``python -I -S -B -c``: isolated
+# The search child runs this text, read once at start, with the interpreter resolved at start
+# (``engine.tools.host.INSTALL``, never ``sys.executable`` again) and ``-I -S -B -c``: isolated
 # mode puts neither its working folder nor PYTHONPATH nor the user's site on the import path,
 # and ``-S`` skips site-packages, so only the standard library can be imported; no file of
-# the project (a planted ``re.py`` or ``engine/__init__.py``) can run outside the sandbox,
-# even when the workspace is plangate's own checkout. The first line names it in ``ps``.
+# the project (a planted ``re.py`` or ``engine/__init__.py``) can run outside the sandbox. A
+# workspace that holds the interpreter, its standard library or plangate's own files is
+# refused at start (``engine.tools.host.install_refusal``), so none of those is the agent's
+# to swap either. The first line names it in ``ps``.
 SEARCH_CHILD_TAG = "# plangate grep search"
 _SEARCH_CODE = SEARCH_CHILD_TAG + "\n" + Path(_search_module.__file__).read_text(encoding="utf-8")
 
@@ -181,6 +185,7 @@ class _FileTool(ABC):
 class ReadFileTool(_FileTool):
     reads_only = True
     name = "read_file"
+    declaration = BUILTIN["read_file"]
     description = (
         "Read a text file in the workspace. Lines are numbered from 1 (the numbers are not part "
         "of the file). offset is the first line to show (1-based), limit the number of lines."
@@ -288,6 +293,7 @@ def _size(size: int) -> str:
 class ListFilesTool(_FileTool):
     reads_only = True
     name = "list_files"
+    declaration = BUILTIN["list_files"]
     description = (
         "List files under a folder of the workspace (default: the workspace), recursively, "
         "skipping .git, virtualenvs and node_modules. pattern is a glob on the relative path "
@@ -335,6 +341,7 @@ class ListFilesTool(_FileTool):
 class GrepTool(_FileTool):
     reads_only = True
     name = "grep"
+    declaration = BUILTIN["grep"]
     description = (
         "Search file contents with a Python regular expression. path is a file or folder "
         "(default: the workspace); glob filters file names, e.g. '*.py'. Returns path:line: text. "
@@ -386,12 +393,13 @@ class GrepTool(_FileTool):
 async def _search(request: dict[str, Any], timeout_s: float) -> ToolOutcome:
     """Run one search in a child interpreter; kill it at ``timeout_s`` (or on cancel).
 
-    The child is plangate's own code isolated from the project: ``python -I -S -B`` with the
-    module's text, started in ``/`` with :func:`helper_env` (no secret, no PYTHONPATH).
+    The child is plangate's own code isolated from the project: the interpreter taken at
+    start, ``-I -S -B`` with the module's text, started in ``/`` with :func:`helper_env` (no
+    secret, no PYTHONPATH).
     """
     try:
         child = await asyncio.create_subprocess_exec(
-            sys.executable,
+            str(INSTALL.interpreter),
             "-I",
             "-S",
             "-B",
@@ -467,6 +475,7 @@ class _WriteTool(_FileTool):
 
 class WriteFileTool(_WriteTool):
     name = "write_file"
+    declaration = BUILTIN["write_file"]
     description = (
         "Create or overwrite a file in the workspace with content (parent folders are created)."
     )
@@ -501,6 +510,7 @@ def _write(path: Path, content: str) -> None:
 
 class EditFileTool(_WriteTool):
     name = "edit_file"
+    declaration = BUILTIN["edit_file"]
     description = (
         "Replace old_text with new_text in a file. old_text must match the file exactly "
         "(whitespace included) and be unique, unless replace_all is true."

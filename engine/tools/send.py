@@ -14,17 +14,27 @@ import asyncio
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from engine.agent.channel import Channel
 from engine.inbox import human_size
 from engine.tools.base import ToolContext, ToolOutcome
 from engine.tools.boundary import Boundary, BoundaryPolicy, NotVisible
+from engine.tools.effects import BUILTIN
 from engine.tools.workspace import OutsideWorkspace
 
-# What one attachment may weigh (Telegram takes 50 MB from a bot; a phone wants far less).
+# What one attachment may weigh (chat services take tens of MB from a bot; a phone wants far less).
 MAX_SEND_BYTES = 20 * 1024 * 1024
 MAX_CAPTION_CHARS = 1000
+
+
+class FileChannel(Protocol):
+    """The part of the chat channel this tool uses (the engine's ``Channel`` has it)."""
+
+    async def send_file(
+        self, session_id: str, data: bytes, filename: str, *, caption: str | None
+    ) -> None:
+        """Attach a file to the chat; raises when it was not sent."""
+        ...
 
 
 class TooBig(Exception):
@@ -59,6 +69,7 @@ class SendFileTool:
     """``send_file {path, caption?}``; exclusive (attachments arrive in the order sent)."""
 
     name = "send_file"
+    declaration = BUILTIN["send_file"]
     description = (
         "Attach a file from the workspace (or one the owner sent) to the chat, e.g. a report, "
         "a patch or a generated image, with an optional short caption. At most 20 MB."
@@ -66,7 +77,7 @@ class SendFileTool:
 
     def __init__(
         self,
-        channel: Channel,
+        channel: FileChannel,
         *,
         max_bytes: int = MAX_SEND_BYTES,
         boundary: BoundaryPolicy | None = None,

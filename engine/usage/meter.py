@@ -46,6 +46,7 @@ from engine.usage.ledger import (
     plausible,
     reset_text,
     summary_line,
+    underreported,
 )
 
 log = logging.getLogger("plangate.usage.meter")
@@ -113,7 +114,10 @@ class UsageMeter:
         goals: GoalService | None = None,
         config: UsageConfig = UsageConfig(),
         clock: Clock = time.time,
+        is_private: Callable[[str], bool] = lambda _session_id: False,
     ) -> None:
+        """``is_private(session_id)``: whether the session's chat is private (the footer's
+        ``private`` mode; ``engine.bindings.ChatBindings.is_private``)."""
         self._log = log
         self._goals = goals
         self.config = config
@@ -124,8 +128,9 @@ class UsageMeter:
         # What the calls under way hold: per UTC day, and per (session, goal).
         self._held_day: dict[str, int] = {}
         self._held_goal: dict[tuple[str, str], int] = {}
-        # Whether a session's chat is private (the composition root knows chats; we do not).
-        self.is_private: Callable[[str], bool] = lambda _session_id: False
+        self._is_private = is_private
+        # Servers whose figures were found too small, each logged once.
+        self._doubted: set[str] = set()
 
     # --- start-up -------------------------------------------------------------------------
 
@@ -284,9 +289,15 @@ class UsageMeter:
         reply: ModelReply,
         chars: int,
         estimate: int,
+        server: str = "",
     ) -> ModelUsageRecord:
         """The ``model/usage`` record of one call: the server's figures when they can be true,
-        else an estimate (marked so, and logged: a server's absurd count never counts)."""
+        else an estimate (marked so, and logged: a server's absurd count never counts).
+
+        A figure below a tenth of plangate's own estimate (the prompt's: the larger of the
+        budget check's ``estimate`` and the quarter rule on ``chars``; the reply's: the quarter
+        rule on its text and calls) is replaced by that estimate, and the record is marked
+        estimated; the first time for a ``server`` it is logged."""
         goal_id = source.goal_id if isinstance(source, GoalRoundSource) else None
         usage = reply.usage
         replied = bool(reply.text) or bool(reply.tool_calls)
@@ -305,15 +316,46 @@ class UsageMeter:
                 chars,
             )
             usage = None
-        if usage is None:
-            completion = estimate_completion(
+        completion = max(
+            estimate_completion(
                 reply.text,
                 ((c.name, c.arguments or {"raw": c.raw_arguments}) for c in reply.tool_calls),
-            )
+            ),
+            # What arrived, refused arguments included (only a prefix of them is kept).
+            chars_to_tokens(reply.arrived_chars),
+        )
+        if usage is None:
             return ModelUsageRecord(
                 turn_id=turn_id,
                 prompt_tokens=estimate if estimate else chars_to_tokens(chars),
                 completion_tokens=completion,
+                estimated=True,
+                goal_id=goal_id,
+                request_chars=chars,
+                prompt_estimate=estimate,
+            )
+        own_prompt = max(estimate, chars_to_tokens(chars))
+        low_prompt = underreported(usage.prompt_tokens, own_prompt)
+        low_completion = underreported(usage.completion_tokens, completion)
+        if low_prompt or low_completion:
+            if server not in self._doubted:
+                self._doubted.add(server)
+                log.warning(
+                    "plangate.usage.meter.underreported server=%s prompt=%d (estimate %d) "
+                    "completion=%d (estimate %d): counted by the estimate where a figure is "
+                    "below a tenth of it (logged once per server)",
+                    server or "?",
+                    usage.prompt_tokens,
+                    own_prompt,
+                    usage.completion_tokens,
+                    completion,
+                )
+            prompt = own_prompt if low_prompt else usage.prompt_tokens
+            return ModelUsageRecord(
+                turn_id=turn_id,
+                prompt_tokens=prompt,
+                completion_tokens=completion if low_completion else usage.completion_tokens,
+                cached_tokens=min(usage.cached_tokens, prompt),
                 estimated=True,
                 goal_id=goal_id,
                 request_chars=chars,
@@ -325,6 +367,29 @@ class UsageMeter:
             completion_tokens=usage.completion_tokens,
             cached_tokens=min(usage.cached_tokens, usage.prompt_tokens),
             goal_id=goal_id,
+            request_chars=chars,
+            prompt_estimate=estimate,
+        )
+
+    def cut_record(
+        self,
+        *,
+        turn_id: str,
+        source: MessageSource,
+        chars: int,
+        estimate: int,
+        arrived_chars: int,
+    ) -> ModelUsageRecord:
+        """The ``model/usage`` record of a streamed call cut short (``/stop``, a broken
+        stream): no server count comes, but the prompt was sent and ``arrived_chars`` of the
+        reply arrived, and both were paid for. Estimated: the prompt as the budget check saw
+        it, the reply by the quarter rule."""
+        return ModelUsageRecord(
+            turn_id=turn_id,
+            prompt_tokens=max(estimate, chars_to_tokens(chars)),
+            completion_tokens=chars_to_tokens(arrived_chars),
+            estimated=True,
+            goal_id=source.goal_id if isinstance(source, GoalRoundSource) else None,
             request_chars=chars,
             prompt_estimate=estimate,
         )
@@ -348,7 +413,7 @@ class UsageMeter:
     def footer(self, session_id: str, usage: SessionUsage, turn_id: str) -> str | None:
         """The one-line footer of a turn's closing reply, when the setting wants one here."""
         mode = self.config.footer
-        if mode == "off" or (mode == "private" and not self.is_private(session_id)):
+        if mode == "off" or (mode == "private" and not self._is_private(session_id)):
             return None
         totals = usage.turns.get(turn_id)
         if totals is None:

@@ -18,6 +18,7 @@ from engine.plan.service import PlanService
 from engine.plan.tool import PlanTool
 from engine.testing import InMemoryEventLog
 from engine.tools.base import ToolContext, ToolOutcome
+from engine.tools.effects import declare
 from storage.plan_files import FilePlanStore, SessionLocation
 from tests.agent.harness import SID, make_agent
 
@@ -114,6 +115,8 @@ class ApproveProbe:
 
     name = "probe"
     description = "test probe"
+    # It only reads the plan (the press is the owner's): allowed while the plan is designed.
+    declaration = declare("read")
 
     def __init__(self, plans: PlanService) -> None:
         self.plans = plans

@@ -215,10 +215,12 @@ async def test_fork_bomb_and_huge_allocation_are_contained(tmp_path: Path) -> No
     other = tmp_path / "other"
     other.mkdir()
     tool = BashTool(limits=FAST, sandbox=SandboxSettings(max_processes=64, memory_mb=512))
-    big = await tool.run(
-        {"command": "python3 -c 'b = bytearray(10 * 1024**3); print(len(b))'"}, ctx(ws)
-    )
-    assert big.is_error and "MemoryError" in big.content
+    # 10 GB written page by page: refused up front under an address-space limit (the
+    # fallback), killed by the call's memory cgroup otherwise (docs/security.md).
+    touch = "b = bytearray(10 * 1024**3); b[::4096] = bytes(len(b[::4096])); print(len(b))"
+    big = await tool.run({"command": f"python3 -c '{touch}'"}, ctx(ws))
+    assert big.is_error
+    assert "MemoryError" in big.content or big.content.startswith("exit code 137"), big.content
     bomb_fn = f"bomb{unique_marker()}"
     bomb = asyncio.create_task(
         tool.run(
@@ -345,3 +347,28 @@ async def test_every_writable_tmpfs_is_bounded_by_the_memory_setting(
     assert "No space left on device" in out.content or "Read-only file system" in out.content
     written = out.content.splitlines()[-1].split("\t")[0]
     assert written == "none" or int(written) <= 32, out.content
+
+
+async def test_a_toolchain_folder_the_settings_name_is_seen_read_only_and_on_the_path(
+    tmp_path: Path,
+) -> None:
+    # A toolchain installed in a home folder (pyenv, nvm): invisible unless the settings name
+    # it (PLANGATE_SANDBOX_TOOL_DIRS); then its bin/ is on the PATH and nothing in it changes.
+    ws = project(tmp_path)
+    toolchain = tmp_path / "home-of-owner" / ".nvm"
+    (toolchain / "bin").mkdir(parents=True)
+    (toolchain / "bin" / "mytool").write_text("#!/bin/sh\necho mytool works\n")
+    (toolchain / "bin" / "mytool").chmod(0o755)
+    without = BashTool(limits=FAST, plan_view=view_of("active"))
+    unseen = await without.run({"command": "mytool"}, ctx(ws))
+    assert unseen.is_error and "command not found" in unseen.content
+    tool = BashTool(
+        limits=FAST,
+        sandbox=SandboxSettings(tool_dirs=(toolchain,)),
+        plan_view=view_of("active"),
+    )
+    ran = await tool.run({"command": "mytool"}, ctx(ws))
+    assert ran.content == "exit code 0\nmytool works"
+    changed = await tool.run({"command": f"touch {toolchain}/bin/x"}, ctx(ws))
+    assert changed.is_error and "Read-only file system" in changed.content
+    assert not (toolchain / "bin" / "x").exists()

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from bot.demo import run_demo
+from bot.demo import NEXT_STEPS, run_demo
 from tests.fakebot.server import FakeBotApi
 
 _ENV_KEYS = ("PLANGATE_", "TELEGRAM_BOT_TOKEN", "OPENAI_API_KEY")
@@ -44,7 +44,17 @@ async def test_demo_plays_the_whole_flow_to_a_completed_plan() -> None:
     assert "[✅ Approve]" in text
     assert "▓▓▓▓▓▓▓▓▓▓ 2/2" in text
     assert "workspace now holds: README.md, greet.py, test_greet.py" in text
-    assert text.rstrip().endswith("finished")
+    assert "     demo │ finished\n" in text
+    # The card goes from review straight to work: never "Paused" on the way.
+    approved = text.index("(taps ✅ Approve)")
+    assert text.index("In progress", approved) < text.find("Paused", approved) or (
+        "Paused" not in text[approved:]
+    )
+    # No goal card until the owner sets a goal (a task's criteria are no goal).
+    assert text.index("goal card") > text.index("/goal Keep the greeting test passing")
+    # It ends with what to do next, in three commands.
+    assert text.rstrip().endswith(NEXT_STEPS)
+    assert "plangate setup" in NEXT_STEPS and "plangate run" in NEXT_STEPS
 
 
 async def test_run_without_a_token_exits_with_one_line_naming_it(tmp_path: Path) -> None:
@@ -74,9 +84,10 @@ async def test_run_with_a_refused_token_exits_with_one_line(
         PLANGATE_TELEGRAM_API_URL=fake_api.base_url,
         PLANGATE_OWNER_IDS="1",
         PLANGATE_HOME=str(tmp_path / "home"),
-        PLANGATE_WORKSPACE=str(tmp_path),
+        PLANGATE_WORKSPACE=str(tmp_path / "work"),
         PLANGATE_MODEL_BASE_URL="http://127.0.0.1:9/v1",
     )
+    (tmp_path / "work").mkdir()
     code, _, err = await _plangate("run", cwd=tmp_path, env=env)
     assert code != 0
     lines = err.strip().splitlines()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.cards import worktree_lines
+from bot.telegram.cards import worktree_lines
 from engine.plan.service import PlanChange
 from engine.progress.workspace import snapshot
 from tests.hostile_git import HOSTILE, Plant

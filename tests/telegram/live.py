@@ -12,9 +12,9 @@ from typing import Any
 
 from telegram.ext import Application
 
-from bot.app import announce_restored, parts
-from bot.channel import LateChannel
 from bot.compose import open_plangate
+from bot.telegram.app import announce_restored, parts
+from bot.telegram.channel import LateChannel
 from engine.api import RestoredGoal
 from engine.app import Engine, EngineConfig
 from engine.approval.policy import BashApproval
@@ -72,6 +72,7 @@ async def live_bot(
     transcribe: bool = False,
     home: Path | None = None,
     sandbox: SandboxSettings | None = None,
+    disk_reserve_mb: int = 0,
 ) -> AsyncIterator[Live]:
     """The real engine over real storage, wired to the real application on the fake API.
 
@@ -79,7 +80,7 @@ async def live_bot(
     the model sees images (``PLANGATE_MODEL_VISION``); ``transcribe``: voice notes go to the
     fake server's ``audio/transcriptions`` (the default rig only). ``home`` defaults to
     ``tmp_path/home`` (beside the workspace); ``sandbox`` to the full sandbox with nothing
-    hidden but the home.
+    hidden but the home. ``disk_reserve_mb``: PLANGATE_DISK_RESERVE_MB (0, the default: none).
 
     ``group_pacing``: the shipped outbox pacing (about a call a second per chat, 20 per
     rolling minute in a group), as a real group has it; otherwise the tests' (no waits).
@@ -119,6 +120,7 @@ async def live_bot(
         projects=projects,
         git_remote=git_remote,
         **({"sandbox": sandbox} if sandbox is not None else {}),
+        disk_reserve_mb=disk_reserve_mb,
     )
     pacing = {"chat_interval_s": 1.0, "group_per_minute": 20} if group_pacing else {}
     settings = settings_for(

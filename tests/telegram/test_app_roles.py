@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bot.access import ALERT_TEXT
-from bot.app import parts
+from bot.telegram.access import ALERT_TEXT
+from bot.telegram.app import parts
 from engine.events import ApprovalDecided
 from engine.model.script import call
 from engine.model.script import say as model_say
@@ -127,7 +127,7 @@ async def test_an_approver_approves_a_member_cannot_and_team_add_is_the_owners(
         assert [a["user_id"] for a in plan["approved_by"]] == [ANA]
         assert plan["approved_by"][0]["name"] == "Ana"
         assert (live.workspace / "greet.py").exists()
-        # /status names the decision (Max's two answers this minute are spent: bot.flood).
+        # /status names the decision (Max's two answers this minute are spent: bot.telegram.flood).
         status = await say(fake_api, ANA, "/status")
         assert "Last decisions:" in status and "✅ Plan approved by Ana" in status
 

@@ -7,9 +7,9 @@ import asyncio
 import json
 from pathlib import Path
 
-from bot.access import REFUSAL_TEXT, REFUSALS_PER_CHAT
-from bot.app import parts
-from bot.routes import GROUPS_KEY
+from bot.telegram.access import REFUSAL_TEXT, REFUSALS_PER_CHAT
+from bot.telegram.app import parts
+from bot.telegram.routes import GROUPS_KEY
 from tests.fakebot.clock import ManualClock
 from tests.fakebot.server import FakeBotApi
 from tests.telegram.app_support import (

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from bot.app import parts
+from bot.telegram.app import parts
 from engine.app import Engine
 from engine.model.script import call
 from tests.fakebot.server import FakeBotApi, FakeMessage
