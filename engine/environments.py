@@ -39,6 +39,7 @@ from engine.plan.service import PlanChange
 from engine.tasks import safe_call
 from engine.text import clip
 from engine.tools.bash import BashTool, CommandRun
+from engine.tools.workspace import read_regular, sha256_regular
 from engine.worktree.script import MAX_SCRIPT_CHARS, SETUP_PATH, SetupScript, script_of
 from engine.worktree.service import Worktrees, project_slug
 
@@ -92,9 +93,13 @@ def read_script(folder: Path) -> SetupScript | None:
     try:
         if path.is_symlink() or not path.is_file():
             return None
-        text = path.read_text(encoding="utf-8", errors="replace")
+        # Non-blocking and bounded: a FIFO swapped in since the check is not waited on.
+        data = read_regular(path, max_bytes=4 * MAX_SCRIPT_CHARS)
     except OSError:
         return None
+    if data is None:
+        return None
+    text = data.decode("utf-8", errors="replace")
     return script_of(text) if text.strip() else None
 
 
@@ -159,6 +164,8 @@ DEPENDENCY_FILES = (
     "Cargo.toml",
     "Cargo.lock",
 )
+# At most this much of one dependency file counts towards the environment's key.
+MAX_DEPENDENCY_BYTES = 64 * 1024 * 1024
 # Copies of built environments kept per project (the newest ones).
 KEEP_COPIES = 2
 
@@ -170,9 +177,10 @@ def environment_key(workspace: Path, script: SetupScript) -> str:
     names = [*DEPENDENCY_FILES, *sorted(p.name for p in workspace.glob("requirements*.txt"))]
     for name in names:
         path = workspace / name
-        if path.is_file() and not path.is_symlink():
-            digest.update(f"\0{name}\0".encode())
-            digest.update(path.read_bytes())
+        # Only a regular file, read non-blocking and bounded (a FIFO is never waited on).
+        content = sha256_regular(path, max_bytes=MAX_DEPENDENCY_BYTES)
+        if content is not None:
+            digest.update(f"\0{name}\0{content}".encode())
     return digest.hexdigest()[:32]
 
 

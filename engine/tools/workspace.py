@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import secrets
 import stat
@@ -134,6 +135,49 @@ def read_text_nofollow(path: Path, *, max_bytes: int | None = None) -> str:
     return data.decode("utf-8")
 
 
+def read_regular(path: Path, *, max_bytes: int) -> bytes | None:
+    """At most ``max_bytes`` of the regular file at ``path`` (a symlink is not followed),
+    ``None`` for anything else; non-blocking like :func:`sha256_regular`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            return handle.read(max_bytes)
+        except OSError:
+            return None
+
+
+def sha256_regular(path: Path, *, max_bytes: int) -> str | None:
+    """The SHA-256 of the regular file at ``path`` (a symlink is not followed), ``None`` for
+    anything else: a FIFO, a device or a socket is never read (opened non-blocking and
+    checked on the descriptor, so one swapped in since a walk cannot block the thread). At
+    most ``max_bytes`` are read: a bigger file's digest is of its first ``max_bytes`` and its
+    size."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return None
+            sha = hashlib.sha256()
+            left = max_bytes
+            while left > 0 and (chunk := handle.read(min(1 << 16, left))):
+                sha.update(chunk)
+                left -= len(chunk)
+            if info.st_size > max_bytes:
+                sha.update(f"\0cut at {max_bytes} of {info.st_size}".encode())
+        except OSError:
+            return None
+    return sha.hexdigest()
+
+
 def replace_file(path: Path, data: bytes) -> None:
     """Write ``data`` to the resolved ``path`` by a temporary file renamed over it.
 
@@ -196,8 +240,10 @@ __all__ = [
     "cut",
     "display_path",
     "is_within",
+    "read_regular",
     "read_text_nofollow",
     "real_path",
     "replace_file",
     "resolve_in_workspace",
+    "sha256_regular",
 ]
