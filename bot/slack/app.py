@@ -64,6 +64,8 @@ _log = logging.getLogger("plangate.slack")
 
 ALLOWED_KEY = "slack.channels"  # channels an owner invited the bot to (JSON list)
 SLASH_COMMAND = "/plangate"
+# The events the app listens to (deploy/slack-manifest.json subscribes to each; a test checks).
+EVENTS = ("app_mention", "message", "member_joined_channel", "file_shared")
 VERBS: dict[str, CommandName] = {
     "plan": "plan",
     "show-plan": "show_plan",
@@ -690,12 +692,46 @@ async def serve_http(
         await runner.cleanup()
 
 
+async def serve_slack(
+    front: SlackFrontEnd,
+    engine: EngineApi,
+    *,
+    stop: asyncio.Event,
+    listen: tuple[str, int] | None = None,
+    owns_engine: bool = True,
+) -> None:
+    """Serve Slack until ``stop``: Socket Mode, or the Events API on ``listen``.
+
+    ``owns_engine``: start the engine first and shut it down last (Slack alone); with Telegram
+    beside it, Telegram's ``serve`` does that and this only serves."""
+    await front.start()
+    restored = await engine.start() if owns_engine else []
+    for item in restored:
+        if await front.channel.place(item.session_id) is not None:
+            front.cards.refresh(item.session_id, "goal", anew=True)
+    try:
+        if listen is None:
+            await serve_socket_mode(front, stop)
+        else:
+            await serve_http(front, stop, host=listen[0], port=listen[1])
+    finally:
+        try:
+            if owns_engine:
+                await engine.shutdown()
+        finally:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(front.drain(), 10.0)
+            await front.aclose()
+
+
 __all__ = [
+    "EVENTS",
     "SLASH_COMMAND",
     "VERBS",
     "SlackConfig",
     "SlackFrontEnd",
     "parse_verb",
     "serve_http",
+    "serve_slack",
     "serve_socket_mode",
 ]

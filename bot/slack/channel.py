@@ -22,7 +22,9 @@ from bot.slack.cards import SlackCards
 from bot.slack.outbox import SlackOutbox
 from bot.slack.render import MESSAGE_CHARS, markdown_to_mrkdwn, split_mrkdwn
 from bot.telegram import callback as cb
-from bot.telegram.channel import ALLOW_ONCE, ALLOW_SESSION, DENY, TRUSTS_PROJECT_CONFIG
+from bot.telegram.channel import ALLOW_ONCE, DENY, TRUSTS_PROJECT_CONFIG
+from bot.telegram.channel import _question as question_line
+from bot.telegram.channel import _rule_words as rule_words
 from bot.telegram.render import first_paragraph
 from bot.telegram.routes import Routes
 from engine.approval.policy import ApprovalView
@@ -206,36 +208,59 @@ class SlackChannel:
         return None
 
     def _approval_text(self, view: ApprovalView) -> str:
-        what = "write" if view.why == "write" else "run"
-        lines = [f"🔐 The agent wants to {what}:", _fence(clip(view.command, MAX_COMMAND_SHOWN))]
-        if view.reason:
-            lines.append(f"_Why:_ {escape(clip(view.reason, 500))}")
+        """The approval message, as Telegram words it (bot.telegram.channel), in mrkdwn."""
+        code = _fence(clip(view.command, MAX_COMMAND_SHOWN))
         if view.diff:
-            lines.append(_fence(clip(view.diff, MAX_DIFF_SHOWN)))
+            code += "\n" + _fence(clip(view.diff, MAX_DIFF_SHOWN))
         if view.unattended:
-            lines.append("Nobody was there to ask, so it was not run.")
-            lines += [f"• also: `{escape(clip(c, 200, one_line=True))}`" for c in view.also[:15]]
-        elif view.rule is not None and view.family == "bash":
-            lines.append(f"_{TRUSTS_PROJECT_CONFIG}_")
-        return "\n".join(lines)
+            text = (
+                f"🔐 *Not run: {escape(view.tool)} needs your approval*, and a goal round has "
+                f"nobody to ask. The goal waits for you.\n{code}"
+            )
+            if view.also:
+                text += "\nAlso not run:\n" + "\n".join(
+                    f"• `{escape(clip(c, 200, one_line=True))}`" for c in view.also[:15]
+                )
+        else:
+            text = f"🔐 *{escape(question_line(view))}*"
+            if view.reason:
+                text += f"\nWhy: {escape(clip(view.reason, 300))}"
+            text += f"\n{code}"
+        if view.rule and view.trusts_project_config:
+            text += f"\n_{TRUSTS_PROJECT_CONFIG}_"
+        return text
+
+    def _approval_rows(self, view: ApprovalView) -> list[list[tuple[str, str]]]:
+        rid = view.request_id
+        if view.unattended:
+            if not view.rule:
+                return []
+            label = clip(f"✅ Allow {rule_words(view)} for this session", 75, one_line=True)
+            return [[(label, cb.approval_data(cb.APPROVAL_RULE, rid))]]
+        rows = [
+            [
+                (ALLOW_ONCE, cb.approval_data(cb.APPROVAL_ONCE, rid)),
+                (DENY, cb.approval_data(cb.APPROVAL_DENY, rid)),
+            ]
+        ]
+        if view.rule:
+            label = clip(f"♾ Allow {rule_words(view)} for this session", 75, one_line=True)
+            rows.append([(label, cb.approval_data(cb.APPROVAL_SESSION, rid))])
+        return rows
 
     async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
+        """One approval message with the buttons; an unattended round's notice asked again
+        for the same request (more commands it could not run) is edited in place."""
+        text = self._approval_text(view)
+        blocks = [_section(text)] + [_buttons(row) for row in self._approval_rows(view)]
+        known = self._approvals.get(view.request_id)
+        if known is not None:
+            await self._outbox.update(known[0], known[1], clip(text, 3000), blocks=blocks)
+            self._approvals[view.request_id] = (known[0], known[1], text)
+            return
         place = await self.place(session_id)
         if place is None:
             return
-        text = self._approval_text(view)
-        if view.unattended:
-            row = (
-                []
-                if view.rule is None
-                else [("✅ Allow", cb.approval_data(cb.APPROVAL_RULE, view.request_id))]
-            )
-        else:
-            row = [(ALLOW_ONCE, cb.approval_data(cb.APPROVAL_ONCE, view.request_id))]
-            if view.rule is not None:
-                row.append((ALLOW_SESSION, cb.approval_data(cb.APPROVAL_SESSION, view.request_id)))
-            row.append((DENY, cb.approval_data(cb.APPROVAL_DENY, view.request_id)))
-        blocks = [_section(text)] + ([_buttons(row)] if row else [])
         posted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._posting[view.request_id] = posted
         try:
@@ -258,6 +283,8 @@ class SlackChannel:
             return
         channel, ts, text = found
         closed = _CLOSED.get(decision, "Closed.")
+        if decision == "session" and view.rule:
+            closed = f"✅ Allowed for this session: {escape(clip(rule_words(view), 200))}"
         full = f"{text}\n{closed}"
         await self._outbox.update(channel, ts, clip(full, 3000), blocks=[_section(full)])
 

@@ -4,6 +4,7 @@ on the fake Slack (tests/fakeslack), and the real openai SDK against the fake mo
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from bot.slack import keys
 from bot.slack.app import SlackConfig, SlackFrontEnd, serve_socket_mode
 from bot.telegram.channel import LateChannel
 from engine.app import Engine, EngineConfig
+from engine.approval.policy import BashApproval
 from engine.model.openai_provider import OpenAIProvider
 from engine.model.script import ScriptStep
 from engine.tasks import BackgroundTasks
@@ -46,8 +48,10 @@ async def live_slack(
     script: Sequence[ScriptStep],
     *,
     max_goal_rounds: int = 20,
-    ask_bash: tuple[tuple[str, ...], ...] = (),
+    allow_bash: tuple[tuple[str, ...], ...] = ALLOW_TEST_RUN,
+    bash_approval: BashApproval | None = None,
     allowed_channels: tuple[str, ...] = (CHANNEL,),
+    document_chars: int = 6000,
 ) -> AsyncIterator[SlackLive]:
     """The real engine and the real Slack front end, connected to ``slack`` by Socket Mode."""
     workspace = tmp_path / "work"
@@ -60,8 +64,8 @@ async def live_slack(
     config = EngineConfig(
         workspace=workspace,
         max_goal_rounds=max_goal_rounds,
-        allow_bash=ALLOW_TEST_RUN,
-        ask_bash=ask_bash,
+        allow_bash=allow_bash,
+        bash_approval=bash_approval,
         owner_ids=frozenset({keys.person_key(OWNER)}),
     )
     front_config = SlackConfig(
@@ -71,9 +75,10 @@ async def live_slack(
         owner_ids=(OWNER,),
         allowed_channels=allowed_channels,
         interval_s=0.0,
+        document_chars=document_chars,
     )
     stop = asyncio.Event()
-    tasks = BackgroundTasks(__import__("logging").getLogger("tests.slack"))
+    tasks = BackgroundTasks(logging.getLogger("tests.slack"))
     try:
         async with open_plangate(
             tmp_path / "home", model=model, channel=slot, config=config
