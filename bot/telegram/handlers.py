@@ -335,8 +335,8 @@ class Handlers:
         target = m.group(1) if m else None
         if target and target.lower() != (context.bot.username or "").lower():
             return  # addressed to another bot
-        if self._role(update) != "member":
-            # Owners and approvers press the card's buttons: it moves to the bottom.
+        if may(self._role(update), "approve"):
+            # Whoever may press the card's buttons gets the card itself: it moves to the bottom.
             await self._run_command(update, "show_plan")
             return
         key = message_key(msg)

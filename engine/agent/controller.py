@@ -39,7 +39,7 @@ from engine.events import (
     SeedSource,
     is_attended,
 )
-from engine.goal.types import NO_PROGRESS
+from engine.goal.types import BUDGET_LIMIT, NO_PROGRESS
 from engine.plan.gate import PlanGateView, check_gate
 from engine.plan.types import PlanPause, PlanTask
 from engine.progress import workspace as workspace_snapshot
@@ -394,18 +394,29 @@ class SessionController:
 
     async def _observe_disk(self) -> str | None:
         """Below the disk reserve (engine/tools/disk.py) nothing unattended goes on: an
-        armed checklist run pauses with the reason on the card, a goal round ends. A turn a
-        person started goes on (bash refuses with the reason; the chat keeps answering)."""
+        armed checklist run pauses with the reason on the card, a goal round blocks its goal
+        (``budget-limit``, the reason as its message). A turn a person started goes on (bash
+        refuses with the reason; the chat keeps answering)."""
         disk = self._deps.disk
         message = self._current
-        goal_round = message is not None and isinstance(message.source, GoalRoundSource)
-        if disk is None or not (self._run.armed or goal_round):
+        round_source = (
+            message.source
+            if message is not None and isinstance(message.source, GoalRoundSource)
+            else None
+        )
+        if disk is None or not (self._run.armed or round_source is not None):
             return None
         low = await asyncio.to_thread(disk.low)
         if low is None:
             return None
-        if goal_round:
-            await safe_call("notice", self._deps.channel.notice(self.session_id, low))
+        if round_source is not None:
+            if self._deps.goals is not None:
+                # Blocked, not retried round after round: Resume once there is room.
+                await self._deps.goals.block_round(
+                    self.session_id, round_source, code=BUDGET_LIMIT, message=low
+                )
+            else:
+                await safe_call("notice", self._deps.channel.notice(self.session_id, low))
             return f"goal round stopped: {low}"
         _, tasks = await self._tasks()
         task = checklist.current_task(tasks)
@@ -487,7 +498,8 @@ class SessionController:
 
     async def _post_step(self, step: StepDone) -> str | None:
         """Feed the step to the stuck detector; a verdict stops the turn (and the run) here."""
-        if any(c.name == "ask_user" and not r.is_error for c, r in step.calls):
+        declared = self._runtime.registry.effects
+        if any("ask" in declared(c.name, c.arguments) and not r.is_error for c, r in step.calls):
             # The question is open from the moment it is on screen: its answer may come
             # before this turn ends (and closes it, once: engine.commands).
             self._asked = True

@@ -78,7 +78,7 @@ class DiskReserve:
         if not self.enabled:
             return False
         with self._lock:
-            if self._held():
+            if self.held():
                 return True
             if self.free_mb() < 2 * self.reserve_mb:
                 return False
@@ -109,7 +109,8 @@ class DiskReserve:
         _log.warning("plangate.tools.disk.reserve_released home=%s", self.home)
         return True
 
-    def _held(self) -> bool:
+    def held(self) -> bool:
+        """The reserve file is there, whole."""
         try:
             return self._file.stat().st_size >= self.reserve_mb * _MB
         except OSError:
@@ -127,7 +128,7 @@ class DiskReserve:
         if state.low:
             self.release()
             return low_text(state.free_mb, self.reserve_mb)
-        if self._held() or self.hold():
+        if self.held() or self.hold():
             return None
         # Released before and not yet back to twice the reserve: still too little.
         return low_text(self.free_mb(), self.reserve_mb)

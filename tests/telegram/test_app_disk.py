@@ -130,3 +130,38 @@ async def test_inner_full_disk(fake_api: FakeBotApi) -> None:
 
 def _topic(api: FakeBotApi, topic: int) -> list[FakeMessage]:
     return [m for m in api.bot_messages(GROUP) if m.thread_id == topic]
+
+
+# More than any disk has free: the reserve can never be held, so the disk is always "low".
+NEVER_ENOUGH_MB = 1 << 40
+
+
+async def test_below_the_reserve_a_goal_blocks_and_a_person_still_gets_answers(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    script = [
+        # The owner's own turn goes on; its bash is refused with the reason.
+        call("bash", {"command": "echo hi > hi.txt"}),
+        say("Bash was refused: the disk is low.", expect="PLANGATE_DISK_RESERVE_MB"),
+    ]
+    async with live_bot(fake_api, tmp_path, script, disk_reserve_mb=NEVER_ENOUGH_MB) as live:
+        fake_api.user_message(GROUP, OWNER, '/goal keep the build green --check "true"')
+        await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
+        sid = await live.engine.session_for_chat(GROUP, 0)
+
+        async def blocked() -> bool:
+            goal = await live.engine.goals.get(sid)
+            return goal is not None and goal.phase == "blocked"
+
+        await until(blocked, timeout_s=60)
+        goal = await live.engine.goals.get(sid)
+        assert goal is not None and goal.blocked is not None
+        assert goal.blocked.code == "budget-limit"
+        assert "PLANGATE_DISK_RESERVE_MB" in goal.blocked.message
+        await settle(live.engine, sid)
+        fake_api.user_message(GROUP, OWNER, BOT + "write hi.txt", thread_id=3)
+        await eventually(
+            lambda: any(m.text.startswith("Bash was refused") for m in _topic(fake_api, 3)),
+            timeout_s=60,
+        )
+        assert not (live.workspace / "hi.txt").exists()
