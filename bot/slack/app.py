@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import re
@@ -57,7 +58,7 @@ from engine.roles.policy import (
     refusal_text,
     words_action,
 )
-from engine.roles.types import Role
+from engine.roles.types import Person, Role
 from engine.tasks import BackgroundTasks
 
 _log = logging.getLogger("plangate.slack")
@@ -134,10 +135,16 @@ _SLASHED = re.compile(
 )
 
 
+_ON_SLACK = {name: "/plangate " + name.replace("_", "-") for name in {*VERBS, *OWN_VERBS}}
+
+
+@functools.lru_cache(maxsize=256)
 def slack_commands(text: str) -> str:
     """The engine's words name commands as ``/show_plan``; on Slack they are verbs of the one
-    slash command: ``/plangate show-plan``."""
-    return _SLASHED.sub(lambda m: "/plangate " + m.group(1).replace("_", "-"), text)
+    slash command: ``/plangate show-plan``. (Cached: /help's text comes again and again.)"""
+    if "/" not in text:
+        return text
+    return _SLASHED.sub(lambda m: _ON_SLACK[m.group(1)], text)
 
 
 class SlackFrontEnd:
@@ -243,6 +250,16 @@ class SlackFrontEnd:
             return Sender(user, None, user)
         return Sender(user, actor, user)
 
+    async def _name(self, user: str) -> str:
+        """A person's name as Slack shows it (their id when users.info cannot say)."""
+        try:
+            info = await self.client.users_info(user=user)
+        except SlackApiError:
+            return user
+        record = info.get("user") or {}
+        profile = record.get("profile") or {}
+        return str(profile.get("display_name") or record.get("real_name") or user)
+
     async def _role(self, chat: int, sender: Sender) -> Role:
         return await self.engine.role_of(chat, sender.actor)
 
@@ -303,22 +320,19 @@ class SlackFrontEnd:
         except SlackApiError as err:
             _log.warning("slack: not posted in %s (%s)", channel, err.response.get("error"))
 
-    def _render(
+    async def _render(
         self, session_id: str, chat: int, thread: int, outcome: Outcome, sender: Sender
     ) -> None:
-        """An outcome: its words in the conversation, then the cards."""
+        """An outcome: its words in the conversation, then the cards. Awaited in the
+        conversation's lane (already past the ack), so replies keep the commands' order."""
         if outcome.await_feedback and sender.actor is not None:
             self._state.expect.add((chat, thread, sender.actor))
-
-        async def deliver() -> None:
-            if outcome.reply:
-                text = slack_commands(escape(outcome.reply))
-                if outcome.await_feedback:
-                    text = f"<@{sender.user}>, {text}"
-                await self._post(chat, thread, text)
-            self._cards(session_id, outcome)
-
-        self._spawn(f"out:{chat}:{thread}", deliver(), name=f"reply:{session_id}")
+        if outcome.reply:
+            text = slack_commands(escape(outcome.reply))
+            if outcome.await_feedback:
+                text = f"<@{sender.user}>, {text}"
+            await self._post(chat, thread, text)
+        self._cards(session_id, outcome)
 
     def _cards(self, session_id: str, outcome: Outcome) -> None:
         for kind, action in (("plan", outcome.plan_card), ("goal", outcome.goal_card)):
@@ -429,12 +443,21 @@ class SlackFrontEnd:
             outcome = await self.engine.project(chat, thread, args, actor=sender.actor or 0)
             session_id = await self._session(chat, thread)
         elif verb == "team":
-            outcome = await self.engine.team(chat, args, actor=sender.actor, actor_name=sender.name)
+            # ``add <@U01ABC> approver``: Slack's mention of a person is their id for the engine,
+            # shown by their Slack name.
+            found = _MENTION.search(args)
+            target = None
+            if found is not None:
+                target = Person(keys.person_key(found.group(1)), await self._name(found.group(1)))
+            args = _MENTION.sub(lambda m: str(keys.person_key(m.group(1))), args)
+            outcome = await self.engine.team(
+                chat, args, actor=sender.actor, actor_name=sender.name, target=target
+            )
         else:
             outcome = await self.engine.command(
                 session_id, VERBS[verb], args, actor=sender.actor, actor_name=sender.name
             )
-        self._render(session_id, chat, thread, outcome, sender)
+        await self._render(session_id, chat, thread, outcome, sender)
 
     async def _words(
         self,
@@ -625,7 +648,7 @@ class SlackFrontEnd:
                 goal_card=outcome.goal_card,
                 await_feedback=outcome.await_feedback,
             )
-        self._render(session_id, chat, thread, outcome, sender)
+        await self._render(session_id, chat, thread, outcome, sender)
 
     async def _option(self, body: dict[str, Any]) -> None:
         place = self._press_place(body)

@@ -4,17 +4,14 @@ Slack allows about one message a second per channel and ``chat.update`` in its o
 burst past that answers 429 with ``Retry-After``. One lane per channel runs its calls in
 order, at most one every ``interval_s``; a 429 waits what Slack says and tries again (the
 same discipline as the Telegram outbox, bot.telegram.outbox, without PTB's types). Edits of
-one message coalesce while they wait: only the newest text goes, and every caller of the
-replaced edit gets its answer.
+one message coalesce while they wait: only the newest text goes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,19 +40,14 @@ def retry_after_s(err: SlackApiError) -> float | None:
 
 
 @dataclass(slots=True)
-class _Op:
-    method: str
-    kwargs: dict[str, Any]
-    futures: list[asyncio.Future[Any]] = field(default_factory=list)
-    edit_of: str | None = None  # the ts an update edits (coalescing key)
-
-
-@dataclass(slots=True)
 class _Lane:
-    ops: deque[_Op] = field(default_factory=deque)
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    # Calls take the lock in arrival order (asyncio's lock is fair), so a conversation's calls
+    # go out in the order they were made.
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     last_at: float | None = None
-    task: asyncio.Task[None] | None = None
+    waiting: int = 0
+    # The newest text waiting for each message being edited: an older waiting edit skips.
+    edits: dict[str, int] = field(default_factory=dict)
 
 
 class SlackOutbox:
@@ -74,6 +66,7 @@ class SlackOutbox:
         self._clock = clock
         self._sleep = sleep
         self._lanes: dict[str, _Lane] = {}
+        self._edit_seq = 0
         self.calls = 0
         self.retried = 0
         # The newest message posted in each conversation (its ts): a card already at the
@@ -94,7 +87,7 @@ class SlackOutbox:
             kwargs["blocks"] = blocks
         if thread_ts:
             kwargs["thread_ts"] = thread_ts
-        result = await self._submit(channel, _Op("chat_postMessage", kwargs))
+        result = await self._call(channel, "chat_postMessage", kwargs)
         ts = str(result["ts"])
         self.last_ts[channel] = ts
         return ts
@@ -102,24 +95,19 @@ class SlackOutbox:
     async def update(
         self, channel: str, ts: str, text: str, *, blocks: list[dict[str, Any]] | None = None
     ) -> None:
-        """``chat.update``; a queued edit of the same message is replaced by this one."""
+        """``chat.update``; an edit of the same message still waiting is skipped for this one
+        (only the newest text goes)."""
         kwargs: dict[str, Any] = {"channel": channel, "ts": ts, "text": text}
         kwargs["blocks"] = blocks if blocks is not None else []
+        self._edit_seq += 1
         lane = self._lane(channel)
-        for op in lane.ops:
-            if op.edit_of == ts:
-                op.kwargs = kwargs
-                future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-                op.futures.append(future)
-                await future
-                return
-        await self._submit(channel, _Op("chat_update", kwargs, edit_of=ts))
+        lane.edits[ts] = mine = self._edit_seq
+        await self._call(channel, "chat_update", kwargs, edit=(ts, mine))
 
     async def ephemeral(self, channel: str, user: str, text: str) -> None:
         """``chat.postEphemeral``: words only ``user`` sees (a refusal, a press's answer)."""
-        await self._submit(
-            channel, _Op("chat_postEphemeral", {"channel": channel, "user": user, "text": text})
-        )
+        kwargs = {"channel": channel, "user": user, "text": text}
+        await self._call(channel, "chat_postEphemeral", kwargs)
 
     async def upload(
         self,
@@ -136,80 +124,67 @@ class SlackOutbox:
             kwargs["initial_comment"] = comment
         if thread_ts:
             kwargs["thread_ts"] = thread_ts
-        await self._submit(channel, _Op("files_upload_v2", kwargs))
+        await self._call(channel, "files_upload_v2", kwargs)
         self.last_ts.pop(channel, None)
 
     async def leave(self, channel: str) -> None:
-        await self._submit(channel, _Op("conversations_leave", {"channel": channel}))
+        await self._call(channel, "conversations_leave", {"channel": channel})
 
     async def flush(self) -> None:
-        """Wait until every lane is empty."""
-        while any(lane.ops for lane in self._lanes.values()):
+        """Wait until no call is waiting or running in any lane."""
+        while any(lane.waiting or lane.lock.locked() for lane in self._lanes.values()):
             await asyncio.sleep(0.01)
 
     async def aclose(self) -> None:
-        for lane in self._lanes.values():
-            if lane.task is not None:
-                lane.task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await lane.task
         self._lanes.clear()
 
     def _lane(self, channel: str) -> _Lane:
         lane = self._lanes.get(channel)
         if lane is None:
             lane = self._lanes[channel] = _Lane()
-        if lane.task is None or lane.task.done():
-            lane.task = asyncio.create_task(self._work(lane), name=f"slack-outbox:{channel}")
         return lane
 
-    async def _submit(self, channel: str, op: _Op) -> Any:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        op.futures.append(future)
+    async def _call(
+        self,
+        channel: str,
+        method: str,
+        kwargs: dict[str, Any],
+        *,
+        edit: tuple[str, int] | None = None,
+    ) -> Any:
         lane = self._lane(channel)
-        lane.ops.append(op)
-        lane.wake.set()
-        return await future
-
-    async def _work(self, lane: _Lane) -> None:
-        while True:
-            if not lane.ops:
-                lane.wake.clear()
-                await lane.wake.wait()
-                continue
-            if lane.last_at is not None:
-                wait = lane.last_at + self._interval - self._clock()
-                if wait > 0:
-                    await self._sleep(wait)
-            op = lane.ops[0]
-            result: Any = None
-            error: BaseException | None = None
-            for _ in range(MAX_TRIES):
+        lane.waiting += 1
+        try:
+            async with lane.lock:
+                if edit is not None and lane.edits.get(edit[0]) != edit[1]:
+                    return None  # a newer edit of this message waits: it goes instead
+                if lane.last_at is not None:
+                    wait = lane.last_at + self._interval - self._clock()
+                    if wait > 0:
+                        await self._sleep(wait)
                 try:
-                    self.calls += 1
-                    result = await getattr(self.client, op.method)(**op.kwargs)
-                    error = None
-                    break
-                except SlackApiError as err:
-                    error = err
-                    wait_s = retry_after_s(err)
-                    if wait_s is None:
-                        break
-                    self.retried += 1
-                    _log.info("slack: 429 on %s, waiting %.0f s", op.method, wait_s)
-                    await self._sleep(wait_s)
-                except Exception as err:  # network trouble: the caller hears it
-                    error = err
-                    break
-            lane.last_at = self._clock()
-            lane.ops.popleft()
-            for future in op.futures:
-                if future.done():
-                    continue
-                if error is not None:
-                    future.set_exception(error)
-                else:
-                    future.set_result(result)
+                    return await self._send(method, kwargs)
+                finally:
+                    lane.last_at = self._clock()
+                    if edit is not None and lane.edits.get(edit[0]) == edit[1]:
+                        del lane.edits[edit[0]]
+        finally:
+            lane.waiting -= 1
+
+    async def _send(self, method: str, kwargs: dict[str, Any]) -> Any:
+        """One call; a 429 waits what Slack says and tries again (``MAX_TRIES`` in all)."""
+        for attempt in range(1, MAX_TRIES + 1):
+            self.calls += 1
+            try:
+                return await getattr(self.client, method)(**kwargs)
+            except SlackApiError as err:
+                wait_s = retry_after_s(err)
+                if wait_s is None or attempt == MAX_TRIES:
+                    raise
+                self.retried += 1
+                _log.info("slack: 429 on %s, waiting %.0f s", method, wait_s)
+                await self._sleep(wait_s)
+        raise AssertionError("unreachable")
 
 
 __all__ = ["SlackOutbox", "retry_after_s"]

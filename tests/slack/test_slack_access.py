@@ -13,7 +13,7 @@ from bot.slack import keys
 from bot.slack.app import ALLOWED_KEY, SlackConfig, SlackFrontEnd, serve_http
 from engine.model.script import say
 from tests.fakeslack.server import FakeSlack
-from tests.slack.live import CHANNEL, DM, OWNER, STRANGER, live_slack, until
+from tests.slack.live import APPROVER, CHANNEL, DM, GROUP, OWNER, STRANGER, live_slack, until
 
 OTHER = "C0OTHER1"
 
@@ -143,3 +143,18 @@ async def test_events_over_http_are_signed_and_a_retry_is_handled_once(
             await serving
             await front.aclose()
     assert [status for _, status in slack.http_deliveries] == [200, 200, 401]
+
+
+async def test_the_owner_names_an_approver_by_mention_and_their_press_is_an_approvers(
+    slack: FakeSlack, tmp_path: Path
+) -> None:
+    slack.channel(CHANNEL)
+    slack.user(APPROVER, "Ada")
+    async with live_slack(slack, tmp_path, []) as live:
+        await slack.slash(CHANNEL, OWNER, f"team add <@{APPROVER}> approver")
+        await until(lambda: len(slack.bot_messages(CHANNEL)) == 1)
+        await live.front.drain()
+        assert await live.engine.role_of(GROUP, keys.person_key(APPROVER)) == "approver"
+        await slack.slash(CHANNEL, OWNER, "team")
+        await until(lambda: len(slack.bot_messages(CHANNEL)) == 2)
+        assert "Ada" in slack.bot_messages(CHANNEL)[-1].text
