@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import importlib.util
 import itertools
 import logging
@@ -153,6 +154,30 @@ def sandbox_warning(sandbox: SandboxSettings) -> str | None:
     return "; ".join(status.notes) or None
 
 
+# The engine's settings whose PLANGATE_* name differs from the engine's field, or that the
+# engine takes in another shape; every other field of EngineConfig that a setting of the same
+# name exists for is copied as it is (SHARED_FIELDS).
+_DERIVED = frozenset(
+    {
+        "max_goal_rounds",
+        "stuck",
+        "sandbox",
+        "usage",
+        "bash_approval",
+        "approval_timeout_s",
+        "setup_timeout_s",
+        "owner_ids",
+        "vision",
+        "worktree_root",
+    }
+)
+SHARED_FIELDS: tuple[str, ...] = tuple(
+    f.name
+    for f in dataclasses.fields(EngineConfig)
+    if f.name in Settings.model_fields and f.name not in _DERIVED
+)
+
+
 def install_problems(settings: Settings) -> list[str]:
     """One line for each folder the agent would work in that holds plangate's own files (its
     interpreter, venv, installed package or home): ``run`` and ``doctor`` refuse those."""
@@ -197,12 +222,11 @@ def slack_listen(value: str | None) -> tuple[str, int] | None:
 
 
 def engine_config(settings: Settings) -> EngineConfig:
+    """The engine's configuration from the settings: the fields named alike as they are
+    (:data:`SHARED_FIELDS`), the others in the engine's shape."""
     return EngineConfig(
-        workspace=settings.workspace,
-        profile=settings.profile,
+        **{name: getattr(settings, name) for name in SHARED_FIELDS},
         max_goal_rounds=settings.goal_max_rounds,
-        todo_parallel=settings.todo_parallel,
-        max_steps=settings.max_steps,
         stuck=StuckLimits(
             repeats=settings.stuck_repeats,
             errors=settings.stuck_errors,
@@ -219,24 +243,12 @@ def engine_config(settings: Settings) -> EngineConfig:
             footer=settings.usage_footer,
             max_output_tokens=settings.max_output_tokens,
         ),
-        goal_idle_rounds=settings.goal_idle_rounds,
-        max_plan_kb=settings.max_plan_kb,
         setup_timeout_s=settings.setup_timeout,
-        allow_bash=settings.allow_bash,
         bash_approval=settings.bash_approval_mode,
-        ask_bash=settings.ask_bash,
         approval_timeout_s=settings.approval_timeout,
-        ask_writes=settings.ask_writes,
         owner_ids=frozenset(settings.owner_ids) | slack_owner_keys(settings),
-        plan_approvals=settings.plan_approvals,
-        owner_overrides=settings.owner_overrides,
         vision=settings.model_vision,
-        projects=settings.projects,
-        projects_root=settings.projects_root,
         worktree_root=settings.home / "worktrees",
-        disk_reserve_mb=settings.disk_reserve_mb,
-        home=settings.home,
-        git_remote=settings.git_remote,
     )
 
 

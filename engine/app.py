@@ -14,24 +14,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.agent.adapters import PlanServiceAdapter
 from engine.agent.build import build_agent, workspace_from_store
 from engine.agent.channel import Channel
-from engine.agent.settings import AgentSettings
-from engine.api import (
-    CommandName,
-    GoalCardData,
-    Outcome,
-    PlanCardData,
-    Press,
-    RestoredGoal,
-)
+from engine.agent.settings import DEFAULT_MAX_STEPS, AgentSettings
+from engine.api import EngineApi, RestoredGoal
 from engine.approval.policy import (
-    ApprovalView,
     BashApproval,
     BashPolicy,
     Rule,
@@ -43,12 +34,10 @@ from engine.cards import Cards
 from engine.checks.runner import SandboxChecks
 from engine.commands import CommandPlane
 from engine.environments import DEFAULT_SETUP_TIMEOUT_S, EnvSetup
-from engine.events import Attachment
 from engine.goal.driver import RoundDriver
 from engine.goal.progress import IdleRoundWatch
-from engine.goal.service import GoalService
+from engine.goal.service import DEFAULT_MAX_GOAL_ROUNDS, GoalService
 from engine.goal.tools import goal_tools
-from engine.inbox import session_inbox
 from engine.model.types import ModelProvider
 from engine.plan.digest import DEFAULT_MAX_PLAN_KB
 from engine.plan.service import PlanService
@@ -57,10 +46,7 @@ from engine.plan.tool import PlanTool
 from engine.ports import ChatLog, Clock, EventLog, SessionStore
 from engine.progress.stuck import StuckLimits
 from engine.projects import ProjectCatalog
-from engine.roles.commands import describe_team, parse_team_args, run_team
-from engine.roles.policy import command_action, may, refusal_text
 from engine.roles.service import RoleService
-from engine.roles.types import Person, Role
 from engine.roles.votes import PlanVotes
 from engine.scheduler import ApsScheduler, Scheduler
 from engine.services import Services
@@ -85,13 +71,14 @@ SHUTDOWN_NOTICE = "plangate is stopping: the running turn was stopped and will n
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
-    """The settings the engine itself reads."""
+    """The settings the engine itself reads, with their defaults: the one place they live
+    (``bot.settings`` builds each ``PLANGATE_*`` default from :data:`ENGINE_DEFAULTS`)."""
 
     workspace: Path
     profile: str | None = None
-    max_goal_rounds: int = 20
+    max_goal_rounds: int = DEFAULT_MAX_GOAL_ROUNDS
     todo_parallel: bool = True
-    max_steps: int = 50
+    max_steps: int = DEFAULT_MAX_STEPS
     # When an unattended run is stuck: the loop patterns and the outer bound on progress.
     stuck: StuckLimits = field(default_factory=StuckLimits)
     # How bash is confined; the default is the full sandbox with no hidden paths named.
@@ -147,12 +134,20 @@ class EngineConfig:
     environments_root: Path | None = None
 
 
-class Engine:
-    """One process's plangate: its services, composed; every call goes to the part that owns it.
+# The engine's configuration as it comes by default (its workspace aside): what the settings
+# layer's defaults are read from.
+ENGINE_DEFAULTS = EngineConfig(workspace=Path("."))
 
-    The parts are public for tests and tools that read state (``plans``, ``goals``, ``agents``,
-    ``usage``, ``approvals``, ``worktrees``, ``log``); front ends use only the
-    :class:`EngineApi` methods.
+
+class Engine:
+    """One process's plangate: its services, composed; start-up and shutdown.
+
+    Each :class:`EngineApi` verb is the owner's own method, handed out as it is (no facade
+    method repeats it): the sessions (bindings, ``/new``, ``/project``, migration, the
+    inbox), the command plane (messages, commands, presses, ``/team``), the roles, the cards.
+    The parts are public for tests and tools that read state (``plans``, ``goals``,
+    ``agents``, ``usage``, ``approvals``, ``worktrees``, ``log``); front ends use only the
+    :class:`EngineApi` verbs.
     """
 
     def __init__(
@@ -181,170 +176,24 @@ class Engine:
         self.usage = services.usage
         self.roles = services.roles
         self.channel = services.channel
-
-    # --- sessions ---------------------------------------------------------------------------
-
-    async def session_for_chat(self, chat_id: int, thread_id: int) -> str:
-        """The session bound to the chat key, created and bound on first use."""
-        return await self.sessions.for_chat(chat_id, thread_id)
-
-    async def ensure_loaded(self, session_id: str) -> None:
-        """Load a session in this process if it is not yet (see :class:`Sessions`)."""
-        await self.sessions.ensure_loaded(session_id)
-
-    async def new_session(self, chat_id: int, thread_id: int, *, actor: int) -> Outcome:
-        """``/new``: end the key's session (cancel, disarm, archive), bind a fresh one."""
-        refused = await self._refused(chat_id, actor, "new", "")
-        if refused is not None:
-            return refused
-        return await self.sessions.new_session(chat_id, thread_id, actor=actor)
-
-    async def _refused(
-        self, chat_id: int, actor: int | None, name: str, args: str
-    ) -> Outcome | None:
-        """The refusal when the actor's role may not run ``/name args`` in the chat."""
-        role = await self.roles.role_of(chat_id, actor)
-        if may(role, command_action(name, args)):
-            return None
-        return Outcome(reply=refusal_text(role))
-
-    async def migrate_chat(self, old_chat_id: int, new_chat_id: int) -> list[str]:
-        """A group became a supergroup: bind its sessions (and its team) to the new id."""
-        await self.roles.migrate(old_chat_id, new_chat_id)
-        return await self.sessions.migrate_chat(old_chat_id, new_chat_id)
-
-    # --- roles ------------------------------------------------------------------------------
-
-    async def role_of(self, chat_id: int, user_id: int | None) -> Role:
-        """The role of ``user_id`` in the chat (engine.roles; a topic shares its group's)."""
-        return await self.roles.role_of(chat_id, user_id)
-
-    async def team(
-        self,
-        chat_id: int,
-        args: str,
-        *,
-        actor: int | None,
-        actor_name: str = "",
-        target: Person | None = None,
-    ) -> Outcome:
-        """``/team [add <user> approver | remove <user>]`` in a chat (docs/roles.md)."""
-        refused = await self._refused(chat_id, actor, "team", args)
-        if refused is not None:
-            return refused
-        role = await self.roles.role_of(chat_id, actor)
-        spec = parse_team_args(args)
-        if isinstance(spec, str):
-            return Outcome(reply=spec)
-        if spec.op == "list":
-            return Outcome(reply=await describe_team(self.roles, chat_id, viewer_role=role))
-        if chat_id > 0:
-            return Outcome(reply="Roles are kept per group: use /team in the group.")
-        assert actor is not None  # only an owner may change the team
-        text = await run_team(
-            self.roles, chat_id, spec, target=target, actor=Person(actor, actor_name)
-        )
-        _log.info("plangate.engine.team chat=%s op=%s by=%s", chat_id, spec.op, actor)
-        return Outcome(reply=text)
-
-    def inbox_dir(self, session_id: str) -> Path | None:
-        """The folder the session's uploads are saved in (None: uploads are off)."""
-        root = self.config.inbox_root
-        return session_inbox(root, session_id) if root is not None else None
-
-    async def project(self, chat_id: int, thread_id: int, args: str, *, actor: int) -> Outcome:
-        """``/project [name]``: show the key's project, or bind the key to another one."""
-        refused = await self._refused(chat_id, actor, "project", args)
-        if refused is not None:
-            return refused
-        return await self.sessions.project(chat_id, thread_id, args, actor=actor)
-
-    # --- messages, commands, presses --------------------------------------------------------
-
-    async def user_message(
-        self,
-        session_id: str,
-        text: str,
-        *,
-        actor: int | None,
-        message_id: int | None,
-        feedback: bool = False,
-        answer: bool = False,
-        attachments: Sequence[Attachment] = (),
-    ) -> None:
-        """Queue a message for the agent and return at once (never waits for the turn)."""
-        await self.sessions.ensure_loaded(session_id)
-        await self.commands.message(
-            session_id,
-            text,
-            actor=actor,
-            message_id=message_id,
-            feedback=feedback,
-            answer=answer,
-            attachments=attachments,
-        )
-
-    async def command(
-        self,
-        session_id: str,
-        name: CommandName,
-        args: str,
-        *,
-        actor: int | None,
-        actor_name: str = "",
-    ) -> Outcome:
-        """Run a command in the command plane (logged as ``command/run``; opens no turn)."""
-        await self.sessions.ensure_loaded(session_id)
-        return await self.commands.run(session_id, name, args, actor=actor, actor_name=actor_name)
-
-    async def press(
-        self,
-        session_id: str,
-        press: Press,
-        *,
-        actor: int | None,
-        message_id: int | None = None,
-        actor_name: str = "",
-    ) -> Outcome:
-        """A button press bound to the revision it was drawn for; stale presses change nothing."""
-        await self.sessions.ensure_loaded(session_id)
-        return await self.commands.press(
-            session_id, press, actor=actor, message_id=message_id, actor_name=actor_name
-        )
-
-    # --- cards ------------------------------------------------------------------------------
-
-    async def plan_card(self, session_id: str) -> PlanCardData:
-        """What the plan card shows now (engine.cards has the rule)."""
-        return await self.cards.plan_card(session_id)
-
-    async def goal_card(self, session_id: str) -> GoalCardData:
-        """What the goal card shows now."""
-        return await self.cards.goal_card(session_id)
-
-    def pending_approval(self, session_id: str) -> ApprovalView | None:
-        """The tool call this session waits on the owner for ("waiting for you"), if any."""
-        return self.approvals.pending(session_id)
-
-    async def set_plan_flow(
-        self,
-        session_id: str,
-        *,
-        chat_id: int,
-        thread_id: int | None,
-        card_id: int | None,
-        review_ids: Sequence[int] | None = None,
-        plan_id: str | None = None,
-    ) -> None:
-        """Remember the plan card's ids in the sidecar's ``flow`` (:meth:`Cards.set_plan_flow`)."""
-        await self.cards.set_plan_flow(
-            session_id,
-            chat_id=chat_id,
-            thread_id=thread_id,
-            card_id=card_id,
-            review_ids=review_ids,
-            plan_id=plan_id,
-        )
+        # The verbs of EngineApi, each its owner's (docs/architecture.md "One declaration").
+        self.session_for_chat = sessions.for_chat
+        self.ensure_loaded = sessions.ensure_loaded
+        self.new_session = sessions.new_session
+        self.project = sessions.project
+        self.migrate_chat = sessions.migrate_chat
+        self.inbox_dir = sessions.inbox_dir
+        self.user_message = commands.user_message
+        self.command = commands.command
+        self.press = commands.press
+        self.team = commands.team
+        self.role_of = services.roles.role_of
+        self.plan_card = cards.plan_card
+        self.goal_card = cards.goal_card
+        self.set_plan_flow = cards.set_plan_flow
+        self.set_goal_card = cards.set_goal_card
+        # The tool call a session waits on the owner for, if any (for tests and tools).
+        self.pending_approval = services.approvals.pending
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -529,14 +378,21 @@ def build_engine(
         setup=setup,
     )
     cards = Cards(services, plan_approvals=config.plan_approvals)
+    the_sessions = Sessions(
+        sessions,
+        services,
+        cards=cards,
+        bindings=bindings,
+        profile=config.profile,
+        inbox_root=config.inbox_root,
+    )
     return Engine(
         services,
-        sessions=Sessions(
-            sessions, services, cards=cards, bindings=bindings, profile=config.profile
-        ),
+        sessions=the_sessions,
         commands=CommandPlane(
             services,
             cards=cards,
+            ensure_loaded=the_sessions.ensure_loaded,
             chat_of=bindings.chat_of,
             plan_approvals=config.plan_approvals,
             owner_overrides=config.owner_overrides,
@@ -549,4 +405,7 @@ def build_engine(
     )
 
 
-__all__ = ["SHUTDOWN_NOTICE", "Engine", "EngineConfig", "build_engine"]
+# Checked by the type checker: the engine is what front ends are given.
+_IS_THE_API: type[EngineApi] = Engine
+
+__all__ = ["ENGINE_DEFAULTS", "SHUTDOWN_NOTICE", "Engine", "EngineConfig", "build_engine"]

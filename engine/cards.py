@@ -9,8 +9,8 @@ planner working on feedback after Keep planning or Revise). Front ends draw what
 
 :func:`plan_card_state` is the pure rule; :class:`CardChoices` holds the owner's choices;
 :class:`Cards` reads the services and answers what each card shows now, keeps the plan card's
-message ids in the sidecar's ``flow``, and asks the channel to redraw when a card changes. See
-docs/telegram.md "The plan card's life".
+message ids in the sidecar's ``flow`` (the goal card's in the log: ``goal/card``), and asks
+the channel to redraw when a card changes. docs/architecture.md has the actions table.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from engine.api import (
     goal_actions,
     plan_actions,
 )
-from engine.events import FeedbackSource
+from engine.events import FeedbackSource, GoalCardPosted
 from engine.goal.types import GoalSnapshot
 from engine.plan.digest import PlanDigest
 from engine.plan.service import PlanChange
@@ -149,12 +149,15 @@ class Cards:
         self._channel = services.channel
         self.plan_approvals = plan_approvals
         self._worktrees = services.worktrees
+        self._log = services.log
+        # The goal card's (chat, message) per session, read from the log once (goal/card).
+        self._goal_cards: dict[str, tuple[int | None, int | None]] = {}
         self._setup = services.setup
         # The owner's choices on the cards; the command plane and /new change them.
         self.choices = CardChoices()
         # The last plan of a session that just ended, so its card can say how it ended.
         self._ended: dict[str, tuple[PlanSidecar, PlanEnding]] = {}
-        # A card id Telegram returned for a plan that ended before its change reached the cards
+        # A card id the channel returned for a plan that ended before its change reached the cards
         # (the service delivers it after the criteria effects): (plan id, chat id, card id),
         # applied to the ended plan when the change arrives.
         self._late_cards: dict[str, tuple[str, int, int]] = {}
@@ -286,10 +289,14 @@ class Cards:
         goal = await self._goals.get(session_id)
         if goal is None or goal.source == "task":
             # A task goal is only a label of the plan card's current task: no goal card.
-            return GoalCardData(state="none", goal=None)
+            chat_id, card_id = await self.goal_card_at(session_id)
+            return GoalCardData(state="none", goal=None, chat_id=chat_id, card_id=card_id)
         state = self.choices.goal_choice(session_id, goal.id, goal.revision) or "live"
         armed = self._goals.is_armed(session_id)
+        chat_id, card_id = await self.goal_card_at(session_id)
         return GoalCardData(
+            chat_id=chat_id,
+            card_id=card_id,
             state=state,
             goal=goal,
             armed=armed,
@@ -297,6 +304,27 @@ class Cards:
             tokens_used=await self._usage.goal_tokens(session_id, goal.id),
             last_check=await self._goals.last_check(session_id),
         )
+
+    async def goal_card_at(self, session_id: str) -> tuple[int | None, int | None]:
+        """The chat and message of the session's goal card, ``(None, None)`` when none."""
+        found = self._goal_cards.get(session_id)
+        if found is None:
+            found = (None, None)
+            for stored in await self._log.read(session_id, types=("goal/card",)):
+                if isinstance(stored.event, GoalCardPosted):
+                    found = (stored.event.chat_id, stored.event.card_id)
+            self._goal_cards[session_id] = found
+        return found
+
+    async def set_goal_card(
+        self, session_id: str, *, chat_id: int | None, card_id: int | None
+    ) -> None:
+        """Remember where the goal card is (``card_id`` None: no card now): logged as
+        ``goal/card``, so a restart keeps editing the same message."""
+        if await self.goal_card_at(session_id) == (chat_id, card_id):
+            return
+        self._goal_cards[session_id] = (chat_id, card_id)
+        await self._log.append(session_id, [GoalCardPosted(chat_id=chat_id, card_id=card_id)])
 
     async def set_plan_flow(
         self,
@@ -310,7 +338,7 @@ class Cards:
     ) -> None:
         """Remember the plan card's (and plan-text messages') ids in the sidecar's ``flow``.
 
-        Written the moment Telegram returns the id. A plan that ended meanwhile keeps its
+        Written the moment the channel returns the id. A plan that ended meanwhile keeps its
         last card in memory, so its final drawing edits that message.
         """
         sidecar = await self._plans.current(session_id)

@@ -308,6 +308,16 @@ class WorkspaceChanged(_Event):
     type: Literal["workspace/changed"] = "workspace/changed"
 
 
+class GoalCardPosted(_Event):
+    """Where the session's goal card is: the chat and message the channel returned, recorded
+    the moment it did (``card_id`` None: no card; the next drawing posts one). The plan card's
+    ids are in the plan's sidecar; a goal has no sidecar (a goal lives in NoPlan too)."""
+
+    type: Literal["goal/card"] = "goal/card"
+    chat_id: int | None = None
+    card_id: int | None = None
+
+
 class ProgressMade(_Event):
     """The step just logged made progress (engine.progress.rule): a task's status changed
     (``task``), a file in the workspace changed (``workspace``), the goal's state changed
@@ -338,7 +348,8 @@ SessionEvent = Annotated[
     | RunPaused
     | WorkspaceChanged
     | ProgressMade
-    | WorktreeChange,
+    | WorktreeChange
+    | GoalCardPosted,
     Field(discriminator="type"),
 ]
 

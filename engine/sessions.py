@@ -23,10 +23,12 @@ from engine.bindings import ChatBindings
 from engine.cards import Cards
 from engine.environments import read_script
 from engine.events import CommandRun
+from engine.inbox import session_inbox
 from engine.plan.types import PlanFlow
 from engine.ports import SessionStore
 from engine.projects import PROJECT_NAME, Project
 from engine.recovery import close_interrupted_turn, undecided_command
+from engine.roles.policy import command_action, may, refusal_text
 from engine.services import Services
 from engine.tasks import safe_call
 from engine.text import clip
@@ -56,7 +58,9 @@ class Sessions:
         cards: Cards,
         bindings: ChatBindings,
         profile: str | None = None,
+        inbox_root: Path | None = None,
     ) -> None:
+        """``inbox_root``: where the sessions' uploads are kept (None: uploads are off)."""
         self.store = store
         self._log = services.log
         self._plans = services.plans
@@ -69,7 +73,10 @@ class Sessions:
         self._workspace_for = services.workspace_for
         self._choices = cards.choices
         self._redraw_plan = cards.plan_changed
+        self._set_goal_card = cards.set_goal_card
         self._profile = profile
+        self._inbox_root = inbox_root
+        self._roles = services.roles
         self._loaded: set[str] = set()
         # Bound sessions that start-up found unmarked (no open turn, nothing undecided): their
         # first load skips those reads.
@@ -154,13 +161,33 @@ class Sessions:
         folder = await self._workspace_for_session(session_id)
         return self._catalog.for_path(folder) or self._catalog.default
 
-    async def new_session(
+    def inbox_dir(self, session_id: str) -> Path | None:
+        """The folder the session's uploads are saved in (None: uploads are off)."""
+        root = self._inbox_root
+        return session_inbox(root, session_id) if root is not None else None
+
+    async def _refused(
+        self, chat_id: int, actor: int | None, name: str, args: str
+    ) -> Outcome | None:
+        """The refusal when the actor's role may not run ``/name args`` in the chat."""
+        role = await self._roles.role_of(chat_id, actor)
+        if may(role, command_action(name, args)):
+            return None
+        return Outcome(reply=refusal_text(role))
+
+    async def new_session(self, chat_id: int, thread_id: int, *, actor: int) -> Outcome:
+        """``/new``: end the key's session (cancel, disarm, archive), bind a fresh one, in the
+        same project; the actor's role must allow it."""
+        refused = await self._refused(chat_id, actor, "new", "")
+        if refused is not None:
+            return refused
+        return await self._renew(chat_id, thread_id, actor=actor)
+
+    async def _renew(
         self, chat_id: int, thread_id: int, *, actor: int, workspace: Path | None = None
     ) -> Outcome:
-        """``/new``: end the key's session (cancel, disarm, archive), bind a fresh one.
-
-        The fresh session stays in the old one's project unless ``workspace`` names another.
-        """
+        """End the key's session and bind a fresh one, in the old one's project unless
+        ``workspace`` names another."""
         old = await self.store.session_for_chat(chat_id, thread_id)
         dropped: list[str] = []
         if old is not None:
@@ -179,12 +206,16 @@ class Sessions:
         return Outcome(reply="Started a new session.", dropped=tuple(dropped))
 
     async def project(self, chat_id: int, thread_id: int, args: str, *, actor: int) -> Outcome:
-        """``/project``: say which project the key works in; ``/project <name>`` binds another.
+        """``/project``: say which project the key works in; ``/project <name>`` binds another
+        (the actor's role must allow it).
 
         Binding starts a fresh session in that project (a session's folder never changes: its
         plan files live under it), logged as ``command/run`` ``project`` in both sessions.
         Refused while the key's session has a live plan or a plan switch pending.
         """
+        refused = await self._refused(chat_id, actor, "project", args)
+        if refused is not None:
+            return refused
         session_id = await self.for_chat(chat_id, thread_id)
         current = await self.project_of(session_id)
         name = args.strip()
@@ -198,9 +229,9 @@ class Sessions:
                 reply=f"No project named {clip(name, 64, one_line=True)!r}. "
                 f"Projects: {self._project_names()}."
             )
-        refused = self._catalog.refusal(wanted)
-        if refused is not None:
-            return Outcome(reply=refused)
+        held = self._catalog.refusal(wanted)
+        if held is not None:
+            return Outcome(reply=held)
         if wanted.path == current.path:
             return Outcome(reply=f"Already working in project {wanted.name} ({wanted.path}).")
         controller = self._agents.controller(session_id)
@@ -210,7 +241,7 @@ class Sessions:
                 "before switching projects."
             )
         data = {"project": wanted.name, "path": str(wanted.path), "from": current.name}
-        outcome = await self.new_session(chat_id, thread_id, actor=actor, workspace=wanted.path)
+        outcome = await self._renew(chat_id, thread_id, actor=actor, workspace=wanted.path)
         fresh = await self.for_chat(chat_id, thread_id)
         await self._log.append(
             fresh, [CommandRun(name="project", args=wanted.name, actor=actor, data=data)]
@@ -245,11 +276,13 @@ class Sessions:
         return "\n".join(lines)
 
     async def migrate_chat(self, old_chat_id: int, new_chat_id: int) -> list[str]:
-        """A group became a supergroup: bind its sessions to the new id; returns them.
+        """A group became a supergroup: bind its sessions (and its team) to the new id;
+        returns them.
 
         Each moved plan's ``flow`` names the new chat and no card (the old group's messages
         can no longer be edited), so the next drawing posts the card anew. Idempotent.
         """
+        await self._roles.migrate(old_chat_id, new_chat_id)
         moved: list[str] = []
         for binding in await self.store.chat_bindings():
             if binding.chat_id != old_chat_id:
@@ -266,6 +299,8 @@ class Sessions:
                     update={"chat_id": new_chat_id, "card_id": None, "review_ids": []}
                 )
                 await self._plans.set_flow(binding.session_id, flow)
+            # Nor can its goal card: the next drawing posts one in the new chat.
+            await self._set_goal_card(binding.session_id, chat_id=None, card_id=None)
             moved.append(binding.session_id)
         _log.info(
             "plangate.sessions.chat_migrated from=%s to=%s sessions=%s",
@@ -287,6 +322,7 @@ class Sessions:
         await self._worktrees.forked(record.id)
         if await self._plans.current(record.id) is not None:
             await self._plans.set_flow(record.id, PlanFlow())
+        await self._set_goal_card(record.id, chat_id=None, card_id=None)
         return record.id
 
     # --- loading ----------------------------------------------------------------------------

@@ -483,3 +483,30 @@ async def test_the_transcriber_follows_the_model_unless_told_otherwise() -> None
     assert openai_default is not None and openai_default.base_url == "https://api.openai.com/v1"
     for made in (local, other, openai_default):
         await made.aclose()
+
+
+def test_every_default_the_engine_reads_is_the_engines_own() -> None:
+    # Defaults live once, on the engine's configuration: with nothing set, the settings give
+    # the engine exactly its defaults (only what a running bot adds differs: the owners, the
+    # home, its worktrees, hidden paths and disk reserve, the approval mode the sandbox implies).
+    from dataclasses import fields, replace
+
+    from engine.app import ENGINE_DEFAULTS
+
+    config = engine_config(load({}))
+    built = replace(
+        config,
+        workspace=ENGINE_DEFAULTS.workspace,
+        owner_ids=ENGINE_DEFAULTS.owner_ids,
+        worktree_root=ENGINE_DEFAULTS.worktree_root,
+        bash_approval=ENGINE_DEFAULTS.bash_approval,
+        home=ENGINE_DEFAULTS.home,
+        disk_reserve_mb=ENGINE_DEFAULTS.disk_reserve_mb,
+        sandbox=replace(config.sandbox, hidden=(), hidden_names=()),
+    )
+    differing = [
+        f.name
+        for f in fields(ENGINE_DEFAULTS)
+        if getattr(built, f.name) != getattr(ENGINE_DEFAULTS, f.name)
+    ]
+    assert differing == []

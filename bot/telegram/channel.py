@@ -42,7 +42,7 @@ from bot.telegram.render import (
 )
 from bot.telegram.routes import ChatRoute
 from engine.agent.channel import Channel
-from engine.approval.policy import ApprovalView
+from engine.api import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
 from engine.tasks import BackgroundTasks
 from engine.text import ELLIPSIS, clip

@@ -48,14 +48,22 @@ from bot.telegram.voice import (
     transcript_html,
     transcript_keyboard,
 )
-from engine.api import CommandName, EngineApi, Outcome
-from engine.commands import STALE_TEXT
+from engine.api import (
+    STALE_TEXT,
+    CommandName,
+    EngineApi,
+    Outcome,
+    clean_name,
+    inline_text,
+    may,
+    parse_team_args,
+    refusal_text,
+    save_upload,
+    words_action,
+)
 from engine.events import Attachment
-from engine.inbox import clean_name, inline_text, save_upload
 from engine.model.transcribe import Transcriber
 from engine.model.types import ModelError
-from engine.roles.commands import parse_team_args
-from engine.roles.policy import may, refusal_text, words_action
 from engine.roles.types import Person, Role
 from engine.tasks import BackgroundTasks
 from engine.text import clip

@@ -1,6 +1,6 @@
-"""The channel the agent tells things to (docs/agent.md, docs/telegram.md).
+"""The channel the agent tells things to (docs/agent.md).
 
-The engine never imports Telegram: ``bot/`` implements :class:`Channel` for Telegram and the
+The engine knows no chat service: each front end in ``bot/`` implements :class:`Channel`, as the
 console demo implements it for a terminal. Every method is a notification; the agent does not
 wait for the chat to answer. A channel method that raises is logged by the agent and never
 breaks a turn (see :func:`engine.tasks.safe_call`).

@@ -587,7 +587,7 @@ class PlanService:
     async def set_flow(
         self, session_id: str, flow: PlanFlow, *, plan_id: str | None = None
     ) -> bool:
-        """Store the Telegram card ids; no revision bump, no events (buttons stay valid).
+        """Store the channel's card ids; no revision bump, no events (buttons stay valid).
 
         Returns False, writing nothing, when there is no live plan (or, with ``plan_id``,
         when the live plan is another one): checked under the session's lock.

@@ -65,7 +65,7 @@ class PlanTask(BaseModel):
 
 
 class PlanFlow(BaseModel):
-    """Telegram message ids of the plan card and the plan-text messages."""
+    """The channel's message ids of the plan card and the plan-text messages."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -76,7 +76,7 @@ class PlanFlow(BaseModel):
 
 
 class PlanApproval(BaseModel):
-    """One person's approval of a plan: who (Telegram user id and the name shown) and when
+    """One person's approval of a plan: who (the person's id and the name shown) and when
     (ISO 8601 UTC). ``approved_by`` lists them in the order they were given."""
 
     model_config = ConfigDict(extra="allow")

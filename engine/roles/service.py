@@ -31,7 +31,7 @@ class RoleService:
 
     ``owner_ids`` ``None`` means no owner list was given (an engine embedded without a front
     end that knows people, as the engine's own tests do): every actor then counts as an owner.
-    The Telegram bot always passes its owners.
+    A front end always passes its owners.
     """
 
     def __init__(self, log: ChatLog, *, owner_ids: Collection[int] | None) -> None:

@@ -65,7 +65,7 @@ class StoredChatEvent:
 
 @dataclass(frozen=True, slots=True)
 class Person:
-    """Who did something: a Telegram user id and the name shown for them."""
+    """Who did something: the person's id and the name shown for them."""
 
     user_id: int
     name: str = ""

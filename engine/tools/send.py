@@ -22,7 +22,7 @@ from engine.tools.boundary import Boundary, BoundaryPolicy, NotVisible
 from engine.tools.effects import BUILTIN
 from engine.tools.workspace import OutsideWorkspace
 
-# What one attachment may weigh (Telegram takes 50 MB from a bot; a phone wants far less).
+# What one attachment may weigh (chat services take tens of MB from a bot; a phone wants far less).
 MAX_SEND_BYTES = 20 * 1024 * 1024
 MAX_CAPTION_CHARS = 1000
 
