@@ -14,7 +14,7 @@ from engine.agent.channel import Channel
 from engine.events import ApprovalDecision, TurnOutcome
 
 if TYPE_CHECKING:
-    from engine.approval.policy import ApprovalView
+    from engine.api import ApprovalView
 
 
 class SplitChannel:

@@ -46,18 +46,22 @@ from bot.slack.render import markdown_to_mrkdwn
 from bot.telegram import callback as cb
 from bot.telegram.flood import AnswerBudget
 from bot.telegram.routes import ChatRoute, MetaStore, Routes
-from engine.api import CommandName, EngineApi, Outcome
-from engine.commands import STALE_TEXT
-from engine.events import Attachment
-from engine.inbox import clean_name, inline_text, save_upload
-from engine.roles.policy import (
+from engine.api import (
     ALERT_TEXTS,
+    STALE_TEXT,
+    CommandName,
+    EngineApi,
+    Outcome,
+    clean_name,
     command_action,
+    inline_text,
     may,
     press_action,
     refusal_text,
+    save_upload,
     words_action,
 )
+from engine.events import Attachment
 from engine.roles.types import Person, Role
 from engine.tasks import BackgroundTasks
 
@@ -170,7 +174,7 @@ class SlackFrontEnd:
         )
         self.outbox = SlackOutbox(self.client, interval_s=config.interval_s, clock=clock)
         self.routes = Routes(meta)
-        self.cards = SlackCards(engine, self.outbox, self.routes, meta, posted=self._saw_post)
+        self.cards = SlackCards(engine, self.outbox, self.routes, posted=self._saw_post)
         self.channel = SlackChannel(
             self.outbox, self.cards, self.routes, document_chars=config.document_chars
         )

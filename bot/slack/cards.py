@@ -7,7 +7,7 @@ the same text as Telegram's callback data (kind, action, short id, revision), so
 decoded and judged by the engine exactly as on Telegram.
 
 The plan card's ts lives in the plan sidecar's ``flow`` (as an integer, bot.slack.keys), the goal
-card's in the meta table; a restart edits the same messages.
+card's in the engine's store (``set_goal_card``); a restart edits the same messages.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from bot.slack.outbox import SlackOutbox
 from bot.slack.render import SECTION_CHARS, html_to_mrkdwn, split_mrkdwn
 from bot.telegram.cards import CardView
 from bot.telegram.presenter import goal_view, plan_view
-from bot.telegram.routes import ChatRoute, MetaStore, Routes
+from bot.telegram.routes import ChatRoute, Routes
 from engine.api import EngineApi
 from engine.tasks import BackgroundTasks
 from engine.text import clip
@@ -37,10 +37,6 @@ MAX_SECTIONS = 40  # of Slack's 50 blocks per message, the rest for rows of butt
 FALLBACK_CHARS = 300  # the notification text of a card
 _PRIMARY = {"approve", "resume", "start", "merge"}
 _DANGER = {"discard_yes", "clear_yes", "drop_yes"}
-
-
-def goal_card_key(session_id: str) -> str:
-    return f"slack.goal_card.{session_id}"
 
 
 def blocks_of(view: CardView) -> tuple[str, list[dict[str, Any]]]:
@@ -82,14 +78,12 @@ class SlackCards:
         engine: EngineApi,
         outbox: SlackOutbox,
         routes: Routes,
-        meta: MetaStore,
         *,
         posted: Callable[[str], None] | None = None,
     ) -> None:
         self._engine = engine
         self._outbox = outbox
         self._routes = routes
-        self._meta = meta
         self._posted = posted or (lambda ts: None)
         self._dirty: dict[tuple[str, CardKind], bool] = {}  # value: post anew (restick)
         self._running: dict[tuple[str, CardKind], asyncio.Task[None]] = {}
@@ -194,14 +188,17 @@ class SlackCards:
         place = await self._place(session_id)
         if place is None:
             return
-        _, channel, thread_ts = place
+        route, channel, thread_ts = place
         data = await self._engine.goal_card(session_id)
-        old = await self._meta.get_meta(goal_card_key(session_id)) or None
+        old = keys.ts_of(data.card_id) if data.chat_id == route.chat_id else None
         if old is None and data.goal is None:
             return
         ts = await self._show(channel, thread_ts, goal_view(data), old, anew=anew)
         if ts is not None:
-            await self._meta.set_meta(goal_card_key(session_id), ts)
+            # The goal card's message lives in the engine's store, as the plan card's does.
+            await self._engine.set_goal_card(
+                session_id, chat_id=route.chat_id, card_id=keys.ts_key(ts)
+            )
 
 
-__all__ = ["SlackCards", "blocks_of", "goal_card_key"]
+__all__ = ["SlackCards", "blocks_of"]

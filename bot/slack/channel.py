@@ -27,7 +27,7 @@ from bot.telegram.channel import _question as question_line
 from bot.telegram.channel import _rule_words as rule_words
 from bot.telegram.render import first_paragraph
 from bot.telegram.routes import Routes
-from engine.approval.policy import ApprovalView
+from engine.api import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
 from engine.text import clip
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from bot.slack import keys
-from bot.slack.cards import goal_card_key
 from engine.events import ApprovalDecided
 from engine.model.script import call, say
 from tests.engine.helpers import EXECUTION, PLANNING, settle
@@ -85,8 +84,9 @@ async def test_a_goal_round_runs_and_its_card_is_one_message(
         await until(blocked)
         await settle(live.engine, sid)
         await live.front.drain()
-        ts = await live.storage.db.get_meta(goal_card_key(sid))
-        assert ts
+        data = await live.engine.goal_card(sid)
+        ts = keys.ts_of(data.card_id)
+        assert ts is not None and data.chat_id == GROUP
         goal_card = slack.message(CHANNEL, ts)
         shown = str(goal_card.blocks)
         assert "1/1" in shown and "round-limit" in shown
