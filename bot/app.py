@@ -56,7 +56,7 @@ from telegram.ext import (
 from bot.access import AccessGate
 from bot.channel import QUESTION_PATTERN, REPLY_DOCUMENT_CHARS, LateChannel, TelegramChannel
 from bot.handlers import SHOW_PLAN_PATTERN, BotParts, Handlers, load_state, parts, redact
-from bot.keys import message_key
+from bot.keys import chat_key, message_key, person_key
 from bot.outbox import Outbox, Sleep
 from bot.people import SeenPeople
 from bot.presenter import CardPresenter
@@ -249,7 +249,7 @@ def build_application(
     async def migrate(old: int, new: int) -> None:
         # The group's sessions, routes, cards and team move to the supergroup's id.
         people.move(old, new)
-        for session_id in await engine.migrate_chat(old, new):
+        for session_id in await engine.migrate_chat(chat_key(old), chat_key(new)):
             route = await routes.lookup(session_id)
             await routes.remember(session_id, ChatRoute(new, route.thread_id if route else 0))
             await db_meta.set_meta(goal_card_key(session_id), "")
@@ -263,7 +263,7 @@ def build_application(
         on_group_added=save_groups,
         on_group_gone=save_groups,
         on_migrate=migrate,
-        roles=engine.role_of,
+        roles=lambda chat_id, user_id: engine.role_of(chat_key(chat_id), person_key(user_id)),
         on_seen=people.saw,
         questions=channel.asked,
     )

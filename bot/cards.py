@@ -22,6 +22,7 @@ from engine.checks.report import how_it_ended
 from engine.checks.types import CheckResult
 from engine.events import GoalCheck
 from engine.goal.types import GoalSnapshot
+from engine.keys import key_label
 from engine.plan.extract import extract_work_items, plan_checks
 from engine.plan.types import PlanSidecar, PlanTask
 from engine.text import clip
@@ -334,7 +335,9 @@ def approval_line(
     """Who approved: "✅ Approved by Ana" on an approved plan, "👍 1 of 2 approvals: Ana"
     while a review waits for more (HTML)."""
     if sidecar.status == "Active" and sidecar.approved_by and state != "revise_offer":
-        names = [a.name or str(a.user_id) for a in sidecar.approved_by if a.user_id is not None]
+        names = [
+            a.name or key_label(a.user_id) for a in sidecar.approved_by if a.user_id is not None
+        ]
         if names:
             return "✅ Approved by " + clip_line(_and(names), 200)
     if state in ("review", "confirm_discard", "written") and needed > 1:

@@ -35,6 +35,7 @@ from typing import Any, Literal
 from telegram import Bot, Message
 
 from bot import cards
+from bot.keys import chat_key, msg_key, tg_flow
 from bot.outbox import Outbox
 from bot.routes import (
     ChatRoute,
@@ -374,9 +375,9 @@ class CardPresenter:
             return route
         if data is None:
             data = await self._engine.plan_card(session_id)
-        flow = data.sidecar.flow if data.sidecar is not None else None
+        flow = tg_flow(data.sidecar.flow) if data.sidecar is not None else None
         if flow is not None and flow.chat_id is not None:
-            return ChatRoute(flow.chat_id, flow.thread_id or 0)
+            return ChatRoute(flow.chat_id, flow.thread_id)
         return None
 
     async def _draw_plan(
@@ -396,7 +397,7 @@ class CardPresenter:
         sidecar = data.sidecar
         current: int | None = None
         if sidecar is not None:
-            flow = sidecar.flow
+            flow = tg_flow(sidecar.flow)
             if flow.chat_id in (None, route.chat_id):
                 current = flow.card_id
             mine = slot.chat_id == route.chat_id and slot.message_id is not None
@@ -444,9 +445,9 @@ class CardPresenter:
             if sidecar is not None:
                 await self._engine.set_plan_flow(
                     session_id,
-                    chat_id=route.chat_id,
-                    thread_id=route.thread,
-                    card_id=card_id,
+                    chat_id=chat_key(route.chat_id),
+                    thread_id=thread_key(route),
+                    card_id=msg_key(card_id),
                     plan_id=sidecar.id,
                 )
 
@@ -472,10 +473,10 @@ class CardPresenter:
                 await self._meta.set_meta(review_rev_key(session_id), posted)
                 await self._engine.set_plan_flow(
                     session_id,
-                    chat_id=route.chat_id,
-                    thread_id=route.thread,
-                    card_id=new_id,
-                    review_ids=review_ids,
+                    chat_id=chat_key(route.chat_id),
+                    thread_id=thread_key(route),
+                    card_id=msg_key(new_id),
+                    review_ids=[str(i) for i in review_ids],
                     plan_id=plan_id,
                 )
         worktree = data.worktree
@@ -653,11 +654,16 @@ class CardPresenter:
             if goal_id is not None:
                 known.add((route.chat_id, goal_id))
         data = await self._engine.plan_card(session_id)
-        flow = data.sidecar.flow if data.sidecar is not None else None
+        flow = tg_flow(data.sidecar.flow) if data.sidecar is not None else None
         if flow is not None and flow.chat_id is not None and flow.card_id is not None:
             known.add((flow.chat_id, flow.card_id))
         for chat_id, message_id in sorted(known):
             self._outbox.edit_keyboard(chat_id, message_id, None)
+
+
+def thread_key(route: ChatRoute) -> str | None:
+    """The flow's ``thread_id``: the forum topic's chat key (``None`` outside a topic)."""
+    return chat_key(route.chat_id, route.thread_id) if route.thread_id else None
 
 
 def _stored_card(stored: str | None, chat_id: int) -> int | None:

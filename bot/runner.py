@@ -15,6 +15,7 @@ from telegram.error import InvalidToken
 from bot.app import redact, serve
 from bot.channel import LateChannel
 from bot.compose import open_plangate
+from bot.keys import person_key
 from bot.settings import Settings, load_settings, require_run_settings
 from engine.app import EngineConfig
 from engine.errors import ConfigError
@@ -141,7 +142,7 @@ def engine_config(settings: Settings) -> EngineConfig:
         ask_bash=settings.ask_bash,
         approval_timeout_s=settings.approval_timeout,
         ask_writes=settings.ask_writes,
-        owner_ids=frozenset(settings.owner_ids),
+        owner_ids=frozenset(person_key(u) for u in settings.owner_ids),
         plan_approvals=settings.plan_approvals,
         owner_overrides=settings.owner_overrides,
         vision=settings.model_vision,

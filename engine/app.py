@@ -20,7 +20,6 @@ from pathlib import Path
 
 from engine.agent.adapters import PlanServiceAdapter
 from engine.agent.build import build_agent, workspace_from_store
-from engine.agent.channel import Channel
 from engine.agent.settings import AgentSettings
 from engine.api import (
     APPROVAL_ONCE,
@@ -49,13 +48,14 @@ from engine.goal.service import GoalService
 from engine.goal.tools import goal_tools
 from engine.goal.types import NEEDS_APPROVAL
 from engine.inbox import session_inbox
+from engine.keys import Chat, ChatKey, ChatKind, MessageKey, PersonKey
 from engine.model.types import ModelProvider
 from engine.plan.digest import DEFAULT_MAX_PLAN_KB
 from engine.plan.service import PlanChange, PlanService
 from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
 from engine.plan.types import is_editing
-from engine.ports import ChatLog, Clock, EventLog, SessionStore
+from engine.ports import Channel, ChatLog, Clock, EventLog, SessionStore
 from engine.progress.stuck import StuckLimits
 from engine.projects import ProjectCatalog
 from engine.roles.commands import describe_team, parse_team_args, run_team
@@ -114,7 +114,7 @@ class EngineConfig:
     file_limits: FileLimits | None = None
     # Who owns the bot (PLANGATE_OWNER_IDS). None: no owner list (an engine embedded without
     # people, as in the engine's own tests): every actor then counts as an owner.
-    owner_ids: frozenset[int] | None = None
+    owner_ids: frozenset[PersonKey] | None = None
     # Approvals a plan needs from different people (PLANGATE_PLAN_APPROVALS), and whether an
     # owner's approval alone is enough all the same (PLANGATE_OWNER_OVERRIDES).
     plan_approvals: int = 1
@@ -173,51 +173,52 @@ class Engine:
 
     # --- sessions ---------------------------------------------------------------------------
 
-    async def session_for_chat(self, chat_id: int, thread_id: int) -> str:
-        """The session bound to the chat key, created and bound on first use."""
-        return await self.sessions.for_chat(chat_id, thread_id)
+    async def session_for_chat(self, chat: Chat) -> str:
+        """The session bound to the chat's key, created and bound on first use."""
+        return await self.sessions.for_chat(chat)
 
     async def ensure_loaded(self, session_id: str) -> None:
         """Load a session in this process if it is not yet (see :class:`Sessions`)."""
         await self.sessions.ensure_loaded(session_id)
 
-    async def new_session(self, chat_id: int, thread_id: int, *, actor: int) -> Outcome:
+    async def new_session(self, chat: Chat, *, actor: PersonKey) -> Outcome:
         """``/new``: end the key's session (cancel, disarm, archive), bind a fresh one."""
-        refused = await self._refused(chat_id, actor, "new", "")
+        refused = await self._refused(chat.room, actor, "new", "")
         if refused is not None:
             return refused
-        return await self.sessions.new_session(chat_id, thread_id, actor=actor)
+        return await self.sessions.new_session(chat, actor=actor)
 
     async def _refused(
-        self, chat_id: int, actor: int | None, name: str, args: str
+        self, chat: ChatKey, actor: PersonKey | None, name: str, args: str
     ) -> Outcome | None:
         """The refusal when the actor's role may not run ``/name args`` in the chat."""
-        role = await self.roles.role_of(chat_id, actor)
+        role = await self.roles.role_of(self.sessions.room(chat), actor)
         if may(role, command_action(name, args)):
             return None
         return Outcome(reply=refusal_text(role))
 
-    async def migrate_chat(self, old_chat_id: int, new_chat_id: int) -> list[str]:
-        """A group became a supergroup: bind its sessions (and its team) to the new id."""
-        await self.roles.migrate(old_chat_id, new_chat_id)
-        return await self.sessions.migrate_chat(old_chat_id, new_chat_id)
+    async def migrate_chat(self, old: ChatKey, new: ChatKey) -> list[str]:
+        """A group moved to a new key: bind its sessions (and its team) to the new one."""
+        await self.roles.migrate(old, new)
+        return await self.sessions.migrate_chat(old, new)
 
     # --- roles ------------------------------------------------------------------------------
 
-    async def role_of(self, chat_id: int, user_id: int | None) -> Role:
-        """The role of ``user_id`` in the chat (engine.roles; a topic shares its group's)."""
-        return await self.roles.role_of(chat_id, user_id)
+    async def role_of(self, chat: ChatKey, user_id: PersonKey | None) -> Role:
+        """The role of ``user_id`` in the chat (engine.roles; a thread shares its parent's)."""
+        return await self.roles.role_of(self.sessions.room(chat), user_id)
 
     async def team(
         self,
-        chat_id: int,
+        chat: Chat,
         args: str,
         *,
-        actor: int | None,
+        actor: PersonKey | None,
         actor_name: str = "",
         target: Person | None = None,
     ) -> Outcome:
         """``/team [add <user> approver | remove <user>]`` in a chat (docs/roles.md)."""
+        chat_id = chat.room
         refused = await self._refused(chat_id, actor, "team", args)
         if refused is not None:
             return refused
@@ -227,7 +228,7 @@ class Engine:
             return Outcome(reply=spec)
         if spec.op == "list":
             return Outcome(reply=await describe_team(self.roles, chat_id, viewer_role=role))
-        if chat_id > 0:
+        if chat.kind is ChatKind.PRIVATE:
             return Outcome(reply="Roles are kept per group: use /team in the group.")
         assert actor is not None  # only an owner may change the team
         text = await run_team(
@@ -241,12 +242,12 @@ class Engine:
         root = self.config.inbox_root
         return session_inbox(root, session_id) if root is not None else None
 
-    async def project(self, chat_id: int, thread_id: int, args: str, *, actor: int) -> Outcome:
+    async def project(self, chat: Chat, args: str, *, actor: PersonKey) -> Outcome:
         """``/project [name]``: show the key's project, or bind the key to another one."""
-        refused = await self._refused(chat_id, actor, "project", args)
+        refused = await self._refused(chat.room, actor, "project", args)
         if refused is not None:
             return refused
-        return await self.sessions.project(chat_id, thread_id, args, actor=actor)
+        return await self.sessions.project(chat, args, actor=actor)
 
     # --- messages, commands, presses --------------------------------------------------------
 
@@ -255,8 +256,8 @@ class Engine:
         session_id: str,
         text: str,
         *,
-        actor: int | None,
-        message_id: int | None,
+        actor: PersonKey | None,
+        message_id: MessageKey | None,
         feedback: bool = False,
         answer: bool = False,
         attachments: Sequence[Attachment] = (),
@@ -279,7 +280,7 @@ class Engine:
         name: CommandName,
         args: str,
         *,
-        actor: int | None,
+        actor: PersonKey | None,
         actor_name: str = "",
     ) -> Outcome:
         """Run a command in the command plane (logged as ``command/run``; opens no turn)."""
@@ -291,8 +292,8 @@ class Engine:
         session_id: str,
         press: Press,
         *,
-        actor: int | None,
-        message_id: int | None = None,
+        actor: PersonKey | None,
+        message_id: MessageKey | None = None,
         actor_name: str = "",
     ) -> Outcome:
         """A button press bound to the revision it was drawn for; stale presses change nothing."""
@@ -319,10 +320,10 @@ class Engine:
         self,
         session_id: str,
         *,
-        chat_id: int,
-        thread_id: int | None,
-        card_id: int | None,
-        review_ids: Sequence[int] | None = None,
+        chat_id: ChatKey,
+        thread_id: ChatKey | None,
+        card_id: MessageKey | None,
+        review_ids: Sequence[MessageKey] | None = None,
         plan_id: str | None = None,
     ) -> None:
         """Remember the plan card's ids in the sidecar's ``flow`` (:meth:`Cards.set_plan_flow`)."""
@@ -527,7 +528,7 @@ def build_engine(
     the_sessions = Sessions(sessions, services, cards=cards, profile=config.profile)
     usage.is_private = the_sessions.is_private
 
-    async def may_answer(session_id: str, actor: int | None) -> bool:
+    async def may_answer(session_id: str, actor: PersonKey | None) -> bool:
         # The one rule: whoever may press a tool approval's buttons may answer it.
         role = await services.roles.role_of(the_sessions.chat_of(session_id), actor)
         return may(role, press_action("a", APPROVAL_ONCE))

@@ -24,6 +24,7 @@ from engine.agent.turn import TurnResult
 from engine.api import GoalCardData, GoalCardState, PlanCardData, PlanCardState
 from engine.events import FeedbackSource
 from engine.goal.types import GoalSnapshot
+from engine.keys import ChatKey, MessageKey
 from engine.plan.digest import PlanDigest
 from engine.plan.service import PlanChange
 from engine.plan.types import PlanSidecar, PlanState
@@ -143,10 +144,10 @@ class Cards:
         self.choices = CardChoices()
         # The last plan of a session that just ended, so its card can say how it ended.
         self._ended: dict[str, tuple[PlanSidecar, PlanEnding]] = {}
-        # A card id Telegram returned for a plan that ended before its change reached the cards
+        # A card key the channel returned for a plan that ended before its change reached the cards
         # (the service delivers it after the criteria effects): (plan id, chat id, card id),
         # applied to the ended plan when the change arrives.
-        self._late_cards: dict[str, tuple[str, int, int]] = {}
+        self._late_cards: dict[str, tuple[str, ChatKey, MessageKey]] = {}
         self._plans.add_listener(self._on_plan_change)
         self._goals.add_listener(self._on_goal_change)
 
@@ -249,16 +250,16 @@ class Cards:
         self,
         session_id: str,
         *,
-        chat_id: int,
-        thread_id: int | None,
-        card_id: int | None,
-        review_ids: Sequence[int] | None = None,
+        chat_id: ChatKey,
+        thread_id: ChatKey | None,
+        card_id: MessageKey | None,
+        review_ids: Sequence[MessageKey] | None = None,
         plan_id: str | None = None,
     ) -> None:
         """Remember the plan card's (and plan-text messages') ids in the sidecar's ``flow``.
 
-        Written the moment Telegram returns the id. A plan that ended meanwhile keeps its
-        last card in memory, so its final drawing edits that message.
+        Written the moment the channel returns the message's key. A plan that ended
+        meanwhile keeps its last card in memory, so its final drawing edits that message.
         """
         sidecar = await self._plans.current(session_id)
         written = False
@@ -328,7 +329,7 @@ def _review_ready(sidecar: PlanSidecar, digest: PlanDigest) -> bool:
     return sidecar.submitted_revision == sidecar.revision or digest.approvable
 
 
-def _with_card(sidecar: PlanSidecar, chat_id: int, card_id: int) -> PlanSidecar:
+def _with_card(sidecar: PlanSidecar, chat_id: ChatKey, card_id: MessageKey) -> PlanSidecar:
     flow = sidecar.flow.model_copy(update={"chat_id": chat_id, "card_id": card_id})
     return sidecar.model_copy(update={"flow": flow})
 

@@ -26,6 +26,7 @@ from engine.cards import Cards
 from engine.events import Attachment, CommandRun, FeedbackSource, HumanSource
 from engine.goal.commands import describe_goal, parse_goal_command, run_goal_command
 from engine.goal.fold import GoalRefusal
+from engine.keys import ChatKey, MessageKey, PersonKey
 from engine.plan.digest import too_big_detail
 from engine.plan.extract import validate_template_b
 from engine.plan.types import is_editing
@@ -78,7 +79,7 @@ class CommandPlane:
         services: Services,
         *,
         cards: Cards,
-        chat_of: Callable[[str], int | None] = lambda _session_id: None,
+        chat_of: Callable[[str], ChatKey | None] = lambda _session_id: None,
         plan_approvals: int = 1,
         owner_overrides: bool = False,
         clock: Clock = time.time,
@@ -106,7 +107,7 @@ class CommandPlane:
 
     # --- plumbing ---------------------------------------------------------------------------
 
-    async def role(self, session_id: str, actor: int | None) -> Role:
+    async def role(self, session_id: str, actor: PersonKey | None) -> Role:
         """The actor's role in the session's chat (engine.roles; the one rule is ``may``)."""
         return await self._roles.role_of(self._chat_of(session_id), actor)
 
@@ -116,14 +117,16 @@ class CommandPlane:
         name: str,
         args: str,
         *,
-        actor: int | None,
+        actor: PersonKey | None,
         data: dict[str, Any] | None = None,
     ) -> None:
         """Append the ``command/run`` that records a command-plane action."""
         event = CommandRun(name=name, args=args, actor=actor, data=data or {})
         await self._log.append(session_id, [event])
 
-    def log_read_only(self, session_id: str, name: str, args: str, *, actor: int | None) -> None:
+    def log_read_only(
+        self, session_id: str, name: str, args: str, *, actor: PersonKey | None
+    ) -> None:
         """Log a read-only command's ``command/run`` in the background (the reply does not wait
         for the commit); a failure is logged, never raised. :meth:`flush_logs` awaits them."""
 
@@ -142,8 +145,8 @@ class CommandPlane:
         session_id: str,
         text: str,
         *,
-        actor: int | None,
-        message_id: int | None,
+        actor: PersonKey | None,
+        message_id: MessageKey | None,
         feedback: bool = False,
         answer: bool = False,
         attachments: Sequence[Attachment] = (),
@@ -176,7 +179,7 @@ class CommandPlane:
         if answered:
             await self._redraw_plan(session_id)
 
-    def _pass_on(self, session_id: str, text: str, *, actor: int | None) -> None:
+    def _pass_on(self, session_id: str, text: str, *, actor: PersonKey | None) -> None:
         """Queue a command's text (``/plan text``, ``/execute text``) as the owner's message."""
         source = HumanSource(user_id=actor, message_id=None)
         self._agents.controller(session_id).submit(text, source=source, message_id=None)
@@ -189,7 +192,7 @@ class CommandPlane:
         name: CommandName,
         args: str,
         *,
-        actor: int | None,
+        actor: PersonKey | None,
         actor_name: str = "",
     ) -> Outcome:
         """Run one command; refusals are outcomes with a reply, never exceptions.
@@ -232,7 +235,7 @@ class CommandPlane:
                 return await self._usage_command(session_id, args, actor=actor)
         return Outcome(reply=HELP_TEXT)
 
-    async def _plan(self, session_id: str, text: str, *, actor: int | None) -> Outcome:
+    async def _plan(self, session_id: str, text: str, *, actor: PersonKey | None) -> Outcome:
         plans = self._plans
         state = await plans.state(session_id)
         controller = self._agents.controller(session_id)
@@ -282,7 +285,7 @@ class CommandPlane:
         return Outcome(plan_card="restick")
 
     async def _execute(
-        self, session_id: str, text: str, *, actor: int | None, actor_name: str = ""
+        self, session_id: str, text: str, *, actor: PersonKey | None, actor_name: str = ""
     ) -> Outcome:
         """``/execute [text]``: the text goes to the agent as the owner's message once the
         approval stands (or with the checklist's continuation); a refusal says it was not sent."""
@@ -331,7 +334,7 @@ class CommandPlane:
         session_id: str,
         revision: int,
         *,
-        actor: int | None,
+        actor: PersonKey | None,
         actor_name: str = "",
         text: str = "",
     ) -> Outcome:
@@ -438,7 +441,9 @@ class CommandPlane:
         card: Literal["refresh", "restick"] = "restick" if spec.action == "show" else "refresh"
         return Outcome(reply=result.text, goal_card=card)
 
-    async def _usage_command(self, session_id: str, args: str, *, actor: int | None) -> Outcome:
+    async def _usage_command(
+        self, session_id: str, args: str, *, actor: PersonKey | None
+    ) -> Outcome:
         meter = self._usage
         if not args:
             return Outcome(reply=await meter.report(session_id))
@@ -516,8 +521,8 @@ class CommandPlane:
         session_id: str,
         press: api.Press,
         *,
-        actor: int | None,
-        message_id: int | None = None,
+        actor: PersonKey | None,
+        message_id: MessageKey | None = None,
         actor_name: str = "",
     ) -> Outcome:
         """A button press; counts only if id, revision and the action match the state now.
@@ -553,8 +558,8 @@ class CommandPlane:
         short_id: str,
         revision: int,
         *,
-        actor: int | None,
-        message_id: int | None,
+        actor: PersonKey | None,
+        message_id: MessageKey | None,
         actor_name: str = "",
     ) -> Outcome:
         plans = self._plans
@@ -621,7 +626,7 @@ class CommandPlane:
         return _stale()
 
     async def _branch_press(
-        self, session_id: str, action: str, short_id: str, revision: int, *, actor: int | None
+        self, session_id: str, action: str, short_id: str, revision: int, *, actor: PersonKey | None
     ) -> Outcome:
         """Merge / Push branch / Keep branch / Discard changes on a finished plan's Done card:
         bound to that plan's id and revision, and only while its branch waits for a decision."""
@@ -659,7 +664,7 @@ class CommandPlane:
         return Outcome(reply=text, plan_card="refresh")
 
     async def _goal_press(
-        self, session_id: str, action: str, short_id: str, revision: int, *, actor: int | None
+        self, session_id: str, action: str, short_id: str, revision: int, *, actor: PersonKey | None
     ) -> Outcome:
         goals = self._goals
         goal = await goals.get(session_id)
@@ -690,7 +695,13 @@ class CommandPlane:
         return Outcome(goal_card="refresh")
 
     async def _approval_press(
-        self, session_id: str, action: str, short_id: str, *, actor: int | None, actor_name: str
+        self,
+        session_id: str,
+        action: str,
+        short_id: str,
+        *,
+        actor: PersonKey | None,
+        actor_name: str,
     ) -> Outcome:
         """Allow once / Allow for this session / Deny on a waiting call, or Allow on a denied
         unattended one (adds the rule; a blocked goal then needs Resume)."""

@@ -1,9 +1,10 @@
 """Sessions: which session a chat key is bound to, and each session's first load.
 
-A chat key ``(chat_id, thread_id)`` is bound to one session; :class:`Sessions` creates and
-binds one on first use, ends it and binds a fresh one on ``/new`` (in the same project) and on
-``/project <name>`` (in that project: docs/projects.md), moves a group's bindings when
-it becomes a supergroup, and forks a session into an unbound copy.
+A chat key (``engine.keys``) is bound to one session; :class:`Sessions` creates and binds one
+on first use (recording the chat's kind and a thread's parent), ends it and binds a fresh one
+on ``/new`` (in the same project) and on ``/project <name>`` (in that project:
+docs/projects.md), moves a group's bindings when it gets a new key, and forks a session into
+an unbound copy.
 
 The first touch of a session in a process loads it: a turn a dead process left open is closed
 (never re-run; the chat is told once), approvals and the goal are read back (a live goal comes
@@ -20,6 +21,7 @@ from pathlib import Path
 from engine.api import Outcome
 from engine.cards import Cards
 from engine.events import CommandRun
+from engine.keys import Chat, ChatKey, ChatKind, PersonKey
 from engine.plan.types import PlanFlow
 from engine.ports import SessionStore
 from engine.projects import PROJECT_NAME, Project
@@ -71,21 +73,23 @@ class Sessions:
         self._quiet: set[str] = set()
         # The bindings this process knows, both ways (a session's chats: the usage footer asks
         # on every reply whether its chat is private).
-        self._bindings: dict[tuple[int, int], str] = {}
-        self._chats: dict[str, set[tuple[int, int]]] = {}
-        self._finding: dict[tuple[int, int], asyncio.Future[str]] = {}
+        self._bindings: dict[ChatKey, str] = {}
+        self._chats: dict[str, set[Chat]] = {}
+        # Every chat this process saw bound, by key (a thread's room is its parent).
+        self._known: dict[ChatKey, Chat] = {}
+        self._finding: dict[ChatKey, asyncio.Future[str]] = {}
 
     # --- bindings ---------------------------------------------------------------------------
 
-    async def for_chat(self, chat_id: int, thread_id: int) -> str:
-        """The session bound to the chat key, created and bound on first use.
+    async def for_chat(self, chat: Chat) -> str:
+        """The session bound to the chat's key, created and bound on first use.
 
         A binding this process already knows is answered from memory, without loading the
         session: its first message, command or press loads it (:meth:`ensure_loaded`).
         """
         # Bindings change only through this object (/new, migration), so a hit needs no
         # database trip.
-        key = (chat_id, thread_id)
+        key = chat.key
         session_id = self._bindings.get(key)
         if session_id is not None:
             return session_id
@@ -93,58 +97,64 @@ class Sessions:
         # and bind a session, and one of them would be lost.
         finding = self._finding.get(key)
         if finding is None:
-            finding = asyncio.ensure_future(self._find_or_create(key))
+            finding = asyncio.ensure_future(self._find_or_create(chat))
             self._finding[key] = finding
             finding.add_done_callback(lambda _: self._finding.pop(key, None))
         return await asyncio.shield(finding)
 
-    async def _find_or_create(self, key: tuple[int, int]) -> str:
-        session_id = await self.store.session_for_chat(*key)
+    async def _find_or_create(self, chat: Chat) -> str:
+        session_id = await self.store.session_for_chat(chat.key)
         if session_id is None:
-            session_id = await self._create_bound(*key)
+            session_id = await self._create_bound(chat)
         await self.ensure_loaded(session_id)
-        self._remember(key, session_id)
+        self._remember(chat, session_id)
         return session_id
 
-    def chat_of(self, session_id: str) -> int | None:
-        """The chat a session is bound to, as this process knows it (``None``: unbound)."""
-        keys = self._chats.get(session_id)
-        return min(keys)[0] if keys else None
+    def chat_of(self, session_id: str) -> ChatKey | None:
+        """The room of the chat a session is bound to (a thread's parent), as this process
+        knows it (``None``: unbound). Roles are read there."""
+        chats = self._chats.get(session_id)
+        return min(c.room for c in chats) if chats else None
+
+    def room(self, chat: ChatKey) -> ChatKey:
+        """The room of a chat key: a bound thread's parent, else the key itself."""
+        known = self._known.get(chat)
+        return known.room if known is not None else chat
 
     def is_private(self, session_id: str) -> bool:
-        """Whether the session is bound to a private chat (Telegram gives those positive ids)."""
-        return any(chat_id > 0 for chat_id, _ in self._chats.get(session_id, ()))
+        """Whether the session is bound to a private chat (the kind recorded at binding)."""
+        return any(c.kind is ChatKind.PRIVATE for c in self._chats.get(session_id, ()))
 
-    def _remember(self, key: tuple[int, int], session_id: str) -> None:
-        self._forget(key)
-        self._bindings[key] = session_id
-        self._chats.setdefault(session_id, set()).add(key)
+    def _remember(self, chat: Chat, session_id: str) -> None:
+        self._forget(chat.key)
+        self._bindings[chat.key] = session_id
+        self._known[chat.key] = chat
+        self._chats.setdefault(session_id, set()).add(chat)
 
-    def _forget(self, key: tuple[int, int]) -> None:
+    def _forget(self, key: ChatKey) -> None:
         old = self._bindings.pop(key, None)
-        if old is not None:
-            keys = self._chats.get(old, set())
-            keys.discard(key)
-            if not keys:
+        chat = self._known.pop(key, None)
+        if old is not None and chat is not None:
+            chats = self._chats.get(old, set())
+            chats.discard(chat)
+            if not chats:
                 self._chats.pop(old, None)
 
-    async def _create_bound(
-        self, chat_id: int, thread_id: int, *, workspace: Path | None = None
-    ) -> str:
+    async def _create_bound(self, chat: Chat, *, workspace: Path | None = None) -> str:
         if workspace is None:
-            workspace = await self._starting_workspace(chat_id, thread_id)
+            workspace = await self._starting_workspace(chat)
         record = await self.store.create_session(workspace=str(workspace), profile=self._profile)
-        await self.store.bind_chat(chat_id, thread_id, record.id)
-        self._remember((chat_id, thread_id), record.id)
+        await self.store.bind_chat(chat, record.id)
+        self._remember(chat, record.id)
         self._loaded.add(record.id)  # a new session: its log is empty, nothing to close
         return record.id
 
-    async def _starting_workspace(self, chat_id: int, thread_id: int) -> Path:
-        """A new key's project: a forum topic starts in its group's, anything else in the
+    async def _starting_workspace(self, chat: Chat) -> Path:
+        """A new key's project: a thread starts in its parent's, anything else in the
         default project."""
-        if thread_id:
-            group = self._bindings.get((chat_id, 0)) or await self.store.session_for_chat(
-                chat_id, 0
+        if chat.parent is not None:
+            group = self._bindings.get(chat.parent) or await self.store.session_for_chat(
+                chat.parent
             )
             if group is not None:
                 return await self._workspace_for_session(group)
@@ -163,13 +173,13 @@ class Sessions:
         return self._catalog.for_path(folder) or self._catalog.default
 
     async def new_session(
-        self, chat_id: int, thread_id: int, *, actor: int, workspace: Path | None = None
+        self, chat: Chat, *, actor: PersonKey, workspace: Path | None = None
     ) -> Outcome:
         """``/new``: end the key's session (cancel, disarm, archive), bind a fresh one.
 
         The fresh session stays in the old one's project unless ``workspace`` names another.
         """
-        old = await self.store.session_for_chat(chat_id, thread_id)
+        old = await self.store.session_for_chat(chat.key)
         dropped: list[str] = []
         if old is not None:
             await self.ensure_loaded(old)
@@ -183,17 +193,17 @@ class Sessions:
             # A finished plan's branch still waiting for a decision is kept too.
             await self._worktrees.set_aside(old, reason="the session ended", actor=actor)
             self._choices.forget(old)
-        await self._create_bound(chat_id, thread_id, workspace=workspace)
+        await self._create_bound(chat, workspace=workspace)
         return Outcome(reply="Started a new session.", dropped=tuple(dropped))
 
-    async def project(self, chat_id: int, thread_id: int, args: str, *, actor: int) -> Outcome:
+    async def project(self, chat: Chat, args: str, *, actor: PersonKey) -> Outcome:
         """``/project``: say which project the key works in; ``/project <name>`` binds another.
 
         Binding starts a fresh session in that project (a session's folder never changes: its
         plan files live under it), logged as ``command/run`` ``project`` in both sessions.
         Refused while the key's session has a live plan or a plan switch pending.
         """
-        session_id = await self.for_chat(chat_id, thread_id)
+        session_id = await self.for_chat(chat)
         current = await self.project_of(session_id)
         name = args.strip()
         if not name:
@@ -213,8 +223,8 @@ class Sessions:
                 "before switching projects."
             )
         data = {"project": wanted.name, "path": str(wanted.path), "from": current.name}
-        outcome = await self.new_session(chat_id, thread_id, actor=actor, workspace=wanted.path)
-        fresh = await self.for_chat(chat_id, thread_id)
+        outcome = await self.new_session(chat, actor=actor, workspace=wanted.path)
+        fresh = await self.for_chat(chat)
         await self._log.append(
             fresh, [CommandRun(name="project", args=wanted.name, actor=actor, data=data)]
         )
@@ -223,9 +233,8 @@ class Sessions:
             [CommandRun(name="project", args=wanted.name, actor=actor, data={**data, "to": fresh})],
         )
         _log.info(
-            "plangate.sessions.project_bound chat=%s thread=%s project=%s session=%s",
-            chat_id,
-            thread_id,
+            "plangate.sessions.project_bound chat=%s project=%s session=%s",
+            chat.key,
             wanted.name,
             fresh,
         )
@@ -247,33 +256,44 @@ class Sessions:
             lines.append("No other projects are set (PLANGATE_PROJECTS).")
         return "\n".join(lines)
 
-    async def migrate_chat(self, old_chat_id: int, new_chat_id: int) -> list[str]:
-        """A group became a supergroup: bind its sessions to the new id; returns them.
+    async def migrate_chat(self, old: ChatKey, new: ChatKey) -> list[str]:
+        """A group moved to a new key: bind its sessions to the new one; returns them.
 
-        Each moved plan's ``flow`` names the new chat and no card (the old group's messages
-        can no longer be edited), so the next drawing posts the card anew. Idempotent.
+        The group's own binding moves to ``new``; a thread of it whose key extends ``old``
+        moves to the same extension of ``new``. Each moved plan's ``flow`` names the new chat
+        and no card (the old group's messages can no longer be edited), so the next drawing
+        posts the card anew. Idempotent.
         """
         moved: list[str] = []
         for binding in await self.store.chat_bindings():
-            if binding.chat_id != old_chat_id:
+            chat = binding.chat
+            if chat.key == old:
+                fresh = Chat(new, chat.kind)
+            elif chat.parent == old and chat.key.startswith(old + "/"):
+                fresh = Chat.thread(new + chat.key[len(old) :], new)
+            else:
                 continue
-            key = (new_chat_id, binding.thread_id)
             # Replaces a session a message in the new chat may have opened meanwhile: the
             # group's own session is the one with its history.
-            await self.store.bind_chat(*key, binding.session_id)
-            self._remember(key, binding.session_id)
-            self._forget((old_chat_id, binding.thread_id))
+            await self.store.bind_chat(fresh, binding.session_id)
+            self._forget(chat.key)
+            self._remember(fresh, binding.session_id)
             sidecar = await self._plans.current(binding.session_id)
-            if sidecar is not None and sidecar.flow.chat_id in (None, old_chat_id):
+            if sidecar is not None and sidecar.flow.chat_id in (None, old):
                 flow = sidecar.flow.model_copy(
-                    update={"chat_id": new_chat_id, "card_id": None, "review_ids": []}
+                    update={
+                        "chat_id": new,
+                        "thread_id": fresh.key if fresh.parent is not None else None,
+                        "card_id": None,
+                        "review_ids": [],
+                    }
                 )
                 await self._plans.set_flow(binding.session_id, flow)
             moved.append(binding.session_id)
         _log.info(
             "plangate.sessions.chat_migrated from=%s to=%s sessions=%s",
-            old_chat_id,
-            new_chat_id,
+            old,
+            new,
             len(moved),
         )
         return moved
@@ -303,9 +323,8 @@ class Sessions:
         """
         bound: set[str] = set()
         for binding in await self.store.chat_bindings():
-            key = (binding.chat_id, binding.thread_id)
-            if key not in self._bindings:
-                self._remember(key, binding.session_id)
+            if binding.chat.key not in self._bindings:
+                self._remember(binding.chat, binding.session_id)
             bound.add(binding.session_id)
         marked = [sid for sid in await self._log.needs_attention() if sid in bound]
         self._quiet = bound - set(marked) - self._loaded

@@ -46,6 +46,7 @@ from engine.events import (
     UserMessage,
 )
 from engine.inbox import session_inbox
+from engine.keys import MessageKey
 from engine.model.types import ModelError, ModelReply, ModelToolCall, StreamingProvider
 from engine.tasks import safe_call
 from engine.tools.base import ToolContext, ToolOutcome
@@ -82,7 +83,7 @@ class InboundMessage:
 
     text: str
     source: MessageSource
-    message_id: int | None = None
+    message_id: MessageKey | None = None
     # Files the owner sent with it, already saved in the session inbox (engine.inbox).
     attachments: tuple[Attachment, ...] = ()
 

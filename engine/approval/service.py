@@ -59,6 +59,7 @@ from engine.events import (
     MessageSource,
     is_attended,
 )
+from engine.keys import PersonKey
 from engine.ports import EventLog
 from engine.tasks import safe_call
 from engine.tools.base import ToolContext
@@ -130,14 +131,14 @@ class ApprovalNotifier(Protocol):
 # Runs when an unattended turn's call was denied for want of an approval.
 UnattendedHook = Callable[[str, MessageSource, ApprovalView], Awaitable[None]]
 # (session id, actor) -> whether the actor may answer the session's requests (engine.roles).
-AnswerCheck = Callable[[str, int | None], Awaitable[bool]]
+AnswerCheck = Callable[[str, PersonKey | None], Awaitable[bool]]
 
 
 @dataclass
 class _Pending:
     view: ApprovalView
     answer: asyncio.Future[ApprovalDecision]
-    actor: int | None = None
+    actor: PersonKey | None = None
     # A press is being granted ("Allow for this session" logs its rule first): no other
     # press or the timeout may close the request meanwhile.
     claimed: bool = False
@@ -227,7 +228,7 @@ class ToolApprovals:
         found = self._sessions.get(session_id)
         return found.pending.view if found is not None and found.pending is not None else None
 
-    async def may_answer(self, session_id: str, actor: int | None) -> bool:
+    async def may_answer(self, session_id: str, actor: PersonKey | None) -> bool:
         """Who may answer a request: owners and the chat's approvers (``answer_check``, the
         role rule of engine.roles; the front end's gate asks the same rule first)."""
         if self.answer_check is None:
@@ -468,7 +469,7 @@ class ToolApprovals:
         pending: _Pending,
         decision: ApprovalDecision,
         *,
-        actor: int | None = None,
+        actor: PersonKey | None = None,
         actor_name: str = "",
     ) -> ApprovalDecision:
         """Close ``pending`` once with ``decision``; the first close wins."""
@@ -510,7 +511,7 @@ class ToolApprovals:
         action: str,
         short_id: str,
         *,
-        actor: int | None,
+        actor: PersonKey | None,
         actor_name: str = "",
     ) -> AnswerResult:
         """A press on a request's button; anything that matches no open request is stale.
@@ -564,7 +565,7 @@ class ToolApprovals:
         state: _Session,
         short_id: str,
         *,
-        actor: int | None,
+        actor: PersonKey | None,
         actor_name: str = "",
     ) -> AnswerResult:
         found = next((v for k, v in state.offers.items() if k[:8] == short_id), None)
@@ -586,7 +587,7 @@ class ToolApprovals:
         session_id: str,
         rule: Rule,
         *,
-        actor: int | None,
+        actor: PersonKey | None,
         family: RuleFamily = "bash",
         actor_name: str = "",
         exact: bool = False,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.agent.channel import Channel
 from engine.events import is_attended
+from engine.ports import Channel
 from engine.tools.base import ToolContext, ToolOutcome
 
 ASK_SENT_TEXT = "sent to the user; end your turn and wait for the answer"

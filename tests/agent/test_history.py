@@ -85,7 +85,7 @@ def event_pool() -> list[SessionEvent]:
         TurnEnd(turn_id="t", outcome="completed"),
         TurnEnd(turn_id="t", outcome="interrupted"),
         UserMessage(text="hi"),
-        UserMessage(text="fb", source=FeedbackSource(user_id=1)),
+        UserMessage(text="fb", source=FeedbackSource(user_id="tg:1")),
         UserMessage(text="seed", source=SeedSource()),
         UserMessage(text="round", source=GoalRoundSource(goal_id="g", revision=1, round=1)),
         AssistantMessage(text=""),

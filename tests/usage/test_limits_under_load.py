@@ -22,6 +22,7 @@ from engine.usage.ledger import MAX_PLAUSIBLE_TOKENS, chars_to_tokens, request_c
 from engine.usage.meter import UsageConfig
 from tests.engine.helpers import OWNER, Rig, settle
 from tests.fakes.openai_server import FakeOpenAIServer, FakeUsage
+from tests.keys import chat
 from tests.usage.test_usage_engine import Clock, records, rig_over, until_goal, write
 
 # What the fake bills as the completion of a call that sent no max_tokens (an unbounded call).
@@ -52,7 +53,7 @@ async def test_six_chats_at_once_pass_the_cap_by_at_most_one_reservation(
     config = UsageConfig(max_output_tokens=1000)
     async with rig_over(tmp_path, fake_openai, Clock(), usage=config) as rig:
         engine = rig.engine
-        warm = await engine.session_for_chat(-99, 0)
+        warm = await engine.session_for_chat(chat(-99))
         await engine.user_message(warm, "hi", actor=OWNER, message_id=1)
         await settle(engine, warm)
         (first,) = await records(rig, warm)
@@ -63,7 +64,7 @@ async def test_six_chats_at_once_pass_the_cap_by_at_most_one_reservation(
 
         # Every call that goes out waits at the server: all six are under way together.
         holds = [fake_openai.hold_next() for _ in range(6)]
-        sids = [await engine.session_for_chat(-100 - n, 0) for n in range(6)]
+        sids = [await engine.session_for_chat(chat(-100 - n)) for n in range(6)]
         for n, sid in enumerate(sids):
             await engine.user_message(sid, "hi", actor=OWNER, message_id=10 + n)
 
@@ -100,7 +101,7 @@ async def test_a_goal_call_sends_no_more_max_tokens_than_its_budget_leaves(
     fake_openai.play([say("ready"), *[write(f"f{n}.txt") for n in range(10)], say("done")])
     async with rig_over(tmp_path, fake_openai, Clock()) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-100, 0)
+        sid = await engine.session_for_chat(chat(-100))
         await engine.user_message(sid, "get ready", actor=OWNER, message_id=1)
         await settle(engine, sid)
         await engine.command(sid, "goal", "write files --tokens 10k", actor=OWNER)
@@ -126,7 +127,7 @@ async def test_an_admitted_goal_round_always_makes_its_call(
     objective = "keep the docs in step with the code " * 60  # about 2,000 characters
     async with rig_over(tmp_path, fake_openai, Clock(), max_goal_rounds=5) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-100, 0)
+        sid = await engine.session_for_chat(chat(-100))
         await engine.user_message(sid, "get ready", actor=OWNER, message_id=1)
         await settle(engine, sid)
         (last,) = await records(rig, sid)
@@ -167,7 +168,7 @@ async def test_absurd_usage_figures_are_counted_by_the_estimate_and_lose_nothing
     caplog.set_level(logging.INFO, logger="plangate")
     async with rig_over(tmp_path, fake_openai, Clock(), usage=prices) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-100, 0)
+        sid = await engine.session_for_chat(chat(-100))
         await engine.user_message(sid, "question", actor=OWNER, message_id=1)
         await settle(engine, sid)
         (first,) = replies(rig, sid)
@@ -193,7 +194,7 @@ async def test_a_server_reporting_zero_usage_cannot_switch_a_goal_budget_off(
     )
     async with rig_over(tmp_path, fake_openai, Clock(), max_goal_rounds=40) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-100, 0)
+        sid = await engine.session_for_chat(chat(-100))
         await engine.user_message(sid, "get ready", actor=OWNER, message_id=1)
         await settle(engine, sid)
         await engine.command(sid, "goal", "write files --tokens 12k", actor=OWNER)
