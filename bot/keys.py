@@ -8,7 +8,7 @@ not a topic).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from telegram import Message, Update
@@ -122,6 +122,7 @@ class TgFlow:
     chat_id: int | None
     thread_id: int
     card_id: int | None
+    review_ids: list[int] = field(default_factory=list)
 
 
 def tg_flow(flow: PlanFlow) -> TgFlow:
@@ -130,4 +131,5 @@ def tg_flow(flow: PlanFlow) -> TgFlow:
     thread = session_key(flow.thread_id) if flow.thread_id is not None else None
     if chat is None:
         return TgFlow(None, 0, None)
-    return TgFlow(chat[0], thread[1] if thread is not None else 0, msg_id(flow.card_id))
+    reviews = [i for i in (msg_id(r) for r in flow.review_ids) if i is not None]
+    return TgFlow(chat[0], thread[1] if thread is not None else 0, msg_id(flow.card_id), reviews)
