@@ -2,20 +2,29 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+BASE := $(VENV)/.base
 STAMP := $(VENV)/.installed
 
 .PHONY: demo run test check lint bench system-deps
 
-$(STAMP): pyproject.toml
+# plangate and what it needs to run: all the demo installs (pip shows its progress).
+$(BASE): pyproject.toml
+	@echo "make: setting up $(VENV) with plangate and its dependencies (about a minute, once)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install --progress-bar on -e .
+	touch $(BASE)
+
+# The test and lint tools on top.
+$(STAMP): $(BASE) pyproject.toml
+	@echo "make: installing the test tools"
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(BASE)
 	$(BIN)/plangate
 
-run: $(STAMP)
+run: $(BASE)
 	$(BIN)/plangate run
 
 # The sandbox tests need bubblewrap, git and util-linux: installed here when missing (as root).

@@ -88,6 +88,7 @@ MENU: tuple[tuple[str, str], ...] = (
     ("new", "Start a fresh session"),
     ("project", "Show or switch this chat's project"),
     ("status", "What the agent is doing"),
+    ("setup", "Run the project's .plangate/setup.sh (asks first)"),
     ("usage", "Tokens and cost: today, this session, the goal"),
     ("team", "Who may do what here: owners, approvers, members"),
     ("help", "How to use plangate"),
@@ -101,6 +102,7 @@ COMMANDS: tuple[tuple[str, CommandName], ...] = (
     ("stop", "stop"),
     ("status", "status"),
     ("usage", "usage"),
+    ("setup", "setup"),
     ("help", "help"),
     ("start", "help"),
 )

@@ -10,14 +10,20 @@ were drawn for (``bot.callback``).
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup
 
 from bot import callback as cb
 from bot.render import TELEGRAM_TEXT_LIMIT, escape, escape_within, markdown_to_html, utf16_len
-from engine.api import PlanCardState
+from engine.api import (
+    CardActions,
+    PlanCardState,
+    branch_actions,
+    goal_actions,
+    plan_actions,
+)
 from engine.checks.report import how_it_ended
 from engine.checks.types import CheckResult
 from engine.events import GoalCheck
@@ -25,8 +31,7 @@ from engine.goal.types import GoalSnapshot
 from engine.keys import key_label
 from engine.plan.extract import extract_work_items, plan_checks
 from engine.plan.types import PlanSidecar, PlanTask
-from engine.text import clip
-from engine.usage.ledger import fmt_tokens
+from engine.text import clip, fmt_tokens
 from engine.worktree.types import DECIDING, FileStat, WorktreeView
 
 Button = tuple[str, str]  # (label, callback data)
@@ -41,6 +46,8 @@ YES_DISCARD = "Yes, discard"
 YES_CLEAR = "Yes, clear"
 PAUSE = "⏸ Pause"
 RESUME = "▶️ Resume"
+# A paused run whose project setup failed: the same press runs the setup again.
+RETRY = "▶️ Retry"
 RAISE_CAP = "⬆️ Raise cap to {tokens}"
 START = "▶️ Start"
 CLEAR = "✖️ Clear"
@@ -148,49 +155,75 @@ def _id_key(task_id: str) -> tuple[int, str]:
     return (int(task_id), "") if task_id.isdigit() else (1 << 62, task_id)
 
 
-def _plan_buttons(
-    state: PlanCardState, plan_id: str, revision: int, *, raise_cap: int | None = None
+# Each card action's label (the actions themselves come from the engine: engine.api's table).
+ACTION_LABELS: dict[str, str] = {
+    cb.PLAN_APPROVE: APPROVE,
+    cb.PLAN_KEEP: KEEP_PLANNING,
+    cb.PLAN_DISCARD: DISCARD,
+    cb.PLAN_DISCARD_YES: YES_DISCARD,
+    cb.PLAN_REVISE: REVISE,
+    cb.PLAN_CANCEL: CANCEL,
+    cb.PLAN_RESUME: RESUME,
+    cb.PLAN_MERGE: MERGE,
+    cb.PLAN_PUSH: PUSH_BRANCH,
+    cb.PLAN_KEEP_BRANCH: KEEP_BRANCH,
+    cb.PLAN_DROP: DISCARD_CHANGES,
+    cb.PLAN_DROP_YES: YES_DISCARD_CHANGES,
+    cb.PLAN_DROP_NO: CANCEL,
+    cb.GOAL_PAUSE: PAUSE,
+    cb.GOAL_RESUME: RESUME,
+    cb.GOAL_START: START,
+    cb.GOAL_CLEAR: CLEAR,
+    cb.GOAL_CLEAR_YES: YES_CLEAR,
+    cb.GOAL_CANCEL: CANCEL,
+}
+
+
+def _rows(
+    actions: CardActions,
+    data: Callable[[str], str],
+    *,
+    raise_cap: int | None = None,
+    retry: bool = False,
 ) -> tuple[tuple[Button, ...], ...]:
-    def b(label: str, action: str) -> Button:
-        return (label, cb.plan_data(action, plan_id, revision))
+    """The engine's card actions drawn as buttons: a label each, callback data bound
+    (``retry``: Resume reads Retry, the run paused on its project's setup)."""
 
-    if state == "review":
-        return (
-            (b(APPROVE, cb.PLAN_APPROVE),),
-            (b(KEEP_PLANNING, cb.PLAN_KEEP), b(DISCARD, cb.PLAN_DISCARD)),
-        )
-    if state in ("planning", "written", "active"):
-        return ((b(DISCARD, cb.PLAN_DISCARD),),)  # a live plan always offers Discard
-    if state == "paused" and raise_cap is not None:
-        raise_label = RAISE_CAP.format(tokens=fmt_tokens(raise_cap))
-        return (
-            (b(RESUME, cb.PLAN_RESUME), b(raise_label, cb.PLAN_RAISE_CAP)),
-            (b(DISCARD, cb.PLAN_DISCARD),),
-        )
-    if state == "paused":
-        return ((b(RESUME, cb.PLAN_RESUME), b(DISCARD, cb.PLAN_DISCARD)),)
-    if state == "revise_offer":
-        return ((b(REVISE, cb.PLAN_REVISE), b(CANCEL, cb.PLAN_CANCEL)),)
-    if state == "confirm_discard":
-        return ((b(YES_DISCARD, cb.PLAN_DISCARD_YES), b(CANCEL, cb.PLAN_CANCEL)),)
-    return ()
+    def label(action: str) -> str:
+        if action == cb.PLAN_RAISE_CAP:
+            return RAISE_CAP.format(tokens=fmt_tokens(raise_cap or 0))
+        if action == cb.PLAN_RESUME and retry:
+            return RETRY
+        return ACTION_LABELS[action]
+
+    return tuple(tuple((label(a), data(a)) for a in row) for row in actions)
 
 
-def _branch_buttons(view: WorktreeView) -> tuple[tuple[Button, ...], ...]:
+def _plan_buttons(
+    state: PlanCardState,
+    plan_id: str,
+    revision: int,
+    *,
+    raise_cap: int | None = None,
+    actions: CardActions | None = None,
+    retry: bool = False,
+) -> tuple[tuple[Button, ...], ...]:
+    """The plan card's buttons: ``actions`` as the engine gave them (by default its table's
+    for ``state``), bound to the plan's id and revision."""
+    if actions is None:
+        actions = plan_actions(state, raise_cap=raise_cap)
+    return _rows(
+        actions, lambda a: cb.plan_data(a, plan_id, revision), raise_cap=raise_cap, retry=retry
+    )
+
+
+def _branch_buttons(
+    view: WorktreeView, actions: CardActions | None = None
+) -> tuple[tuple[Button, ...], ...]:
     """The Done card's branch buttons, bound to the finished plan's id and revision."""
-    if view.phase not in DECIDING:
-        return ()
-
-    def b(label: str, action: str) -> Button:
-        return (label, cb.plan_data(action, view.plan_id, view.revision))
-
-    if view.confirm_drop:
-        return ((b(YES_DISCARD_CHANGES, cb.PLAN_DROP_YES), b(CANCEL, cb.PLAN_DROP_NO)),)
-    keep = (b(KEEP_BRANCH, cb.PLAN_KEEP_BRANCH), b(DISCARD_CHANGES, cb.PLAN_DROP))
-    if view.phase == "conflict":
-        return (keep,)
-    first = b(PUSH_BRANCH, cb.PLAN_PUSH) if view.push else b(MERGE, cb.PLAN_MERGE)
-    return ((first,), keep)
+    if actions is None:
+        actions = branch_actions(view)
+    return _rows(actions, lambda a: cb.plan_data(a, view.plan_id, view.revision))
 
 
 def _stat(f: FileStat) -> str:
@@ -256,8 +289,17 @@ def build_plan_card(
     raise_cap: int | None = None,
     steps: Sequence[tuple[str, Sequence[str]]] | None = None,
     checks: Sequence[tuple[str, str]] | None = None,
+    actions: CardActions | None = None,
+    branch: CardActions | None = None,
+    retry: bool = False,
+    output: str | None = None,
 ) -> CardView:
     """The plan card for this sidecar in this state; ``note`` is one extra line of plain text.
+
+    ``actions`` and ``branch``: the card's actions as the engine's card data lists them
+    (without them, the engine's table for ``state`` and ``worktree``). ``retry``: the
+    paused run's Resume reads Retry (its project setup failed); ``output`` is the end of that
+    setup's output, shown under the tasks.
 
     ``approvals``: who approved this revision so far, when it needs ``approvals_needed``.
     ``raise_cap``: a run the daily cap paused also offers "Raise cap to <tokens>".
@@ -272,9 +314,11 @@ def build_plan_card(
         return CardView(_fit(["📋 <b>No plan</b>"], note) or "No plan")
     head = _plan_head(sidecar, state, approvals=approvals, needed=approvals_needed)
     tasks = sidecar.tasks
-    buttons = _plan_buttons(state, sidecar.id, sidecar.revision, raise_cap=raise_cap)
+    buttons = _plan_buttons(
+        state, sidecar.id, sidecar.revision, raise_cap=raise_cap, actions=actions, retry=retry
+    )
     if worktree is not None:
-        buttons = buttons or _branch_buttons(worktree)
+        buttons = buttons or _branch_buttons(worktree, branch)
     if state in ("review", "confirm_discard") and markdown and not tasks:
         return CardView(
             _review_text(head, markdown, note, attached=attached, steps=steps, checks=checks),
@@ -296,6 +340,8 @@ def build_plan_card(
         return CardView(_fit(head + body, note) or escape("Plan card too long."), buttons)
     counts = _counts(tasks)
     proof = checks_proof(sidecar) if state == "done" else []
+    if output:
+        proof = [*proof, "", f"<pre>{escape(clip(output, 1500))}</pre>"]
     # Narrow the window until the card fits (long titles full of "&" can be large).
     for before, after in ((WINDOW_BEFORE, WINDOW_AFTER), (1, 3), (0, 1), (0, 0)):
         window = task_window(tasks, before=before, after=after)
@@ -520,27 +566,11 @@ _BLOCKED_FIX = {
 
 
 def _goal_buttons(
-    goal: GoalSnapshot, *, armed: bool, confirm_clear: bool
+    goal: GoalSnapshot, *, armed: bool, confirm_clear: bool, actions: CardActions | None = None
 ) -> tuple[tuple[Button, ...], ...]:
-    def b(label: str, action: str) -> Button:
-        return (label, cb.goal_data(action, goal.id, goal.revision))
-
-    if goal.source == "task":
-        return ()  # a task goal is a label, never armed
-    if confirm_clear:
-        return ((b(YES_CLEAR, cb.GOAL_CLEAR_YES), b(CANCEL, cb.GOAL_CANCEL)),)
-    first: Button | None = None
-    if goal.phase == "active":
-        if armed:
-            first = b(PAUSE, cb.GOAL_PAUSE)
-        elif goal.source == "model" and goal.rounds_started == 0:
-            first = b(START, cb.GOAL_START)
-        else:
-            first = b(RESUME, cb.GOAL_RESUME)
-    elif goal.phase == "paused" or (goal.phase == "blocked" and goal.rounds_left > 0):
-        first = b(RESUME, cb.GOAL_RESUME)
-    clear = b(CLEAR, cb.GOAL_CLEAR)
-    return ((first, clear),) if first is not None else ((clear,),)
+    if actions is None:
+        actions = goal_actions(goal, armed=armed, confirm_clear=confirm_clear)
+    return _rows(actions, lambda a: cb.goal_data(a, goal.id, goal.revision))
 
 
 def build_goal_card(
@@ -551,9 +581,11 @@ def build_goal_card(
     note: str | None = None,
     tokens_used: int = 0,
     last_check: GoalCheck | None = None,
+    actions: CardActions | None = None,
 ) -> CardView:
     """The goal card: objective, phase (and whether it runs now), rounds and tokens against
-    the budget, its checks and their last run, why it is blocked and the fix, buttons."""
+    the budget, its checks and their last run, why it is blocked and the fix, buttons
+    (``actions`` as the engine's card data lists them; without them, its table's)."""
     if goal is None:
         return CardView(_fit(["🎯 <b>No goal</b>"], note) or "No goal")
     phase = _GOAL_PHASE[goal.phase]
@@ -581,7 +613,8 @@ def build_goal_card(
         if fix is not None:
             lines.append(f"<i>{escape(fix)}</i>")
     text = _fit(lines, note) or escape("Goal card too long to show.")
-    return CardView(text, _goal_buttons(goal, armed=armed, confirm_clear=confirm_clear))
+    buttons = _goal_buttons(goal, armed=armed, confirm_clear=confirm_clear, actions=actions)
+    return CardView(text, buttons)
 
 
 def goal_checks_lines(goal: GoalSnapshot, last: GoalCheck | None) -> list[str]:

@@ -46,7 +46,8 @@ from bot.routes import ChatRoute
 from engine.approval.policy import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
 from engine.keys import MessageKey
-from engine.ports import Channel, ChannelLimits
+from engine.limits import ChannelLimits
+from engine.ports import Channel
 from engine.tasks import BackgroundTasks
 from engine.text import ELLIPSIS, clip
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -22,6 +23,16 @@ def _fail(line: str, code: int = 2) -> int:
     return code
 
 
+def installed_version() -> str:
+    """plangate's version as installed (the wheel's metadata), or "unknown" from a bare checkout."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("plangate")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line and run the chosen command; returns the exit code."""
     parser = argparse.ArgumentParser(
@@ -29,21 +40,47 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="A coding agent steered from Telegram. Without a command: run the bot "
         "when a token is set, else the offline demo.",
     )
+    parser.add_argument("--version", action="version", version=f"plangate {installed_version()}")
+    parser.add_argument(
+        "--debug", action="store_true", help="log everything, with tracebacks (PLANGATE_LOG_LEVEL)"
+    )
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("run", help="run the Telegram bot (polling, or a webhook when configured)")
-    sub.add_parser("demo", help="play the whole flow offline in the terminal")
+    demo = sub.add_parser("demo", help="play the whole flow offline in the terminal")
+    demo.add_argument("--fast", action="store_true", help="no pauses between the lines")
     sub.add_parser("doctor", help="check the token, the model, the folders and the settings")
+    from bot.wizard import add_arguments
+
+    add_arguments(
+        sub.add_parser("setup", help="first run: check the token, pair the owner, write settings")
+    )
+    sub.add_parser("health", help="exit 0 when a running bot's heartbeat is fresh (Docker)")
     args = parser.parse_args(argv)
     command = args.command
+    if args.debug:
+        os.environ["PLANGATE_LOG_LEVEL"] = "DEBUG"
     try:
         if command is None:
-            from bot.settings import load_settings
+            from bot.settings import load_run_settings
 
-            command = "run" if load_settings().telegram_token is not None else "demo"
+            command = "run" if load_run_settings().telegram_token is not None else "demo"
         if command == "demo":
             from bot.demo import main as demo_main
 
-            return demo_main()
+            return demo_main(fast=getattr(args, "fast", False))
+        if command == "setup":
+            from bot.wizard import main as setup_main
+
+            return setup_main(args)
+        if command == "health":
+            from bot.health import check
+            from bot.settings import load_run_settings
+
+            problem = check(load_run_settings().home.expanduser())
+            if problem is not None:
+                return _fail(problem, 1)
+            print("plangate: ok")
+            return 0
         if command == "doctor":
             from bot.doctor import run_doctor
 

@@ -55,6 +55,9 @@ async def open_plangate(
     if config.worktree_root is None:
         # Approved plans' git worktrees live under the home (docs/projects.md).
         config = dataclasses.replace(config, worktree_root=home / "worktrees")
+    if config.environments_root is None:
+        # Consent to setup scripts and the projects' package caches (docs/environments.md).
+        config = dataclasses.replace(config, environments_root=home / "environments")
     storage = await open_storage(home, clock=clock)
     if config.inbox_root is None:
         # Uploads live in plangate's home, beside the database, never in the project.

@@ -12,6 +12,7 @@ import html
 import re
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
@@ -24,9 +25,9 @@ from engine.app import Engine, EngineConfig
 from engine.approval.policy import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
 from engine.keys import Chat, MessageKey, make_key
+from engine.limits import ChannelLimits
 from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
-from engine.ports import ChannelLimits
 
 # The console's own keys (engine.keys): one person, one group chat.
 OWNER = make_key("console", "you")
@@ -84,11 +85,22 @@ def html_to_text(text: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", text))
 
 
+# Seconds after each printed line, so a person can follow; ``--fast`` (tests) sets 0.
+PACE_S = 0.6
+NEXT_STEPS = """That was the offline demo. To run plangate on your own project:
+  1. plangate setup    # the bot token, pair your phone, the project folder, the model
+  2. plangate doctor   # checks the token, the model, the folders and the sandbox
+  3. plangate run      # then send /plan <what you want> to your bot"""
+
+
 class ConsoleChannel:
     """An :class:`engine.ports.Channel` that prints the chat to a terminal."""
 
-    def __init__(self, out: TextIO, engine: Callable[[], Engine | None]) -> None:
+    def __init__(
+        self, out: TextIO, engine: Callable[[], Engine | None], *, pace_s: float = 0.0
+    ) -> None:
         self._out = out
+        self._pace_s = pace_s
         self._engine = engine
         self._last_plan = ""
         self._last_goal = ""
@@ -103,6 +115,9 @@ class ConsoleChannel:
         for rest in lines[1:]:
             self._out.write(pad + rest + "\n")
         self._out.flush()
+        if self._pace_s:
+            # The demo's engine waits with the reader: the whole loop pauses, on purpose.
+            time.sleep(self._pace_s)
 
     async def reply(self, session_id: str, text: str, *, reply_to: MessageKey | None) -> None:
         self.line("plangate", html_to_text(markdown_to_html(text)))
@@ -178,15 +193,16 @@ def _show(channel: ConsoleChannel, outcome: Outcome) -> None:
         channel.line("plangate", outcome.reply)
 
 
-async def run_demo(out: TextIO = sys.stdout) -> int:
-    """Play the demo; returns the process exit code (0 when the plan completed)."""
+async def run_demo(out: TextIO = sys.stdout, *, pace_s: float = 0.0) -> int:
+    """Play the demo, ``pace_s`` seconds after each line; returns the process exit code (0
+    when the plan completed)."""
     with tempfile.TemporaryDirectory(prefix="plangate-demo-") as tmp:
         root = Path(tmp)
         workspace = root / "workspace"
         workspace.mkdir()
         (workspace / "README.md").write_text("# demo project\n", encoding="utf-8")
         holder: list[Engine] = []
-        channel = ConsoleChannel(out, lambda: holder[0] if holder else None)
+        channel = ConsoleChannel(out, lambda: holder[0] if holder else None, pace_s=pace_s)
         # Inside the sandbox bash runs unasked; the rule lets the demo's one command run
         # where the policy asks for every command (PLANGATE_BASH_APPROVAL=always).
         config = EngineConfig(
@@ -199,9 +215,15 @@ async def run_demo(out: TextIO = sys.stdout) -> int:
             holder.append(engine)
             await engine.start()
             try:
-                return await asyncio.wait_for(_play(engine, channel, workspace), DEMO_TIMEOUT_S)
+                # The pauses between lines are the reader's, not the engine's: not timed.
+                code = await asyncio.wait_for(
+                    _play(engine, channel, workspace), DEMO_TIMEOUT_S + 100 * pace_s
+                )
             finally:
                 await engine.shutdown()
+    out.write("\n" + NEXT_STEPS + "\n")
+    out.flush()
+    return code
 
 
 async def _play(engine: Engine, channel: ConsoleChannel, workspace: Path) -> int:
@@ -248,6 +270,6 @@ async def _play(engine: Engine, channel: ConsoleChannel, workspace: Path) -> int
     return 0 if ok else 1
 
 
-def main() -> int:
-    """Entry point for ``plangate demo``."""
-    return asyncio.run(run_demo())
+def main(*, fast: bool = False) -> int:
+    """Entry point for ``plangate demo``; ``fast`` prints without pauses."""
+    return asyncio.run(run_demo(pace_s=0.0 if fast else PACE_S))

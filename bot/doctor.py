@@ -19,10 +19,17 @@ from telegram.error import InvalidToken, NetworkError, TelegramError
 
 from bot.app import file_url
 from bot.runner import model_from_settings, sandbox_settings
-from bot.settings import Settings, load_settings, run_problems
+from bot.settings import (
+    Settings,
+    config_path,
+    load_run_settings,
+    run_problems,
+    settings_warnings,
+)
 from engine.errors import ConfigError
 from engine.model.types import ModelError
 from engine.tools.sandbox import probe
+from engine.worktree.script import suggestion
 
 
 def _writable(folder: Path) -> str | None:
@@ -118,8 +125,22 @@ def check_sandbox(settings: Settings) -> tuple[bool, str]:
     return True, line
 
 
+def check_setups(settings: Settings) -> list[tuple[bool, str]]:
+    """A line per project with dependencies and no ``.plangate/setup.sh`` (docs/
+    environments.md): informational, never a failure."""
+    folders = [settings.workspace, *(path for _, path in settings.projects)]
+    if settings.projects_root is not None and settings.projects_root.is_dir():
+        folders += sorted(p for p in settings.projects_root.iterdir() if p.is_dir())
+    lines = []
+    for folder in dict.fromkeys(folders):
+        line = suggestion(folder) if folder.is_dir() else None
+        if line is not None:
+            lines.append((True, f"project {folder}: {line}"))
+    return lines
+
+
 async def run_doctor(
-    out: TextIO = sys.stdout, *, load: Callable[[], Settings] = load_settings
+    out: TextIO = sys.stdout, *, load: Callable[[], Settings] = load_run_settings
 ) -> int:
     """Run every check and print one line each; 0 when all passed."""
     try:
@@ -128,6 +149,8 @@ async def run_doctor(
         print(f"settings: {exc}", file=out)
         return 1
     results: list[tuple[bool, str]] = [(True, "settings: ok")]
+    files = [config_path(), Path(".env")]
+    results.extend((False, f"settings: {line}") for line in settings_warnings(files=files))
     results.extend((False, f"settings: {problem}") for problem in run_problems(settings))
     home = settings.home.expanduser()
     home_problem = _writable(home)
@@ -143,6 +166,7 @@ async def run_doctor(
         results.append((False, f"workspace {workspace}: not writable by this user"))
     else:
         results.append((True, f"workspace {workspace}: ok"))
+    results.extend(await asyncio.to_thread(check_setups, settings))
     results.append(await asyncio.to_thread(check_sandbox, settings))
     results.append(await check_telegram(settings))
     results.append(await check_model(settings))

@@ -63,6 +63,7 @@ _ENDED_NOTE = {
     "abandoned": "📦 Set aside by /new: {title}",
 }
 BUSY_NOTE = "⏳ The agent is working…"
+SETUP_NOTE = "🔧 Setting up the environment"
 MOVED_NOTE = "This card moved below ⬇️"
 
 
@@ -93,6 +94,10 @@ def plan_view(
         raise_cap=data.raise_cap,
         steps=data.steps,
         checks=data.checks,
+        retry=data.retry,
+        output=data.setup_tail,
+        actions=data.actions,
+        branch=data.branch_actions,
     )
 
 
@@ -102,6 +107,8 @@ def plan_note(data: PlanCardData, *, now: float) -> str | None:
         return f"👉 Waiting for you: {data.waiting}."
     if data.halted is not None:
         return f"⏸ {data.halted}"
+    if data.setting_up:
+        return SETUP_NOTE
     if data.checking is not None:
         return f"🧪 Running the checks of {data.checking}"
     if not data.busy or data.state not in ("planning", "written", "active"):
@@ -131,6 +138,7 @@ def goal_view(data: GoalCardData, *, note: str | None = None) -> cards.CardView:
         note=note,
         tokens_used=data.tokens_used,
         last_check=data.last_check,
+        actions=data.actions,
     )
 
 

@@ -7,16 +7,27 @@ engine, storage and bot together (with the demo and the doctor).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from telegram.error import InvalidToken
+from telegram import Bot
+from telegram.error import InvalidToken, NetworkError
 
-from bot.app import redact, serve
+from bot.app import file_url, redact, serve
 from bot.channel import LateChannel
 from bot.compose import open_plangate
+from bot.health import heartbeat
 from bot.keys import person_key
-from bot.settings import Settings, load_settings, require_run_settings
+from bot.settings import (
+    Settings,
+    config_path,
+    load_run_settings,
+    require_run_settings,
+    settings_warnings,
+)
 from engine.app import EngineConfig
 from engine.errors import ConfigError
 from engine.model.openai_provider import OpenAIProvider
@@ -43,8 +54,20 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+class NetworkErrorsInOneLine(logging.Filter):
+    """A Telegram network error (unreachable, timed out) is one log line, not a traceback: it is
+    weather, not a bug, and PTB logs one per failed poll. ``--debug`` keeps the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, NetworkError):
+            record.msg = f"{record.getMessage()} ({type(error).__name__}: {error.message})"
+            record.args, record.exc_info, record.exc_text = None, None, None
+        return True
+
+
 def configure_logging(settings: Settings) -> None:
-    """INFO logs to stderr with every secret redacted."""
+    """Logs to stderr at ``PLANGATE_LOG_LEVEL`` with every secret redacted."""
     secrets = [
         s.get_secret_value()
         for s in (settings.telegram_token, settings.model_api_key, settings.webhook_secret)
@@ -53,9 +76,11 @@ def configure_logging(settings: Settings) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     handler.addFilter(RedactingFilter(secrets))
+    if settings.log_level != "DEBUG":
+        handler.addFilter(NetworkErrorsInOneLine())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
+    root.setLevel(settings.log_level)
     # httpx logs every request URL, and a Bot API URL contains the token.
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
@@ -137,6 +162,7 @@ def engine_config(settings: Settings) -> EngineConfig:
         ),
         goal_idle_rounds=settings.goal_idle_rounds,
         max_plan_kb=settings.max_plan_kb,
+        setup_timeout_s=settings.setup_timeout,
         allow_bash=settings.allow_bash,
         bash_approval=settings.bash_approval_mode,
         ask_bash=settings.ask_bash,
@@ -153,11 +179,51 @@ def engine_config(settings: Settings) -> EngineConfig:
     )
 
 
+RETRY_FIRST_S = 2.0
+RETRY_MAX_S = 60.0
+
+
+async def wait_for_telegram(
+    settings: Settings, *, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+) -> None:
+    """``getMe`` until the Telegram server answers, backing off from 2 s to a minute and logging
+    one line per failed attempt; a refused token stops at once (ConfigError)."""
+    assert settings.telegram_token is not None
+    bot = Bot(
+        settings.telegram_token.get_secret_value(),
+        base_url=settings.telegram_api_url,
+        base_file_url=file_url(settings.telegram_api_url),
+    )
+    delay = RETRY_FIRST_S
+    for attempt in itertools.count(1):
+        try:
+            await bot.get_me()
+            return
+        except InvalidToken:
+            raise ConfigError(
+                "PLANGATE_TELEGRAM_TOKEN: the Telegram server refused the token (getMe: "
+                "unauthorized); copy it again from @BotFather"
+            ) from None
+        except NetworkError as exc:
+            _log.warning(
+                "telegram: cannot reach %s (%s); attempt %d, next in %.0f s",
+                urlsplit(settings.telegram_api_url).netloc or settings.telegram_api_url,
+                exc.message,
+                attempt,
+                delay,
+            )
+        await sleep(delay)
+        delay = min(delay * 2, RETRY_MAX_S)
+
+
 async def run_bot() -> int:
     """Run the bot until SIGINT/SIGTERM; a setting or token problem is one line and exit 2."""
-    settings = load_settings()
+    settings = load_run_settings()
     require_run_settings(settings)
     configure_logging(settings)
+    for line in settings_warnings(files=[config_path(), Path(".env")]):
+        _log.warning("settings: %s", line)
+    await wait_for_telegram(settings)
     config = engine_config(settings)
     warning = await asyncio.to_thread(sandbox_warning, config.sandbox)
     if warning is not None:
@@ -166,9 +232,12 @@ async def run_bot() -> int:
     transcriber = transcriber_from_settings(settings)
     channel = LateChannel()
     try:
-        async with open_plangate(
-            settings.home.expanduser(), model=model, channel=channel, config=config
-        ) as opened:
+        async with (
+            open_plangate(
+                settings.home.expanduser(), model=model, channel=channel, config=config
+            ) as opened,
+            heartbeat(settings.home.expanduser()),
+        ):
             await serve(
                 settings,
                 opened.engine,

@@ -9,9 +9,12 @@ over ``.env``; an empty value counts as unset. :func:`load_settings` turns any m
 from __future__ import annotations
 
 import contextvars
+import difflib
 import json
+import logging
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -56,6 +59,8 @@ from engine.tools.sandbox import forbidden_env_name
 from engine.usage.ledger import parse_tokens
 
 PREFIX = "PLANGATE_"
+DEFAULT_HOME = Path("~/.plangate")
+CONFIG_FILE = "config.env"
 # The openai SDK refuses to start without a key; local servers (Ollama, vLLM) ignore it.
 PLACEHOLDER_MODEL_API_KEY = "plangate-no-key"
 DEFAULT_TELEGRAM_API_URL = "https://api.telegram.org/bot"
@@ -203,7 +208,7 @@ class Settings(BaseSettings):
     telegram_api_url: str = DEFAULT_TELEGRAM_API_URL
     owner_ids: Annotated[tuple[int, ...], NoDecode] = ()
     allowed_chat_ids: Annotated[tuple[int, ...], NoDecode] = ()
-    home: Path = Field(default_factory=lambda: Path("~/.plangate").expanduser())
+    home: Path = Field(default_factory=lambda: DEFAULT_HOME.expanduser())
     workspace: Path = Field(default_factory=Path.cwd)
     profile: str | None = None
     model: str = "gpt-4o-mini"
@@ -266,6 +271,8 @@ class Settings(BaseSettings):
     allow_bash: Annotated[tuple[Rule, ...], NoDecode] = ()
     # Seconds a tool approval waits for the owner before it is denied ("600", "90s", "10m").
     approval_timeout: Annotated[float, NoDecode] = 600.0
+    # How long a project's setup script may run (docs/environments.md): seconds or 15m.
+    setup_timeout: Annotated[float, NoDecode] = 900.0
     # Writes to existing workspace files ask too (with a diff) in NoPlan and Active.
     ask_writes: bool = False
     # Approvals by different people a plan needs (docs/roles.md), and whether an owner's
@@ -288,6 +295,13 @@ class Settings(BaseSettings):
     projects_root: Path | None = None
     # Where Push branch pushes a finished plan's branch (a URL or a path; no Merge then).
     git_remote: str | None = None
+    # How much plangate logs; DEBUG also keeps the tracebacks of network errors (--debug).
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _log_level(cls, value: object) -> object:
+        return value.strip().upper() if isinstance(value, str) else value
 
     @classmethod
     def settings_customise_sources(
@@ -358,7 +372,7 @@ class Settings(BaseSettings):
                 f"shell operators; {exc}"
             ) from None
 
-    @field_validator("approval_timeout", mode="before")
+    @field_validator("approval_timeout", "setup_timeout", mode="before")
     @classmethod
     def _approval_timeout(cls, value: object) -> object:
         if not isinstance(value, str):
@@ -543,24 +557,114 @@ def _one_line(exc: ValidationError) -> str:
     return " ".join(text.split())
 
 
+def config_path(environ: Mapping[str, str] | None = None) -> Path:
+    """The settings file ``plangate setup`` writes: ``config.env`` in plangate's home, the home
+    taken from ``PLANGATE_HOME`` in the environment (default ``~/.plangate``)."""
+    env = os.environ if environ is None else environ
+    return Path(env.get(f"{PREFIX}HOME") or DEFAULT_HOME).expanduser() / CONFIG_FILE
+
+
 def load_settings(
-    environ: Mapping[str, str] | None = None, *, env_file: str | None = ".env"
+    environ: Mapping[str, str] | None = None,
+    *,
+    env_file: str | None = ".env",
+    config_file: Path | None = None,
 ) -> Settings:
-    """Read settings from ``environ`` (default ``os.environ``) and ``env_file``.
+    """Read settings from ``environ`` (default ``os.environ``), then ``env_file``, then
+    ``config_file`` (``plangate setup``'s file): the first that names a setting wins.
 
     Raises :class:`ConfigError` with one line naming the variable that is missing or wrong.
     """
+    files = tuple(f for f in (config_file, env_file) if f is not None)  # later files win
     token = _ENVIRON.set(environ)
     try:
-        return Settings(_env_file=env_file)
+        return Settings(_env_file=files or None)
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
     except SettingsError as exc:
         raise ConfigError(" ".join(str(exc).split())) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{env_file}: cannot be read ({type(exc).__name__})") from None
+        where = getattr(exc, "filename", None) or env_file
+        raise ConfigError(f"{where}: cannot be read ({type(exc).__name__})") from None
     finally:
         _ENVIRON.reset(token)
+
+
+def setting_names() -> frozenset[str]:
+    """Every ``PLANGATE_*`` variable some setting reads (aliases included)."""
+    names = set()
+    for field, info in Settings.model_fields.items():
+        names.add(PREFIX + field.upper())
+        if isinstance(info.validation_alias, AliasChoices):
+            names |= {c.upper() for c in info.validation_alias.choices if isinstance(c, str)}
+    return frozenset(n for n in names if n.startswith(PREFIX))
+
+
+def unknown_names(names: Iterable[str]) -> list[str]:
+    """One line per ``PLANGATE_*`` name no setting reads, with the nearest setting's name: a
+    typo (``PLANGATE_MODLE``) would otherwise be ignored without a word."""
+    known = setting_names()
+    lines = []
+    for name in sorted({n.upper() for n in names if n.upper().startswith(PREFIX)} - known):
+        near = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        lines.append(f"{name} is not a plangate setting{hint}; it is ignored")
+    return lines
+
+
+def env_file_problem(path: Path) -> str | None:
+    """One line naming the file and the line when ``path`` has a line that is not
+    ``NAME=value`` (a comment, a blank or an ``export NAME=value`` is fine); None otherwise."""
+    from dotenv.parser import parse_stream
+
+    try:
+        with path.open(encoding="utf-8") as fh:
+            for binding in parse_stream(fh):
+                if binding.error:
+                    first = binding.original.string.strip().splitlines()[0:1] or [""]
+                    return (
+                        f"{path}:{binding.original.line}: cannot read this line "
+                        f"({clip(first[0], 40)!r}); expected NAME=value"
+                    )
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"{path}: cannot be read ({type(exc).__name__})"
+    return None
+
+
+def _env_file_names(path: Path) -> list[str]:
+    from dotenv import dotenv_values
+
+    try:
+        return [k for k in dotenv_values(path) if k]
+    except (OSError, UnicodeDecodeError):
+        return []
+
+
+def settings_warnings(
+    environ: Mapping[str, str] | None = None, files: Sequence[Path] = ()
+) -> list[str]:
+    """What ``run`` and ``doctor`` warn about before starting: unknown ``PLANGATE_*`` names in
+    the environment and in the settings files."""
+    env = os.environ if environ is None else environ
+    names = list(env)
+    for path in files:
+        names += _env_file_names(path)
+    return unknown_names(names)
+
+
+def load_run_settings() -> Settings:
+    """The settings ``run``, ``doctor`` and ``health`` use: the environment, a ``.env`` in the
+    current folder, then ``<home>/config.env``."""
+    files = [config_path(), Path(".env")]
+    for path in files:
+        problem = env_file_problem(path)
+        if problem is not None:
+            raise ConfigError(problem)
+    # python-dotenv's own warning names neither the setting nor plangate; ours came first.
+    logging.getLogger("dotenv.main").setLevel(logging.ERROR)
+    return load_settings(config_file=files[0])
 
 
 def run_problems(settings: Settings) -> list[str]:

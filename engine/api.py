@@ -19,14 +19,14 @@ from engine.goal.types import GoalSnapshot
 from engine.keys import Chat, ChatKey, MessageKey, PersonKey
 from engine.plan.types import PlanSidecar
 from engine.roles.types import Person, Role
-from engine.worktree.types import WorktreeView
+from engine.worktree.types import DECIDING, WorktreeView
 
 # The command plane's command names; `/show-plan`, `/show_plan` and `/show-plan@bot` all arrive
 # as "show_plan", and `/start` as "help". ``/new`` is not among them: it rebinds a chat key
 # (:meth:`EngineApi.new_session`), which a session's command cannot do; nor is ``/project``
 # (:meth:`EngineApi.project`), for the same reason.
 CommandName = Literal[
-    "plan", "show_plan", "execute", "discard", "goal", "stop", "status", "help", "usage"
+    "plan", "show_plan", "execute", "discard", "goal", "stop", "status", "help", "usage", "setup"
 ]
 # Anyone in an allowed group may run these (engine.roles.policy: the role rule reads them as
 # "read"). They change nothing, so their command/run is logged without the reply waiting
@@ -105,6 +105,72 @@ PRESS_ACTIONS: Final[dict[PressKind, frozenset[str]]] = {
     "a": frozenset({APPROVAL_ONCE, APPROVAL_SESSION, APPROVAL_DENY, APPROVAL_RULE}),
 }
 SHORT_ID_LEN: Final = 8
+# A card's buttons as actions, in rows: what the card offers in its state now (engine.cards
+# decides it, the press is accepted only for an action on the card; a front end gives each
+# action its label and draws it).
+CardActions = tuple[tuple[str, ...], ...]
+
+
+# The one table of card actions: which buttons each card state offers. engine.cards puts them
+# in the card data; the front end draws exactly these (a label per action), and the command
+# plane accepts a press only when its action is on the card now, at the card's revision (and
+# the presser's role allows it: engine.roles). A stale or forged press is "out of date".
+_PLAN_ACTIONS: dict[PlanCardState, CardActions] = {
+    "review": ((PLAN_APPROVE,), (PLAN_KEEP, PLAN_DISCARD)),
+    # A live plan always offers Discard.
+    "planning": ((PLAN_DISCARD,),),
+    "written": ((PLAN_DISCARD,),),
+    "active": ((PLAN_DISCARD,),),
+    "paused": ((PLAN_RESUME, PLAN_DISCARD),),
+    "revise_offer": ((PLAN_REVISE, PLAN_CANCEL),),
+    "confirm_discard": ((PLAN_DISCARD_YES, PLAN_CANCEL),),
+}
+
+
+def plan_actions(state: PlanCardState, *, raise_cap: int | None = None) -> CardActions:
+    """The plan card's actions in ``state``; a run the daily cap paused (``raise_cap``) also
+    offers Raise cap."""
+    if state == "paused" and raise_cap is not None:
+        return ((PLAN_RESUME, PLAN_RAISE_CAP), (PLAN_DISCARD,))
+    return _PLAN_ACTIONS.get(state, ())
+
+
+def branch_actions(view: WorktreeView | None) -> CardActions:
+    """A finished plan's branch actions while its branch waits for a decision (Merge, or
+    Push branch with a remote; Keep branch; Discard changes, confirmed once)."""
+    if view is None or view.phase not in DECIDING:
+        return ()
+    if view.confirm_drop:
+        return ((PLAN_DROP_YES, PLAN_DROP_NO),)
+    keep = (PLAN_KEEP_BRANCH, PLAN_DROP)
+    if view.phase == "conflict":
+        return (keep,)
+    return ((PLAN_PUSH if view.push else PLAN_MERGE,), keep)
+
+
+def goal_actions(goal: GoalSnapshot | None, *, armed: bool, confirm_clear: bool) -> CardActions:
+    """The goal card's actions: Pause while it runs, Start for a goal the model proposed,
+    Resume otherwise while it can go on; Clear; a task goal is a label and offers none."""
+    if goal is None or goal.source == "task":
+        return ()
+    if confirm_clear:
+        return ((GOAL_CLEAR_YES, GOAL_CANCEL),)
+    first: str | None = None
+    if goal.phase == "active":
+        if armed:
+            first = GOAL_PAUSE
+        elif goal.source == "model" and goal.rounds_started == 0:
+            first = GOAL_START
+        else:
+            first = GOAL_RESUME
+    elif goal.phase == "paused" or (goal.phase == "blocked" and goal.rounds_left > 0):
+        first = GOAL_RESUME
+    return ((first, GOAL_CLEAR),) if first is not None else ((GOAL_CLEAR,),)
+
+
+def offers(actions: CardActions, action: str) -> bool:
+    """Whether ``action`` is one of the card's actions."""
+    return any(action in row for row in actions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +218,15 @@ class PlanCardData:
     raise_cap: int | None = None
     # plangate is running a task's checks now (docs/checks.md): "task 1: `pytest -q`".
     checking: str | None = None
+    # The project's setup (docs/environments.md): running now; the tail of a failed run's
+    # output; the paused run's button is Retry (it runs the setup again).
+    setting_up: bool = False
+    setup_tail: str | None = None
+    retry: bool = False
+    # The card's actions, bound to the sidecar's id and revision (engine.cards.plan_actions);
+    # at Done, the branch's, bound to the worktree's plan id and revision (branch_actions).
+    actions: CardActions = ()
+    branch_actions: CardActions = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +240,8 @@ class GoalCardData:
     tokens_used: int = 0
     # The goal's last check run (docs/checks.md), when its checks ran.
     last_check: GoalCheck | None = None
+    # The card's actions, bound to the goal's id and revision (engine.cards.goal_actions).
+    actions: CardActions = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,6 @@ from engine.agent.adapters import PlanServiceAdapter
 from engine.agent.build import build_agent, workspace_from_store
 from engine.agent.settings import AgentSettings
 from engine.api import (
-    APPROVAL_ONCE,
     CommandName,
     GoalCardData,
     Outcome,
@@ -38,28 +37,28 @@ from engine.approval.policy import (
     default_bash_approval,
 )
 from engine.approval.service import DEFAULT_TIMEOUT_S, ToolApprovals
+from engine.bindings import ChatBindings
 from engine.cards import Cards
 from engine.checks.runner import SandboxChecks
 from engine.commands import CommandPlane
-from engine.events import Attachment, GoalRoundSource, MessageSource
+from engine.environments import DEFAULT_SETUP_TIMEOUT_S, EnvSetup
+from engine.events import Attachment
 from engine.goal.driver import RoundDriver
 from engine.goal.progress import IdleRoundWatch
 from engine.goal.service import GoalService
 from engine.goal.tools import goal_tools
-from engine.goal.types import NEEDS_APPROVAL
 from engine.inbox import session_inbox
 from engine.keys import Chat, ChatKey, ChatKind, MessageKey, PersonKey
 from engine.model.types import ModelProvider
 from engine.plan.digest import DEFAULT_MAX_PLAN_KB
-from engine.plan.service import PlanChange, PlanService
+from engine.plan.service import PlanService
 from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
-from engine.plan.types import is_editing
 from engine.ports import Channel, ChatLog, Clock, EventLog, SessionStore
 from engine.progress.stuck import StuckLimits
 from engine.projects import ProjectCatalog
 from engine.roles.commands import describe_team, parse_team_args, run_team
-from engine.roles.policy import command_action, may, press_action, refusal_text
+from engine.roles.policy import command_action, may, refusal_text
 from engine.roles.service import RoleService
 from engine.roles.types import Person, Role
 from engine.roles.votes import PlanVotes
@@ -69,7 +68,6 @@ from engine.sessions import Sessions
 from engine.tasks import safe_call
 from engine.text import clip
 from engine.todo.tool import TodoWriteTool
-from engine.tools.base import Tool, ToolContext
 from engine.tools.bash import BashTool
 from engine.tools.files import FileLimits
 from engine.tools.sandbox import SandboxSettings
@@ -134,6 +132,11 @@ class EngineConfig:
     git_remote: str | None = None
     # The plan .md's size limit in KB (PLANGATE_MAX_PLAN_KB).
     max_plan_kb: int = DEFAULT_MAX_PLAN_KB
+    # A project's setup script (docs/environments.md): its timeout (PLANGATE_SETUP_TIMEOUT)
+    # and where the consent to it and its package caches are kept (``<home>/environments``;
+    # None: consent in memory, no caches).
+    setup_timeout_s: float = DEFAULT_SETUP_TIMEOUT_S
+    environments_root: Path | None = None
 
 
 class Engine:
@@ -392,22 +395,59 @@ def build_engine(
     scheduler: Scheduler | None = None,
     clock: Clock = time.time,
 ) -> Engine:
-    """Assemble an :class:`Engine` from its ports: the one composition of the services."""
+    """Assemble an :class:`Engine` from its ports: the one composition of the services.
+
+    One pass, in dependency order, with constructor arguments only: each part is given the
+    services it uses, and a part that listens to another subscribes itself when it is built
+    (the driver and the cards to the agents' turns, the driver to the plans). No rule lives
+    here; tests/test_architecture.py checks that nothing is set on a part afterwards.
+    """
+    bindings = ChatBindings()
+    roles = RoleService(chat_log, owner_ids=config.owner_ids)
     goals = GoalService(log, clock=clock, default_max_rounds=config.max_goal_rounds)
-    usage = UsageMeter(log, goals=goals, config=config.usage, clock=clock)
+    usage = UsageMeter(
+        log, goals=goals, config=config.usage, clock=clock, is_private=bindings.is_private
+    )
     votes = PlanVotes(log)
-    # Checks run through the same sandbox runner as bash, under the same workspace locks
-    # (docs/checks.md); this bash tool is never offered to the model.
+    catalog = ProjectCatalog(config.workspace, config.projects, root=config.projects_root)
+    worktrees = Worktrees(
+        log,
+        channel,
+        project_for=workspace_from_store(sessions, default=catalog.default.path, catalog=catalog),
+        root=config.worktree_root,
+        remote=config.git_remote,
+    )
+    # Checks run through the same sandbox runner as bash, under the same workspace locks, and
+    # in a plan's worktree see the repository's .git read-only as bash does (docs/checks.md);
+    # this bash tool is never offered to the model.
     locks = WorkspaceLocks()
-
-    async def check_read_roots(session_id: str) -> tuple[Path, ...]:
-        # A check in a plan's worktree sees the repository's .git read-only, as bash does
-        # (bound late: the worktree service is built below).
-        return await worktrees.read_only_roots(session_id)
-
-    checks = SandboxChecks(
-        BashTool(locks=locks, sandbox=config.sandbox, read_only_roots=check_read_roots),
-        clock=clock,
+    check_bash = BashTool(
+        locks=locks, sandbox=config.sandbox, read_only_roots=worktrees.read_only_roots
+    )
+    checks = SandboxChecks(check_bash, clock=clock)
+    approvals = ToolApprovals(
+        log,
+        channel,
+        rules=config.allow_bash,
+        timeout_s=config.approval_timeout_s,
+        on_unattended=goals.approval_needed,
+        ask_writes=config.ask_writes,
+        policy=BashPolicy(
+            mode=config.bash_approval or default_bash_approval(sandbox=config.sandbox.enabled),
+            ask=config.ask_bash,
+            network_on=config.sandbox.network or not config.sandbox.enabled,
+        ),
+        roles=roles,
+        chats=bindings,
+    )
+    # The project's setup (docs/environments.md) runs in the sandbox the checks run in.
+    setup = EnvSetup(
+        worktrees,
+        check_bash,
+        channel,
+        root=config.environments_root,
+        approvals=approvals,
+        timeout_s=config.setup_timeout_s,
     )
     plans = PlanService(
         plan_store,
@@ -417,66 +457,24 @@ def build_engine(
         checks=checks,
         max_plan_bytes=config.max_plan_kb * 1024,
         approvers=votes.approvals,
+        # First of the plan's listeners: the worktree is made (or committed) before the cards
+        # redraw and before the execution turn is queued.
+        # The setup's listener comes after the worktree's: an approval consents to the
+        # script the new worktree was made with.
+        listeners=(worktrees.on_plan_change, setup.on_plan_change),
     )
-
-    async def block_for_approval(
-        session_id: str, source: MessageSource, view: ApprovalView
-    ) -> None:
-        # A goal round never waits on a person: its goal stops until the owner allows it.
-        if not isinstance(source, GoalRoundSource):
-            return
-        goal = await goals.round_goal(session_id, source)
-        if goal is None:
-            return
-        what = view.command or view.tool
-        if view.why == "network":
-            what += " (with the network)"
-        await goals.block(
-            session_id,
-            goal.ref,
-            code=NEEDS_APPROVAL,
-            message=f"{view.tool} needs your approval: {what}",
-        )
-
-    approvals = ToolApprovals(
-        log,
-        channel,
-        rules=config.allow_bash,
-        timeout_s=config.approval_timeout_s,
-        on_unattended=block_for_approval,
-        ask_writes=config.ask_writes,
-        policy=BashPolicy(
-            mode=config.bash_approval or default_bash_approval(sandbox=config.sandbox.enabled),
-            ask=config.ask_bash,
-            network_on=config.sandbox.network or not config.sandbox.enabled,
-        ),
-    )
-
-    async def ask_owner(ctx: ToolContext, what: str) -> str | None:
-        return await approvals.ask(ctx, tool="plan skip", command=what)
-
-    catalog = ProjectCatalog(config.workspace, config.projects, root=config.projects_root)
-    project_for = workspace_from_store(sessions, default=catalog.default.path, catalog=catalog)
-    worktrees = Worktrees(
-        log, channel, project_for=project_for, root=config.worktree_root, remote=config.git_remote
-    )
-    # First of the plan's listeners: the worktree is made (or committed) before the cards
-    # redraw and before the execution turn is queued.
-    plans.add_listener(worktrees.on_plan_change)
-    workspace_for = worktrees.workspace_for
-    tools: list[Tool] = [
-        PlanTool(plans, ask_owner=ask_owner),
-        TodoWriteTool(log, allow_parallel_in_progress=config.todo_parallel),
-        *goal_tools(goals, checks=checks),
-    ]
     agents = build_agent(
         log=log,
         model=model,
         channel=channel,
-        workspace_for=workspace_for,
+        workspace_for=worktrees.workspace_for,
         plan=PlanServiceAdapter(plans),
         goals=goals,
-        extra_tools=tools,
+        extra_tools=[
+            PlanTool(plans, ask_owner=approvals.ask_plan_skip),
+            TodoWriteTool(log, allow_parallel_in_progress=config.todo_parallel),
+            *goal_tools(goals, checks=checks),
+        ],
         settings=AgentSettings(
             max_steps=config.max_steps, stuck=config.stuck, vision=config.vision
         ),
@@ -488,25 +486,16 @@ def build_engine(
         read_only_roots=worktrees.read_only_roots,
         workspace_note=worktrees.prompt_note,
         locks=locks,
+        prepare=setup.prepare,
     )
     the_scheduler = scheduler or ApsScheduler()
-
-    async def planning(session_id: str) -> bool:
-        # No goal round is dispatched while the plan is being edited (docs/goals.md).
-        return is_editing(await plans.state(session_id))
-
-    idle = IdleRoundWatch(goals, log, limit=config.goal_idle_rounds)
     driver = RoundDriver(
-        goals, agents, the_scheduler, hold=planning, after_round=idle.round_settled
+        goals,
+        agents,
+        the_scheduler,
+        plans=plans,
+        after_round=IdleRoundWatch(goals, log, limit=config.goal_idle_rounds).round_settled,
     )
-    agents.set_driver(driver)
-
-    async def wake_driver(change: PlanChange) -> None:
-        if change.after is None or change.after.status == "Active":
-            # Planning ended: a goal round held back while Editing may go now.
-            driver.notify_idle(change.session_id)
-
-    plans.add_listener(wake_driver)
     services = Services(
         log=log,
         plans=plans,
@@ -514,33 +503,25 @@ def build_engine(
         agents=agents,
         approvals=approvals,
         usage=usage,
-        roles=RoleService(chat_log, owner_ids=config.owner_ids),
+        roles=roles,
         votes=votes,
         channel=channel,
         workspace=catalog.default.path,
         catalog=catalog,
-        workspace_for=workspace_for,
+        workspace_for=worktrees.workspace_for,
         worktrees=worktrees,
+        setup=setup,
     )
-    cards = Cards(services)
-    cards.plan_approvals = config.plan_approvals
-    agents.set_turn_listener(cards.on_turn_end)
-    the_sessions = Sessions(sessions, services, cards=cards, profile=config.profile)
-    usage.is_private = the_sessions.is_private
-
-    async def may_answer(session_id: str, actor: PersonKey | None) -> bool:
-        # The one rule: whoever may press a tool approval's buttons may answer it.
-        role = await services.roles.role_of(the_sessions.chat_of(session_id), actor)
-        return may(role, press_action("a", APPROVAL_ONCE))
-
-    approvals.answer_check = may_answer
+    cards = Cards(services, plan_approvals=config.plan_approvals)
     return Engine(
         services,
-        sessions=the_sessions,
+        sessions=Sessions(
+            sessions, services, cards=cards, bindings=bindings, profile=config.profile
+        ),
         commands=CommandPlane(
             services,
             cards=cards,
-            chat_of=the_sessions.chat_of,
+            chat_of=bindings.chat_of,
             plan_approvals=config.plan_approvals,
             owner_overrides=config.owner_overrides,
             clock=clock,

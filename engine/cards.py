@@ -21,7 +21,15 @@ from typing import Literal
 
 from engine.agent.controller import InboundMessage
 from engine.agent.turn import TurnResult
-from engine.api import GoalCardData, GoalCardState, PlanCardData, PlanCardState
+from engine.api import (
+    GoalCardData,
+    GoalCardState,
+    PlanCardData,
+    PlanCardState,
+    branch_actions,
+    goal_actions,
+    plan_actions,
+)
 from engine.events import FeedbackSource
 from engine.goal.types import GoalSnapshot
 from engine.keys import ChatKey, MessageKey
@@ -32,6 +40,7 @@ from engine.services import Services
 from engine.tasks import safe_call
 from engine.text import clip
 from engine.usage.ledger import raised_cap
+from engine.worktree.script import SETUP_PATH, SetupScript
 from engine.worktree.types import WorktreeView
 
 PlanChoice = Literal["revise_offer", "confirm_discard"]
@@ -129,7 +138,9 @@ _ENDINGS: dict[str, PlanEnding] = {"completed": "completed", "abandoned": "aband
 class Cards:
     """What the plan card and the goal card show now; the one place front ends ask."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, *, plan_approvals: int = 1) -> None:
+        """``plan_approvals``: the approvals a plan needs (PLANGATE_PLAN_APPROVALS). The cards
+        subscribe to the plans, the goals and the agents' turns."""
         self._plans = services.plans
         self._goals = services.goals
         self._agents = services.agents
@@ -137,9 +148,9 @@ class Cards:
         self._usage = services.usage
         self._votes = services.votes
         self._channel = services.channel
-        # Approvals a plan needs (the command plane's setting; build_engine sets it).
-        self.plan_approvals = 1
+        self.plan_approvals = plan_approvals
         self._worktrees = services.worktrees
+        self._setup = services.setup
         # The owner's choices on the cards; the command plane and /new change them.
         self.choices = CardChoices()
         # The last plan of a session that just ended, so its card can say how it ended.
@@ -150,6 +161,7 @@ class Cards:
         self._late_cards: dict[str, tuple[str, ChatKey, MessageKey]] = {}
         self._plans.add_listener(self._on_plan_change)
         self._goals.add_listener(self._on_goal_change)
+        self._agents.listen_turns(self.on_turn_end)
 
     async def plan_card(self, session_id: str) -> PlanCardData:
         """What the plan card shows now (:func:`plan_card_state` is the rule)."""
@@ -174,7 +186,12 @@ class Cards:
                 )
                 shown = worktree if mine else None
                 return PlanCardData(
-                    state=final, sidecar=ended[0], busy=busy, ended=ended[1], worktree=shown
+                    state=final,
+                    sidecar=ended[0],
+                    busy=busy,
+                    ended=ended[1],
+                    worktree=shown,
+                    branch_actions=branch_actions(shown),
                 )
             return PlanCardData(state="none", sidecar=None, busy=busy)
         phase = await self._plans.state(session_id)
@@ -203,7 +220,20 @@ class Cards:
             waiting = "your review"
         halted: str | None = None
         raise_cap: int | None = None
-        if state == "paused":
+        setup = worktree if _runs_in(worktree, sidecar) else None
+        retry = False
+        setup_tail: str | None = None
+        if state == "paused" and setup is not None and setup.setup == "failed":
+            # The setup failed or a restart cut it off: Retry runs it again (never by itself).
+            why = setup.setup_note.split("\n", 1)
+            halted = f"Setup failed ({why[0]}): Retry runs it again"
+            if run.paused is not None and run.paused.kind == "setup":
+                halted = run.paused.text
+            setup_tail = why[1] if len(why) > 1 else None
+            retry = True
+        elif state == "paused" and run.paused is not None and run.paused.kind == "setup":
+            halted, retry = run.paused.text, True
+        elif state == "paused":
             if run.paused is not None:
                 halted = run.paused.text
                 cap = self._usage.daily_cap
@@ -211,6 +241,8 @@ class Cards:
                     raise_cap = raised_cap(cap, self._usage.today().tokens)
             else:
                 halted = "Paused: Resume runs the rest of the checklist."
+        actions = plan_actions(state, raise_cap=raise_cap)
+        shown = worktree if _runs_in(worktree, sidecar) else None
         approvals: tuple[str, ...] = ()
         if phase == "post_init" and self.plan_approvals > 1:
             votes = await self._votes.votes(session_id, sidecar.id, sidecar.revision)
@@ -219,7 +251,7 @@ class Cards:
             state=state,
             sidecar=sidecar,
             busy=busy,
-            markdown=await self._plans.md_text(session_id) if review_ready else None,
+            markdown=await self._review_text(session_id) if review_ready else None,
             steps=digest.steps if digest is not None and review_ready else None,
             checks=digest.checks if digest is not None and review_ready else None,
             waiting=waiting,
@@ -227,10 +259,28 @@ class Cards:
             halted=halted,
             approvals=approvals,
             approvals_needed=self.plan_approvals,
-            worktree=worktree if _runs_in(worktree, sidecar) else None,
+            worktree=shown,
             raise_cap=raise_cap,
             checking=self._plans.checking(session_id),
+            setting_up=setup is not None and setup.setup == "running",
+            setup_tail=setup_tail,
+            retry=retry,
+            actions=actions,
+            # The branch's buttons show where the plan's own do not (its Done card).
+            branch_actions=() if actions else branch_actions(shown),
         )
+
+    async def _review_text(self, session_id: str) -> str | None:
+        """The plan text up for review, with the project's setup script after it: approving
+        the plan approves that exact text (docs/environments.md)."""
+        text = await self._plans.md_text(session_id)
+        if text is None or self._setup is None:
+            return text
+        project = await self._worktrees.project_of(session_id)
+        script = await self._setup.review_script(session_id, project)
+        if script is None:
+            return text
+        return text.rstrip() + "\n\n" + setup_section(script)
 
     async def goal_card(self, session_id: str) -> GoalCardData:
         """What the goal card shows now: the goal, armed or not, and its tokens so far."""
@@ -238,10 +288,12 @@ class Cards:
         if goal is None:
             return GoalCardData(state="none", goal=None)
         state = self.choices.goal_choice(session_id, goal.id, goal.revision) or "live"
+        armed = self._goals.is_armed(session_id)
         return GoalCardData(
             state=state,
             goal=goal,
-            armed=self._goals.is_armed(session_id),
+            armed=armed,
+            actions=goal_actions(goal, armed=armed, confirm_clear=state == "confirm_clear"),
             tokens_used=await self._usage.goal_tokens(session_id, goal.id),
             last_check=await self._goals.last_check(session_id),
         )
@@ -320,6 +372,16 @@ class Cards:
         await safe_call("goal_changed", self._channel.goal_changed(session_id))
 
 
+def setup_section(script: SetupScript) -> str:
+    """The setup script as the review shows it after the plan: its name, hash and text."""
+    fence = "````" if "```" in script.text else "```"
+    return (
+        f"## Setup script\n\n`{SETUP_PATH}` (sha256 `{script.short}`) runs in the plan's "
+        "worktree with the network before the first step; approving the plan approves this "
+        f"text:\n\n{fence}bash\n{script.text.rstrip()}\n{fence}\n"
+    )
+
+
 def _review_ready(sidecar: PlanSidecar, digest: PlanDigest) -> bool:
     """Review once ``submit`` was called for this revision or template B is valid; never for
     a text over the size limit (the digest is made off the loop: a card redrawn at one
@@ -343,4 +405,10 @@ def _runs_in(worktree: WorktreeView | None, sidecar: PlanSidecar) -> bool:
     return worktree.phase in ("in_place", "failed") and worktree.plan_id == sidecar.id
 
 
-__all__ = ["CardChoices", "Cards", "PlanChoice", "PlanEnding", "plan_card_state"]
+__all__ = [
+    "CardChoices",
+    "Cards",
+    "PlanChoice",
+    "PlanEnding",
+    "plan_card_state",
+]

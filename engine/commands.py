@@ -57,6 +57,7 @@ HELP_TEXT = """plangate commands:
 /new - start a fresh session in this chat
 /project [name] - show this chat's project, or switch this chat (or topic) to another
 /status - what the agent is doing
+/setup - run the project's .plangate/setup.sh here (asks first, showing the whole script)
 /help - this list"""
 
 SEED_RETRY_PROMPT = (
@@ -101,6 +102,7 @@ class CommandPlane:
         self._usage = services.usage
         self._workspace_for = services.workspace_for
         self._worktrees = services.worktrees
+        self._setup = services.setup
         self._choices = cards.choices
         self._redraw_plan = cards.plan_changed
         self._background_logs = BackgroundTasks(_log, event="log_failed")
@@ -233,7 +235,21 @@ class CommandPlane:
                 return Outcome(reply=HELP_TEXT)
             case "usage":
                 return await self._usage_command(session_id, args, actor=actor)
+            case "setup":
+                await self.log_command(session_id, "setup", args, actor=actor)
+                return await self._setup_command(session_id)
         return Outcome(reply=HELP_TEXT)
+
+    async def _setup_command(self, session_id: str) -> Outcome:
+        """``/setup``: the project's setup script in the session's workspace now (the
+        project itself, or the live plan's worktree), after the owner's approval of its text
+        (docs/environments.md)."""
+        if self._setup is None:
+            return Outcome(reply="Setup scripts are off here.")
+        if self._agents.controller(session_id).busy:
+            return Outcome(reply="The agent is working: /stop it first, then /setup.")
+        workspace = await self._workspace_for(session_id)
+        return Outcome(reply=await self._setup.owner_setup(session_id, workspace))
 
     async def _plan(self, session_id: str, text: str, *, actor: PersonKey | None) -> Outcome:
         plans = self._plans
@@ -497,6 +513,8 @@ class CommandPlane:
         # session. A fresh read would wait behind the update_id commit (docs/bench.md).
         goal = self._goals.peek(session_id)
         lines.append(describe_goal(goal, armed=self._goals.is_armed(session_id)))
+        if self._setup is not None:
+            lines.append(await self._setup.describe(session_id, workspace))
         controller = self._agents.controller(session_id)
         queued = len(controller.queued)
         agent = "working" if controller.busy else "idle"

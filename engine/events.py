@@ -275,7 +275,7 @@ class WorktreeChange(_Event):
 # Why a run stopped by itself: stuck (the detector's pattern names how), the daily cap, a turn
 # that failed (a model error, a context overflow the provider refused), or an approval nobody
 # answered within PLANGATE_APPROVAL_TIMEOUT.
-PauseKind = Literal["stuck", "daily-cap", "failed", "approval-timeout"]
+PauseKind = Literal["stuck", "daily-cap", "failed", "approval-timeout", "setup"]
 
 
 class RunPaused(_Event):
@@ -297,11 +297,20 @@ class RunPaused(_Event):
 class WorkspaceChanged(_Event):
     """bash changed the workspace in the step just logged (the snapshot after it differed).
 
-    Logged by the agent while the stuck detector watches (a checklist run, a goal round), so
-    what bash did on disk counts as progress for the goal's idle rounds too.
+    Written by earlier versions; read as ``progress/made {kinds: [workspace]}``.
     """
 
     type: Literal["workspace/changed"] = "workspace/changed"
+
+
+class ProgressMade(_Event):
+    """The step just logged made progress (engine.progress.rule): a task's status changed
+    (``task``), a file in the workspace changed (``workspace``), the goal's state changed
+    (``goal``). Logged by the agent while the stuck detector watches (a checklist run, a goal
+    round), so a goal's idle-rounds count reads the same rule from the log."""
+
+    type: Literal["progress/made"] = "progress/made"
+    kinds: list[Literal["task", "workspace", "goal"]] = Field(default_factory=list)
 
 
 SessionEvent = Annotated[
@@ -323,6 +332,7 @@ SessionEvent = Annotated[
     | ApprovalRule
     | RunPaused
     | WorkspaceChanged
+    | ProgressMade
     | WorktreeChange,
     Field(discriminator="type"),
 ]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from engine.events import ApprovalDecision, SessionEvent, StoredEvent, TurnOutcome
 from engine.keys import Chat, ChatKey, MessageKey
+from engine.limits import ChannelLimits
 from engine.roles.types import ChatEvent, StoredChatEvent
 
 if TYPE_CHECKING:
@@ -124,18 +125,6 @@ class ChatLog(Protocol):
     async def read_chat(self, chat: ChatKey) -> list[StoredChatEvent]:
         """The chat's events in order (``[]`` for a chat with none)."""
         ...
-
-
-@dataclass(frozen=True, slots=True)
-class ChannelLimits:
-    """What a channel carries in one piece; the engine's tools size what they send by it."""
-
-    # Characters of one text message.
-    message_chars: int = 4096
-    # Characters of a file's caption.
-    caption_chars: int = 1000
-    # Bytes of one file the bot sends.
-    file_bytes: int = 20 * 1024 * 1024
 
 
 class Channel(Protocol):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from engine.agent.controller import AgentRegistry
 from engine.approval.service import ToolApprovals
+from engine.environments import EnvSetup
 from engine.goal.service import GoalService
 from engine.plan.service import PlanService
 from engine.ports import Channel, EventLog
@@ -41,6 +42,8 @@ class Services:
     catalog: ProjectCatalog
     workspace_for: Callable[[str], Awaitable[Path]]
     worktrees: Worktrees
+    # Each live worktree's setup script (docs/environments.md); None: no setup at all.
+    setup: EnvSetup | None = None
 
 
 __all__ = ["Services"]

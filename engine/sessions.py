@@ -19,9 +19,11 @@ import logging
 from pathlib import Path
 
 from engine.api import Outcome
+from engine.bindings import ChatBindings
 from engine.cards import Cards
+from engine.environments import read_script
 from engine.events import CommandRun
-from engine.keys import Chat, ChatKey, ChatKind, PersonKey
+from engine.keys import Chat, ChatKey, PersonKey
 from engine.plan.types import PlanFlow
 from engine.ports import SessionStore
 from engine.projects import PROJECT_NAME, Project
@@ -29,6 +31,7 @@ from engine.recovery import close_interrupted_turn, undecided_command
 from engine.services import Services
 from engine.tasks import safe_call
 from engine.text import clip
+from engine.worktree.script import SETUP_PATH
 
 _log = logging.getLogger("plangate.sessions")
 
@@ -52,6 +55,7 @@ class Sessions:
         services: Services,
         *,
         cards: Cards,
+        bindings: ChatBindings,
         profile: str | None = None,
     ) -> None:
         self.store = store
@@ -72,11 +76,8 @@ class Sessions:
         # first load skips those reads.
         self._quiet: set[str] = set()
         # The bindings this process knows, both ways (a session's chats: the usage footer asks
-        # on every reply whether its chat is private).
-        self._bindings: dict[ChatKey, str] = {}
-        self._chats: dict[str, set[Chat]] = {}
-        # Every chat this process saw bound, by key (a thread's room is its parent).
-        self._known: dict[ChatKey, Chat] = {}
+        # on every reply whether its chat is private); only this object changes them.
+        self._bindings = bindings
         self._finding: dict[ChatKey, asyncio.Future[str]] = {}
 
     # --- bindings ---------------------------------------------------------------------------
@@ -90,7 +91,7 @@ class Sessions:
         # Bindings change only through this object (/new, migration), so a hit needs no
         # database trip.
         key = chat.key
-        session_id = self._bindings.get(key)
+        session_id = self._bindings.session(key)
         if session_id is not None:
             return session_id
         # Concurrent first touches of one key wait for the one lookup: two would each create
@@ -113,32 +114,21 @@ class Sessions:
     def chat_of(self, session_id: str) -> ChatKey | None:
         """The room of the chat a session is bound to (a thread's parent), as this process
         knows it (``None``: unbound). Roles are read there."""
-        chats = self._chats.get(session_id)
-        return min(c.room for c in chats) if chats else None
+        return self._bindings.chat_of(session_id)
 
     def room(self, chat: ChatKey) -> ChatKey:
         """The room of a chat key: a bound thread's parent, else the key itself."""
-        known = self._known.get(chat)
-        return known.room if known is not None else chat
+        return self._bindings.room(chat)
 
     def is_private(self, session_id: str) -> bool:
         """Whether the session is bound to a private chat (the kind recorded at binding)."""
-        return any(c.kind is ChatKind.PRIVATE for c in self._chats.get(session_id, ()))
+        return self._bindings.is_private(session_id)
 
     def _remember(self, chat: Chat, session_id: str) -> None:
-        self._forget(chat.key)
-        self._bindings[chat.key] = session_id
-        self._known[chat.key] = chat
-        self._chats.setdefault(session_id, set()).add(chat)
+        self._bindings.remember(chat, session_id)
 
     def _forget(self, key: ChatKey) -> None:
-        old = self._bindings.pop(key, None)
-        chat = self._known.pop(key, None)
-        if old is not None and chat is not None:
-            chats = self._chats.get(old, set())
-            chats.discard(chat)
-            if not chats:
-                self._chats.pop(old, None)
+        self._bindings.forget(key)
 
     async def _create_bound(self, chat: Chat, *, workspace: Path | None = None) -> str:
         if workspace is None:
@@ -153,7 +143,7 @@ class Sessions:
         """A new key's project: a thread starts in its parent's, anything else in the
         default project."""
         if chat.parent is not None:
-            group = self._bindings.get(chat.parent) or await self.store.session_for_chat(
+            group = self._bindings.session(chat.parent) or await self.store.session_for_chat(
                 chat.parent
             )
             if group is not None:
@@ -207,7 +197,9 @@ class Sessions:
         current = await self.project_of(session_id)
         name = args.strip()
         if not name:
-            return Outcome(reply=self._project_listing(current))
+            script = await asyncio.to_thread(read_script, current.path)
+            setup = script.label if script is not None else f"none (no {SETUP_PATH})"
+            return Outcome(reply=f"{self._project_listing(current)}\nSetup: {setup}")
         wanted = self._catalog.get(name) if PROJECT_NAME.fullmatch(name) else None
         if wanted is None:
             return Outcome(
@@ -323,7 +315,7 @@ class Sessions:
         """
         bound: set[str] = set()
         for binding in await self.store.chat_bindings():
-            if binding.chat.key not in self._bindings:
+            if self._bindings.session(binding.chat.key) is None:
                 self._remember(binding.chat, binding.session_id)
             bound.add(binding.session_id)
         marked = [sid for sid in await self._log.needs_attention() if sid in bound]

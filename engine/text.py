@@ -46,4 +46,25 @@ def clip(text: str, limit: int, *, one_line: bool = False) -> str:
     return text if len(text) <= limit else text[: limit - 1] + ELLIPSIS
 
 
-__all__ = ["ELLIPSIS", "clean_text", "clean_value", "clip"]
+_AMOUNT = re.compile(r"^(\d+(?:\.\d+)?)\s*([km]?)$", re.IGNORECASE)
+_SCALE = {"": 1, "k": 1_000, "m": 1_000_000}
+
+
+def parse_tokens(text: str) -> int | None:
+    """``200k`` -> 200000, ``1.5m`` -> 1500000, ``5000`` -> 5000; ``None`` unless >= 1.
+
+    A token amount as people type it (a goal's budget, the daily cap); here, the lowest layer,
+    because the goal commands and the usage ledger both read it."""
+    match = _AMOUNT.match(text.strip().replace(",", "").replace("_", ""))
+    if match is None:
+        return None
+    value = int(float(match.group(1)) * _SCALE[match.group(2).lower()])
+    return value if value >= 1 else None
+
+
+def fmt_tokens(value: int) -> str:
+    """A token amount as shown: ``12,345``."""
+    return f"{value:,}"
+
+
+__all__ = ["ELLIPSIS", "clean_text", "clean_value", "clip", "fmt_tokens", "parse_tokens"]

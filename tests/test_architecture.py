@@ -1,7 +1,14 @@
-"""The layering, checked: engine imports neither bot nor storage, and engine has no import loop.
+"""The structure, checked (docs/architecture.md "Structure rules").
+
+- engine imports neither bot nor storage, and has no import loop, between modules nor between
+  its subpackages (``engine/<package>/``: a loop there is two packages that cannot be read
+  apart, even when no two modules import each other);
+- the engine is composed in one pass: nothing is set on an engine object after it is built
+  (no attribute assigned, no ``set_*``/``bind`` call), and the composition functions hold no
+  rules (no nested function or lambda).
 
 Every import counts, including those under ``TYPE_CHECKING`` and inside functions: a loop that
-only the type checker sees is still two modules that cannot be read apart (docs/architecture.md).
+only the type checker sees is still two modules that cannot be read apart.
 """
 
 from __future__ import annotations
@@ -81,6 +88,159 @@ def test_engine_imports_neither_bot_nor_storage() -> None:
 
 def test_engine_has_no_import_loop() -> None:
     assert _cycle(_engine_graph()) is None
+
+
+def _package(module: str) -> str | None:
+    """``engine.plan.service`` -> ``engine.plan``; a top-level module (``engine.events``)
+    belongs to no subpackage: it is the shared layer every package may import."""
+    parts = module.split(".")
+    if len(parts) > 2:
+        return ".".join(parts[:2])
+    return module if (ROOT / Path(*parts)).is_dir() else None
+
+
+def _package_graph() -> dict[str, set[str]]:
+    """Which subpackage of engine/ imports which (each import between two modules counts)."""
+    graph: dict[str, set[str]] = {}
+    for module, imported in _engine_graph().items():
+        mine = _package(module)
+        if mine is None:
+            continue
+        graph.setdefault(mine, set())
+        for other in imported:
+            theirs = _package(other)
+            if theirs is not None and theirs != mine:
+                graph[mine].add(theirs)
+                graph.setdefault(theirs, set())
+    return graph
+
+
+def test_engine_subpackages_have_no_import_loop() -> None:
+    # The packages layer: tools at the bottom, then checks, plan, worktree, progress, goal,
+    # usage, approval, agent (docs/architecture.md).
+    assert _cycle(_package_graph()) is None
+
+
+def _imported_from(tree: ast.Module) -> dict[str, str]:
+    """Each name the module imports, with the module it comes from (``.`` when relative)."""
+    names: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                names[alias.asname or alias.name] = "." if node.level else node.module or ""
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                names[(alias.asname or alias.name).split(".")[0]] = alias.name
+    return names
+
+
+def _root_name(node: ast.expr) -> str | None:
+    while isinstance(node, ast.Attribute | ast.Call):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+SETTER_CALLS = ("set_", "bind")
+
+
+def _late_setters(path: Path, *, foreign: tuple[str, ...]) -> list[str]:
+    """Where a function sets something on an object it built from another module's class or
+    factory (one whose module starts with one of ``foreign``): ``obj.attr = ...``,
+    ``obj.set_x(...)``, ``obj.bind(...)``. The object is known by the local name the call's
+    result was bound to, which is what composition code does."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    imported = _imported_from(tree)
+    found: list[str] = []
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        built: set[str] = set()
+        for node in ast.walk(function):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+                origin = imported.get(_root_name(node.value) or "")
+                if origin is not None and origin.startswith(foreign):
+                    built.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        for node in ast.walk(function):
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = list(node.targets)
+            elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+                targets = [node.target]
+            for target in targets:
+                if (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id in built
+                ):
+                    found.append(f"{path.name}:{node.lineno} {target.value.id}.{target.attr} =")
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in built
+                and node.func.attr.startswith(SETTER_CALLS)
+            ):
+                found.append(f"{path.name}:{node.lineno} {node.func.value.id}.{node.func.attr}()")
+    return found
+
+
+def test_nothing_is_set_on_an_engine_object_after_it_is_built() -> None:
+    # The engine is composed in one pass with constructor arguments: a part that needs another
+    # is given it, a listener subscribes itself when built. Checked wherever engine objects
+    # are built: the engine itself (objects of another engine module) and the front ends.
+    offending = [
+        hit
+        for path in sorted((ROOT / "engine").rglob("*.py"))
+        for hit in _late_setters(path, foreign=("engine", "."))
+    ] + [
+        hit
+        for folder in ("bot", "bench")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for hit in _late_setters(path, foreign=("engine",))
+    ]
+    assert offending == []
+
+
+def test_the_setter_finder_finds_a_setter(tmp_path: Path) -> None:
+    source = tmp_path / "compose.py"
+    source.write_text(
+        "from engine.x import Thing, make\n"
+        "def build():\n"
+        "    thing = Thing()\n"
+        "    other = make(thing)\n"
+        "    thing.hook = other.run\n"
+        "    other.set_driver(thing)\n"
+        "    mine = object()\n"
+        "    mine.ok = 1\n",
+        encoding="utf-8",
+    )
+    assert _late_setters(source, foreign=("engine",)) == [
+        "compose.py:5 thing.hook =",
+        "compose.py:6 other.set_driver()",
+    ]
+
+
+COMPOSITION = {"engine/app.py": "build_engine", "bot/compose.py": "open_plangate"}
+
+
+def test_composition_holds_no_rules() -> None:
+    # A rule written as a closure in the composition ("a goal round never waits on a person")
+    # belongs to the service that owns it; composition only passes parts to constructors.
+    nested: list[str] = []
+    for file, name in COMPOSITION.items():
+        tree = ast.parse((ROOT / file).read_text(encoding="utf-8"))
+        (function,) = [
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name
+        ]
+        nested += [
+            f"{file}:{n.lineno}"
+            for n in ast.walk(function)
+            if n is not function
+            and isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+        ]
+    assert nested == []
 
 
 def test_the_cycle_finder_finds_a_loop() -> None:

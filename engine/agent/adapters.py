@@ -16,6 +16,7 @@ from engine.keys import PersonKey
 from engine.plan.gate import check_gate
 from engine.plan.service import PlanService
 from engine.plan.types import PlanPause
+from engine.tools.effects import Declaration
 
 
 class PlanServiceAdapter:
@@ -49,10 +50,16 @@ class PlanServiceAdapter:
         )
 
     async def check_tool(
-        self, session_id: str, tool_name: str, args: Mapping[str, Any], *, workspace: Path
+        self,
+        session_id: str,
+        tool: Declaration | None,
+        args: Mapping[str, Any],
+        *,
+        workspace: Path,
+        goal_round: bool = False,
     ) -> str | None:
         view = await self.service.gate_view(session_id)
-        return check_gate(tool_name, args, view, workspace=workspace)
+        return check_gate(tool, args, view, workspace=workspace, goal_round=goal_round)
 
     async def commit_plan_mode(self, session_id: str, active: bool) -> None:
         # Plan mode is entered by /plan (pre-init); it is left by approve or discard, which

@@ -3,9 +3,8 @@
 The composition root passes the stores, the model, the channel and (optionally) the plan and
 goal machines; this builds the agent's own tools (file tools, bash, ask_user, send_file)
 sharing one set of workspace locks, adds the caller's tools (plan, todo_write, goal tools),
-and returns the :class:`~engine.agent.controller.AgentRegistry`. Attach the goal round driver
-afterwards with ``registry.set_driver(driver)`` (the driver needs the registry as its
-``RoundTarget``).
+and returns the :class:`~engine.agent.controller.AgentRegistry`. The goal round driver, built
+after it (the registry is its ``RoundTarget``), subscribes itself to the registry's idle signal.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from pathlib import Path
 
 from engine.agent.config import AgentDeps, WorkspaceResolver
 from engine.agent.controller import AgentRegistry
-from engine.agent.ports import GoalPort, IdleListener, PlanPort
+from engine.agent.ports import GoalPort, IdleListener, PlanPort, RunPreparer
 from engine.agent.settings import AgentSettings
 from engine.approval.service import ToolApprovals
 from engine.model.types import ModelProvider
@@ -123,16 +122,19 @@ def build_agent(
     inbox_root: Path | None = None,
     locks: WorkspaceLocks | None = None,
     workspace_note: Callable[[str], Awaitable[str]] | None = None,
+    prepare: RunPreparer | None = None,
 ) -> AgentRegistry:
     """Assemble the agent. ``extra_tools`` are the plan, todo and goal tools.
 
     ``plan`` is a :class:`~engine.agent.ports.PlanPort` (wrap ``PlanService`` in
     :class:`engine.agent.adapters.PlanServiceAdapter`); ``goals`` is the ``GoalService``;
-    ``driver`` may be attached later with ``set_driver``; ``approvals`` is the owner's
-    approval gate (none: every call the plan gate allows runs); ``locks`` are the workspace
+    ``driver`` is told when a session goes idle (a driver built later subscribes itself
+    with ``listen_idle``); ``approvals`` is the owner's approval gate (none: every call the
+    plan gate allows runs); ``locks`` are the workspace
     locks the tools share (pass the ones the check runner holds too); ``read_only_roots``
     names what bash sees read-only besides the workspace (a plan worktree's repository);
-    ``workspace_note`` adds a line about the workspace to the prompt.
+    ``workspace_note`` adds a line about the workspace to the prompt; ``prepare`` runs
+    before each step of an approved run or a goal round (the project's setup).
     """
     own, bash = agent_tools(
         channel,
@@ -158,6 +160,7 @@ def build_agent(
         approvals=approvals,
         inbox_root=inbox_root,
         workspace_note=workspace_note,
+        prepare=prepare,
     )
     return AgentRegistry(deps, driver=driver)
 

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 
 from engine.events import PauseKind
 from engine.plan.types import PlanTask
+from engine.progress.rule import TaskStatuses, task_statuses, tasks_moved
 
 # What task progress is measured on: each task's status and evidence.
-Fingerprint = tuple[tuple[str, str, str], ...]
+Fingerprint = TaskStatuses
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +52,8 @@ class ChecklistRun:
 
 
 def fingerprint(tasks: Sequence[PlanTask]) -> Fingerprint:
-    """What counts as progress: a task started or completed, or its evidence changed."""
-    return tuple((t.id, t.status, t.evidence or "") for t in tasks)
+    """What the progress rule compares: the tasks' statuses (engine.progress.rule)."""
+    return task_statuses(tasks)
 
 
 def tasks_left(tasks: Sequence[PlanTask]) -> bool:
@@ -95,13 +96,15 @@ def pause(run: ChecklistRun, reason: PauseReason) -> ChecklistRun:
 def observe_tasks(
     run: ChecklistRun, tasks: Sequence[PlanTask], *, now: float
 ) -> tuple[ChecklistRun, bool]:
-    """Account for the tasks after a step: the run, and whether a task started or
-    completed or its evidence changed since the last look."""
+    """Account for the tasks after a step: the run, and whether a task's status changed
+    since the last look (engine.progress.rule: new tasks alone are not progress)."""
     seen = fingerprint(tasks)
     if run.fingerprint is None:
         return dataclasses.replace(run, fingerprint=seen), False
     if seen == run.fingerprint:
         return run, False
+    if not tasks_moved(run.fingerprint, seen):
+        return dataclasses.replace(run, fingerprint=seen), False
     return dataclasses.replace(run, fingerprint=seen, last_progress_at=now), True
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.agent.history import SessionHistory
-from engine.agent.ports import GoalPort, PlanPort
+from engine.agent.ports import GoalPort, PlanPort, RunPreparer
 from engine.agent.settings import AgentSettings
 from engine.approval.service import ToolApprovals
 from engine.model.types import ModelProvider
@@ -58,6 +58,9 @@ class AgentDeps:
     boundary: BoundaryPolicy | None = None
     # A line for the prompt's workspace section (a plan's git worktree says what it is).
     workspace_note: Callable[[str], Awaitable[str]] | None = None
+    # Before each step of an approved run or a goal round: the project's setup runs first
+    # (docs/environments.md); a hold pauses the run or blocks the goal. None: nothing to do.
+    prepare: RunPreparer | None = None
 
 
 __all__ = ["AgentDeps", "WorkspaceResolver"]

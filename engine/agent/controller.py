@@ -19,7 +19,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from engine.agent import checklist
@@ -34,18 +34,22 @@ from engine.events import (
     GoalRoundSource,
     HumanSource,
     MessageSource,
+    ProgressMade,
     RunPaused,
     SeedSource,
-    WorkspaceChanged,
+    is_attended,
 )
 from engine.goal.types import NO_PROGRESS
 from engine.keys import MessageKey, PersonKey
+from engine.plan.gate import PlanGateView, check_gate
 from engine.plan.types import PlanPause, PlanTask
 from engine.progress import workspace as workspace_snapshot
-from engine.progress.stuck import Step, StuckWatch, Verdict, call_record, step_changed
+from engine.progress.rule import changes_goal, may_change_files, step_progress
+from engine.progress.stuck import Step, StuckWatch, Verdict, call_record
 from engine.tasks import BackgroundTasks, safe_call
 from engine.text import clip
 from engine.tools.base import ToolContext
+from engine.tools.effects import effects_of
 from engine.tools.runtime import ToolCallRequest, ToolRuntime
 
 CHECKLIST_DONE_TEXT = "✅ The checklist is done."
@@ -59,13 +63,14 @@ TurnListener = Callable[[str, InboundMessage, TurnResult], Awaitable[None]]
 
 @dataclass(slots=True)
 class Listeners:
-    """Who hears about a session's turns: the goal driver (idle) and the engine (turn end).
+    """Who hears about a session's turns: the goal driver (idle) and the cards (turn end).
 
-    One record, shared by the registry and all its controllers: a listener attached later
-    (the driver needs the registry first) reaches every controller at once."""
+    One record, shared by the registry and all its controllers. Each listener subscribes
+    itself when it is built (:meth:`AgentRegistry.listen_idle`, :meth:`AgentRegistry.listen_turns`),
+    so the engine is composed in one pass and no one sets a listener on the agent later."""
 
-    idle: IdleListener | None = None
-    turn_end: TurnListener | None = None
+    idle: list[IdleListener] = field(default_factory=list)
+    turn_end: list[TurnListener] = field(default_factory=list)
 
 
 # The card's line when the daily cap pauses the run (the UTC day ends at midnight).
@@ -378,8 +383,7 @@ class SessionController:
     async def _after_turn(self, message: InboundMessage, result: TurnResult) -> None:
         """Tell the listener; keep an armed checklist run going while it makes progress."""
         self._asked = self._asked or result.asked
-        on_turn_end = self._listeners.turn_end
-        if on_turn_end is not None:
+        for on_turn_end in self._listeners.turn_end:
             await safe_call("turn_end", on_turn_end(self.session_id, message, result))
         continued = False
         tasks_left = False
@@ -457,11 +461,19 @@ class SessionController:
         active, tasks = await self._tasks()
         self._run, tasks_moved = checklist.observe_tasks(self._run, tasks, now=now)
         pairs = [(c.name, c.arguments, r.content, r.is_error) for c, r in step.calls]
-        progress = tasks_moved or step_changed(pairs)
-        if any(name == "bash" for name, *_ in pairs) and await self._workspace_moved():
-            # In the log, so the goal's idle-rounds rule counts what bash did on disk too.
-            await self._deps.log.append(self.session_id, [WorkspaceChanged()])
-            progress = True
+        # Progress is work (engine.progress.rule), judged from what each call's tool declares.
+        registry = self._runtime.registry
+        effects = [(registry.effects(name, args), err) for name, args, _, err in pairs]
+        files = any(may_change_files(does) for does, _ in effects)
+        kinds = step_progress(
+            task=tasks_moved,
+            workspace=files and await self._workspace_moved(),
+            goal=any(changes_goal(does, is_error=err) for does, err in effects),
+        )
+        if kinds:
+            # In the log, so the goal's idle-rounds count reads the same rule.
+            await self._deps.log.append(self.session_id, [ProgressMade(kinds=list(kinds))])
+        progress = bool(kinds)
         record = Step(
             calls=tuple(call_record(n, a, c, is_error=e) for n, a, c, e in pairs),
             compacted=step.compacted,
@@ -478,7 +490,7 @@ class SessionController:
         return await self._stuck(verdict, task, watching)
 
     async def _workspace_moved(self) -> bool:
-        """Whether bash changed the workspace since the last snapshot (then it is the new one)."""
+        """Whether the workspace changed since the last snapshot (then it is the new one)."""
         before = self._baseline
         try:
             workspace = await self._deps.workspace_for(self.session_id)
@@ -580,7 +592,36 @@ class SessionController:
                 self.session_id, message.source
             ):
                 return "goal round no longer valid"
-        return None
+        return await self._prepare(message)
+
+    async def _prepare(self, message: InboundMessage | None) -> str | None:
+        """The project's setup runs before the approved run's (or a goal round's) first step
+        in its worktree; a failure pauses the run (Retry) or blocks the goal."""
+        prepare = self._deps.prepare
+        if prepare is None or message is None:
+            return None
+        round_source = message.source if isinstance(message.source, GoalRoundSource) else None
+        if not self._run.armed and round_source is None:
+            return None  # a turn the owner watches, outside the run: the environment as it is
+        hold = await prepare(self.session_id, message.source)
+        if hold is None:
+            return None
+        if self._run.armed:
+            _, tasks = await self._tasks()
+            task = checklist.current_task(tasks)
+            await self._pause(
+                PauseReason(
+                    "setup",
+                    hold.text,
+                    evidence=hold.evidence,
+                    task_id=task.id if task is not None else None,
+                )
+            )
+        if round_source is not None and self._deps.goals is not None:
+            await self._deps.goals.block_round(
+                self.session_id, round_source, code=hold.code, message=hold.text
+            )
+        return f"setup: {hold.text}"
 
     async def _commit_pending(self, *, queue_execution: bool) -> None:
         plan = self._deps.plan
@@ -615,15 +656,13 @@ class SessionController:
 
     def _notify_idle(self, *, outcome: str | None = None, goal_id: str | None = None) -> None:
         """Wake the goal driver; it checks :meth:`is_idle` itself when it runs."""
-        on_idle = self._listeners.idle
-        if on_idle is None:
-            return
-        try:
-            result = on_idle.notify_idle(self.session_id, outcome=outcome, goal_id=goal_id)
-            if inspect.isawaitable(result):
-                self._background.spawn(_awaited(result), name=f"notify_idle:{self.session_id}")
-        except Exception as exc:  # the driver's failure must not kill the agent worker
-            _log.warning("plangate.agent.controller.notify_idle_failed %s", type(exc).__name__)
+        for on_idle in self._listeners.idle:
+            try:
+                result = on_idle.notify_idle(self.session_id, outcome=outcome, goal_id=goal_id)
+                if inspect.isawaitable(result):
+                    self._background.spawn(_awaited(result), name=f"notify_idle:{self.session_id}")
+            except Exception as exc:  # the driver's failure must not kill the agent worker
+                _log.warning("plangate.agent.controller.notify_idle_failed %s", type(exc).__name__)
 
 
 async def _awaited(result: Awaitable[object]) -> None:
@@ -642,19 +681,19 @@ class AgentRegistry:
 
     def __init__(self, deps: AgentDeps, *, driver: IdleListener | None = None) -> None:
         self.deps = deps
-        self._listeners = Listeners(idle=driver)
+        self._listeners = Listeners(idle=[driver] if driver is not None else [])
         self._controllers: dict[str, SessionController] = {}
-        precheck = deps.boundary.refuse_hidden if deps.boundary is not None else None
-        self.runtime = ToolRuntime(deps.tools, gate=self._gate, precheck=precheck)
+        self.runtime = ToolRuntime(deps.tools, gate=self._gate, paths=deps.boundary)
         self._closed = False
 
-    def set_driver(self, driver: IdleListener | None) -> None:
-        """Attach the goal round driver after construction (it needs this registry too)."""
-        self._listeners.idle = driver
+    def listen_idle(self, listener: IdleListener) -> None:
+        """Wake ``listener`` whenever a session's turn ends or its inbox drains (the goal
+        round driver subscribes itself so when it is built: it needs this registry first)."""
+        self._listeners.idle.append(listener)
 
-    def set_turn_listener(self, listener: TurnListener | None) -> None:
-        """Be told after every turn of every session (the engine's card state)."""
-        self._listeners.turn_end = listener
+    def listen_turns(self, listener: TurnListener) -> None:
+        """Tell ``listener`` after every turn of every session (the cards subscribe so)."""
+        self._listeners.turn_end.append(listener)
 
     def controller(self, session_id: str) -> SessionController:
         """The session's controller, created on first use."""
@@ -718,19 +757,32 @@ class AgentRegistry:
         return stopped
 
     async def _gate(self, request: ToolCallRequest, ctx: ToolContext) -> str | None:
-        """The plan gate, then the owner's approval (which may wait for a press)."""
+        """The plan gate, then the owner's approval (which may wait for a press); both read
+        what the tool declares it does (engine.tools.effects), never its name."""
         plan = self.deps.plan
+        declared = self.runtime.registry.declaration(request.name)
+        goal_round = not is_attended(ctx.source)
         if plan is not None:
             denied = await plan.check_tool(
-                ctx.session_id, request.name, request.arguments, workspace=ctx.workspace
+                ctx.session_id,
+                declared,
+                request.arguments,
+                workspace=ctx.workspace,
+                goal_round=goal_round,
             )
-            if denied is not None:
-                return denied
+        else:
+            view = PlanGateView(state="none")
+            denied = check_gate(
+                declared, request.arguments, view, workspace=ctx.workspace, goal_round=goal_round
+            )
+        if denied is not None:
+            return denied
         approvals = self.deps.approvals
-        if approvals is None or not approvals.may_ask(request.name):
+        effects = effects_of(declared, request.arguments)
+        if approvals is None or not approvals.may_ask(effects):
             return None
         phase = (await plan.prompt_view(ctx.session_id)).phase if plan is not None else "none"
-        return await approvals.check(request, ctx, phase=phase)
+        return await approvals.check(request, ctx, phase=phase, declared=declared)
 
 
 __all__ = [

@@ -7,14 +7,15 @@ that satisfy these protocols (``engine.agent.adapters`` wraps ``PlanService`` an
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from engine.events import GoalRoundSource
+from engine.events import GoalRoundSource, MessageSource
 from engine.keys import PersonKey
 from engine.plan.types import PlanPause, PlanState, PlanTask, is_editing
+from engine.tools.effects import Declaration
 
 # The plan service's derived state: none (NoPlan), pre_init (Editing before ``plan init``),
 # post_init (Editing after ``init``: only the session ``.md`` is writable), active.
@@ -60,9 +61,16 @@ class PlanPort(Protocol):
         ...
 
     async def check_tool(
-        self, session_id: str, tool_name: str, args: Mapping[str, Any], *, workspace: Path
+        self,
+        session_id: str,
+        tool: Declaration | None,
+        args: Mapping[str, Any],
+        *,
+        workspace: Path,
+        goal_round: bool = False,
     ) -> str | None:
-        """The plan gate for one call: ``None`` allows, else the fixed deny reason."""
+        """The plan gate for one call of a tool declared ``tool`` (``None``: undeclared):
+        ``None`` allows, else the fixed deny reason."""
         ...
 
     async def commit_plan_mode(self, session_id: str, active: bool) -> None:
@@ -110,6 +118,25 @@ class IdleListener(Protocol):
         ...
 
 
+class RunHold(Protocol):
+    """Why an approved run cannot do its work yet (the project's setup failed or waits for
+    consent): the card's line, the output that says why, the goal's blocked code."""
+
+    @property
+    def code(self) -> str: ...
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def evidence(self) -> str: ...
+
+
+# Before a step of an approved run or a goal round: ``None`` when the work may go on
+# (engine.environments.EnvSetup.prepare runs the project's setup first).
+RunPreparer = Callable[[str, MessageSource], Awaitable[RunHold | None]]
+
+
 __all__ = [
     "ApprovalOutcome",
     "GoalPort",
@@ -117,4 +144,6 @@ __all__ = [
     "PlanPhase",
     "PlanPort",
     "PlanPromptView",
+    "RunHold",
+    "RunPreparer",
 ]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.events import ApprovalDecision, TurnOutcome
 from engine.keys import MessageKey
-from engine.ports import ChannelLimits
+from engine.limits import ChannelLimits
 
 if TYPE_CHECKING:
     from engine.approval.policy import ApprovalView

@@ -28,6 +28,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from engine.tools.effects import BUILTIN, Effect, effects_of
+
 Decision = Literal["allow", "deny", "ask"]
 Rule = tuple[str, ...]
 BashApproval = Literal["escalation", "always", "never"]
@@ -35,10 +37,10 @@ BASH_APPROVALS: tuple[BashApproval, ...] = ("escalation", "always", "never")
 # Why a call asks, as the approval message says it.
 Escalation = Literal["command", "network", "ask-rule", "write"]
 
-# The tools the policy looks at; every other tool (reads, plan, todo, goal) is allowed here
-# and left to the plan gate.
+# The effects the policy looks at (what a tool declares, engine.tools.effects): a ``shell``
+# call follows the bash policy, a ``write`` asks with PLANGATE_ASK_WRITES; every other effect
+# (reads, plan, todo, goal) is allowed here and left to the plan gate.
 BASH = "bash"
-WRITE_TOOLS = frozenset({"write_file", "edit_file"})
 
 # Phases (the plan service's derived state) where bash runs with the workspace writable.
 ASKING_PHASES = frozenset({"none", "active"})
@@ -313,9 +315,18 @@ def escalation(
     return None
 
 
-def may_ask(tool: str, *, ask_writes: bool = False) -> bool:
-    """Whether :func:`decide` can say anything but allow for ``tool`` (cheap pre-check)."""
-    return tool == BASH or (ask_writes and tool in WRITE_TOOLS)
+def may_ask(effects: Iterable[Effect], *, ask_writes: bool = False) -> bool:
+    """Whether :func:`decide` can say anything but allow for a call with ``effects`` (cheap
+    pre-check)."""
+    found = set(effects)
+    return "shell" in found or (ask_writes and "write" in found)
+
+
+def tool_effects(
+    tool: str, args: Mapping[str, Any], effects: Iterable[Effect] | None = None
+) -> frozenset[Effect]:
+    """``effects`` when given, else what plangate's own tool called ``tool`` declares."""
+    return frozenset(effects) if effects is not None else effects_of(BUILTIN.get(tool), args)
 
 
 def decide(
@@ -330,6 +341,7 @@ def decide(
     ask_writes: bool = False,
     write_target: str | None = None,
     write_rules: Iterable[str] = (),
+    effects: Iterable[Effect] | None = None,
 ) -> Decision:
     """Allow, ask the owner, or deny one call that the plan gate already let through.
 
@@ -340,9 +352,12 @@ def decide(
     whole commands the session allowed. File writes inside the workspace are allowed, unless
     ``ask_writes``: then a write to ``write_target`` (workspace-relative; ``None`` for a path
     outside, which the tools refuse) asks unless the session allowed writes to that file.
+    ``effects``: what the call does (its tool's declaration); plangate's own tool ``tool``'s
+    when not given.
     """
     policy = policy or BashPolicy()
-    if tool == BASH:
+    does = tool_effects(tool, args, effects)
+    if "shell" in does:
         escalates = escalation(args, policy=policy, network_rules=network_rules)
         if phase not in ASKING_PHASES and escalates != "network":
             return "allow"
@@ -362,7 +377,7 @@ def decide(
         return "ask"
     if phase not in ASKING_PHASES:
         return "allow"
-    if tool in WRITE_TOOLS and ask_writes and write_target is not None:
+    if "write" in does and ask_writes and write_target is not None:
         return "allow" if write_target in set(write_rules) else "ask"
     return "allow"
 
@@ -372,9 +387,9 @@ def decide(
 RuleFamily = Literal["bash", "network", "files"]
 
 
-def family_of(tool: str) -> RuleFamily:
+def family_of(tool: str, effects: Iterable[Effect] | None = None) -> RuleFamily:
     """Which rules a tool's calls are matched against (a network call: see ApprovalView)."""
-    return "files" if tool in WRITE_TOOLS else "bash"
+    return "files" if "write" in tool_effects(tool, {}, effects) else "bash"
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,6 +423,8 @@ class ApprovalView:
     def family(self) -> RuleFamily:
         if self.why == "network":
             return "network"
+        if self.why == "write":
+            return "files"
         return family_of(self.tool)
 
     @property
@@ -439,7 +456,6 @@ class ApprovalView:
 __all__ = [
     "BASH",
     "BASH_APPROVALS",
-    "WRITE_TOOLS",
     "ApprovalView",
     "BashApproval",
     "BashPolicy",
@@ -469,5 +485,6 @@ __all__ = [
     "runs_code",
     "runs_project_config",
     "session_rule",
+    "tool_effects",
     "wants_network",
 ]

@@ -7,10 +7,11 @@ message shows the path alone); the tool itself decides later whether the write w
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from engine.tools.effects import BUILTIN, Declaration
 from engine.tools.search import read_regular
 from engine.tools.workspace import (
     OutsideWorkspace,
@@ -23,10 +24,14 @@ from engine.tools.workspace import (
 MAX_PREVIEW_BYTES = 1_000_000
 
 
-def write_target(workspace: Path, args: Mapping[str, Any]) -> str | None:
-    """The workspace-relative path a write names; ``None`` when it is outside the workspace
-    (the file tools refuse those, or it is the plan ``.md``, which the plan gate rules)."""
-    raw = args.get("path")
+def write_target(
+    workspace: Path, args: Mapping[str, Any], paths: Sequence[str] = ("path",)
+) -> str | None:
+    """The workspace-relative path a write names (the first of ``paths``, the arguments its
+    tool declares it writes, that is given); ``None`` when it is outside the workspace (the
+    boundary refuses those, or it is the plan ``.md``, which the plan gate rules)."""
+    given = [args.get(name) for name in paths if args.get(name) is not None]
+    raw = given[0] if given else None
     if not isinstance(raw, str) or not raw.strip():
         return None
     try:
@@ -36,13 +41,21 @@ def write_target(workspace: Path, args: Mapping[str, Any]) -> str | None:
     return display_path(resolved, workspace)
 
 
-def write_diff(workspace: Path, tool: str, args: Mapping[str, Any], target: str) -> str | None:
-    """The unified diff a ``write_file``/``edit_file`` would make (a new file: from
-    ``/dev/null``); ``None`` when the file is not readable text or the edit would not apply."""
+def write_diff(
+    workspace: Path, tool: str | Declaration | None, args: Mapping[str, Any], target: str
+) -> str | None:
+    """The unified diff a writing tool's call would make (a new file: from ``/dev/null``),
+    from the file's text after the call as the tool declares it (``Declaration.after``; a
+    name: plangate's own tool); ``None`` when the file is not readable text, the write would
+    not apply, or the tool declares no way to tell."""
+    declared = BUILTIN.get(tool) if isinstance(tool, str) else tool
+    after_of = declared.after if declared is not None else None
+    if after_of is None:
+        return None
     path = real_path(workspace) / target
     fromfile = f"a/{target}"
     try:
-        if not path.exists() and tool == "write_file":
+        if not path.exists():
             before, fromfile = "", "/dev/null"  # a new file: all of it is added
         else:
             # Regular files only, opened non-blocking (a FIFO never blocks the thread).
@@ -52,7 +65,7 @@ def write_diff(workspace: Path, tool: str, args: Mapping[str, Any], target: str)
             before = data.decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return None
-    after = _after(tool, args, before)
+    after = after_of(before, args)
     if after is None:
         return None
     lines = difflib.unified_diff(
@@ -62,19 +75,6 @@ def write_diff(workspace: Path, tool: str, args: Mapping[str, Any], target: str)
         tofile=f"b/{target}",
     )
     return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
-
-
-def _after(tool: str, args: Mapping[str, Any], before: str) -> str | None:
-    if tool == "write_file":
-        content = args.get("content")
-        return content if isinstance(content, str) else None
-    old, new = args.get("old_text"), args.get("new_text")
-    if not isinstance(old, str) or not isinstance(new, str) or not old:
-        return None
-    count = before.count(old)
-    if args.get("replace_all") is True and count:
-        return before.replace(old, new)
-    return before.replace(old, new, 1) if count == 1 else None
 
 
 __all__ = ["MAX_PREVIEW_BYTES", "write_diff", "write_target"]

@@ -35,9 +35,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from engine.api import APPROVAL_ONCE
 from engine.approval.policy import (
-    BASH,
-    WRITE_TOOLS,
     ApprovalView,
     BashPolicy,
     Escalation,
@@ -59,10 +58,13 @@ from engine.events import (
     MessageSource,
     is_attended,
 )
-from engine.keys import PersonKey
+from engine.keys import ChatKey, PersonKey
 from engine.ports import EventLog
+from engine.roles.policy import may, press_action
+from engine.roles.types import Role
 from engine.tasks import safe_call
 from engine.tools.base import ToolContext
+from engine.tools.effects import BUILTIN, Declaration, Effect, effects_of
 from engine.tools.runtime import ToolCallRequest
 
 _log = logging.getLogger("plangate.approval.service")
@@ -134,6 +136,22 @@ UnattendedHook = Callable[[str, MessageSource, ApprovalView], Awaitable[None]]
 AnswerCheck = Callable[[str, PersonKey | None], Awaitable[bool]]
 
 
+class Roles(Protocol):
+    """The chats' teams as the approvals read them (``engine.roles.RoleService``)."""
+
+    async def role_of(self, chat_id: ChatKey | None, user_id: PersonKey | None) -> Role:
+        """The role of ``user_id`` in ``chat_id``."""
+        ...
+
+
+class SessionChats(Protocol):
+    """Which chat a session lives in (``engine.bindings.ChatBindings``)."""
+
+    def chat_of(self, session_id: str) -> ChatKey | None:
+        """The chat the session is bound to, as this process knows it."""
+        ...
+
+
 @dataclass
 class _Pending:
     view: ApprovalView
@@ -192,7 +210,13 @@ class ToolApprovals:
         on_unattended: UnattendedHook | None = None,
         ask_writes: bool = False,
         policy: BashPolicy | None = None,
+        roles: Roles | None = None,
+        chats: SessionChats | None = None,
     ) -> None:
+        """``on_unattended`` hears of a call denied in an unattended turn (the goal service
+        blocks the round's goal). ``roles`` and ``chats`` tell who may answer a session's
+        requests (without them no people are known, as in this service's own tests: anyone
+        may)."""
         if timeout_s <= 0:
             raise ValueError("the approval timeout must be positive")
         self._log = log
@@ -202,9 +226,8 @@ class ToolApprovals:
         self.timeout_s = timeout_s
         self.on_unattended = on_unattended
         self.ask_writes = ask_writes
-        # Who may answer: engine.roles' one rule, set by build_engine (None: no people known,
-        # as in the approval service's own tests).
-        self.answer_check: AnswerCheck | None = None
+        self._roles = roles
+        self._chats = chats
         self._sessions: dict[str, _Session] = {}
 
     def _session(self, session_id: str) -> _Session:
@@ -216,9 +239,10 @@ class ToolApprovals:
         """The settings' rules, then the ones granted in this session."""
         return self._rules + tuple(self._session(session_id).rules)
 
-    def may_ask(self, tool: str) -> bool:
-        """Whether a call of ``tool`` can ever wait here (else the gate need not look)."""
-        return may_ask(tool, ask_writes=self.ask_writes)
+    def may_ask(self, effects: Iterable[Effect]) -> bool:
+        """Whether a call with ``effects`` (what its tool declares) can ever wait here (else
+        the gate need not look)."""
+        return may_ask(effects, ask_writes=self.ask_writes)
 
     def _granted(self, state: _Session, view: ApprovalView) -> bool:
         return bool(view.rule) and not self._is_new(state, view.family, view.rule or (), view.exact)
@@ -229,11 +253,13 @@ class ToolApprovals:
         return found.pending.view if found is not None and found.pending is not None else None
 
     async def may_answer(self, session_id: str, actor: PersonKey | None) -> bool:
-        """Who may answer a request: owners and the chat's approvers (``answer_check``, the
-        role rule of engine.roles; the front end's gate asks the same rule first)."""
-        if self.answer_check is None:
+        """Who may answer a request: whoever may press a tool approval's buttons (the role
+        rule of engine.roles; the front end's gate asks the same rule first)."""
+        if self._roles is None:
             return True
-        return await self.answer_check(session_id, actor)
+        chat = self._chats.chat_of(session_id) if self._chats is not None else None
+        role = await self._roles.role_of(chat, actor)
+        return may(role, press_action("a", APPROVAL_ONCE))
 
     def new_run(self, session_id: str) -> None:
         """A person acted (a message, Approve, ``/execute``, Resume): what was denied before
@@ -278,17 +304,31 @@ class ToolApprovals:
 
     # --- the gate ---------------------------------------------------------------------------
 
-    async def check(self, request: ToolCallRequest, ctx: ToolContext, *, phase: str) -> str | None:
+    async def check(
+        self,
+        request: ToolCallRequest,
+        ctx: ToolContext,
+        *,
+        phase: str,
+        declared: Declaration | None = None,
+    ) -> str | None:
         """``None`` runs the call; a string denies it (the model reads it as the result).
 
-        May wait for the owner up to the timeout. Cancelled (``/stop``), the request is
-        closed as ``stopped`` and the cancellation goes on.
+        ``declared``: what the call's tool declares it does (engine.tools.effects; plangate's
+        own tool of that name when not given). May wait for the owner up to the timeout.
+        Cancelled (``/stop``), the request is closed as ``stopped`` and the cancellation goes
+        on.
         """
         session_id = ctx.session_id
         state = self._session(session_id)
+        declared = declared if declared is not None else BUILTIN.get(request.name)
+        effects = effects_of(declared, request.arguments)
         target: str | None = None
-        if self.ask_writes and request.name in WRITE_TOOLS:
-            target = await asyncio.to_thread(write_target, ctx.workspace, request.arguments)
+        if self.ask_writes and "write" in effects:
+            written = declared.path_args("write") if declared is not None else ()
+            target = await asyncio.to_thread(
+                write_target, ctx.workspace, request.arguments, written
+            )
         decision = decide(
             request.name,
             request.arguments,
@@ -300,6 +340,7 @@ class ToolApprovals:
             ask_writes=self.ask_writes,
             write_target=target,
             write_rules=state.write_rules,
+            effects=effects,
         )
         if decision == "allow":
             return None
@@ -308,7 +349,7 @@ class ToolApprovals:
         exact = False
         why: Escalation = "command"
         reason = ""
-        if request.name == BASH:
+        if "shell" in effects:
             command = bash_command(request.arguments)
             why = escalation(request.arguments, policy=self.policy) or "command"
             if decision == "deny":
@@ -327,7 +368,7 @@ class ToolApprovals:
         elif target is not None:
             command, rule, why = f"{request.name} {target}", (target,), "write"
             diff = await asyncio.to_thread(
-                write_diff, ctx.workspace, request.name, request.arguments, target
+                write_diff, ctx.workspace, declared, request.arguments, target
             )
         else:
             command = request.name
@@ -344,6 +385,10 @@ class ToolApprovals:
             reason=reason,
         )
         return await self._request(ctx, view)
+
+    async def ask_plan_skip(self, ctx: ToolContext, what: str) -> str | None:
+        """``plan skip`` of a task with checks asks the owner first (:meth:`ask`)."""
+        return await self.ask(ctx, tool="plan skip", command=what)
 
     async def ask(self, ctx: ToolContext, *, tool: str, command: str) -> str | None:
         """Ask the owner about an action no rule covers (a skip of a task with checks,

@@ -24,7 +24,7 @@ from typing import Literal
 from engine.goal.fold import UNCHANGED, GoalRefusal, refusal
 from engine.goal.service import GoalService
 from engine.goal.types import GoalSnapshot
-from engine.usage.ledger import fmt_tokens, parse_tokens
+from engine.text import fmt_tokens, parse_tokens
 
 USAGE = (
     'usage: /goal [objective [--tokens 200k] [--check "cmd"]... | pause | resume | clear | done '

@@ -28,6 +28,8 @@ from engine.events import GoalCheck, GoalRoundSource
 from engine.goal.fold import GoalRefusal
 from engine.goal.service import GoalService
 from engine.goal.types import GoalSnapshot
+from engine.plan.service import PlanChange
+from engine.plan.types import PlanState, is_editing
 from engine.scheduler import Scheduler
 from engine.tasks import BackgroundTasks
 
@@ -46,6 +48,30 @@ class RoundTarget(Protocol):
 
     async def submit_round(self, session_id: str, text: str, source: GoalRoundSource) -> None:
         """Queue the round prompt as a ``user/message`` with goal source."""
+        ...
+
+    def listen_idle(self, listener: IdleListener) -> None:
+        """Call ``listener.notify_idle`` whenever a session's turn ends or it goes idle."""
+        ...
+
+
+class IdleListener(Protocol):
+    """What the target wakes (the driver)."""
+
+    def notify_idle(
+        self, session_id: str, *, outcome: str | None = None, goal_id: str | None = None
+    ) -> object: ...
+
+
+class PlanWatch(Protocol):
+    """The plan service as the driver reads it: no round is dispatched while Editing."""
+
+    async def state(self, session_id: str) -> PlanState:
+        """The plan's derived state now."""
+        ...
+
+    def add_listener(self, listener: Callable[[PlanChange], Awaitable[None]]) -> None:
+        """Be told after every committed plan change."""
         ...
 
 
@@ -104,21 +130,40 @@ class RoundDriver:
         target: RoundTarget,
         scheduler: Scheduler,
         *,
+        plans: PlanWatch | None = None,
         hold: Callable[[str], Awaitable[bool]] | None = None,
         after_round: Callable[[str, GoalRoundSource], Awaitable[None]] | None = None,
     ) -> None:
-        """``hold(session_id)`` True keeps a queued round waiting (the plan is Editing: no round
-        is dispatched then); call :meth:`notify_idle` when the reason goes away.
-        ``after_round(session_id, source)`` runs once an admitted round has ended, before the
-        next one is asked for (the no-progress detector)."""
+        """``plans``: no round is dispatched while the plan is being edited, and a round held
+        back for that goes once planning ends (docs/goals.md). ``hold(session_id)`` True keeps
+        a queued round waiting for any other reason; call :meth:`notify_idle` when it goes
+        away. ``after_round(session_id, source)`` runs once an admitted round has ended,
+        before the next one is asked for (the no-progress detector).
+
+        The driver subscribes itself to the goals, the target's idle signal and the plans."""
         self._goals = goals
         self._target = target
         self._scheduler = scheduler
+        self._plans = plans
         self._hold = hold
         self._after_round = after_round
         self._sessions: dict[str, _Session] = {}
         self._background = BackgroundTasks(log, event="disarm_failed")
         goals.add_listener(self._on_goal_change)
+        target.listen_idle(self)
+        if plans is not None:
+            plans.add_listener(self._on_plan_change)
+
+    async def _held(self, session_id: str) -> bool:
+        """A queued round waits: the plan is being edited, or ``hold`` says so."""
+        if self._plans is not None and is_editing(await self._plans.state(session_id)):
+            return True
+        return self._hold is not None and await self._hold(session_id)
+
+    async def _on_plan_change(self, change: PlanChange) -> None:
+        if change.after is None or change.after.status == "Active":
+            # Planning ended: a goal round held back while Editing may go now.
+            self.notify_idle(change.session_id)
 
     # --- the agent's side -----------------------------------------------------------------
 
@@ -223,9 +268,7 @@ class RoundDriver:
             session.wake.clear()
             if not self._goals.is_armed(session_id):
                 return False
-            if self._target.is_idle(session_id) and not (
-                self._hold is not None and await self._hold(session_id)
-            ):
+            if self._target.is_idle(session_id) and not await self._held(session_id):
                 return True
             await session.wake.wait()
 

@@ -1,19 +1,13 @@
-"""The no-progress detector: did a turn change anything durable? (pure over events)
+"""A goal's idle rounds: did a round make progress? (pure over events)
 
-A turn made progress when, among its events, there is at least one of:
-
-- a file written: a ``write_file`` or ``edit_file`` result that is not an error;
-- a checklist change: a ``plan`` tool result that is not an error, for any op but ``show``,
-  or a ``plan/changed`` event;
-- a todo change: a ``todo/write`` event;
-- a goal update: a ``goal/change`` event (``update_goal``, say);
-- a workspace change by ``bash``: a ``workspace/changed`` event (the agent compares a snapshot
-  of the workspace before and after each bash step of a round, engine.progress.workspace).
-
-Reading, searching and commands that change no file are idle. :func:`idle_streak` counts a
-goal's idle rounds in a row from a log; anything the owner does to the goal between rounds (a
-``goal/change`` outside a round: Resume, an edit, a budget raise) or a message of the owner's
-starts the count again.
+Progress is work, one rule for the stuck detector and this count (engine.progress.rule): a
+task's status changed, a file in the workspace changed, or the goal's state changed. The agent
+decides it after each step of a round and logs ``progress/made``; a round made progress when
+its events hold one (or a ``workspace/changed`` an earlier version wrote). A todo rewrite, a
+``plan show``, reads, searches and commands that change no file are idle, however varied.
+:func:`idle_streak` counts a goal's idle rounds in a row from a log; anything the owner does
+to the goal between rounds (a ``goal/change`` outside a round: Resume, an edit, a budget
+raise) or a message of the owner's starts the count again.
 """
 
 from __future__ import annotations
@@ -24,11 +18,8 @@ from collections.abc import Iterable, Sequence
 from engine.events import (
     GoalChange,
     GoalRoundSource,
-    PlanChanged,
+    ProgressMade,
     SessionEvent,
-    TodoWrite,
-    ToolCall,
-    ToolResult,
     TurnEnd,
     UserMessage,
     WorkspaceChanged,
@@ -36,39 +27,24 @@ from engine.events import (
 from engine.goal.service import GoalService
 from engine.goal.types import NO_PROGRESS
 from engine.ports import EventLog
-from engine.progress.stuck import FILE_TOOLS
 
 log = logging.getLogger("plangate.goal.progress")
 
 # The event types the two functions below read (a filtered log read needs no more).
 PROGRESS_EVENT_TYPES = frozenset(
-    {
-        "user/message",
-        "tool/call",
-        "tool/result",
-        "plan/changed",
-        "todo/write",
-        "goal/change",
-        "turn/end",
-        "workspace/changed",
-    }
+    {"user/message", "goal/change", "turn/end", "progress/made", "workspace/changed"}
 )
 
 
 def turn_made_progress(events: Sequence[SessionEvent]) -> bool:
-    """``True`` when the events of one turn include a durable change (see the module rules)."""
-    plan_ops: dict[str, object] = {}
-    for event in events:
-        if isinstance(event, ToolCall) and event.name == "plan":
-            plan_ops[event.call_id] = event.arguments.get("op")
-        elif isinstance(event, ToolResult) and not event.is_error:
-            if event.name in FILE_TOOLS:
-                return True
-            if event.name == "plan" and plan_ops.get(event.call_id, "show") != "show":
-                return True
-        elif isinstance(event, PlanChanged | TodoWrite | GoalChange | WorkspaceChanged):
-            return True
-    return False
+    """``True`` when the events of one turn say it made progress (see the module rules)."""
+    return any(
+        isinstance(event, ProgressMade | WorkspaceChanged) and _counts(event) for event in events
+    )
+
+
+def _counts(event: ProgressMade | WorkspaceChanged) -> bool:
+    return isinstance(event, WorkspaceChanged) or bool(event.kinds)
 
 
 class IdleCounter:
@@ -109,7 +85,6 @@ def idle_streak(events: Iterable[SessionEvent], goal_id: str) -> int:
 
 
 __all__ = [
-    "FILE_TOOLS",
     "PROGRESS_EVENT_TYPES",
     "IdleCounter",
     "IdleRoundWatch",
@@ -157,7 +132,7 @@ class IdleRoundWatch:
             goal.ref,
             code=NO_PROGRESS,
             message=(
-                f"{idle} rounds in a row changed nothing (no file written, no checklist, todo "
-                "or goal change); give it a hint or change the objective, then Resume"
+                f"{idle} rounds in a row changed nothing (no file, no task status, no goal "
+                "change); give it a hint or change the objective, then Resume"
             ),
         )

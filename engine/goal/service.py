@@ -19,9 +19,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal
 
+from engine.approval.policy import ApprovalView
 from engine.checks.types import CheckRun
 from engine.errors import AppendConflict
-from engine.events import GoalCheck, GoalRoundSource
+from engine.events import GoalCheck, GoalRoundSource, MessageSource
 from engine.goal.fold import (
     UNCHANGED,
     BlockGoal,
@@ -44,7 +45,7 @@ from engine.goal.fold import (
     empty_goal_state,
     refusal,
 )
-from engine.goal.types import GoalRef, GoalSnapshot, GoalTombstone
+from engine.goal.types import NEEDS_APPROVAL, GoalRef, GoalSnapshot, GoalTombstone
 from engine.ports import Clock, EventLog
 
 log = logging.getLogger("plangate.goal.service")
@@ -192,6 +193,26 @@ class GoalService:
         result = await self.block(session_id, goal.ref, code=code, message=message)
         if isinstance(result, GoalRefusal):
             log.info("plangate.goal.service.block_round_refused code=%s", result.code)
+
+    async def approval_needed(
+        self, session_id: str, source: MessageSource, view: ApprovalView
+    ) -> None:
+        """A call in an unattended turn needed a person's approval and was denied.
+
+        A goal round never waits on a person: its goal is blocked ``needs-approval`` until the
+        owner allows the call (the Allow button) and resumes it. Any other unattended turn's
+        denial leaves the goal alone."""
+        if not isinstance(source, GoalRoundSource):
+            return
+        what = view.command or view.tool
+        if view.why == "network":
+            what += " (with the network)"
+        await self.block_round(
+            session_id,
+            source,
+            code=NEEDS_APPROVAL,
+            message=f"{view.tool} needs your approval: {what}",
+        )
 
     async def complete(self, session_id: str, ref: GoalRef) -> GoalSnapshot | GoalRefusal:
         """active|paused|blocked -> complete."""

@@ -22,6 +22,7 @@ from engine.goal.fold import GoalRefusal, refusal
 from engine.goal.service import GoalService
 from engine.goal.types import GoalRef, GoalSnapshot
 from engine.tools.base import Tool, ToolContext, ToolOutcome
+from engine.tools.effects import BUILTIN
 
 
 class GetGoalArgs(BaseModel):
@@ -82,6 +83,7 @@ class _ExclusiveTool:
 
 class GetGoalTool(_ExclusiveTool):
     name = "get_goal"
+    declaration = BUILTIN["get_goal"]
     description = "Show the session's goal: objective, status, rounds used and the cap."
     args_model = GetGoalArgs
     parameters: dict[str, Any] = {  # noqa: RUF012 - read-only schema
@@ -102,6 +104,7 @@ class GetGoalTool(_ExclusiveTool):
 
 class CreateGoalTool(_ExclusiveTool):
     name = "create_goal"
+    declaration = BUILTIN["create_goal"]
     description = (
         "Propose a goal for this session: an objective the agent keeps working toward round "
         "after round. It starts paused until the owner presses Start. Refused while another "
@@ -139,6 +142,7 @@ class CreateGoalTool(_ExclusiveTool):
 
 class UpdateGoalTool(_ExclusiveTool):
     name = "update_goal"
+    declaration = BUILTIN["update_goal"]
     description = (
         'Report on the goal: status "complete" when the objective is met (verified against '
         'the workspace), or "blocked" with a reason when you cannot go on without help. '

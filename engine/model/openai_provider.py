@@ -20,6 +20,7 @@ import email.utils
 import json
 import logging
 import random
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
@@ -277,6 +278,14 @@ class OpenAIProvider:
 
     def _refusal(self, exc: openai.APIStatusError) -> str:
         where = _shown(self.base_url)
+        path = urlsplit(self.base_url or "").path.rstrip("/")
+        if exc.status_code == 404 and self.base_url and not re.search(r"/v\d+[a-z]*$", path):
+            # Ollama, vLLM and LM Studio serve the API under /v1; a URL without it 404s on
+            # every path, whatever the model's name.
+            return (
+                f"the model server at {where} answered HTTP 404: its URL usually ends in /v1 "
+                f"(try PLANGATE_MODEL_BASE_URL={self.base_url.rstrip('/')}/v1)"
+            )
         if exc.status_code == 404:
             return (
                 f"the model server at {where} answered HTTP 404 for model {self.model!r} "

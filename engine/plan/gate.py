@@ -1,61 +1,36 @@
 """The plan gate: one pure decision the tool runtime makes before every tool call.
 
-Pre-init: no project writes, bash allowed, ``plan init`` allowed, other checklist ops denied.
-Post-init: writes only to the session ``.md``, no bash. Active: the ``.md`` is frozen against
-the generic write tools. NoPlan is ungated. Paths are resolved (symlinks, ``..``, absolute
-paths) before the decision, so a link or a detour to the ``.md`` is the ``.md``.
+It reads what the call does (its declared effects, engine.tools.effects), never the tool's
+name, and looks the effects up in the effect x plan-state table (``GATE_TABLE``): pre-init no
+project writes and no sends, bash allowed, ``plan init`` allowed, other checklist ops denied;
+post-init writes only to the session ``.md``, no bash, no network, no sends; Active the
+``.md`` is frozen against writes; NoPlan is ungated. A goal round's column applies on top of
+the plan state's. An undeclared effect is refused while a plan is being written and in goal
+rounds. Paths are resolved (symlinks, ``..``, absolute paths) before the decision, so a link
+or a detour to the ``.md`` is the ``.md``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from engine.plan.digest import md_bytes, too_big_detail
 from engine.plan.refusals import TEXTS
-from engine.plan.types import PlanState
+from engine.tools.effects import (
+    ALLOW,
+    BUILTIN,
+    MD_FROZEN,
+    MD_ONLY,
+    Declaration,
+    GateColumn,
+    effects_of,
+    gate_cells,
+)
+from engine.tools.plan_view import GATE_TEXTS as GATE_TEXTS
+from engine.tools.plan_view import PlanGateView as PlanGateView
 from engine.tools.workspace import real_path, resolve_path
-
-WRITE_TOOLS = frozenset({"write_file", "edit_file"})
-SHELL_TOOLS = frozenset({"bash"})
-CHECKLIST_OPS = frozenset({"add_tasks", "add_task", "start", "complete", "skip"})
-
-GATE_TEXTS: dict[str, str] = {
-    "gate-pre-init-write": (
-        "Denied (gate-pre-init-write): plan mode is on and no plan exists yet, so project "
-        "files cannot change. Explore with read_file, grep or bash, then call plan init."
-    ),
-    "gate-editing-write": (
-        "Denied (gate-editing-write): while the plan is being designed only the session plan "
-        ".md (the path plan init returned) can be written. Write the plan there."
-    ),
-    "gate-editing-bash": (
-        "Denied (gate-editing-bash): bash is off while the plan is being designed. Use "
-        "read_file, list_files and grep; write only the plan .md."
-    ),
-    "gate-plan-too-big": (
-        "Denied (gate-plan-too-big): the plan .md would be over the size limit "
-        "(PLANGATE_MAX_PLAN_KB). Keep the plan short: steps, not code or logs; put long "
-        "material in project files the steps name."
-    ),
-    "gate-active-md-frozen": (
-        "Denied (gate-active-md-frozen): the approved plan .md is frozen while the checklist "
-        "runs. Record progress with plan complete or plan skip; the owner can Revise the plan."
-    ),
-}
-
-
-@dataclass(frozen=True, slots=True)
-class PlanGateView:
-    """What the gate needs to know: the derived state and the session ``.md``'s path."""
-
-    state: PlanState
-    md_path: Path | None = None
-    # The plan text's size limit, and the live .md's size now (post-init), both in bytes.
-    max_md_bytes: int | None = None
-    md_bytes: int = 0
 
 
 def resolve_tool_path(raw: object, workspace: Path) -> Path | None:
@@ -72,51 +47,66 @@ def _is_md(raw: object, view: PlanGateView, workspace: Path) -> bool:
     return target == real_path(view.md_path)
 
 
-def _size_after(tool_name: str, args: Mapping[str, Any], view: PlanGateView) -> int:
-    """The ``.md``'s size after this write (an edit: as if it replaced one occurrence)."""
-    if tool_name == "write_file":
-        content = args.get("content")
-        return md_bytes(content) if isinstance(content, str) else 0
+def _size_after(args: Mapping[str, Any], view: PlanGateView) -> int:
+    """The ``.md``'s size after this write: the whole ``content``, or an edit as if it
+    replaced one occurrence of ``old_text``; the size now when the arguments say neither."""
+    content = args.get("content")
+    if isinstance(content, str):
+        return md_bytes(content)
     old, new = args.get("old_text"), args.get("new_text")
     if not isinstance(old, str) or not isinstance(new, str):
         return view.md_bytes
     return view.md_bytes + md_bytes(new) - md_bytes(old)
 
 
-def check_gate(
-    tool_name: str, args: Mapping[str, Any], view: PlanGateView, *, workspace: Path
+def _text(code: str) -> str:
+    return GATE_TEXTS.get(code) or TEXTS[code]
+
+
+def _md_only(
+    declared: Declaration | None, args: Mapping[str, Any], view: PlanGateView, workspace: Path
 ) -> str | None:
-    """``None`` to allow the call, else the fixed deny reason returned to the model."""
-    state = view.state
-    if state == "none":
-        return None
-    if tool_name == "plan":
-        op = args.get("op")
-        if state == "pre_init" and op in CHECKLIST_OPS:
-            return TEXTS["pre-init-checklist-blocked"]
-        if state == "post_init" and op in CHECKLIST_OPS:
-            return TEXTS["editing-checklist-blocked"]
-        if state == "post_init" and op == "init":
-            return TEXTS["plan-live"]
-        return None
-    if tool_name in WRITE_TOOLS:
-        is_md = _is_md(args.get("path"), view, workspace)
-        if state == "pre_init":
-            return GATE_TEXTS["gate-pre-init-write"]
-        if state == "post_init":
-            if not is_md:
-                return GATE_TEXTS["gate-editing-write"]
-            size = _size_after(tool_name, args, view)
-            if view.max_md_bytes is not None and size > view.max_md_bytes:
-                return (
-                    GATE_TEXTS["gate-plan-too-big"]
-                    + "\n- "
-                    + too_big_detail(size, view.max_md_bytes)
-                )
-            return None
-        if state == "active" and is_md:
-            return GATE_TEXTS["gate-active-md-frozen"]
-        return None
-    if tool_name in SHELL_TOOLS and state == "post_init":
-        return GATE_TEXTS["gate-editing-bash"]
+    """Post-init: a write is allowed when every path it writes is the session ``.md``."""
+    names = declared.path_args("write") if declared is not None else ()
+    if not names or not all(_is_md(args.get(name), view, workspace) for name in names):
+        return GATE_TEXTS["gate-editing-write"]
+    size = _size_after(args, view)
+    if view.max_md_bytes is not None and size > view.max_md_bytes:
+        return GATE_TEXTS["gate-plan-too-big"] + "\n- " + too_big_detail(size, view.max_md_bytes)
+    return None
+
+
+def check_gate(
+    tool: Declaration | str | None,
+    args: Mapping[str, Any],
+    view: PlanGateView,
+    *,
+    workspace: Path,
+    goal_round: bool = False,
+) -> str | None:
+    """``None`` to allow the call, else the fixed deny reason returned to the model.
+
+    ``tool`` is the tool's declaration (a name looks plangate's own tools up in
+    :data:`~engine.tools.effects.BUILTIN`; ``None``: undeclared). ``goal_round``: the call is
+    in an autonomous goal round, whose column of the table applies too.
+    """
+    declared = BUILTIN.get(tool) if isinstance(tool, str) else tool
+    effects = effects_of(declared, args)
+    columns: list[GateColumn] = [view.state]
+    if goal_round:
+        columns.append("goal_round")
+    for column in columns:
+        for cell in gate_cells(effects, column):
+            if cell == ALLOW:
+                continue
+            if cell == MD_ONLY:
+                denied = _md_only(declared, args, view, workspace)
+            elif cell == MD_FROZEN:
+                names = declared.path_args("write") if declared is not None else ()
+                frozen = any(_is_md(args.get(name), view, workspace) for name in names)
+                denied = GATE_TEXTS["gate-active-md-frozen"] if frozen else None
+            else:
+                denied = _text(cell)
+            if denied is not None:
+                return denied
     return None

@@ -137,7 +137,10 @@ class PlanService:
         checks: CheckRunner | None = None,
         max_plan_bytes: int = DEFAULT_MAX_PLAN_KB * 1024,
         approvers: ApproversLookup | None = None,
+        listeners: Sequence[PlanListener] = (),
     ) -> None:
+        """``listeners`` hear every committed change first, in order, before any added later
+        (the worktrees: a plan's worktree is made before the cards redraw)."""
         self._store = store
         self._checks = checks
         self._approvers = approvers
@@ -151,7 +154,7 @@ class PlanService:
         self._locks: dict[str, asyncio.Lock] = {}
         self._live: dict[str, _Live] = {}
         self._notices: dict[str, list[str]] = {}
-        self._listeners: list[PlanListener] = []
+        self._listeners: list[PlanListener] = list(listeners)
         # Sessions whose task checks are running now, and what (for the card's note).
         self._checking: dict[str, str] = {}
         # Committed changes with their criteria effect, applied and announced by _deliver.

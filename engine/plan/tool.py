@@ -17,6 +17,7 @@ from engine.plan.importer import parse_task_spec, parse_task_specs
 from engine.plan.refusals import refusal
 from engine.plan.service import PlanResult, PlanService
 from engine.tools.base import ToolContext, ToolOutcome
+from engine.tools.effects import BUILTIN
 
 OPS = ("init", "add_tasks", "add_task", "start", "complete", "skip", "submit", "show")
 
@@ -67,6 +68,7 @@ class PlanTool:
     """The model-facing ``plan`` tool over a :class:`PlanService`."""
 
     name = "plan"
+    declaration = BUILTIN["plan"]
     description = DESCRIPTION
 
     def __init__(self, plans: PlanService, *, ask_owner: OwnerAsk | None = None) -> None:

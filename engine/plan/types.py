@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from engine.checks.types import CheckResult
 from engine.keys import ChatKey, LegacyMessageKey, LegacyPersonKey, legacy_chat
+from engine.tools.plan_view import PlanState as PlanState
 
 PlanStatus = Literal["Editing", "Active"]
 TaskStatus = Literal["pending", "in_progress", "completed", "deferred"]
@@ -191,8 +192,8 @@ class PlanSidecar(BaseModel):
 
 # --- derived state and the legacy load map (docs/plan-json-spec.md) -------
 
-PlanState = Literal["none", "pre_init", "post_init", "active"]
-"""The derived lifecycle state: NoPlan, Editing pre-init, Editing post-init, Active."""
+# The derived lifecycle state (NoPlan, Editing pre-init, Editing post-init, Active) is defined
+# with the plan view the tools read (engine.tools.plan_view): PlanState.
 
 
 def is_editing(state: PlanState) -> bool:

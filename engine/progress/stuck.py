@@ -10,9 +10,9 @@ module. It reads the steps themselves, not a step count:
 - ``compaction``: ``compactions`` steps in a row whose own turn no longer fit the context
   (its older results elided) without any progress (10);
 
-and, as a generous outer bound on real progress (a task started or completed, its evidence
-changed, the workspace changed): ``no-progress`` after ``progress_steps`` steps (60) or
-``progress_s`` seconds (30 minutes) without any, and ``task-tokens`` once the task in
+and, as a generous outer bound on real progress (engine.progress.rule: a task's status, a
+file in the workspace, the goal's state changed): ``no-progress`` after ``progress_steps``
+steps (60) or ``progress_s`` seconds (30 minutes) without any, and ``task-tokens`` once the task in
 progress used ``task_tokens`` (off by default).
 
 Calls are compared by tool name and canonical arguments (sorted JSON), results by a hash.
@@ -42,11 +42,6 @@ ALTERNATION_STEPS = 6
 DEFAULT_COMPACTIONS = 10
 DEFAULT_PROGRESS_STEPS = 60
 DEFAULT_PROGRESS_S = 30 * 60.0
-
-# Tools whose successful call is progress by itself: a file written, a todo or goal changed
-# (``plan`` counts through the tasks it changes, except ``show``).
-FILE_TOOLS = frozenset({"write_file", "edit_file"})
-CHANGE_TOOLS = FILE_TOOLS | {"todo_write", "update_goal"}
 
 # The longest history any pattern needs; older steps are dropped.
 _KEEP = 64
@@ -86,7 +81,7 @@ class Step:
     calls: tuple[CallRecord, ...] = ()
     # The context could not hold the step's own turn (older results of it were elided).
     compacted: bool = False
-    # A task started or completed, its evidence changed, or the workspace changed.
+    # Progress as engine.progress.rule decides it: a task's status, a file, the goal.
     progress: bool = False
 
     @property
@@ -143,17 +138,6 @@ def call_record(
         is_error=is_error,
         shown=describe_call(name, arguments),
     )
-
-
-def step_changed(calls: Sequence[tuple[str, Mapping[str, Any], str, bool]]) -> bool:
-    """Whether a step's calls ``(name, arguments, result, is_error)`` changed something
-    durable by themselves (bash is judged by the workspace snapshot instead)."""
-    for name, arguments, _, is_error in calls:
-        if is_error:
-            continue
-        if name in CHANGE_TOOLS or (name == "plan" and arguments.get("op", "show") != "show"):
-            return True
-    return False
 
 
 # --- the patterns: pure functions over the history, newest step last -----------------------
@@ -303,8 +287,6 @@ class StuckWatch:
 
 __all__ = [
     "ALTERNATION_STEPS",
-    "CHANGE_TOOLS",
-    "FILE_TOOLS",
     "CallRecord",
     "Pattern",
     "Step",
@@ -321,5 +303,4 @@ __all__ = [
     "monologue",
     "repeated",
     "result_hash",
-    "step_changed",
 ]

@@ -63,7 +63,7 @@ def command_action(name: str, args: str = "") -> Action:
             return "control"
         case "team":
             return "read" if word in ("", "list") else "settings"
-        case "usage" | "project":
+        case "usage" | "project" | "setup":
             return "settings"
     return "control"
 

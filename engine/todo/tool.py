@@ -13,6 +13,7 @@ from engine.events import TodoWrite
 from engine.ports import EventLog
 from engine.todo.fold import TODO_STATUSES, normalize_todos, summarize
 from engine.tools.base import ToolContext, ToolOutcome
+from engine.tools.effects import BUILTIN
 
 _BASE = (
     "Keep a short checklist of your own work steps for this turn. Send the COMPLETE list on "
@@ -62,6 +63,7 @@ class TodoWriteTool:
     """``todo_write({todos})`` appending ``todo/write`` to the session log."""
 
     name = "todo_write"
+    declaration = BUILTIN["todo_write"]
 
     def __init__(self, log: EventLog, *, allow_parallel_in_progress: bool = True) -> None:
         self._log = log

@@ -7,11 +7,12 @@ there to answer.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from engine.events import is_attended
-from engine.ports import Channel
 from engine.tools.base import ToolContext, ToolOutcome
+from engine.tools.effects import BUILTIN
 
 ASK_SENT_TEXT = "sent to the user; end your turn and wait for the answer"
 ASK_IN_ROUND_TEXT = (
@@ -20,16 +21,25 @@ ASK_IN_ROUND_TEXT = (
 )
 
 
+class QuestionChannel(Protocol):
+    """The part of the chat channel this tool uses (the engine's ``Channel`` has it)."""
+
+    async def ask(self, session_id: str, question: str, options: Sequence[str]) -> None:
+        """Put the question to the chat; ``options`` become buttons when not empty."""
+        ...
+
+
 class AskUserTool:
     """``ask_user {question, options?}``; exclusive."""
 
     name = "ask_user"
+    declaration = BUILTIN["ask_user"]
     description = (
         "Ask the owner a question in the chat, optionally with short answer options shown as "
         "buttons. Returns at once: end your turn afterwards; the answer comes as a new message."
     )
 
-    def __init__(self, channel: Channel, *, max_options: int = 8) -> None:
+    def __init__(self, channel: QuestionChannel, *, max_options: int = 8) -> None:
         self._channel = channel
         self._max_options = max_options
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -29,9 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from engine.plan.gate import GATE_TEXTS
 from engine.tools.base import ToolContext, ToolOutcome
 from engine.tools.boundary import Boundary, BoundaryPolicy, PlanViewSource, ReadOnlyRoots
+from engine.tools.effects import BUILTIN
+from engine.tools.plan_view import GATE_TEXTS
 from engine.tools.sandbox import (
     PidsCgroup,
     SandboxSettings,
@@ -43,6 +45,16 @@ from engine.tools.sandbox import (
     sandbox_env,
 )
 from engine.tools.workspace import WorkspaceLocks
+
+# Where a setup run sees its project's package caches, and the variables that point the
+# package managers there (uv copies out of its cache instead of linking, so nothing a plan
+# does to its environment afterwards can reach the cache the next setup reads).
+CACHE_MOUNT = "/var/cache/plangate"
+CACHE_EXPORTS = (
+    f"export PIP_CACHE_DIR={CACHE_MOUNT}/pip UV_CACHE_DIR={CACHE_MOUNT}/uv UV_LINK_MODE=copy "
+    f"npm_config_cache={CACHE_MOUNT}/npm YARN_CACHE_FOLDER={CACHE_MOUNT}/yarn "
+    f"XDG_CACHE_HOME={CACHE_MOUNT}/xdg\n"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +150,7 @@ class BashTool:
     for ``kill_session``."""
 
     name = "bash"
+    declaration = BUILTIN["bash"]
     description = (
         "Run a bash command in the workspace and return its exit code and output (stdout and "
         "stderr merged, long output cut). timeout_s defaults to 120 (at most 600). Background "
@@ -249,6 +262,29 @@ class BashTool:
                 session_id=session_id,
                 boundary=boundary.for_check(hidden),
                 keep="tail",
+            )
+
+    async def run_setup(
+        self,
+        script: str,
+        *,
+        session_id: str,
+        workspace: Path,
+        timeout_s: float,
+        caches: Path | None = None,
+    ) -> CommandRun:
+        """Run a project's setup script (docs/environments.md): the session's sandbox with the
+        workspace writable and the network on, ``caches`` (the project's package caches in
+        plangate's home) mounted writable at :data:`CACHE_MOUNT` for this run only, its own
+        timeout, and the END of the output kept (an installer's error is last)."""
+        async with self._locks.lock_for(workspace):
+            boundary = await self._policy.for_session(session_id, workspace)
+            boundary = dataclasses.replace(boundary, writable=True, network=True)
+            if caches is not None and boundary.settings.enabled:
+                boundary = dataclasses.replace(boundary, binds=((caches, CACHE_MOUNT),))
+                script = CACHE_EXPORTS + script
+            return await self._run(
+                script, timeout_s, session_id=session_id, boundary=boundary, keep="tail"
             )
 
     async def _run(

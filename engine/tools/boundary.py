@@ -34,7 +34,9 @@ Its questions:
   absent. :meth:`Boundary.search_scope` hands the same data to grep's child process.
 - :meth:`Boundary.bwrap_argv`: bash's sandbox command line from the same fields.
 - :meth:`BoundaryPolicy.refuse_hidden`: the tool runtime's check of any tool's path argument
-  (``path``, ``file_path``) before the gate: a new tool with a path argument is covered.
+  (``path``, ``file_path`` and the ones a tool declares) before the gate, and
+  :meth:`BoundaryPolicy.refuse_write` of the paths a tool declares it writes, after the gate:
+  a new tool that declares its path arguments is covered (engine.tools.effects).
 
 Use from a tool::
 
@@ -52,8 +54,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.plan.gate import PlanGateView
 from engine.tools.base import ToolContext
+from engine.tools.plan_view import PlanGateView
 from engine.tools.sandbox import SandboxSettings, bwrap_argv
 from engine.tools.search import path_visible
 from engine.tools.workspace import OutsideWorkspace, is_within, real_path, resolve_path
@@ -65,7 +67,7 @@ MdSource = Callable[[str], Awaitable[Path | None]]
 # Resolving a path follows links (file system calls): its own two threads, so a busy default
 # pool never holds up the check, and a slow disk never holds up the event loop.
 _PATHS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="plangate-paths")
-# The argument names that carry a path, in every tool (the runtime checks them all).
+# The argument names that carry a path in any tool (the runtime adds what a tool declares).
 PATH_ARGUMENTS = ("path", "file_path")
 # Extra read-only roots of a session (an upload inbox), asked at each call.
 ReadOnlyRoots = Callable[[str], Awaitable[Sequence[Path]]]
@@ -103,6 +105,9 @@ class Boundary:
     plan_md: Path | None = None
     network: bool = False
     settings: SandboxSettings = dataclasses.field(default_factory=SandboxSettings)
+    # (host folder, path inside) mounted writable for this run only: a setup run's package
+    # caches (docs/environments.md). Never set for the agent's own calls or the checks.
+    binds: tuple[tuple[Path, str], ...] = ()
 
     @classmethod
     def build(
@@ -179,9 +184,11 @@ class Boundary:
         path = resolve_path(raw, self.workspace)
         if self.plan_md is not None and path == self.plan_md:
             return path
+        if any(is_within(path, root) for root in self.read_only):
+            # Outside the workspace, or inside it but built by the project's setup (its
+            # environment is read-only to the plan: docs/environments.md).
+            raise ReadOnlyPath(raw, path, "it is in a read-only folder")
         if not is_within(path, self.workspace):
-            if any(is_within(path, root) for root in self.read_only):
-                raise ReadOnlyPath(raw, path, "it is in a read-only folder")
             raise OutsideWorkspace(raw, path)
         if not self.visible(path):
             raise NotVisible(raw, path)
@@ -214,6 +221,7 @@ class Boundary:
             network=self.network,
             environ=environ,
             info_fd=info_fd,
+            binds=self.binds,
         )
 
 
@@ -238,12 +246,19 @@ class BoundaryPolicy:
         md = await self.md_source(session_id) if self.md_source is not None else None
         return PlanGateView(state="none", md_path=md)
 
-    async def refuse_hidden(self, arguments: Mapping[str, object], ctx: ToolContext) -> str | None:
-        """The refusal of a call whose path argument (:data:`PATH_ARGUMENTS`, of any tool:
-        a file tool, ``send_file``, ``plan init file_path``, a tool added later) names a
-        hidden path; ``None`` otherwise. The tool runtime asks it before the gate, so no
-        approval request ever shows or previews a file the agent may not see."""
-        raws = [arguments.get(name) for name in PATH_ARGUMENTS]
+    async def refuse_hidden(
+        self,
+        arguments: Mapping[str, object],
+        ctx: ToolContext,
+        *,
+        paths: Sequence[str] = PATH_ARGUMENTS,
+    ) -> str | None:
+        """The refusal of a call whose path argument (``paths``: :data:`PATH_ARGUMENTS` and
+        the ones the tool declares, of any tool: a file tool, ``send_file``, ``plan init
+        file_path``, a tool added later) names a hidden path; ``None`` otherwise. The tool
+        runtime asks it before the gate, so no approval request ever shows or previews a file
+        the agent may not see."""
+        raws = [arguments.get(name) for name in paths]
         paths = [raw for raw in raws if isinstance(raw, str) and raw]
         if not paths:
             return None
@@ -255,6 +270,30 @@ class BoundaryPolicy:
                 return exc.result_text(ctx.workspace)
             except (OutsideWorkspace, OSError, ValueError):
                 continue  # outside or unreadable: the tool's own answer says so
+        return None
+
+    async def refuse_write(
+        self, arguments: Mapping[str, object], ctx: ToolContext, *, paths: Sequence[str]
+    ) -> str | None:
+        """The refusal of a call that would write a path (``paths``: the arguments the tool
+        declares it writes) the agent may not write now: outside the workspace, hidden, in a
+        read-only root, or the workspace read-only in this phase; ``None`` otherwise. Asked
+        after the plan gate (whose refusals say more), before the tool runs: a writing tool
+        added later is confined like ``write_file`` without checking anything itself."""
+        raws = [arguments.get(name) for name in paths]
+        given = [raw for raw in raws if isinstance(raw, str) and raw]
+        if not given:
+            return None
+        boundary = await self.for_call(ctx)
+        for raw in given:
+            try:
+                await asyncio.get_running_loop().run_in_executor(
+                    _PATHS, boundary.writable_path, raw
+                )
+            except OutsideWorkspace as exc:
+                return exc.result_text(ctx.workspace)
+            except (OSError, ValueError):
+                continue  # unreadable: the tool's own answer says so
         return None
 
     async def for_call(self, ctx: ToolContext, *, view: PlanGateView | None = None) -> Boundary:

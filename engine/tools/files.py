@@ -37,6 +37,7 @@ from typing import Any, Protocol, TypeVar
 from engine.tools import search as _search_module
 from engine.tools.base import Tool, ToolContext, ToolOutcome
 from engine.tools.boundary import Boundary, BoundaryPolicy, NotVisible
+from engine.tools.effects import BUILTIN
 from engine.tools.reading import Window, read_window
 from engine.tools.sandbox import helper_env
 from engine.tools.search import glob_match, walk_files
@@ -181,6 +182,7 @@ class _FileTool(ABC):
 class ReadFileTool(_FileTool):
     reads_only = True
     name = "read_file"
+    declaration = BUILTIN["read_file"]
     description = (
         "Read a text file in the workspace. Lines are numbered from 1 (the numbers are not part "
         "of the file). offset is the first line to show (1-based), limit the number of lines."
@@ -288,6 +290,7 @@ def _size(size: int) -> str:
 class ListFilesTool(_FileTool):
     reads_only = True
     name = "list_files"
+    declaration = BUILTIN["list_files"]
     description = (
         "List files under a folder of the workspace (default: the workspace), recursively, "
         "skipping .git, virtualenvs and node_modules. pattern is a glob on the relative path "
@@ -335,6 +338,7 @@ class ListFilesTool(_FileTool):
 class GrepTool(_FileTool):
     reads_only = True
     name = "grep"
+    declaration = BUILTIN["grep"]
     description = (
         "Search file contents with a Python regular expression. path is a file or folder "
         "(default: the workspace); glob filters file names, e.g. '*.py'. Returns path:line: text. "
@@ -467,6 +471,7 @@ class _WriteTool(_FileTool):
 
 class WriteFileTool(_WriteTool):
     name = "write_file"
+    declaration = BUILTIN["write_file"]
     description = (
         "Create or overwrite a file in the workspace with content (parent folders are created)."
     )
@@ -501,6 +506,7 @@ def _write(path: Path, content: str) -> None:
 
 class EditFileTool(_WriteTool):
     name = "edit_file"
+    declaration = BUILTIN["edit_file"]
     description = (
         "Replace old_text with new_text in a file. old_text must match the file exactly "
         "(whitespace included) and be unique, unless replace_all is true."

@@ -7,8 +7,10 @@ starts, and none after it starts before it ends. Consecutive safe calls run toge
 
 For each call, in this order: look the tool up, validate the arguments (the tool's pydantic
 ``args_model`` when it has one, else its JSON ``parameters``), the boundary's refusal of a
-hidden path argument (``Boundary.refuse_hidden``: before the gate, so no approval request ever
-shows or asks about a file the agent may not see), ask the gate, run. Every failure
+hidden path argument (``Boundary.refuse_hidden`` over the path arguments the tool declares,
+engine.tools.effects: before the gate, so no approval request ever shows or asks about a file
+the agent may not see), ask the gate, the boundary's refusal of a path the tool declares it
+writes and may not write now (``Boundary.refuse_write``), run. Every failure
 becomes an error :class:`ToolOutcome` for the model, never an exception to the caller (a
 cancellation still propagates). Results come back in call order.
 """
@@ -19,12 +21,13 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
 from engine.text import clean_text
 from engine.tools.base import Tool, ToolContext, ToolOutcome
+from engine.tools.effects import ToolRegistry, declaration_of
 from engine.tools.schema import check_schema
 
 log = logging.getLogger("plangate.tools.runtime")
@@ -41,8 +44,24 @@ class ToolCallRequest:
 
 # None allows the call; a string denies it and is returned to the model as an error result.
 Gate = Callable[[ToolCallRequest, ToolContext], Awaitable[str | None]]
-# The same shape, asked before the gate with the call's arguments (the boundary's check).
-Precheck = Callable[[dict[str, Any], ToolContext], Awaitable[str | None]]
+# The argument names that carry a path in any tool, declared or not (checked for every tool).
+PATH_ARGUMENTS = ("path", "file_path")
+
+
+class PathCheck(Protocol):
+    """The boundary's checks of a call's path arguments (engine.tools.boundary)."""
+
+    async def refuse_hidden(
+        self, arguments: dict[str, Any], ctx: ToolContext, *, paths: Sequence[str] = ...
+    ) -> str | None:
+        """The refusal of a path argument naming a hidden path, else ``None``."""
+        ...
+
+    async def refuse_write(
+        self, arguments: dict[str, Any], ctx: ToolContext, *, paths: Sequence[str]
+    ) -> str | None:
+        """The refusal of a written path argument the call may not write now, else ``None``."""
+        ...
 
 
 def _error(text: str) -> ToolOutcome:
@@ -61,15 +80,13 @@ class ToolRuntime:
     """The tools a turn may call, with the gate that runs before each call."""
 
     def __init__(
-        self, tools: Sequence[Tool], *, gate: Gate | None = None, precheck: Precheck | None = None
+        self, tools: Sequence[Tool], *, gate: Gate | None = None, paths: PathCheck | None = None
     ) -> None:
-        self._tools: dict[str, Tool] = {}
-        for tool in tools:
-            if tool.name in self._tools:
-                raise ValueError(f"duplicate tool name {tool.name!r}")
-            self._tools[tool.name] = tool
+        # The one list of the agent's tools, with what each declares it does.
+        self.registry = ToolRegistry(tools)
+        self._tools: dict[str, Tool] = {tool.name: tool for tool in self.registry}
         self._gate = gate
-        self._precheck = precheck
+        self._paths = paths
 
     def specs(self) -> list[dict[str, Any]]:
         """OpenAI function-tool specs, in registration order."""
@@ -160,8 +177,12 @@ class ToolRuntime:
         problem = self._check_arguments(tool, call.arguments)
         if problem is not None:
             return _error(f"invalid arguments for {call.name}: {problem}")
-        if self._precheck is not None:
-            refused = await self._precheck(call.arguments, ctx)
+        declared = declaration_of(tool)
+        if self._paths is not None:
+            names = (*PATH_ARGUMENTS, *(declared.path_args() if declared is not None else ()))
+            refused = await self._paths.refuse_hidden(
+                call.arguments, ctx, paths=tuple(dict.fromkeys(names))
+            )
             if refused is not None:
                 return ToolOutcome(content=refused, is_error=True)
         if self._gate is not None:
@@ -176,6 +197,11 @@ class ToolRuntime:
                 denied = "the tool gate failed; the call was not run"
             if denied is not None:
                 return ToolOutcome(content=denied, is_error=True)
+        written = declared.path_args("write") if declared is not None else ()
+        if self._paths is not None and written:
+            refused = await self._paths.refuse_write(call.arguments, ctx, paths=written)
+            if refused is not None:
+                return ToolOutcome(content=refused, is_error=True)
         try:
             outcome = await tool.run(call.arguments, ctx)
         except asyncio.CancelledError:
@@ -188,4 +214,4 @@ class ToolRuntime:
         return outcome
 
 
-__all__ = ["Gate", "Precheck", "ToolCallRequest", "ToolRuntime"]
+__all__ = ["PATH_ARGUMENTS", "Gate", "PathCheck", "ToolCallRequest", "ToolRuntime"]

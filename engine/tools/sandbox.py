@@ -280,11 +280,13 @@ def bwrap_argv(
     network: bool | None = None,
     environ: Mapping[str, str] | None = None,
     info_fd: int | None = None,
+    binds: Sequence[tuple[Path, str]] = (),
 ) -> list[str]:
     """The ``bwrap`` command line that runs ``command`` with ``bash -c`` in the sandbox.
 
     ``hidden`` adds to ``settings.hidden``; ``network`` overrides ``settings.network`` (one
-    call's decision). Tools get this through :class:`engine.tools.boundary.Boundary`.
+    call's decision); ``binds`` are extra writable mounts (a setup run's caches). Tools get
+    this through :class:`engine.tools.boundary.Boundary`.
     """
     ws = real_path(workspace)
     args = [
@@ -316,6 +318,8 @@ def bwrap_argv(
         [*settings.hidden, *hidden],
         writable=writable,
     )
+    for source, target in binds:  # a setup run's package caches, outside every root
+        args += ["--bind", str(source), target]
     args += ["--chdir", str(ws), "--clearenv"]
     for name, value in sandbox_env(settings, os.environ if environ is None else environ).items():
         args += ["--setenv", name, value]

@@ -15,13 +15,29 @@ import asyncio
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from engine.inbox import human_size
-from engine.ports import Channel
+from engine.limits import ChannelLimits
 from engine.tools.base import ToolContext, ToolOutcome
 from engine.tools.boundary import Boundary, BoundaryPolicy, NotVisible
+from engine.tools.effects import BUILTIN
 from engine.tools.workspace import OutsideWorkspace
+
+
+class FileChannel(Protocol):
+    """The part of the chat channel this tool uses (the engine's ``Channel`` has it)."""
+
+    @property
+    def limits(self) -> ChannelLimits:
+        """What one file and caption may hold on this channel."""
+        ...
+
+    async def send_file(
+        self, session_id: str, data: bytes, filename: str, *, caption: str | None
+    ) -> None:
+        """Attach a file to the chat; raises when it was not sent."""
+        ...
 
 
 class TooBig(Exception):
@@ -56,10 +72,11 @@ class SendFileTool:
     """``send_file {path, caption?}``; exclusive (attachments arrive in the order sent)."""
 
     name = "send_file"
+    declaration = BUILTIN["send_file"]
 
     def __init__(
         self,
-        channel: Channel,
+        channel: FileChannel,
         *,
         max_bytes: int | None = None,
         boundary: BoundaryPolicy | None = None,

@@ -24,12 +24,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from engine.events import ModelUsageRecord, StoredEvent
+from engine.text import fmt_tokens, parse_tokens
 
 # A rough tokenizer-free rule: English text and JSON run near four characters per token.
 CHARS_PER_TOKEN = 4
@@ -39,9 +39,6 @@ DAY = 86_400.0
 MIN_COMPLETION_TOKENS = 256
 # No model reads or writes this many tokens in one call: a larger figure is a server's error.
 MAX_PLAUSIBLE_TOKENS = 10_000_000
-
-_AMOUNT = re.compile(r"^(\d+(?:\.\d+)?)\s*([km]?)$", re.IGNORECASE)
-_SCALE = {"": 1, "k": 1_000, "m": 1_000_000}
 
 
 @dataclass(slots=True)
@@ -278,19 +275,6 @@ def cost(totals: Totals, price_input: float | None, price_output: float | None) 
     except OverflowError:
         return None
     return value if math.isfinite(value) else None
-
-
-def parse_tokens(text: str) -> int | None:
-    """``200k`` -> 200000, ``1.5m`` -> 1500000, ``5000`` -> 5000; ``None`` unless >= 1."""
-    match = _AMOUNT.match(text.strip().replace(",", "").replace("_", ""))
-    if match is None:
-        return None
-    value = int(float(match.group(1)) * _SCALE[match.group(2).lower()])
-    return value if value >= 1 else None
-
-
-def fmt_tokens(value: int) -> str:
-    return f"{value:,}"
 
 
 def fmt_cost(value: float | None) -> str:

@@ -113,7 +113,10 @@ class UsageMeter:
         goals: GoalService | None = None,
         config: UsageConfig = UsageConfig(),
         clock: Clock = time.time,
+        is_private: Callable[[str], bool] = lambda _session_id: False,
     ) -> None:
+        """``is_private(session_id)``: whether the session's chat is private (the footer's
+        ``private`` mode; ``engine.bindings.ChatBindings.is_private``)."""
         self._log = log
         self._goals = goals
         self.config = config
@@ -124,8 +127,7 @@ class UsageMeter:
         # What the calls under way hold: per UTC day, and per (session, goal).
         self._held_day: dict[str, int] = {}
         self._held_goal: dict[tuple[str, str], int] = {}
-        # Whether a session's chat is private (the composition root knows chats; we do not).
-        self.is_private: Callable[[str], bool] = lambda _session_id: False
+        self._is_private = is_private
 
     # --- start-up -------------------------------------------------------------------------
 
@@ -348,7 +350,7 @@ class UsageMeter:
     def footer(self, session_id: str, usage: SessionUsage, turn_id: str) -> str | None:
         """The one-line footer of a turn's closing reply, when the setting wants one here."""
         mode = self.config.footer
-        if mode == "off" or (mode == "private" and not self.is_private(session_id)):
+        if mode == "off" or (mode == "private" and not self._is_private(session_id)):
             return None
         totals = usage.turns.get(turn_id)
         if totals is None:

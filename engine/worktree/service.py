@@ -26,16 +26,18 @@ import re
 import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Protocol
 
 from engine.events import WorktreeChange
 from engine.keys import PersonKey
 from engine.plan.service import PlanChange
 from engine.plan.types import PlanSidecar
-from engine.ports import Channel, EventLog
+from engine.ports import EventLog
 from engine.tasks import safe_call
 from engine.text import clip
 from engine.tools.workspace import is_within
 from engine.worktree.git import Git, GitError, GitResult, diff_args
+from engine.worktree.script import SETUP_PATH, SetupScript, script_of
 from engine.worktree.types import (
     CLOSED,
     DECIDING,
@@ -81,13 +83,21 @@ def parse_numstat(text: str) -> list[FileStat]:
     return stats
 
 
+class NoticeChannel(Protocol):
+    """The part of the chat channel the worktrees use (the engine's ``Channel`` has it)."""
+
+    async def notice(self, session_id: str, text: str) -> None:
+        """A short system line for the chat."""
+        ...
+
+
 class Worktrees:
     """The worktree of each session's plan: made at approval, decided at Done."""
 
     def __init__(
         self,
         log: EventLog,
-        channel: Channel,
+        channel: NoticeChannel,
         *,
         project_for: ProjectResolver,
         root: Path | None,
@@ -118,12 +128,20 @@ class Worktrees:
             self._records[session_id] = last.record if isinstance(last, WorktreeChange) else None
         return self._records[session_id]
 
+    def peek(self, session_id: str) -> WorktreeRecord | None:
+        """The session's worktree record as this process last read it (no log read)."""
+        return self._records.get(session_id)
+
     async def workspace_for(self, session_id: str) -> Path:
         """The session's workspace now: its plan's worktree while that is live, else its
         project's folder."""
         record = await self.record(session_id)
         if record is not None and record.phase == "live":
             return Path(record.path)
+        return await self._project_for(session_id)
+
+    async def project_of(self, session_id: str) -> Path:
+        """The session's project folder (the main checkout, never a worktree)."""
         return await self._project_for(session_id)
 
     async def read_only_roots(self, session_id: str) -> tuple[Path, ...]:
@@ -133,7 +151,10 @@ class Worktrees:
         record = await self.record(session_id)
         if record is None or record.phase != "live":
             return ()
-        return (Path(record.project) / ".git",)
+        # What the project's setup built (its .venv, node_modules): the plan cannot doctor
+        # the environment its checks run in (docs/environments.md).
+        built = [Path(record.path) / rel for rel in record.setup_built]
+        return (Path(record.project) / ".git", *built)
 
     async def prompt_note(self, session_id: str) -> str:
         """The prompt's line about a live worktree: what it is and who commits."""
@@ -172,6 +193,9 @@ class Worktrees:
             confirm_drop=self._confirm.get(session_id) == record.plan_id,
             patch=patch,
             patch_name=name,
+            setup=record.setup,
+            setup_sha=record.setup_sha,
+            setup_note=record.setup_note,
         )
 
     async def ended_sidecar(self, session_id: str) -> PlanSidecar | None:
@@ -240,7 +264,7 @@ class Worktrees:
                 return
             branch_name = (await main.run("symbolic-ref", "-q", "--short", "HEAD", check=False)).out
             slug = await self._free_slug(main, plan_slug(sidecar.title, sidecar.id))
-            path = self._root / _project_slug(project) / slug
+            path = self._root / project_slug(project) / slug
             record = base.model_copy(
                 update={
                     "phase": "creating",
@@ -272,7 +296,11 @@ class Worktrees:
                 "notice", self._channel.notice(session_id, FAILED_NOTICE.format(why=why))
             )
             return
-        await self._append(session_id, record.model_copy(update={"phase": "live"}))
+        sha = await self._setup_sha(main, record.base_commit)
+        update: dict[str, object] = {"phase": "live"}
+        if sha and not record.setup:
+            update.update(setup="needed", setup_sha=sha)
+        await self._append(session_id, record.model_copy(update=update))
         _log.info(
             "plangate.worktree.created session=%s branch=%s path=%s",
             session_id,
@@ -586,6 +614,16 @@ class Worktrees:
     async def on_load(self, session_id: str) -> None:
         """First load of a session: finish an intent a dead process logged."""
         record = await self.record(session_id)
+        if record is not None and record.phase == "live" and record.setup == "running":
+            # A setup the restart cut off is never run again by itself: the card offers
+            # Retry (docs/environments.md).
+            await self._append(
+                session_id,
+                record.model_copy(
+                    update={"setup": "failed", "setup_note": "the setup was cut off by a restart"}
+                ),
+            )
+            return
         if record is None or record.phase not in INTENTS:
             return
         _log.info(
@@ -635,6 +673,45 @@ class Worktrees:
                         )
             except (GitError, OSError) as exc:
                 _log.warning("plangate.worktree.resume_failed session=%s %s", session_id, exc)
+
+    # --- the project's setup (docs/environments.md) ------------------------------------------
+
+    async def _setup_sha(self, main: Git, commit: str) -> str:
+        """The SHA-256 of the setup script at ``commit`` ("" when it has none)."""
+        script = await self.setup_script(main, commit)
+        return script.sha if script is not None else ""
+
+    async def setup_script(self, main: Git, commit: str) -> SetupScript | None:
+        """The project's ``.plangate/setup.sh`` as committed at ``commit`` (never the file in
+        a worktree, which the plan may have changed)."""
+        try:
+            found = await main.run("cat-file", "blob", f"{commit}:{SETUP_PATH}", check=False)
+        except (GitError, OSError):
+            return None
+        return script_of(found.out) if found.ok and found.out.strip() else None
+
+    async def project_script(self, project: Path) -> SetupScript | None:
+        """The setup script committed at the project's HEAD (``None``: none, or no git)."""
+        if not (project / ".git").is_dir():
+            return None
+        return await self.setup_script(self._main(project), "HEAD")
+
+    async def base_script(self, session_id: str) -> SetupScript | None:
+        """The setup script at the live worktree's base commit."""
+        record = await self.record(session_id)
+        if record is None or record.phase != "live" or not record.setup_sha:
+            return None
+        return await self.setup_script(self._main(Path(record.project)), record.base_commit)
+
+    async def set_setup(self, session_id: str, **fields: object) -> WorktreeRecord | None:
+        """Record the setup's phase in the live worktree's record (``worktree/change``)."""
+        async with self._lock(session_id):
+            record = await self.record(session_id)
+            if record is None or record.phase != "live":
+                return None
+            changed = record.model_copy(update=fields)
+            await self._append(session_id, changed)
+            return changed
 
     # --- git steps ----------------------------------------------------------------------------
 
@@ -810,9 +887,10 @@ class Worktrees:
         self._records[session_id] = record
 
 
-def _project_slug(project: Path) -> str:
+def project_slug(project: Path) -> str:
+    """``<folder name>-<8 hex of its path>``: the project's folder under plangate's home."""
     digest = hashlib.sha256(str(project).encode("utf-8")).hexdigest()[:8]
     return f"{project.name or 'project'}-{digest}"
 
 
-__all__ = ["MAX_PATCH_BYTES", "Worktrees", "parse_numstat", "plan_slug"]
+__all__ = ["MAX_PATCH_BYTES", "Worktrees", "parse_numstat", "plan_slug", "project_slug"]

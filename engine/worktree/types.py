@@ -26,6 +26,10 @@ WorktreePhase = Literal[
     "discarded",
     "empty",  # the plan ended with no change: worktree and branch removed
 ]
+# The project's setup script in a live worktree (docs/environments.md): "" none, "needed"
+# (not run yet), "running", "ready" (ran; what it built is read-only), "failed" (the run
+# paused; Retry runs it again).
+SetupPhase = Literal["", "needed", "running", "ready", "failed"]
 INTENTS: frozenset[str] = frozenset({"creating", "merging", "pushing", "keeping", "discarding"})
 # A finished plan's worktree waiting for the owner's decision.
 DECIDING: frozenset[str] = frozenset({"done", "conflict"})
@@ -67,6 +71,13 @@ class WorktreeRecord(BaseModel):
     message: str = ""
     # The archived sidecar (as JSON) so the Done card can be drawn after a restart.
     sidecar: dict[str, Any] | None = None
+    # The setup script read from ``base_commit`` (its SHA-256), where its run is, why it
+    # failed (the tail of its output), and what it built (worktree-relative paths, read-only
+    # to the plan afterwards).
+    setup: SetupPhase = ""
+    setup_sha: str = ""
+    setup_note: str = ""
+    setup_built: list[str] = Field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +99,10 @@ class WorktreeView:
     # The whole diff at Done (``patch_name`` is its file name: plan-<slug>.patch).
     patch: str = ""
     patch_name: str = ""
+    # The project's setup in this worktree: its phase, the script's SHA-256, a failure's tail.
+    setup: str = ""
+    setup_sha: str = ""
+    setup_note: str = ""
 
     @property
     def added(self) -> int:
@@ -103,6 +118,7 @@ __all__ = [
     "DECIDING",
     "INTENTS",
     "FileStat",
+    "SetupPhase",
     "WorktreePhase",
     "WorktreeRecord",
     "WorktreeView",

@@ -83,7 +83,7 @@ def make_agent(
 class DrivenTarget(RoundTarget, Protocol):
     """A round target that hears back from its driver, as the agent registry does."""
 
-    def set_driver(self, driver: IdleListener | None) -> None: ...
+    def listen_idle(self, driver: IdleListener) -> None: ...
 
 
 T = TypeVar("T", bound=DrivenTarget)
@@ -115,7 +115,6 @@ async def goal_rounds(
     sched = ApsScheduler()
     sched.start(paused=paused)
     driver = RoundDriver(goals, the_target, sched, hold=hold)
-    the_target.set_driver(driver)
     try:
         yield Rounds(log, goals, the_target, driver, sched)
     finally:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from engine.events import GoalRoundSource, ToolResult, TurnEnd
 from engine.model.script import call, say
-from engine.tools.ask import ASK_IN_ROUND_TEXT, ASK_SENT_TEXT
+from engine.plan.gate import GATE_TEXTS
+from engine.tools.ask import ASK_SENT_TEXT
 from tests.agent.harness import SID, make_agent
 
 
@@ -66,7 +67,7 @@ async def test_goal_round_ends_when_validation_fails_and_driver_is_told(tmp_path
         goals=goals,
     )
     driver = Driver()
-    agent.registry.set_driver(driver)
+    agent.registry.listen_idle(driver)
     assert agent.registry.is_idle(SID)
     await agent.registry.submit_round(SID, "round 1 of 5", ROUND)
     assert not agent.registry.is_idle(SID)
@@ -89,7 +90,8 @@ async def test_ask_user_is_refused_in_a_goal_round(tmp_path: Path) -> None:
     await agent.registry.submit_round(SID, "round", ROUND)
     await agent.registry.wait_idle(SID)
     result = next(e for e in await agent.events() if isinstance(e, ToolResult))
-    assert result.is_error and result.content == ASK_IN_ROUND_TEXT
+    # The gate refuses it (its declared effect is "ask"); the tool would refuse it too.
+    assert result.is_error and result.content == GATE_TEXTS["gate-round-ask"]
     assert agent.channel.of("ask") == []
 
 

@@ -117,7 +117,7 @@ async def test_a_file_name_that_is_not_utf8_is_listed_and_grepped_with_replaceme
         os.close(fd)
         (rig.workspace / "good.txt").write_text("plain text\n", encoding="utf-8")
         sid = await rig.engine.session_for_chat(chat(-100))
-        await rig.engine.user_message(sid, "what is here?", actor=OWNER, message_id=1)
+        await rig.engine.user_message(sid, "what is here?", actor=OWNER, message_id="1")
         await settle(rig.engine, sid)
         results = [
             s.event

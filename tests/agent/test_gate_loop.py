@@ -18,6 +18,7 @@ from engine.plan.service import PlanService
 from engine.plan.tool import PlanTool
 from engine.testing import InMemoryEventLog
 from engine.tools.base import ToolContext, ToolOutcome
+from engine.tools.effects import declare
 from storage.plan_files import FilePlanStore, SessionLocation
 from tests.agent.harness import SID, make_agent
 
@@ -64,7 +65,7 @@ async def test_gates_in_editing_then_project_write_after_approval(tmp_path: Path
     agent = make_agent(
         ws, script, plan=PlanServiceAdapter(plans), extra_tools=[PlanTool(plans)], log=log
     )
-    agent.registry.submit(SID, "plan a widget", message_id=7)
+    agent.registry.submit(SID, "plan a widget", message_id="7")
     await agent.registry.wait_idle(SID)
 
     got = results(await agent.events())
@@ -114,6 +115,8 @@ class ApproveProbe:
 
     name = "probe"
     description = "test probe"
+    # It only reads the plan (the press is the owner's): allowed while the plan is designed.
+    declaration = declare("read")
 
     def __init__(self, plans: PlanService) -> None:
         self.plans = plans

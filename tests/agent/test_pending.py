@@ -32,7 +32,13 @@ class FakePlan:
         return PlanPromptView(phase=self.phase)
 
     async def check_tool(
-        self, session_id: str, tool_name: str, args: Mapping[str, Any], *, workspace: Path
+        self,
+        session_id: str,
+        tool: object,
+        args: Mapping[str, Any],
+        *,
+        workspace: Path,
+        goal_round: bool = False,
     ) -> str | None:
         return None
 

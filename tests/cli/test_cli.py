@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from bot.demo import run_demo
+from bot.demo import NEXT_STEPS, run_demo
 from tests.fakebot.server import FakeBotApi
 
 _ENV_KEYS = ("PLANGATE_", "TELEGRAM_BOT_TOKEN", "OPENAI_API_KEY")
@@ -44,7 +44,10 @@ async def test_demo_plays_the_whole_flow_to_a_completed_plan() -> None:
     assert "[✅ Approve]" in text
     assert "▓▓▓▓▓▓▓▓▓▓ 2/2" in text
     assert "workspace now holds: README.md, greet.py, test_greet.py" in text
-    assert text.rstrip().endswith("finished")
+    assert "     demo │ finished\n" in text
+    # It ends with what to do next, in three commands.
+    assert text.rstrip().endswith(NEXT_STEPS)
+    assert "plangate setup" in NEXT_STEPS and "plangate run" in NEXT_STEPS
 
 
 async def test_run_without_a_token_exits_with_one_line_naming_it(tmp_path: Path) -> None:

@@ -53,3 +53,24 @@ async def test_doctor_names_a_refused_token_and_fails(
     assert "telegram: the server refused the token (PLANGATE_TELEGRAM_TOKEN)" in text
     assert "wrong-token" not in text
     assert text.splitlines()[-1] == "1 problem(s) found"
+
+
+async def test_doctor_says_when_a_project_with_dependencies_has_no_setup_script(
+    tmp_path: Path, fake_api: FakeBotApi, fake_openai: FakeOpenAIServer
+) -> None:
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'calc'\n")
+    out = io.StringIO()
+    settings = _settings(tmp_path, fake_api, fake_openai, fake_api.token)
+    assert await run_doctor(out, load=lambda: settings) == 0
+    [line] = [line for line in out.getvalue().splitlines() if "setup.sh" in line]
+    assert line == (
+        f"project {tmp_path}: pyproject.toml but no .plangate/setup.sh: a plan's worktree will "
+        "not have its dependencies; e.g. .plangate/setup.sh: "
+        "python3 -m venv .venv && .venv/bin/pip install -e ."
+    )
+    # With a script, nothing is said.
+    (tmp_path / ".plangate").mkdir()
+    (tmp_path / ".plangate" / "setup.sh").write_text("npm ci\n")
+    out = io.StringIO()
+    assert await run_doctor(out, load=lambda: settings) == 0
+    assert "setup.sh" not in out.getvalue()

@@ -252,7 +252,7 @@ async def test_keep_planning_asks_for_feedback_and_hides_the_review_keyboard(
         assert outcome.await_feedback
         assert (await engine.plan_card(sid)).state == "written"
         await engine.user_message(
-            sid, "Add a docstring step", actor=OWNER, message_id=5, feedback=True
+            sid, "Add a docstring step", actor=OWNER, message_id="5", feedback=True
         )
         await settle(engine, sid)
         messages = [e.event for e in await engine.log.read(sid) if isinstance(e.event, UserMessage)]

@@ -11,8 +11,8 @@ import pytest
 from engine.agent.testing import RecordingChannel
 from engine.events import CommandRun, HumanSource
 from engine.keys import Chat, ChatKind, key_channel, key_label, key_parts, legacy_chat, make_key
+from engine.limits import ChannelLimits
 from engine.plan.types import PlanFlow
-from engine.ports import ChannelLimits
 from engine.roles.types import Person, RoleGranted
 from engine.tools.base import ToolContext
 from engine.tools.send import SendFileTool

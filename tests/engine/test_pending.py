@@ -38,7 +38,7 @@ class HeldModel:
 
 
 async def _busy(rig: Rig, model: HeldModel, sid: str) -> None:
-    await rig.engine.user_message(sid, "think about it", actor=OWNER, message_id=1)
+    await rig.engine.user_message(sid, "think about it", actor=OWNER, message_id="1")
     await asyncio.wait_for(model.waiting.wait(), 10)
     assert rig.engine.agents.is_busy(sid)
 
@@ -164,7 +164,7 @@ async def test_shutdown_tells_a_working_chat_what_stopped_and_what_was_not_handl
         sid = await rig.engine.session_for_chat(chat(-1))
         idle = await rig.engine.session_for_chat(chat(-2))
         await _busy(rig, model, sid)
-        await rig.engine.user_message(sid, "and then add docs", actor=OWNER, message_id=2)
+        await rig.engine.user_message(sid, "and then add docs", actor=OWNER, message_id="2")
         await rig.engine.shutdown()
         notices = [(c.session_id, c.args["text"]) for c in rig.channel.of("notice")]
         assert len(notices) == 1

@@ -59,6 +59,6 @@ async def test_nothing_starts_a_turn_after_shutdown(tmp_path: Path) -> None:
     async with engine_rig(tmp_path, model) as rig:
         sid = await rig.engine.session_for_chat(chat(-1))
         await rig.engine.shutdown()
-        await rig.engine.user_message(sid, "late", actor=OWNER, message_id=1)
+        await rig.engine.user_message(sid, "late", actor=OWNER, message_id="1")
         assert not rig.engine.agents.is_busy(sid)
         assert model.requests == []

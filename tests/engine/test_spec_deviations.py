@@ -28,7 +28,7 @@ from tests.keys import chat
 
 async def busy(rig: Rig, model: HeldModel, sid: str) -> None:
     """An owner's message whose turn waits on the held model: the agent is busy."""
-    await rig.engine.user_message(sid, "think about it", actor=OWNER, message_id=1)
+    await rig.engine.user_message(sid, "think about it", actor=OWNER, message_id="1")
     await asyncio.wait_for(model.waiting.wait(), 10)
     assert rig.engine.agents.is_busy(sid)
 

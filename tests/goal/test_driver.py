@@ -37,7 +37,7 @@ class FakeAgent:
     outcome: str = "completed"
     turns: int = 0
 
-    def set_driver(self, driver: IdleListener | None) -> None:
+    def listen_idle(self, driver: IdleListener) -> None:
         assert isinstance(driver, RoundDriver)
         self.driver = driver
 

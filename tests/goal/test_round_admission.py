@@ -41,7 +41,7 @@ async def test_round_paused_before_admission_uses_no_round(tmp_path: Path) -> No
     goals = GoalService(log)
     registry = make_agent(tmp_path, [say("should not run")], goals=goals, log=log).registry
     idle = IdleRecorder()
-    registry.set_driver(idle)
+    registry.listen_idle(idle)
     try:
         goal = await goals.create(SID, "keep going", max_rounds=3, arm=True)
         assert isinstance(goal, GoalSnapshot)
@@ -96,7 +96,7 @@ class RefusingOnceTarget:
         self.running = False
         self.rounds: list[GoalRoundSource] = []
 
-    def set_driver(self, driver: IdleListener | None) -> None:
+    def listen_idle(self, driver: IdleListener) -> None:
         assert isinstance(driver, RoundDriver)
         self.driver = driver
 

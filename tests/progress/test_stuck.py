@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from engine.progress.rule import changes_goal, may_change_files, step_progress, tasks_moved
 from engine.progress.stuck import (
     Step,
     StuckLimits,
@@ -10,8 +11,8 @@ from engine.progress.stuck import (
     canonical_args,
     describe_call,
     detect,
-    step_changed,
 )
+from engine.tools.effects import BUILTIN, Effect, effects_of
 
 LIMITS = StuckLimits()
 
@@ -120,10 +121,30 @@ def test_reset_starts_every_count_afresh() -> None:
     assert watch.observe(read("README.md"), now=4.0) is not None
 
 
-def test_what_a_step_changes_by_itself() -> None:
-    assert step_changed([("write_file", {"path": "a"}, "wrote", False)])
-    assert not step_changed([("write_file", {"path": "a"}, "denied", True)])
-    assert step_changed([("plan", {"op": "start"}, "ok", False)])
-    assert not step_changed([("plan", {"op": "show"}, "ok", False)])
-    assert not step_changed([("read_file", {"path": "a"}, "x", False)])
-    assert not step_changed([("bash", {"command": "touch x"}, "", False)])
+def test_progress_is_work_by_declared_effects_and_task_statuses() -> None:
+    def effects(name: str, args: dict[str, object]) -> frozenset[Effect]:
+        return effects_of(BUILTIN.get(name), args)
+
+    # A call that may change files is judged by the snapshot after it, whatever its name.
+    assert may_change_files(effects("write_file", {"path": "a"}))
+    assert may_change_files(effects("bash", {"command": "touch x"}))
+    for name, args in (
+        ("todo_write", {"todos": []}),
+        ("read_file", {"path": "a"}),
+        ("plan", {"op": "show"}),
+        ("plan", {"op": "add_tasks"}),
+        ("get_goal", {}),
+    ):
+        assert not may_change_files(effects(name, args)), name
+        assert not changes_goal(effects(name, args), is_error=False), name
+    assert changes_goal(effects("update_goal", {"status": "complete"}), is_error=False)
+    assert not changes_goal(effects("update_goal", {"status": "complete"}), is_error=True)
+    # A task's status, or a task gone (the plan archived): progress; new tasks alone: not.
+    before = (("t1", "pending"),)
+    assert not tasks_moved(before, before)
+    assert not tasks_moved(before, (("t1", "pending"), ("t2", "pending")))
+    assert tasks_moved(before, (("t1", "in_progress"),))
+    assert tasks_moved(before, ())
+    assert not tasks_moved(None, before)
+    assert step_progress(task=False, workspace=False, goal=False) == ()
+    assert step_progress(task=True, workspace=True, goal=False) == ("task", "workspace")

@@ -38,6 +38,7 @@ async def test_menu_registers_show_plan_not_show_dash_plan(
         "new",
         "project",
         "status",
+        "setup",
         "usage",
         "team",
         "help",

@@ -14,9 +14,10 @@ import pytest
 
 from bot.app import parts
 from engine.app import Engine
-from engine.events import RunPaused, SeedSource, UserMessage
+from engine.events import ProgressMade, RunPaused, SeedSource, UserMessage
 from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
+from engine.progress.stuck import StuckLimits
 from engine.usage.ledger import fmt_tokens
 from engine.usage.meter import UsageConfig
 from tests.engine.helpers import settle
@@ -393,5 +394,47 @@ async def test_goal_rounds_whose_bash_changes_files_are_not_idle(
         assert goal is not None and goal.blocked is not None
         assert goal.blocked.code == "round-limit" and goal.rounds_started == 4
         assert len(list(live.workspace.glob("round_*.txt"))) == 4
-        changed = await live.storage.log.read(sid, types=("workspace/changed",))
-        assert len(changed) == 4
+        made = await live.storage.log.read(sid, types=("progress/made",))
+        kinds = [s.event.kinds for s in made if isinstance(s.event, ProgressMade)]
+        assert kinds == [["workspace"]] * 4
+
+
+def _churn(count: int) -> list[ScriptStep]:
+    """A model that looks busy: it rewrites its todo list (each time different) between
+    varied reads and plan shows, and never changes a task or a file."""
+    steps: list[ScriptStep] = []
+    for k in range(count):
+        todos = [
+            {"content": f"look at pkg{k % 10} again ({k})", "status": "in_progress"},
+            {"content": f"then decide ({k})", "status": "pending"},
+        ]
+        steps.append(call("todo_write", {"todos": todos}))
+        if k % 4 == 3:
+            steps.append(call("plan", {"op": "show"}))
+        else:
+            steps.append(call("read_file", {"path": f"pkg{k % 10}/mod.py"}))
+    return steps
+
+
+async def test_rewriting_the_todo_list_between_varied_reads_is_not_progress(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    # The outer bound (here 16 steps) counts only work: a task's status, a changed file, the
+    # goal. Todo rewrites, reads and plan shows are none of these, so the run stops at the
+    # bound, with the card naming it.
+    bound = 16
+    words = f"Stuck on task 1: no task or workspace change in {bound} steps"
+    churn = _churn(30)
+    script = [*PLANNING3, START, *churn, say("unreachable")]
+    _seed(tmp_path / "work")
+    model = ScriptedProvider(script)
+    stuck = StuckLimits(progress_steps=bound)
+    async with live_bot(fake_api, tmp_path, [], model=model, stuck=stuck) as live:
+        sid = await _approve(fake_api, live)
+        shown = await _stopped_card(fake_api, live, sid, words)
+        assert f"⏸ {words}" in shown.text
+        assert model.script.position == len(PLANNING3) + 1 + bound
+        (paused,) = await _pauses(live, sid)
+        assert (paused.kind, paused.pattern) == ("stuck", "no-progress")
+        todos = await live.storage.log.read(sid, types=("todo/write",))
+        assert len(todos) == bound // 2  # it did rewrite its list, every other step

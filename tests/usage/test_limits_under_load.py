@@ -54,7 +54,7 @@ async def test_six_chats_at_once_pass_the_cap_by_at_most_one_reservation(
     async with rig_over(tmp_path, fake_openai, Clock(), usage=config) as rig:
         engine = rig.engine
         warm = await engine.session_for_chat(chat(-99))
-        await engine.user_message(warm, "hi", actor=OWNER, message_id=1)
+        await engine.user_message(warm, "hi", actor=OWNER, message_id="1")
         await settle(engine, warm)
         (first,) = await records(rig, warm)
         one_call = first.prompt_tokens + 1000
@@ -66,7 +66,7 @@ async def test_six_chats_at_once_pass_the_cap_by_at_most_one_reservation(
         holds = [fake_openai.hold_next() for _ in range(6)]
         sids = [await engine.session_for_chat(chat(-100 - n)) for n in range(6)]
         for n, sid in enumerate(sids):
-            await engine.user_message(sid, "hi", actor=OWNER, message_id=10 + n)
+            await engine.user_message(sid, "hi", actor=OWNER, message_id="10" + n)
 
         def refused() -> int:
             return sum(1 for sid in sids for text in replies(rig, sid) if "Daily token cap" in text)
@@ -102,7 +102,7 @@ async def test_a_goal_call_sends_no_more_max_tokens_than_its_budget_leaves(
     async with rig_over(tmp_path, fake_openai, Clock()) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(chat(-100))
-        await engine.user_message(sid, "get ready", actor=OWNER, message_id=1)
+        await engine.user_message(sid, "get ready", actor=OWNER, message_id="1")
         await settle(engine, sid)
         await engine.command(sid, "goal", "write files --tokens 10k", actor=OWNER)
         goal = await until_goal(rig, sid, lambda g: g.phase == "blocked")
@@ -128,7 +128,7 @@ async def test_an_admitted_goal_round_always_makes_its_call(
     async with rig_over(tmp_path, fake_openai, Clock(), max_goal_rounds=5) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(chat(-100))
-        await engine.user_message(sid, "get ready", actor=OWNER, message_id=1)
+        await engine.user_message(sid, "get ready", actor=OWNER, message_id="1")
         await settle(engine, sid)
         (last,) = await records(rig, sid)
         # What the meter estimates before the round's message is logged.
@@ -169,7 +169,7 @@ async def test_absurd_usage_figures_are_counted_by_the_estimate_and_lose_nothing
     async with rig_over(tmp_path, fake_openai, Clock(), usage=prices) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(chat(-100))
-        await engine.user_message(sid, "question", actor=OWNER, message_id=1)
+        await engine.user_message(sid, "question", actor=OWNER, message_id="1")
         await settle(engine, sid)
         (first,) = replies(rig, sid)
         assert first.startswith("the answer is 42") and "\n\n— " in first and "$" in first
@@ -180,7 +180,7 @@ async def test_absurd_usage_figures_are_counted_by_the_estimate_and_lose_nothing
         if figures[0] >= 0:  # a negative count never parses as usage at all
             assert any("implausible" in r.getMessage() for r in caplog.records)
         # The next turn works as well: nothing stays broken for the day.
-        await engine.user_message(sid, "again", actor=OWNER, message_id=2)
+        await engine.user_message(sid, "again", actor=OWNER, message_id="2")
         await settle(engine, sid)
         assert replies(rig, sid)[-1].startswith("still here")
 
@@ -195,7 +195,7 @@ async def test_a_server_reporting_zero_usage_cannot_switch_a_goal_budget_off(
     async with rig_over(tmp_path, fake_openai, Clock(), max_goal_rounds=40) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(chat(-100))
-        await engine.user_message(sid, "get ready", actor=OWNER, message_id=1)
+        await engine.user_message(sid, "get ready", actor=OWNER, message_id="1")
         await settle(engine, sid)
         await engine.command(sid, "goal", "write files --tokens 12k", actor=OWNER)
         goal = await until_goal(rig, sid, lambda g: g.phase == "blocked")

@@ -10,6 +10,7 @@ from engine.events import (
     GoalRoundSource,
     HumanSource,
     PlanChanged,
+    ProgressMade,
     SessionEvent,
     TodoItem,
     TodoWrite,
@@ -22,7 +23,7 @@ from engine.events import (
 )
 from engine.goal.progress import idle_streak, turn_made_progress
 from engine.goal.types import GoalSnapshot, GoalTombstone
-from engine.model.script import ScriptStep, say
+from engine.model.script import ScriptStep, call, say
 from tests.engine.helpers import OWNER
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.keys import chat
@@ -38,22 +39,18 @@ def result(name: str, call_id: str = "c1", *, error: bool = False) -> list[Sessi
 
 
 def test_what_counts_as_progress() -> None:
+    # A round made progress when the agent logged it (engine.progress.rule decides each step):
+    # the tool results themselves, a todo rewrite, a plan or goal event are not progress.
     assert not turn_made_progress([AssistantMessage(text="thinking")])
     assert not turn_made_progress(result("read_file") + result("bash") + result("grep"))
-    assert not turn_made_progress(result("write_file", error=True))  # a refused write
-    assert turn_made_progress(result("write_file"))
-    assert turn_made_progress(result("edit_file"))
-    assert turn_made_progress(result("plan"))
-    show = [
-        ToolCall(call_id="s", name="plan", arguments={"op": "show"}),
-        ToolResult(call_id="s", name="plan", content="the plan"),
-    ]
-    assert not turn_made_progress(show)
-    assert turn_made_progress([TodoWrite(todos=[TodoItem(content="a", status="pending")])])
-    assert turn_made_progress([PlanChanged(status="Active", revision=2)])
+    assert not turn_made_progress(result("write_file") + result("plan"))
+    assert not turn_made_progress([TodoWrite(todos=[TodoItem(content="a", status="pending")])])
+    assert not turn_made_progress([PlanChanged(status="Active", revision=2)])
     tomb = GoalChange(tombstone=GoalTombstone(id="g", revision=2))
-    assert turn_made_progress([tomb])
-    assert turn_made_progress([*result("bash"), WorkspaceChanged()])
+    assert not turn_made_progress([tomb])
+    for kind in ("task", "workspace", "goal"):
+        assert turn_made_progress([*result("write_file"), ProgressMade(kinds=[kind])])
+    assert turn_made_progress([*result("bash"), WorkspaceChanged()])  # an older log's
 
 
 def round_of(goal_id: str, n: int, body: list[SessionEvent]) -> list[SessionEvent]:
@@ -71,7 +68,7 @@ def test_idle_streak_counts_idle_rounds_in_a_row_and_restarts_on_progress() -> N
     events = [*round_of("g", 1, idle), *round_of("g", 2, idle)]
     assert idle_streak(events, "g") == 2
     assert idle_streak(events, "other") == 0
-    events += round_of("g", 3, result("write_file"))
+    events += round_of("g", 3, [*result("write_file"), ProgressMade(kinds=["workspace"])])
     assert idle_streak(events, "g") == 0
     events += round_of("g", 4, idle)
     assert idle_streak(events, "g") == 1
@@ -135,3 +132,29 @@ async def test_a_round_with_progress_resets_the_count(
         goal = await until_goal(rig, sid, lambda g: g.phase == "blocked")
         assert goal.blocked is not None and goal.blocked.code == "no-progress"
         assert goal.rounds_started == 4  # idle, progress, idle, idle
+
+
+async def test_goal_rounds_that_only_rewrite_their_todo_list_are_idle(
+    tmp_path: Path, fake_openai: FakeOpenAIServer
+) -> None:
+    # Each round reads, rewrites its todo list (differently each time) and shows the plan:
+    # busy, but no file, task status or goal changed, so the idle-rounds rule blocks the goal
+    # after two rounds instead of running it to its cap.
+    def churn(n: int) -> list[ScriptStep]:
+        todos = [{"content": f"think about step {n}", "status": "in_progress"}]
+        return [
+            call("read_file", {"path": f"notes{n}.txt"}),
+            call("todo_write", {"todos": todos}),
+            call("plan", {"op": "show"}),
+            say(f"round {n}: organised my thoughts"),
+        ]
+
+    fake_openai.play([step for n in range(1, 6) for step in churn(n)])
+    async with rig_over(
+        tmp_path, fake_openai, Clock(), max_goal_rounds=5, goal_idle_rounds=2
+    ) as rig:
+        sid = await rig.engine.session_for_chat(-100, 0)
+        await rig.engine.command(sid, "goal", "get organised", actor=OWNER)
+        goal = await until_goal(rig, sid, lambda g: g.phase == "blocked")
+        assert goal.blocked is not None and goal.blocked.code == "no-progress"
+        assert goal.rounds_started == 2

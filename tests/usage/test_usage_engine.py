@@ -102,9 +102,9 @@ async def test_sums_per_turn_session_goal_and_day_are_exact_and_survive_a_restar
         engine = rig.engine
         sid = await engine.session_for_chat(chat(-100))
         other = await engine.session_for_chat(chat(-200))
-        await engine.user_message(sid, "write a", actor=OWNER, message_id=1)
+        await engine.user_message(sid, "write a", actor=OWNER, message_id="1")
         await settle(engine, sid)
-        await engine.user_message(other, "hi", actor=OWNER, message_id=2)
+        await engine.user_message(other, "hi", actor=OWNER, message_id="2")
         await settle(engine, other)
         await engine.command(sid, "goal", "write b", actor=OWNER)
         goal = await until_goal(rig, sid, lambda g: g.phase == "complete")
@@ -151,7 +151,7 @@ async def test_a_server_without_usage_gets_estimates_marked_as_such(
     fake_openai.play([write("a.txt"), say("wrote it")])
     async with rig_over(tmp_path, fake_openai, Clock()) as rig:
         sid = await rig.engine.session_for_chat(chat(-100))
-        await rig.engine.user_message(sid, "write a", actor=OWNER, message_id=1)
+        await rig.engine.user_message(sid, "write a", actor=OWNER, message_id="1")
         await settle(rig.engine, sid)
         first, second = await records(rig, sid)
         assert first.estimated and second.estimated
@@ -175,7 +175,7 @@ async def test_prices_give_the_cost(tmp_path: Path, fake_openai: FakeOpenAIServe
     prices = UsageConfig(price_input=0.15, price_output=0.6)
     async with rig_over(tmp_path, fake_openai, Clock(), usage=prices) as rig:
         sid = await rig.engine.session_for_chat(chat(-100))
-        await rig.engine.user_message(sid, "hi", actor=OWNER, message_id=1)
+        await rig.engine.user_message(sid, "hi", actor=OWNER, message_id="1")
         await settle(rig.engine, sid)
         report = (await rig.engine.command(sid, "usage", "", actor=OWNER)).reply or ""
         assert "1,500,000 tokens (1,000,000 in, 500,000 out) in 1 call, $0.4500" in report
@@ -197,7 +197,7 @@ async def test_a_goal_budget_stops_before_the_call_that_would_cross_it_and_resum
     async with rig_over(tmp_path, fake_openai, Clock()) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(chat(-100))
-        await engine.user_message(sid, "get ready", actor=OWNER, message_id=1)
+        await engine.user_message(sid, "get ready", actor=OWNER, message_id="1")
         await settle(engine, sid)
         reply = (await engine.command(sid, "goal", "write files --tokens 1k", actor=OWNER)).reply
         assert reply is not None and "budget 1,000 tokens" in reply
@@ -253,10 +253,10 @@ async def test_the_daily_cap_refuses_the_next_turn_with_the_reset_time(
     async with rig_over(tmp_path, fake_openai, clock, usage=capped) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(chat(-100))
-        await engine.user_message(sid, "first", actor=OWNER, message_id=1)
+        await engine.user_message(sid, "first", actor=OWNER, message_id="1")
         await settle(engine, sid)
         assert engine.usage.today().tokens == 3050
-        await engine.user_message(sid, "second", actor=OWNER, message_id=2)
+        await engine.user_message(sid, "second", actor=OWNER, message_id="2")
         await settle(engine, sid)
         assert len(fake_openai.chat_requests) == 1  # the second call was never made
         refused = rig.channel.of("reply")[-1].args["text"]
@@ -274,7 +274,7 @@ async def test_the_daily_cap_refuses_the_next_turn_with_the_reset_time(
         assert bad.reply is not None and bad.reply.startswith("usage: /usage")
         raised = await engine.command(sid, "usage", "cap 2m", actor=OWNER)
         assert raised.reply is not None and "2,000,000" in raised.reply
-        await engine.user_message(sid, "third", actor=OWNER, message_id=3)
+        await engine.user_message(sid, "third", actor=OWNER, message_id="3")
         await settle(engine, sid)
         assert len(fake_openai.chat_requests) == 2
         assert rig.channel.of("reply")[-1].args["text"].startswith("two")
@@ -293,7 +293,7 @@ async def test_the_daily_cap_blocks_a_goal_round_before_it_is_admitted(
     ) as rig:
         engine = rig.engine
         sid = await engine.session_for_chat(chat(-100))
-        await engine.user_message(sid, "first", actor=OWNER, message_id=1)
+        await engine.user_message(sid, "first", actor=OWNER, message_id="1")
         await settle(engine, sid)
         await engine.command(sid, "goal", "keep going", actor=OWNER)
         goal = await until_goal(rig, sid, lambda g: g.phase == "blocked")

@@ -1,0 +1,451 @@
+"""The project's own environment in a plan's worktree: its setup script (docs/environments.md).
+
+A project declares its environment in a committed ``.plangate/setup.sh``. When a plan goes
+Active in a git worktree, the worktree service reads the script from the plan's base commit
+(``WorktreeRecord.setup_sha``); before the first step of the approved run, :class:`EnvSetup`
+runs that exact text in the worktree, in the sandbox, with the network on, the worktree
+writable, the project's package caches mounted (and nothing else of plangate's home), and its
+own timeout. What the run built (the new paths: ``.venv``, ``node_modules``, an egg-info) is
+then a read-only root of every later bash call and check of the plan, so the plan cannot make
+its checks pass by editing the installed test runner.
+
+Consent is to the script's exact text, remembered per project by its SHA-256
+(:class:`SetupConsent`): approving a plan whose review card named the script (and its hash)
+consents to it; a script the owner never saw asks once, with the whole text, in an attended
+run; a goal round is never asked for it (the goal blocks ``needs-approval``, naming it).
+Outside a plan (a project that is no git repository, the main checkout), setup runs only on
+the owner's ``/setup``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from engine.approval.policy import ApprovalView
+from engine.approval.service import ToolApprovals
+from engine.events import GoalRoundSource, MessageSource, is_attended
+from engine.plan.service import PlanChange
+from engine.ports import Channel
+from engine.tasks import safe_call
+from engine.text import clip
+from engine.tools.bash import BashTool, CommandRun
+from engine.worktree.script import MAX_SCRIPT_CHARS, SETUP_PATH, SetupScript, script_of
+from engine.worktree.service import Worktrees, project_slug
+
+_log = logging.getLogger("plangate.environments")
+
+DEFAULT_SETUP_TIMEOUT_S = 15 * 60.0
+# What a failed run's note keeps of its output (the card's lines).
+NOTE_LINES = 15
+NOTE_CHARS = 1500
+# At most this many built paths are made read-only (a setup making more is unusual).
+MAX_BUILT = 200
+# Folders never counted as built: git's own, and caches any tool run leaves behind.
+_NOT_BUILT = frozenset({".git", "__pycache__", ".pytest_cache"})
+
+# The goal's blocked code when a goal round holds: consent is the owner's to give; a failed
+# run needs the owner to look (Resume runs it again).
+HoldCode = Literal["needs-approval", "no-progress"]
+
+
+@dataclass(frozen=True, slots=True)
+class SetupHold:
+    """Why the run cannot start its work: the card's line, the failure's tail, the goal's
+    blocked code, and the failure in a few words."""
+
+    code: HoldCode
+    text: str
+    evidence: str = ""
+    why: str = ""
+
+
+def _hold_of(ran: CommandRun) -> SetupHold | None:
+    """How a setup run ended, as a hold (``None``: it succeeded)."""
+    if ran.problem is not None:
+        why, tail = ran.problem, ""
+    elif ran.timed_out:
+        why, tail = f"timed out after {ran.timeout_s:g}s", note_of(ran.output)
+    elif ran.exit_code != 0:
+        why, tail = f"exit code {ran.exit_code}", note_of(ran.output)
+    else:
+        return None
+    short = clip(why, 120, one_line=True)
+    return SetupHold(
+        "no-progress", f"Setup failed ({short}): Retry runs it again", evidence=tail, why=why
+    )
+
+
+def read_script(folder: Path) -> SetupScript | None:
+    """The setup script on disk in ``folder`` (``None``: none, or not a regular file).
+    Blocking: a thread."""
+    path = folder / SETUP_PATH
+    try:
+        if path.is_symlink() or not path.is_file():
+            return None
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return script_of(text) if text.strip() else None
+
+
+class SetupConsent:
+    """Which setup scripts each project's owner consented to, by SHA-256 (a JSON file in
+    plangate's home; in memory without one)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self._path = path
+        self._memory: dict[str, list[str]] = {}
+
+    def _read(self) -> dict[str, list[str]]:
+        if self._path is None:
+            return self._memory
+        try:
+            data = json.loads(self._path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def allowed(self, project: Path, sha: str) -> bool:
+        """The owner consented to the script with this hash for ``project``."""
+        return sha in self._read().get(str(project), [])
+
+    def allow(self, project: Path, sha: str) -> None:
+        """Remember consent to the script with this hash for ``project``."""
+        data = self._read()
+        known = data.setdefault(str(project), [])
+        if sha in known:
+            return
+        known.append(sha)
+        if self._path is None:
+            return
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        temp = self._path.with_name(f".{self._path.name}.{uuid.uuid4().hex[:8]}")
+        temp.write_text(json.dumps(data, indent=1), encoding="utf-8")
+        os.replace(temp, self._path)
+
+
+def note_of(text: str) -> str:
+    """The last lines of a run's output, for the card."""
+    kept = "\n".join(text.rstrip().split("\n")[-NOTE_LINES:])
+    return kept if len(kept) <= NOTE_CHARS else "…" + kept[-(NOTE_CHARS - 1) :]
+
+
+def _entries(root: Path) -> set[str]:
+    """Every path under ``root`` (relative), git's folder left out. Blocking: a thread."""
+    found: set[str] = set()
+    for current, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != ".git"]
+        base = Path(current).relative_to(root)
+        for name in [*dirs, *files]:
+            found.add((base / name).as_posix())
+    return found
+
+
+def _built(root: Path, before: set[str]) -> list[str]:
+    """The topmost paths under ``root`` that were not there ``before`` (what setup made).
+    Blocking: a thread."""
+    built: list[str] = []
+    for current, dirs, files in os.walk(root):
+        base = Path(current).relative_to(root)
+        keep = []
+        for name in sorted(dirs):
+            rel = (base / name).as_posix()
+            if name in _NOT_BUILT:
+                continue
+            if rel not in before:
+                built.append(rel)  # new: all of it was built, no need to look inside
+            else:
+                keep.append(name)
+        dirs[:] = keep
+        built.extend(
+            (base / name).as_posix()
+            for name in sorted(files)
+            if (base / name).as_posix() not in before
+        )
+        if len(built) > MAX_BUILT:
+            break
+    return sorted(built)[:MAX_BUILT]
+
+
+class EnvSetup:
+    """Runs each live worktree's setup once, before its plan's first step; asks consent."""
+
+    def __init__(
+        self,
+        worktrees: Worktrees,
+        bash: BashTool,
+        channel: Channel,
+        *,
+        root: Path | None,
+        approvals: ToolApprovals | None = None,
+        timeout_s: float = DEFAULT_SETUP_TIMEOUT_S,
+    ) -> None:
+        self._worktrees = worktrees
+        self._bash = bash
+        self._channel = channel
+        self._root = root
+        self._approvals = approvals
+        self.timeout_s = timeout_s
+        self.consent = SetupConsent(root / "consent.json" if root is not None else None)
+        # The script each session's review card named last (its hash): approving that plan
+        # consents to exactly that text.
+        self._shown: dict[str, str] = {}
+        self._running: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # --- what the cards show --------------------------------------------------------------
+
+    async def review_script(self, session_id: str, project: Path) -> SetupScript | None:
+        """The script a plan of ``project`` would run (its HEAD's), remembered as shown to
+        the approver of this session's plan."""
+        script = await self._worktrees.project_script(project)
+        if script is None:
+            self._shown.pop(session_id, None)
+        else:
+            self._shown[session_id] = script.sha
+        return script
+
+    def caches(self, project: Path) -> Path | None:
+        """The project's package caches in plangate's home (``None``: no home)."""
+        if self._root is None:
+            return None
+        return self._root / "caches" / project_slug(project)
+
+    # --- consent at approval ----------------------------------------------------------------
+
+    async def on_plan_change(self, change: PlanChange) -> None:
+        """Plan listener (after the worktree service's): an approval of a plan whose review
+        card named the script its worktree was made with is consent to that script."""
+        after, before = change.after, change.before
+        if after is None or after.status != "Active" or not after.approved_at:
+            return
+        if before is not None and before.approved_at == after.approved_at:
+            return  # not an approval: a task moved
+        record = await self._worktrees.record(change.session_id)
+        if record is None or record.phase != "live" or not record.setup_sha:
+            return
+        if self._shown.get(change.session_id) == record.setup_sha:
+            self.consent.allow(Path(record.project), record.setup_sha)
+
+    # --- before the run's first step --------------------------------------------------------
+
+    async def prepare(self, session_id: str, source: MessageSource) -> SetupHold | None:
+        """Run the live worktree's setup if it has not run; ``None`` when the work may go on.
+
+        A script without consent is asked about (the whole text, one approval message) in a
+        run a person started; a goal round holds with ``needs-approval`` instead."""
+        record = await self._worktrees.record(session_id)
+        if record is None or record.phase != "live" or record.setup in ("", "ready"):
+            return None
+        script = await self._worktrees.base_script(session_id)
+        if script is None or script.sha != record.setup_sha:
+            # The base commit no longer has the script git had (history rewritten): nothing
+            # the owner consented to can be run.
+            await self._worktrees.set_setup(session_id, setup="")
+            return None
+        project = Path(record.project)
+        if not self.consent.allowed(project, script.sha):
+            hold = await self._ask(session_id, source, script, project)
+            if hold is not None:
+                return hold
+        return await self._run(session_id, Path(record.path), project, script)
+
+    async def _ask(
+        self, session_id: str, source: MessageSource, script: SetupScript, project: Path
+    ) -> SetupHold | None:
+        """Ask the owner to consent to ``script`` (``None``: they did)."""
+        unasked = SetupHold(
+            "needs-approval",
+            f"{script.label} needs your approval before it runs: /setup shows it",
+        )
+        if isinstance(source, GoalRoundSource) or not is_attended(source):
+            return unasked
+        if self._approvals is None:
+            return unasked
+        decided = await self._approvals.request(session_id, self._view(script))
+        if decided not in ("once", "session"):
+            return SetupHold(
+                "needs-approval",
+                f"{script.label} was not approved; Retry asks again",
+            )
+        self.consent.allow(project, script.sha)
+        return None
+
+    # --- /setup: the owner asks ------------------------------------------------------------
+
+    async def describe(self, session_id: str, workspace: Path) -> str:
+        """One line for ``/status`` and ``/project``: the project's script and its state."""
+        record = await self._worktrees.record(session_id)
+        live = record is not None and record.phase == "live"
+        script = await asyncio.to_thread(read_script, workspace)
+        if script is None:
+            return f"Setup: no {SETUP_PATH}"
+        project = Path(record.project) if live and record is not None else workspace
+        consent = "approved" if self.consent.allowed(project, script.sha) else "not approved yet"
+        state = ""
+        if live and record is not None and record.setup:
+            state = {
+                "needed": ", not run yet",
+                "running": ", running now",
+                "ready": ", ran in the plan's worktree",
+                "failed": ", failed: Retry on the plan card runs it again",
+            }.get(record.setup, "")
+        return f"Setup: {script.label} ({consent}{state})"
+
+    async def owner_setup(self, session_id: str, workspace: Path) -> str:
+        """``/setup``: run the script on disk in ``workspace`` (the project itself, or the
+        live plan's worktree, whose script the plan may have changed) after one approval
+        message showing the whole text (unless that text was approved before). Runs in the
+        background; the reply says what happens, a notice says how it ended."""
+        await self._worktrees.record(session_id)  # loaded, so peek() below knows it
+        script = await asyncio.to_thread(read_script, workspace)
+        if script is None:
+            return f"This project has no {SETUP_PATH} (docs/environments.md says what it holds)."
+        if session_id in self._running:
+            return "The setup is running already."
+        task = asyncio.create_task(self._owner_run(session_id, workspace, script))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        if self._consented(session_id, workspace, script):
+            return f"Running {script.label} in {workspace.name}."
+        return f"{script.label}: approve it below to run it."
+
+    def _consented(self, session_id: str, workspace: Path, script: SetupScript) -> bool:
+        return self.consent.allowed(self._project_path(session_id, workspace), script.sha)
+
+    def _project_path(self, session_id: str, workspace: Path) -> Path:
+        record = self._worktrees.peek(session_id)
+        if record is not None and record.phase == "live" and Path(record.path) == workspace:
+            return Path(record.project)
+        return workspace
+
+    async def _owner_run(self, session_id: str, workspace: Path, script: SetupScript) -> None:
+        project = self._project_path(session_id, workspace)
+        try:
+            if not self.consent.allowed(project, script.sha) and self._approvals is not None:
+                decided = await self._approvals.request(session_id, self._view(script))
+                if decided not in ("once", "session"):
+                    await safe_call(
+                        "notice",
+                        self._channel.notice(session_id, f"{script.label} was not run."),
+                    )
+                    return
+                self.consent.allow(project, script.sha)
+            live = project != workspace
+            if live:
+                # The plan's worktree: what the last setup built is writable again while
+                # the new one runs, then read-only again.
+                await self._worktrees.set_setup(
+                    session_id, setup="needed", setup_sha=script.sha, setup_built=[]
+                )
+                hold = await self._run(session_id, workspace, project, script)
+            else:
+                hold = await self._run_in_place(session_id, workspace, project, script)
+            text = hold.text if hold is not None else f"{script.label} ran: exit code 0."
+            if hold is not None and hold.evidence:
+                text += "\n" + hold.evidence
+            await safe_call("notice", self._channel.notice(session_id, text))
+        except Exception as exc:  # a background run: say it, never raise into nothing
+            _log.warning("plangate.environments.owner_failed %s: %s", type(exc).__name__, exc)
+
+    async def _run_in_place(
+        self, session_id: str, workspace: Path, project: Path, script: SetupScript
+    ) -> SetupHold | None:
+        """The owner's own folder: the script runs there; nothing is made read-only (the
+        folder is the owner's, and NoPlan writes it anyway)."""
+        self._running.add(session_id)
+        try:
+            ran = await self._bash.run_setup(
+                script.text,
+                session_id=session_id,
+                workspace=workspace,
+                timeout_s=self.timeout_s,
+                caches=self._cache_folder(project),
+            )
+        finally:
+            self._running.discard(session_id)
+        return _hold_of(ran)
+
+    def _view(self, script: SetupScript) -> ApprovalView:
+        return ApprovalView(
+            request_id=uuid.uuid4().hex,
+            call_id=f"setup:{script.short}",
+            tool="setup",
+            command=f"{script.label}, with the network:\n{script.text}",
+            rule=None,
+            why="network",
+        )
+
+    def running(self, session_id: str) -> bool:
+        """A setup of this session is running now."""
+        return session_id in self._running
+
+    async def _run(
+        self, session_id: str, workspace: Path, project: Path, script: SetupScript
+    ) -> SetupHold | None:
+        if len(script.text) > MAX_SCRIPT_CHARS:
+            note = f"{SETUP_PATH} is longer than {MAX_SCRIPT_CHARS} characters"
+            await self._worktrees.set_setup(session_id, setup="failed", setup_note=note)
+            return SetupHold("no-progress", f"Setup failed: {note}")
+        await self._worktrees.set_setup(session_id, setup="running", setup_note="")
+        self._running.add(session_id)
+        await safe_call("plan_changed", self._channel.plan_changed(session_id))
+        ran: CommandRun | None = None
+        try:
+            before = await asyncio.to_thread(_entries, workspace)
+            ran = await self._bash.run_setup(
+                script.text,
+                session_id=session_id,
+                workspace=workspace,
+                timeout_s=self.timeout_s,
+                caches=self._cache_folder(project),
+            )
+            built = await asyncio.to_thread(_built, workspace, before)
+        finally:
+            self._running.discard(session_id)
+            if ran is None:  # stopped or failed to start: never left "running"
+                await self._worktrees.set_setup(
+                    session_id, setup="failed", setup_note="the setup was stopped"
+                )
+        ok = _hold_of(ran) is None
+        _log.info(
+            "plangate.environments.setup session=%s exit=%s timed_out=%s built=%d",
+            session_id,
+            ran.exit_code,
+            ran.timed_out,
+            len(built),
+        )
+        if ok:
+            await self._worktrees.set_setup(
+                session_id, setup="ready", setup_note="", setup_built=built
+            )
+            return None
+        hold = _hold_of(ran)
+        assert hold is not None
+        note = f"{hold.why}\n{hold.evidence}".strip()
+        await self._worktrees.set_setup(session_id, setup="failed", setup_note=note)
+        return hold
+
+    def _cache_folder(self, project: Path) -> Path | None:
+        folder = self.caches(project)
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+
+__all__ = [
+    "DEFAULT_SETUP_TIMEOUT_S",
+    "EnvSetup",
+    "SetupConsent",
+    "SetupHold",
+    "note_of",
+    "read_script",
+    "script_of",
+]
