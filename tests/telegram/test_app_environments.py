@@ -21,9 +21,11 @@ from pathlib import Path
 import pytest
 
 from bot.app import parts
+from bot.keys import tg_flow
 from engine.app import Engine
 from engine.model.script import ScriptStep, call, say
 from tests.fakebot.server import FakeBotApi
+from tests.keys import chat
 from tests.projects.support import git, make_repo
 from tests.telegram.app_support import GROUP, OWNER, eventually
 from tests.telegram.live import Live, button, card, labels, live_bot, until
@@ -184,7 +186,7 @@ async def test_setup_builds_the_worktree_env_and_its_pytest_proves_the_fix(
         engine = live.engine
         fake_api.user_message(GROUP, OWNER, "/plan Fix add")
         await eventually(lambda: any("ready for review" in m.text for m in _all(fake_api)))
-        sid = await engine.session_for_chat(GROUP, 0)
+        sid = await engine.session_for_chat(chat(GROUP))
         await until(lambda: _review(live, sid))
         await parts(live.app).presenter.flush()
         review = await card(fake_api, live, sid)
@@ -218,7 +220,11 @@ def _all(api: FakeBotApi) -> list:  # type: ignore[type-arg]
 
 async def _review(live: Live, sid: str) -> bool:
     data = await live.engine.plan_card(sid)
-    return data.state == "review" and data.sidecar is not None and bool(data.sidecar.flow.card_id)
+    return (
+        data.state == "review"
+        and data.sidecar is not None
+        and bool(tg_flow(data.sidecar.flow).card_id)
+    )
 
 
 async def _is_done(engine: Engine, sid: str) -> bool:
@@ -307,7 +313,7 @@ async def test_a_setup_cut_off_by_a_restart_waits_for_retry_and_a_failure_shows_
 
 async def _reviewed(api: FakeBotApi, live: Live) -> str:
     await eventually(lambda: any("ready for review" in m.text for m in _all(api)))
-    sid = await live.engine.session_for_chat(GROUP, 0)
+    sid = await live.engine.session_for_chat(chat(GROUP))
     await until(lambda: _review(live, sid))
     await parts(live.app).presenter.flush()
     return sid
