@@ -46,7 +46,7 @@ async def test_plain_answer_is_a_reply_to_the_opening_message(ws: Path) -> None:
     end = (await agent.events())[-1]
     assert isinstance(end, TurnEnd) and end.outcome == "completed"
     replies = agent.channel.of("reply")
-    assert [(r.args["text"], r.args["reply_to"]) for r in replies] == [("Hello!", 42)]
+    assert [(r.args["text"], r.args["reply_to"]) for r in replies] == [("Hello!", "42")]
     assert [c.args["outcome"] for c in agent.channel.of("turn_ended")] == ["completed"]
     assert agent.registry.is_idle(SID)
 

@@ -66,7 +66,7 @@ async def test_six_chats_at_once_pass_the_cap_by_at_most_one_reservation(
         holds = [fake_openai.hold_next() for _ in range(6)]
         sids = [await engine.session_for_chat(chat(-100 - n)) for n in range(6)]
         for n, sid in enumerate(sids):
-            await engine.user_message(sid, "hi", actor=OWNER, message_id="10" + n)
+            await engine.user_message(sid, "hi", actor=OWNER, message_id=str(10 + n))
 
         def refused() -> int:
             return sum(1 for sid in sids for text in replies(rig, sid) if "Daily token cap" in text)

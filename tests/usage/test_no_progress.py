@@ -153,7 +153,7 @@ async def test_goal_rounds_that_only_rewrite_their_todo_list_are_idle(
     async with rig_over(
         tmp_path, fake_openai, Clock(), max_goal_rounds=5, goal_idle_rounds=2
     ) as rig:
-        sid = await rig.engine.session_for_chat(-100, 0)
+        sid = await rig.engine.session_for_chat(chat(-100))
         await rig.engine.command(sid, "goal", "get organised", actor=OWNER)
         goal = await until_goal(rig, sid, lambda g: g.phase == "blocked")
         assert goal.blocked is not None and goal.blocked.code == "no-progress"
