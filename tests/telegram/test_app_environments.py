@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from bot.app import parts
-from bot.keys import tg_flow
+from bot.keys import msg_id, tg_flow
 from engine.app import Engine
 from engine.model.script import ScriptStep, call, say
 from tests.fakebot.server import FakeBotApi
@@ -238,7 +238,7 @@ async def _merged(engine: Engine, sid: str) -> bool:
 async def _done_card(api: FakeBotApi, live: Live, sid: str):  # type: ignore[no-untyped-def]
     record = await live.engine.worktrees.record(sid)
     assert record is not None and record.sidecar is not None
-    card_id = record.sidecar["flow"]["card_id"]
+    card_id = msg_id(record.sidecar["flow"]["card_id"])
     return api.message(GROUP, card_id)
 
 
