@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.telegram import GROUP, OWNER, PacedModel, fake_server, start_polling, stop_polling
-from bot.app import build_application, parts, prepare
-from bot.channel import LateChannel
 from bot.compose import open_plangate
+from bot.telegram.app import build_application, parts, prepare
+from bot.telegram.channel import LateChannel
 from engine.app import EngineConfig
 from engine.events import PlanChanged
 from engine.model.script import ScriptedCall, ScriptStep, call, say

@@ -65,9 +65,9 @@ from bench.telegram import (
     plangate_application,
     stop_polling,
 )
-from bot.app import prepare
-from bot.channel import LateChannel
 from bot.compose import open_plangate
+from bot.telegram.app import prepare
+from bot.telegram.channel import LateChannel
 from engine.app import EngineConfig
 from engine.model.script import say
 from tests.fakebot.server import FakeBotApi
@@ -185,7 +185,7 @@ class Started:
 async def plangate_bot(
     api: FakeBotApi, home: Path, owners: frozenset[int]
 ) -> AsyncIterator[Started]:
-    """Plangate started the way ``bot.app.serve`` does it (storage, engine, application,
+    """Plangate started the way ``bot.telegram.app.serve`` does it (storage, engine, application,
     ``prepare``, ``engine.start``, polling), pacing off; ``startup_s`` is from opening the
     storage to the fake's first ``getUpdates``."""
     polls_before = api.count("getUpdates")

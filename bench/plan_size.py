@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.extract import make_plan
-from bot import cards, presenter
 from bot.compose import open_plangate
+from bot.telegram import cards, presenter
 from engine.agent.testing import RecordingChannel
 from engine.app import EngineConfig
 from engine.model.scripted import ScriptedProvider

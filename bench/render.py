@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bot.render import markdown_to_html, split_html
+from bot.telegram.render import markdown_to_html, split_html
 
 _WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "runs", "far"]
 _ROOT = Path(__file__).resolve().parents[1]

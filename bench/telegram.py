@@ -53,10 +53,10 @@ from typing import Any
 from telegram import Update
 from telegram.ext import AIORateLimiter, Application, CommandHandler, ContextTypes
 
-from bot.app import ALLOWED_UPDATES, build_application, drain, parts, prepare
-from bot.channel import LateChannel
 from bot.compose import Plangate as Opened
 from bot.compose import open_plangate
+from bot.telegram.app import ALLOWED_UPDATES, build_application, drain, parts, prepare
+from bot.telegram.channel import LateChannel
 from engine.app import Engine, EngineConfig
 from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
@@ -222,7 +222,8 @@ def plangate_application(
 
 
 async def close_plangate_app(app: AnyApp, engine: Engine) -> None:
-    """Shut down the way ``bot.app.serve`` does: the engine, the cards, polling, the outbox."""
+    """Shut down the way ``bot.telegram.app.serve`` does: the engine, the cards, polling,
+    the outbox."""
     await engine.shutdown()
     bp = parts(app)
     # Every rendering task (the last update_id write among them) ends before the db closes.

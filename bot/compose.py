@@ -2,7 +2,7 @@
 
 The bot's runner, the offline demo, the benches and the test rigs all open plangate through
 :func:`open_plangate`, so the wiring of ports to services is written once. Starting and
-shutting down the engine stay with the caller (``bot.app.serve`` does both for the bot).
+shutting down the engine stay with the caller (``bot.telegram.app.serve`` does both for the bot).
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TextIO
 
 from bot.compose import open_plangate
-from bot.presenter import goal_view, plan_view
-from bot.render import markdown_to_html
+from bot.telegram.presenter import goal_view, plan_view
+from bot.telegram.render import markdown_to_html
 from engine.api import Outcome, Press
 from engine.app import Engine, EngineConfig
 from engine.approval.policy import ApprovalView
@@ -147,7 +147,10 @@ class ConsoleChannel:
         engine = self._engine()
         if engine is None:
             return
-        view = goal_view(await engine.goal_card(session_id))
+        data = await engine.goal_card(session_id)
+        if data.goal is None and not self._last_goal:
+            return  # no goal and no goal card yet: nothing to show (as on Telegram)
+        view = goal_view(data)
         self._card("goal card", view.text, view.buttons, last="_last_goal")
 
     async def notice(self, session_id: str, text: str) -> None:
@@ -162,7 +165,7 @@ class ConsoleChannel:
     async def drafts_wanted(self, session_id: str) -> bool:
         return False  # the console prints the final reply only
 
-    async def draft(self, session_id: str, text: str) -> None:
+    async def draft(self, session_id: str, text: str, *, more: bool = False) -> None:
         return None
 
     async def approval_asked(self, session_id: str, view: ApprovalView) -> None:

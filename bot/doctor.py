@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable
@@ -17,7 +18,6 @@ from typing import TextIO
 from telegram import Bot
 from telegram.error import InvalidToken, NetworkError, TelegramError
 
-from bot.app import file_url
 from bot.runner import model_from_settings, sandbox_settings
 from bot.settings import (
     Settings,
@@ -26,9 +26,10 @@ from bot.settings import (
     run_problems,
     settings_warnings,
 )
+from bot.telegram.app import file_url
 from engine.errors import ConfigError
 from engine.model.types import ModelError
-from engine.tools.sandbox import probe
+from engine.tools.sandbox import SYSTEM_DIRS, probe, sandbox_path
 from engine.worktree.script import suggestion
 
 
@@ -125,6 +126,41 @@ def check_sandbox(settings: Settings) -> tuple[bool, str]:
     return True, line
 
 
+# Tools a project's setup or checks commonly call; doctor says which the sandbox sees.
+TOOLS = ("python3", "pip3", "uv", "node", "npm", "git", "make", "gcc", "go", "cargo")
+
+
+def check_tools(settings: Settings) -> list[tuple[bool, str]]:
+    """Which of :data:`TOOLS` bash and the checks see in the sandbox, and, when this
+    machine's ``python3`` or ``node`` is one the sandbox does not see (pyenv, nvm,
+    ``~/.local/bin``), the setting that shows it (informational, never a failure)."""
+    sandbox = sandbox_settings(settings)
+    inside = sandbox_path(sandbox)
+    seen = [tool for tool in TOOLS if shutil.which(tool, path=inside)]
+    missing = [tool for tool in TOOLS if tool not in seen]
+    line = "sandbox tools: " + (", ".join(seen) or "none of " + ", ".join(TOOLS))
+    if missing:
+        line += f" (not there: {', '.join(missing)})"
+    lines = [(True, line)]
+    roots = [Path(folder) for folder in SYSTEM_DIRS] + list(sandbox.tool_dirs)
+    for tool in ("python3", "node"):
+        host = shutil.which(tool)
+        if host is None:
+            continue
+        resolved = Path(host).resolve()
+        if any(resolved.is_relative_to(root.resolve()) for root in roots if root.exists()):
+            continue
+        folder = resolved.parent.parent if resolved.parent.name == "bin" else resolved.parent
+        lines.append(
+            (
+                True,
+                f"sandbox tools: {tool} here is {host}, which the sandbox does not see; "
+                f"install it under /usr or set PLANGATE_SANDBOX_TOOL_DIRS={folder}",
+            )
+        )
+    return lines
+
+
 def check_setups(settings: Settings) -> list[tuple[bool, str]]:
     """A line per project with dependencies and no ``.plangate/setup.sh`` (docs/
     environments.md): informational, never a failure."""
@@ -167,6 +203,7 @@ async def run_doctor(
     else:
         results.append((True, f"workspace {workspace}: ok"))
     results.extend(await asyncio.to_thread(check_setups, settings))
+    results.extend(await asyncio.to_thread(check_tools, settings))
     results.append(await asyncio.to_thread(check_sandbox, settings))
     results.append(await check_telegram(settings))
     results.append(await check_model(settings))

@@ -16,11 +16,8 @@ from urllib.parse import urlsplit
 from telegram import Bot
 from telegram.error import InvalidToken, NetworkError
 
-from bot.app import file_url, redact, serve
-from bot.channel import LateChannel
 from bot.compose import open_plangate
 from bot.health import heartbeat
-from bot.keys import person_key
 from bot.settings import (
     Settings,
     config_path,
@@ -28,6 +25,9 @@ from bot.settings import (
     require_run_settings,
     settings_warnings,
 )
+from bot.telegram.app import file_url, redact, serve
+from bot.telegram.channel import LateChannel
+from bot.telegram.keys import person_key
 from engine.app import EngineConfig
 from engine.errors import ConfigError
 from engine.model.openai_provider import OpenAIProvider
@@ -121,6 +121,7 @@ def sandbox_settings(settings: Settings) -> SandboxSettings:
         env_pass=settings.bash_env,
         hidden=tuple(hidden),
         hidden_names=tuple(n for n in settings.secret_files if not Path(n).is_absolute()),
+        tool_dirs=settings.sandbox_tool_dirs,
     )
 
 

@@ -251,6 +251,9 @@ class Settings(BaseSettings):
     # Files the agent never sees (no tool, not bash): absolute paths, or paths relative to
     # the workspace that are hidden in every workspace (".env.production,config/secrets.yml").
     secret_files: Annotated[tuple[str, ...], NoDecode] = ()
+    # Toolchains outside the system folders (pyenv, nvm, rustup, ~/.local): absolute folders
+    # the sandbox sees read-only, their bin/ on its PATH (docs/environments.md).
+    sandbox_tool_dirs: Annotated[tuple[Path, ...], NoDecode] = ()
     # Usage and budgets (docs/goals.md): prices per million tokens, the bot's daily token cap
     # (UTC day; 200k and 2m are accepted), the closing-reply footer, the no-progress limit.
     price_input: float | None = Field(default=None, ge=0, allow_inf_nan=False)
@@ -440,6 +443,20 @@ class Settings(BaseSettings):
                     f"expected file paths separated by commas, without '..', got {_shown(name)}"
                 )
         return names
+
+    @field_validator("sandbox_tool_dirs", mode="before")
+    @classmethod
+    def _sandbox_tool_dirs(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        names = tuple(name.strip() for name in value.split(",") if name.strip())
+        for name in names:
+            path = Path(name)
+            if not path.is_absolute() or ".." in path.parts or name == "/":
+                raise _fail(
+                    f"expected absolute folders separated by commas (not /), got {_shown(name)}"
+                )
+        return tuple(Path(name) for name in names)
 
     @field_validator("bash_env", mode="before")
     @classmethod

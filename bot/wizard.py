@@ -28,8 +28,8 @@ from typing import TextIO
 from telegram import Bot
 from telegram.error import Conflict, InvalidToken, NetworkError
 
-from bot.app import file_url
 from bot.settings import config_path
+from bot.telegram.app import file_url
 from engine.errors import ConfigError
 
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTVWXYZ23456789"  # no 0/O, 1/I/L, U: read off a screen

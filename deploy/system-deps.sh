@@ -1,7 +1,8 @@
 #!/bin/sh
 # The system programs plangate's sandbox and its tests use: bubblewrap (bash's sandbox), git
 # (plan worktrees), util-linux's setpriv/unshare (the unprivileged and PID 1 sandbox tests) and
-# PostgreSQL's server (the tests start a throwaway cluster on a unix socket: tests/pg.py).
+# PostgreSQL's server (the tests start a throwaway cluster on a unix socket: tests/pg.py), and
+# node with npm (a Node project's .plangate/setup.sh and npm test: docs/environments.md).
 # `make test` runs this first: as root with apt-get it installs what is missing (Debian's
 # packages); otherwise it says what is missing and the tests that need it fail with the fix.
 missing=""
@@ -11,6 +12,7 @@ command -v git >/dev/null 2>&1 || missing="$missing git"
     || missing="$missing util-linux"
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 \
     || missing="$missing postgresql"
+command -v npm >/dev/null 2>&1 || missing="$missing nodejs npm"
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing:$missing" >&2

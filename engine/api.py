@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Literal, Protocol
+from typing import Final, Literal, Protocol, get_args
 
 from engine.events import Attachment, GoalCheck
 from engine.goal.types import GoalSnapshot
 from engine.keys import Chat, ChatKey, MessageKey, PersonKey
 from engine.plan.types import PlanSidecar
+from engine.roles.policy import READ_COMMANDS
 from engine.roles.types import Person, Role
 from engine.worktree.types import DECIDING, WorktreeView
 
@@ -28,10 +29,10 @@ from engine.worktree.types import DECIDING, WorktreeView
 CommandName = Literal[
     "plan", "show_plan", "execute", "discard", "goal", "stop", "status", "help", "usage", "setup"
 ]
-# Anyone in an allowed group may run these (engine.roles.policy: the role rule reads them as
-# "read"). They change nothing, so their command/run is logged without the reply waiting
-# (engine.commands).
-READ_ONLY_COMMANDS: frozenset[str] = frozenset({"show_plan", "status", "help"})
+# Anyone in an allowed group may run these: the command plane's share of the permission
+# table's read-only commands (engine.roles.policy.READ_COMMANDS). They change nothing, so their
+# command/run is logged without the reply waiting (engine.commands).
+READ_ONLY_COMMANDS: frozenset[str] = READ_COMMANDS & frozenset(get_args(CommandName))
 
 # The plan card's state, decided by the engine (engine.cards.plan_card_state). ``review``
 # is the card with Approve / Keep planning / Discard; ``active`` a checklist being worked
@@ -54,7 +55,7 @@ GoalCardState = Literal["none", "live", "confirm_clear"]
 # The button protocol. A press names its card kind (``p`` plan, ``g`` goal, ``a`` tool
 # approval), an action of that kind, the first 8 characters of the plan, goal or request id,
 # and the revision the button was drawn for. The front end encodes and decodes it
-# (bot/callback.py); the command plane matches these constants, so a typo fails to import.
+# (bot/telegram/callback.py); the command plane matches these constants, so a typo fails to import.
 PressKind = Literal["p", "g", "a"]
 PLAN_APPROVE: Final = "approve"
 PLAN_KEEP: Final = "keep"

@@ -408,7 +408,8 @@ def build_engine(
     usage = UsageMeter(
         log, goals=goals, config=config.usage, clock=clock, is_private=bindings.is_private
     )
-    votes = PlanVotes(log)
+    # A vote counts while its voter may approve in the session's chat (engine.roles.votes).
+    votes = PlanVotes(log, roles=roles, chat_of=bindings.chat_of)
     catalog = ProjectCatalog(config.workspace, config.projects, root=config.projects_root)
     worktrees = Worktrees(
         log,
@@ -462,6 +463,7 @@ def build_engine(
         # The setup's listener comes after the worktree's: an approval consents to the
         # script the new worktree was made with.
         listeners=(worktrees.on_plan_change, setup.on_plan_change),
+        workspace_for=worktrees.workspace_for,
     )
     agents = build_agent(
         log=log,

@@ -285,7 +285,8 @@ class Cards:
     async def goal_card(self, session_id: str) -> GoalCardData:
         """What the goal card shows now: the goal, armed or not, and its tokens so far."""
         goal = await self._goals.get(session_id)
-        if goal is None:
+        if goal is None or goal.source == "task":
+            # A task goal is only a label of the plan card's current task: no goal card.
             return GoalCardData(state="none", goal=None)
         state = self.choices.goal_choice(session_id, goal.id, goal.revision) or "live"
         armed = self._goals.is_armed(session_id)

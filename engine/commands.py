@@ -32,11 +32,11 @@ from engine.plan.extract import validate_template_b
 from engine.plan.types import is_editing
 from engine.ports import Clock
 from engine.roles.audit import AuditTrail, plan_line, tool_line
-from engine.roles.policy import command_action, may, message_action, press_action, refusal_text
-from engine.roles.types import Role
+from engine.roles.policy import command_action, may, press_action, refusal_text, words_action
+from engine.roles.types import Action, Role
 from engine.roles.votes import Vote
 from engine.services import Services
-from engine.tasks import BackgroundTasks
+from engine.tasks import BackgroundTasks, safe_call
 from engine.text import clean_text, clip
 from engine.usage.ledger import fmt_tokens, parse_tokens, raised_cap
 from engine.usage.meter import CAP_COMMAND
@@ -66,6 +66,19 @@ SEED_RETRY_PROMPT = (
     "criteria from its Done when lines), then start the first task."
 )
 FEEDBACK_QUESTION = "What should change? Reply with your feedback for the planner."
+# What a press that only changes its card answers (the presser sees it at once).
+PRESS_ANSWERS: dict[tuple[str, str], str] = {
+    ("p", api.PLAN_DISCARD): "Discard this plan? Confirm on the card.",
+    ("p", api.PLAN_CANCEL): "Cancelled: nothing changed.",
+    ("p", api.PLAN_DROP): "Discard the changes? Confirm on the card.",
+    ("p", api.PLAN_DROP_NO): "Cancelled: the branch waits for your decision.",
+    ("g", api.GOAL_PAUSE): "Goal paused.",
+    ("g", api.GOAL_RESUME): "Goal resumed.",
+    ("g", api.GOAL_START): "Goal started.",
+    ("g", api.GOAL_CLEAR): "Clear this goal? Confirm on the card.",
+    ("g", api.GOAL_CLEAR_YES): "Goal cleared.",
+    ("g", api.GOAL_CANCEL): "Cancelled: nothing changed.",
+}
 TEXT_NOT_SENT = "The text after /execute was not sent to the agent."
 
 
@@ -88,6 +101,7 @@ class CommandPlane:
         if plan_approvals < 1:
             raise ValueError("a plan needs at least one approval")
         self._roles = services.roles
+        self._channel = services.channel
         self._clock = clock
         self._votes = services.votes
         self._audit = AuditTrail(services.log)
@@ -165,10 +179,14 @@ class CommandPlane:
         controller = self._agents.controller(session_id)
         answered = controller.awaiting_answer
         role = await self.role(session_id, actor)
-        action = "answer" if answer and not feedback else message_action(feedback=feedback)
-        if not may(role, action):
+        if not may(role, await self.words_action(session_id, feedback=feedback, answer=answer)):
             # The front end's gate refuses these before they get here; this is the backstop.
             _log.info("plangate.commands.message_refused session=%s role=%s", session_id, role)
+            # Said, never dropped without a word (two answers to one question at once, say).
+            self._background_logs.spawn(
+                safe_call("notice", self._channel.notice(session_id, refusal_text(role))),
+                name=f"session={session_id} refusal",
+            )
             return
         source: FeedbackSource | HumanSource = (
             FeedbackSource(user_id=actor, message_id=message_id)
@@ -180,6 +198,19 @@ class CommandPlane:
         )
         if answered:
             await self._redraw_plan(session_id)
+
+    async def words_action(self, session_id: str, *, feedback: bool, answer: bool) -> Action:
+        """What words for the agent count as now (engine.roles.policy.words_action): feedback
+        only while the plan under review awaits it, an answer only while the agent's question
+        is open (the first answer closes it); anything else is one's own words."""
+        if feedback:
+            sidecar = await self._plans.current(session_id)
+            feedback = sidecar is not None and self._choices.awaits_feedback(session_id, sidecar.id)
+        controller = self._agents.controller(session_id)
+        # While a turn runs, its question may be on screen before the turn notes it: the front
+        # end knows which question is open then (it closes the older ones when a turn starts).
+        answer = answer and (controller.awaiting_answer or controller.working)
+        return words_action(feedback=feedback, answer=answer)
 
     def _pass_on(self, session_id: str, text: str, *, actor: PersonKey | None) -> None:
         """Queue a command's text (``/plan text``, ``/execute text``) as the owner's message."""
@@ -230,7 +261,8 @@ class CommandPlane:
                 return await self._stop(session_id)
             case "status":
                 # The workspace path tells a group's members about the owner's machine.
-                return Outcome(reply=await self.status_text(session_id, owner=role == "owner"))
+                owner = may(role, "settings")  # the path is the owner's machine's
+                return Outcome(reply=await self.status_text(session_id, owner=owner))
             case "help":
                 return Outcome(reply=HELP_TEXT)
             case "usage":
@@ -554,11 +586,11 @@ class CommandPlane:
         if not may(role, press_action(press.kind, action)):
             return Outcome(reply=refusal_text(role), alert=True)
         if press.kind == "a":
-            return await self._approval_press(
+            outcome = await self._approval_press(
                 session_id, action, short_id, actor=actor, actor_name=actor_name
             )
-        if press.kind == "p":
-            return await self._plan_press(
+        elif press.kind == "p":
+            outcome = await self._plan_press(
                 session_id,
                 action,
                 short_id,
@@ -567,7 +599,14 @@ class CommandPlane:
                 message_id=message_id,
                 actor_name=actor_name,
             )
-        return await self._goal_press(session_id, action, short_id, revision, actor=actor)
+        else:
+            outcome = await self._goal_press(session_id, action, short_id, revision, actor=actor)
+        if not outcome.reply:
+            # Every press is answered in words (done, refused with why, or out of date): a
+            # card change alone may wait behind the group's pacing.
+            said = PRESS_ANSWERS.get((press.kind, action), "Done.")
+            outcome = dataclasses.replace(outcome, reply=said)
+        return outcome
 
     async def _plan_press(
         self,

@@ -275,7 +275,10 @@ class WorktreeChange(_Event):
 # Why a run stopped by itself: stuck (the detector's pattern names how), the daily cap, a turn
 # that failed (a model error, a context overflow the provider refused), or an approval nobody
 # answered within PLANGATE_APPROVAL_TIMEOUT.
-PauseKind = Literal["stuck", "daily-cap", "failed", "approval-timeout", "setup"]
+# A ``setup`` pause waits for the project's setup script (engine.environments). ``stop`` and
+# ``restart`` are never logged: a new process reads them back from the log
+# (engine.agent.checklist.stopped_reason).
+PauseKind = Literal["stuck", "daily-cap", "failed", "approval-timeout", "setup", "stop", "restart"]
 
 
 class RunPaused(_Event):

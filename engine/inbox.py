@@ -21,8 +21,10 @@ from pathlib import Path
 from engine.events import Attachment
 
 INBOX_FOLDER = "inbox"
-# Longest cleaned name, in characters (file systems allow 255 bytes; UTF-8 takes up to 4).
+# Longest cleaned name, in characters and in UTF-8 bytes: file systems allow 255 bytes, and a
+# numbered name (" (9999)") must still fit. 120 characters of Chinese are 360 bytes.
 MAX_NAME_CHARS = 120
+MAX_NAME_BYTES = 240
 FALLBACK_NAME = "upload"
 # A text file up to this size is also shown to the agent inline (the path is given anyway).
 INLINE_TEXT_BYTES = 8_000
@@ -56,7 +58,8 @@ def clean_name(raw: str | None, *, default: str = FALLBACK_NAME) -> str:
     Only the last path part is kept (``../../etc/passwd`` -> ``passwd``); control and format
     characters go, characters Windows or shells trip on become ``_``, leading dots and
     spaces go (no hidden files, no ``..``); an empty result is ``default``. The extension is
-    kept when the name is cut to :data:`MAX_NAME_CHARS`.
+    kept when the name is cut to :data:`MAX_NAME_CHARS` characters and :data:`MAX_NAME_BYTES`
+    bytes of UTF-8 (a file system counts bytes).
     """
     text = unicodedata.normalize("NFC", raw or "")
     text = text.replace("\\", "/").rsplit("/", 1)[-1]
@@ -65,13 +68,19 @@ def clean_name(raw: str | None, *, default: str = FALLBACK_NAME) -> str:
     text = _SPACES.sub(" ", text).strip().lstrip(". ").rstrip(". ")
     if not text:
         return default
-    if len(text) > MAX_NAME_CHARS:
+    if len(text) > MAX_NAME_CHARS or len(text.encode()) > MAX_NAME_BYTES:
         stem, dot, ext = text.rpartition(".")
         if dot and 0 < len(ext) <= 10 and stem:
-            text = stem[: MAX_NAME_CHARS - len(ext) - 1].rstrip() + "." + ext
+            room = MAX_NAME_BYTES - len(ext.encode()) - 1
+            text = _cut(stem, MAX_NAME_CHARS - len(ext) - 1, room).rstrip() + "." + ext
         else:
-            text = text[:MAX_NAME_CHARS]
+            text = _cut(text, MAX_NAME_CHARS, MAX_NAME_BYTES)
     return text
+
+
+def _cut(text: str, chars: int, size: int) -> str:
+    """``text`` cut to ``chars`` characters, then to ``size`` UTF-8 bytes on a whole character."""
+    return text[:chars].encode()[:size].decode("utf-8", "ignore")
 
 
 def _numbered(name: str, n: int) -> str:
@@ -134,18 +143,21 @@ def human_size(size: int) -> str:
 
 
 def attachment_line(attachment: Attachment) -> str:
-    """How the agent is told about one saved file (its caption goes above the lines)."""
-    line = (
-        f"file saved: {INBOX_FOLDER}/{attachment.name} "
-        f"({human_size(attachment.size)}, {attachment.mime or 'unknown type'})"
+    """How the agent is told about one saved file (its caption goes above the lines): one
+    path, the absolute one the read tools take (a second, relative name was read as a path
+    in the workspace, "not a file")."""
+    return (
+        f'file saved: "{attachment.path}" '
+        f"({human_size(attachment.size)}, {attachment.mime or 'unknown type'}); "
+        "read-only, read it with read_file at that path"
     )
-    return f'{line}; read-only, read it with read_file path "{attachment.path}"'
 
 
 __all__ = [
     "FALLBACK_NAME",
     "INBOX_FOLDER",
     "INLINE_TEXT_BYTES",
+    "MAX_NAME_BYTES",
     "MAX_NAME_CHARS",
     "attachment_line",
     "clean_name",

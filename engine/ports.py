@@ -186,9 +186,11 @@ class Channel(Protocol):
         then asked to stream, and :meth:`draft` hears the text as it grows)."""
         ...
 
-    async def draft(self, session_id: str, text: str) -> None:
-        """The reply so far, while the model streams it (paced by the channel; the final
-        :meth:`reply` replaces it). Never waits for the chat."""
+    async def draft(self, session_id: str, text: str, *, more: bool = False) -> None:
+        """The reply while the model streams it (paced by the channel; the final
+        :meth:`reply` replaces it). ``text`` replaces the draft, or with ``more`` continues
+        it: the engine hands each new piece once, never the whole text again. Never waits
+        for the chat."""
         ...
 
     async def approval_asked(self, session_id: str, view: ApprovalView) -> None:

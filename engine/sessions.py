@@ -18,6 +18,7 @@ import asyncio
 import logging
 from pathlib import Path
 
+from engine.agent.checklist import stopped_reason
 from engine.api import Outcome
 from engine.bindings import ChatBindings
 from engine.cards import Cards
@@ -369,10 +370,25 @@ class Sessions:
             await self._notice(session_id, notice)
         if not quiet:
             await self._decide_pending(session_id)
+        await self._restore_pause(session_id)
         if interrupted:
             # The card still shows the turn as working: redraw it (a checklist left by the
             # dead process is paused now, with Resume; nothing restarts by itself).
             await self._redraw_plan(session_id)
+
+    async def _restore_pause(self, session_id: str) -> None:
+        """An Active checklist that no run carries here: its card says why the run stopped
+        (the restart, /stop, or the pause the dead process logged), not just "Paused"."""
+        controller = self._agents.controller(session_id)
+        run = controller.checklist
+        if controller.busy or run.armed or run.paused is not None:
+            return
+        if await self._plans.state(session_id) != "active":
+            return
+        stored = await self._log.read(session_id, types=("command/run", "run/paused", "turn/end"))
+        reason = stopped_reason(s.event for s in stored)
+        if reason is not None:
+            controller.restore_pause(reason)
 
     async def _decide_pending(self, session_id: str) -> None:
         stored = await self._log.read(

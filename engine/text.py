@@ -38,7 +38,7 @@ def clip(text: str, limit: int, *, one_line: bool = False) -> str:
     """``text`` cut to at most ``limit`` characters, ending in "…" when something was cut.
 
     ``one_line`` first folds every run of whitespace (newlines included) into one space.
-    Plain text only: Telegram HTML is cut by ``bot.render.clip_html`` (tags and entities)."""
+    Plain text only: a channel's markup is cut by its own renderer (tags and entities)."""
     if limit < 1:
         raise ValueError(f"clip limit must be at least 1, got {limit}")
     if one_line:

@@ -15,6 +15,8 @@ sessions need loading without reading their logs.
 from __future__ import annotations
 
 import gc
+import json
+import logging
 import sqlite3
 import time
 from collections.abc import Collection, Iterator, Sequence
@@ -29,6 +31,8 @@ from engine.events import SESSION_EVENT_ADAPTER, GoalChange, SessionEvent, Store
 from engine.ports import Clock, check_types
 from engine.recovery import attention_marks
 from storage.db import Database
+
+_log = logging.getLogger("plangate.storage.eventlog")
 
 # Rows per fetch on replay: large enough that the per-fetch thread hop vanishes, small enough
 # to bound the raw text held at once.
@@ -96,13 +100,60 @@ def _decode(session_id: str, rows: Sequence[Any]) -> list[StoredEvent]:
         try:
             event = validate(payload)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"])
-            raise CorruptState(
-                f"session {session_id} event {seq} does not parse: {where}: {first['msg']}"
-            ) from exc
+            found = _flattened(session_id, seq, payload, exc)
+            if found is None:
+                first = exc.errors()[0]
+                where = ".".join(str(part) for part in first["loc"])
+                raise CorruptState(
+                    f"session {session_id} event {seq} does not parse: {where}: {first['msg']}"
+                ) from exc
+            event = found
         out.append(StoredEvent(session_id, seq, at, event))
     return out
+
+
+# Values nested deeper than this in an old row are replaced by DROPPED_TEXT when it is read.
+_KEEP_DEPTH = 48
+DROPPED_TEXT = "(dropped: nested too deep to store)"
+
+
+def _flattened(
+    session_id: str, seq: int, payload: str, exc: ValidationError
+) -> SessionEvent | None:
+    """A row too deeply nested for the JSON reader, read anyway with its deep parts dropped.
+
+    An earlier plangate stored tool calls whose arguments nested hundreds deep (the model's
+    arguments are refused on arrival now, engine.model.arguments); the reader gives up past
+    about 200 levels, and such a row made its session fail on every turn. It is read with
+    Python's parser instead and everything below :data:`_KEEP_DEPTH` levels is replaced by a
+    note, so the session loads. ``None`` for any other failure (a truly corrupt row).
+    """
+    if not any("recursion limit" in str(error.get("msg", "")) for error in exc.errors()):
+        return None
+    try:
+        value = json.loads(payload)
+        event = SESSION_EVENT_ADAPTER.validate_python(_cut_depth(value, _KEEP_DEPTH))
+    except (ValueError, RecursionError):  # ValidationError is a ValueError
+        return None
+    _log.warning(
+        "plangate.storage.eventlog.too_deep session=%s seq=%d: read with its deep parts dropped",
+        session_id,
+        seq,
+    )
+    return event
+
+
+def _cut_depth(value: Any, depth: int) -> Any:
+    """``value`` with every list or object below ``depth`` levels replaced by a note."""
+    if isinstance(value, dict):
+        if depth <= 0:
+            return DROPPED_TEXT
+        return {k: _cut_depth(v, depth - 1) for k, v in value.items()}
+    if isinstance(value, list):
+        if depth <= 0:
+            return DROPPED_TEXT
+        return [_cut_depth(v, depth - 1) for v in value]
+    return value
 
 
 class SqliteEventLog:

@@ -7,7 +7,7 @@ topic ``tg:-1/4``, ``person(7)`` the user ``tg:7``.
 
 from __future__ import annotations
 
-from bot.keys import chat_key, engine_chat, person_key
+from bot.telegram.keys import chat_key, engine_chat, person_key
 from engine.keys import Chat
 
 

@@ -13,10 +13,11 @@ offers Resume; ``/stop`` disarms it too. See docs/agent.md "The checklist run".
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
-from engine.events import PauseKind
+from engine.events import CommandRun, PauseKind, RunPaused, SessionEvent, TurnEnd
 from engine.plan.types import PlanTask
 from engine.progress.rule import TaskStatuses, task_statuses, tasks_moved
 
@@ -113,7 +114,43 @@ def should_continue(run: ChecklistRun, tasks: Sequence[PlanTask], *, active: boo
     return run.armed and active and tasks_left(tasks)
 
 
+# The commands that arm the run (Approve, Resume, /execute), and the one that stops it.
+ARM_COMMANDS: Final = frozenset({"approve", "resume", "execute"})
+RESTART_TEXT = "Paused by the restart: Resume runs the rest of the checklist."
+STOP_TEXT = "Paused by /stop: Resume runs the rest of the checklist."
+
+
+def stopped_reason(events: Iterable[SessionEvent]) -> PauseReason | None:
+    """Why the last armed run stopped, read from a session's log (a new process knows
+    nothing else): its ``run/paused``, a ``/stop``, or the restart that cancelled or
+    interrupted its turn. ``None`` when the log does not say."""
+    reason: PauseReason | None = None
+    for event in events:
+        if isinstance(event, CommandRun) and event.name in ARM_COMMANDS:
+            reason = None  # armed again: what stopped it before is past
+        elif isinstance(event, RunPaused) and event.goal_id is None:  # not a goal round
+            reason = PauseReason(
+                event.kind,
+                event.text,
+                pattern=event.pattern,
+                evidence=event.evidence,
+                task_id=event.task_id,
+            )
+        elif isinstance(event, CommandRun) and event.name == "stop":
+            reason = PauseReason("stop", STOP_TEXT)
+        elif (
+            isinstance(event, TurnEnd)
+            and reason is None
+            and event.outcome in ("interrupted", "cancelled")
+        ):
+            reason = PauseReason("restart", RESTART_TEXT)
+    return reason
+
+
 __all__ = [
+    "ARM_COMMANDS",
+    "RESTART_TEXT",
+    "STOP_TEXT",
     "ChecklistRun",
     "Fingerprint",
     "PauseReason",
@@ -124,6 +161,7 @@ __all__ = [
     "observe_tasks",
     "pause",
     "should_continue",
+    "stopped_reason",
     "task_label",
     "tasks_left",
 ]

@@ -215,6 +215,12 @@ class SessionController:
         committed = await self._commit_approval(queue_execution=True)
         return "committed" if committed else "stale"
 
+    def restore_pause(self, reason: PauseReason) -> None:
+        """A new process found the checklist run stopped: keep why (read back from the log,
+        not logged again), so the card says it. Only when nothing runs or is armed here."""
+        if not self.busy and not self._run.armed and self._run.paused is None:
+            self._run = checklist.pause(self._run, reason)
+
     def cancel_pending(self) -> None:
         """Forget a pending plan-mode switch and approval, uncommitted.
 
@@ -325,6 +331,13 @@ class SessionController:
         except Exception as exc:  # worker boundary: log the type, keep the process alive
             _log.exception("plangate.agent.controller.drain_failed %s", type(exc).__name__)
             self._current = None
+            if self._run.armed:
+                # No continuation is queued after a failure here: an armed run would wait
+                # for a turn that never comes. It pauses, says why, and Resume goes on.
+                reason = PauseReason(
+                    "failed", f"Paused: an internal error stopped the run ({type(exc).__name__})"
+                )
+                await safe_call("pause", self._pause(reason))
         finally:
             self._notify_idle()
 
@@ -382,7 +395,8 @@ class SessionController:
 
     async def _after_turn(self, message: InboundMessage, result: TurnResult) -> None:
         """Tell the listener; keep an armed checklist run going while it makes progress."""
-        self._asked = self._asked or result.asked
+        # ``result.asked`` was noted at its step (_post_step): an answer given since must not
+        # reopen the question.
         for on_turn_end in self._listeners.turn_end:
             await safe_call("turn_end", on_turn_end(self.session_id, message, result))
         continued = False
@@ -454,6 +468,10 @@ class SessionController:
 
     async def _post_step(self, step: StepDone) -> str | None:
         """Feed the step to the stuck detector; a verdict stops the turn (and the run) here."""
+        if any(c.name == "ask_user" and not r.is_error for c, r in step.calls):
+            # The question is open from the moment it is on screen: its answer may come
+            # before this turn ends (and closes it, once: engine.commands).
+            self._asked = True
         watching = self._watching()
         if watching is False:
             return None
@@ -464,10 +482,15 @@ class SessionController:
         # Progress is work (engine.progress.rule), judged from what each call's tool declares.
         registry = self._runtime.registry
         effects = [(registry.effects(name, args), err) for name, args, _, err in pairs]
-        files = any(may_change_files(does) for does, _ in effects)
+        moved = (
+            await self._workspace_moved() if any(may_change_files(d) for d, _ in effects) else False
+        )
+        if moved is None:
+            # No snapshot to compare with: a write that went through is taken at its word.
+            moved = any("write" in does and not err for does, err in effects)
         kinds = step_progress(
             task=tasks_moved,
-            workspace=files and await self._workspace_moved(),
+            workspace=moved,
             goal=any(changes_goal(does, is_error=err) for does, err in effects),
         )
         if kinds:
@@ -489,16 +512,18 @@ class SessionController:
             return None
         return await self._stuck(verdict, task, watching)
 
-    async def _workspace_moved(self) -> bool:
-        """Whether the workspace changed since the last snapshot (then it is the new one)."""
+    async def _workspace_moved(self) -> bool | None:
+        """Whether the workspace changed since the last snapshot (then it is the new one);
+        ``None`` when there is nothing to compare (no snapshot before, or this one failed)."""
         before = self._baseline
         try:
             workspace = await self._deps.workspace_for(self.session_id)
             self._baseline = await workspace_snapshot.snapshot(workspace)
         except OSError as exc:
             _log.warning("plangate.agent.controller.snapshot_failed %s", type(exc).__name__)
-            return False
-        return before is not None and before != self._baseline
+            self._baseline = None
+            return None
+        return None if before is None else before != self._baseline
 
     async def _take_baseline(self) -> None:
         if self._baseline is not None or self._watching() is False:
@@ -638,10 +663,14 @@ class SessionController:
         plan = self._deps.plan
         if pending is None or plan is None:
             return False
+        # Armed before the commit, which redraws the card: on its way from review to work the
+        # card reads "In progress", never "Paused". Undone when nothing was committed.
+        before, self._run = self._run, checklist.arm(self._run, [], now=self._clock())
         outcome = await plan.commit_approval(
             self.session_id, revision=pending.revision, actor=pending.actor
         )
         if not outcome.committed:
+            self._run = before
             # Nothing was committed, so the plan service said nothing: redraw the card here.
             await safe_call("plan_changed", self._deps.channel.plan_changed(self.session_id))
             text = outcome.message or LAPSED_TEXT
@@ -650,7 +679,9 @@ class SessionController:
         # Approval is consent to the whole checklist: a commit mid-turn lets that turn end,
         # then the run goes on by itself (_after_turn).
         await self._arm()
-        if queue_execution:
+        # A re-approval that carried every task over as done finished the plan at once:
+        # there is nothing to execute.
+        if queue_execution and (await self._tasks())[0]:
             self.submit(self._deps.settings.execution_prompt, source=SeedSource())
         return True
 

@@ -76,8 +76,8 @@ class RecordingChannel:
     async def drafts_wanted(self, session_id: str) -> bool:
         return self.drafts
 
-    async def draft(self, session_id: str, text: str) -> None:
-        await self._record("draft", session_id, text=text)
+    async def draft(self, session_id: str, text: str, *, more: bool = False) -> None:
+        await self._record("draft", session_id, text=text, more=more)
 
     async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
         await self._record("approval_asked", session_id, view=view)

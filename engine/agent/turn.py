@@ -47,7 +47,13 @@ from engine.events import (
 )
 from engine.inbox import session_inbox
 from engine.keys import MessageKey
-from engine.model.types import ModelError, ModelReply, ModelToolCall, StreamingProvider
+from engine.model.types import (
+    ModelError,
+    ModelReply,
+    ModelToolCall,
+    StreamingProvider,
+    StreamProgress,
+)
 from engine.tasks import safe_call
 from engine.tools.base import ToolContext, ToolOutcome
 from engine.tools.runtime import ToolCallRequest, ToolRuntime
@@ -103,6 +109,8 @@ class TurnResult:
 
 
 def _invalid_arguments(call: ModelToolCall) -> ToolOutcome | None:
+    if call.refused:  # too large or nested too deep (engine.model.arguments): never run
+        return ToolOutcome(content=f"error: {call.refused}", is_error=True)
     if call.raw_arguments and not call.arguments:
         shown = call.raw_arguments[:200]
         return ToolOutcome(
@@ -184,6 +192,10 @@ async def run_turn(
     detail = ""
     asked = False
     budget_stop: BudgetRefusal | None = None
+    # The streamed call under way, with what it sent (its request characters and estimate):
+    # a stream cut short is still recorded (docs/goals.md).
+    progress: StreamProgress | None = None
+    chars = estimate = 0
     try:
         for step in range(deps.settings.max_steps):
             # Step 0 of a goal round was checked just before its admission above.
@@ -216,7 +228,11 @@ async def run_turn(
                     break
                 held = got
                 estimate, max_tokens = held.prompt_estimate, held.max_tokens
-            reply = await _call_model(deps, session_id, messages, specs, max_tokens=max_tokens)
+            progress = StreamProgress()
+            reply = await _call_model(
+                deps, session_id, messages, specs, max_tokens=max_tokens, progress=progress
+            )
+            progress = None  # the reply is in: its own record follows
             final_text = reply.text
             if reply.text.strip():
                 last_said = reply.text
@@ -234,6 +250,7 @@ async def run_turn(
                     reply=reply,
                     chars=chars,
                     estimate=estimate,
+                    server=_server_of(deps.model),
                 )
                 tokens = record.prompt_tokens + record.completion_tokens
                 events.append(record)
@@ -262,24 +279,36 @@ async def run_turn(
                     outcome, detail, final_text = "completed", stop_reason, ""
                     break
             final_text = ""
+            # A question went to the person (a call whose tool declares "ask"): the run
+            # waits for the answer.
             asked = asked or any(
-                c.name == "ask_user" and not o.is_error
+                "ask" in runtime.registry.effects(c.name, c.arguments) and not o.is_error
                 for c, o in zip(reply.tool_calls, outcomes, strict=True)
             )
         else:
             detail = f"stopped after {deps.settings.max_steps} steps"
     except ModelError as exc:
         outcome, detail = "failed", f"{type(exc).__name__}: {exc}"
+        cut = _cut_record(deps, turn_id, message.source, progress, chars, estimate)
+        if cut is not None:
+            # The stream broke off after the server began: what was sent and what arrived
+            # were paid for, so they count.
+            stored = await log.append(session_id, [cut])
+            assert deps.usage is not None
+            await deps.usage.recorded(stored, held)
+            held = None
         if held is not None and deps.usage is not None:
             deps.usage.release(held)  # no reply, no usage: the hold goes
             held = None
         await safe_call("notice", deps.channel.notice(session_id, f"The model failed: {exc}"))
     except BaseException as exc:
-        if held is not None and deps.usage is not None:
+        cut = _cut_record(deps, turn_id, message.source, progress, chars, estimate)
+        if held is not None and deps.usage is not None and cut is None:
             deps.usage.release(held)
             held = None
         is_cancel = not isinstance(exc, Exception)
-        closing: list[SessionEvent] = [
+        closing: list[SessionEvent] = [] if cut is None else [cut]
+        closing += [
             ToolResult(
                 call_id=c.call_id,
                 name=c.name,
@@ -292,7 +321,10 @@ async def run_turn(
         end_outcome: TurnOutcome = "cancelled" if is_cancel else "failed"
         closing.append(TurnEnd(turn_id=turn_id, outcome=end_outcome, detail=type(exc).__name__))
         # Shielded: a second cancellation (two /stop at once) must not leave the turn open.
-        await asyncio.shield(log.append(session_id, closing))
+        stored = await asyncio.shield(log.append(session_id, closing))
+        if cut is not None and deps.usage is not None:
+            await deps.usage.recorded(stored, held)  # a /stop mid-stream still pays
+            held = None
         await safe_call("turn_ended", deps.channel.turn_ended(session_id, end_outcome))
         if is_cancel:
             raise
@@ -330,6 +362,32 @@ async def run_turn(
     return TurnResult(turn_id, outcome, final_text, detail, asked=asked, refusal=budget_stop)
 
 
+def _cut_record(
+    deps: AgentDeps,
+    turn_id: str,
+    source: MessageSource,
+    progress: StreamProgress | None,
+    chars: int,
+    estimate: int,
+) -> SessionEvent | None:
+    """The usage record of a streamed call cut short, or None when no stream was under way
+    (or it never opened: a call refused or unreachable sent nothing that was paid for)."""
+    if deps.usage is None or progress is None or not progress.opened:
+        return None
+    return deps.usage.cut_record(
+        turn_id=turn_id,
+        source=source,
+        chars=chars,
+        estimate=estimate,
+        arrived_chars=progress.chars,
+    )
+
+
+def _server_of(model: object) -> str:
+    """The model server a provider talks to, for the usage log (its base URL, if it has one)."""
+    return str(getattr(model, "base_url", "") or type(model).__name__)
+
+
 def _reply_tokens(reply: ModelReply) -> int:
     usage = reply.usage
     return 0 if usage is None else usage.prompt_tokens + usage.completion_tokens
@@ -342,16 +400,23 @@ async def _call_model(
     specs: Sequence[dict[str, object]],
     *,
     max_tokens: int | None,
+    progress: StreamProgress,
 ) -> ModelReply:
     """One model call: streamed into the chat's draft when the chat shows drafts and the
-    provider can stream, else a plain completion (docs/inputs.md)."""
+    provider can stream, else a plain completion (docs/inputs.md). The draft is told each
+    new piece (``more``: it continues the step's text), so a long answer costs linear work."""
     model = deps.model
     if isinstance(model, StreamingProvider) and await deps.channel.drafts_wanted(session_id):
+        started = False
 
-        async def on_text(text: str) -> None:
-            await safe_call("draft", deps.channel.draft(session_id, text))
+        async def on_text(piece: str) -> None:
+            nonlocal started
+            more, started = started, True
+            await safe_call("draft", deps.channel.draft(session_id, piece, more=more))
 
-        return await model.stream(messages, specs, on_text=on_text, max_tokens=max_tokens)
+        return await model.stream(
+            messages, specs, on_text=on_text, max_tokens=max_tokens, progress=progress
+        )
     return await model.complete(messages, specs, max_tokens=max_tokens)
 
 

@@ -42,6 +42,26 @@ SKIP_DIRS = frozenset(
 )
 TEST_FILE_PATTERNS = ("test_*", "*_test.*", "*.test.*", "*.spec.*", "conftest.py")
 TEST_DIRS = frozenset({"test", "tests"})
+# Files that decide what a check runs: the runners' configuration, and modules that shadow a
+# runner or run at every interpreter start when a plan puts them on the import path. Always
+# watched, wherever they are; the Done card names them apart from the tests.
+RUNNER_CONFIG = frozenset(
+    {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "package.json"}
+    | {"Makefile", "makefile", "GNUmakefile"}
+)
+RUNNER_SHADOWS = frozenset({"unittest.py", "pytest.py", "sitecustomize.py", "usercustomize.py"})
+# What the project's setup installs from (docs/environments.md): consent covers the script's
+# text, so the owner sees these when a plan moved them.
+LOCK_FILES = frozenset(
+    {"package-lock.json", "npm-shrinkwrap.json", "yarn.lock", "pnpm-lock.yaml", "uv.lock"}
+    | {"poetry.lock", "Pipfile", "Pipfile.lock", "go.mod", "go.sum", "Cargo.toml", "Cargo.lock"}
+)
+SETUP_SCRIPT = ".plangate/setup.sh"
+# An argument with one of these endings names a file even before it exists (a test the plan
+# adds): the watched set is then the same at approval and at completion.
+_FILE_SUFFIXES = frozenset(
+    {".py", ".js", ".mjs", ".cjs", ".ts", ".tsx", ".jsx", ".go", ".rs", ".rb", ".sh", ".java"}
+)
 
 
 def _words(command: str) -> list[str]:
@@ -52,7 +72,8 @@ def _words(command: str) -> list[str]:
 
 
 def named_paths(command: str, workspace: Path) -> list[Path]:
-    """The arguments of ``command`` that name an existing path inside ``workspace``."""
+    """The arguments of ``command`` that name a path inside ``workspace``: an existing one,
+    or one that looks like a file (``tests/test_new.py``) whether it exists yet or not."""
     root = real_path(workspace)
     found: list[Path] = []
     for word in _words(command)[1:]:
@@ -60,12 +81,29 @@ def named_paths(command: str, workspace: Path) -> list[Path]:
             continue
         word = word.split("::", 1)[0]  # a pytest node id: tests/test_x.py::test_y
         candidate = root / word
-        if candidate.is_symlink() or not candidate.exists():
+        if candidate.is_symlink():
             continue
-        resolved = real_path(candidate)
+        if not candidate.exists():
+            if Path(word).suffix not in _FILE_SUFFIXES or Path(word).is_absolute():
+                continue
+            resolved = Path(os.path.normpath(candidate))
+        else:
+            resolved = real_path(candidate)
         if resolved != root and is_within(resolved, root) and resolved not in found:
             found.append(resolved)
     return found
+
+
+def runner_file(rel: str) -> bool:
+    """Whether a workspace-relative path decides what a check runs (not a test itself)."""
+    name = rel.rsplit("/", 1)[-1]
+    if name.startswith("requirements") and name.endswith(".txt"):
+        return True
+    return rel == SETUP_SCRIPT or name in RUNNER_CONFIG | RUNNER_SHADOWS | LOCK_FILES
+
+
+def _is_runner_file(rel: Path) -> bool:
+    return runner_file(rel.as_posix())
 
 
 def _is_test_file(rel: Path) -> bool:
@@ -93,9 +131,15 @@ def watched_files(commands: Sequence[str], workspace: Path) -> list[Path]:
         if not named:
             scan_tests = True
         for path in named:
-            chosen.update([path] if path.is_file() else _walk(path))
-    if scan_tests and root.is_dir():
-        chosen.update(p for p in _walk(root) if _is_test_file(p.relative_to(root)))
+            if path.is_dir():
+                chosen.update(_walk(path))
+            elif path.is_file():
+                chosen.add(path)
+    if root.is_dir():
+        for path in _walk(root):
+            rel = path.relative_to(root)
+            if _is_runner_file(rel) or (scan_tests and _is_test_file(rel)):
+                chosen.add(path)
     return sorted(chosen)[:MAX_FILES]
 
 
@@ -127,9 +171,13 @@ def changed_files(before: Mapping[str, str], after: Mapping[str, str]) -> list[s
 
 
 __all__ = [
+    "LOCK_FILES",
     "MAX_FILES",
+    "RUNNER_CONFIG",
+    "RUNNER_SHADOWS",
     "changed_files",
     "named_paths",
+    "runner_file",
     "snapshot",
     "watched_files",
 ]

@@ -213,7 +213,7 @@ def plan_md_path(messages: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 # The read-only path of a file the owner sent (engine.inbox.attachment_line says it).
-_UPLOAD_PATH = re.compile(r'file saved: .*?read it with read_file path "([^"]+)"')
+_UPLOAD_PATH = re.compile(r'file saved: "([^"]+)"')
 
 
 def upload_path(messages: Sequence[Mapping[str, Any]]) -> str | None:

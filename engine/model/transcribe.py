@@ -78,6 +78,18 @@ class OpenAITranscriber:
             ) from None
         except openai.OpenAIError as exc:
             raise ModelError(f"transcription failed: {type(exc).__name__}") from None
+        except ValueError:
+            # A body labelled JSON that does not parse (a proxy's error page, a broken server).
+            raise ModelError(
+                "the transcription server answered something that is not JSON"
+            ) from None
+        if isinstance(result, str):
+            # The SDK hands back the raw body when it was not JSON at all (text/html, ...): no
+            # transcript, whatever it says; "no words heard" would be untrue.
+            raise ModelError(
+                "the transcription server answered something that is not JSON: "
+                f"{' '.join(result.split())[:80]!r}"
+            )
         text = str(getattr(result, "text", "") or "").strip()
         log.info("plangate.model.transcribe.done bytes=%d chars=%d", len(data), len(text))
         return text

@@ -26,6 +26,9 @@ class ModelToolCall:
     name: str
     arguments: dict[str, Any]
     raw_arguments: str = ""
+    # Why the arguments were refused on arrival (too large, nested too deep), else "": the
+    # call is then answered with this as its tool error, never run (engine.model.arguments).
+    refused: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,13 +72,24 @@ class ModelProvider(Protocol):
         ...
 
 
-# Called with the reply's text so far while it streams (the whole text each time, not a delta).
+# Called with each new piece of the reply's text while it streams (a delta, never the whole
+# text again: that would make a long answer in tiny chunks quadratic).
 TextSink = Callable[[str], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class StreamProgress:
+    """What a streamed call has received so far, kept up to date while it streams: whether the
+    server answered at all and how many characters (text, tool names and arguments) arrived.
+    Read when the stream is cut short, to record what was paid for."""
+
+    opened: bool = False
+    chars: int = 0
 
 
 @runtime_checkable
 class StreamingProvider(Protocol):
-    """A provider that can also stream: ``on_text`` hears the text as it grows.
+    """A provider that can also stream: ``on_text`` hears each new piece of text.
 
     The reply returned is the same as ``complete`` would give. Cancelling the call ends the
     stream at once (the connection is closed).
@@ -88,6 +102,7 @@ class StreamingProvider(Protocol):
         *,
         on_text: TextSink,
         max_tokens: int | None = None,
+        progress: StreamProgress | None = None,
     ) -> ModelReply: ...
 
 

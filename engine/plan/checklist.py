@@ -268,6 +268,61 @@ def complete(
     return _finish(live, task_id, ctx, status="completed", evidence=evidence, run=run)
 
 
+def carried_over(sidecar: PlanSidecar | None) -> bool:
+    """A live Active plan whose every task is already done (a re-approval carried them all
+    over as completed or deferred): nothing would ever complete it, so it is finished now."""
+    return (
+        sidecar is not None
+        and sidecar.status == "Active"
+        and bool(sidecar.tasks)
+        and not any(t.status in ("pending", "in_progress") for t in sidecar.tasks)
+    )
+
+
+def finish_carried(
+    sidecar: PlanSidecar | None, md: str | None, ctx: Context, *, run: CheckRun | None
+) -> Result:
+    """Finish a plan whose every task was carried over as done: its ``## Checks`` run first
+    (``run``, plangate's run of exactly them), and pass: the plan is archived. They fail: the
+    last completed task is open again, so the run works on until they pass."""
+    live = _checklist_gate(sidecar, md)
+    if isinstance(live, Refusal):
+        return live
+    if not carried_over(live):
+        return refusal("checks-changed")
+    root: dict[str, object] = {}
+    if live.checks:
+        if run is None:
+            return refusal("checks-unavailable")
+        if [r.command for r in run.results] + run.not_run != list(live.checks):
+            return refusal("checks-changed")
+        if live.check_baseline is not None:
+            root["changed_tests"] = list(run.changed)
+        if not run.passed:
+            done = [t for t in live.tasks if t.status == "completed"]
+            if not done:
+                return refusal("checks-failed", report=failure_report(run))
+            last = max(done, key=lambda t: t.order)
+            reopened = last.model_copy(update={"status": "pending", "evidence": None})
+            updated = touch(live, ctx, tasks=_replace(live.tasks, reopened), **root)
+            return Transition(
+                sidecar=updated,
+                reason="reopen",
+                text=f"The plan's checks failed after the re-approval: task {last.id} is open "
+                f"again.\n{failure_report(run)}",
+            )
+        root["check_results"] = list(run.results)
+    return Transition(
+        sidecar=touch(live, ctx, **root),
+        archive="completed",
+        criteria=ClearCriteria(),
+        reason="complete",
+        text="Every task was carried over as done"
+        + ("; the plan's checks passed" if live.checks else "")
+        + ": the plan is archived.",
+    )
+
+
 def skip(
     sidecar: PlanSidecar | None,
     md: str | None,

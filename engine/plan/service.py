@@ -138,9 +138,13 @@ class PlanService:
         max_plan_bytes: int = DEFAULT_MAX_PLAN_KB * 1024,
         approvers: ApproversLookup | None = None,
         listeners: Sequence[PlanListener] = (),
+        workspace_for: Callable[[str], Awaitable[Path]] | None = None,
     ) -> None:
         """``listeners`` hear every committed change first, in order, before any added later
-        (the worktrees: a plan's worktree is made before the cards redraw)."""
+        (the worktrees: a plan's worktree is made before the cards redraw). ``workspace_for``
+        is where a session's work and checks happen now (a plan's worktree once made): the
+        snapshot of what the checks watch is taken there at approval."""
+        self._workspace_for = workspace_for
         self._store = store
         self._checks = checks
         self._approvers = approvers
@@ -492,6 +496,59 @@ class PlanService:
                 check_baseline=baseline[1] if baseline and baseline[0] == watched else None,
             )
             return machine.approve(sidecar, live.md, inp, ctx)
+
+        result = await self._run(session_id, decide)
+        if result.ok:
+            await self._baseline_where_checked(session_id)
+            await self._finish_carried(session_id)
+        return result
+
+    async def _baseline_where_checked(self, session_id: str) -> None:
+        """Take the approval's snapshot of what the checks watch again where they will run
+        (the plan's worktree, made by a listener of the approval): the same files, compared
+        with the same files at completion; never the owner's uncommitted files."""
+        sidecar = await self.current(session_id)
+        if self._workspace_for is None or sidecar is None or sidecar.check_baseline is None:
+            return
+        workspace = await self._workspace_for(session_id)
+        if sidecar.working_directory and Path(sidecar.working_directory) == workspace:
+            return
+        watched = _all_checks(tuple(sidecar.checks), sidecar.tasks)
+        taken = await asyncio.to_thread(snapshot, list(watched), workspace)
+        async with self._lock(session_id):
+            live = await self._load_locked(session_id)
+            now = live.sidecar
+            if now is None or (now.id, now.revision) != (sidecar.id, sidecar.revision):
+                return
+            updated = now.model_copy(update={"check_baseline": taken})
+            await self._store.save(session_id, updated)
+            self._live[session_id] = _Live(sidecar=updated, md=live.md)
+
+    async def _finish_carried(self, session_id: str) -> PlanResult | None:
+        """A re-approval that carried every task over as done: the plan's ``## Checks`` run
+        and it is archived (or its last task opens again when they fail)."""
+        sidecar = await self.current(session_id)
+        if not checklist.carried_over(sidecar):
+            return None
+        assert sidecar is not None
+        run = None
+        if sidecar.checks and self._checks is not None and self._workspace_for is not None:
+            workspace = await self._workspace_for(session_id)
+            md_path = await self._store.md_path(session_id)
+            run = await self._checks.run(
+                list(sidecar.checks),
+                session_id=session_id,
+                workspace=workspace,
+                hidden=[md_path.parent],
+                baseline=sidecar.check_baseline,
+                watch=list(_all_checks(tuple(sidecar.checks), sidecar.tasks)),
+            )
+        plan_id = sidecar.id
+
+        def decide(live: _Live, ctx: Context) -> Transition | Refusal:
+            if live.sidecar is None or live.sidecar.id != plan_id:
+                return refusal("checks-changed")
+            return checklist.finish_carried(live.sidecar, live.md, ctx, run=run)
 
         return await self._run(session_id, decide)
 

@@ -14,7 +14,9 @@ from collections.abc import Collection
 from engine.keys import ChatKey, PersonKey
 from engine.ports import ChatLog
 from engine.roles.fold import apply_team_event, fold_team
+from engine.roles.policy import may
 from engine.roles.types import (
+    Action,
     ChatEvent,
     GrantedRole,
     Person,
@@ -73,6 +75,10 @@ class RoleService:
                 team = await self._team_locked(chat_id)
         member = team.get(user_id)
         return member.role if member is not None else "member"
+
+    async def may(self, chat_id: ChatKey | None, user_id: PersonKey | None, action: Action) -> bool:
+        """Whether ``user_id`` may do ``action`` in the chat now (the permission table)."""
+        return may(await self.role_of(chat_id, user_id), action)
 
     async def _append_locked(self, chat_id: ChatKey, event: ChatEvent) -> None:
         team = await self._team_locked(chat_id)

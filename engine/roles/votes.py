@@ -10,14 +10,15 @@ votes, in order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from engine.events import CommandRun, StoredEvent
-from engine.keys import PersonKey
+from engine.keys import ChatKey, PersonKey
 from engine.plan.types import PlanApproval
 from engine.ports import EventLog
+from engine.roles.service import RoleService
 
 VOTE_COMMANDS = frozenset({"approve", "approval_vote"})
 
@@ -58,21 +59,40 @@ def votes_for(stored: Iterable[StoredEvent], plan_id: str, revision: int) -> lis
 
 class PlanVotes:
     """The votes of each session's current plan revision (read from the log once, then kept
-    up to date by :meth:`add`)."""
+    up to date by :meth:`add`).
 
-    def __init__(self, log: EventLog) -> None:
+    With ``roles`` (and ``chat_of``, the chat each session is bound to) a vote counts only
+    while its voter still holds a role that may approve there: a removed approver's vote
+    drops out of the count of a revision still undecided (a plan already approved stays
+    approved). Without: every vote counts."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        roles: RoleService | None = None,
+        chat_of: Callable[[str], ChatKey | None] = lambda _session_id: None,
+    ) -> None:
         self._log = log
+        self._roles = roles
+        self._chat_of = chat_of
         self._cache: dict[str, tuple[str, int, list[Vote]]] = {}
 
     async def votes(self, session_id: str, plan_id: str, revision: int) -> list[Vote]:
-        """The votes for ``plan_id`` at ``revision`` in the session."""
+        """The votes for ``plan_id`` at ``revision`` in the session that count now."""
         cached = self._cache.get(session_id)
         if cached is not None and cached[:2] == (plan_id, revision):
-            return list(cached[2])
-        stored = await self._log.read(session_id, types=("command/run",))
-        found = votes_for(stored, plan_id, revision)
-        self._cache[session_id] = (plan_id, revision, found)
-        return list(found)
+            found = list(cached[2])
+        else:
+            stored = await self._log.read(session_id, types=("command/run",))
+            found = votes_for(stored, plan_id, revision)
+            self._cache[session_id] = (plan_id, revision, list(found))
+        roles = self._roles
+        if roles is None:
+            return found
+        # Asked each time: a role may be removed between two presses.
+        chat = self._chat_of(session_id)
+        return [v for v in found if await roles.may(chat, v.user_id, "approve")]
 
     def add(self, session_id: str, plan_id: str, revision: int, vote: Vote) -> None:
         """Count a vote that was just logged (a second one by the same person is ignored)."""

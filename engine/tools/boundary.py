@@ -316,6 +316,8 @@ class BoundaryPolicy:
         extra = list(read_only)
         if self.read_only_roots is not None:
             extra += await self.read_only_roots(session_id)
+        # Toolchains the settings name (PLANGATE_SANDBOX_TOOL_DIRS): seen, never written.
+        extra += [folder for folder in self.settings.tool_dirs if folder.is_dir()]
         hidden = [view.md_path.parent] if view.md_path is not None else []
         return Boundary.build(
             workspace,

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 # What a call can do. ``checklist``: changes the plan's tasks (add, start, complete, skip);
-# ``plan``: starts a plan (init); ``ask``: asks the person (a question, a review);
-# ``undeclared``: anything not declared.
+# ``plan``: starts a plan (init); ``review``: sends the plan for the owner's review (submit);
+# ``ask``: asks the person a question and waits; ``undeclared``: anything not declared.
 Effect = Literal[
     "read",
     "write",
@@ -39,6 +39,7 @@ Effect = Literal[
     "ask",
     "send",
     "plan",
+    "review",
     "checklist",
     "todo",
     "goal",
@@ -52,6 +53,7 @@ EFFECTS: tuple[Effect, ...] = (
     "ask",
     "send",
     "plan",
+    "review",
     "checklist",
     "todo",
     "goal",
@@ -205,6 +207,13 @@ GATE_TABLE: dict[Effect, dict[GateColumn, Cell]] = {
         "active": "plan-live",
         "goal_round": ALLOW,  # a design init is refused by the plan itself
     },
+    "review": {
+        "none": ALLOW,  # refused by the plan itself: nothing to review
+        "pre_init": ALLOW,
+        "post_init": ALLOW,
+        "active": ALLOW,
+        "goal_round": "gate-round-ask",
+    },
     "checklist": {
         "none": ALLOW,
         "pre_init": "pre-init-checklist-blocked",
@@ -296,7 +305,7 @@ def _edit_file_after(before: str, args: Mapping[str, Any]) -> str | None:
 _PLAN_OPS: dict[str, frozenset[Effect]] = {
     "show": frozenset({"read"}),
     "init": frozenset({"plan"}),  # file_path: an import reads a workspace file
-    "submit": frozenset({"ask"}),  # asks the owner to review
+    "submit": frozenset({"review"}),
     "add_tasks": frozenset({"checklist"}),
     "add_task": frozenset({"checklist"}),
     "start": frozenset({"checklist"}),
@@ -331,7 +340,10 @@ def effects_table(declarations: Mapping[str, Declaration] | None = None) -> str:
     """The Markdown table of tools, operations, effects and path arguments (docs/security.md
     carries it; a test keeps the two the same)."""
     found = BUILTIN if declarations is None else declarations
-    lines = ["| tool | operation | effects | path arguments |", "|---|---|---|---|"]
+    lines = [
+        "| tool | what it is for | operation | effects | path arguments |",
+        "|---|---|---|---|---|",
+    ]
     for name, declared in found.items():
         paths = ", ".join(f"`{arg}` ({use})" for arg, use in declared.paths.items()) or "-"
         flags = "".join(f"; +{eff} when `{arg}: true`" for arg, eff in declared.flags.items())
@@ -342,7 +354,7 @@ def effects_table(declarations: Mapping[str, Declaration] | None = None) -> str:
         )
         for op, effects in rows:
             shown = ", ".join(e for e in EFFECTS if e in effects) + flags
-            lines.append(f"| `{name}` | {op} | {shown} | {paths} |")
+            lines.append(f"| `{name}` | {declared.summary or '-'} | {op} | {shown} | {paths} |")
     return "\n".join(lines)
 
 

@@ -90,6 +90,8 @@ class SandboxSettings:
     hidden: tuple[Path, ...] = ()
     # Relative paths hidden inside every workspace (secret files named in the settings).
     hidden_names: tuple[str, ...] = ()
+    # Toolchains outside the system folders, seen read-only (each one's bin/ on the PATH).
+    tool_dirs: tuple[Path, ...] = ()
     bwrap: str = "bwrap"
 
 
@@ -109,10 +111,20 @@ def helper_env() -> dict[str, str]:
     return {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"}
 
 
+def sandbox_path(settings: SandboxSettings) -> str:
+    """The sandbox's ``PATH``: each tool folder's ``bin`` (or the folder, when it is a
+    ``bin``) first, then the system's."""
+    extra = []
+    for folder in settings.tool_dirs:
+        found = folder if folder.name == "bin" else folder / "bin"
+        extra.append(str(found))
+    return ":".join([*dict.fromkeys(extra), SANDBOX_PATH])
+
+
 def sandbox_env(settings: SandboxSettings, environ: Mapping[str, str]) -> dict[str, str]:
     """The whole environment inside the sandbox."""
     env = {
-        "PATH": SANDBOX_PATH,
+        "PATH": sandbox_path(settings),
         "HOME": "/tmp",
         "LANG": environ.get("LANG") or "C.UTF-8",
         "TERM": "dumb",
@@ -576,4 +588,5 @@ __all__ = [
     "probe",
     "reap_adopted",
     "sandbox_env",
+    "sandbox_path",
 ]

@@ -16,7 +16,10 @@ has no earlier call.
 
 A server's figures are checked before they count (:func:`plausible`): a count past
 ``MAX_PLAUSIBLE_TOKENS`` or a zero for a call that sent or returned something is a server's
-error, and the call is counted by its estimate instead.
+error, and the call is counted by its estimate instead. So is a count below a tenth of
+plangate's own estimate of the same thing (:func:`underreported`): no tokenizer packs ten
+times what the quarter rule expects, so a server that says 1 token for a 10k-character request
+is not believed, and budgets hold whatever it says.
 """
 
 from __future__ import annotations
@@ -119,12 +122,29 @@ def request_chars(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, 
         content = message.get("content")
         if isinstance(content, str):
             total += len(content)
+        elif isinstance(content, list):
+            total += sum(_part_chars(part) for part in content)
         elif content is not None:
             total += len(json.dumps(content, ensure_ascii=False))
         for call in message.get("tool_calls") or ():
             function = call.get("function") or {}
             total += len(str(function.get("name", ""))) + len(str(function.get("arguments", "")))
     return total
+
+
+# What an image part counts, as the context budget counts it (engine.agent.context): its
+# data URL is hundreds of kilobytes a model reads as about a thousand tokens.
+IMAGE_PART_CHARS = 3_000
+
+
+def _part_chars(part: object) -> int:
+    if isinstance(part, dict):
+        if part.get("type") == "image_url":
+            return IMAGE_PART_CHARS
+        text = part.get("text")
+        if isinstance(text, str):
+            return len(text)
+    return len(json.dumps(part, ensure_ascii=False))
 
 
 def chars_to_tokens(chars: int) -> int:
@@ -147,6 +167,15 @@ def plausible(*, prompt: int, completion: int, request_chars: int, replied: bool
     if prompt == 0 and request_chars > 0:
         return False
     return not (completion == 0 and replied)
+
+
+# A server's count below 1/UNDERREPORT_RATIO of plangate's own estimate is not believed.
+UNDERREPORT_RATIO = 10
+
+
+def underreported(reported: int, estimate: int) -> bool:
+    """Whether a server's count is below a tenth of plangate's own estimate of it."""
+    return reported * UNDERREPORT_RATIO < estimate
 
 
 def estimate_completion(text: str, tool_calls: Iterable[tuple[str, dict[str, Any]]]) -> int:
@@ -316,5 +345,6 @@ __all__ = [
     "request_chars",
     "reset_text",
     "summary_line",
+    "underreported",
     "would_cross",
 ]

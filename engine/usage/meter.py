@@ -46,6 +46,7 @@ from engine.usage.ledger import (
     plausible,
     reset_text,
     summary_line,
+    underreported,
 )
 
 log = logging.getLogger("plangate.usage.meter")
@@ -128,6 +129,8 @@ class UsageMeter:
         self._held_day: dict[str, int] = {}
         self._held_goal: dict[tuple[str, str], int] = {}
         self._is_private = is_private
+        # Servers whose figures were found too small, each logged once.
+        self._doubted: set[str] = set()
 
     # --- start-up -------------------------------------------------------------------------
 
@@ -286,9 +289,15 @@ class UsageMeter:
         reply: ModelReply,
         chars: int,
         estimate: int,
+        server: str = "",
     ) -> ModelUsageRecord:
         """The ``model/usage`` record of one call: the server's figures when they can be true,
-        else an estimate (marked so, and logged: a server's absurd count never counts)."""
+        else an estimate (marked so, and logged: a server's absurd count never counts).
+
+        A figure below a tenth of plangate's own estimate (the prompt's: the larger of the
+        budget check's ``estimate`` and the quarter rule on ``chars``; the reply's: the quarter
+        rule on its text and calls) is replaced by that estimate, and the record is marked
+        estimated; the first time for a ``server`` it is logged."""
         goal_id = source.goal_id if isinstance(source, GoalRoundSource) else None
         usage = reply.usage
         replied = bool(reply.text) or bool(reply.tool_calls)
@@ -307,15 +316,42 @@ class UsageMeter:
                 chars,
             )
             usage = None
+        completion = estimate_completion(
+            reply.text,
+            ((c.name, c.arguments or {"raw": c.raw_arguments}) for c in reply.tool_calls),
+        )
         if usage is None:
-            completion = estimate_completion(
-                reply.text,
-                ((c.name, c.arguments or {"raw": c.raw_arguments}) for c in reply.tool_calls),
-            )
             return ModelUsageRecord(
                 turn_id=turn_id,
                 prompt_tokens=estimate if estimate else chars_to_tokens(chars),
                 completion_tokens=completion,
+                estimated=True,
+                goal_id=goal_id,
+                request_chars=chars,
+                prompt_estimate=estimate,
+            )
+        own_prompt = max(estimate, chars_to_tokens(chars))
+        low_prompt = underreported(usage.prompt_tokens, own_prompt)
+        low_completion = underreported(usage.completion_tokens, completion)
+        if low_prompt or low_completion:
+            if server not in self._doubted:
+                self._doubted.add(server)
+                log.warning(
+                    "plangate.usage.meter.underreported server=%s prompt=%d (estimate %d) "
+                    "completion=%d (estimate %d): counted by the estimate where a figure is "
+                    "below a tenth of it (logged once per server)",
+                    server or "?",
+                    usage.prompt_tokens,
+                    own_prompt,
+                    usage.completion_tokens,
+                    completion,
+                )
+            prompt = own_prompt if low_prompt else usage.prompt_tokens
+            return ModelUsageRecord(
+                turn_id=turn_id,
+                prompt_tokens=prompt,
+                completion_tokens=completion if low_completion else usage.completion_tokens,
+                cached_tokens=min(usage.cached_tokens, prompt),
                 estimated=True,
                 goal_id=goal_id,
                 request_chars=chars,
@@ -327,6 +363,29 @@ class UsageMeter:
             completion_tokens=usage.completion_tokens,
             cached_tokens=min(usage.cached_tokens, usage.prompt_tokens),
             goal_id=goal_id,
+            request_chars=chars,
+            prompt_estimate=estimate,
+        )
+
+    def cut_record(
+        self,
+        *,
+        turn_id: str,
+        source: MessageSource,
+        chars: int,
+        estimate: int,
+        arrived_chars: int,
+    ) -> ModelUsageRecord:
+        """The ``model/usage`` record of a streamed call cut short (``/stop``, a broken
+        stream): no server count comes, but the prompt was sent and ``arrived_chars`` of the
+        reply arrived, and both were paid for. Estimated: the prompt as the budget check saw
+        it, the reply by the quarter rule."""
+        return ModelUsageRecord(
+            turn_id=turn_id,
+            prompt_tokens=max(estimate, chars_to_tokens(chars)),
+            completion_tokens=chars_to_tokens(arrived_chars),
+            estimated=True,
+            goal_id=source.goal_id if isinstance(source, GoalRoundSource) else None,
             request_chars=chars,
             prompt_estimate=estimate,
         )

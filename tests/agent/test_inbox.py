@@ -157,7 +157,7 @@ def test_an_image_goes_as_an_image_part_with_vision_and_as_a_note_without(
     content = seen[0].messages[0]["content"]
     assert isinstance(content, list)
     assert content[0]["type"] == "text" and content[0]["text"].startswith("what is this?\n")
-    assert "file saved: inbox/photo-7.jpg (14 bytes, image/jpeg)" in content[0]["text"]
+    assert f'file saved: "{picture}" (14 bytes, image/jpeg)' in content[0]["text"]
     assert content[1] == {
         "type": "image_url",
         "image_url": {"url": "data:image/jpeg;base64,/9j/4GZha2UtanBlZw=="},

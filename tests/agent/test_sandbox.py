@@ -345,3 +345,28 @@ async def test_every_writable_tmpfs_is_bounded_by_the_memory_setting(
     assert "No space left on device" in out.content or "Read-only file system" in out.content
     written = out.content.splitlines()[-1].split("\t")[0]
     assert written == "none" or int(written) <= 32, out.content
+
+
+async def test_a_toolchain_folder_the_settings_name_is_seen_read_only_and_on_the_path(
+    tmp_path: Path,
+) -> None:
+    # A toolchain installed in a home folder (pyenv, nvm): invisible unless the settings name
+    # it (PLANGATE_SANDBOX_TOOL_DIRS); then its bin/ is on the PATH and nothing in it changes.
+    ws = project(tmp_path)
+    toolchain = tmp_path / "home-of-owner" / ".nvm"
+    (toolchain / "bin").mkdir(parents=True)
+    (toolchain / "bin" / "mytool").write_text("#!/bin/sh\necho mytool works\n")
+    (toolchain / "bin" / "mytool").chmod(0o755)
+    without = BashTool(limits=FAST, plan_view=view_of("active"))
+    unseen = await without.run({"command": "mytool"}, ctx(ws))
+    assert unseen.is_error and "command not found" in unseen.content
+    tool = BashTool(
+        limits=FAST,
+        sandbox=SandboxSettings(tool_dirs=(toolchain,)),
+        plan_view=view_of("active"),
+    )
+    ran = await tool.run({"command": "mytool"}, ctx(ws))
+    assert ran.content == "exit code 0\nmytool works"
+    changed = await tool.run({"command": f"touch {toolchain}/bin/x"}, ctx(ws))
+    assert changed.is_error and "Read-only file system" in changed.content
+    assert not (toolchain / "bin" / "x").exists()

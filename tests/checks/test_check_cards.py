@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.cards import build_plan_card
+from bot.telegram.cards import build_plan_card
 from engine.checks.types import CheckResult
 from engine.plan.types import PlanSidecar, PlanTask
 from tests.checks.support import CHECK, CHECKED_PLAN
@@ -56,7 +56,7 @@ def test_the_done_card_lists_every_check_result_and_the_changed_tests() -> None:
 
 
 def test_the_goal_card_shows_the_checks_and_the_last_run() -> None:
-    from bot.cards import build_goal_card
+    from bot.telegram.cards import build_goal_card
     from engine.checks.types import CheckRun
     from engine.events import GoalCheck
     from engine.goal.types import GoalSnapshot

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from bot.presenter import plan_note
+from bot.telegram.presenter import plan_note
 from engine.api import PlanCardData
 from engine.checks.runner import SandboxChecks
 from engine.checks.types import CheckRun

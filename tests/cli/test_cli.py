@@ -45,6 +45,13 @@ async def test_demo_plays_the_whole_flow_to_a_completed_plan() -> None:
     assert "▓▓▓▓▓▓▓▓▓▓ 2/2" in text
     assert "workspace now holds: README.md, greet.py, test_greet.py" in text
     assert "     demo │ finished\n" in text
+    # The card goes from review straight to work: never "Paused" on the way.
+    approved = text.index("(taps ✅ Approve)")
+    assert text.index("In progress", approved) < text.find("Paused", approved) or (
+        "Paused" not in text[approved:]
+    )
+    # No goal card until the owner sets a goal (a task's criteria are no goal).
+    assert text.index("goal card") > text.index("/goal Keep the greeting test passing")
     # It ends with what to do next, in three commands.
     assert text.rstrip().endswith(NEXT_STEPS)
     assert "plangate setup" in NEXT_STEPS and "plangate run" in NEXT_STEPS

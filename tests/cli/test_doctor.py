@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
+
 from bot.doctor import run_doctor
 from bot.settings import Settings, load_settings
 from tests.fakebot.server import FakeBotApi
@@ -55,6 +57,30 @@ async def test_doctor_names_a_refused_token_and_fails(
     assert text.splitlines()[-1] == "1 problem(s) found"
 
 
+async def test_doctor_fails_where_a_turn_would_though_the_model_is_listed(
+    tmp_path: Path, fake_api: FakeBotApi, fake_openai: FakeOpenAIServer
+) -> None:
+    # The server lists the model but refuses tool_choice (vLLM without a tool parser): every
+    # turn fails there, so the doctor says so instead of "ok".
+    fake_openai.refused_params = {"tool_choice"}
+    out = io.StringIO()
+    settings = _settings(tmp_path, fake_api, fake_openai, fake_api.token)
+    assert await run_doctor(out, load=lambda: settings) == 1
+    (line,) = [x for x in out.getvalue().splitlines() if x.startswith("model:")]
+    assert "HTTP 400" in line and "tool_choice" in line
+
+
+async def test_doctor_learns_max_completion_tokens_as_a_turn_does(
+    tmp_path: Path, fake_api: FakeBotApi, fake_openai: FakeOpenAIServer
+) -> None:
+    fake_openai.refused_params = {"max_tokens"}
+    out = io.StringIO()
+    settings = _settings(tmp_path, fake_api, fake_openai, fake_api.token)
+    assert await run_doctor(out, load=lambda: settings) == 0
+    (line,) = [x for x in out.getvalue().splitlines() if x.startswith("model:")]
+    assert line.endswith("streamed (max_completion_tokens)")
+
+
 async def test_doctor_says_when_a_project_with_dependencies_has_no_setup_script(
     tmp_path: Path, fake_api: FakeBotApi, fake_openai: FakeOpenAIServer
 ) -> None:
@@ -74,3 +100,28 @@ async def test_doctor_says_when_a_project_with_dependencies_has_no_setup_script(
     out = io.StringIO()
     assert await run_doctor(out, load=lambda: settings) == 0
     assert "setup.sh" not in out.getvalue()
+
+
+async def test_doctor_lists_the_sandbox_tools_and_names_a_toolchain_it_cannot_see(
+    tmp_path: Path,
+    fake_api: FakeBotApi,
+    fake_openai: FakeOpenAIServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # This machine's node is one in a home folder (as nvm installs it): the sandbox sees
+    # only the system folders, so doctor names the setting that shows it.
+    bin_dir = tmp_path / "nvm" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "node").write_text("#!/bin/sh\necho v20\n")
+    (bin_dir / "node").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    out = io.StringIO()
+    settings = _settings(tmp_path, fake_api, fake_openai, fake_api.token)
+    assert await run_doctor(out, load=lambda: settings) == 0
+    lines = out.getvalue().splitlines()
+    [tools] = [line for line in lines if line.startswith("sandbox tools: ") and "git" in line]
+    assert "git" in tools.split("(")[0]
+    assert (
+        f"sandbox tools: node here is {bin_dir / 'node'}, which the sandbox does not see; "
+        f"install it under /usr or set PLANGATE_SANDBOX_TOOL_DIRS={tmp_path / 'nvm'}"
+    ) in lines

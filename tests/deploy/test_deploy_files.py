@@ -104,3 +104,14 @@ def test_every_unconfined_option_in_the_compose_file_says_why() -> None:
     unconfined = [i for i, line in enumerate(lines) if "unconfined" in line and "- " in line]
     for i in unconfined:
         assert "#" in lines[i], f"no reason given for: {lines[i].strip()}"
+
+
+def test_the_toolchain_image_extends_plangates_and_runs_as_its_user() -> None:
+    # docs/environments.md: a toolchain the sandbox should see goes into the image's /usr.
+    text = (DEPLOY / "Dockerfile.toolchain").read_text()
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+    base = (DEPLOY / "Dockerfile").read_text()
+    final_user = [line for line in base.splitlines() if line.startswith("USER ")][-1]
+    assert lines[0] == "FROM plangate"
+    assert any("apt-get install" in line and "nodejs npm" in line for line in lines)
+    assert lines[-1] == final_user  # back to plangate's own user, never root at run time

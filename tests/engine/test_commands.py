@@ -275,7 +275,7 @@ async def test_goal_buttons_pause_resume_and_stale_refs(
         paused = await engine.press(
             sid, Press("g", "pause", goal.id[:8], goal.revision), actor=OWNER
         )
-        assert paused.reply is None
+        assert paused.reply == "Goal paused."  # every press is answered in words
         again = await engine.press(
             sid, Press("g", "pause", goal.id[:8], goal.revision), actor=OWNER
         )

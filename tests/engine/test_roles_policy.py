@@ -18,6 +18,13 @@ ROWS = [
     (("cmd", "discard", ""), "review", True, True, False),
     (("cmd", "stop", ""), "stop", True, True, False),
     (("cmd", "goal", "pause"), "stop", True, True, False),
+    (("cmd", "goal", " Pause "), "stop", True, True, False),
+    # Words after /goal pause or /execute are words for the agent: the owner's.
+    (("cmd", "goal", "pause and rewrite the repo"), "control", True, False, False),
+    (("cmd", "execute", "and disable the tests"), "control", True, False, False),
+    (("cmd", "start", ""), "read", True, True, True),
+    (("press", "v", "send"), "control", True, False, False),
+    (("press", "p", "drop_yes"), "control", True, False, False),
     (("cmd", "goal", "resume"), "control", True, False, False),
     (("cmd", "goal", "budget 500k"), "settings", True, False, False),
     (("cmd", "goal", "ship it --tokens 200k"), "settings", True, False, False),

@@ -93,9 +93,22 @@ class FakeOpenAIServer:
     # Speech to text: each request answers the next of these texts (then "").
     transcripts: list[str] = field(default_factory=list)
     transcriptions: list[Transcription] = field(default_factory=list)
+    # When set, every transcription is answered with this (content type, body) instead: a
+    # server that answers something that is not the JSON the API promises.
+    transcribe_raw: tuple[str, str] | None = None
+    # Body fields this server refuses with HTTP 400, as OpenAI refuses ``max_tokens`` for its
+    # reasoning models (or vLLM ``tool_choice: auto`` without a tool parser).
+    refused_params: set[str] = field(default_factory=set)
     # Streaming (``"stream": true``): the text goes in pieces this long, this far apart.
     stream_piece_chars: int = 40
     stream_delay_s: float = 0.0
+    # When set, a stream is broken off (the connection dropped) after this many chunks.
+    stream_break_after: int | None = None
+    streams_broken: int = 0
+    # When set, a stream waits after this many chunks until ``stream_resume`` is set.
+    stream_pause_at: int | None = None
+    stream_resume: asyncio.Event = field(default_factory=asyncio.Event)
+    stream_paused: int = 0  # streams that reached the pause
     streams_done: int = 0
     streams_cut: int = 0  # streams the client closed before the end
     _runner: web.AppRunner | None = None
@@ -235,6 +248,9 @@ class FakeOpenAIServer:
         data = upload.file.read()
         self.transcriptions.append(Transcription(model, upload.filename, data, upload.content_type))
         self.requests.append(RecordedRequest(request.method, request.path, {}, {"model": model}))
+        if self.transcribe_raw is not None:
+            content_type, raw = self.transcribe_raw
+            return web.Response(text=raw, content_type=content_type)
         text = self.transcripts.pop(0) if self.transcripts else ""
         return web.json_response({"text": text})
 
@@ -259,6 +275,16 @@ class FakeOpenAIServer:
         model = body.get("model")
         if not isinstance(model, str) or not model:
             return self._bad_request("you must provide a model parameter")
+        for name in sorted(self.refused_params & set(body)):
+            message = f"Unsupported parameter: '{name}' is not supported with this model."
+            if name == "max_tokens":
+                message += " Use 'max_completion_tokens' instead."
+            self.errors.append(message)
+            body_ = {"message": message, "type": "invalid_request_error", "param": name,
+                     "code": "unsupported_parameter"}  # fmt: skip
+            return web.json_response(
+                {"error": body_}, status=400, headers={"x-should-retry": "false"}
+            )
         problems = validate_request(
             body.get("messages"), body.get("tools"), body.get("tool_choice")
         )
@@ -327,6 +353,15 @@ class FakeOpenAIServer:
             for i, event in enumerate(events):
                 if i and self.stream_delay_s:
                     await asyncio.sleep(self.stream_delay_s)
+                if i == self.stream_pause_at:
+                    self.stream_paused += 1
+                    self._every_hold.append(self.stream_resume)
+                    await self.stream_resume.wait()
+                if self.stream_break_after is not None and i >= self.stream_break_after:
+                    self.streams_broken += 1
+                    if request.transport is not None:
+                        request.transport.close()  # a server that dies mid-answer
+                    return response
                 await response.write(f"data: {json.dumps(event)}\n\n".encode())
             await response.write(b"data: [DONE]\n\n")
             await response.write_eof()

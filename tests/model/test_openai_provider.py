@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import email.utils
+import json
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from engine.errors import ConfigError
 from engine.model.openai_provider import PLACEHOLDER_API_KEY, OpenAIProvider
@@ -290,19 +292,24 @@ async def test_script_divergence_reaches_the_client_as_a_model_error(
 async def test_check_reports_a_listed_model(make_provider: MakeProvider) -> None:
     status = await make_provider().check()
 
-    assert status == f"model server {make_provider().base_url}: ok, model 'fake-model' available"
+    assert status == (
+        f"model server {make_provider().base_url}: ok, model 'fake-model' answers with tools, "
+        "plain and streamed (max_tokens)"
+    )
 
 
-async def test_check_falls_back_to_a_one_token_call(
+async def test_check_needs_no_model_list(
     fake_openai: FakeOpenAIServer, make_provider: MakeProvider
 ) -> None:
-    fake_openai.fail_next(404)  # a server without GET /models
     fake_openai.play([say("p")])
 
     status = await make_provider().check()
 
-    assert status.endswith("ok, model 'fake-model' answers")
-    assert fake_openai.chat_requests[-1]["max_completion_tokens"] == 1
+    assert status.endswith("plain and streamed (max_tokens)")
+    assert [r.path for r in fake_openai.requests] == ["/v1/chat/completions"] * 2
+    plain, streamed = fake_openai.chat_requests
+    assert not plain.get("stream") and streamed["stream"] is True
+    assert plain["max_tokens"] >= 1 and plain["tools"] == streamed["tools"]
 
 
 async def test_check_fails_for_a_model_the_server_does_not_have(
@@ -400,3 +407,120 @@ async def test_lone_surrogates_in_text_and_arguments_become_replacement_characte
     reply = await make_provider().complete(HELLO, [READ_FILE])
     assert reply.text == "odd \ufffd text"
     assert reply.tool_calls[0].arguments == {"path": "a\ufffd.txt", "tags": ["x\ufffd"]}
+
+
+async def test_a_reasoning_model_known_by_name_gets_max_completion_tokens(
+    fake_openai: FakeOpenAIServer, make_provider: MakeProvider
+) -> None:
+    fake_openai.models = ("o3-mini", "gpt-5-mini", "openai/o4-mini")
+    fake_openai.refused_params = {"max_tokens"}
+    for name in fake_openai.models:
+        fake_openai.play([say("ok")])
+        await make_provider(model=name).complete(HELLO, [], max_tokens=300)
+    assert [b.get("max_completion_tokens") for b in fake_openai.chat_requests] == [300] * 3
+    assert not any("max_tokens" in b for b in fake_openai.chat_requests)
+    assert fake_openai.errors == []
+
+
+async def test_a_refused_max_tokens_is_learnt_once_for_that_server_and_model(
+    fake_openai: FakeOpenAIServer, make_provider: MakeProvider
+) -> None:
+    fake_openai.refused_params = {"max_tokens"}
+    fake_openai.play([say("one"), say("two"), say("three")])
+    provider = make_provider()
+    assert (await provider.complete(HELLO, [], max_tokens=200)).text == "one"
+    assert (await provider.complete(HELLO, [], max_tokens=200)).text == "two"
+    # Another provider for the same server and model (a restart of the doctor, say) knows it.
+    streamed = await make_provider().stream(HELLO, [], on_text=_ignore, max_tokens=200)
+    assert streamed.text == "three"
+    fields = [
+        [k for k in ("max_tokens", "max_completion_tokens") if k in b]
+        for b in fake_openai.chat_requests
+    ]
+    assert fields == [["max_tokens"], ["max_completion_tokens"]] + [["max_completion_tokens"]] * 2
+    assert len(fake_openai.errors) == 1
+
+
+async def test_check_makes_the_call_a_turn_makes_and_fails_where_turns_would(
+    fake_openai: FakeOpenAIServer, make_provider: MakeProvider
+) -> None:
+    # The model is listed, but the server refuses tool_choice (vLLM without a tool parser):
+    # every turn would fail, so the doctor must too.
+    fake_openai.refused_params = {"tool_choice"}
+    with pytest.raises(ModelError, match="tool_choice"):
+        await make_provider().check()
+    (probe,) = fake_openai.chat_requests
+    assert probe["tools"] and probe["tool_choice"] == "auto" and "max_tokens" in probe
+
+
+async def _ignore(_text: str) -> None:
+    return None
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["<html>502 Bad Gateway</html>", '{"choices": ' + "[" * 100_000 + "]" * 100_000 + "}"],
+)
+async def test_a_body_that_does_not_parse_is_a_model_error(body: str) -> None:
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(text=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    provider = OpenAIProvider(
+        FAKE_MODEL, base_url=f"http://127.0.0.1:{runner.addresses[0][1]}/v1", max_retries=0
+    )
+    try:
+        with pytest.raises(ModelError, match="gave an unusable answer"):
+            await provider.complete(HELLO, [])
+    finally:
+        await provider.aclose()
+        await runner.cleanup()
+
+
+async def test_an_error_event_in_the_middle_of_a_stream_is_a_model_error() -> None:
+    chunk = {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": FAKE_MODEL,
+        "choices": [{"index": 0, "delta": {"content": "Hel"}, "finish_reason": None}],
+    }
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        await response.write(b'data: {"error": {"message": "the model is overloaded"}}\n\n')
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    provider = OpenAIProvider(
+        FAKE_MODEL, base_url=f"http://127.0.0.1:{runner.addresses[0][1]}/v1", max_retries=0
+    )
+    heard: list[str] = []
+
+    async def on_text(piece: str) -> None:
+        heard.append(piece)
+
+    try:
+        with pytest.raises(
+            ModelError, match="sent an error in its answer: the model is overloaded"
+        ):
+            await provider.stream(HELLO, [], on_text=on_text)
+        assert heard == ["Hel"]
+    finally:
+        await provider.aclose()
+        await runner.cleanup()

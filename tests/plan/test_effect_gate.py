@@ -4,9 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engine.agent.build import build_agent
+from engine.agent.testing import RecordingChannel
+from engine.goal.service import GoalService
+from engine.goal.tools import goal_tools
+from engine.model.scripted import ScriptedProvider
 from engine.plan.gate import GATE_TEXTS, PlanGateView, check_gate
 from engine.plan.refusals import TEXTS
+from engine.plan.service import PlanService
+from engine.plan.tool import PlanTool
+from engine.testing import InMemoryEventLog
+from engine.todo.tool import TodoWriteTool
 from engine.tools.effects import BUILTIN, GATE_TABLE, declare, effects_table, gate_table
+from storage.plan_files import FilePlanStore, SessionLocation
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -78,3 +88,38 @@ def test_the_docs_carry_the_declarations_and_the_gate_table() -> None:
     assert effects_table(BUILTIN) in security
     assert gate_table() in security
     assert gate_table() in (DOCS / "agent.md").read_text(encoding="utf-8")
+
+
+def test_every_tool_the_agent_gets_declares_itself_in_terms_of_its_own_arguments(
+    tmp_path: Path,
+) -> None:
+    # The one list of tools as the engine composes it: each declares what it does (no tool of
+    # plangate's is undeclared), its path arguments are arguments its schema has, and the
+    # plan tool declares every op its schema offers.
+    log = InMemoryEventLog()
+
+    async def locate(session_id: str) -> SessionLocation:
+        return SessionLocation(workspace=str(tmp_path))
+
+    async def workspace_for(session_id: str) -> Path:
+        return tmp_path
+
+    plans = PlanService(FilePlanStore(tmp_path / "home", locate), log)
+    extra = [PlanTool(plans), TodoWriteTool(log), *goal_tools(GoalService(log))]
+    agent = build_agent(
+        log=log,
+        model=ScriptedProvider([]),
+        channel=RecordingChannel(),
+        workspace_for=workspace_for,
+        extra_tools=extra,
+    )
+    registry = agent.runtime.registry
+    assert sorted(registry.names()) == sorted(BUILTIN)
+    for tool in registry:
+        declared = registry.declaration(tool.name)
+        assert declared is BUILTIN[tool.name], tool.name
+        properties = tool.parameters.get("properties", {})
+        assert set(declared.paths) <= set(properties), tool.name
+        assert set(declared.flags) <= set(properties), tool.name
+        if declared.ops:
+            assert set(declared.ops) == set(properties[declared.op_key]["enum"]), tool.name

@@ -18,7 +18,7 @@ from typing import Any
 
 import aiosqlite
 
-from bot.routes import goal_card_key
+from bot.telegram.routes import goal_card_key
 from engine.events import ApprovalDecided, CommandRun, UserMessage
 from engine.keys import Chat, ChatKind
 from engine.model.scripted import ScriptedProvider

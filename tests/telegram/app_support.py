@@ -18,9 +18,9 @@ from typing import Any
 
 from telegram.ext import AIORateLimiter, Application
 
-from bot.app import build_application, drain, prepare
-from bot.channel import LateChannel
-from bot.keys import engine_chat, msg_id, session_key, user_id_of
+from bot.telegram.app import build_application, drain, prepare
+from bot.telegram.channel import LateChannel
+from bot.telegram.keys import engine_chat, msg_id, session_key, user_id_of
 from engine.api import (
     CommandName,
     GoalCardData,

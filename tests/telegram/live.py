@@ -12,10 +12,10 @@ from typing import Any
 
 from telegram.ext import Application
 
-from bot.app import announce_restored, parts
-from bot.channel import LateChannel
 from bot.compose import open_plangate
-from bot.keys import person_key, tg_flow
+from bot.telegram.app import announce_restored, parts
+from bot.telegram.channel import LateChannel
+from bot.telegram.keys import person_key, tg_flow
 from engine.api import RestoredGoal
 from engine.app import Engine, EngineConfig
 from engine.approval.policy import BashApproval

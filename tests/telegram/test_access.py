@@ -8,7 +8,7 @@ import pytest
 from telegram import Update
 from telegram.ext import CallbackQueryHandler, ContextTypes, MessageHandler, filters
 
-from bot.access import ALERT_TEXT, AccessGate, UpdateFacts, decide, parse_command
+from bot.telegram.access import ALERT_TEXT, AccessGate, UpdateFacts, decide, parse_command
 from tests.fakebot.clock import ManualClock
 from tests.fakebot.fixtures import app_builder, running_app
 from tests.fakebot.server import FakeBotApi

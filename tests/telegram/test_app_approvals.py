@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from bot.app import parts
-from bot.routes import goal_card_key
+from bot.telegram.app import parts
+from bot.telegram.routes import goal_card_key
 from engine.events import ApprovalDecided, ApprovalRule
 from engine.model.script import call, say
 from tests.fakebot.server import FakeBotApi, FakeMessage

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.app import parts
+from bot.telegram.app import parts
 from engine.model.script import ScriptStep, call, say
 from engine.tools.sandbox import SandboxSettings
 from tests.engine.helpers import PLAN_MD, settle

@@ -6,9 +6,9 @@ import asyncio
 import time
 from pathlib import Path
 
-from bot.app import parts
-from bot.keys import tg_flow
-from bot.presenter import HEARTBEAT_S
+from bot.telegram.app import parts
+from bot.telegram.keys import tg_flow
+from bot.telegram.presenter import HEARTBEAT_S
 from tests.fakebot.server import FakeBotApi
 from tests.telegram.app_support import (
     GROUP,

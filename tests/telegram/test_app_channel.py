@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.app import parts
-from bot.channel import LateChannel
+from bot.telegram.app import parts
+from bot.telegram.channel import LateChannel
 from tests.fakebot.server import FakeBotApi
 from tests.telegram.app_support import (
     GROUP,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bot.app import parts
+from bot.telegram.app import parts
 from engine.events import ApprovalDecided, GoalCheck, GoalRoundSource, UserMessage
 from engine.model.script import call, say
 from engine.progress.stuck import StuckLimits

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from telegram import Bot
 
-from bot.app import parts
-from bot.channel import LateChannel
-from bot.keys import tg_flow
+from bot.telegram.app import parts
+from bot.telegram.channel import LateChannel
+from bot.telegram.keys import tg_flow
 from engine.api import Outcome
 from tests.fakebot.server import FakeBotApi
 from tests.telegram.app_support import (
@@ -120,7 +120,7 @@ async def test_non_owner_show_plan_gets_a_copy_without_buttons(
         fake_api.user_message(GROUP, STRANGER, "/show-plan")
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) == 3)
         fake_api.user_message(GROUP, STRANGER, "/plan take over")  # a control command
-        # Another stranger: this one's two answers this minute are spent (bot.flood).
+        # Another stranger: this one's two answers this minute are spent (bot.telegram.flood).
         fake_api.user_message(GROUP, STRANGER + 1, "/status")
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) == 5)
     copy = fake_api.bot_messages(GROUP)[2]

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bot.app import parts
-from bot.keys import tg_flow
-from bot.routes import goal_card_key
+from bot.telegram.app import parts
+from bot.telegram.keys import tg_flow
+from bot.telegram.routes import goal_card_key
 from engine.app import Engine
 from engine.events import UserMessage
 from engine.model.script import ScriptStep, call, say

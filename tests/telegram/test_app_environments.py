@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import functools
 import http.server
+import io
+import json
+import shutil
 import subprocess
 import sys
+import tarfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from bot.app import parts
-from bot.keys import msg_id, tg_flow
+from bot.telegram.app import parts
+from bot.telegram.keys import msg_id, tg_flow
 from engine.app import Engine
 from engine.model.script import ScriptStep, call, say
 from tests.fakebot.server import FakeBotApi
@@ -363,7 +367,9 @@ CHEATING: list[ScriptStep] = [
         {"path": ".venv/bin/check", "content": "#!/bin/sh\nexit 0\n"},
         expect="Read-only file system",
     ),
-    call("plan", {"op": "complete", "evidence": "green"}, expect="read-only folder"),
+    # Nor can it poison what the next plan's setup installs from: the caches are not there.
+    call("bash", {"command": "ls /var/cache/plangate"}, expect="read-only folder"),
+    call("plan", {"op": "complete", "evidence": "green"}, expect="No such file or directory"),
     say("The checks still fail.", expect="checks-failed"),
 ]
 
@@ -392,3 +398,117 @@ async def test_what_setup_built_is_read_only_so_a_plan_cannot_doctor_its_check(
 async def _played(live: Live, steps: int) -> bool:
     assert live.model_server is not None
     return live.model_server.script.position == steps
+
+
+# --- the same for a Node project --------------------------------------------------------------
+
+NODE_CHECK = "npm test"
+NODE_BROKEN = "exports.add = (a, b) => a - b;\n"
+NODE_TEST = (
+    "const test = require('node:test');\n"
+    "const assert = require('node:assert');\n"
+    "const pad = require('pad');\n"
+    "const { add } = require('../calc');\n"
+    "test('add', () => assert.strictEqual(pad(add(2, 3), 2), ' 5'));\n"
+)
+NPM = ("--offline", "--no-audit", "--no-fund")
+
+
+def _tarball(path: Path) -> None:
+    """The dev dependency as npm packs it (a package/ folder in a gzipped tar)."""
+    files = {
+        "package/package.json": json.dumps({"name": "pad", "version": "1.0.0"}),
+        "package/index.js": "module.exports = (s, n) => String(s).padStart(n);\n",
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def node_project(root: Path) -> Path:
+    """A Node project in git: a dev dependency from a tarball, node_modules ignored, npm ci."""
+    root.mkdir(parents=True)
+    _tarball(root / "vendor/pad-1.0.0.tgz")
+    package = {
+        "name": "calc",
+        "version": "1.0.0",
+        "private": True,
+        "scripts": {"test": "node --test"},
+        "devDependencies": {"pad": "file:vendor/pad-1.0.0.tgz"},
+    }
+    (root / "package.json").write_text(json.dumps(package, indent=2) + "\n")
+    npm = {"PATH": "/usr/bin:/bin", "HOME": str(root.parent / "npm-home")}
+    subprocess.run(["npm", "install", "--package-lock-only", *NPM], cwd=root, env=npm, check=True)
+    repo = make_repo(
+        root,
+        {
+            ".gitignore": "node_modules/\n",
+            "calc.js": NODE_BROKEN,
+            "test/calc.test.js": NODE_TEST,
+            ".plangate/setup.sh": f"set -e\nnpm ci {' '.join(NPM)}\n",
+        },
+    )
+    subprocess.run(["npm", "ci", *NPM], cwd=repo, env=npm, check=True, capture_output=True)
+    return repo
+
+
+def owner_npm_test(repo: Path) -> str:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(repo.parent / "npm-home")}
+    done = subprocess.run(
+        ["npm", "test"], cwd=repo, env=env, capture_output=True, text=True, check=False
+    )
+    return done.stdout + done.stderr
+
+
+NODE_SCRIPT: list[ScriptStep] = [
+    call("list_files", {"path": "."}),
+    call("plan", {"op": "init", "title": "Fix add", "mode": "design"}),
+    call(
+        "write_file",
+        {"path": "{plan_md}", "content": PLAN.replace(CHECK, NODE_CHECK)},
+        expect="Design plan",
+    ),
+    call("plan", {"op": "submit"}),
+    say("The plan is ready for review."),
+    call("plan", {"op": "start"}),
+    call("read_file", {"path": "calc.js"}),
+    call("bash", {"command": NODE_CHECK}),
+    call("plan", {"op": "complete"}, expect="# fail 1"),
+    call(
+        "edit_file",
+        {"path": "calc.js", "old_text": "a - b", "new_text": "a + b"},
+        expect="checks-failed",
+    ),
+    call("bash", {"command": NODE_CHECK}),
+    call("plan", {"op": "complete"}, expect="# pass 1"),
+    say("Fixed add(); npm test passes.", expect="Checks passed"),
+]
+
+
+async def test_a_node_project_gets_its_node_modules_and_npm_test_proves_the_fix(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed (make test installs it: deploy/system-deps.sh)")
+    repo = node_project(tmp_path / "work")
+    assert "# fail 1" in owner_npm_test(repo)
+    async with live_bot(fake_api, tmp_path, NODE_SCRIPT) as live:
+        engine = live.engine
+        fake_api.user_message(GROUP, OWNER, "/plan Fix add")
+        sid = await _reviewed(fake_api, live)
+        review = await card(fake_api, live, sid)
+        fake_api.press(GROUP, review.message_id, button(review, "✅ Approve"), user_id=OWNER)
+        await until(lambda: _is_done(engine, sid), timeout_s=180)
+        assert (repo / "calc.js").read_text() == NODE_BROKEN  # untouched until Merge
+        record = await engine.worktrees.record(sid)
+        assert record is not None and record.setup_built == ["node_modules"]
+        done = await _done_card(fake_api, live, sid)
+        fake_api.press(GROUP, done.message_id, button(done, "🔀 Merge"), user_id=OWNER)
+        await until(lambda: _merged(engine, sid))
+        assert await _approval_messages(fake_api) <= 1
+    assert (repo / "calc.js").read_text() == NODE_BROKEN.replace("a - b", "a + b")
+    assert "# pass 1" in owner_npm_test(repo)

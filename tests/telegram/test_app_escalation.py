@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from bot.app import parts
+from bot.telegram.app import parts
 from engine.events import ApprovalDecided, ToolResult
 from engine.model.script import ScriptedCall, ScriptStep, call, say
 from tests.engine.helpers import PLANNING, settle

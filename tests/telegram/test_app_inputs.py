@@ -8,8 +8,8 @@ import base64
 from pathlib import Path
 from typing import Any
 
-from bot.access import REFUSAL_TEXT
-from bot.app import parts
+from bot.telegram.access import REFUSAL_TEXT
+from bot.telegram.app import parts
 from engine.events import UserMessage
 from engine.model.script import ScriptStep, call, say
 from tests.engine.helpers import settle
@@ -100,8 +100,10 @@ async def test_a_2_mb_log_with_a_caption_reaches_the_model_and_the_agent_reads_i
 
         prompt = _user_texts(server)[0]
         assert prompt.startswith("Why does the service fall over at midnight?\n")
-        assert "file saved: inbox/service.log (2.0 MB, text/plain)" in prompt
-        assert str(saved[0]) in prompt
+        # One path, the one that reads: the agent is never shown a second, relative one.
+        (line,) = [x for x in prompt.splitlines() if x.startswith("file saved:")]
+        assert line.startswith(f'file saved: "{saved[0]}" (2.0 MB, text/plain)')
+        assert line.count("inbox/") == 1
         assert "--- service.log ---" not in prompt  # 2 MB is not inlined
         results = _tool_results(server)
         assert "ERROR db: connection pool exhausted" in results[0]  # read_file of the upload
@@ -174,7 +176,7 @@ async def test_max_upload_mb_lowers_the_limit_and_an_undeclared_size_is_checked_
 async def test_a_path_as_the_file_name_is_saved_as_a_clean_name_inside_the_inbox(
     fake_api: FakeBotApi, tmp_path: Path
 ) -> None:
-    script = [say("Saved.", expect="file saved: inbox/passwd "), say("Again.", expect="passwd (2)")]
+    script = [say("Saved.", expect='/passwd" ('), say("Again.", expect='/passwd (2)" (')]
     async with live_bot(fake_api, tmp_path, script) as live:
         fake_api.user_document(OWNER, OWNER, b"root:x:0:0\n", file_name="../../etc/passwd")
         await eventually(lambda: len(fake_api.bot_messages(OWNER)) >= 1)
@@ -197,7 +199,7 @@ async def test_a_path_as_the_file_name_is_saved_as_a_clean_name_inside_the_inbox
 async def test_a_file_in_a_group_counts_when_it_addresses_the_bot_and_never_from_others(
     fake_api: FakeBotApi, tmp_path: Path
 ) -> None:
-    script = [say("Got the spec.", expect="file saved: inbox/spec.md")]
+    script = [say("Got the spec.", expect='/spec.md" (')]
     async with live_bot(fake_api, tmp_path, script) as live:
         # The owner's file not addressed to the bot is group chatter; a stranger's is ignored
         # even when it mentions the bot (one polite refusal, nothing fetched or saved).
@@ -282,7 +284,7 @@ async def test_a_photo_with_vision_off_is_saved_and_the_agent_told_it_cannot_see
         assert _image_parts(server) == []
         text = _user_texts(server)[0]
         assert text.startswith("(no caption)\n")
-        assert "file saved: inbox/photo-1.jpg" in text and "image/jpeg" in text
+        assert '/photo-1.jpg" (' in text and "image/jpeg" in text
         # The default 2048 px takes the 1280 size too; the 2560 one is never fetched.
         (saved,) = _files_under(_inbox(tmp_path / "home"))
         assert saved.read_bytes() == b"\xff\xd8medium-jpeg-bytes"
@@ -293,7 +295,7 @@ async def test_a_file_sent_in_a_topic_as_a_reply_to_the_bot_goes_to_that_topics_
 ) -> None:
     script = [
         say("Send me the trace.", expect="the crash"),
-        say("Read it.", expect="file saved: inbox/trace.txt"),
+        say("Read it.", expect='/trace.txt" ('),
     ]
     async with live_bot(fake_api, tmp_path, script) as live:
         fake_api.user_message(GROUP, OWNER, f"@{fake_api.username} the crash again", thread_id=7)
@@ -316,5 +318,30 @@ async def test_a_file_sent_in_a_topic_as_a_reply_to_the_bot_goes_to_that_topics_
         assert saved.parent.name == topic  # the topic's own inbox
         answer = fake_api.bot_messages(GROUP)[-1]
         assert answer.text.startswith("Read it.") and answer.thread_id == 7
+        server = live.model_server
+        assert server is not None and server.errors == []
+
+
+async def test_a_name_of_119_cjk_characters_is_cut_by_bytes_and_the_file_reaches_the_agent(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    # 119 characters of three UTF-8 bytes each: a cut by characters left 361 bytes, more than
+    # a file name may hold, and the upload was lost with "That failed (OSError)".
+    name = "報" * 119 + ".txt"
+    script = [
+        call("read_file", {"path": "{upload}"}, expect="(no caption)"),
+        say("Read the report.", expect="quarterly figures"),
+    ]
+    async with live_bot(fake_api, tmp_path, script) as live:
+        fake_api.user_document(OWNER, OWNER, b"quarterly figures\n", file_name=name)
+        await eventually(lambda: len(fake_api.bot_messages(OWNER)) >= 1)
+        sid = await live.engine.session_for_chat(OWNER, 0)
+        await settle(live.engine, sid)
+        (saved,) = _files_under(_inbox(tmp_path / "home"))
+        assert len(saved.name.encode()) <= 255 and saved.name.endswith(".txt")
+        assert saved.name.startswith("報" * 70)
+        assert saved.read_bytes() == b"quarterly figures\n"
+        (answer,) = fake_api.bot_messages(OWNER)
+        assert answer.text.startswith("Read the report.")
         server = live.model_server
         assert server is not None and server.errors == []

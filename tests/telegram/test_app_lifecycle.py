@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.app import announce_restored, file_url, parse_listen, parts, redact, serve
-from bot.routes import GROUPS_KEY, LAST_UPDATE_KEY, RECENT_UPDATES_KEY
+from bot.telegram.app import announce_restored, file_url, parse_listen, parts, redact, serve
+from bot.telegram.routes import GROUPS_KEY, LAST_UPDATE_KEY, RECENT_UPDATES_KEY
 from engine.api import RestoredGoal
 from storage.db import Database
 from tests.fakebot.server import FakeBotApi

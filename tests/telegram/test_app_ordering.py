@@ -7,9 +7,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from bot.access import REFUSAL_TEXT
-from bot.app import serve
 from bot.demo import html_to_text
+from bot.telegram.access import REFUSAL_TEXT
+from bot.telegram.app import serve
 from engine.api import Outcome
 from tests.fakebot.server import FakeBotApi
 from tests.telegram.app_support import (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot import callback as cb
-from bot.keys import tg_flow
+from bot.telegram import callback as cb
+from bot.telegram.keys import tg_flow
 from tests.fakebot.server import FakeBotApi, FakeMessage
 from tests.telegram.app_support import (
     GROUP,

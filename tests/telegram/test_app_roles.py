@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bot.access import ALERT_TEXT
-from bot.app import parts
-from bot.keys import tg_flow
+from bot.telegram.access import ALERT_TEXT
+from bot.telegram.app import parts
+from bot.telegram.keys import tg_flow
 from engine.events import ApprovalDecided
 from engine.model.script import call
 from engine.model.script import say as model_say
@@ -135,7 +135,7 @@ async def test_an_approver_approves_a_member_cannot_and_team_add_is_the_owners(
         assert [a["user_id"] for a in plan["approved_by"]] == [person(ANA)]
         assert plan["approved_by"][0]["name"] == "Ana"
         assert (live.workspace / "greet.py").exists()
-        # /status names the decision (Max's two answers this minute are spent: bot.flood).
+        # /status names the decision (Max's two answers this minute are spent: bot.telegram.flood).
         status = await say(fake_api, ANA, "/status")
         assert "Last decisions:" in status and "✅ Plan approved by Ana" in status
 

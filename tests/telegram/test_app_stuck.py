@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.app import parts
+from bot.telegram.app import parts
 from engine.app import Engine
 from engine.events import ProgressMade, RunPaused, SeedSource, UserMessage
 from engine.model.script import ScriptStep, call, say

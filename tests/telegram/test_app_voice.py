@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.app import parts
+from bot.telegram.app import parts
 from engine.model.script import call, say
 from tests.engine.helpers import settle
 from tests.fakebot.server import FakeBotApi, FakeMessage
@@ -153,3 +153,37 @@ async def test_voice_without_transcription_gets_one_line_saying_how_to_enable_it
         assert fake_api.count("getFile") == 0
         server = live.model_server
         assert server is not None and server.chat_requests == [] and server.transcriptions == []
+
+
+async def test_a_transcription_server_answering_non_json_tells_the_owner_one_line(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    async with live_bot(fake_api, tmp_path, [say("unused")], transcribe=True) as live:
+        server = live.model_server
+        assert server is not None
+        server.transcribe_raw = ("application/json", "<html>502 Bad Gateway</html>")
+        voice = fake_api.user_voice(OWNER, OWNER, OGG)
+        await eventually(lambda: len(fake_api.bot_messages(OWNER)) >= 1)
+        await parts(live.app).tasks.drain()
+        (line,) = fake_api.bot_messages(OWNER)
+        assert line.reply_to == voice.message_id
+        assert line.text.startswith("🎙 I could not transcribe that voice note")
+        assert "not JSON" in line.text
+        assert server.chat_requests == []
+
+
+async def test_a_transcription_server_answering_html_is_a_failure_not_silence(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    async with live_bot(fake_api, tmp_path, [say("unused")], transcribe=True) as live:
+        server = live.model_server
+        assert server is not None
+        server.transcribe_raw = ("text/html", "<html>502 Bad Gateway</html>")
+        voice = fake_api.user_voice(OWNER, OWNER, OGG)
+        await eventually(lambda: len(fake_api.bot_messages(OWNER)) >= 1)
+        await parts(live.app).tasks.drain()
+        (line,) = fake_api.bot_messages(OWNER)
+        assert line.reply_to == voice.message_id
+        # Not "I heard no words": the server said nothing a transcript could come from.
+        assert line.text.startswith("🎙 I could not transcribe that voice note")
+        assert "not JSON" in line.text

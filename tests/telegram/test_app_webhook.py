@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from bot.app import ALLOWED_UPDATES, parse_listen, serve
-from bot.routes import LAST_UPDATE_KEY
+from bot.telegram.app import ALLOWED_UPDATES, parse_listen, serve
+from bot.telegram.routes import LAST_UPDATE_KEY
 from engine.errors import ConfigError
 from storage.db import Database
 from tests.fakebot.server import FakeBotApi

@@ -7,10 +7,10 @@ import asyncio
 import json
 from pathlib import Path
 
-from bot.access import REFUSAL_TEXT, REFUSALS_PER_CHAT
-from bot.app import parts
-from bot.keys import tg_flow
-from bot.routes import GROUPS_KEY
+from bot.telegram.access import REFUSAL_TEXT, REFUSALS_PER_CHAT
+from bot.telegram.app import parts
+from bot.telegram.keys import tg_flow
+from bot.telegram.routes import GROUPS_KEY
 from tests.fakebot.clock import ManualClock
 from tests.fakebot.server import FakeBotApi
 from tests.keys import chat

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from bot.app import parts
-from bot.keys import tg_flow
+from bot.telegram.app import parts
+from bot.telegram.keys import tg_flow
 from engine.app import Engine
 from engine.model.script import call
 from tests.fakebot.server import FakeBotApi, FakeMessage

@@ -8,9 +8,9 @@ import asyncio
 from telegram import Update
 from telegram.ext import AIORateLimiter, CallbackQueryHandler, CommandHandler, ContextTypes
 
-from bot import callback as cb
-from bot.access import AccessGate
-from bot.cards import (
+from bot.telegram import callback as cb
+from bot.telegram.access import AccessGate
+from bot.telegram.cards import (
     APPROVE,
     CANCEL,
     DISCARD,
@@ -20,8 +20,8 @@ from bot.cards import (
     build_plan_card,
     to_markup,
 )
-from bot.keys import SessionKey, update_key
-from bot.outbox import Outbox
+from bot.telegram.keys import SessionKey, update_key
+from bot.telegram.outbox import Outbox
 from engine.plan.types import PlanSidecar
 from tests.fakebot.clock import ManualClock
 from tests.fakebot.server import FakeBotApi

@@ -12,8 +12,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from bot.app import parts
-from bot.keys import tg_flow
+from bot.telegram.app import parts
+from bot.telegram.keys import tg_flow
 from engine.events import PlanChanged
 from engine.model.script import ScriptedCall, ScriptStep, call, say
 from tests.engine.helpers import EXECUTION, PLAN_MD, PLANNING, settle

@@ -3,8 +3,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot import callback as cb
-from bot.cards import (
+from bot.telegram import callback as cb
+from bot.telegram.cards import (
     APPROVE,
     CANCEL,
     CLEAR,
@@ -22,7 +22,7 @@ from bot.cards import (
     progress_bar,
     to_markup,
 )
-from bot.render import utf16_len
+from bot.telegram.render import utf16_len
 from engine.goal.types import GoalBlocked, GoalSnapshot
 from engine.plan.types import PlanSidecar, PlanTask
 from tests.fakebot.tg_html import parse_html

@@ -6,7 +6,7 @@ import pytest
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram.error import BadRequest, RetryAfter
 
-from bot.outbox import Dropped, EditResult, Outbox
+from bot.telegram.outbox import Dropped, EditResult, Outbox
 from tests.fakebot.clock import ManualClock
 from tests.fakebot.server import FakeBotApi
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from telegram import Bot, Message
 
-from bot.outbox import Outbox
+from bot.telegram.outbox import Outbox
 from tests.fakebot.clock import ManualClock
 from tests.fakebot.server import FakeBotApi
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot.render import (
+from bot.telegram.render import (
     clip_html,
     escape,
     markdown_messages,

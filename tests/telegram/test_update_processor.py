@@ -13,9 +13,9 @@ from typing import Any
 
 from telegram import Update
 
-from bot.app import parts
-from bot.routes import LAST_UPDATE_KEY
-from bot.updates import ChatLaneProcessor, UpdateLedger, lane_of
+from bot.telegram.app import parts
+from bot.telegram.routes import LAST_UPDATE_KEY
+from bot.telegram.updates import ChatLaneProcessor, UpdateLedger, lane_of
 from engine.api import CommandName, Outcome
 from tests.fakebot.server import FakeBotApi
 from tests.telegram.app_support import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.app import parts
+from bot.telegram.app import parts
 from engine.model.openai_provider import OpenAIProvider
 from engine.model.script import say
 from tests.engine.helpers import settle

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bot.cards import build_goal_card
 from bot.settings import load_settings
+from bot.telegram.cards import build_goal_card
 from engine.errors import ConfigError
 from engine.events import ModelUsageRecord
 from engine.goal.commands import parse_goal_command

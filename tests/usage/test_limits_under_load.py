@@ -220,3 +220,45 @@ def test_a_stored_absurd_record_counts_by_its_estimate() -> None:
     assert cost(totals, 2.5, 10.0) is not None
     huge = Totals(prompt=10**400)
     assert cost(huge, 2.5, 10.0) is None and "tokens" in summary_line(huge, 2.5, 10.0)
+
+
+async def test_figures_below_a_tenth_of_the_estimate_are_replaced_and_logged_once_per_server(
+    tmp_path: Any, fake_openai: FakeOpenAIServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake_openai.usage = FakeUsage(1, 1)
+    fake_openai.play([write("a.txt"), say("wrote it " * 20), say("and again " * 20)])
+    caplog.set_level(logging.INFO, logger="plangate")
+    async with rig_over(tmp_path, fake_openai, Clock()) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(-100, 0)
+        await engine.user_message(sid, "write a", actor=OWNER, message_id=1)
+        await settle(engine, sid)
+        await engine.user_message(sid, "again", actor=OWNER, message_id=2)
+        await settle(engine, sid)
+        recs = await records(rig, sid)
+        assert len(recs) == 3 and all(r.estimated for r in recs)
+        for rec, body in zip(recs, fake_openai.chat_requests, strict=True):
+            sent = chars_to_tokens(request_chars(body["messages"], body.get("tools") or []))
+            assert rec.prompt_tokens >= sent and rec.completion_tokens > 1
+        doubted = [r for r in caplog.records if "underreported" in r.getMessage()]
+        assert len(doubted) == 1 and fake_openai.base_url in doubted[0].getMessage()
+
+
+async def test_an_honest_server_is_believed(
+    tmp_path: Any, fake_openai: FakeOpenAIServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A tokenizer denser than the quarter rule (a third less) is well within a tenth.
+    def honest(body: dict[str, Any]) -> FakeUsage:
+        chars = request_chars(body["messages"], body.get("tools") or [])
+        return FakeUsage(chars // 6, 3)
+
+    fake_openai.usage_of = honest
+    fake_openai.play([say("ok")])
+    caplog.set_level(logging.INFO, logger="plangate")
+    async with rig_over(tmp_path, fake_openai, Clock()) as rig:
+        sid = await rig.engine.session_for_chat(-100, 0)
+        await rig.engine.user_message(sid, "hi", actor=OWNER, message_id=1)
+        await settle(rig.engine, sid)
+        (rec,) = await records(rig, sid)
+        assert not rec.estimated and rec.completion_tokens == 3
+        assert not any("underreported" in r.getMessage() for r in caplog.records)

@@ -85,7 +85,7 @@ def write(name: str) -> ScriptStep:
 async def test_sums_per_turn_session_goal_and_day_are_exact_and_survive_a_restart(
     tmp_path: Path, fake_openai: FakeOpenAIServer
 ) -> None:
-    fake_openai.usage = FakeUsage(prompt_tokens=120, completion_tokens=30, cached_tokens=20)
+    fake_openai.usage = FakeUsage(prompt_tokens=1200, completion_tokens=30, cached_tokens=200)
     fake_openai.play(
         [
             write("a.txt"),
@@ -112,36 +112,36 @@ async def test_sums_per_turn_session_goal_and_day_are_exact_and_survive_a_restar
         recs = await records(rig, sid)
         assert len(recs) == 5 and not any(r.estimated for r in recs)
         assert all(
-            (r.prompt_tokens, r.completion_tokens, r.cached_tokens) == (120, 30, 20) for r in recs
+            (r.prompt_tokens, r.completion_tokens, r.cached_tokens) == (1200, 30, 200) for r in recs
         )
         usage = await engine.usage.session(sid)
         turns = [t.tokens for t in usage.turns.values()]
-        assert turns == [300, 300, 150]  # the human turn, round 1, round 2
-        assert usage.total.tokens == 750 and usage.total.calls == 5 and usage.total.cached == 100
-        assert usage.goal_tokens(goal.id) == 450
-        assert engine.usage.today().tokens == 900 and engine.usage.today().calls == 6
+        assert turns == [2460, 2460, 1230]  # the human turn, round 1, round 2
+        assert usage.total.tokens == 6150 and usage.total.calls == 5 and usage.total.cached == 1000
+        assert usage.goal_tokens(goal.id) == 3690
+        assert engine.usage.today().tokens == 7380 and engine.usage.today().calls == 6
         report = (await engine.command(sid, "usage", "", actor=OWNER)).reply or ""
         before = report
-    assert "Today (UTC): 900 tokens (720 in, 180 out, 120 cached) in 6 calls" in before
-    assert "This session: 750 tokens (600 in, 150 out, 100 cached) in 5 calls" in before
-    assert "Goal (complete): 450 tokens, 3 calls, rounds 2/2" in before
+    assert "Today (UTC): 7,380 tokens (7,200 in, 180 out, 1,200 cached) in 6 calls" in before
+    assert "This session: 6,150 tokens (6,000 in, 150 out, 1,000 cached) in 5 calls" in before
+    assert "Goal (complete): 3,690 tokens, 3 calls, rounds 2/2" in before
 
     # A restart: the sums come back from the log, the same to the token.
     async with rig_over(tmp_path, fake_openai, clock) as rig:
         sid = await rig.engine.session_for_chat(chat(-100))
-        assert rig.engine.usage.today().tokens == 900
+        assert rig.engine.usage.today().tokens == 7380
         usage = await rig.engine.usage.session(sid)
-        assert usage.total.tokens == 750 and usage.goal_tokens(goal.id) == 450
+        assert usage.total.tokens == 6150 and usage.goal_tokens(goal.id) == 3690
         assert (await rig.engine.command(sid, "usage", "", actor=OWNER)).reply == before
         card = await rig.engine.goal_card(sid)
-        assert card.tokens_used == 450
+        assert card.tokens_used == 3690
 
     # The next UTC day starts from zero; the session's own sums stay.
     clock.now += 86_400
     async with rig_over(tmp_path, fake_openai, clock) as rig:
         sid = await rig.engine.session_for_chat(chat(-100))
         assert rig.engine.usage.today().tokens == 0
-        assert (await rig.engine.usage.session(sid)).total.tokens == 750
+        assert (await rig.engine.usage.session(sid)).total.tokens == 6150
 
 
 async def test_a_server_without_usage_gets_estimates_marked_as_such(

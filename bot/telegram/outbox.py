@@ -59,7 +59,7 @@ from telegram import Bot, InlineKeyboardMarkup, InputFile, LinkPreviewOptions, M
 from telegram.constants import ParseMode
 from telegram.error import BadRequest, ChatMigrated, NetworkError, RetryAfter, TelegramError
 
-from bot.render import clip_html
+from bot.telegram.render import clip_html
 from engine.tasks import BackgroundTasks
 
 log = logging.getLogger("plangate.outbox")

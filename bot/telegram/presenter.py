@@ -1,7 +1,7 @@
 """The plan card and the goal card on Telegram: one live message each per session.
 
 The presenter draws what the engine says (``engine.plan_card()`` / ``engine.goal_card()``)
-with ``bot.cards`` and delivers it through the outbox; it keeps no card state of its own,
+with ``bot.telegram.cards`` and delivers it through the outbox; it keeps no card state of its own,
 only where the cards are:
 
 - one card message per plan, edited in place from ``/plan`` to Done; its id is written to the
@@ -34,10 +34,10 @@ from typing import Any, Literal
 
 from telegram import Bot, Message
 
-from bot import cards
-from bot.keys import chat_key, msg_key, tg_flow
-from bot.outbox import Outbox
-from bot.routes import (
+from bot.telegram import cards
+from bot.telegram.keys import chat_key, msg_key, tg_flow
+from bot.telegram.outbox import Outbox
+from bot.telegram.routes import (
     ChatRoute,
     MetaStore,
     Routes,

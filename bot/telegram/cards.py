@@ -4,7 +4,7 @@ A card is one message: title, status, a progress bar, a window of tasks around t
 one with counts, and the buttons for its state. Builders take plain values (the sidecar, a
 goal snapshot) and return a ``CardView``; they make no Telegram calls. The raw HTML always
 fits Telegram's 4,096 UTF-16 units. Buttons carry callback data bound to the revision they
-were drawn for (``bot.callback``).
+were drawn for (``bot.telegram.callback``).
 """
 
 from __future__ import annotations
@@ -15,8 +15,14 @@ from dataclasses import dataclass
 
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup
 
-from bot import callback as cb
-from bot.render import TELEGRAM_TEXT_LIMIT, escape, escape_within, markdown_to_html, utf16_len
+from bot.telegram import callback as cb
+from bot.telegram.render import (
+    TELEGRAM_TEXT_LIMIT,
+    escape,
+    escape_within,
+    markdown_to_html,
+    utf16_len,
+)
 from engine.api import (
     CardActions,
     PlanCardState,
@@ -26,6 +32,7 @@ from engine.api import (
 )
 from engine.checks.report import how_it_ended
 from engine.checks.types import CheckResult
+from engine.checks.watch import runner_file
 from engine.events import GoalCheck
 from engine.goal.types import GoalSnapshot
 from engine.keys import key_label
@@ -493,12 +500,14 @@ def checks_proof(sidecar: PlanSidecar) -> list[str]:
     if not lines and not sidecar.changed_tests:
         return []
     block = ["", f"{CHECK_MARK} <b>Checks</b>", *lines]
-    if sidecar.changed_tests:
-        changed = ", ".join(sidecar.changed_tests[:10])
-        more = (
-            f" (+{len(sidecar.changed_tests) - 10} more)" if len(sidecar.changed_tests) > 10 else ""
-        )
-        block.append(f"✏️ changed tests: {clip_line(changed, 600)}{more}")
+    # What decides what a check runs (a conftest.py, a package.json, a unittest.py put on the
+    # import path) is named apart from the tests: a check can pass because it moved.
+    runners = [p for p in sidecar.changed_tests if runner_file(p)]
+    tests = [p for p in sidecar.changed_tests if not runner_file(p)]
+    for label, changed in (("✏️ changed tests", tests), ("⚠️ changed what runs the checks", runners)):
+        if changed:
+            more = f" (+{len(changed) - 10} more)" if len(changed) > 10 else ""
+            block.append(f"{label}: {clip_line(', '.join(changed[:10]), 600)}{more}")
     return block
 
 

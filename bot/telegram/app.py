@@ -3,7 +3,7 @@
 Handler map (groups run in order; a group's first matching handler runs)::
 
     group -2  TypeHandler(Update)        drop repeats: update ids already processed (ledger)
-    group -1  AccessGate (bot.access)     who may do what; leaves groups; refusals, alerts;
+    group -1  AccessGate (bot.telegram.access)     who may do what; leaves groups; refusals, alerts;
                                          a group upgraded to a supergroup moves over
     group  0  CommandHandler plan execute discard goal stop new project status usage help
               start(=help)
@@ -12,13 +12,14 @@ Handler map (groups run in order; a group's first matching handler runs)::
               CallbackQueryHandler ^[pga]: plan, goal and tool approval buttons -> engine.press
               CallbackQueryHandler ^q:     ask_user option buttons -> the owner's message
               MessageHandler text          to the agent (engine.user_message)
-              CallbackQueryHandler ^v:     a voice transcript's Send / Discard (bot.voice)
-              MessageHandler document, photo   fetched into the session inbox (bot.uploads),
+              CallbackQueryHandler ^v:     a voice transcript's Send / Discard (bot.telegram.voice)
+              MessageHandler document, photo   fetched into the session inbox
+                                         (bot.telegram.uploads),
                                          then the caption and the path to the agent;
                              voice, audio      transcribed, offered back with Send / Discard
     errors    one handler: logs the error type, token redacted
 
-Updates run in lanes (bot.updates.ChatLaneProcessor): different chats and forum topics
+Updates run in lanes (bot.telegram.updates.ChatLaneProcessor): different chats and forum topics
 concurrently, one session's updates strictly in arrival order. Handlers are thin: parse ->
 call the engine -> render the Outcome. They never await an agent turn, and the rendering
 (replies, cards) runs in background tasks through the outbox, so a 429 in one chat never
@@ -53,18 +54,23 @@ from telegram.ext import (
     filters,
 )
 
-from bot.access import AccessGate
-from bot.channel import QUESTION_PATTERN, REPLY_DOCUMENT_CHARS, LateChannel, TelegramChannel
-from bot.handlers import SHOW_PLAN_PATTERN, BotParts, Handlers, load_state, parts, redact
-from bot.keys import chat_key, message_key, person_key
-from bot.outbox import Outbox, Sleep
-from bot.people import SeenPeople
-from bot.presenter import CardPresenter
-from bot.render import escape
-from bot.routes import GROUPS_KEY, ChatRoute, MetaStore, Routes, goal_card_key
-from bot.updates import ChatLaneProcessor, UpdateLedger
-from bot.uploads import InputSettings
-from bot.voice import VOICE_PATTERN
+from bot.telegram.access import AccessGate
+from bot.telegram.channel import (
+    QUESTION_PATTERN,
+    REPLY_DOCUMENT_CHARS,
+    LateChannel,
+    TelegramChannel,
+)
+from bot.telegram.handlers import SHOW_PLAN_PATTERN, BotParts, Handlers, load_state, parts, redact
+from bot.telegram.keys import chat_key, message_key, person_key
+from bot.telegram.outbox import Outbox, Sleep
+from bot.telegram.people import SeenPeople
+from bot.telegram.presenter import CardPresenter
+from bot.telegram.render import escape
+from bot.telegram.routes import GROUPS_KEY, ChatRoute, MetaStore, Routes, goal_card_key
+from bot.telegram.updates import ChatLaneProcessor, UpdateLedger
+from bot.telegram.uploads import InputSettings
+from bot.telegram.voice import VOICE_PATTERN
 from engine.api import CommandName, EngineApi, RestoredGoal
 from engine.errors import ConfigError
 from engine.model.transcribe import Transcriber
@@ -168,8 +174,9 @@ def build_application(
     """
     token = secret_value(getattr(settings, "telegram_token", None))
     api_url = settings.telegram_api_url or "https://api.telegram.org/bot"
-    # Chats run concurrently, each session's updates in order (bot.updates): a slow /stop in
-    # one chat no longer holds up the others. The ledger tells the dedupe what is processed.
+    # Chats run concurrently, each session's updates in order (bot.telegram.updates): a slow
+    # /stop in one chat no longer holds up the others. The ledger tells the dedupe what is
+    # processed.
     ledger = UpdateLedger()
     application = (
         Application.builder()

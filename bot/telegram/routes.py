@@ -1,6 +1,6 @@
 """Where a session lives in Telegram: its chat key and the bot's small durable state.
 
-A session's key on Telegram is ``(chat_id, message_thread_id or 0)`` (``bot.keys``,
+A session's key on Telegram is ``(chat_id, message_thread_id or 0)`` (``bot.telegram.keys``,
 docs/architecture.md). The engine maps keys to sessions; the front end needs the reverse
 (session -> chat) to post what the agent says on its own. :class:`Routes` keeps it from the
 updates seen, in memory and in the ``meta`` table, so a restart still knows where a session's

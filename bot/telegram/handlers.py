@@ -1,6 +1,6 @@
 """The update callbacks of the Telegram application and the state they share.
 
-``bot.app.build_application`` registers them (the handler map is in its docstring). Each
+``bot.telegram.app.build_application`` registers them (the handler map is in its docstring). Each
 callback is ``async def verb(update, context) -> None``: parse -> call the engine -> render
 the Outcome. None awaits an agent turn; rendering runs in background tasks through the outbox.
 """
@@ -21,10 +21,10 @@ from telegram import ForceReply, Message, Update
 from telegram.error import TelegramError
 from telegram.ext import Application, ApplicationHandlerStop, ContextTypes
 
-from bot import callback as cb
-from bot.access import AccessGate
-from bot.channel import TelegramChannel
-from bot.keys import (
+from bot.telegram import callback as cb
+from bot.telegram.access import AccessGate
+from bot.telegram.channel import TelegramChannel
+from bot.telegram.keys import (
     SessionKey,
     engine_chat,
     maybe_person,
@@ -33,11 +33,11 @@ from bot.keys import (
     person_key,
     update_key,
 )
-from bot.outbox import Dropped, Outbox
-from bot.people import SeenPeople
-from bot.presenter import CardPresenter
-from bot.render import clip_html, escape
-from bot.routes import (
+from bot.telegram.outbox import Dropped, Outbox
+from bot.telegram.people import SeenPeople
+from bot.telegram.presenter import CardPresenter
+from bot.telegram.render import clip_html, escape
+from bot.telegram.routes import (
     GROUPS_KEY,
     LAST_UPDATE_KEY,
     RECENT_UPDATES_KEY,
@@ -45,9 +45,9 @@ from bot.routes import (
     MetaStore,
     Routes,
 )
-from bot.updates import UpdateLedger
-from bot.uploads import Incoming, InputSettings, UploadRefused, fetch, incoming_of, refusal
-from bot.voice import (
+from bot.telegram.updates import UpdateLedger
+from bot.telegram.uploads import Incoming, InputSettings, UploadRefused, fetch, incoming_of, refusal
+from bot.telegram.voice import (
     EMPTY_TEXT,
     NOT_CONFIGURED_TEXT,
     Transcript,
@@ -63,7 +63,7 @@ from engine.inbox import clean_name, inline_text, save_upload
 from engine.model.transcribe import Transcriber
 from engine.model.types import ModelError
 from engine.roles.commands import parse_team_args
-from engine.roles.policy import may
+from engine.roles.policy import may, refusal_text, words_action
 from engine.roles.types import Person, Role
 from engine.tasks import BackgroundTasks
 from engine.text import clip
@@ -88,14 +88,14 @@ class BotParts:
     gate: AccessGate
     token: str
     # Rendering, delivery and the update_id write started by handlers (a handler never waits
-    # for them; bot.app.drain does).
+    # for them; bot.telegram.app.drain does).
     tasks: BackgroundTasks
     last_update_id: int | None = None
     loaded: bool = False
     load_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    # Which updates are processed; the ChatLaneProcessor (bot.updates) feeds it.
+    # Which updates are processed; the ChatLaneProcessor (bot.telegram.updates) feeds it.
     ledger: UpdateLedger = field(default_factory=UpdateLedger)
-    # Who wrote in each group, for /team add @name (bot.people).
+    # Who wrote in each group, for /team add @name (bot.telegram.people).
     people: SeenPeople = field(default_factory=SeenPeople)
     # Limits of files, photos and voice from the chat (docs/inputs.md).
     inputs: InputSettings = field(default_factory=InputSettings)
@@ -270,7 +270,7 @@ class Handlers:
         """Drop an update processed before (a repeat after a restart).
 
         An update let through is taken (processed, at most once): the ledger's watermark,
-        which is stored, never passes an update still waiting for its lane (bot.updates).
+        which is stored, never passes an update still waiting for its lane (bot.telegram.updates).
         """
         bp = self.bp
         await load_state(bp)
@@ -468,7 +468,10 @@ class Handlers:
         reply = _reply_text(outcome)
         toast = outcome.reply if outcome.reply and len(outcome.reply) <= MAX_TOAST else None
         as_message = reply is not None and (outcome.await_feedback or toast is None)
-        await _answer(query, None if as_message else toast, alert=outcome.alert)
+        # The presser sees words at once, also when the full answer follows as a message (in
+        # the group's pacing): its first line, or the whole of a short one.
+        said = toast or (clip(outcome.reply, MAX_TOAST, one_line=True) if outcome.reply else None)
+        await _answer(query, said, alert=outcome.alert)
         if data.kind == "a" or outcome.stale:
             # An approval message is used once; a stale card's buttons are dead.
             self._strip_pressed(query.message)
@@ -555,13 +558,17 @@ class Handlers:
             found = self.bp.transcripts.take_reply(key, msg.reply_to_message.message_id)
             if found is not None:
                 self._close_transcript(found, "✏️ Your corrected text was sent instead.")
+        answer = bool(decision and decision.answer)
+        if answer and msg.reply_to_message is not None:
+            # The question is answered once: a second reply to it is someone's own words.
+            self.bp.channel.answered(key[0], msg.reply_to_message.message_id)
         await self.bp.engine.user_message(
             session_id,
             text,
             actor=person_key(user.id),
             message_id=msg_key(msg.message_id),
             feedback=feedback,
-            answer=bool(decision and decision.answer),
+            answer=answer,
         )
 
     async def upload(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -569,19 +576,24 @@ class Handlers:
         and the saved path go to the agent (docs/inputs.md). Too big: one reply, nothing kept."""
         msg = update.effective_message
         user = update.effective_user
-        # Files are words to the agent: control, an owner's (engine.roles.policy).
-        if msg is None or user is None or not may(self._role(update), "control"):
+        decision = self.bp.gate.decision(update)
+        # Files are words to the agent: the gate let them through as the sender's role allows
+        # (an owner's own, or an approver's feedback or answer); the engine checks again.
+        if msg is None or user is None or decision is None or not decision.passes:
             return
         inputs = self.bp.inputs
         incoming = incoming_of(msg, max_image_px=inputs.max_image_px)
         if incoming is None:
             return
-        decision = self.bp.gate.decision(update)
-        feedback = bool(decision and decision.feedback)
+        feedback, answer = decision.feedback, decision.answer
         key = message_key(msg)
         session_id = await self._session(key)
         self.bp.presenter.saw_message(key[0], msg.message_id)
         if incoming.kind == "voice":
+            if not may(decision.role, words_action()):
+                # A transcript goes to the agent with Send: one's own words, the owner's.
+                self._say(key, msg.message_id, refusal_text(decision.role))
+                return
             self._voice(context.bot, session_id, key, msg.message_id, incoming)
             return
         inbox = self.bp.engine.inbox_dir(session_id)
@@ -599,7 +611,18 @@ class Handlers:
             self._say(key, msg.message_id, str(exc))
             return
         name = clean_name(incoming.name, default=incoming.default_name)
-        path = await asyncio.to_thread(save_upload, inbox, name, data)
+        try:
+            path = await asyncio.to_thread(save_upload, inbox, name, data)
+        except OSError as exc:
+            _log.warning("plangate.handlers.upload_not_saved %s", exc)
+            reason = exc.strerror or type(exc).__name__
+            self._say(
+                key,
+                msg.message_id,
+                f"⚠️ I could not save that file ({reason}); nothing reached the agent. "
+                "Try sending it again.",
+            )
+            return
         _log.info(
             "plangate.handlers.upload_saved session=%s bytes=%d kind=%s",
             session_id,
@@ -621,6 +644,7 @@ class Handlers:
             actor=person_key(user.id),
             message_id=msg_key(msg.message_id),
             feedback=feedback,
+            answer=answer,
             attachments=[attachment],
         )
 
@@ -642,6 +666,19 @@ class Handlers:
             return
 
         async def work() -> None:
+            try:
+                await listen()
+            except Exception as exc:
+                # In the background nobody else would hear of it: the voice note would vanish.
+                _log.exception("plangate.handlers.voice_failed %s", type(exc).__name__)
+                self._say(
+                    key,
+                    message_id,
+                    f"🎙 That voice note was lost ({type(exc).__name__}); send it again, "
+                    "or type the message.",
+                )
+
+        async def listen() -> None:
             try:
                 data = await fetch(bot, incoming, limit)
             except UploadRefused as exc:
@@ -726,13 +763,17 @@ class Handlers:
             type(err).__name__,
             redact(detail, self.bp.token),
         )
-        # The person who sent a command or a message hears that it failed (never the details).
-        if not isinstance(update, Update) or update.callback_query is not None:
+        # The person who sent a command, a message or a press hears that it failed (never
+        # the details): a press as an alert, which costs no group message.
+        if not isinstance(update, Update):
+            return
+        text = f"⚠️ That failed ({escape(type(err).__name__)}); the log has the details."
+        if update.callback_query is not None:
+            await _answer(update.callback_query, text, alert=True)
             return
         msg = update.effective_message
         if isinstance(msg, Message):
             # In the background, like every reply: a paced send must not hold the chat's lane.
-            text = f"⚠️ That failed ({escape(type(err).__name__)}); the log has the details."
 
             async def tell() -> None:
                 await self.bp.outbox.send_text(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from bot.keys import person_key
+from bot.telegram.keys import person_key
 from engine.roles.types import Person
 
 MAX_PER_CHAT = 256

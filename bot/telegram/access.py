@@ -16,9 +16,9 @@ messages and the next message of whoever pressed Keep planning or Revise; anyone
 /show-plan, /show_plan, /status, /help, /start and /team; someone whose role does not allow
 what they address the bot with is told what their role allows, at most once per user per chat
 per minute. What the bot says to members (the read-only answers) and every refusal draw on
-one answer budget per user and per chat (``bot.flood``: past it they are dropped silently and
-counted; the outbox sends them last and drops them first); owners and approvers' allowed
-commands are never counted. A press the role does not allow gets a short alert saying so.
+one answer budget per user and per chat (``bot.telegram.flood``: past it they are dropped
+silently and counted; the outbox sends them last and drops them first); owners and approvers'
+allowed commands are never counted. A press the role does not allow gets a short alert saying so.
 Anonymous admins and messages sent as a chat count as members.
 
 When an allowed group is upgraded to a supergroup, Telegram posts a service message in each
@@ -42,33 +42,29 @@ from telegram.constants import ChatMemberStatus, ChatType, ParseMode
 from telegram.error import TelegramError
 from telegram.ext import ApplicationHandlerStop, ContextTypes, TypeHandler
 
-from bot import callback as cb
-from bot import flood
-from bot.keys import SessionKey, message_key
-from engine.roles.policy import command_action, may, message_action, press_action, refusal_text
+from bot.telegram import callback as cb
+from bot.telegram import flood
+from bot.telegram.keys import SessionKey, message_key
+from engine.roles.policy import (
+    ALERT_TEXTS,
+    command_action,
+    may,
+    press_action,
+    refusal_text,
+    words_action,
+)
 from engine.roles.types import Action, Role
 
 log = logging.getLogger("plangate.access")
 
 REFUSAL_INTERVAL_S = 60.0
-# Answers to non-owners per chat per minute, refusals included (bot.flood has the budget).
+# Answers to non-owners per chat per minute, refusals included (bot.telegram.flood has the budget).
 REFUSALS_PER_CHAT = flood.PER_CHAT
 # Why a message got no answer: the answer budget is spent (counted as dropped).
 OVER_BUDGET = "answer budget spent"
 # What a member who addresses the bot hears (other roles: engine.roles.policy.refusal_text).
 REFUSAL_TEXT = refusal_text("member")
-# A press the presser's role does not allow (an alert holds at most 200 characters).
-ALERT_TEXTS: dict[Role, str] = {
-    "owner": "This button is not available.",
-    "approver": (
-        "Not for approvers: this button is the owner's. As an approver you may approve, revise "
-        "or discard plans, answer questions and tool approvals, and stop."
-    ),
-    "member": (
-        "Only owners and approvers can use these buttons. You are a member here: /show_plan, "
-        "/status, /help and /team are yours."
-    ),
-}
+# A press the presser's role does not allow: engine.roles.policy.ALERT_TEXTS, by role.
 ALERT_TEXT = ALERT_TEXTS["member"]
 
 AccessAction = Literal[
@@ -243,9 +239,7 @@ def facts_action(facts: UpdateFacts, *, feedback: bool = False, answering: bool 
         return press_action(*facts.press) if facts.press is not None else "control"
     if facts.command is not None:
         return command_action(facts.command, facts.command_args)
-    if answering and not feedback:
-        return "answer"
-    return message_action(feedback=feedback)
+    return words_action(feedback=feedback, answer=answering)
 
 
 def decide(
@@ -265,7 +259,7 @@ def decide(
     ``role``: the sender's role in the chat (the gate looks it up); without it an owner id is
     the owner and anyone else a member. A message sent as a chat is always a member's.
     ``answering``: the message replies to one of the agent's questions (an approver may answer).
-    ``budget_left``: the answer budget (``bot.flood``) has room for this sender: a member's
+    ``budget_left``: the answer budget (``bot.telegram.flood``) has room for this sender: a member's
     read-only answer and any refusal draw on it."""
     if facts.as_chat or facts.user_id is None:
         role = "member"
@@ -290,13 +284,13 @@ def decide(
             return d("ignore", "private chat membership")
         if not facts.bot_joined:
             return d("group_gone", "the bot left or was removed")
-        if owner:
+        if may(role, "settings"):  # adding the bot to a group is a setting, the owner's
             return d("group_added", "an owner added the bot")
         if facts.chat_id in allowed_chat_ids or facts.chat_id in added_groups:
             return d("ignore", "added to an allowed group by a non-owner")
         return d("leave", "added by a non-owner to a group that is not allowed")
     if not is_group:
-        if owner:
+        if may(role, "control"):  # a private chat with the bot is all words for the agent
             return d("allow", "owner's private chat", feedback=_feedback(facts, expecting_reply))
         return d("ignore", "private chat of a non-owner")
     migration = facts.migration
@@ -314,7 +308,7 @@ def decide(
         return d("ignore", "command for another bot")
     addressed = facts.command is not None or facts.mentions_bot or facts.reply_to_bot
     # Awaited feedback counts only from someone whose role may give it.
-    feedback = _feedback(facts, expecting_reply) and may(role, message_action(feedback=True))
+    feedback = _feedback(facts, expecting_reply) and may(role, words_action(feedback=True))
     if not addressed and not feedback:
         return d("ignore", f"{role}'s chatter, not addressed to the bot")
     action = facts_action(facts, feedback=feedback, answering=answering)

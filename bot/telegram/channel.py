@@ -21,18 +21,17 @@ import logging
 import re
 import secrets
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram.error import BadRequest, TelegramError
 
-from bot import callback as cb
-from bot.keys import msg_id
-from bot.outbox import Outbox
-from bot.presenter import CardPresenter
-from bot.render import (
+from bot.telegram import callback as cb
+from bot.telegram.keys import msg_id
+from bot.telegram.outbox import Outbox
+from bot.telegram.presenter import CardPresenter
+from bot.telegram.render import (
     TELEGRAM_TEXT_LIMIT,
     clip_html,
     escape,
@@ -42,7 +41,7 @@ from bot.render import (
     summary_html,
     utf16_len,
 )
-from bot.routes import ChatRoute
+from bot.telegram.routes import ChatRoute
 from engine.approval.policy import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
 from engine.keys import MessageKey
@@ -57,7 +56,6 @@ QUESTION_PATTERN = r"^q:[0-9a-f]{8}:[0-9]{1,2}$"
 _QUESTION = re.compile(QUESTION_PATTERN)
 MAX_OPTION_LABEL = 60
 MAX_OPTIONS = 10
-MAX_ASKED = 256  # questions remembered for "is this reply an answer?"
 # Approval buttons and the way a request ended, as the message shows it.
 ALLOW_ONCE = "✅ Allow once"
 ALLOW_SESSION = "♾ Allow for this session"
@@ -109,14 +107,40 @@ TYPING_EVERY_GROUP_S = 20.0
 
 @dataclass(slots=True)
 class _Draft:
-    """A reply being shown as a draft while it streams (one per session, one per turn)."""
+    """A reply being shown as a draft while it streams (one per session, one per turn).
+
+    Only the end of the text is kept (a draft shows at most ``DRAFT_CHARS``): pieces are
+    appended and folded into that tail once they hold twice as much, so each character is
+    copied a bounded number of times however small the pieces (linear work in the answer).
+    """
 
     draft_id: int
-    text: str = ""
-    sent: str = ""
+    pieces: list[str] = field(default_factory=list)
+    kept: int = 0  # characters in ``pieces``
+    total: int = 0  # characters of the whole draft text
+    version: int = 0  # bumped by every change; ``sent`` is the version on screen
+    sent: int = 0
     sent_at: float | None = None
     task: asyncio.Task[None] | None = None
     failed: bool = False
+
+    def put(self, text: str, *, more: bool) -> None:
+        if not more:
+            self.pieces, self.kept, self.total = [], 0, 0
+        self.pieces.append(text)
+        self.kept += len(text)
+        self.total += len(text)
+        self.version += 1
+        if self.kept > 2 * DRAFT_CHARS:
+            tail = "".join(self.pieces)[-DRAFT_CHARS:]
+            self.pieces, self.kept = [tail], len(tail)
+
+    def shown(self) -> str:
+        """What the draft shows: the text, or its end after an ellipsis."""
+        text = "".join(self.pieces)
+        if self.total <= DRAFT_CHARS:
+            return text
+        return ELLIPSIS + text[-(DRAFT_CHARS - 1) :]
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,9 +174,10 @@ class TelegramChannel:
         self._sleep = sleep
         self._drafts: dict[str, _Draft] = {}
         self._questions: dict[str, Question] = {}
-        # (chat id, message id) of the latest questions posted, options or not: a reply to one
-        # is an answer (an approver may give it; docs/roles.md).
-        self._asked: OrderedDict[tuple[int, int], None] = OrderedDict()
+        # The question each session has open now, options or not: (chat id, message id, its
+        # options' token). A reply to it is an answer (an approver may give it, once;
+        # docs/roles.md); the next turn closes it, answered or not.
+        self._open: dict[str, tuple[int, int, str | None]] = {}
         self._typing_at: dict[str, float] = {}
         # Approval messages on screen, by request id: where to say how they ended.
         self._approvals: dict[str, tuple[int, int, str]] = {}
@@ -208,11 +233,11 @@ class TelegramChannel:
         route = await self._presenter.route(session_id)
         return self._bot is not None and route is not None and route.chat_id > 0
 
-    async def draft(self, session_id: str, text: str) -> None:
+    async def draft(self, session_id: str, text: str, *, more: bool = False) -> None:
         """Show the reply so far (``sendMessageDraft``), at most once every ``DRAFT_EVERY_S``:
-        a newer text replaces one not yet shown; the call goes through the outbox. Returns at
-        once."""
-        if not text.strip() or self._bot is None:
+        a newer text replaces one not yet shown; the call goes through the outbox. ``more``:
+        ``text`` continues the draft (each piece once). Returns at once."""
+        if not text or self._bot is None:
             return
         route = await self._presenter.route(session_id)
         if route is None or route.chat_id < 0:
@@ -222,7 +247,7 @@ class TelegramChannel:
             state = self._drafts[session_id] = _Draft(draft_id=secrets.randbelow(2**31 - 1) + 1)
         if state.failed:
             return
-        state.text = text
+        state.put(text, more=more)
         if state.task is None or state.task.done():
             state.task = self._tasks.spawn(
                 self._show_drafts(route, state), name=f"draft:{session_id}"
@@ -231,14 +256,16 @@ class TelegramChannel:
     async def _show_drafts(self, route: ChatRoute, state: _Draft) -> None:
         bot = self._bot
         assert bot is not None
-        while state.text != state.sent:
+        while state.version != state.sent:
             if state.sent_at is not None:
                 wait = state.sent_at + DRAFT_EVERY_S - self._clock()
                 if wait > 0:
                     await self._sleep(wait)
                     continue
-            text = state.text
-            shown = text if len(text) <= DRAFT_CHARS else ELLIPSIS + text[-(DRAFT_CHARS - 1) :]
+            version, shown = state.version, state.shown()
+            if not shown.strip():
+                state.sent = version  # nothing to show yet (a reply opening with spaces)
+                continue
 
             async def send(shown: str = shown) -> bool:
                 # Failures end the drafts here, inside the call: the outbox must never retry
@@ -255,7 +282,7 @@ class TelegramChannel:
             await self._outbox.call(route.chat_id, send)
             if state.failed:
                 return
-            state.sent, state.sent_at = text, self._clock()
+            state.sent, state.sent_at = version, self._clock()
 
     def _end_draft(self, session_id: str) -> None:
         state = self._drafts.pop(session_id, None)
@@ -317,13 +344,26 @@ class TelegramChannel:
         )
         if shown:
             self._questions[token] = Question(session_id, shown, route.chat_id, msg.message_id)
-        self._asked[(route.chat_id, msg.message_id)] = None
-        while len(self._asked) > MAX_ASKED:
-            self._asked.popitem(last=False)
+        self._close_question(session_id)  # a newer question is the one open now
+        self._open[session_id] = (route.chat_id, msg.message_id, token if shown else None)
 
     def asked(self, chat_id: int, message_id: int) -> bool:
-        """Whether ``message_id`` in ``chat_id`` is one of the agent's recent questions."""
-        return (chat_id, message_id) in self._asked
+        """Whether ``message_id`` in ``chat_id`` is a question the agent has open now."""
+        return any(q[:2] == (chat_id, message_id) for q in self._open.values())
+
+    def answered(self, chat_id: int, message_id: int) -> None:
+        """A reply to the open question ``message_id`` was heard as its answer: it is
+        answered once."""
+        for session_id, q in list(self._open.items()):
+            if q[:2] == (chat_id, message_id):
+                self._close_question(session_id)
+
+    def _close_question(self, session_id: str) -> None:
+        """The session's open question is answered or moved past: replies and its option
+        buttons no longer answer it."""
+        closed = self._open.pop(session_id, None)
+        if closed is not None and closed[2] is not None:
+            self._questions.pop(closed[2], None)
 
     def answer(self, data: str) -> tuple[Question, str] | None:
         """Resolve an option press (``q:<token>:<i>``) once; None when unknown or used."""
@@ -334,6 +374,7 @@ class TelegramChannel:
         if question is None or int(index) >= len(question.options):
             return None
         del self._questions[token]  # a question is answered once
+        self._close_question(question.session_id)
         return question, question.options[int(index)]
 
     async def typing(self, session_id: str) -> None:
@@ -350,7 +391,9 @@ class TelegramChannel:
         await self._outbox.typing(route.chat_id, thread_id=route.thread)
 
     async def turn_started(self, session_id: str) -> None:
-        """A turn opened: the plan card shows it is busy (coalesced redraw)."""
+        """A turn opened: the plan card shows it is busy (coalesced redraw). The question
+        the agent asked before is answered or moved past: it is no longer open."""
+        self._close_question(session_id)
         self._presenter.refresh(session_id, "plan")
 
     async def turn_ended(self, session_id: str, outcome: TurnOutcome) -> None:
@@ -625,9 +668,9 @@ class LateChannel:
     async def drafts_wanted(self, session_id: str) -> bool:
         return self._target is not None and await self._target.drafts_wanted(session_id)
 
-    async def draft(self, session_id: str, text: str) -> None:
+    async def draft(self, session_id: str, text: str, *, more: bool = False) -> None:
         if self._target is not None:
-            await self._target.draft(session_id, text)
+            await self._target.draft(session_id, text, more=more)
 
     async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
         if self._target is not None:

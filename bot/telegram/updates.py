@@ -5,7 +5,7 @@ chat (it waits for the turn to cancel and the bash process group to die) stalls 
 Plain ``concurrent_updates(N)`` would break the order within a chat (a message, then the
 button press after it). :class:`ChatLaneProcessor` runs each update in a *lane*:
 
-    session lane  (chat id, topic thread id or 0)  a message or a button press (bot.keys)
+    session lane  (chat id, topic thread id or 0)  a message or a button press (bot.telegram.keys)
     chat lane     (chat id, None)                   a chat-wide update (``my_chat_member``, a
                                                     press on an inaccessible message): waits for
                                                     every earlier update of the chat, and every
@@ -32,7 +32,7 @@ from typing import Any
 from telegram import Update
 from telegram.ext import BaseUpdateProcessor
 
-from bot.keys import update_key
+from bot.telegram.keys import update_key
 
 # (chat, thread) for a session lane, (chat, None) for a chat lane, None for the global lane.
 Lane = tuple[int, int | None] | None

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup
 
-from bot.keys import SessionKey
-from bot.render import escape_within
+from bot.telegram.keys import SessionKey
+from bot.telegram.render import escape_within
 
 VOICE_PATTERN = r"^v:(send|drop):[0-9a-f]{8}$"
 SEND_LABEL = "📨 Send"
