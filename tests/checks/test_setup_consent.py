@@ -12,6 +12,7 @@ from engine.model.script import call, say
 from engine.model.scripted import ScriptedProvider
 from tests.checks.support import APP_PY, TEST_PY
 from tests.engine.helpers import OWNER, engine_rig, post_init, settle
+from tests.keys import chat
 from tests.projects.support import make_repo
 
 SETUP = "echo installing > installed.txt\n"
@@ -32,7 +33,7 @@ async def test_a_goal_round_never_runs_an_unapproved_setup_script_and_blocks_nam
     ]
     async with engine_rig(tmp_path, ScriptedProvider(script)) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await engine.command(sid, "goal", "make the health test pass", actor=OWNER)
 
         async def blocked() -> None:
@@ -85,7 +86,7 @@ async def test_a_script_the_plan_changed_is_not_run_again_without_consent(
     ]
     async with engine_rig(tmp_path, ScriptedProvider(script), approval_timeout_s=0.3) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid, PLAN)
         await engine.plan_card(sid)  # the review the owner approves names the script
         await engine.command(sid, "execute", "", actor=OWNER)

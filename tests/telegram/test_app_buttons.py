@@ -13,6 +13,7 @@ from typing import Any
 
 from bot.telegram.app import parts
 from tests.fakebot.server import FakeBotApi
+from tests.keys import chat
 from tests.projects.support import RoutedProvider, git, make_repo, planning, writing
 from tests.telegram.app_support import (
     GROUP,
@@ -98,7 +99,7 @@ async def test_after_a_restart_the_card_says_why_the_run_stopped(
         await asyncio.wait_for(model.held.wait(), 20)
     async with live_bot(fake_api, tmp_path, [], model=RoutedProvider(scripts)) as live:
         engine = live.engine
-        sid = await engine.session_for_chat(GROUP, ALPHA)
+        sid = await engine.session_for_chat(chat(GROUP, ALPHA))
         fake_api.user_message(GROUP, OWNER, "/show_plan", thread_id=ALPHA)
 
         async def says_why() -> bool:

@@ -335,7 +335,7 @@ async def test_a_name_of_119_cjk_characters_is_cut_by_bytes_and_the_file_reaches
     async with live_bot(fake_api, tmp_path, script) as live:
         fake_api.user_document(OWNER, OWNER, b"quarterly figures\n", file_name=name)
         await eventually(lambda: len(fake_api.bot_messages(OWNER)) >= 1)
-        sid = await live.engine.session_for_chat(OWNER, 0)
+        sid = await live.engine.session_for_chat(chat(OWNER))
         await settle(live.engine, sid)
         (saved,) = _files_under(_inbox(tmp_path / "home"))
         assert len(saved.name.encode()) <= 255 and saved.name.endswith(".txt")

@@ -16,6 +16,7 @@ from engine.model.script import say as model_say
 from engine.tools.ask import ASK_SENT_TEXT
 from tests.engine.helpers import EXECUTION, PLANNING, settle
 from tests.fakebot.server import FakeBotApi, FakeMessage
+from tests.keys import chat
 from tests.telegram.app_support import GROUP, OWNER, eventually
 from tests.telegram.live import Live, button, live_bot, until
 from tests.telegram.test_app_e2e import FEEDBACK_TURN
@@ -53,7 +54,7 @@ async def test_goal_pause_with_words_sets_no_goal_for_an_approver_nor_pauses_for
     async with live_bot(fake_api, tmp_path, script, max_goal_rounds=1) as live:
         engine = live.engine
         await say(fake_api, OWNER, f"/team add {ANA} approver")
-        sid = await engine.session_for_chat(GROUP, 0)
+        sid = await engine.session_for_chat(chat(GROUP))
 
         # Ana's "/goal pause <words>" is a goal objective in disguise: refused as the owner's.
         refused = await say(fake_api, ANA, "/goal pause and then rewrite the whole repo")
@@ -88,7 +89,7 @@ async def test_a_reply_to_an_answered_question_opens_no_turn(
         engine = live.engine
         await say(fake_api, OWNER, f"/team add {ANA} approver")
         fake_api.user_message(GROUP, OWNER, BOT + "write a greeting")
-        sid = await engine.session_for_chat(GROUP, 0)
+        sid = await engine.session_for_chat(chat(GROUP))
 
         def found(text: str) -> FakeMessage | None:
             return next((m for m in fake_api.bot_messages(GROUP) if text in m.text), None)

@@ -230,10 +230,10 @@ async def test_figures_below_a_tenth_of_the_estimate_are_replaced_and_logged_onc
     caplog.set_level(logging.INFO, logger="plangate")
     async with rig_over(tmp_path, fake_openai, Clock()) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-100, 0)
-        await engine.user_message(sid, "write a", actor=OWNER, message_id=1)
+        sid = await engine.session_for_chat(chat(-100))
+        await engine.user_message(sid, "write a", actor=OWNER, message_id="1")
         await settle(engine, sid)
-        await engine.user_message(sid, "again", actor=OWNER, message_id=2)
+        await engine.user_message(sid, "again", actor=OWNER, message_id="2")
         await settle(engine, sid)
         recs = await records(rig, sid)
         assert len(recs) == 3 and all(r.estimated for r in recs)
@@ -256,8 +256,8 @@ async def test_an_honest_server_is_believed(
     fake_openai.play([say("ok")])
     caplog.set_level(logging.INFO, logger="plangate")
     async with rig_over(tmp_path, fake_openai, Clock()) as rig:
-        sid = await rig.engine.session_for_chat(-100, 0)
-        await rig.engine.user_message(sid, "hi", actor=OWNER, message_id=1)
+        sid = await rig.engine.session_for_chat(chat(-100))
+        await rig.engine.user_message(sid, "hi", actor=OWNER, message_id="1")
         await settle(rig.engine, sid)
         (rec,) = await records(rig, sid)
         assert not rec.estimated and rec.completion_tokens == 3

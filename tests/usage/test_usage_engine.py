@@ -228,7 +228,7 @@ async def test_a_goal_budget_stops_before_the_call_that_would_cross_it_and_resum
         outcome = await engine.press(
             sid, Press("g", "resume", goal.id[:8], goal.revision), actor="tg:1"
         )
-        assert outcome.reply is None
+        assert outcome.reply == "Goal resumed."  # every press is answered in words
         goal = await until_goal(rig, sid, lambda g: g.phase == "blocked" and g.rounds_started > 1)
         assert goal.blocked is not None and goal.blocked.code == "budget-limit"
         assert len(fake_openai.chat_requests) > calls_before
