@@ -125,7 +125,7 @@ async def test_setup_again_in_the_worktree_keeps_what_it_built_read_only(tmp_pat
     ]
     async with engine_rig(tmp_path, ScriptedProvider(script)) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid, PLAN)
         await engine.plan_card(sid)
         await engine.command(sid, "execute", "", actor=OWNER)
@@ -156,7 +156,7 @@ async def test_status_and_project_say_whether_the_project_has_a_setup_script(
 ) -> None:
     async with engine_rig(tmp_path, ScriptedProvider([])) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         status = await engine.command(sid, "status", "", actor=OWNER)
         assert status.reply is not None and "Setup: no .plangate/setup.sh" in status.reply
         (rig.workspace / ".plangate").mkdir()

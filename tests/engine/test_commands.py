@@ -431,7 +431,7 @@ async def test_the_cards_carry_their_actions_from_the_one_table(
     # engine.api's table decides the buttons; the card data carries them for any front end.
     async with engine_rig(tmp_path, quiet_model) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         card = await engine.plan_card(sid)
         assert card.state == "review"
@@ -449,7 +449,7 @@ async def test_a_press_counts_only_for_an_action_its_card_can_show(
     # model proposed offers it), at the current revision is out of date and changes nothing.
     async with engine_rig(tmp_path, quiet_model) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await engine.command(sid, "goal", "Keep it green", actor=OWNER)
         await engine.command(sid, "stop", "", actor=OWNER)
         goal = await engine.goals.get(sid)
