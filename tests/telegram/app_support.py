@@ -62,6 +62,7 @@ class Settings:
     max_upload_mb: float = 20.0
     max_image_px: int = 2048
     reply_document_chars: int = 6000
+    model: str = ""
 
 
 def settings_for(api: FakeBotApi, **kw: Any) -> Settings:
