@@ -32,11 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from engine.agent.channel import Channel
 from engine.approval.policy import ApprovalView
 from engine.approval.service import ToolApprovals
 from engine.events import GoalRoundSource, MessageSource, is_attended
 from engine.plan.service import PlanChange
+from engine.ports import Channel
 from engine.tasks import safe_call
 from engine.text import clip
 from engine.tools.bash import BashTool, CommandRun
@@ -238,10 +238,18 @@ def restore_copy(folder: Path, workspace: Path) -> list[str] | None:
     if any(Path(rel).is_absolute() or ".." in Path(rel).parts for rel in built):
         return None
     new = str(workspace)
+    root = Path(os.path.realpath(workspace))
     for rel in built:
-        source, target = folder / "tree" / rel, workspace / rel
+        target = workspace / rel
         if target.exists() or target.is_symlink():
             return None  # the worktree has it already: run the script instead
+        # The key is blind to a folder the worktree's commit made a symlink (the agent can
+        # commit in NoPlan): plangate would write through it on the host. Checked for every
+        # path before anything is copied, so a refusal leaves nothing half-restored.
+        if Path(os.path.realpath(target.parent)) != root / Path(rel).parent:
+            return None
+    for rel in built:
+        source, target = folder / "tree" / rel, workspace / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         if source.is_dir() and not source.is_symlink():
             shutil.copytree(source, target, symlinks=True)
