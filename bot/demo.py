@@ -24,10 +24,14 @@ from engine.api import Outcome, Press
 from engine.app import Engine, EngineConfig
 from engine.approval.policy import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
+from engine.keys import Chat, MessageKey, make_key
+from engine.limits import ChannelLimits
 from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
 
-OWNER = 1
+# The console's own keys (engine.keys): one person, one group chat.
+OWNER = make_key("console", "you")
+DEMO_CHAT = Chat.group(make_key("console", "demo"))
 DEMO_TIMEOUT_S = 50.0
 
 PLAN_MD = """# Greeting module
@@ -90,7 +94,7 @@ NEXT_STEPS = """That was the offline demo. To run plangate on your own project:
 
 
 class ConsoleChannel:
-    """An :class:`engine.agent.channel.Channel` that prints the chat to a terminal."""
+    """An :class:`engine.ports.Channel` that prints the chat to a terminal."""
 
     def __init__(
         self, out: TextIO, engine: Callable[[], Engine | None], *, pace_s: float = 0.0
@@ -100,6 +104,8 @@ class ConsoleChannel:
         self._engine = engine
         self._last_plan = ""
         self._last_goal = ""
+        # A terminal takes any length; files are only named, never shown.
+        self.limits = ChannelLimits(message_chars=1_000_000)
 
     def line(self, who: str, text: str) -> None:
         prefix = f"{who:>9} │ "
@@ -113,7 +119,7 @@ class ConsoleChannel:
             # The demo's engine waits with the reader: the whole loop pauses, on purpose.
             time.sleep(self._pace_s)
 
-    async def reply(self, session_id: str, text: str, *, reply_to: int | None) -> None:
+    async def reply(self, session_id: str, text: str, *, reply_to: MessageKey | None) -> None:
         self.line("plangate", html_to_text(markdown_to_html(text)))
 
     async def ask(self, session_id: str, question: str, options: Sequence[str]) -> None:
@@ -225,7 +231,7 @@ async def run_demo(out: TextIO = sys.stdout, *, pace_s: float = 0.0) -> int:
 
 async def _play(engine: Engine, channel: ConsoleChannel, workspace: Path) -> int:
     channel.line("demo", f"a fake chat; the agent works in {workspace}")
-    sid = await engine.session_for_chat(-1001, 0)
+    sid = await engine.session_for_chat(DEMO_CHAT)
 
     channel.line("you", "/plan Add a greeting module with a test")
     _show(

@@ -32,11 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from engine.agent.channel import Channel
 from engine.approval.policy import ApprovalView
 from engine.approval.service import ToolApprovals
 from engine.events import GoalRoundSource, MessageSource, is_attended
 from engine.plan.service import PlanChange
+from engine.ports import Channel
 from engine.tasks import safe_call
 from engine.text import clip
 from engine.tools.bash import BashTool, CommandRun

@@ -22,6 +22,7 @@ from engine.model.script import call, say
 from tests.cli.test_cli import _clean_env, _plangate
 from tests.engine.helpers import settle
 from tests.fakebot.server import FakeBotApi
+from tests.keys import chat
 from tests.telegram.app_support import GROUP, OWNER, eventually
 from tests.telegram.live import live_bot, until
 
@@ -46,12 +47,12 @@ async def test_project_refuses_a_folder_holding_plangates_own_venv(
     fake_api: FakeBotApi, tmp_path: Path
 ) -> None:
     async with live_bot(fake_api, tmp_path, [], projects=(("self", CHECKOUT),)) as live:
-        before = await live.engine.session_for_chat(GROUP, 0)
+        before = await live.engine.session_for_chat(chat(GROUP))
         refused = await _reply(fake_api, "/project self")
         assert refused.startswith(f"Project self: {CHECKOUT} holds ")
         assert "outside every workspace and project" in refused
         assert "\n" not in refused
-        assert await live.engine.session_for_chat(GROUP, 0) == before
+        assert await live.engine.session_for_chat(chat(GROUP)) == before
         assert (await _reply(fake_api, "/project")).startswith("Project: default")
 
 
@@ -93,7 +94,7 @@ async def test_a_swapped_interpreter_in_the_workspace_never_runs_on_the_host(
         monkeypatch.setattr(sys, "executable", str(workspace / ".venv" / "bin" / "python"))
         fake_api.user_message(GROUP, OWNER, '/goal swap and search --check "git --version"')
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
-        sid = await live.engine.session_for_chat(GROUP, 0)
+        sid = await live.engine.session_for_chat(chat(GROUP))
 
         async def complete() -> bool:
             goal = await live.engine.goals.get(sid)
