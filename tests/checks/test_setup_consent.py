@@ -168,3 +168,35 @@ async def test_status_and_project_say_whether_the_project_has_a_setup_script(
         project = await engine.project(-1, 0, "", actor=OWNER)
     assert project.reply is not None
     assert f"Setup: .plangate/setup.sh (sha256 {sha[:12]})" in project.reply
+
+
+def test_a_huge_setup_script_on_disk_is_never_read_whole(tmp_path: Path) -> None:
+    """/status, /project and /setup read the script on disk, which the agent writes in NoPlan:
+    a sparse 8 GB file (no disk used, so no disk reserve trips) must not be read into
+    plangate's memory. Run under a 1.5 GB address-space limit, where a whole read fails."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "work"
+    (folder / ".plangate").mkdir(parents=True)
+    with (folder / ".plangate/setup.sh").open("wb") as fh:
+        fh.truncate(8 * 1024**3)
+    probe = (
+        "import resource, sys\n"
+        "from pathlib import Path\n"
+        "from engine.environments import read_script\n"
+        "from engine.worktree.script import MAX_SCRIPT_CHARS\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (1536 * 1024**2, 1536 * 1024**2))\n"
+        "script = read_script(Path(sys.argv[1]))\n"
+        "print('long' if script is not None and len(script.text) > MAX_SCRIPT_CHARS else script)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0, done.stderr[-500:]
+    assert done.stdout.strip() == "long"
