@@ -20,6 +20,7 @@ the owner's ``/setup``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -31,15 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from engine.agent.channel import Channel
 from engine.approval.policy import ApprovalView
 from engine.approval.service import ToolApprovals
 from engine.events import GoalRoundSource, MessageSource, is_attended
 from engine.plan.service import PlanChange
+from engine.ports import Channel
 from engine.tasks import safe_call
 from engine.text import clip
 from engine.tools.bash import BashTool, CommandRun
-from engine.tools.workspace import read_regular, sha256_regular
+from engine.tools.workspace import open_regular, read_regular
 from engine.worktree.script import MAX_SCRIPT_CHARS, SETUP_PATH, SetupScript, script_of
 from engine.worktree.service import Worktrees, project_slug
 
@@ -93,8 +94,11 @@ def read_script(folder: Path) -> SetupScript | None:
     try:
         if path.is_symlink() or not path.is_file():
             return None
-        # Non-blocking and bounded: a FIFO swapped in since the check is not waited on.
-        data = read_regular(path, max_bytes=4 * MAX_SCRIPT_CHARS)
+        # The agent writes this file in NoPlan (a sparse file of any size costs it nothing):
+        # read no more than a script plangate would run can hold (4 bytes a character at
+        # most), so a longer one reads as longer than MAX_SCRIPT_CHARS and is refused; and
+        # non-blocking (a FIFO swapped in since the check is not waited on).
+        data = read_regular(path, max_bytes=MAX_SCRIPT_CHARS * 4 + 1)
     except OSError:
         return None
     if data is None:
@@ -164,23 +168,36 @@ DEPENDENCY_FILES = (
     "Cargo.toml",
     "Cargo.lock",
 )
-# At most this much of one dependency file counts towards the environment's key.
-MAX_DEPENDENCY_BYTES = 64 * 1024 * 1024
-# Copies of built environments kept per project (the newest ones).
+# Copies of built environments kept per project (the newest ones), and the free space a copy
+# must leave behind it.
 KEEP_COPIES = 2
+# A dependency file larger than this is no real one: no copy is keyed on it.
+MAX_DEPENDENCY_BYTES = 64 * 1024 * 1024
+COPY_ROOM = 1024 * 1024 * 1024
 
 
 def environment_key(workspace: Path, script: SetupScript) -> str:
     """What a built environment depends on: the script and the dependency files (their
-    names and bytes, ``requirements*.txt`` too). Blocking: a thread."""
+    names and bytes, ``requirements*.txt`` too); "" (no copy kept or reused) when one is
+    larger than any real one. Blocking: a thread."""
     digest = hashlib.sha256(script.sha.encode())
     names = [*DEPENDENCY_FILES, *sorted(p.name for p in workspace.glob("requirements*.txt"))]
     for name in names:
         path = workspace / name
-        # Only a regular file, read non-blocking and bounded (a FIFO is never waited on).
-        content = sha256_regular(path, max_bytes=MAX_DEPENDENCY_BYTES)
-        if content is not None:
-            digest.update(f"\0{name}\0{content}".encode())
+        # The plan writes these files in its worktree before the owner's /setup: only a
+        # regular file, opened non-blocking (a FIFO is never waited on), read in pieces and
+        # never more than MAX_DEPENDENCY_BYTES (a sparse file is free).
+        handle = open_regular(path)
+        if handle is None:
+            continue
+        digest.update(f"\0{name}\0".encode())
+        read = 0
+        with handle:
+            while chunk := handle.read(1024 * 1024):
+                read += len(chunk)
+                if read > MAX_DEPENDENCY_BYTES:
+                    return ""
+                digest.update(chunk)
     return digest.hexdigest()[:32]
 
 
@@ -188,6 +205,13 @@ def save_copy(folder: Path, workspace: Path, built: list[str]) -> None:
     """Keep a copy of what a setup built in ``workspace`` (plangate's home, never seen by a
     plan), for the next worktree with the same key. Blocking: a thread."""
     if folder.exists() or not built:
+        return
+    # A copy is an optimisation: it is never kept where it would eat into the room the disk
+    # has left (the reserve for plangate's own writes among it: engine/tools/disk.py).
+    size = sum(_size(workspace / rel) for rel in built)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    if shutil.disk_usage(folder.parent).free < 2 * size + COPY_ROOM:
+        _log.info("plangate.environments.copy_not_kept low disk, %d bytes built", size)
         return
     temp = folder.with_name(f".{folder.name}.{uuid.uuid4().hex[:8]}")
     try:
@@ -212,6 +236,18 @@ def save_copy(folder: Path, workspace: Path, built: list[str]) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def _size(path: Path) -> int:
+    """Bytes under ``path`` (links not followed)."""
+    if path.is_symlink() or not path.is_dir():
+        return path.lstat().st_size if path.exists() or path.is_symlink() else 0
+    total = 0
+    for current, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += (Path(current) / name).lstat().st_size
+    return total
+
+
 def restore_copy(folder: Path, workspace: Path) -> list[str] | None:
     """Put a kept copy into ``workspace``, its old worktree's path rewritten to this one in
     the text files that name it (scripts' first lines, ``.pth`` files, records); the built
@@ -224,10 +260,18 @@ def restore_copy(folder: Path, workspace: Path) -> list[str] | None:
     if any(Path(rel).is_absolute() or ".." in Path(rel).parts for rel in built):
         return None
     new = str(workspace)
+    root = Path(os.path.realpath(workspace))
     for rel in built:
-        source, target = folder / "tree" / rel, workspace / rel
+        target = workspace / rel
         if target.exists() or target.is_symlink():
             return None  # the worktree has it already: run the script instead
+        # The key is blind to a folder the worktree's commit made a symlink (the agent can
+        # commit in NoPlan): plangate would write through it on the host. Checked for every
+        # path before anything is copied, so a refusal leaves nothing half-restored.
+        if Path(os.path.realpath(target.parent)) != root / Path(rel).parent:
+            return None
+    for rel in built:
+        source, target = folder / "tree" / rel, workspace / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         if source.is_dir() and not source.is_symlink():
             shutil.copytree(source, target, symlinks=True)
@@ -425,6 +469,8 @@ class EnvSetup:
             return f"This project has no {SETUP_PATH} (docs/environments.md says what it holds)."
         if session_id in self._running:
             return "The setup is running already."
+        if len(script.text) > MAX_SCRIPT_CHARS:
+            return f"{SETUP_PATH} is longer than {MAX_SCRIPT_CHARS} characters: it is not run."
         task = asyncio.create_task(self._owner_run(session_id, workspace, script))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -561,7 +607,10 @@ class EnvSetup:
         if ok:
             if copy is not None:
                 # Kept before the plan's first step: nothing the plan does reaches it.
-                await asyncio.to_thread(save_copy, copy, workspace, built)
+                try:
+                    await asyncio.to_thread(save_copy, copy, workspace, built)
+                except OSError as exc:  # only an optimisation: the plan goes on without it
+                    _log.info("plangate.environments.copy_not_kept %s", exc)
             await self._worktrees.set_setup(
                 session_id, setup="ready", setup_note="", setup_built=built
             )
@@ -580,6 +629,8 @@ class EnvSetup:
         if self._root is None:
             return None
         key = await asyncio.to_thread(environment_key, workspace, script)
+        if not key:
+            return None
         return self._root / "built" / project_slug(project) / key
 
     def _cache_folder(self, project: Path) -> Path | None:

@@ -24,7 +24,15 @@ from telegram.ext import Application, ApplicationHandlerStop, ContextTypes
 from bot.telegram import callback as cb
 from bot.telegram.access import AccessGate
 from bot.telegram.channel import TelegramChannel
-from bot.telegram.keys import SessionKey, message_key, update_key
+from bot.telegram.keys import (
+    SessionKey,
+    engine_chat,
+    maybe_person,
+    message_key,
+    msg_key,
+    person_key,
+    update_key,
+)
 from bot.telegram.outbox import Dropped, Outbox
 from bot.telegram.people import SeenPeople
 from bot.telegram.presenter import CardPresenter
@@ -49,6 +57,7 @@ from bot.telegram.voice import (
     transcript_keyboard,
 )
 from engine.api import (
+    ROLE_TEXT,
     STALE_TEXT,
     CommandName,
     EngineApi,
@@ -102,6 +111,8 @@ class BotParts:
     # Speech to text for voice notes (None: not set up), and the transcripts on offer.
     transcriber: Transcriber | None = None
     transcripts: Transcripts = field(default_factory=Transcripts)
+    # The model's name, for /start's welcome.
+    model_name: str = ""
 
 
 def parts(application: Application[Any, Any, Any, Any, Any, Any]) -> BotParts:
@@ -160,7 +171,7 @@ class Handlers:
     # ---- plumbing ----------------------------------------------------------------------
 
     async def _session(self, key: SessionKey) -> str:
-        session_id = await self.bp.engine.session_for_chat(key[0], key[1])
+        session_id = await self.bp.engine.session_for_chat(engine_chat(key))
         await self.bp.routes.remember(session_id, ChatRoute(key[0], key[1]))
         return session_id
 
@@ -329,7 +340,7 @@ class Handlers:
         # The engine checks the actor's role itself (engine.roles), with the same rule.
         actor = self._actor(update)
         call = self.bp.engine.command(
-            session_id, name, args, actor=actor, actor_name=self._actor_name(update)
+            session_id, name, args, actor=maybe_person(actor), actor_name=self._actor_name(update)
         )
         outcome = await self._decide(session_id, call)
         self._render(session_id, key, outcome, reply_to=msg.message_id, actor=actor)
@@ -349,7 +360,9 @@ class Handlers:
             return
         key = message_key(msg)
         session_id = await self._session(key)
-        call = self.bp.engine.command(session_id, "show_plan", "", actor=self._actor(update))
+        call = self.bp.engine.command(
+            session_id, "show_plan", "", actor=maybe_person(self._actor(update))
+        )
         outcome = await self._decide(session_id, call)
         if outcome.plan_card is not None:
             # A non-owner's copy: no buttons, and the live card stays where it is.
@@ -366,11 +379,72 @@ class Handlers:
             return
         key = message_key(msg)
         old = await self._session(key)
-        outcome = await self.bp.engine.new_session(key[0], key[1], actor=user.id)
+        outcome = await self.bp.engine.new_session(engine_chat(key), actor=person_key(user.id))
         self.bp.presenter.retire(old)
         self.bp.gate.cancel_expect(key)
         fresh = await self._session(key)
         self._render(fresh, key, outcome, reply_to=msg.message_id, actor=user.id)
+
+    async def start(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """/start: a welcome that says what this chat is bound to (the project, for those who
+        may see it; the model), the sender's role and what it allows, and what to try first."""
+        msg = update.effective_message
+        if msg is None:
+            return
+        key = message_key(msg)
+        actor = self._actor(update)
+        role = await self.bp.engine.role_of(key[0], actor)
+        lines = [
+            "👋 This is plangate: it plans before it changes a project, and works on once "
+            "you approve."
+        ]
+        if may(role, "settings") and actor is not None:
+            shown = await self.bp.engine.project(key[0], key[1], "", actor=actor)
+            if shown.reply:
+                lines.append(
+                    f"This chat works on {shown.reply.splitlines()[0].removeprefix('Project: ')}."
+                )
+        if self.bp.model_name:
+            lines.append(f"Model: {self.bp.model_name}.")
+        lines.append(ROLE_TEXT[role])
+        if may(role, "control"):
+            lines.append("Try: /plan <what you want changed>. /help lists every command.")
+        else:
+            lines.append("Try: /show_plan or /status. /help lists every command.")
+        self._send_reply(key, escape("\n".join(lines)), reply_to=msg.message_id, name="start")
+
+    async def whoami(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """/whoami: the sender's name, Telegram id and role here (what pairing and /team use)."""
+        msg = update.effective_message
+        user = update.effective_user
+        if msg is None or user is None:
+            return
+        key = message_key(msg)
+        actor = self._actor(update)
+        role = await self.bp.engine.role_of(key[0], actor)
+        who = (
+            "You are sending as the chat itself"
+            if actor is None
+            else (f"You are {user.full_name}, Telegram user id {user.id}")
+        )
+        text = escape(f"{who}. {ROLE_TEXT[role]}")
+        self._send_reply(key, text, reply_to=msg.message_id, name="whoami")
+
+    async def unknown_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """A command plangate does not have: one short line pointing to /help (the gate lets it
+        through only in chats the bot works in, and in groups only when addressed to it)."""
+        msg = update.effective_message
+        if msg is None:
+            return
+        word = (msg.text or msg.caption or "").split(maxsplit=1)[0].split("@", 1)[0]
+        text = escape(f"There is no {clip(word, 40, one_line=True)} command. /help lists them.")
+        self._send_reply(message_key(msg), text, reply_to=msg.message_id, name="unknown")
+
+    def _send_reply(self, key: SessionKey, text: str, *, reply_to: int, name: str) -> None:
+        """Send ``text`` (HTML) as a reply, in the background like every reply: a paced send
+        must not hold the chat's lane."""
+        send = self.bp.outbox.send_text(key[0], text, thread_id=key[1] or None, reply_to=reply_to)
+        self.bp.tasks.spawn(send, name=f"{name}:{key[0]}")
 
     async def team(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """/team [add <user> approver | remove <user>]: the chat's roles (docs/roles.md)."""
@@ -380,27 +454,27 @@ class Handlers:
         key = message_key(msg)
         args = _command_args(msg.text or "")
         outcome = await self.bp.engine.team(
-            key[0],
+            engine_chat(key),
             args,
-            actor=self._actor(update),
+            actor=maybe_person(self._actor(update)),
             actor_name=self._actor_name(update),
             target=self._team_target(msg, args),
         )
         reply = _reply_text(outcome)
         if reply is None:
             return
-        # In the background, like every reply: a paced send must not hold the chat's lane.
-        send = self.bp.outbox.send_text(
-            key[0], reply, thread_id=key[1] or None, reply_to=msg.message_id
-        )
-        self.bp.tasks.spawn(send, name=f"team:{key[0]}")
+        self._send_reply(key, reply, reply_to=msg.message_id, name="team")
 
     def _team_target(self, msg: Message, args: str) -> Person | None:
-        """Who ``/team add|remove`` means: the message replied to, or an ``@username`` seen
-        in the chat (a numeric id the engine reads from ``args``)."""
+        """Who ``/team add|remove`` means: the user a numeric id names, the message replied
+        to, or an ``@username`` seen in the chat. A chat's or a channel's (negative) id names
+        no person: ``None``, and the engine says so."""
         spec = parse_team_args(args)
         if isinstance(spec, str) or spec.op == "list":
             return None
+        if spec.user_id is not None:
+            number = int(spec.user_id)
+            return Person(person_key(number)) if number > 0 else None
         if spec.username is not None:
             return self.bp.people.find(msg.chat.id, spec.username)
         reply = msg.reply_to_message
@@ -411,7 +485,7 @@ class Handlers:
         ):
             sender = reply.from_user
         if spec.user_id is None and sender is not None and not sender.is_bot:
-            return Person(sender.id, sender.full_name)
+            return Person(person_key(sender.id), sender.full_name)
         return None
 
     async def project(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -427,7 +501,7 @@ class Handlers:
         key = message_key(msg)
         old = await self._session(key)
         args = _command_args(msg.text or "")
-        outcome = await self.bp.engine.project(key[0], key[1], args, actor=user.id)
+        outcome = await self.bp.engine.project(engine_chat(key), args, actor=person_key(user.id))
         fresh = await self._session(key)
         if fresh != old:
             self.bp.presenter.retire(old)
@@ -454,8 +528,8 @@ class Handlers:
             self.bp.engine.press(
                 session_id,
                 data,
-                actor=query.from_user.id,
-                message_id=pressed,
+                actor=person_key(query.from_user.id),
+                message_id=msg_key(pressed),
                 actor_name=query.from_user.full_name,
             ),
         )
@@ -503,8 +577,8 @@ class Handlers:
         await self.bp.engine.user_message(
             question.session_id,
             text,
-            actor=query.from_user.id,
-            message_id=question.message_id,
+            actor=person_key(query.from_user.id),
+            message_id=msg_key(question.message_id),
             answer=True,
         )
 
@@ -559,8 +633,8 @@ class Handlers:
         await self.bp.engine.user_message(
             session_id,
             text,
-            actor=user.id,
-            message_id=msg.message_id,
+            actor=person_key(user.id),
+            message_id=msg_key(msg.message_id),
             feedback=feedback,
             answer=answer,
         )
@@ -635,8 +709,8 @@ class Handlers:
         await self.bp.engine.user_message(
             session_id,
             caption or NO_CAPTION,
-            actor=user.id,
-            message_id=msg.message_id,
+            actor=person_key(user.id),
+            message_id=msg_key(msg.message_id),
             feedback=feedback,
             answer=answer,
             attachments=[attachment],
@@ -719,8 +793,8 @@ class Handlers:
             await self.bp.engine.user_message(
                 found.session_id,
                 found.text,
-                actor=query.from_user.id,
-                message_id=found.voice_message_id,
+                actor=person_key(query.from_user.id),
+                message_id=msg_key(found.voice_message_id),
             )
 
     def _close_transcript(self, found: Transcript, how: str) -> None:
