@@ -11,8 +11,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from bot.telegram.routes import ChatRoute, MetaStore, route_key
-from engine.agent.channel import Channel
 from engine.events import ApprovalDecision, TurnOutcome
+from engine.keys import MessageKey
+from engine.limits import ChannelLimits
+from engine.ports import Channel
 
 if TYPE_CHECKING:
     from engine.api import ApprovalView
@@ -39,7 +41,18 @@ class SplitChannel:
     async def _pick(self, session_id: str) -> Channel:
         return self._second if await self._is_second(session_id) else self._first
 
-    async def reply(self, session_id: str, text: str, *, reply_to: int | None) -> None:
+    @property
+    def limits(self) -> ChannelLimits:
+        """What both channels carry: the smaller of each limit (a tool's size is chosen before
+        the session's channel is)."""
+        one, two = self._first.limits, self._second.limits
+        return ChannelLimits(
+            message_chars=min(one.message_chars, two.message_chars),
+            caption_chars=min(one.caption_chars, two.caption_chars),
+            file_bytes=min(one.file_bytes, two.file_bytes),
+        )
+
+    async def reply(self, session_id: str, text: str, *, reply_to: MessageKey | None) -> None:
         await (await self._pick(session_id)).reply(session_id, text, reply_to=reply_to)
 
     async def ask(self, session_id: str, question: str, options: Sequence[str]) -> None:

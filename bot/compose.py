@@ -14,11 +14,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.agent.channel import Channel
 from engine.app import Engine, EngineConfig, build_engine
 from engine.inbox import INBOX_FOLDER
 from engine.model.types import ModelProvider
-from engine.ports import Clock, EventLog
+from engine.ports import Channel, Clock, EventLog
 from engine.tools.host import protected_folders
 from storage.open import Storage, open_storage
 

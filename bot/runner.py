@@ -34,11 +34,12 @@ from bot.settings import (
 from bot.slack import keys
 from bot.telegram.app import file_url, redact, serve
 from bot.telegram.channel import LateChannel
-from engine.agent.channel import Channel
+from bot.telegram.keys import person_key
 from engine.app import EngineConfig
 from engine.errors import ConfigError
 from engine.model.openai_provider import OpenAIProvider
 from engine.model.transcribe import OpenAITranscriber
+from engine.ports import Channel
 from engine.progress.stuck import StuckLimits
 from engine.tools.host import install_refusal, protected_folders
 from engine.tools.sandbox import SandboxSettings, probe
@@ -189,8 +190,8 @@ def install_problems(settings: Settings) -> list[str]:
     return [line for line in found if line is not None]
 
 
-def slack_owner_keys(settings: Settings) -> frozenset[int]:
-    """Slack's owners as the engine's person ids (bot.slack.keys)."""
+def slack_owner_keys(settings: Settings) -> frozenset[str]:
+    """Slack's owners as the engine's person keys (bot.slack.keys)."""
     return frozenset(keys.person_key(user) for user in settings.slack_owner_ids)
 
 
@@ -245,7 +246,7 @@ def engine_config(settings: Settings) -> EngineConfig:
         setup_timeout_s=settings.setup_timeout,
         bash_approval=settings.bash_approval_mode,
         approval_timeout_s=settings.approval_timeout,
-        owner_ids=frozenset(settings.owner_ids) | slack_owner_keys(settings),
+        owner_ids=frozenset(person_key(u) for u in settings.owner_ids) | slack_owner_keys(settings),
         vision=settings.model_vision,
         worktree_root=settings.home / "worktrees",
     )

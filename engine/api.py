@@ -4,7 +4,7 @@ The front ends in ``bot/`` and the console demo call :class:`EngineApi`; they ne
 plan, goal or agent services. Commands and button presses are decided here and returned as
 outcomes ("decide first, act second"): the front end only renders them. Everything the
 engine says on its own (turn replies, questions, card changes) goes through
-``engine.agent.channel.Channel``.
+``engine.ports.Channel``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Final, Literal, Protocol, get_args
 
 from engine.events import Attachment, GoalCheck
 from engine.goal.types import GoalSnapshot
+from engine.keys import Chat, ChatKey, MessageKey, PersonKey
 from engine.plan.types import PlanSidecar, PlanState
 from engine.roles.policy import READ_COMMANDS
 from engine.roles.types import Person, Role
@@ -282,9 +283,10 @@ class GoalCardData:
     last_check: GoalCheck | None = None
     # The card's actions, bound to the goal's id and revision (goal_actions above).
     actions: CardActions = ()
-    # Where the goal card is (EngineApi.set_goal_card), None: no card yet.
-    chat_id: int | None = None
-    card_id: int | None = None
+    # Where the goal card is (EngineApi.set_goal_card: the channel's chat and message keys),
+    # None: no card yet.
+    chat_id: ChatKey | None = None
+    card_id: MessageKey | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,23 +319,27 @@ class RestoredGoal:
 
 
 class EngineApi(Protocol):
-    async def session_for_chat(self, chat_id: int, thread_id: int) -> str:
-        """The session bound to the chat key, created and bound on first use."""
+    """What a front end calls. Chats, people and messages are the channel's opaque keys
+    (``engine.keys``); a chat is passed as a :class:`engine.keys.Chat` where the engine may
+    bind it (its kind and a thread's parent are recorded then)."""
+
+    async def session_for_chat(self, chat: Chat) -> str:
+        """The session bound to the chat's key, created and bound on first use."""
         ...
 
-    async def new_session(self, chat_id: int, thread_id: int, *, actor: int) -> Outcome:
+    async def new_session(self, chat: Chat, *, actor: PersonKey) -> Outcome:
         """``/new``: end the key's session (cancel, disarm, archive), bind a fresh one."""
         ...
 
-    async def migrate_chat(self, old_chat_id: int, new_chat_id: int) -> list[str]:
-        """A group became a supergroup: bind its sessions to the new id; returns them.
+    async def migrate_chat(self, old: ChatKey, new: ChatKey) -> list[str]:
+        """A group moved to a new key: bind its sessions (and threads) there; returns them.
 
         Each moved plan's ``flow`` names the new chat and no card (the old group's messages
         can no longer be edited), so the next drawing posts the card anew. Idempotent.
         """
         ...
 
-    async def project(self, chat_id: int, thread_id: int, args: str, *, actor: int) -> Outcome:
+    async def project(self, chat: Chat, args: str, *, actor: PersonKey) -> Outcome:
         """``/project [name]`` (owner only): show the chat key's project, or bind the key to
         the project called ``name`` (a fresh session there); refused while a plan is live."""
         ...
@@ -343,8 +349,8 @@ class EngineApi(Protocol):
         session_id: str,
         text: str,
         *,
-        actor: int | None,
-        message_id: int | None,
+        actor: PersonKey | None,
+        message_id: MessageKey | None,
         feedback: bool = False,
         answer: bool = False,
         attachments: Sequence[Attachment] = (),
@@ -366,12 +372,12 @@ class EngineApi(Protocol):
         name: CommandName,
         args: str,
         *,
-        actor: int | None,
+        actor: PersonKey | None,
         actor_name: str = "",
     ) -> Outcome:
         """Run a command in the command plane (logged as ``command/run``; opens no turn).
 
-        ``actor`` is the person's id (``None``: nobody known); the actor's role in the
+        ``actor`` is the person's key (``None``: nobody known); the actor's role in the
         session's chat must allow the command, else the reply says what the role allows.
         ``actor_name`` is how the actor is shown (recorded with the decisions they make).
         """
@@ -382,8 +388,8 @@ class EngineApi(Protocol):
         session_id: str,
         press: Press,
         *,
-        actor: int | None,
-        message_id: int | None = None,
+        actor: PersonKey | None,
+        message_id: MessageKey | None = None,
         actor_name: str = "",
     ) -> Outcome:
         """A button press, bound to the plan or goal revision it was drawn for.
@@ -396,22 +402,24 @@ class EngineApi(Protocol):
         """
         ...
 
-    async def role_of(self, chat_id: int, user_id: int | None) -> Role:
-        """The role of ``user_id`` in the chat: owner, approver or member (docs/roles.md)."""
+    async def role_of(self, chat: ChatKey, user_id: PersonKey | None) -> Role:
+        """The role of ``user_id`` in the chat: owner, approver or member (docs/roles.md).
+
+        A bound thread's roles are its parent's."""
         ...
 
     async def team(
         self,
-        chat_id: int,
+        chat: Chat,
         args: str,
         *,
-        actor: int | None,
+        actor: PersonKey | None,
         actor_name: str = "",
         target: Person | None = None,
     ) -> Outcome:
         """``/team``: list the chat's roles, or (owners) ``add <user> approver`` / ``remove
         <user>``. ``target`` is the person the front end found for the command (the message
-        replied to, or an ``@username`` seen in the chat); a numeric id in ``args`` needs none."""
+        replied to, an ``@username`` seen in the chat, or the person a typed id names)."""
         ...
 
     async def plan_card(self, session_id: str) -> PlanCardData: ...
@@ -422,25 +430,26 @@ class EngineApi(Protocol):
         self,
         session_id: str,
         *,
-        chat_id: int,
-        thread_id: int | None,
-        card_id: int | None,
-        review_ids: Sequence[int] | None = None,
+        chat_id: ChatKey,
+        thread_id: ChatKey | None,
+        card_id: MessageKey | None,
+        review_ids: Sequence[MessageKey] | None = None,
         plan_id: str | None = None,
     ) -> None:
-        """Remember the plan card's (and plan-text messages') ids in the sidecar's ``flow``.
+        """Remember the plan card's (and plan-text messages') keys in the sidecar's ``flow``:
+        ``chat_id`` the chat's room, ``thread_id`` the thread's key (``None`` outside one).
 
-        Call it the moment the channel returns a card's id, before any other call for that
+        Call it the moment the channel returns a card's key, before any other call for that
         card. With ``plan_id`` it writes only while that plan is the live one (or the one
         that just ended, whose card still shows it).
         """
         ...
 
     async def set_goal_card(
-        self, session_id: str, *, chat_id: int | None, card_id: int | None
+        self, session_id: str, *, chat_id: ChatKey | None, card_id: MessageKey | None
     ) -> None:
         """Remember the goal card's message (``card_id`` None: no card; the next drawing posts
-        one). Call it the moment the channel returns a card's id; :meth:`goal_card` tells it."""
+        one). Call it the moment the channel returns a card's key; :meth:`goal_card` tells it."""
         ...
 
     async def start(self) -> list[RestoredGoal]:

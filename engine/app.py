@@ -19,7 +19,6 @@ from pathlib import Path
 
 from engine.agent.adapters import PlanServiceAdapter
 from engine.agent.build import build_agent, workspace_from_store
-from engine.agent.channel import Channel
 from engine.agent.settings import DEFAULT_MAX_STEPS, AgentSettings
 from engine.api import EngineApi, RestoredGoal
 from engine.approval.policy import (
@@ -38,12 +37,13 @@ from engine.goal.driver import RoundDriver
 from engine.goal.progress import IdleRoundWatch
 from engine.goal.service import DEFAULT_MAX_GOAL_ROUNDS, GoalService
 from engine.goal.tools import goal_tools
+from engine.keys import PersonKey
 from engine.model.types import ModelProvider
 from engine.plan.digest import DEFAULT_MAX_PLAN_KB
 from engine.plan.service import PlanService
 from engine.plan.store import PlanStore
 from engine.plan.tool import PlanTool
-from engine.ports import ChatLog, Clock, EventLog, SessionStore
+from engine.ports import Channel, ChatLog, Clock, EventLog, SessionStore
 from engine.progress.stuck import StuckLimits
 from engine.projects import ProjectCatalog
 from engine.roles.service import RoleService
@@ -100,7 +100,7 @@ class EngineConfig:
     file_limits: FileLimits | None = None
     # Who owns the bot (PLANGATE_OWNER_IDS). None: no owner list (an engine embedded without
     # people, as in the engine's own tests): every actor then counts as an owner.
-    owner_ids: frozenset[int] | None = None
+    owner_ids: frozenset[PersonKey] | None = None
     # Approvals a plan needs from different people (PLANGATE_PLAN_APPROVALS), and whether an
     # owner's approval alone is enough all the same (PLANGATE_OWNER_OVERRIDES).
     plan_approvals: int = 1
@@ -259,7 +259,7 @@ def build_engine(
     here; tests/test_architecture.py checks that nothing is set on a part afterwards.
     """
     bindings = ChatBindings()
-    roles = RoleService(chat_log, owner_ids=config.owner_ids)
+    roles = RoleService(chat_log, owner_ids=config.owner_ids, room=bindings.room)
     goals = GoalService(log, clock=clock, default_max_rounds=config.max_goal_rounds)
     usage = UsageMeter(
         log, goals=goals, config=config.usage, clock=clock, is_private=bindings.is_private

@@ -32,6 +32,7 @@ from engine.api import (
 )
 from engine.events import FeedbackSource, GoalCardPosted
 from engine.goal.types import GoalSnapshot
+from engine.keys import ChatKey, MessageKey
 from engine.plan.digest import PlanDigest
 from engine.plan.service import PlanChange
 from engine.plan.types import PlanSidecar, PlanState
@@ -151,16 +152,16 @@ class Cards:
         self._worktrees = services.worktrees
         self._log = services.log
         # The goal card's (chat, message) per session, read from the log once (goal/card).
-        self._goal_cards: dict[str, tuple[int | None, int | None]] = {}
+        self._goal_cards: dict[str, tuple[ChatKey | None, MessageKey | None]] = {}
         self._setup = services.setup
         # The owner's choices on the cards; the command plane and /new change them.
         self.choices = CardChoices()
         # The last plan of a session that just ended, so its card can say how it ended.
         self._ended: dict[str, tuple[PlanSidecar, PlanEnding]] = {}
-        # A card id the channel returned for a plan that ended before its change reached the cards
+        # A card key the channel returned for a plan that ended before its change reached the cards
         # (the service delivers it after the criteria effects): (plan id, chat id, card id),
         # applied to the ended plan when the change arrives.
-        self._late_cards: dict[str, tuple[str, int, int]] = {}
+        self._late_cards: dict[str, tuple[str, ChatKey, MessageKey]] = {}
         self._plans.add_listener(self._on_plan_change)
         self._goals.add_listener(self._on_goal_change)
         self._agents.listen_turns(self.on_turn_end)
@@ -305,7 +306,7 @@ class Cards:
             last_check=await self._goals.last_check(session_id),
         )
 
-    async def goal_card_at(self, session_id: str) -> tuple[int | None, int | None]:
+    async def goal_card_at(self, session_id: str) -> tuple[ChatKey | None, MessageKey | None]:
         """The chat and message of the session's goal card, ``(None, None)`` when none."""
         found = self._goal_cards.get(session_id)
         if found is None:
@@ -317,7 +318,7 @@ class Cards:
         return found
 
     async def set_goal_card(
-        self, session_id: str, *, chat_id: int | None, card_id: int | None
+        self, session_id: str, *, chat_id: ChatKey | None, card_id: MessageKey | None
     ) -> None:
         """Remember where the goal card is (``card_id`` None: no card now): logged as
         ``goal/card``, so a restart keeps editing the same message."""
@@ -330,16 +331,16 @@ class Cards:
         self,
         session_id: str,
         *,
-        chat_id: int,
-        thread_id: int | None,
-        card_id: int | None,
-        review_ids: Sequence[int] | None = None,
+        chat_id: ChatKey,
+        thread_id: ChatKey | None,
+        card_id: MessageKey | None,
+        review_ids: Sequence[MessageKey] | None = None,
         plan_id: str | None = None,
     ) -> None:
         """Remember the plan card's (and plan-text messages') ids in the sidecar's ``flow``.
 
-        Written the moment the channel returns the id. A plan that ended meanwhile keeps its
-        last card in memory, so its final drawing edits that message.
+        Written the moment the channel returns the message's key. A plan that ended
+        meanwhile keeps its last card in memory, so its final drawing edits that message.
         """
         sidecar = await self._plans.current(session_id)
         written = False
@@ -419,7 +420,7 @@ def _review_ready(sidecar: PlanSidecar, digest: PlanDigest) -> bool:
     return sidecar.submitted_revision == sidecar.revision or digest.approvable
 
 
-def _with_card(sidecar: PlanSidecar, chat_id: int, card_id: int) -> PlanSidecar:
+def _with_card(sidecar: PlanSidecar, chat_id: ChatKey, card_id: MessageKey) -> PlanSidecar:
     flow = sidecar.flow.model_copy(update={"chat_id": chat_id, "card_id": card_id})
     return sidecar.model_copy(update={"flow": flow})
 

@@ -26,6 +26,7 @@ from engine.cards import Cards
 from engine.events import Attachment, CommandRun, FeedbackSource, HumanSource
 from engine.goal.commands import describe_goal, parse_goal_command, run_goal_command
 from engine.goal.fold import GoalRefusal
+from engine.keys import Chat, ChatKey, ChatKind, MessageKey, PersonKey
 from engine.plan.digest import too_big_detail
 from engine.plan.extract import validate_template_b
 from engine.plan.types import is_editing
@@ -109,7 +110,7 @@ class CommandPlane:
         *,
         cards: Cards,
         ensure_loaded: Callable[[str], Awaitable[None]] | None = None,
-        chat_of: Callable[[str], int | None] = lambda _session_id: None,
+        chat_of: Callable[[str], ChatKey | None] = lambda _session_id: None,
         plan_approvals: int = 1,
         owner_overrides: bool = False,
         clock: Clock = time.time,
@@ -141,7 +142,7 @@ class CommandPlane:
 
     # --- plumbing ---------------------------------------------------------------------------
 
-    async def role(self, session_id: str, actor: int | None) -> Role:
+    async def role(self, session_id: str, actor: PersonKey | None) -> Role:
         """The actor's role in the session's chat (engine.roles; the one rule is ``may``)."""
         return await self._roles.role_of(self._chat_of(session_id), actor)
 
@@ -151,14 +152,16 @@ class CommandPlane:
         name: str,
         args: str,
         *,
-        actor: int | None,
+        actor: PersonKey | None,
         data: dict[str, Any] | None = None,
     ) -> None:
         """Append the ``command/run`` that records a command-plane action."""
         event = CommandRun(name=name, args=args, actor=actor, data=data or {})
         await self._log.append(session_id, [event])
 
-    def log_read_only(self, session_id: str, name: str, args: str, *, actor: int | None) -> None:
+    def log_read_only(
+        self, session_id: str, name: str, args: str, *, actor: PersonKey | None
+    ) -> None:
         """Log a read-only command's ``command/run`` in the background (the reply does not wait
         for the commit); a failure is logged, never raised. :meth:`flush_logs` awaits them."""
 
@@ -181,8 +184,8 @@ class CommandPlane:
         session_id: str,
         text: str,
         *,
-        actor: int | None,
-        message_id: int | None,
+        actor: PersonKey | None,
+        message_id: MessageKey | None,
         feedback: bool = False,
         answer: bool = False,
         attachments: Sequence[Attachment] = (),
@@ -205,7 +208,7 @@ class CommandPlane:
         name: CommandName,
         args: str,
         *,
-        actor: int | None,
+        actor: PersonKey | None,
         actor_name: str = "",
     ) -> Outcome:
         """The session loaded, then :meth:`run` (``EngineApi.command``)."""
@@ -214,15 +217,17 @@ class CommandPlane:
 
     async def team(
         self,
-        chat_id: int,
+        chat: Chat,
         args: str,
         *,
-        actor: int | None,
+        actor: PersonKey | None,
         actor_name: str = "",
         target: Person | None = None,
     ) -> Outcome:
         """``/team [add <user> approver | remove <user>]`` in a chat (docs/roles.md): anyone
-        may list; only an owner may change the team, and only in a group."""
+        may list; only an owner may change the team, and only in a group (a thread's team is
+        its parent's)."""
+        chat_id = chat.room
         role = await self._roles.role_of(chat_id, actor)
         if not may(role, command_action("team", args)):
             return Outcome(reply=refusal_text(role))
@@ -231,7 +236,7 @@ class CommandPlane:
             return Outcome(reply=spec)
         if spec.op == "list":
             return Outcome(reply=await describe_team(self._roles, chat_id, viewer_role=role))
-        if chat_id > 0:
+        if chat.kind is ChatKind.PRIVATE:
             return Outcome(reply="Roles are kept per group: use /team in the group.")
         assert actor is not None  # only an owner may change the team
         text = await run_team(
@@ -245,8 +250,8 @@ class CommandPlane:
         session_id: str,
         text: str,
         *,
-        actor: int | None,
-        message_id: int | None,
+        actor: PersonKey | None,
+        message_id: MessageKey | None,
         feedback: bool = False,
         answer: bool = False,
         attachments: Sequence[Attachment] = (),
@@ -296,7 +301,7 @@ class CommandPlane:
         answer = answer and (controller.awaiting_answer or controller.working)
         return words_action(feedback=feedback, answer=answer)
 
-    def _pass_on(self, session_id: str, text: str, *, actor: int | None) -> None:
+    def _pass_on(self, session_id: str, text: str, *, actor: PersonKey | None) -> None:
         """Queue a command's text (``/plan text``, ``/execute text``) as the owner's message."""
         source = HumanSource(user_id=actor, message_id=None)
         self._agents.controller(session_id).submit(text, source=source, message_id=None)
@@ -309,7 +314,7 @@ class CommandPlane:
         name: CommandName,
         args: str,
         *,
-        actor: int | None,
+        actor: PersonKey | None,
         actor_name: str = "",
     ) -> Outcome:
         """Run one command; refusals are outcomes with a reply, never exceptions.
@@ -367,7 +372,7 @@ class CommandPlane:
         workspace = await self._workspace_for(session_id)
         return Outcome(reply=await self._setup.owner_setup(session_id, workspace))
 
-    async def _plan(self, session_id: str, text: str, *, actor: int | None) -> Outcome:
+    async def _plan(self, session_id: str, text: str, *, actor: PersonKey | None) -> Outcome:
         plans = self._plans
         state = await plans.state(session_id)
         controller = self._agents.controller(session_id)
@@ -417,7 +422,7 @@ class CommandPlane:
         return Outcome(plan_card="restick")
 
     async def _execute(
-        self, session_id: str, text: str, *, actor: int | None, actor_name: str = ""
+        self, session_id: str, text: str, *, actor: PersonKey | None, actor_name: str = ""
     ) -> Outcome:
         """``/execute [text]``: the text goes to the agent as the owner's message once the
         approval stands (or with the checklist's continuation); a refusal says it was not sent."""
@@ -466,7 +471,7 @@ class CommandPlane:
         session_id: str,
         revision: int,
         *,
-        actor: int | None,
+        actor: PersonKey | None,
         actor_name: str = "",
         text: str = "",
     ) -> Outcome:
@@ -573,7 +578,9 @@ class CommandPlane:
         card: Literal["refresh", "restick"] = "restick" if spec.action == "show" else "refresh"
         return Outcome(reply=result.text, goal_card=card)
 
-    async def _usage_command(self, session_id: str, args: str, *, actor: int | None) -> Outcome:
+    async def _usage_command(
+        self, session_id: str, args: str, *, actor: PersonKey | None
+    ) -> Outcome:
         meter = self._usage
         if not args:
             return Outcome(reply=await meter.report(session_id))
@@ -653,8 +660,8 @@ class CommandPlane:
         session_id: str,
         press: api.Press,
         *,
-        actor: int | None,
-        message_id: int | None = None,
+        actor: PersonKey | None,
+        message_id: MessageKey | None = None,
         actor_name: str = "",
     ) -> Outcome:
         """A button press; counts only if id, revision and the action match the state now.
@@ -698,8 +705,8 @@ class CommandPlane:
         short_id: str,
         revision: int,
         *,
-        actor: int | None,
-        message_id: int | None,
+        actor: PersonKey | None,
+        message_id: MessageKey | None,
         actor_name: str = "",
     ) -> Outcome:
         plans = self._plans
@@ -772,7 +779,7 @@ class CommandPlane:
         return _stale()
 
     async def _branch_press(
-        self, session_id: str, action: str, short_id: str, revision: int, *, actor: int | None
+        self, session_id: str, action: str, short_id: str, revision: int, *, actor: PersonKey | None
     ) -> Outcome:
         """Merge / Push branch / Keep branch / Discard changes on a finished plan's Done card:
         bound to that plan's id and revision, and only while its branch waits for a decision."""
@@ -812,7 +819,7 @@ class CommandPlane:
         return Outcome(reply=text, plan_card="refresh")
 
     async def _goal_press(
-        self, session_id: str, action: str, short_id: str, revision: int, *, actor: int | None
+        self, session_id: str, action: str, short_id: str, revision: int, *, actor: PersonKey | None
     ) -> Outcome:
         goals = self._goals
         goal = await goals.get(session_id)
@@ -847,7 +854,13 @@ class CommandPlane:
         return Outcome(goal_card="refresh")
 
     async def _approval_press(
-        self, session_id: str, action: str, short_id: str, *, actor: int | None, actor_name: str
+        self,
+        session_id: str,
+        action: str,
+        short_id: str,
+        *,
+        actor: PersonKey | None,
+        actor_name: str,
     ) -> Outcome:
         """Allow once / Allow for this session / Deny on a waiting call, or Allow on a denied
         unattended one (adds the rule; a blocked goal then needs Resume)."""

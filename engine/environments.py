@@ -32,11 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from engine.agent.channel import Channel
 from engine.approval.policy import ApprovalView
 from engine.approval.service import ToolApprovals
 from engine.events import GoalRoundSource, MessageSource, is_attended
 from engine.plan.service import PlanChange
+from engine.ports import Channel
 from engine.tasks import safe_call
 from engine.text import clip
 from engine.tools.bash import BashTool, CommandRun
@@ -93,9 +93,14 @@ def read_script(folder: Path) -> SetupScript | None:
     try:
         if path.is_symlink() or not path.is_file():
             return None
-        text = path.read_text(encoding="utf-8", errors="replace")
+        # The agent writes this file in NoPlan (a sparse file of any size costs it nothing):
+        # read no more than a script plangate would run can hold (4 bytes a character at
+        # most), so a longer one reads as longer than MAX_SCRIPT_CHARS and is refused.
+        with path.open("rb") as fh:
+            data = fh.read(MAX_SCRIPT_CHARS * 4 + 1)
     except OSError:
         return None
+    text = data.decode("utf-8", errors="replace")
     return script_of(text) if text.strip() else None
 
 
@@ -447,6 +452,8 @@ class EnvSetup:
             return f"This project has no {SETUP_PATH} (docs/environments.md says what it holds)."
         if session_id in self._running:
             return "The setup is running already."
+        if len(script.text) > MAX_SCRIPT_CHARS:
+            return f"{SETUP_PATH} is longer than {MAX_SCRIPT_CHARS} characters: it is not run."
         task = asyncio.create_task(self._owner_run(session_id, workspace, script))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

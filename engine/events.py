@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from engine.checks.types import CheckRun
 from engine.goal.types import GoalSnapshot, GoalTombstone
+from engine.keys import LegacyChatKey, LegacyMessageKey, LegacyPersonKey
 from engine.worktree.types import WorktreeRecord
 
 
@@ -26,8 +27,8 @@ class _Event(BaseModel):
 
 class HumanSource(_Event):
     kind: Literal["human"] = "human"
-    user_id: int | None = None
-    message_id: int | None = None
+    user_id: LegacyPersonKey | None = None
+    message_id: LegacyMessageKey | None = None
 
 
 class GoalRoundSource(_Event):
@@ -48,8 +49,8 @@ class FeedbackSource(_Event):
     """The owner's answer after Keep planning or Revise."""
 
     kind: Literal["feedback"] = "feedback"
-    user_id: int | None = None
-    message_id: int | None = None
+    user_id: LegacyPersonKey | None = None
+    message_id: LegacyMessageKey | None = None
 
 
 MessageSource = Annotated[
@@ -136,7 +137,7 @@ class CommandRun(_Event):
     type: Literal["command/run"] = "command/run"
     name: str
     args: str = ""
-    actor: int | None = None
+    actor: LegacyPersonKey | None = None
     data: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -242,7 +243,7 @@ class ApprovalDecided(_Event):
     request_id: str
     call_id: str
     decision: ApprovalDecision
-    actor: int | None = None
+    actor: LegacyPersonKey | None = None
     # How the person who answered was shown (the audit trail names them; docs/roles.md).
     actor_name: str = ""
 
@@ -258,7 +259,7 @@ class ApprovalRule(_Event):
     type: Literal["approval/rule"] = "approval/rule"
     tool: str = "bash"
     words: list[str]
-    actor: int | None = None
+    actor: LegacyPersonKey | None = None
     actor_name: str = ""
     exact: bool = False
 
@@ -268,7 +269,7 @@ class WorktreeChange(_Event):
 
     type: Literal["worktree/change"] = "worktree/change"
     record: WorktreeRecord
-    actor: int | None = None
+    actor: LegacyPersonKey | None = None
 
 
 # Why a run stopped by itself: stuck (the detector's pattern names how), the daily cap, a turn
@@ -314,8 +315,8 @@ class GoalCardPosted(_Event):
     ids are in the plan's sidecar; a goal has no sidecar (a goal lives in NoPlan too)."""
 
     type: Literal["goal/card"] = "goal/card"
-    chat_id: int | None = None
-    card_id: int | None = None
+    chat_id: LegacyChatKey | None = None
+    card_id: LegacyMessageKey | None = None
 
 
 class ProgressMade(_Event):

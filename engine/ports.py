@@ -1,17 +1,22 @@
 """The ports the engine needs from the outside, as Protocols (docs/architecture.md).
 
-``storage/`` implements the stores; ``bot/`` implements the channel. The engine is tested
-against in-memory fakes of the same protocols (``engine.testing``).
+``storage/`` implements the stores; ``bot/`` implements the channel (:class:`Channel`). The
+engine is tested against in-memory fakes of the same protocols (``engine.testing``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from engine.events import SessionEvent, StoredEvent
+from engine.events import ApprovalDecision, SessionEvent, StoredEvent, TurnOutcome
+from engine.keys import Chat, ChatKey, MessageKey
+from engine.limits import ChannelLimits
 from engine.roles.types import ChatEvent, StoredChatEvent
+
+if TYPE_CHECKING:
+    from engine.approval.policy import ApprovalView
 
 Clock = Callable[[], float]
 
@@ -29,10 +34,9 @@ class SessionRecord:
 
 @dataclass(frozen=True, slots=True)
 class ChatBinding:
-    """A chat key ``(chat_id, thread_id or 0)`` and the session it points at."""
+    """A chat (its key, kind and parent, as recorded when it was bound) and its session."""
 
-    chat_id: int
-    thread_id: int
+    chat: Chat
     session_id: str
 
 
@@ -90,11 +94,11 @@ class SessionStore(Protocol):
 
     async def get_session(self, session_id: str) -> SessionRecord | None: ...
 
-    async def bind_chat(self, chat_id: int, thread_id: int, session_id: str) -> None:
-        """Point the chat key ``(chat_id, thread_id or 0)`` at ``session_id``."""
+    async def bind_chat(self, chat: Chat, session_id: str) -> None:
+        """Point ``chat.key`` at ``session_id``, recording the chat's kind and parent."""
         ...
 
-    async def session_for_chat(self, chat_id: int, thread_id: int) -> str | None: ...
+    async def session_for_chat(self, chat: ChatKey) -> str | None: ...
 
     async def chat_bindings(self) -> list[ChatBinding]:
         """Every chat key and its session (start-up uses it to find live goals)."""
@@ -106,15 +110,99 @@ class SessionStore(Protocol):
 
 
 class ChatLog(Protocol):
-    """The append-only log of chat-level events (roles), one per chat id (docs/roles.md).
+    """The append-only log of chat-level events (roles), one per chat key (docs/roles.md).
 
-    A forum topic has no log of its own: its group's applies. ``seq`` is dense per chat.
+    A thread has no log of its own: its parent's applies (:attr:`engine.keys.Chat.room`).
+    ``seq`` is dense per chat.
     """
 
-    async def append_chat(self, chat_id: int, events: Sequence[ChatEvent]) -> list[StoredChatEvent]:
+    async def append_chat(
+        self, chat: ChatKey, events: Sequence[ChatEvent]
+    ) -> list[StoredChatEvent]:
         """Commit ``events`` in one transaction and return them; durable on return."""
         ...
 
-    async def read_chat(self, chat_id: int) -> list[StoredChatEvent]:
+    async def read_chat(self, chat: ChatKey) -> list[StoredChatEvent]:
         """The chat's events in order (``[]`` for a chat with none)."""
+        ...
+
+
+class Channel(Protocol):
+    """What the agent needs from a chat front end (``bot/`` implements it for each channel,
+    the console demo for a terminal).
+
+    Every method is a notification; the agent does not wait for the chat to answer. A method
+    that raises is logged by the agent and never breaks a turn (``engine.tasks.safe_call``).
+    """
+
+    @property
+    def limits(self) -> ChannelLimits:
+        """What one message, caption and file may hold on this channel."""
+        ...
+
+    async def reply(self, session_id: str, text: str, *, reply_to: MessageKey | None) -> None:
+        """Post a turn's final text, as a reply to the message ``reply_to`` when it is set."""
+        ...
+
+    async def ask(self, session_id: str, question: str, options: Sequence[str]) -> None:
+        """Ask the owner a question (``ask_user``); ``options`` become buttons when not empty.
+
+        The answer comes back later as an ordinary user message.
+        """
+        ...
+
+    async def typing(self, session_id: str) -> None:
+        """Show that the agent is working (called before each model call)."""
+        ...
+
+    async def turn_started(self, session_id: str) -> None:
+        """A turn opened (``turn/start`` is committed)."""
+        ...
+
+    async def turn_ended(self, session_id: str, outcome: TurnOutcome) -> None:
+        """A turn closed with ``outcome`` (``turn/end`` is committed)."""
+        ...
+
+    async def plan_changed(self, session_id: str) -> None:
+        """The plan may have changed: redraw the plan card from the sidecar."""
+        ...
+
+    async def goal_changed(self, session_id: str) -> None:
+        """The goal may have changed: redraw the goal card from the projection."""
+        ...
+
+    async def notice(self, session_id: str, text: str) -> None:
+        """A short system line for the chat (a failure, a stale approval, dropped messages)."""
+        ...
+
+    async def send_file(
+        self, session_id: str, data: bytes, filename: str, *, caption: str | None
+    ) -> None:
+        """Attach a file to the chat (the ``send_file`` tool); raises when it was not sent."""
+        ...
+
+    async def drafts_wanted(self, session_id: str) -> bool:
+        """Whether this chat shows a reply while it is written (a private chat: the model is
+        then asked to stream, and :meth:`draft` hears the text as it grows)."""
+        ...
+
+    async def draft(self, session_id: str, text: str, *, more: bool = False) -> None:
+        """The reply while the model streams it (paced by the channel; the final
+        :meth:`reply` replaces it). ``text`` replaces the draft, or with ``more`` continues
+        it: the engine hands each new piece once, never the whole text again. Never waits
+        for the chat."""
+        ...
+
+    async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
+        """A tool call waits for the owner: post it with Allow once / for this session / Deny.
+
+        ``view.unattended``: the call was already denied (nobody to ask); offer one Allow
+        button that adds ``view.rule``. The press comes back through the engine's ``press``.
+        """
+        ...
+
+    async def approval_closed(
+        self, session_id: str, view: ApprovalView, decision: ApprovalDecision
+    ) -> None:
+        """The request ended (a press, the timeout, /stop): its buttons go, the result shows."""
         ...

@@ -10,13 +10,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.agent.channel import Channel
 from engine.agent.controller import AgentRegistry
 from engine.approval.service import ToolApprovals
 from engine.environments import EnvSetup
 from engine.goal.service import GoalService
 from engine.plan.service import PlanService
-from engine.ports import EventLog
+from engine.ports import Channel, EventLog
 from engine.projects import ProjectCatalog
 from engine.roles.service import RoleService
 from engine.roles.votes import PlanVotes

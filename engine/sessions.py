@@ -1,9 +1,10 @@
 """Sessions: which session a chat key is bound to, and each session's first load.
 
-A chat key ``(chat_id, thread_id)`` is bound to one session; :class:`Sessions` creates and
-binds one on first use, ends it and binds a fresh one on ``/new`` (in the same project) and on
-``/project <name>`` (in that project: docs/projects.md), moves a group's bindings when
-it becomes a supergroup, and forks a session into an unbound copy.
+A chat key (``engine.keys``) is bound to one session; :class:`Sessions` creates and binds one
+on first use (recording the chat's kind and a thread's parent), ends it and binds a fresh one
+on ``/new`` (in the same project) and on ``/project <name>`` (in that project:
+docs/projects.md), moves a group's bindings when it gets a new key, and forks a session into
+an unbound copy.
 
 The first touch of a session in a process loads it: a turn a dead process left open is closed
 (never re-run; the chat is told once), approvals and the goal are read back (a live goal comes
@@ -24,6 +25,7 @@ from engine.cards import Cards
 from engine.environments import read_script
 from engine.events import CommandRun
 from engine.inbox import session_inbox
+from engine.keys import Chat, ChatKey, PersonKey
 from engine.plan.types import PlanFlow
 from engine.ports import SessionStore
 from engine.projects import PROJECT_NAME, Project
@@ -84,19 +86,19 @@ class Sessions:
         # The bindings this process knows, both ways (a session's chats: the usage footer asks
         # on every reply whether its chat is private); only this object changes them.
         self._bindings = bindings
-        self._finding: dict[tuple[int, int], asyncio.Future[str]] = {}
+        self._finding: dict[ChatKey, asyncio.Future[str]] = {}
 
     # --- bindings ---------------------------------------------------------------------------
 
-    async def for_chat(self, chat_id: int, thread_id: int) -> str:
-        """The session bound to the chat key, created and bound on first use.
+    async def for_chat(self, chat: Chat) -> str:
+        """The session bound to the chat's key, created and bound on first use.
 
         A binding this process already knows is answered from memory, without loading the
         session: its first message, command or press loads it (:meth:`ensure_loaded`).
         """
         # Bindings change only through this object (/new, migration), so a hit needs no
         # database trip.
-        key = (chat_id, thread_id)
+        key = chat.key
         session_id = self._bindings.session(key)
         if session_id is not None:
             return session_id
@@ -104,46 +106,53 @@ class Sessions:
         # and bind a session, and one of them would be lost.
         finding = self._finding.get(key)
         if finding is None:
-            finding = asyncio.ensure_future(self._find_or_create(key))
+            finding = asyncio.ensure_future(self._find_or_create(chat))
             self._finding[key] = finding
             finding.add_done_callback(lambda _: self._finding.pop(key, None))
         return await asyncio.shield(finding)
 
-    async def _find_or_create(self, key: tuple[int, int]) -> str:
-        session_id = await self.store.session_for_chat(*key)
+    async def _find_or_create(self, chat: Chat) -> str:
+        session_id = await self.store.session_for_chat(chat.key)
         if session_id is None:
-            session_id = await self._create_bound(*key)
+            session_id = await self._create_bound(chat)
         await self.ensure_loaded(session_id)
-        self._remember(key, session_id)
+        self._remember(chat, session_id)
         return session_id
 
-    def chat_of(self, session_id: str) -> int | None:
-        """The chat a session is bound to, as this process knows it (``None``: unbound)."""
+    def chat_of(self, session_id: str) -> ChatKey | None:
+        """The room of the chat a session is bound to (a thread's parent), as this process
+        knows it (``None``: unbound). Roles are read there."""
         return self._bindings.chat_of(session_id)
 
-    def _remember(self, key: tuple[int, int], session_id: str) -> None:
-        self._bindings.remember(key, session_id)
+    def room(self, chat: ChatKey) -> ChatKey:
+        """The room of a chat key: a bound thread's parent, else the key itself."""
+        return self._bindings.room(chat)
 
-    def _forget(self, key: tuple[int, int]) -> None:
+    def is_private(self, session_id: str) -> bool:
+        """Whether the session is bound to a private chat (the kind recorded at binding)."""
+        return self._bindings.is_private(session_id)
+
+    def _remember(self, chat: Chat, session_id: str) -> None:
+        self._bindings.remember(chat, session_id)
+
+    def _forget(self, key: ChatKey) -> None:
         self._bindings.forget(key)
 
-    async def _create_bound(
-        self, chat_id: int, thread_id: int, *, workspace: Path | None = None
-    ) -> str:
+    async def _create_bound(self, chat: Chat, *, workspace: Path | None = None) -> str:
         if workspace is None:
-            workspace = await self._starting_workspace(chat_id, thread_id)
+            workspace = await self._starting_workspace(chat)
         record = await self.store.create_session(workspace=str(workspace), profile=self._profile)
-        await self.store.bind_chat(chat_id, thread_id, record.id)
-        self._remember((chat_id, thread_id), record.id)
+        await self.store.bind_chat(chat, record.id)
+        self._remember(chat, record.id)
         self._loaded.add(record.id)  # a new session: its log is empty, nothing to close
         return record.id
 
-    async def _starting_workspace(self, chat_id: int, thread_id: int) -> Path:
-        """A new key's project: a forum topic starts in its group's, anything else in the
+    async def _starting_workspace(self, chat: Chat) -> Path:
+        """A new key's project: a thread starts in its parent's, anything else in the
         default project."""
-        if thread_id:
-            group = self._bindings.session((chat_id, 0)) or await self.store.session_for_chat(
-                chat_id, 0
+        if chat.parent is not None:
+            group = self._bindings.session(chat.parent) or await self.store.session_for_chat(
+                chat.parent
             )
             if group is not None:
                 return await self._workspace_for_session(group)
@@ -167,28 +176,28 @@ class Sessions:
         return session_inbox(root, session_id) if root is not None else None
 
     async def _refused(
-        self, chat_id: int, actor: int | None, name: str, args: str
+        self, chat: ChatKey, actor: PersonKey | None, name: str, args: str
     ) -> Outcome | None:
-        """The refusal when the actor's role may not run ``/name args`` in the chat."""
-        role = await self._roles.role_of(chat_id, actor)
+        """The refusal when the actor's role may not run ``/name args`` in the chat's room."""
+        role = await self._roles.role_of(self._bindings.room(chat), actor)
         if may(role, command_action(name, args)):
             return None
         return Outcome(reply=refusal_text(role))
 
-    async def new_session(self, chat_id: int, thread_id: int, *, actor: int) -> Outcome:
+    async def new_session(self, chat: Chat, *, actor: PersonKey) -> Outcome:
         """``/new``: end the key's session (cancel, disarm, archive), bind a fresh one, in the
         same project; the actor's role must allow it."""
-        refused = await self._refused(chat_id, actor, "new", "")
+        refused = await self._refused(chat.room, actor, "new", "")
         if refused is not None:
             return refused
-        return await self._renew(chat_id, thread_id, actor=actor)
+        return await self._renew(chat, actor=actor)
 
     async def _renew(
-        self, chat_id: int, thread_id: int, *, actor: int, workspace: Path | None = None
+        self, chat: Chat, *, actor: PersonKey, workspace: Path | None = None
     ) -> Outcome:
         """End the key's session and bind a fresh one, in the old one's project unless
         ``workspace`` names another."""
-        old = await self.store.session_for_chat(chat_id, thread_id)
+        old = await self.store.session_for_chat(chat.key)
         dropped: list[str] = []
         if old is not None:
             await self.ensure_loaded(old)
@@ -202,10 +211,10 @@ class Sessions:
             # A finished plan's branch still waiting for a decision is kept too.
             await self._worktrees.set_aside(old, reason="the session ended", actor=actor)
             self._choices.forget(old)
-        await self._create_bound(chat_id, thread_id, workspace=workspace)
+        await self._create_bound(chat, workspace=workspace)
         return Outcome(reply="Started a new session.", dropped=tuple(dropped))
 
-    async def project(self, chat_id: int, thread_id: int, args: str, *, actor: int) -> Outcome:
+    async def project(self, chat: Chat, args: str, *, actor: PersonKey) -> Outcome:
         """``/project``: say which project the key works in; ``/project <name>`` binds another
         (the actor's role must allow it).
 
@@ -213,10 +222,10 @@ class Sessions:
         plan files live under it), logged as ``command/run`` ``project`` in both sessions.
         Refused while the key's session has a live plan or a plan switch pending.
         """
-        refused = await self._refused(chat_id, actor, "project", args)
+        refused = await self._refused(chat.room, actor, "project", args)
         if refused is not None:
             return refused
-        session_id = await self.for_chat(chat_id, thread_id)
+        session_id = await self.for_chat(chat)
         current = await self.project_of(session_id)
         name = args.strip()
         if not name:
@@ -241,8 +250,8 @@ class Sessions:
                 "before switching projects."
             )
         data = {"project": wanted.name, "path": str(wanted.path), "from": current.name}
-        outcome = await self._renew(chat_id, thread_id, actor=actor, workspace=wanted.path)
-        fresh = await self.for_chat(chat_id, thread_id)
+        outcome = await self._renew(chat, actor=actor, workspace=wanted.path)
+        fresh = await self.for_chat(chat)
         await self._log.append(
             fresh, [CommandRun(name="project", args=wanted.name, actor=actor, data=data)]
         )
@@ -251,9 +260,8 @@ class Sessions:
             [CommandRun(name="project", args=wanted.name, actor=actor, data={**data, "to": fresh})],
         )
         _log.info(
-            "plangate.sessions.project_bound chat=%s thread=%s project=%s session=%s",
-            chat_id,
-            thread_id,
+            "plangate.sessions.project_bound chat=%s project=%s session=%s",
+            chat.key,
             wanted.name,
             fresh,
         )
@@ -275,28 +283,39 @@ class Sessions:
             lines.append("No other projects are set (PLANGATE_PROJECTS).")
         return "\n".join(lines)
 
-    async def migrate_chat(self, old_chat_id: int, new_chat_id: int) -> list[str]:
-        """A group became a supergroup: bind its sessions (and its team) to the new id;
+    async def migrate_chat(self, old: ChatKey, new: ChatKey) -> list[str]:
+        """A group moved to a new key: bind its sessions (and its team) to the new one;
         returns them.
 
-        Each moved plan's ``flow`` names the new chat and no card (the old group's messages
-        can no longer be edited), so the next drawing posts the card anew. Idempotent.
+        The group's own binding moves to ``new``; a thread of it whose key extends ``old``
+        moves to the same extension of ``new``. Each moved plan's ``flow`` names the new chat
+        and no card (the old group's messages can no longer be edited), so the next drawing
+        posts the card anew. Idempotent.
         """
-        await self._roles.migrate(old_chat_id, new_chat_id)
+        await self._roles.migrate(old, new)
         moved: list[str] = []
         for binding in await self.store.chat_bindings():
-            if binding.chat_id != old_chat_id:
+            chat = binding.chat
+            if chat.key == old:
+                fresh = Chat(new, chat.kind)
+            elif chat.parent == old and chat.key.startswith(old + "/"):
+                fresh = Chat.thread(new + chat.key[len(old) :], new)
+            else:
                 continue
-            key = (new_chat_id, binding.thread_id)
             # Replaces a session a message in the new chat may have opened meanwhile: the
             # group's own session is the one with its history.
-            await self.store.bind_chat(*key, binding.session_id)
-            self._remember(key, binding.session_id)
-            self._forget((old_chat_id, binding.thread_id))
+            await self.store.bind_chat(fresh, binding.session_id)
+            self._forget(chat.key)
+            self._remember(fresh, binding.session_id)
             sidecar = await self._plans.current(binding.session_id)
-            if sidecar is not None and sidecar.flow.chat_id in (None, old_chat_id):
+            if sidecar is not None and sidecar.flow.chat_id in (None, old):
                 flow = sidecar.flow.model_copy(
-                    update={"chat_id": new_chat_id, "card_id": None, "review_ids": []}
+                    update={
+                        "chat_id": new,
+                        "thread_id": fresh.key if fresh.parent is not None else None,
+                        "card_id": None,
+                        "review_ids": [],
+                    }
                 )
                 await self._plans.set_flow(binding.session_id, flow)
             # Nor can its goal card: the next drawing posts one in the new chat.
@@ -304,8 +323,8 @@ class Sessions:
             moved.append(binding.session_id)
         _log.info(
             "plangate.sessions.chat_migrated from=%s to=%s sessions=%s",
-            old_chat_id,
-            new_chat_id,
+            old,
+            new,
             len(moved),
         )
         return moved
@@ -336,9 +355,8 @@ class Sessions:
         """
         bound: set[str] = set()
         for binding in await self.store.chat_bindings():
-            key = (binding.chat_id, binding.thread_id)
-            if self._bindings.session(key) is None:
-                self._remember(key, binding.session_id)
+            if self._bindings.session(binding.chat.key) is None:
+                self._remember(binding.chat, binding.session_id)
             bound.add(binding.session_id)
         marked = [sid for sid in await self._log.needs_attention() if sid in bound]
         self._quiet = bound - set(marked) - self._loaded

@@ -12,6 +12,7 @@ from collections.abc import Collection, Sequence
 
 from engine.errors import AppendConflict
 from engine.events import CommandRun, GoalChange, SessionEvent, StoredEvent
+from engine.keys import Chat, ChatKey
 from engine.ports import ChatBinding, Clock, SessionRecord, check_types
 from engine.recovery import attention_marks
 from engine.roles.types import ChatEvent, StoredChatEvent
@@ -114,7 +115,7 @@ class InMemorySessionStore:
         self._log = log
         self._clock = clock
         self._sessions: dict[str, SessionRecord] = {}
-        self._bindings: dict[tuple[int, int], str] = {}
+        self._bindings: dict[ChatKey, tuple[Chat, str]] = {}
 
     async def create_session(
         self, *, workspace: str, profile: str | None = None, parent_id: str | None = None
@@ -132,14 +133,15 @@ class InMemorySessionStore:
     async def get_session(self, session_id: str) -> SessionRecord | None:
         return self._sessions.get(session_id)
 
-    async def bind_chat(self, chat_id: int, thread_id: int, session_id: str) -> None:
-        self._bindings[(chat_id, thread_id)] = session_id
+    async def bind_chat(self, chat: Chat, session_id: str) -> None:
+        self._bindings[chat.key] = (chat, session_id)
 
-    async def session_for_chat(self, chat_id: int, thread_id: int) -> str | None:
-        return self._bindings.get((chat_id, thread_id))
+    async def session_for_chat(self, chat: ChatKey) -> str | None:
+        found = self._bindings.get(chat)
+        return None if found is None else found[1]
 
     async def chat_bindings(self) -> list[ChatBinding]:
-        return [ChatBinding(c, t, s) for (c, t), s in self._bindings.items()]
+        return [ChatBinding(c, s) for _, (c, s) in sorted(self._bindings.items())]
 
     async def fork(self, session_id: str, *, upto_seq: int | None = None) -> SessionRecord:
         parent = self._sessions[session_id]
@@ -155,9 +157,11 @@ class InMemoryChatLog:
 
     def __init__(self, *, clock: Clock = time.time) -> None:
         self._clock = clock
-        self._events: dict[int, list[StoredChatEvent]] = {}
+        self._events: dict[ChatKey, list[StoredChatEvent]] = {}
 
-    async def append_chat(self, chat_id: int, events: Sequence[ChatEvent]) -> list[StoredChatEvent]:
+    async def append_chat(
+        self, chat_id: ChatKey, events: Sequence[ChatEvent]
+    ) -> list[StoredChatEvent]:
         log = self._events.setdefault(chat_id, [])
         at = self._clock()
         stored = [
@@ -167,5 +171,5 @@ class InMemoryChatLog:
         log.extend(stored)
         return stored
 
-    async def read_chat(self, chat_id: int) -> list[StoredChatEvent]:
+    async def read_chat(self, chat_id: ChatKey) -> list[StoredChatEvent]:
         return list(self._events.get(chat_id, []))

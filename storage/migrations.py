@@ -127,6 +127,49 @@ MIGRATIONS: tuple[Migration, ...] = (
         ) WITHOUT ROWID
         """,
     ),
+    # 6: chats and people are opaque string keys (engine.keys). A binding records the chat's
+    # kind and, for a thread, its parent. Older rows held integer ids, all from the first
+    # front end: they become its keys (``tg:<chat>``, a forum topic ``tg:<chat>/<thread>``
+    # whose parent is ``tg:<chat>``), and their kind is read from the sign of the id, the
+    # way that channel gave it, here once. The event payloads are not rewritten: their
+    # integer ids are read as keys (engine.keys.Legacy*).
+    (
+        """
+        CREATE TABLE chat_bindings_v6 (
+            chat        TEXT PRIMARY KEY,
+            kind        TEXT NOT NULL CHECK (kind IN ('private', 'group', 'thread')),
+            parent      TEXT,
+            session_id  TEXT NOT NULL
+        ) WITHOUT ROWID
+        """,
+        """
+        INSERT INTO chat_bindings_v6 (chat, kind, parent, session_id)
+        SELECT 'tg:' || chat_id || CASE WHEN thread_id != 0 THEN '/' || thread_id ELSE '' END,
+            CASE WHEN thread_id != 0 THEN 'thread' WHEN chat_id > 0 THEN 'private'
+                 ELSE 'group' END,
+            CASE WHEN thread_id != 0 THEN 'tg:' || chat_id END,
+            session_id
+        FROM chat_bindings
+        """,
+        "DROP TABLE chat_bindings",
+        "ALTER TABLE chat_bindings_v6 RENAME TO chat_bindings",
+        """
+        CREATE TABLE chat_events_v6 (
+            chat     TEXT NOT NULL,
+            seq      INTEGER NOT NULL,
+            type     TEXT NOT NULL,
+            at       REAL NOT NULL,
+            payload  TEXT NOT NULL,
+            PRIMARY KEY (chat, seq)
+        ) WITHOUT ROWID
+        """,
+        """
+        INSERT INTO chat_events_v6 (chat, seq, type, at, payload)
+        SELECT 'tg:' || chat_id, seq, type, at, payload FROM chat_events
+        """,
+        "DROP TABLE chat_events",
+        "ALTER TABLE chat_events_v6 RENAME TO chat_events",
+    ),
 )
 
 

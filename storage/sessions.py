@@ -13,6 +13,7 @@ from typing import Any
 
 import aiosqlite
 
+from engine.keys import Chat, ChatKey, ChatKind
 from engine.ports import ChatBinding, Clock, SessionRecord
 from storage.db import Database
 
@@ -63,31 +64,37 @@ class SqliteSessionStore:
         )
         return None if row is None else _record(row)
 
-    async def bind_chat(self, chat_id: int, thread_id: int, session_id: str) -> None:
-        """Point ``(chat_id, thread_id)`` at ``session_id``, replacing an earlier binding."""
+    async def bind_chat(self, chat: Chat, session_id: str) -> None:
+        """Point ``chat.key`` at ``session_id`` (replacing an earlier binding), with its kind
+        and parent."""
 
         async def work(conn: aiosqlite.Connection) -> None:
             await conn.execute(
-                "INSERT INTO chat_bindings (chat_id, thread_id, session_id) VALUES (?, ?, ?) "
-                "ON CONFLICT (chat_id, thread_id) DO UPDATE SET session_id = excluded.session_id",
-                (chat_id, thread_id, session_id),
+                "INSERT INTO chat_bindings (chat, kind, parent, session_id) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (chat) DO UPDATE SET session_id = excluded.session_id, "
+                "kind = excluded.kind, parent = excluded.parent",
+                (chat.key, chat.kind.value, chat.parent, session_id),
             )
 
         await self._db.write(work)
 
-    async def session_for_chat(self, chat_id: int, thread_id: int) -> str | None:
+    async def session_for_chat(self, chat: ChatKey) -> str | None:
         row = await self._db.fetch_one(
-            "SELECT session_id FROM chat_bindings WHERE chat_id = ? AND thread_id = ?",
-            (chat_id, thread_id),
+            "SELECT session_id FROM chat_bindings WHERE chat = ?", (chat,)
         )
         return None if row is None else str(row[0])
 
     async def chat_bindings(self) -> list[ChatBinding]:
-        """Every chat key and the session it points at."""
+        """Every chat and the session it points at, by chat key."""
         rows = await self._db.fetch_all(
-            "SELECT chat_id, thread_id, session_id FROM chat_bindings ORDER BY chat_id, thread_id"
+            "SELECT chat, kind, parent, session_id FROM chat_bindings ORDER BY chat"
         )
-        return [ChatBinding(int(r[0]), int(r[1]), str(r[2])) for r in rows]
+        return [
+            ChatBinding(
+                Chat(str(r[0]), ChatKind(r[1]), None if r[2] is None else str(r[2])), str(r[3])
+            )
+            for r in rows
+        ]
 
     async def fork(self, session_id: str, *, upto_seq: int | None = None) -> SessionRecord:
         """A new session (``parent_id`` = ``session_id``) whose log is the parent's events with

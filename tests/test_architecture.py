@@ -245,12 +245,14 @@ def test_composition_holds_no_rules() -> None:
 
 
 # What a front end may import from the engine: its API (engine.api, which also carries the few
-# pure helpers front ends share), the ports it implements or calls, and the event and value
-# types. The composition roots and the command line are exempt: they build the engine.
+# pure helpers front ends share), the ports it implements or calls (with the keys it names
+# chats, people and messages by, and the channel's limits), and the event and value types.
+# The composition roots and the command line are exempt: they build the engine.
 FRONT_END_SURFACE = (
     "engine.api",
     "engine.ports",
-    "engine.agent.channel",
+    "engine.keys",
+    "engine.limits",
     "engine.model.types",
     "engine.model.transcribe",
     "engine.events",

@@ -62,6 +62,7 @@ from engine.api import (
     words_action,
 )
 from engine.events import Attachment
+from engine.keys import PersonKey
 from engine.roles.types import Person, Role
 from engine.tasks import BackgroundTasks
 
@@ -115,7 +116,7 @@ class Sender:
     as bots, workflows and Slack Connect people), and a name to show."""
 
     user: str
-    actor: int | None
+    actor: PersonKey | None
     name: str
 
 
@@ -258,7 +259,7 @@ class SlackFrontEnd:
         return str(profile.get("display_name") or record.get("real_name") or user)
 
     async def _role(self, chat: int, sender: Sender) -> Role:
-        return await self.engine.role_of(chat, sender.actor)
+        return await self.engine.role_of(keys.chat_ref(chat), sender.actor)
 
     async def _allowed(self, channel: str, chat: int, sender: Sender | None) -> bool:
         """Whether the bot works in this conversation (leaving a channel it may not be in)."""
@@ -282,7 +283,7 @@ class SlackFrontEnd:
             await self.outbox.leave(channel)
 
     async def _session(self, chat: int, thread: int) -> str:
-        session_id = await self.engine.session_for_chat(chat, thread)
+        session_id = await self.engine.session_for_chat(keys.engine_chat(chat, thread))
         await self.routes.remember(session_id, ChatRoute(chat, thread))
         return session_id
 
@@ -433,21 +434,29 @@ class SlackFrontEnd:
             self.budget.take(chat, sender.actor or 0, now)
         session_id = await self._session(chat, thread)
         if verb == "new":
-            outcome = await self.engine.new_session(chat, thread, actor=sender.actor or 0)
+            outcome = await self.engine.new_session(
+                keys.engine_chat(chat, thread), actor=sender.actor or ""
+            )
             session_id = await self._session(chat, thread)
         elif verb == "project":
-            outcome = await self.engine.project(chat, thread, args, actor=sender.actor or 0)
+            outcome = await self.engine.project(
+                keys.engine_chat(chat, thread), args, actor=sender.actor or ""
+            )
             session_id = await self._session(chat, thread)
         elif verb == "team":
-            # ``add <@U01ABC> approver``: Slack's mention of a person is their id for the engine,
-            # shown by their Slack name.
+            # ``add <@U01ABC> approver``: Slack's mention of a person is the target (their key
+            # for the engine, shown by their Slack name); the words keep it as a name.
             found = _MENTION.search(args)
             target = None
             if found is not None:
                 target = Person(keys.person_key(found.group(1)), await self._name(found.group(1)))
-            args = _MENTION.sub(lambda m: str(keys.person_key(m.group(1))), args)
+            args = _MENTION.sub(lambda m: "@" + m.group(1), args)
             outcome = await self.engine.team(
-                chat, args, actor=sender.actor, actor_name=sender.name, target=target
+                keys.engine_chat(chat, thread),
+                args,
+                actor=sender.actor,
+                actor_name=sender.name,
+                target=target,
             )
         else:
             outcome = await self.engine.command(
@@ -482,7 +491,7 @@ class SlackFrontEnd:
             session_id,
             text,
             actor=sender.actor,
-            message_id=keys.ts_key(ts) or None,
+            message_id=keys.message_ref(ts),
             feedback=feedback,
             attachments=attachments,
         )
@@ -630,7 +639,11 @@ class SlackFrontEnd:
             return
         session_id = await self._session(chat, thread)
         outcome = await self.engine.press(
-            session_id, data, actor=sender.actor, message_id=keys.ts_key(ts), actor_name=sender.name
+            session_id,
+            data,
+            actor=sender.actor,
+            message_id=keys.message_ref(ts),
+            actor_name=sender.name,
         )
         if outcome.stale:
             self.cards.refresh(session_id, "plan")
@@ -670,7 +683,7 @@ class SlackFrontEnd:
             question.session_id,
             text,
             actor=sender.actor,
-            message_id=keys.ts_key(question.ts),
+            message_id=keys.message_ref(question.ts),
             answer=True,
         )
 

@@ -157,8 +157,9 @@ class SlackCards:
         data = await self._engine.plan_card(session_id)
         sidecar = data.sidecar
         flow = sidecar.flow if sidecar is not None else None
-        old = flow.card_id if flow is not None and flow.chat_id == route.chat_id else None
-        old_ts = keys.ts_of(old) if old is not None else self._unbound.get(session_id)
+        here = keys.chat_ref(route.chat_id)
+        old = flow.card_id if flow is not None and flow.chat_id == here else None
+        old_ts = old if old is not None else self._unbound.get(session_id)
         if old_ts is None and data.state == "none" and data.ended is None:
             return  # nothing to show and nothing on screen
         ts = await self._show(channel, thread_ts, plan_view(data), old_ts, anew=anew)
@@ -172,9 +173,11 @@ class SlackCards:
         if ts is not None:
             await self._engine.set_plan_flow(
                 session_id,
-                chat_id=route.chat_id,
-                thread_id=route.thread_id or None,
-                card_id=keys.ts_key(ts),
+                chat_id=here,
+                thread_id=keys.engine_chat(route.chat_id, route.thread_id).key
+                if route.thread_id
+                else None,
+                card_id=keys.message_ref(ts),
                 plan_id=sidecar.id,
             )
 
@@ -184,14 +187,14 @@ class SlackCards:
             return
         route, channel, thread_ts = place
         data = await self._engine.goal_card(session_id)
-        old = keys.ts_of(data.card_id) if data.chat_id == route.chat_id else None
+        old = data.card_id if data.chat_id == keys.chat_ref(route.chat_id) else None
         if old is None and data.goal is None:
             return
         ts = await self._show(channel, thread_ts, goal_view(data), old, anew=anew)
         if ts is not None:
             # The goal card's message lives in the engine's store, as the plan card's does.
             await self._engine.set_goal_card(
-                session_id, chat_id=route.chat_id, card_id=keys.ts_key(ts)
+                session_id, chat_id=keys.chat_ref(route.chat_id), card_id=keys.message_ref(ts)
             )
 
 

@@ -29,6 +29,8 @@ from bot.telegram.render import first_paragraph
 from bot.telegram.routes import Routes
 from engine.api import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
+from engine.keys import MessageKey
+from engine.limits import ChannelLimits
 from engine.text import clip
 
 _log = logging.getLogger("plangate.slack.channel")
@@ -88,6 +90,13 @@ class Question:
     ts: str
 
 
+# What Slack carries in one piece: the text a message shows whole (MESSAGE_CHARS), a file's
+# comment, and the files the bot sends (Slack takes far larger; a phone wants less).
+SLACK_LIMITS = ChannelLimits(
+    message_chars=MESSAGE_CHARS, caption_chars=1000, file_bytes=20 * 1024 * 1024
+)
+
+
 class SlackChannel:
     """``Channel`` for Slack; every method is safe to call from any agent task."""
 
@@ -106,6 +115,7 @@ class SlackChannel:
         self._questions: dict[str, Question] = {}
         self._approvals: dict[str, tuple[str, str, str]] = {}  # request id -> channel, ts, text
         self._posting: dict[str, asyncio.Future[None]] = {}
+        self.limits = SLACK_LIMITS
 
     async def place(self, session_id: str) -> tuple[str, str | None] | None:
         """Where the session lives: (conversation id, thread ts); None when not on Slack."""
@@ -123,7 +133,7 @@ class SlackChannel:
         for piece in split_mrkdwn(mrkdwn, MESSAGE_CHARS):
             await self._outbox.post(place[0], piece, thread_ts=place[1])
 
-    async def reply(self, session_id: str, text: str, *, reply_to: int | None) -> None:
+    async def reply(self, session_id: str, text: str, *, reply_to: MessageKey | None) -> None:
         """A turn's final text; longer than ``document_chars``: a summary and ``answer.md``."""
         if not text.strip():
             return

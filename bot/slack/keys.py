@@ -1,21 +1,26 @@
 """Slack's ids as the engine's chat, person and message keys (docs/slack.md).
 
-The engine still keys chats, people and messages by integers. Slack's ids are short upper-case
-strings (``C02ABC``, ``U01XYZ``) and message ids are timestamps (``1712345678.123456``); each
-maps to an integer and back without a table, so a restart finds every card again:
+The engine's keys are strings (``engine.keys``): a conversation ``slack:C02ABC``, a thread in
+it ``slack:C02ABC/1712345678.123456`` (its parent the conversation), a person
+``slack:U01XYZ``, a message its ``ts``. Inside the Slack front end (routes, the outbox's
+lanes, the answer budget) conversations and threads are still integers, which map to Slack's
+ids and back without a table:
 
 - a conversation or a person: its id read in base 36, plus ``OFFSET`` (2**60), so no Slack key
   can meet a Telegram id (Telegram's are below 2**43); a DM is positive (a private chat, as
   on Telegram), a channel negative;
 - a message or thread: its ``ts`` with the dot taken out (Slack always writes six decimals).
 
-This module is the one place that knows the mapping: when the engine takes opaque string keys
-(``slack:T01/C02``) it is the one file to change.
+This module is the one place that knows both mappings.
 """
 
 from __future__ import annotations
 
 import string
+
+from engine.keys import Chat, ChatKey, MessageKey, PersonKey, key_parts, make_key
+
+CHANNEL = "slack"
 
 OFFSET = 1 << 60
 _DIGITS = string.digits + string.ascii_uppercase
@@ -52,18 +57,51 @@ def channel_of(chat_id: int) -> str:
     return _encode36(abs(chat_id) - OFFSET)
 
 
-def person_key(user_id: str) -> int:
-    """The engine's person id of a Slack user id (owners, roles, who pressed)."""
-    return OFFSET + _decode36(user_id)
+def person_key(user_id: str) -> PersonKey:
+    """The engine's person key of a Slack user id (owners, roles, who pressed)."""
+    _decode36(user_id)  # refuses what is not a Slack id
+    return make_key(CHANNEL, user_id.upper())
 
 
-def user_of(person: int) -> str:
-    """The Slack user id of the engine's person id."""
-    return _encode36(person - OFFSET)
+def user_of(person: PersonKey) -> str:
+    """The Slack user id of the engine's person key."""
+    parts = key_parts(person, CHANNEL)
+    if parts is None or len(parts) != 1:
+        raise ValueError(f"not a Slack person: {person!r}")
+    return parts[0]
 
 
-def is_slack_person(person: int | None) -> bool:
-    return person is not None and person >= OFFSET
+def is_slack_person(person: PersonKey | None) -> bool:
+    return person is not None and key_parts(person, CHANNEL) is not None
+
+
+def chat_ref(chat: int) -> ChatKey:
+    """The engine's key of a conversation (its integer here)."""
+    return make_key(CHANNEL, channel_of(chat))
+
+
+def engine_chat(chat: int, thread: int = 0) -> Chat:
+    """The chat the engine binds: a thread (its parent the conversation), else a DM (private)
+    or a channel (group)."""
+    if thread:
+        return Chat.thread(make_key(CHANNEL, channel_of(chat), ts_of(thread) or ""), chat_ref(chat))
+    return Chat.private(chat_ref(chat)) if chat > 0 else Chat.group(chat_ref(chat))
+
+
+def chat_of_ref(key: ChatKey | None) -> int | None:
+    """The integer of the conversation an engine chat key names (None: not Slack's)."""
+    parts = key_parts(key, CHANNEL) if key is not None else None
+    if not parts:
+        return None
+    try:
+        return chat_key(parts[0])
+    except ValueError:
+        return None
+
+
+def message_ref(ts: str | None) -> MessageKey | None:
+    """A message's key for the engine: its ts."""
+    return ts or None
 
 
 def ts_key(ts: str | None) -> int:
@@ -83,11 +121,16 @@ def ts_of(key: int | None) -> str | None:
 
 
 __all__ = [
+    "CHANNEL",
     "OFFSET",
     "channel_of",
     "chat_key",
+    "chat_of_ref",
+    "chat_ref",
+    "engine_chat",
     "is_slack_chat",
     "is_slack_person",
+    "message_ref",
     "person_key",
     "ts_key",
     "ts_of",

@@ -62,7 +62,7 @@ from bot.telegram.channel import (
     TelegramChannel,
 )
 from bot.telegram.handlers import SHOW_PLAN_PATTERN, BotParts, Handlers, load_state, parts, redact
-from bot.telegram.keys import message_key
+from bot.telegram.keys import chat_key, message_key, person_key
 from bot.telegram.outbox import Outbox, Sleep
 from bot.telegram.people import SeenPeople
 from bot.telegram.presenter import CardPresenter
@@ -258,7 +258,7 @@ def build_application(
     async def migrate(old: int, new: int) -> None:
         # The group's sessions, routes, cards and team move to the supergroup's id.
         people.move(old, new)
-        for session_id in await engine.migrate_chat(old, new):
+        for session_id in await engine.migrate_chat(chat_key(old), chat_key(new)):
             route = await routes.lookup(session_id)
             await routes.remember(session_id, ChatRoute(new, route.thread_id if route else 0))
             presenter.refresh(session_id, "plan")
@@ -271,7 +271,7 @@ def build_application(
         on_group_added=save_groups,
         on_group_gone=save_groups,
         on_migrate=migrate,
-        roles=engine.role_of,
+        roles=lambda chat_id, user_id: engine.role_of(chat_key(chat_id), person_key(user_id)),
         on_seen=people.saw,
         questions=channel.asked,
     )

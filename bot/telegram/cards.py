@@ -37,6 +37,7 @@ from engine.api import (
 from engine.checks.types import CheckResult
 from engine.events import GoalCheck
 from engine.goal.types import GoalSnapshot
+from engine.keys import key_label
 from engine.plan.types import PlanSidecar, PlanTask
 from engine.text import clip, fmt_tokens
 from engine.worktree.types import DECIDING, FileStat, WorktreeView
@@ -395,7 +396,9 @@ def approval_line(
     """Who approved: "✅ Approved by Ana" on an approved plan, "👍 1 of 2 approvals: Ana"
     while a review waits for more (HTML)."""
     if sidecar.status == "Active" and sidecar.approved_by and state != "revise_offer":
-        names = [a.name or str(a.user_id) for a in sidecar.approved_by if a.user_id is not None]
+        names = [
+            a.name or key_label(a.user_id) for a in sidecar.approved_by if a.user_id is not None
+        ]
         if names:
             return "✅ Approved by " + clip_line(_and(names), 200)
     if state in ("review", "confirm_discard", "written") and needed > 1:

@@ -1,4 +1,4 @@
-"""The agent's Channel on Telegram (``engine.agent.channel.Channel``).
+"""The agent's Channel on Telegram (``engine.ports.Channel``).
 
 Replies are rendered Markdown -> Telegram HTML, split at 4,096 UTF-16 units, and posted as a
 reply to the message that opened the turn; ``ask_user`` questions carry their options as
@@ -28,6 +28,7 @@ from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram.error import BadRequest, TelegramError
 
 from bot.telegram import callback as cb
+from bot.telegram.keys import msg_id
 from bot.telegram.outbox import Outbox
 from bot.telegram.presenter import CardPresenter
 from bot.telegram.render import (
@@ -41,9 +42,11 @@ from bot.telegram.render import (
     utf16_len,
 )
 from bot.telegram.routes import ChatRoute
-from engine.agent.channel import Channel
 from engine.api import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
+from engine.keys import MessageKey
+from engine.limits import ChannelLimits
+from engine.ports import Channel
 from engine.tasks import BackgroundTasks
 from engine.text import ELLIPSIS, clip
 
@@ -85,6 +88,9 @@ MAX_DIFF_SHOWN = 2500
 # A reply whose rendered text is longer than this (PLANGATE_REPLY_DOCUMENT_CHARS) goes as a
 # short summary message plus the whole answer as answer.md.
 REPLY_DOCUMENT_CHARS = 6000
+# What Telegram carries in one piece: 4,096 characters a message, a caption cut short of its
+# 1,024 (room for the escaping), and the 20 MB a phone still takes (a bot may send 50 MB).
+TELEGRAM_LIMITS = ChannelLimits(message_chars=4096, caption_chars=1000, file_bytes=20 * 1024 * 1024)
 ANSWER_FILE = "answer.md"
 # The summary: the answer's first paragraph, at most this many visible characters.
 SUMMARY_CHARS = 1500
@@ -180,6 +186,7 @@ class TelegramChannel:
         # Unattended turns' notices, by request id: where they are, their text and keyboard.
         self._notices: dict[str, tuple[int, int, str, InlineKeyboardMarkup | None]] = {}
         self._tasks = BackgroundTasks(_log)
+        self.limits = TELEGRAM_LIMITS
 
     async def route(self, session_id: str) -> ChatRoute | None:
         """Where the session lives (:meth:`CardPresenter.route`); a miss is logged."""
@@ -188,7 +195,7 @@ class TelegramChannel:
             _log.warning("plangate.channel.no_route session=%s", session_id)
         return route
 
-    async def reply(self, session_id: str, text: str, *, reply_to: int | None) -> None:
+    async def reply(self, session_id: str, text: str, *, reply_to: MessageKey | None) -> None:
         """Post a turn's final text (Markdown) as a reply to the message that opened it.
 
         Rendered longer than ``document_chars`` visible characters: a short summary message
@@ -199,12 +206,13 @@ class TelegramChannel:
         route = await self.route(session_id)
         if route is None or not text.strip():
             return
+        replied = msg_id(reply_to)
         chunks = await messages_or_document(text, max_visible=self._document_chars)
         if chunks is None:
-            await self._answer_document(route, text, reply_to=reply_to)
+            await self._answer_document(route, text, reply_to=replied)
             return
         for i, chunk in enumerate(chunks):
-            await self._send(route, chunk, reply_to=reply_to if i == 0 else None)
+            await self._send(route, chunk, reply_to=replied if i == 0 else None)
 
     async def _answer_document(self, route: ChatRoute, text: str, *, reply_to: int | None) -> None:
         """The summary message, then the whole answer as ``answer.md`` (both reply to the
@@ -608,7 +616,11 @@ class LateChannel:
         """Send every later notification to ``target``."""
         self._target = target
 
-    async def reply(self, session_id: str, text: str, *, reply_to: int | None) -> None:
+    @property
+    def limits(self) -> ChannelLimits:
+        return self._target.limits if self._target is not None else TELEGRAM_LIMITS
+
+    async def reply(self, session_id: str, text: str, *, reply_to: MessageKey | None) -> None:
         if self._target is not None:
             await self._target.reply(session_id, text, reply_to=reply_to)
         else:

@@ -24,7 +24,15 @@ from telegram.ext import Application, ApplicationHandlerStop, ContextTypes
 from bot.telegram import callback as cb
 from bot.telegram.access import AccessGate
 from bot.telegram.channel import TelegramChannel
-from bot.telegram.keys import SessionKey, message_key, update_key
+from bot.telegram.keys import (
+    SessionKey,
+    engine_chat,
+    maybe_person,
+    message_key,
+    msg_key,
+    person_key,
+    update_key,
+)
 from bot.telegram.outbox import Dropped, Outbox
 from bot.telegram.people import SeenPeople
 from bot.telegram.presenter import CardPresenter
@@ -163,7 +171,7 @@ class Handlers:
     # ---- plumbing ----------------------------------------------------------------------
 
     async def _session(self, key: SessionKey) -> str:
-        session_id = await self.bp.engine.session_for_chat(key[0], key[1])
+        session_id = await self.bp.engine.session_for_chat(engine_chat(key))
         await self.bp.routes.remember(session_id, ChatRoute(key[0], key[1]))
         return session_id
 
@@ -332,7 +340,7 @@ class Handlers:
         # The engine checks the actor's role itself (engine.roles), with the same rule.
         actor = self._actor(update)
         call = self.bp.engine.command(
-            session_id, name, args, actor=actor, actor_name=self._actor_name(update)
+            session_id, name, args, actor=maybe_person(actor), actor_name=self._actor_name(update)
         )
         outcome = await self._decide(session_id, call)
         self._render(session_id, key, outcome, reply_to=msg.message_id, actor=actor)
@@ -352,7 +360,9 @@ class Handlers:
             return
         key = message_key(msg)
         session_id = await self._session(key)
-        call = self.bp.engine.command(session_id, "show_plan", "", actor=self._actor(update))
+        call = self.bp.engine.command(
+            session_id, "show_plan", "", actor=maybe_person(self._actor(update))
+        )
         outcome = await self._decide(session_id, call)
         if outcome.plan_card is not None:
             # A non-owner's copy: no buttons, and the live card stays where it is.
@@ -369,7 +379,7 @@ class Handlers:
             return
         key = message_key(msg)
         old = await self._session(key)
-        outcome = await self.bp.engine.new_session(key[0], key[1], actor=user.id)
+        outcome = await self.bp.engine.new_session(engine_chat(key), actor=person_key(user.id))
         self.bp.presenter.retire(old)
         self.bp.gate.cancel_expect(key)
         fresh = await self._session(key)
@@ -444,9 +454,9 @@ class Handlers:
         key = message_key(msg)
         args = _command_args(msg.text or "")
         outcome = await self.bp.engine.team(
-            key[0],
+            engine_chat(key),
             args,
-            actor=self._actor(update),
+            actor=maybe_person(self._actor(update)),
             actor_name=self._actor_name(update),
             target=self._team_target(msg, args),
         )
@@ -456,11 +466,15 @@ class Handlers:
         self._send_reply(key, reply, reply_to=msg.message_id, name="team")
 
     def _team_target(self, msg: Message, args: str) -> Person | None:
-        """Who ``/team add|remove`` means: the message replied to, or an ``@username`` seen
-        in the chat (a numeric id the engine reads from ``args``)."""
+        """Who ``/team add|remove`` means: the user a numeric id names, the message replied
+        to, or an ``@username`` seen in the chat. A chat's or a channel's (negative) id names
+        no person: ``None``, and the engine says so."""
         spec = parse_team_args(args)
         if isinstance(spec, str) or spec.op == "list":
             return None
+        if spec.user_id is not None:
+            number = int(spec.user_id)
+            return Person(person_key(number)) if number > 0 else None
         if spec.username is not None:
             return self.bp.people.find(msg.chat.id, spec.username)
         reply = msg.reply_to_message
@@ -471,7 +485,7 @@ class Handlers:
         ):
             sender = reply.from_user
         if spec.user_id is None and sender is not None and not sender.is_bot:
-            return Person(sender.id, sender.full_name)
+            return Person(person_key(sender.id), sender.full_name)
         return None
 
     async def project(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -487,7 +501,7 @@ class Handlers:
         key = message_key(msg)
         old = await self._session(key)
         args = _command_args(msg.text or "")
-        outcome = await self.bp.engine.project(key[0], key[1], args, actor=user.id)
+        outcome = await self.bp.engine.project(engine_chat(key), args, actor=person_key(user.id))
         fresh = await self._session(key)
         if fresh != old:
             self.bp.presenter.retire(old)
@@ -514,8 +528,8 @@ class Handlers:
             self.bp.engine.press(
                 session_id,
                 data,
-                actor=query.from_user.id,
-                message_id=pressed,
+                actor=person_key(query.from_user.id),
+                message_id=msg_key(pressed),
                 actor_name=query.from_user.full_name,
             ),
         )
@@ -563,8 +577,8 @@ class Handlers:
         await self.bp.engine.user_message(
             question.session_id,
             text,
-            actor=query.from_user.id,
-            message_id=question.message_id,
+            actor=person_key(query.from_user.id),
+            message_id=msg_key(question.message_id),
             answer=True,
         )
 
@@ -619,8 +633,8 @@ class Handlers:
         await self.bp.engine.user_message(
             session_id,
             text,
-            actor=user.id,
-            message_id=msg.message_id,
+            actor=person_key(user.id),
+            message_id=msg_key(msg.message_id),
             feedback=feedback,
             answer=answer,
         )
@@ -695,8 +709,8 @@ class Handlers:
         await self.bp.engine.user_message(
             session_id,
             caption or NO_CAPTION,
-            actor=user.id,
-            message_id=msg.message_id,
+            actor=person_key(user.id),
+            message_id=msg_key(msg.message_id),
             feedback=feedback,
             answer=answer,
             attachments=[attachment],
@@ -779,8 +793,8 @@ class Handlers:
             await self.bp.engine.user_message(
                 found.session_id,
                 found.text,
-                actor=query.from_user.id,
-                message_id=found.voice_message_id,
+                actor=person_key(query.from_user.id),
+                message_id=msg_key(found.voice_message_id),
             )
 
     def _close_transcript(self, found: Transcript, how: str) -> None:

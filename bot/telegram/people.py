@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from bot.telegram.keys import person_key
 from engine.roles.types import Person
 
 MAX_PER_CHAT = 256
@@ -28,7 +29,7 @@ class SeenPeople:
         seen = self._chats.setdefault(chat_id, OrderedDict())
         key = username.lower()
         seen.pop(key, None)
-        seen[key] = Person(user_id, name or username)
+        seen[key] = Person(person_key(user_id), name or username)
         while len(seen) > self._max:
             seen.popitem(last=False)
 

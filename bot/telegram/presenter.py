@@ -35,6 +35,7 @@ from typing import Any, Literal
 from telegram import Bot, Message
 
 from bot.telegram import cards
+from bot.telegram.keys import chat_key, msg_id, msg_key, tg_flow
 from bot.telegram.outbox import Outbox
 from bot.telegram.routes import (
     ChatRoute,
@@ -381,9 +382,9 @@ class CardPresenter:
             return route
         if data is None:
             data = await self._engine.plan_card(session_id)
-        flow = data.sidecar.flow if data.sidecar is not None else None
+        flow = tg_flow(data.sidecar.flow) if data.sidecar is not None else None
         if flow is not None and flow.chat_id is not None:
-            return ChatRoute(flow.chat_id, flow.thread_id or 0)
+            return ChatRoute(flow.chat_id, flow.thread_id)
         return None
 
     async def _draw_plan(
@@ -403,7 +404,7 @@ class CardPresenter:
         sidecar = data.sidecar
         current: int | None = None
         if sidecar is not None:
-            flow = sidecar.flow
+            flow = tg_flow(sidecar.flow)
             if flow.chat_id in (None, route.chat_id):
                 current = flow.card_id
             mine = slot.chat_id == route.chat_id and slot.message_id is not None
@@ -451,9 +452,9 @@ class CardPresenter:
             if sidecar is not None:
                 await self._engine.set_plan_flow(
                     session_id,
-                    chat_id=route.chat_id,
-                    thread_id=route.thread,
-                    card_id=card_id,
+                    chat_id=chat_key(route.chat_id),
+                    thread_id=thread_key(route),
+                    card_id=msg_key(card_id),
                     plan_id=sidecar.id,
                 )
 
@@ -479,10 +480,10 @@ class CardPresenter:
                 await self._meta.set_meta(review_rev_key(session_id), posted)
                 await self._engine.set_plan_flow(
                     session_id,
-                    chat_id=route.chat_id,
-                    thread_id=route.thread,
-                    card_id=new_id,
-                    review_ids=review_ids,
+                    chat_id=chat_key(route.chat_id),
+                    thread_id=thread_key(route),
+                    card_id=msg_key(new_id),
+                    review_ids=[str(i) for i in review_ids],
                     plan_id=plan_id,
                 )
         worktree = data.worktree
@@ -528,7 +529,9 @@ class CardPresenter:
         view = goal_view(data, note=note)
 
         async def stored(card_id: int) -> None:
-            await self._engine.set_goal_card(session_id, chat_id=route.chat_id, card_id=card_id)
+            await self._engine.set_goal_card(
+                session_id, chat_id=chat_key(route.chat_id), card_id=msg_key(card_id)
+            )
 
         new_id = await self._deliver(
             route,
@@ -548,14 +551,16 @@ class CardPresenter:
         """The goal card's message in ``chat_id``, as the engine keeps it. A home from before
         the engine kept it has it in the meta table: adopted into the engine once."""
         if data.card_id is not None:
-            return data.card_id if data.chat_id == chat_id else None
+            return msg_id(data.card_id) if data.chat_id == chat_key(chat_id) else None
         legacy = await self._meta.get_meta(goal_card_key(session_id))
         if not legacy:
             return None
         await self._meta.set_meta(goal_card_key(session_id), "")
         found = _stored_card(legacy, chat_id)
         if found is not None:
-            await self._engine.set_goal_card(session_id, chat_id=chat_id, card_id=found)
+            await self._engine.set_goal_card(
+                session_id, chat_id=chat_key(chat_id), card_id=msg_key(found)
+            )
         return found
 
     async def _deliver(
@@ -674,11 +679,16 @@ class CardPresenter:
             if goal_id is not None:
                 known.add((route.chat_id, goal_id))
         data = await self._engine.plan_card(session_id)
-        flow = data.sidecar.flow if data.sidecar is not None else None
+        flow = tg_flow(data.sidecar.flow) if data.sidecar is not None else None
         if flow is not None and flow.chat_id is not None and flow.card_id is not None:
             known.add((flow.chat_id, flow.card_id))
         for chat_id, message_id in sorted(known):
             self._outbox.edit_keyboard(chat_id, message_id, None)
+
+
+def thread_key(route: ChatRoute) -> str | None:
+    """The flow's ``thread_id``: the forum topic's chat key (``None`` outside a topic)."""
+    return chat_key(route.chat_id, route.thread_id) if route.thread_id else None
 
 
 def _stored_card(stored: str | None, chat_id: int) -> int | None:

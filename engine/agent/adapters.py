@@ -12,6 +12,7 @@ from typing import Any
 
 from engine.agent.controller import LAPSED_TEXT
 from engine.agent.ports import ApprovalOutcome, PlanPromptView
+from engine.keys import PersonKey
 from engine.plan.gate import check_gate
 from engine.plan.service import PlanService
 from engine.plan.types import PlanPause
@@ -70,7 +71,7 @@ class PlanServiceAdapter:
         await self.service.record_pause(session_id, pause)
 
     async def commit_approval(
-        self, session_id: str, *, revision: int, actor: int | None
+        self, session_id: str, *, revision: int, actor: PersonKey | None
     ) -> ApprovalOutcome:
         result = await self.service.approve(session_id, revision=revision, actor=actor)
         if result.ok:

@@ -13,7 +13,6 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from engine.agent.channel import Channel
 from engine.agent.config import AgentDeps, WorkspaceResolver
 from engine.agent.controller import AgentRegistry
 from engine.agent.ports import GoalPort, IdleListener, PlanPort, RunPreparer
@@ -21,7 +20,7 @@ from engine.agent.settings import AgentSettings
 from engine.approval.service import ToolApprovals
 from engine.model.types import ModelProvider
 from engine.plan.gate import PlanGateView
-from engine.ports import EventLog, SessionStore
+from engine.ports import Channel, EventLog, SessionStore
 from engine.projects import ProjectCatalog
 from engine.tools.ask import AskUserTool
 from engine.tools.base import Tool

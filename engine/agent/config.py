@@ -12,13 +12,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.agent.channel import Channel
 from engine.agent.history import SessionHistory
 from engine.agent.ports import GoalPort, PlanPort, RunPreparer
 from engine.agent.settings import AgentSettings
 from engine.approval.service import ToolApprovals
 from engine.model.types import ModelProvider
-from engine.ports import EventLog
+from engine.ports import Channel, EventLog
 from engine.tools.base import Tool
 from engine.tools.boundary import BoundaryPolicy
 from engine.tools.disk import DiskReserve

@@ -40,6 +40,7 @@ from engine.events import (
     is_attended,
 )
 from engine.goal.types import BUDGET_LIMIT, NO_PROGRESS
+from engine.keys import MessageKey, PersonKey
 from engine.plan.gate import PlanGateView, check_gate
 from engine.plan.types import PlanPause, PlanTask
 from engine.progress import workspace as workspace_snapshot
@@ -84,7 +85,7 @@ LAPSED_TEXT = (
 @dataclass(frozen=True, slots=True)
 class PendingApproval:
     revision: int
-    actor: int | None
+    actor: PersonKey | None
 
 
 class SessionController:
@@ -173,7 +174,7 @@ class SessionController:
         text: str,
         *,
         source: MessageSource | None = None,
-        message_id: int | None = None,
+        message_id: MessageKey | None = None,
         attachments: tuple[Attachment, ...] = (),
     ) -> None:
         """Queue a message and make sure a drain task runs; returns at once.
@@ -201,7 +202,7 @@ class SessionController:
         """
         self._pending_mode = active
 
-    async def request_approval(self, *, revision: int, actor: int | None) -> ApprovalRequest:
+    async def request_approval(self, *, revision: int, actor: PersonKey | None) -> ApprovalRequest:
         """Approve the plan at ``revision``: pending while a turn runs, else committed now.
 
         While busy the batch in flight stays under Editing rules; the next step runs Active.
@@ -779,7 +780,7 @@ class AgentRegistry:
         text: str,
         *,
         source: MessageSource | None = None,
-        message_id: int | None = None,
+        message_id: MessageKey | None = None,
     ) -> None:
         """Queue a message for the session's agent; returns at once."""
         self.controller(session_id).submit(text, source=source, message_id=message_id)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from engine.events import GoalRoundSource, MessageSource
+from engine.keys import PersonKey
 from engine.plan.types import PlanPause, PlanState, PlanTask, is_editing
 from engine.tools.effects import Declaration
 
@@ -77,7 +78,7 @@ class PlanPort(Protocol):
         ...
 
     async def commit_approval(
-        self, session_id: str, *, revision: int, actor: int | None
+        self, session_id: str, *, revision: int, actor: PersonKey | None
     ) -> ApprovalOutcome:
         """Commit a pending approval only if ``revision`` is still current."""
         ...

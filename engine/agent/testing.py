@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.events import ApprovalDecision, TurnOutcome
+from engine.keys import MessageKey
+from engine.limits import ChannelLimits
 
 if TYPE_CHECKING:
     from engine.approval.policy import ApprovalView
@@ -26,14 +28,15 @@ class ChannelCall:
 
 
 class RecordingChannel:
-    """An :class:`engine.agent.channel.Channel` that appends every call to ``calls``.
+    """An :class:`engine.ports.Channel` that appends every call to ``calls``.
 
     ``wait_for(method)`` lets a test wait (without sleeping) until a notification arrives.
     """
 
-    def __init__(self, *, drafts: bool = False) -> None:
+    def __init__(self, *, drafts: bool = False, limits: ChannelLimits | None = None) -> None:
         self.calls: list[ChannelCall] = []
         self.drafts = drafts
+        self.limits = limits or ChannelLimits()
         self._changed = asyncio.Condition()
 
     async def _record(self, method: str, session_id: str, **args: Any) -> None:
@@ -41,7 +44,7 @@ class RecordingChannel:
             self.calls.append(ChannelCall(method, session_id, args))
             self._changed.notify_all()
 
-    async def reply(self, session_id: str, text: str, *, reply_to: int | None) -> None:
+    async def reply(self, session_id: str, text: str, *, reply_to: MessageKey | None) -> None:
         await self._record("reply", session_id, text=text, reply_to=reply_to)
 
     async def ask(self, session_id: str, question: str, options: Sequence[str]) -> None:

@@ -46,6 +46,7 @@ from engine.events import (
     UserMessage,
 )
 from engine.inbox import session_inbox
+from engine.keys import MessageKey
 from engine.model.types import (
     ModelError,
     ModelReply,
@@ -88,7 +89,7 @@ class InboundMessage:
 
     text: str
     source: MessageSource
-    message_id: int | None = None
+    message_id: MessageKey | None = None
     # Files the owner sent with it, already saved in the session inbox (engine.inbox).
     attachments: tuple[Attachment, ...] = ()
 

@@ -58,6 +58,7 @@ from engine.events import (
     MessageSource,
     is_attended,
 )
+from engine.keys import ChatKey, PersonKey
 from engine.ports import EventLog
 from engine.roles.policy import may, press_action
 from engine.roles.types import Role
@@ -132,13 +133,13 @@ class ApprovalNotifier(Protocol):
 # Runs when an unattended turn's call was denied for want of an approval.
 UnattendedHook = Callable[[str, MessageSource, ApprovalView], Awaitable[None]]
 # (session id, actor) -> whether the actor may answer the session's requests (engine.roles).
-AnswerCheck = Callable[[str, int | None], Awaitable[bool]]
+AnswerCheck = Callable[[str, PersonKey | None], Awaitable[bool]]
 
 
 class Roles(Protocol):
     """The chats' teams as the approvals read them (``engine.roles.RoleService``)."""
 
-    async def role_of(self, chat_id: int | None, user_id: int | None) -> Role:
+    async def role_of(self, chat_id: ChatKey | None, user_id: PersonKey | None) -> Role:
         """The role of ``user_id`` in ``chat_id``."""
         ...
 
@@ -146,7 +147,7 @@ class Roles(Protocol):
 class SessionChats(Protocol):
     """Which chat a session lives in (``engine.bindings.ChatBindings``)."""
 
-    def chat_of(self, session_id: str) -> int | None:
+    def chat_of(self, session_id: str) -> ChatKey | None:
         """The chat the session is bound to, as this process knows it."""
         ...
 
@@ -155,7 +156,7 @@ class SessionChats(Protocol):
 class _Pending:
     view: ApprovalView
     answer: asyncio.Future[ApprovalDecision]
-    actor: int | None = None
+    actor: PersonKey | None = None
     # A press is being granted ("Allow for this session" logs its rule first): no other
     # press or the timeout may close the request meanwhile.
     claimed: bool = False
@@ -251,7 +252,7 @@ class ToolApprovals:
         found = self._sessions.get(session_id)
         return found.pending.view if found is not None and found.pending is not None else None
 
-    async def may_answer(self, session_id: str, actor: int | None) -> bool:
+    async def may_answer(self, session_id: str, actor: PersonKey | None) -> bool:
         """Who may answer a request: whoever may press a tool approval's buttons (the role
         rule of engine.roles; the front end's gate asks the same rule first)."""
         if self._roles is None:
@@ -513,7 +514,7 @@ class ToolApprovals:
         pending: _Pending,
         decision: ApprovalDecision,
         *,
-        actor: int | None = None,
+        actor: PersonKey | None = None,
         actor_name: str = "",
     ) -> ApprovalDecision:
         """Close ``pending`` once with ``decision``; the first close wins."""
@@ -555,7 +556,7 @@ class ToolApprovals:
         action: str,
         short_id: str,
         *,
-        actor: int | None,
+        actor: PersonKey | None,
         actor_name: str = "",
     ) -> AnswerResult:
         """A press on a request's button; anything that matches no open request is stale.
@@ -609,7 +610,7 @@ class ToolApprovals:
         state: _Session,
         short_id: str,
         *,
-        actor: int | None,
+        actor: PersonKey | None,
         actor_name: str = "",
     ) -> AnswerResult:
         found = next((v for k, v in state.offers.items() if k[:8] == short_id), None)
@@ -631,7 +632,7 @@ class ToolApprovals:
         session_id: str,
         rule: Rule,
         *,
-        actor: int | None,
+        actor: PersonKey | None,
         family: RuleFamily = "bash",
         actor_name: str = "",
         exact: bool = False,

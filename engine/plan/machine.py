@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from engine.keys import PersonKey
 from engine.plan.refusals import Refusal, refusal
 from engine.plan.store import ArchiveReason
 from engine.plan.types import (
@@ -311,7 +312,7 @@ class ApproveInput:
     the caller has checked template B first (``approve-template``)."""
 
     revision: int
-    actor: int | None
+    actor: PersonKey | None
     tasks: tuple[PlanTask, ...]
     next_task_id: int
     # Who approved, in order (engine.roles.votes); empty: the actor alone, now.

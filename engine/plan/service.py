@@ -22,6 +22,7 @@ from typing import Any
 from engine.checks.runner import CheckRunner
 from engine.checks.watch import snapshot
 from engine.events import PlanChanged, PlanMode, SessionEvent
+from engine.keys import PersonKey
 from engine.plan import checklist, machine
 from engine.plan.checklist import Gates
 from engine.plan.criteria import TaskCriteriaSink
@@ -436,7 +437,9 @@ class PlanService:
 
         return await self._run(session_id, decide)
 
-    async def approve(self, session_id: str, *, revision: int, actor: int | None) -> PlanResult:
+    async def approve(
+        self, session_id: str, *, revision: int, actor: PersonKey | None
+    ) -> PlanResult:
         """Approve the post-init plan at ``revision``: template B must be valid.
 
         Seeds the checklist from the ``.md`` (or reconciles it against ``revising.tasks``
@@ -587,7 +590,7 @@ class PlanService:
     async def set_flow(
         self, session_id: str, flow: PlanFlow, *, plan_id: str | None = None
     ) -> bool:
-        """Store the channel's card ids; no revision bump, no events (buttons stay valid).
+        """Store the channel's card keys; no revision bump, no events (buttons stay valid).
 
         Returns False, writing nothing, when there is no live plan (or, with ``plan_id``,
         when the live plan is another one): checked under the session's lock.

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from engine.checks.types import CheckResult
+from engine.keys import ChatKey, LegacyMessageKey, LegacyPersonKey, legacy_chat
 from engine.tools.plan_view import PlanState as PlanState
 
 PlanStatus = Literal["Editing", "Active"]
@@ -65,23 +66,45 @@ class PlanTask(BaseModel):
 
 
 class PlanFlow(BaseModel):
-    """The channel's message ids of the plan card and the plan-text messages."""
+    """Where the plan card and the plan-text messages are: the channel's keys for them.
+
+    ``chat_id`` is the chat's room (a thread's parent, ``engine.keys.Chat.room``),
+    ``thread_id`` the thread's own chat key (``None`` outside a thread), ``card_id`` and
+    ``review_ids`` the channel's message keys. A sidecar written before keys were strings
+    holds integers here; they load as keys of ``engine.keys.LEGACY_CHANNEL``.
+    """
 
     model_config = ConfigDict(extra="allow")
 
-    chat_id: int | None = None
-    thread_id: int | None = None
-    card_id: int | None = None
-    review_ids: list[int] = Field(default_factory=list)
+    chat_id: ChatKey | None = None
+    thread_id: ChatKey | None = None
+    card_id: LegacyMessageKey | None = None
+    review_ids: list[LegacyMessageKey] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_ids(cls, data: object) -> object:
+        """Integer chat and thread ids (older sidecars) as the chat keys they named."""
+        if not isinstance(data, dict):
+            return data
+        chat, thread = data.get("chat_id"), data.get("thread_id")
+        if isinstance(chat, int) and not isinstance(chat, bool):
+            data = dict(data)
+            number = thread if isinstance(thread, int) and not isinstance(thread, bool) else 0
+            data["chat_id"] = legacy_chat(chat).key
+            data["thread_id"] = legacy_chat(chat, number).key if number else None
+        elif isinstance(thread, int):
+            data = {**data, "thread_id": None}  # a thread of no known chat names nothing
+        return data
 
 
 class PlanApproval(BaseModel):
-    """One person's approval of a plan: who (the person's id and the name shown) and when
+    """One person's approval of a plan: who (their key and the name shown) and when
     (ISO 8601 UTC). ``approved_by`` lists them in the order they were given."""
 
     model_config = ConfigDict(extra="allow")
 
-    user_id: int | None = None
+    user_id: LegacyPersonKey | None = None
     name: str = ""
     at: str = ""
 

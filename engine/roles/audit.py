@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from engine.events import ApprovalDecided, ApprovalRequested, CommandRun, StoredEvent
+from engine.keys import PersonKey, key_label
 from engine.ports import EventLog
 from engine.text import clip
 
@@ -24,22 +25,24 @@ _TOOL_DECISIONS = {
 }
 
 
-def _who(actor: int | None, name: str) -> str:
-    return name or (str(actor) if actor is not None else "someone")
+def _who(actor: PersonKey | None, name: str) -> str:
+    return name or (key_label(actor) if actor is not None else "someone")
 
 
 def _when(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%H:%M UTC")
 
 
-def plan_line(actor: int | None, name: str, at: float, *, final: bool) -> str:
+def plan_line(actor: PersonKey | None, name: str, at: float, *, final: bool) -> str:
     """The audit line of a plan approval: the one that approved it, or one of several."""
     if final:
         return f"✅ Plan approved by {_who(actor, name)}, {_when(at)}"
     return f"👍 Plan approval by {_who(actor, name)}, {_when(at)}"
 
 
-def tool_line(command: str, decision: str, actor: int | None, name: str, at: float) -> str | None:
+def tool_line(
+    command: str, decision: str, actor: PersonKey | None, name: str, at: float
+) -> str | None:
     """The audit line of a tool approval a person answered (``None`` for other endings)."""
     verdict = _TOOL_DECISIONS.get(decision)
     if verdict is None or actor is None:

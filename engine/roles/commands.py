@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
+from engine.keys import ChatKey, key_label
 from engine.roles.service import RoleService
 from engine.roles.types import GrantedRole, Person, Role
 
@@ -25,10 +26,11 @@ _ROLES: dict[str, GrantedRole] = {"approver": "approver", "approvers": "approver
 @dataclass(frozen=True, slots=True)
 class TeamSpec:
     """A parsed ``/team``: the operation and who it names (by id, by username, or neither:
-    the message replied to)."""
+    the message replied to). ``user_id`` is an id as typed: the front end knows whose it is
+    and passes that person as the target."""
 
     op: Literal["list", "add", "remove"]
-    user_id: int | None = None
+    user_id: str | None = None
     username: str | None = None
     role: GrantedRole = "approver"
 
@@ -41,7 +43,7 @@ def parse_team_args(args: str) -> TeamSpec | str:
     op = words[0].lower()
     if op not in ("add", "remove"):
         return TEAM_USAGE
-    user_id: int | None = None
+    user_id: str | None = None
     username: str | None = None
     role: GrantedRole = "approver"
     for word in words[1:]:
@@ -49,7 +51,7 @@ def parse_team_args(args: str) -> TeamSpec | str:
         if m is not None and username is None and user_id is None:
             username = m.group(1)
         elif word.lstrip("-").isdigit() and user_id is None and username is None:
-            user_id = int(word)
+            user_id = word
         elif op == "add" and word.lower() in _ROLES:
             role = _ROLES[word.lower()]
         else:
@@ -62,18 +64,21 @@ def _when(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-async def describe_team(roles: RoleService, chat_id: int, *, viewer_role: Role) -> str:
+async def describe_team(roles: RoleService, chat_id: ChatKey, *, viewer_role: Role) -> str:
     """The ``/team`` list: owners, approvers (with who granted it and when), everyone else."""
     team = await roles.team(chat_id)
     owners = sorted(roles.owner_ids or ())
     lines = ["Team of this chat:"]
-    lines.append("Owners (from the settings): " + (", ".join(str(o) for o in owners) or "none"))
+    lines.append(
+        "Owners (from the settings): " + (", ".join(key_label(o) for o in owners) or "none")
+    )
     approvers = sorted(team.values(), key=lambda m: (m.name.lower(), m.user_id))
     if approvers:
         lines.append("Approvers:")
         for m in approvers:
-            by = f" by {m.by}" if m.by is not None else ""
-            name = f"{m.name} ({m.user_id})" if m.name else str(m.user_id)
+            by = f" by {key_label(m.by)}" if m.by is not None else ""
+            label = key_label(m.user_id)
+            name = f"{m.name} ({label})" if m.name else label
             lines.append(f"- {name}, since {_when(m.since)}{by}")
     else:
         lines.append("Approvers: none")
@@ -83,12 +88,13 @@ async def describe_team(roles: RoleService, chat_id: int, *, viewer_role: Role) 
 
 
 async def run_team(
-    roles: RoleService, chat_id: int, spec: TeamSpec, *, target: Person | None, actor: Person
+    roles: RoleService, chat_id: ChatKey, spec: TeamSpec, *, target: Person | None, actor: Person
 ) -> str:
     """Carry out ``/team add`` or ``/team remove`` (the caller checked the actor may)."""
     who = target
     if who is None and spec.user_id is not None:
-        who = Person(spec.user_id)
+        # The front end found no person behind the id (a chat's or a channel's id).
+        return "That is a chat or a channel, not a person: roles are for people."
     if who is None:
         if spec.username is not None:
             return (
@@ -96,8 +102,6 @@ async def run_team(
                 f"messages with /team {spec.op}, or give their numeric id."
             )
         return f"Who? {TEAM_USAGE}"
-    if who.user_id <= 0:
-        return "That is a chat or a channel, not a person: roles are for people."
     if spec.op == "add":
         if roles.is_owner(who.user_id):
             return f"{who.label} is an owner already (owners are set in the settings)."

@@ -5,17 +5,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import assert_never
 
+from engine.keys import PersonKey
 from engine.roles.types import RoleGranted, RoleRevoked, StoredChatEvent, TeamMember
 
-Team = Mapping[int, TeamMember]
+Team = Mapping[PersonKey, TeamMember]
 
 
-def empty_team() -> dict[int, TeamMember]:
+def empty_team() -> dict[PersonKey, TeamMember]:
     """A chat nobody was granted a role in."""
     return {}
 
 
-def apply_team_event(team: Team, stored: StoredChatEvent) -> dict[int, TeamMember]:
+def apply_team_event(team: Team, stored: StoredChatEvent) -> dict[PersonKey, TeamMember]:
     """The team after one event; a revoke of someone without a role changes nothing."""
     out = dict(team)
     event = stored.event
@@ -35,7 +36,7 @@ def apply_team_event(team: Team, stored: StoredChatEvent) -> dict[int, TeamMembe
     return out
 
 
-def fold_team(events: Iterable[StoredChatEvent]) -> dict[int, TeamMember]:
+def fold_team(events: Iterable[StoredChatEvent]) -> dict[PersonKey, TeamMember]:
     """Replay a chat's log into its team."""
     team = empty_team()
     for stored in events:

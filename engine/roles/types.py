@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from engine.keys import ChatKey, LegacyPersonKey, PersonKey, key_label
+
 Role = Literal["owner", "approver", "member"]
 # A role that can be granted in a chat (owner comes from the settings only).
 GrantedRole = Literal["approver"]
@@ -35,18 +37,18 @@ class RoleGranted(_ChatEvent):
     """``user_id`` holds ``role`` in the chat from now on; ``name`` is how they were seen."""
 
     type: Literal["role/granted"] = "role/granted"
-    user_id: int
+    user_id: LegacyPersonKey
     role: GrantedRole = "approver"
     name: str = ""
-    by: int | None = None
+    by: LegacyPersonKey | None = None
 
 
 class RoleRevoked(_ChatEvent):
     """``user_id`` is a member again."""
 
     type: Literal["role/revoked"] = "role/revoked"
-    user_id: int
-    by: int | None = None
+    user_id: LegacyPersonKey
+    by: LegacyPersonKey | None = None
 
 
 ChatEvent = Annotated[RoleGranted | RoleRevoked, Field(discriminator="type")]
@@ -57,7 +59,7 @@ CHAT_EVENT_ADAPTER: TypeAdapter[ChatEvent] = TypeAdapter(ChatEvent)
 class StoredChatEvent:
     """A chat event as committed to its chat's log."""
 
-    chat_id: int
+    chat_id: ChatKey
     seq: int
     at: float
     event: ChatEvent
@@ -65,26 +67,26 @@ class StoredChatEvent:
 
 @dataclass(frozen=True, slots=True)
 class Person:
-    """Who did something: the person's id and the name shown for them."""
+    """Who did something: their key (``engine.keys``) and the name shown for them."""
 
-    user_id: int
+    user_id: PersonKey
     name: str = ""
 
     @property
     def label(self) -> str:
-        """The name, or the id when no name is known."""
-        return self.name or str(self.user_id)
+        """The name, or the key without its channel when no name is known."""
+        return self.name or key_label(self.user_id)
 
 
 @dataclass(frozen=True, slots=True)
 class TeamMember:
     """One granted role in a chat: who, which role, since when, granted by whom."""
 
-    user_id: int
+    user_id: PersonKey
     role: GrantedRole
     name: str
     since: float
-    by: int | None
+    by: PersonKey | None
 
 
 __all__ = [

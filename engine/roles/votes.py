@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from engine.events import CommandRun, StoredEvent
+from engine.keys import ChatKey, PersonKey
 from engine.plan.types import PlanApproval
 from engine.ports import EventLog
 from engine.roles.service import RoleService
@@ -26,7 +27,7 @@ VOTE_COMMANDS = frozenset({"approve", "approval_vote"})
 class Vote:
     """One person's approval of one plan revision."""
 
-    user_id: int
+    user_id: PersonKey
     name: str
     at: float
 
@@ -42,7 +43,7 @@ def votes_for(stored: Iterable[StoredEvent], plan_id: str, revision: int) -> lis
     An ``approve`` logged before votes carried a plan id counts for the revision it names.
     """
     out: list[Vote] = []
-    seen: set[int] = set()
+    seen: set[PersonKey] = set()
     for s in stored:
         e = s.event
         if not isinstance(e, CommandRun) or e.name not in VOTE_COMMANDS or e.actor is None:
@@ -70,7 +71,7 @@ class PlanVotes:
         log: EventLog,
         *,
         roles: RoleService | None = None,
-        chat_of: Callable[[str], int | None] = lambda _session_id: None,
+        chat_of: Callable[[str], ChatKey | None] = lambda _session_id: None,
     ) -> None:
         self._log = log
         self._roles = roles

@@ -4,7 +4,8 @@ The path is the boundary's answer, exactly as for the read tools (``engine.tools
 resolved first, then inside the workspace or a read-only root such as the session inbox, and
 never a hidden path: the home, the plan files, ``.env``, the secret files), so the agent can
 send what it could read and nothing more; what the descriptor opened is judged again.
-Regular files only, at most ``MAX_SEND_BYTES``; the file is read in a thread, never on the
+Regular files only, at most what the channel takes (``Channel.limits``: file size and caption
+length are the channel's, never constants here); the file is read in a thread, never on the
 event loop.
 """
 
@@ -17,18 +18,20 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from engine.inbox import human_size
+from engine.limits import ChannelLimits
 from engine.tools.base import ToolContext, ToolOutcome
 from engine.tools.boundary import Boundary, BoundaryPolicy, NotVisible
 from engine.tools.effects import BUILTIN
 from engine.tools.workspace import OutsideWorkspace
 
-# What one attachment may weigh (chat services take tens of MB from a bot; a phone wants far less).
-MAX_SEND_BYTES = 20 * 1024 * 1024
-MAX_CAPTION_CHARS = 1000
-
 
 class FileChannel(Protocol):
     """The part of the chat channel this tool uses (the engine's ``Channel`` has it)."""
+
+    @property
+    def limits(self) -> ChannelLimits:
+        """What one file and caption may hold on this channel."""
+        ...
 
     async def send_file(
         self, session_id: str, data: bytes, filename: str, *, caption: str | None
@@ -70,23 +73,30 @@ class SendFileTool:
 
     name = "send_file"
     declaration = BUILTIN["send_file"]
-    description = (
-        "Attach a file from the workspace (or one the owner sent) to the chat, e.g. a report, "
-        "a patch or a generated image, with an optional short caption. At most 20 MB."
-    )
 
     def __init__(
         self,
         channel: FileChannel,
         *,
-        max_bytes: int = MAX_SEND_BYTES,
+        max_bytes: int | None = None,
         boundary: BoundaryPolicy | None = None,
     ) -> None:
-        """``boundary`` decides what may be sent (without one: the workspace and the read
-        roots, nothing hidden)."""
+        """``max_bytes`` lowers the channel's file limit; ``boundary`` decides what may be
+        sent (without one: the workspace and the read roots, nothing hidden)."""
         self._channel = channel
         self._max_bytes = max_bytes
         self._policy = boundary or BoundaryPolicy()
+        self.description = (
+            "Attach a file from the workspace (or one the owner sent) to the chat, e.g. a "
+            "report, a patch or a generated image, with an optional short caption. At most "
+            f"{human_size(self.max_bytes)}."
+        )
+
+    @property
+    def max_bytes(self) -> int:
+        """What one file may weigh: the channel's limit, or less when set lower."""
+        limit = self._channel.limits.file_bytes
+        return limit if self._max_bytes is None else min(limit, self._max_bytes)
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -113,14 +123,14 @@ class SendFileTool:
         try:
             boundary = await self._policy.for_call(ctx)
             path = await asyncio.to_thread(boundary.readable, raw)
-            data = await asyncio.to_thread(_read_regular, path, self._max_bytes, boundary)
+            data = await asyncio.to_thread(_read_regular, path, self.max_bytes, boundary)
         except OutsideWorkspace as exc:
             return ToolOutcome(exc.result_text(ctx.workspace), is_error=True)
         except TooBig as exc:
             size = int(exc.args[0])
             return ToolOutcome(
                 f"error: {raw!r} is {human_size(size)}; send_file sends at most "
-                f"{human_size(self._max_bytes)} (compress it or send a part)",
+                f"{human_size(self.max_bytes)} (compress it or send a part)",
                 is_error=True,
             )
         except FileNotFoundError:
@@ -133,7 +143,8 @@ class SendFileTool:
             return ToolOutcome(
                 f"error: {raw!r} is not a regular file (a FIFO, socket or device)", True
             )
-        shown = caption.strip()[:MAX_CAPTION_CHARS] if caption and caption.strip() else None
+        most = self._channel.limits.caption_chars
+        shown = caption.strip()[:most] if caption and caption.strip() else None
         try:
             await self._channel.send_file(ctx.session_id, data, path.name, caption=shown)
         except Exception as exc:  # the chat's failure is the tool's result, not a crash
@@ -143,4 +154,4 @@ class SendFileTool:
         return ToolOutcome(f"sent {path.name} ({human_size(len(data))}) to the chat")
 
 
-__all__ = ["MAX_SEND_BYTES", "SendFileTool"]
+__all__ = ["SendFileTool"]

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Protocol
 
 from engine.events import WorktreeChange
+from engine.keys import PersonKey
 from engine.plan.service import PlanChange
 from engine.plan.types import PlanSidecar
 from engine.ports import EventLog
@@ -377,7 +378,9 @@ class Worktrees:
                 return
             await self._append(session_id, done)
 
-    async def set_aside(self, session_id: str, *, reason: str, actor: int | None = None) -> None:
+    async def set_aside(
+        self, session_id: str, *, reason: str, actor: PersonKey | None = None
+    ) -> None:
         """The plan was discarded or abandoned, or the session ends (``/new``): commit what
         the worktree has and keep the branch; the worktree goes. Nothing is lost."""
         async with self._lock(session_id):
@@ -438,7 +441,7 @@ class Worktrees:
         """Discard changes was pressed for this plan and not cancelled."""
         return self._confirm.get(session_id) == plan_id
 
-    async def merge(self, session_id: str, *, actor: int | None) -> str:
+    async def merge(self, session_id: str, *, actor: PersonKey | None) -> str:
         """Merge the branch into the one the plan started from: a fast-forward when it can,
         else a merge commit; a conflict leaves everything as it was and names the files."""
         async with self._lock(session_id):
@@ -467,7 +470,12 @@ class Worktrees:
             return await self._merge_locked(session_id, record, actor=actor)
 
     async def _merge_locked(
-        self, session_id: str, record: WorktreeRecord, *, actor: int | None, already: bool = False
+        self,
+        session_id: str,
+        record: WorktreeRecord,
+        *,
+        actor: PersonKey | None,
+        already: bool = False,
     ) -> str:
         main = self._main(Path(record.project))
         if already or await self._merged(main, record):
@@ -526,7 +534,7 @@ class Worktrees:
         await main.run("merge", "--abort", check=False)
         return done, [f for f in listed.out.split("\0") if f]
 
-    async def push(self, session_id: str, *, actor: int | None) -> str:
+    async def push(self, session_id: str, *, actor: PersonKey | None) -> str:
         """Push the branch to ``PLANGATE_GIT_REMOTE``; the worktree goes, the branch stays."""
         async with self._lock(session_id):
             record = await self.record(session_id)
@@ -539,7 +547,7 @@ class Worktrees:
             return await self._push_locked(session_id, record, actor=actor)
 
     async def _push_locked(
-        self, session_id: str, record: WorktreeRecord, *, actor: int | None
+        self, session_id: str, record: WorktreeRecord, *, actor: PersonKey | None
     ) -> str:
         assert self.remote is not None
         main = self._main(Path(record.project))
@@ -567,7 +575,7 @@ class Worktrees:
         )
         return message
 
-    async def keep(self, session_id: str, *, actor: int | None) -> str:
+    async def keep(self, session_id: str, *, actor: PersonKey | None) -> str:
         """Keep branch: the worktree goes, the branch stays."""
         async with self._lock(session_id):
             record = await self.record(session_id)
@@ -581,7 +589,7 @@ class Worktrees:
         record: WorktreeRecord,
         *,
         note: str = "",
-        actor: int | None = None,
+        actor: PersonKey | None = None,
     ) -> str:
         self._confirm.pop(session_id, None)
         await self._append(session_id, record.model_copy(update={"phase": "keeping"}), actor=actor)
@@ -594,7 +602,7 @@ class Worktrees:
         )
         return message
 
-    async def discard(self, session_id: str, *, actor: int | None) -> str:
+    async def discard(self, session_id: str, *, actor: PersonKey | None) -> str:
         """Discard changes (confirmed): the worktree and the branch go."""
         async with self._lock(session_id):
             record = await self.record(session_id)
@@ -885,7 +893,7 @@ class Worktrees:
         return message
 
     async def _append(
-        self, session_id: str, record: WorktreeRecord, *, actor: int | None = None
+        self, session_id: str, record: WorktreeRecord, *, actor: PersonKey | None = None
     ) -> None:
         await self._log.append(session_id, [WorktreeChange(record=record, actor=actor)])
         previous = self._records.get(session_id)

@@ -20,6 +20,7 @@ from engine.model.scripted import ScriptedProvider
 from engine.tools.base import ToolContext
 from engine.tools.files import EditFileTool, GrepTool, ListFilesTool, ReadFileTool
 from tests.engine.helpers import OWNER, engine_rig, settle
+from tests.keys import chat
 
 MB = 1 << 20
 # Well over what any one read keeps (a 1 MB chunk and the shown window), well under the
@@ -115,8 +116,8 @@ async def test_a_file_name_that_is_not_utf8_is_listed_and_grepped_with_replaceme
         os.write(fd, b"a needle in a badly named file\n")
         os.close(fd)
         (rig.workspace / "good.txt").write_text("plain text\n", encoding="utf-8")
-        sid = await rig.engine.session_for_chat(-100, 0)
-        await rig.engine.user_message(sid, "what is here?", actor=OWNER, message_id=1)
+        sid = await rig.engine.session_for_chat(chat(-100))
+        await rig.engine.user_message(sid, "what is here?", actor=OWNER, message_id="1")
         await settle(rig.engine, sid)
         results = [
             s.event

@@ -65,7 +65,7 @@ async def test_gates_in_editing_then_project_write_after_approval(tmp_path: Path
     agent = make_agent(
         ws, script, plan=PlanServiceAdapter(plans), extra_tools=[PlanTool(plans)], log=log
     )
-    agent.registry.submit(SID, "plan a widget", message_id=7)
+    agent.registry.submit(SID, "plan a widget", message_id="7")
     await agent.registry.wait_idle(SID)
 
     got = results(await agent.events())
@@ -91,7 +91,7 @@ async def test_gates_in_editing_then_project_write_after_approval(tmp_path: Path
 
     revision = await plans.revision(SID)
     controller = agent.registry.controller(SID)
-    assert await controller.request_approval(revision=revision, actor=1) == "committed"
+    assert await controller.request_approval(revision=revision, actor="tg:1") == "committed"
     await agent.registry.wait_idle(SID)
     assert await plans.state(SID) == "active"
     assert (ws / "widget.py").read_text() == "WIDGET = 1\n"
@@ -134,7 +134,7 @@ class ApproveProbe:
         assert self.registry is not None
         revision = await self.plans.revision(ctx.session_id)
         controller = self.registry.controller(ctx.session_id)
-        self.answers.append(await controller.request_approval(revision=revision, actor=1))
+        self.answers.append(await controller.request_approval(revision=revision, actor="tg:1"))
         return ToolOutcome("approved by the owner")
 
 

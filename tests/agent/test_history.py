@@ -63,12 +63,12 @@ async def test_each_step_reads_only_the_events_since_the_step_before(tmp_path: P
         ],
         log=log,
     )
-    agent.registry.submit(SID, "write a", message_id=1)
+    agent.registry.submit(SID, "write a", message_id="1")
     await agent.registry.wait_idle(SID)
     # Step 1 reads turn/start + user/message; step 2 only assistant + tool/call + tool/result.
     assert log.reads == [(0, 2), (2, 3)]
     log.reads.clear()
-    agent.registry.submit(SID, "again", message_id=2)
+    agent.registry.submit(SID, "again", message_id="2")
     await agent.registry.wait_idle(SID)
     # The next turn's first step: the last turn's reply and end, this turn's start and message.
     assert log.reads == [(5, 4)]
@@ -85,7 +85,7 @@ def event_pool() -> list[SessionEvent]:
         TurnEnd(turn_id="t", outcome="completed"),
         TurnEnd(turn_id="t", outcome="interrupted"),
         UserMessage(text="hi"),
-        UserMessage(text="fb", source=FeedbackSource(user_id=1)),
+        UserMessage(text="fb", source=FeedbackSource(user_id="tg:1")),
         UserMessage(text="seed", source=SeedSource()),
         UserMessage(text="round", source=GoalRoundSource(goal_id="g", revision=1, round=1)),
         AssistantMessage(text=""),

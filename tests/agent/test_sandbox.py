@@ -94,7 +94,7 @@ async def test_pre_init_bash_changes_no_byte_while_ls_and_grep_work(tmp_path: Pa
     ]
     script = [*(call("bash", {"command": c}) for c in commands), say("explored")]
     agent = make_agent(ws, script, plan=PlanServiceAdapter(plans), log=log)
-    agent.registry.submit(SID, "look around", message_id=1)
+    agent.registry.submit(SID, "look around", message_id="1")
     await asyncio.wait_for(agent.registry.wait_idle(SID), 60)
     got = [e for e in await agent.events() if isinstance(e, ToolResult)]
     assert len(got) == len(commands)

@@ -35,7 +35,7 @@ def ws(tmp_path: Path) -> Path:
 
 async def test_plain_answer_is_a_reply_to_the_opening_message(ws: Path) -> None:
     agent = make_agent(ws, [say("Hello!")])
-    agent.registry.submit(SID, "hi", message_id=42)
+    agent.registry.submit(SID, "hi", message_id="42")
     await agent.registry.wait_idle(SID)
     assert await agent.types() == [
         "turn/start",
@@ -46,7 +46,7 @@ async def test_plain_answer_is_a_reply_to_the_opening_message(ws: Path) -> None:
     end = (await agent.events())[-1]
     assert isinstance(end, TurnEnd) and end.outcome == "completed"
     replies = agent.channel.of("reply")
-    assert [(r.args["text"], r.args["reply_to"]) for r in replies] == [("Hello!", 42)]
+    assert [(r.args["text"], r.args["reply_to"]) for r in replies] == [("Hello!", "42")]
     assert [c.args["outcome"] for c in agent.channel.of("turn_ended")] == ["completed"]
     assert agent.registry.is_idle(SID)
 
@@ -60,7 +60,7 @@ async def test_tool_call_round_trip_and_history(ws: Path) -> None:
             say("Second.", expect="again"),
         ],
     )
-    agent.registry.submit(SID, "write notes", message_id=1)
+    agent.registry.submit(SID, "write notes", message_id="1")
     await agent.registry.wait_idle(SID)
     assert (ws / "notes.txt").read_text() == "abc"
     events = await agent.events()
@@ -68,14 +68,14 @@ async def test_tool_call_round_trip_and_history(ws: Path) -> None:
     results = [e for e in events if isinstance(e, ToolResult)]
     assert [c.name for c in calls] == ["write_file"]
     assert results[0].call_id == calls[0].call_id and not results[0].is_error
-    agent.registry.submit(SID, "again", message_id=2)
+    agent.registry.submit(SID, "again", message_id="2")
     await agent.registry.wait_idle(SID)
     last = agent.scripted.last_messages
     roles = [m["role"] for m in last]
     # system, turn 1 (user, assistant+call, tool, assistant), turn 2 user
     assert roles == ["system", "user", "assistant", "tool", "assistant", "user"]
     assert last[2]["tool_calls"][0]["function"]["name"] == "write_file"
-    assert [r.args["reply_to"] for r in agent.channel.of("reply")] == [1, 2]
+    assert [r.args["reply_to"] for r in agent.channel.of("reply")] == ["1", "2"]
 
 
 async def test_max_steps_ends_the_turn(ws: Path) -> None:
@@ -129,8 +129,8 @@ async def test_unknown_tool_is_an_error_result_not_a_crash(ws: Path) -> None:
 
 async def test_messages_queue_behind_a_running_turn(ws: Path) -> None:
     agent = make_agent(ws, [say("one"), say("two", expect="second")])
-    agent.registry.submit(SID, "first", message_id=1)
-    agent.registry.submit(SID, "second", message_id=2)
+    agent.registry.submit(SID, "first", message_id="1")
+    agent.registry.submit(SID, "second", message_id="2")
     assert not agent.registry.is_idle(SID)
     await agent.registry.wait_idle(SID)
     users = [e.text for e in await agent.events() if isinstance(e, UserMessage)]
@@ -150,10 +150,10 @@ async def test_stop_during_long_bash_kills_the_group_and_next_message_is_fresh(
             say("fresh turn", expect="after stop"),
         ],
     )
-    agent.registry.submit(SID, "run the long thing", message_id=1)
+    agent.registry.submit(SID, "run the long thing", message_id="1")
     await wait_for_file(pidfile)
     assert processes_with(f"sleep {marker}")
-    agent.registry.submit(SID, "queued behind", message_id=2)
+    agent.registry.submit(SID, "queued behind", message_id="2")
     dropped = await asyncio.wait_for(agent.registry.stop(SID), 30)
     assert [m.text for m in dropped] == ["queued behind"]
     assert processes_with(f"sleep {marker}") == []
@@ -165,7 +165,7 @@ async def test_stop_during_long_bash_kills_the_group_and_next_message_is_fresh(
     assert agent.registry.is_idle(SID)
     assert agent.channel.of("reply") == []
 
-    agent.registry.submit(SID, "after stop", message_id=3)
+    agent.registry.submit(SID, "after stop", message_id="3")
     await agent.registry.wait_idle(SID)
     events = await agent.events()
     starts = [e for e in events if e.type == "turn/start"]
@@ -173,7 +173,7 @@ async def test_stop_during_long_bash_kills_the_group_and_next_message_is_fresh(
     last_end = events[-1]
     assert isinstance(last_end, TurnEnd) and last_end.outcome == "completed"
     assert last_end.turn_id == starts[1].turn_id  # type: ignore[union-attr]
-    assert agent.channel.of("reply")[-1].args == {"text": "fresh turn", "reply_to": 3}
+    assert agent.channel.of("reply")[-1].args == {"text": "fresh turn", "reply_to": "3"}
     # The cancelled turn's call and its synthetic result stay valid history for the model.
     roles = [m["role"] for m in agent.scripted.last_messages]
     assert roles == ["system", "user", "assistant", "tool", "user"]

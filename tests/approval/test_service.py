@@ -72,12 +72,14 @@ async def test_a_waiting_call_is_answered_once_and_only_by_its_own_id(
     view = asked.args["view"]
     assert isinstance(view, ApprovalView) and view.command == "rm -rf build"
     assert gate.pending(sid) == view
-    assert (await gate.answer(sid, "once", "zzzzzzzz", actor=1)).stale  # another request
-    assert (await gate.answer("other", "once", view.short_id, actor=1)).stale  # another session
+    assert (await gate.answer(sid, "once", "zzzzzzzz", actor="tg:1")).stale  # another request
+    assert (
+        await gate.answer("other", "once", view.short_id, actor="tg:1")
+    ).stale  # another session
     assert not waiting.done()
-    assert (await gate.answer(sid, "deny", view.short_id, actor=1)).text == "Denied."
+    assert (await gate.answer(sid, "deny", view.short_id, actor="tg:1")).text == "Denied."
     assert await asyncio.wait_for(waiting, 5) == DENIED_TEXT
-    assert (await gate.answer(sid, "once", view.short_id, actor=1)).stale  # repeated press
+    assert (await gate.answer(sid, "once", view.short_id, actor="tg:1")).stale  # repeated press
     assert await decided(storage, sid) == ["deny"]
     [closed] = channel.of("approval_closed")
     assert closed.args["decision"] == "deny"
@@ -93,8 +95,8 @@ async def test_a_compound_command_offers_no_session_rule(storage: Storage, tmp_p
     [asked] = await asyncio.wait_for(channel.wait_for("approval_asked"), 5)
     view = asked.args["view"]
     assert view.rule is None
-    assert (await gate.answer(sid, "session", view.short_id, actor=1)).stale
-    assert (await gate.answer(sid, "once", view.short_id, actor=1)).text == "Allowed once."
+    assert (await gate.answer(sid, "session", view.short_id, actor="tg:1")).stale
+    assert (await gate.answer(sid, "once", view.short_id, actor="tg:1")).text == "Allowed once."
     assert await asyncio.wait_for(waiting, 5) is None
     assert gate.rules(sid) == (("ls",),)
 
@@ -123,8 +125,8 @@ async def test_unattended_turns_never_wait_and_their_allow_adds_the_rule_once(
     # The offer survives a restart (replay), and counts once: the rule covers both offers.
     again = ToolApprovals(storage.log, RecordingChannel())
     await again.load(sid)
-    assert (await again.answer(sid, "rule", first.short_id, actor=1)).rule == ("git", "status")
-    assert (await again.answer(sid, "rule", second.short_id, actor=1)).stale
+    assert (await again.answer(sid, "rule", first.short_id, actor="tg:1")).rule == ("git", "status")
+    assert (await again.answer(sid, "rule", second.short_id, actor="tg:1")).stale
     assert await again.check(bash("git status"), ctx(sid, rounds), phase="active") is None
 
 
@@ -133,7 +135,7 @@ async def test_a_restart_closes_a_pending_request_as_denied_and_keeps_the_rules(
 ) -> None:
     sid = await new_session(storage, tmp_path)
     gate = ToolApprovals(storage.log, RecordingChannel())
-    await gate.add_rule(sid, ("pytest",), actor=1)
+    await gate.add_rule(sid, ("pytest",), actor="tg:1")
     # What a process that died while the owner had not answered leaves in the log.
     await storage.log.append(
         sid,
@@ -143,7 +145,7 @@ async def test_a_restart_closes_a_pending_request_as_denied_and_keeps_the_rules(
     await fresh.load(sid)
     assert await decided(storage, sid) == ["interrupted"]
     assert fresh.pending(sid) is None
-    assert (await fresh.answer(sid, "once", "rrrrrrrr", actor=1)).stale  # never an allow
+    assert (await fresh.answer(sid, "once", "rrrrrrrr", actor="tg:1")).stale  # never an allow
     assert fresh.rules(sid) == (("pytest",),)
     await fresh.load(sid)  # loading again closes nothing twice
     assert await decided(storage, sid) == ["interrupted"]
@@ -155,9 +157,9 @@ async def test_a_rule_is_logged_once_however_often_it_is_granted(
     sid = await new_session(storage, tmp_path)
     gate = ToolApprovals(storage.log, RecordingChannel())
     for _ in range(2):
-        await gate.add_rule(sid, ("pytest",), actor=1)
-        await gate.add_rule(sid, ("src/app.py",), actor=1, family="files")
-        await gate.add_rule(sid, (), actor=1)
+        await gate.add_rule(sid, ("pytest",), actor="tg:1")
+        await gate.add_rule(sid, ("src/app.py",), actor="tg:1", family="files")
+        await gate.add_rule(sid, (), actor="tg:1")
     logged = [s.event for s in await storage.log.read(sid, types=("approval/rule",))]
     assert [(e.tool, e.words) for e in logged if isinstance(e, ApprovalRule)] == [
         ("bash", ["pytest"]),
@@ -167,8 +169,8 @@ async def test_a_rule_is_logged_once_however_often_it_is_granted(
     fresh = ToolApprovals(storage.log, RecordingChannel())
     await fresh.load(sid)
     assert fresh.rules(sid) == (("pytest",),)
-    await fresh.add_rule(sid, ("pytest",), actor=1)
-    await fresh.add_rule(sid, ("src/app.py",), actor=1, family="files")
+    await fresh.add_rule(sid, ("pytest",), actor="tg:1")
+    await fresh.add_rule(sid, ("src/app.py",), actor="tg:1", family="files")
     assert len(await storage.log.read(sid, types=("approval/rule",))) == 2
 
 
@@ -281,7 +283,7 @@ async def test_a_request_denied_in_a_run_is_not_asked_again_until_a_person_acts(
     await asyncio.wait_for(_until(lambda: len(channel.of("approval_asked")) == 2), 5)
     view = gate.pending(sid)
     assert view is not None
-    await gate.answer(sid, "once", view.short_id, actor=1)
+    await gate.answer(sid, "once", view.short_id, actor="tg:1")
     assert await again is None
 
 
@@ -298,7 +300,7 @@ async def test_session_rules_for_interpreters_allow_the_exact_command_only(
         await asyncio.wait_for(_until(lambda: gate.pending(sid) is not None), 5)
         view = gate.pending(sid)
         assert view is not None
-        await gate.answer(sid, action, view.short_id, actor=1)
+        await gate.answer(sid, action, view.short_id, actor="tg:1")
         await waiting
         return view
 
@@ -329,8 +331,8 @@ async def test_allow_for_the_session_and_a_deny_at_once_act_once(
     # Two approvers press at once: the session grant logs its rule first, and the Deny that
     # lands meanwhile must not also act (it is out of date).
     allow, deny = await asyncio.gather(
-        gate.answer(sid, "session", view.short_id, actor=1),
-        gate.answer(sid, "deny", view.short_id, actor=2),
+        gate.answer(sid, "session", view.short_id, actor="tg:1"),
+        gate.answer(sid, "deny", view.short_id, actor="tg:2"),
     )
     assert not allow.stale and deny.stale
     assert await asyncio.wait_for(waiting, 5) is None  # allowed: the call runs

@@ -18,6 +18,7 @@ from engine.model.script import say
 from tests.fakebot.server import FakeBotApi
 from tests.fakes.openai_server import FAKE_MODEL, FakeOpenAIServer
 from tests.fakeslack.server import FakeSlack
+from tests.keys import person
 from tests.slack.live import CHANNEL
 from tests.slack.live import OWNER as SLACK_OWNER
 from tests.telegram.app_support import GROUP, OWNER, eventually, running_bot
@@ -41,7 +42,7 @@ async def test_one_engine_serves_both_and_each_reply_goes_home(tmp_path: Path) -
     workspace = tmp_path / "work"
     workspace.mkdir()
     config = EngineConfig(
-        workspace=workspace, owner_ids=frozenset({OWNER, keys.person_key(SLACK_OWNER)})
+        workspace=workspace, owner_ids=frozenset({person(OWNER), keys.person_key(SLACK_OWNER)})
     )
     stop = asyncio.Event()
     try:

@@ -63,7 +63,7 @@ async def test_the_card_says_checks_are_running_and_drops_it_after(tmp_path: Pat
     assert (await plans.init(sid, title="Health", mode="design", workspace=workspace)).ok
     (await plans.md_path(sid)).write_text(CHECKED_PLAN)
     await plans.md_written(sid)
-    assert (await plans.approve(sid, revision=await plans.revision(sid), actor=1)).ok
+    assert (await plans.approve(sid, revision=await plans.revision(sid), actor="tg:1")).ok
     assert (await plans.start(sid)).ok
     redraws.clear()
     refused = await plans.complete(sid, workspace=workspace)

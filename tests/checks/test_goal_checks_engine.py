@@ -13,6 +13,7 @@ from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
 from tests.checks.support import ALLOW_CHECK, CHECK, FIXED_APP_PY, explore, make_project
 from tests.engine.helpers import OWNER, engine_rig, settle
+from tests.keys import chat
 
 
 def goal_script() -> list[ScriptStep]:
@@ -41,7 +42,7 @@ async def test_a_goal_claimed_done_while_its_check_fails_stays_active_until_it_p
     model = ScriptedProvider(goal_script())
     async with engine_rig(tmp_path, model, allow_bash=ALLOW_CHECK) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         out = await engine.command(
             sid, "goal", f'make the health test pass --check "{CHECK}"', actor=OWNER
         )
@@ -77,7 +78,7 @@ async def test_a_goal_claimed_done_while_its_check_fails_stays_active_until_it_p
 async def test_goal_check_add_list_and_clear_are_edits_of_the_snapshot(tmp_path: Path) -> None:
     async with engine_rig(tmp_path, ScriptedProvider([])) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         assert (await engine.command(sid, "goal", "check list", actor=OWNER)).reply == (
             "There is no goal."
         )

@@ -15,6 +15,7 @@ from engine.tools.base import ToolContext
 from engine.tools.files import file_tools
 from tests.checks.support import CHECK, CHECKED_PLAN, make_project
 from tests.engine.helpers import OWNER, engine_rig, post_init
+from tests.keys import chat
 
 
 async def test_the_todo_list_the_file_tools_and_a_bare_complete_cannot_finish_it(
@@ -23,7 +24,7 @@ async def test_the_todo_list_the_file_tools_and_a_bare_complete_cannot_finish_it
     make_project(tmp_path / "work")
     async with engine_rig(tmp_path, ScriptedProvider([])) as rig:
         engine, plans = rig.engine, rig.engine.plans
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid, CHECKED_PLAN)
         assert (await plans.approve(sid, revision=await plans.revision(sid), actor=OWNER)).ok
         assert (await plans.start(sid)).ok

@@ -20,6 +20,7 @@ from tests.checks.support import (
     make_project,
 )
 from tests.engine.helpers import OWNER, engine_rig, post_init, settle
+from tests.keys import chat
 from tests.telegram.live import until
 
 
@@ -36,7 +37,7 @@ async def test_complete_runs_the_check_refuses_a_failure_and_records_the_pass(
     model = ScriptedProvider(execution())
     async with engine_rig(tmp_path, model, allow_bash=ALLOW_CHECK) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid, CHECKED_PLAN)
         await engine.command(sid, "execute", "", actor=OWNER)
         await settle(engine, sid, timeout_s=60)
@@ -72,7 +73,7 @@ async def test_a_check_cannot_write_the_workspace_and_a_missing_command_fails(
     make_project(tmp_path / "work")
     async with engine_rig(tmp_path, ScriptedProvider(script)) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid, plan)
         await engine.command(sid, "execute", "", actor=OWNER)
         await settle(engine, sid, timeout_s=60)
@@ -106,7 +107,7 @@ async def test_skip_of_a_checked_task_in_the_approved_run_waits_and_a_timeout_pa
     make_project(tmp_path / "work")
     async with engine_rig(tmp_path, ScriptedProvider(script), approval_timeout_s=0.3) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid, CHECKED_PLAN)
         await engine.command(sid, "execute", "", actor=OWNER)
         await settle(engine, sid, timeout_s=60)
@@ -136,7 +137,7 @@ async def test_skip_of_a_checked_task_in_a_goal_round_is_denied_and_blocks_the_g
     make_project(tmp_path / "work")
     async with engine_rig(tmp_path, ScriptedProvider(script)) as rig:
         engine, plans = rig.engine, rig.engine.plans
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid, CHECKED_PLAN)
         assert (await plans.approve(sid, revision=await plans.revision(sid), actor=OWNER)).ok
         await engine.command(sid, "goal", "finish the plan", actor=OWNER)
@@ -171,7 +172,7 @@ async def test_a_checked_skip_in_the_run_the_owner_armed_waits_for_the_answer(
     make_project(tmp_path / "work")
     async with engine_rig(tmp_path, ScriptedProvider(script)) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid, CHECKED_PLAN)
         await engine.command(sid, "execute", "", actor=OWNER)
 

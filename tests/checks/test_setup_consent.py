@@ -13,6 +13,7 @@ from engine.model.script import call, say
 from engine.model.scripted import ScriptedProvider
 from tests.checks.support import APP_PY, TEST_PY
 from tests.engine.helpers import OWNER, engine_rig, post_init, settle
+from tests.keys import chat
 from tests.projects.support import make_repo
 
 SETUP = "echo installing > installed.txt\n"
@@ -33,7 +34,7 @@ async def test_a_goal_round_never_runs_an_unapproved_setup_script_and_blocks_nam
     ]
     async with engine_rig(tmp_path, ScriptedProvider(script)) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await engine.command(sid, "goal", "make the health test pass", actor=OWNER)
 
         async def blocked() -> None:
@@ -86,7 +87,7 @@ async def test_a_script_the_plan_changed_is_not_run_again_without_consent(
     ]
     async with engine_rig(tmp_path, ScriptedProvider(script), approval_timeout_s=0.3) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid, PLAN)
         await engine.plan_card(sid)  # the review the owner approves names the script
         await engine.command(sid, "execute", "", actor=OWNER)
@@ -124,7 +125,7 @@ async def test_setup_again_in_the_worktree_keeps_what_it_built_read_only(tmp_pat
     ]
     async with engine_rig(tmp_path, ScriptedProvider(script)) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid, PLAN)
         await engine.plan_card(sid)
         await engine.command(sid, "execute", "", actor=OWNER)
@@ -155,7 +156,7 @@ async def test_status_and_project_say_whether_the_project_has_a_setup_script(
 ) -> None:
     async with engine_rig(tmp_path, ScriptedProvider([])) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         status = await engine.command(sid, "status", "", actor=OWNER)
         assert status.reply is not None and "Setup: no .plangate/setup.sh" in status.reply
         (rig.workspace / ".plangate").mkdir()
@@ -167,3 +168,35 @@ async def test_status_and_project_say_whether_the_project_has_a_setup_script(
         project = await engine.project(-1, 0, "", actor=OWNER)
     assert project.reply is not None
     assert f"Setup: .plangate/setup.sh (sha256 {sha[:12]})" in project.reply
+
+
+def test_a_huge_setup_script_on_disk_is_never_read_whole(tmp_path: Path) -> None:
+    """/status, /project and /setup read the script on disk, which the agent writes in NoPlan:
+    a sparse 8 GB file (no disk used, so no disk reserve trips) must not be read into
+    plangate's memory. Run under a 1.5 GB address-space limit, where a whole read fails."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "work"
+    (folder / ".plangate").mkdir(parents=True)
+    with (folder / ".plangate/setup.sh").open("wb") as fh:
+        fh.truncate(8 * 1024**3)
+    probe = (
+        "import resource, sys\n"
+        "from pathlib import Path\n"
+        "from engine.environments import read_script\n"
+        "from engine.worktree.script import MAX_SCRIPT_CHARS\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (1536 * 1024**2, 1536 * 1024**2))\n"
+        "script = read_script(Path(sys.argv[1]))\n"
+        "print('long' if script is not None and len(script.text) > MAX_SCRIPT_CHARS else script)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0, done.stderr[-500:]
+    assert done.stdout.strip() == "long"

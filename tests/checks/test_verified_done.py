@@ -16,6 +16,7 @@ from engine.model.scripted import ScriptedProvider
 from engine.plan.types import PlanSidecar
 from tests.checks.support import APP_PY, CHECK, TEST_PY
 from tests.engine.helpers import OWNER, engine_rig, post_init, settle
+from tests.keys import chat
 from tests.projects.support import git, make_repo
 
 NEW_TEST = "import app\n\nassert app.health() == 'ok'\n"
@@ -51,7 +52,7 @@ async def test_changed_tests_are_taken_in_the_worktree_with_the_same_files_both_
         say("Done.", expect="archived"),
     ]
     async with engine_rig(tmp_path, ScriptedProvider(script)) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         await post_init(rig, sid, plan)
         await rig.engine.command(sid, "execute", "", actor=OWNER)
         await settle(rig.engine, sid, timeout_s=90)
@@ -81,7 +82,7 @@ async def test_a_unittest_py_that_makes_the_runner_pass_is_named_on_the_done_car
         say("Done.", expect="archived"),
     ]
     async with engine_rig(tmp_path, ScriptedProvider(script)) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         await post_init(rig, sid, plan)
         await rig.engine.command(sid, "execute", "", actor=OWNER)
         await settle(rig.engine, sid, timeout_s=90)
@@ -108,7 +109,7 @@ async def test_a_reapproval_that_carries_every_task_over_runs_the_plan_checks_an
     ]
     async with engine_rig(tmp_path, ScriptedProvider(script)) as rig:
         engine, plans = rig.engine, rig.engine.plans
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid, two_steps)
         await engine.command(sid, "execute", "", actor=OWNER)
         await settle(engine, sid, timeout_s=90)

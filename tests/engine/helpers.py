@@ -18,6 +18,7 @@ from engine.ports import Clock, EventLog
 from engine.progress.stuck import StuckLimits
 from engine.usage.meter import UsageConfig
 from storage.open import Storage
+from tests.keys import person
 
 PLAN_MD = """# Greeting module
 
@@ -175,7 +176,7 @@ async def settle(engine: Engine, session_id: str, *, timeout_s: float = 30.0) ->
     await asyncio.wait_for(idle(), timeout_s)
 
 
-OWNER = 7
+OWNER = person(7)
 
 
 async def post_init(rig: Rig, sid: str, md: str = PLAN_MD) -> None:

@@ -13,6 +13,7 @@ from engine.model.scripted import ScriptedProvider
 from engine.plan.machine import TaskSpec
 from engine.ports import EventLog
 from tests.engine.helpers import engine_rig
+from tests.keys import chat
 
 
 class GoalAppendGate:
@@ -52,7 +53,7 @@ async def test_a_plan_archived_while_its_card_is_sent_keeps_the_new_card_id(
 
     async with engine_rig(tmp_path, ScriptedProvider([]), wrap_log=wrap) as rig:
         engine, gate = rig.engine, gates[-1]
-        sid = await engine.session_for_chat(-100, 0)
+        sid = await engine.session_for_chat(chat(-100))
         plans = engine.plans
         task = TaskSpec(title="Only task", acceptance_criteria=("it works",))
         made = await plans.init(sid, title="One", tasks=[task], workspace=rig.workspace)
@@ -61,7 +62,7 @@ async def test_a_plan_archived_while_its_card_is_sent_keeps_the_new_card_id(
         goal = await engine.goals.get(sid)
         assert goal is not None and goal.source == "task"  # cleared when the plan ends
         await engine.set_plan_flow(
-            sid, chat_id=-100, thread_id=None, card_id=10, plan_id=made.plan_id
+            sid, chat_id="tg:-100", thread_id=None, card_id="10", plan_id=made.plan_id
         )
 
         gate.armed = True
@@ -71,7 +72,7 @@ async def test_a_plan_archived_while_its_card_is_sent_keeps_the_new_card_id(
         # comes back with its id now.
         assert await plans.current(sid) is None
         await engine.set_plan_flow(
-            sid, chat_id=-100, thread_id=None, card_id=20, plan_id=made.plan_id
+            sid, chat_id="tg:-100", thread_id=None, card_id="20", plan_id=made.plan_id
         )
         gate.release.set()
         assert (await asyncio.wait_for(finishing, 10)).ok
@@ -79,7 +80,7 @@ async def test_a_plan_archived_while_its_card_is_sent_keeps_the_new_card_id(
         card = await engine.plan_card(sid)
         assert card.state == "done" and card.sidecar is not None
         assert card.sidecar.id == made.plan_id
-        assert card.sidecar.flow.card_id == 20  # the final drawing edits the card on screen
+        assert card.sidecar.flow.card_id == "20"  # the final drawing edits the card on screen
         # A later, unrelated plan does not inherit it.
         again = await plans.init(sid, title="Two", tasks=[task], workspace=rig.workspace)
         assert again.ok

@@ -12,6 +12,7 @@ from engine.events import RunPaused, SeedSource, TurnOutcome, TurnStart, UserMes
 from engine.model.script import call, say
 from engine.model.scripted import ScriptedProvider
 from tests.engine.helpers import OWNER, engine_rig, post_init, settle
+from tests.keys import chat
 
 TASK_1 = [
     call("plan", {"op": "start"}),
@@ -45,7 +46,7 @@ async def test_a_run_that_only_talks_is_stuck_and_resume_runs_it_to_the_end(
                               *TASK_2, say("All done.")])  # fmt: skip
     async with engine_rig(tmp_path, model) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         await engine.command(sid, "execute", "", actor=OWNER)
         await settle(engine, sid)
@@ -63,7 +64,7 @@ async def test_progress_keeps_the_run_going_across_the_step_cap(tmp_path: Path) 
     model = ScriptedProvider([*TASK_1, *TASK_2])
     async with engine_rig(tmp_path, model, max_steps=1) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         await engine.command(sid, "execute", "", actor=OWNER)
         await settle(engine, sid)
@@ -80,7 +81,7 @@ async def test_stop_pauses_the_run_and_a_restart_never_resumes_it(tmp_path: Path
     model = ScriptedProvider([*TASK_1, say("Task 1 is done.")])
     async with engine_rig(tmp_path, model) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         await engine.command(sid, "execute", "", actor=OWNER)
         await settle(engine, sid)
@@ -90,7 +91,7 @@ async def test_stop_pauses_the_run_and_a_restart_never_resumes_it(tmp_path: Path
         assert (await engine.plan_card(sid)).state == "paused"
         seeds = await _seeds(rig, sid)
     async with engine_rig(tmp_path, ScriptedProvider([])) as again:
-        sid2 = await again.engine.session_for_chat(-1, 0)
+        sid2 = await again.engine.session_for_chat(chat(-1))
         assert sid2 == sid
         await settle(again.engine, sid)
         card = await again.engine.plan_card(sid)
@@ -102,7 +103,7 @@ async def test_a_run_a_dead_process_left_comes_back_paused_and_its_card_is_redra
     tmp_path: Path,
 ) -> None:
     async with engine_rig(tmp_path, ScriptedProvider([])) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         revision = await rig.engine.plans.revision(sid)
         assert (await rig.engine.plans.approve(sid, revision=revision, actor=OWNER)).ok
@@ -123,7 +124,7 @@ async def test_a_run_says_its_closing_words_once_not_after_every_continuation(
     script = [*TASK_1, say("Task 1 is done."), *TASK_2, say("All done: both tasks.")]
     async with engine_rig(tmp_path, ScriptedProvider(script)) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         await engine.command(sid, "execute", "", actor=OWNER)
         await settle(engine, sid)
@@ -147,7 +148,7 @@ async def test_a_question_holds_the_run_and_goal_rounds_until_the_owner_answers(
     ]
     async with engine_rig(tmp_path, ScriptedProvider(script)) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         await engine.command(sid, "execute", "", actor=OWNER)
         await asyncio.wait_for(engine.agents.wait_idle(sid), 10)  # the turn's task ended
@@ -169,7 +170,7 @@ async def test_an_owner_turn_that_ends_the_run_says_its_own_words_and_no_more(
     script = [*TASK_1, say("Task 1 is done."), *TASK_2, say("Both are done, as you asked.")]
     async with engine_rig(tmp_path, ScriptedProvider(script)) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         await engine.command(sid, "execute", "then finish the test too", actor=OWNER)
         await settle(engine, sid)
@@ -189,7 +190,7 @@ async def test_the_card_drawn_as_the_stuck_turn_ends_is_paused_not_working(
     async with engine_rig(tmp_path, model) as rig:
         engine = rig.engine
         (rig.workspace / "README.md").write_text("# hi\n", encoding="utf-8")
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         drawn: list[tuple[str, bool, str | None]] = []
         channel = rig.channel
@@ -215,7 +216,7 @@ async def test_a_failed_turn_pauses_the_run_and_the_card_says_why(tmp_path: Path
     model = ScriptedProvider([TASK_1[0], say("never", expect="a line nobody sends")])
     async with engine_rig(tmp_path, model) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         await engine.command(sid, "execute", "", actor=OWNER)
         await settle(engine, sid)

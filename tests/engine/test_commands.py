@@ -19,6 +19,7 @@ from engine.model.script import say
 from engine.model.scripted import ScriptedProvider
 from engine.plan.machine import TaskSpec
 from tests.engine.helpers import OWNER, Rig, engine_rig, faulty_rig, post_init, settle
+from tests.keys import chat
 
 
 async def _active_checklist(rig: Rig, sid: str) -> None:
@@ -45,7 +46,7 @@ async def test_plan_from_noplan_enters_durable_pre_init_and_logs_the_target(
     tmp_path: Path, quiet_model: ScriptedProvider
 ) -> None:
     async with engine_rig(tmp_path, quiet_model) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         outcome = await rig.engine.command(sid, "plan", "", actor=OWNER)
         assert outcome.plan_card == "restick"
         assert outcome.reply is not None and "What should it plan?" in outcome.reply
@@ -59,7 +60,7 @@ async def test_plan_while_planning_says_so_and_resticks(
     tmp_path: Path, quiet_model: ScriptedProvider
 ) -> None:
     async with engine_rig(tmp_path, quiet_model) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         outcome = await rig.engine.command(sid, "plan", "", actor=OWNER)
         assert outcome.reply == "Already planning."
@@ -72,7 +73,7 @@ async def test_plan_on_an_active_design_plan_offers_revise(
 ) -> None:
     async with engine_rig(tmp_path, quiet_model) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         assert (await engine.command(sid, "execute", "", actor=OWNER)).reply is not None
         await settle(engine, sid)
@@ -99,7 +100,7 @@ async def test_plan_on_a_checklist_cannot_be_revised(
     tmp_path: Path, quiet_model: ScriptedProvider
 ) -> None:
     async with engine_rig(tmp_path, quiet_model) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         await _active_checklist(rig, sid)
         outcome = await rig.engine.command(sid, "plan", "", actor=OWNER)
         assert (await rig.engine.plan_card(sid)).state != "revise_offer"
@@ -119,7 +120,7 @@ async def test_show_plan_in_every_state(
     tmp_path: Path, quiet_model: ScriptedProvider, setup: str, reply: str | None, card: str | None
 ) -> None:
     async with engine_rig(tmp_path, quiet_model) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         if setup == "pre_init":
             await rig.engine.plans.enter_pre_init(sid)
         elif setup == "post_init":
@@ -135,7 +136,7 @@ async def test_execute_is_refused_without_a_written_plan(
     tmp_path: Path, quiet_model: ScriptedProvider
 ) -> None:
     async with engine_rig(tmp_path, quiet_model) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         none = await rig.engine.command(sid, "execute", "", actor=OWNER)
         assert none.reply == "No plan to execute. Start one with /plan."
         await rig.engine.plans.enter_pre_init(sid)
@@ -148,7 +149,7 @@ async def test_execute_lists_what_template_b_misses_and_changes_nothing(
     tmp_path: Path, quiet_model: ScriptedProvider
 ) -> None:
     async with engine_rig(tmp_path, quiet_model) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         await post_init(rig, sid, md="# Title only\n")
         assert (await rig.engine.plan_card(sid)).state == "written"
         outcome = await rig.engine.command(sid, "execute", "", actor=OWNER)
@@ -161,7 +162,7 @@ async def test_execute_lists_what_template_b_misses_and_changes_nothing(
 async def test_execute_on_an_empty_active_plan_queues_a_seed_retry(tmp_path: Path) -> None:
     model = ScriptedProvider([say("ok")] * 5)
     async with engine_rig(tmp_path, model) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         await rig.engine.command(sid, "execute", "", actor=OWNER)
         await settle(rig.engine, sid)
@@ -172,7 +173,7 @@ async def test_execute_on_an_empty_active_plan_queues_a_seed_retry(tmp_path: Pat
         await rig.storage.plan_store.save(sid, active.model_copy(update={"tasks": []}))
     async with engine_rig(tmp_path, ScriptedProvider([say("building")])) as rig:
         engine = rig.engine
-        assert await engine.session_for_chat(-1, 0) == sid
+        assert await engine.session_for_chat(chat(-1)) == sid
         outcome = await engine.command(sid, "execute", "", actor=OWNER)
         assert outcome.reply == "Building the checklist again."
         await settle(engine, sid)
@@ -185,7 +186,7 @@ async def test_execute_on_an_empty_active_plan_queues_a_seed_retry(tmp_path: Pat
 async def test_discard_in_every_state(tmp_path: Path, quiet_model: ScriptedProvider) -> None:
     async with engine_rig(tmp_path, quiet_model) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         assert (await engine.command(sid, "discard", "", actor=OWNER)).reply == (
             "Nothing to discard."
         )
@@ -209,7 +210,7 @@ async def test_stale_and_misplaced_presses_change_nothing(
 ) -> None:
     async with engine_rig(tmp_path, quiet_model) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         sidecar = await engine.plans.current(sid)
         assert sidecar is not None
@@ -240,7 +241,7 @@ async def test_keep_planning_asks_for_feedback_and_hides_the_review_keyboard(
 ) -> None:
     async with engine_rig(tmp_path, quiet_model) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         assert (await engine.plan_card(sid)).state == "review"
         sidecar = await engine.plans.current(sid)
@@ -251,7 +252,7 @@ async def test_keep_planning_asks_for_feedback_and_hides_the_review_keyboard(
         assert outcome.await_feedback
         assert (await engine.plan_card(sid)).state == "written"
         await engine.user_message(
-            sid, "Add a docstring step", actor=OWNER, message_id=5, feedback=True
+            sid, "Add a docstring step", actor=OWNER, message_id="5", feedback=True
         )
         await settle(engine, sid)
         messages = [e.event for e in await engine.log.read(sid) if isinstance(e.event, UserMessage)]
@@ -263,7 +264,7 @@ async def test_goal_buttons_pause_resume_and_stale_refs(
 ) -> None:
     async with engine_rig(tmp_path, quiet_model) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         refused = await engine.command(sid, "goal", "rounds 5", actor=OWNER)
         assert refused.reply == "There is no goal."
         outcome = await engine.command(sid, "goal", "Keep it green", actor=OWNER)
@@ -288,21 +289,21 @@ async def test_new_archives_the_plan_as_abandoned_and_binds_a_fresh_session(
 ) -> None:
     async with engine_rig(tmp_path, quiet_model) as rig:
         engine = rig.engine
-        old = await engine.session_for_chat(-1, 4)
+        old = await engine.session_for_chat(chat(-1, 4))
         await post_init(rig, old)
-        outcome = await engine.new_session(-1, 4, actor=OWNER)
+        outcome = await engine.new_session(chat(-1, 4), actor=OWNER)
         assert outcome.reply == "Started a new session."
-        new = await engine.session_for_chat(-1, 4)
+        new = await engine.session_for_chat(chat(-1, 4))
         assert new != old
         assert await engine.plans.state(old) == "none"
         assert (await engine.plan_card(old)).ended == "abandoned"
         assert await engine.plans.state(new) == "none"
-        assert await engine.session_for_chat(-1, 0) not in (old, new)  # another key
+        assert await engine.session_for_chat(chat(-1)) not in (old, new)  # another key
 
 
 async def test_help_and_status(tmp_path: Path, quiet_model: ScriptedProvider) -> None:
     async with engine_rig(tmp_path, quiet_model) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         assert (await rig.engine.command(sid, "help", "", actor=None)).reply == HELP_TEXT
         await _active_checklist(rig, sid)
         status = (await rig.engine.command(sid, "status", "", actor=None)).reply
@@ -316,7 +317,7 @@ async def test_read_only_commands_log_in_the_background_and_a_failed_log_loses_t
 ) -> None:
     async with faulty_rig(tmp_path, quiet_model) as (rig, log):
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         for name in ("status", "help", "show_plan"):
             assert (await engine.command(sid, name, "", actor=OWNER)).reply
         await engine.commands.flush_logs()
@@ -338,7 +339,7 @@ async def test_a_restart_disarms_a_live_goal_and_closes_an_interrupted_turn(
     tmp_path: Path, quiet_model: ScriptedProvider
 ) -> None:
     async with engine_rig(tmp_path, quiet_model) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         await rig.engine.goals.create(sid, "Keep it green", arm=False)
         # A turn that a dead process left open.
         await rig.storage.log.append(sid, [TurnStart(turn_id="t-dead")])
@@ -346,13 +347,13 @@ async def test_a_restart_disarms_a_live_goal_and_closes_an_interrupted_turn(
         restored = await rig2.engine.start()
         assert [r.session_id for r in restored] == [sid]
         assert not rig2.engine.goals.is_armed(sid)
-        assert await rig2.engine.session_for_chat(-1, 0) == sid
+        assert await rig2.engine.session_for_chat(chat(-1)) == sid
         notices = [c.args["text"] for c in rig2.channel.of("notice")]
         assert len(notices) == 1 and "interrupted" in notices[0]
         events = [e.event for e in await rig2.storage.log.read(sid)]
         assert events[-1].type == "turn/end"
         # Loading again in the same process tells nothing twice.
-        await rig2.engine.session_for_chat(-1, 0)
+        await rig2.engine.session_for_chat(chat(-1))
         assert len(rig2.channel.of("notice")) == 1
 
 
@@ -360,7 +361,9 @@ async def test_start_up_loads_only_the_sessions_with_something_to_announce(
     tmp_path: Path, quiet_model: ScriptedProvider
 ) -> None:
     async with engine_rig(tmp_path, quiet_model) as rig:
-        sids = await asyncio.gather(*(rig.engine.session_for_chat(-100 - i, 0) for i in range(200)))
+        sids = await asyncio.gather(
+            *(rig.engine.session_for_chat(chat(-100 - i)) for i in range(200))
+        )
         for sid in sids[:150]:  # sessions with a history, all closed
             await rig.engine.command(sid, "status", "", actor=OWNER)
             await rig.storage.log.append(
@@ -382,7 +385,7 @@ async def test_start_up_loads_only_the_sessions_with_something_to_announce(
         assert rig3.channel.of("notice") == []
         # Any other session loads when its chat speaks (the binding is already known).
         log.reads.clear()
-        assert await engine.session_for_chat(-110, 0) == quiet
+        assert await engine.session_for_chat(chat(-110)) == quiet
         await engine.command(quiet, "status", "", actor=OWNER)
         assert set(log.reads) == {quiet}
         log.reads.clear()
@@ -395,9 +398,9 @@ async def test_fork_copies_the_log_prefix_and_the_plan_but_not_the_card(
 ) -> None:
     async with engine_rig(tmp_path, quiet_model) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
-        await engine.set_plan_flow(sid, chat_id=-1, thread_id=None, card_id=42)
+        await engine.set_plan_flow(sid, chat_id="tg:-1", thread_id=None, card_id="42")
         child = await engine.sessions.fork(sid)
         assert child != sid
         parent_events = [e.event for e in await engine.log.read(sid)]
@@ -406,7 +409,7 @@ async def test_fork_copies_the_log_prefix_and_the_plan_but_not_the_card(
         original = await engine.plans.current(sid)
         assert copy is not None and original is not None
         assert copy.session_id == child and copy.title == original.title
-        assert copy.flow.card_id is None and original.flow.card_id == 42
+        assert copy.flow.card_id is None and original.flow.card_id == "42"
         assert await engine.plans.md_text(child) == await engine.plans.md_text(sid)
         assert await engine.plans.state(child) == "post_init"
 
@@ -415,7 +418,7 @@ async def test_first_touches_of_one_chat_at_once_make_one_session(
     tmp_path: Path, quiet_model: ScriptedProvider
 ) -> None:
     async with engine_rig(tmp_path, quiet_model) as rig:
-        sids = await asyncio.gather(*(rig.engine.session_for_chat(-7, 0) for _ in range(5)))
+        sids = await asyncio.gather(*(rig.engine.session_for_chat(chat(-7)) for _ in range(5)))
         assert len(set(sids)) == 1
         [(count,)] = await rig.storage.db.fetch_all("SELECT count(*) FROM sessions")
         assert count == 1
@@ -428,7 +431,7 @@ async def test_the_cards_carry_their_actions_from_the_one_table(
     # engine.api's table decides the buttons; the card data carries them for any front end.
     async with engine_rig(tmp_path, quiet_model) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         card = await engine.plan_card(sid)
         assert card.state == "review"
@@ -446,7 +449,7 @@ async def test_a_press_counts_only_for_an_action_its_card_can_show(
     # model proposed offers it), at the current revision is out of date and changes nothing.
     async with engine_rig(tmp_path, quiet_model) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await engine.command(sid, "goal", "Keep it green", actor=OWNER)
         await engine.command(sid, "stop", "", actor=OWNER)
         goal = await engine.goals.get(sid)

@@ -21,6 +21,7 @@ from tests.engine.helpers import (
     settle,
 )
 from tests.fakes.openai_server import FAKE_MODEL, FakeOpenAIServer
+from tests.keys import chat
 
 
 async def test_plan_approve_execute_archive_over_the_openai_sdk(
@@ -30,9 +31,9 @@ async def test_plan_approve_execute_archive_over_the_openai_sdk(
     model = OpenAIProvider(FAKE_MODEL, base_url=fake_openai.base_url, api_key="test-key")
     async with engine_rig(tmp_path, model) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-100, 0)
+        sid = await engine.session_for_chat(chat(-100))
 
-        outcome = await engine.command(sid, "plan", "Add a greeting module", actor=1)
+        outcome = await engine.command(sid, "plan", "Add a greeting module", actor="tg:1")
         assert outcome.plan_card == "restick"
         await settle(engine, sid)
 
@@ -46,7 +47,7 @@ async def test_plan_approve_execute_archive_over_the_openai_sdk(
         assert md_path.read_text() == PLAN_MD
 
         outcome = await engine.press(
-            sid, Press("p", "approve", card.sidecar.id[:8], card.sidecar.revision), actor=1
+            sid, Press("p", "approve", card.sidecar.id[:8], card.sidecar.revision), actor="tg:1"
         )
         assert outcome.reply is not None and outcome.reply.startswith("Approved")
         await settle(engine, sid)

@@ -9,6 +9,7 @@ from pathlib import Path
 from engine.model.script import call
 from engine.model.scripted import ScriptedProvider
 from tests.engine.helpers import engine_rig, settle
+from tests.keys import chat
 
 
 async def test_a_round_that_completes_its_goal_replies_with_what_the_model_said(
@@ -19,8 +20,8 @@ async def test_a_round_that_completes_its_goal_replies_with_what_the_model_said(
     )
     async with engine_rig(tmp_path, model) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
-        await engine.command(sid, "goal", "Make the tests pass", actor=1)
+        sid = await engine.session_for_chat(chat(-1))
+        await engine.command(sid, "goal", "Make the tests pass", actor="tg:1")
 
         async def completed() -> None:
             while (goal := await engine.goals.get(sid)) is None or goal.phase != "complete":

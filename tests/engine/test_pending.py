@@ -14,6 +14,7 @@ from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
 from engine.model.types import ModelReply
 from tests.engine.helpers import OWNER, Rig, engine_rig, post_init, settle
+from tests.keys import chat
 
 
 class HeldModel:
@@ -37,7 +38,7 @@ class HeldModel:
 
 
 async def _busy(rig: Rig, model: HeldModel, sid: str) -> None:
-    await rig.engine.user_message(sid, "think about it", actor=OWNER, message_id=1)
+    await rig.engine.user_message(sid, "think about it", actor=OWNER, message_id="1")
     await asyncio.wait_for(model.waiting.wait(), 10)
     assert rig.engine.agents.is_busy(sid)
 
@@ -53,7 +54,7 @@ async def _press(rig: Rig, sid: str, action: str) -> Any:
 async def test_keep_planning_takes_back_a_pending_approval(tmp_path: Path) -> None:
     model = HeldModel([say("still thinking")] * 5)
     async with engine_rig(tmp_path, model) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         await _busy(rig, model, sid)
         approved = await _press(rig, sid, "approve")
@@ -68,7 +69,7 @@ async def test_keep_planning_takes_back_a_pending_approval(tmp_path: Path) -> No
 async def test_discard_takes_back_a_pending_plan_switch(tmp_path: Path) -> None:
     model = HeldModel([say("done")] * 5)
     async with engine_rig(tmp_path, model) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         await _busy(rig, model, sid)
         planning = await rig.engine.command(sid, "plan", "", actor=OWNER)
         assert (
@@ -85,7 +86,7 @@ async def test_discard_takes_back_a_pending_plan_switch(tmp_path: Path) -> None:
 async def test_discard_in_pre_init_stops_the_turn_and_disarms_the_goal(tmp_path: Path) -> None:
     model = HeldModel([call("write_file", {"path": "x.txt", "content": "x"}), say("ok")])
     async with engine_rig(tmp_path, model) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         await rig.engine.goals.create(sid, "keep going", arm=False)
         await rig.engine.command(sid, "plan", "", actor=OWNER)
         await _busy(rig, model, sid)
@@ -107,7 +108,7 @@ async def test_revise_then_pending_approve_then_discard_keeps_the_approved_plan(
     model = HeldModel([say("ok")] * 10)
     async with engine_rig(tmp_path, model) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         model.release.set()
         await engine.command(sid, "execute", "", actor=OWNER)
@@ -135,7 +136,7 @@ async def test_revise_then_pending_approve_then_discard_keeps_the_approved_plan(
 async def test_confirmation_and_revise_offer_survive_a_redraw(tmp_path: Path) -> None:
     async with engine_rig(tmp_path, ScriptedProvider([say("ok")] * 5)) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         confirm = await _press(rig, sid, "discard")
         assert confirm.plan_card == "refresh"
@@ -160,10 +161,10 @@ async def test_shutdown_tells_a_working_chat_what_stopped_and_what_was_not_handl
 ) -> None:
     model = HeldModel([say("ok")] * 5)
     async with engine_rig(tmp_path, model) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
-        idle = await rig.engine.session_for_chat(-2, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
+        idle = await rig.engine.session_for_chat(chat(-2))
         await _busy(rig, model, sid)
-        await rig.engine.user_message(sid, "and then add docs", actor=OWNER, message_id=2)
+        await rig.engine.user_message(sid, "and then add docs", actor=OWNER, message_id="2")
         await rig.engine.shutdown()
         notices = [(c.session_id, c.args["text"]) for c in rig.channel.of("notice")]
         assert len(notices) == 1

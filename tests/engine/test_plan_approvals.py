@@ -10,16 +10,19 @@ from pathlib import Path
 
 from engine.api import Press
 from engine.app import Engine
+from engine.keys import key_label
 from engine.model.script import say
 from engine.model.scripted import ScriptedProvider
+from engine.roles.types import Person
 from tests.engine.helpers import OWNER, engine_rig, post_init, settle
+from tests.keys import chat, person
 
 GROUP = -100900
-ANA, BEN, MAX = 11, 12, 13
+ANA, BEN, MAX = person(11), person(12), person(13)
 MD_2 = "\n\n## Notes\nA second look.\n"
 
 
-async def _approve(engine: Engine, sid: str, actor: int, name: str) -> str:
+async def _approve(engine: Engine, sid: str, actor: str, name: str) -> str:
     data = await engine.plan_card(sid)
     assert data.sidecar is not None
     press = Press("p", "approve", data.sidecar.id[:8], data.sidecar.revision)
@@ -29,7 +32,10 @@ async def _approve(engine: Engine, sid: str, actor: int, name: str) -> str:
 
 async def _team(engine: Engine) -> None:
     for who in (ANA, BEN):
-        await engine.team(GROUP, f"add {who} approver", actor=OWNER)
+        # The front end names the person a typed id means (the target).
+        await engine.team(
+            chat(GROUP), f"add {key_label(who)} approver", actor=OWNER, target=Person(who)
+        )
 
 
 def _model() -> ScriptedProvider:
@@ -43,7 +49,7 @@ async def test_votes_count_once_each_reset_on_a_new_revision_and_survive_a_resta
     async with engine_rig(tmp_path, _model(), owner_ids=owners, plan_approvals=2) as rig:
         engine = rig.engine
         await _team(engine)
-        sid = await engine.session_for_chat(GROUP, 0)
+        sid = await engine.session_for_chat(chat(GROUP))
         await post_init(rig, sid)
         assert (await engine.plan_card(sid)).approvals == ()
         assert (
@@ -65,7 +71,7 @@ async def test_votes_count_once_each_reset_on_a_new_revision_and_survive_a_resta
     # After a restart Ben's vote still counts; the owner (no override) is the second.
     async with engine_rig(tmp_path, _model(), owner_ids=owners, plan_approvals=2) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(GROUP, 0)
+        sid = await engine.session_for_chat(chat(GROUP))
         assert (await engine.plan_card(sid)).approvals == ("Ben",)
         assert (await _approve(engine, sid, OWNER, "Olga")).startswith("Approved")
         await settle(engine, sid)
@@ -82,7 +88,7 @@ async def test_an_owner_alone_approves_when_owners_override(tmp_path: Path) -> N
     ) as rig:
         engine = rig.engine
         await _team(engine)
-        sid = await engine.session_for_chat(GROUP, 0)
+        sid = await engine.session_for_chat(chat(GROUP))
         await post_init(rig, sid)
         # An approver still needs a second pair of eyes; the owner does not.
         assert (await _approve(engine, sid, ANA, "Ana")).startswith("Approval 1 of 2")

@@ -82,10 +82,10 @@ def build_log(plan: list[tuple[str, int]]) -> list[SessionEvent]:
             events.append(ToolCall(call_id=f"c{k}", name="grep", arguments={"n": n}))
             events.append(ToolResult(call_id=f"c{k}", name="grep", content="hit\n" * n))
         elif kind == "command":
-            events.append(CommandRun(name="status", actor=1, data={"target": n % 2 == 0}))
+            events.append(CommandRun(name="status", actor="tg:1", data={"target": n % 2 == 0}))
         elif kind == "plan_command":
             data: dict[str, object] = {"target": n % 2 == 0} if n < 3 else {}
-            events.append(CommandRun(name="plan", actor=1, data=data))
+            events.append(CommandRun(name="plan", actor="tg:1", data=data))
         elif kind == "plan_mode":
             events.append(PlanMode(active=n % 2 == 0))
         elif kind == "plan_changed":

@@ -10,6 +10,7 @@ from engine.model.script import say
 from engine.model.scripted import ScriptedProvider
 from engine.sessions import PLAN_RESUMED_NOTICE, STALE_APPROVAL_NOTICE
 from tests.engine.helpers import OWNER, engine_rig, post_init, settle
+from tests.keys import chat
 
 
 def _model() -> ScriptedProvider:
@@ -18,7 +19,7 @@ def _model() -> ScriptedProvider:
 
 async def test_a_logged_approval_commits_after_a_restart(tmp_path: Path) -> None:
     async with engine_rig(tmp_path, _model()) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         revision = await rig.engine.plans.revision(sid)
         # The dead process logged the approval and died before committing it.
@@ -36,7 +37,7 @@ async def test_a_logged_approval_commits_after_a_restart(tmp_path: Path) -> None
 
 async def test_a_logged_approval_for_an_old_revision_goes_back_to_review(tmp_path: Path) -> None:
     async with engine_rig(tmp_path, _model()) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         revision = await rig.engine.plans.revision(sid)
         await rig.storage.log.append(
@@ -50,7 +51,7 @@ async def test_a_logged_approval_for_an_old_revision_goes_back_to_review(tmp_pat
 
 async def test_an_approval_taken_back_by_keep_planning_stays_taken_back(tmp_path: Path) -> None:
     async with engine_rig(tmp_path, _model()) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         revision = await rig.engine.plans.revision(sid)
         await rig.storage.log.append(
@@ -69,8 +70,8 @@ async def test_a_logged_plan_switch_commits_after_a_restart_unless_discarded(
     tmp_path: Path,
 ) -> None:
     async with engine_rig(tmp_path, _model()) as rig:
-        pending = await rig.engine.session_for_chat(-1, 0)
-        taken_back = await rig.engine.session_for_chat(-2, 0)
+        pending = await rig.engine.session_for_chat(chat(-1))
+        taken_back = await rig.engine.session_for_chat(chat(-2))
         await rig.storage.log.append(
             pending, [CommandRun(name="plan", actor=OWNER, data={"target": True})]
         )

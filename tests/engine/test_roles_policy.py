@@ -68,7 +68,7 @@ def test_each_role_is_a_subset_of_the_one_above() -> None:
 def test_team_args() -> None:
     assert parse_team_args("") == TeamSpec("list")
     assert parse_team_args("add @Ana approver") == TeamSpec("add", username="Ana")
-    assert parse_team_args("add 3003") == TeamSpec("add", user_id=3003)
+    assert parse_team_args("add 3003") == TeamSpec("add", user_id="3003")
     assert parse_team_args("remove") == TeamSpec("remove")
     assert parse_team_args("add @ana owner").startswith(TEAM_USAGE)  # type: ignore[union-attr]
     assert parse_team_args("promote @ana") == TEAM_USAGE
@@ -81,11 +81,13 @@ def test_last_decisions_name_who_and_keep_the_newest() -> None:
 
     events = [
         ApprovalRequested(request_id="r1", call_id="c1", tool="bash", command="pytest -q"),
-        ApprovalDecided(request_id="r1", call_id="c1", decision="once", actor=5, actor_name="Ben"),
+        ApprovalDecided(
+            request_id="r1", call_id="c1", decision="once", actor="tg:5", actor_name="Ben"
+        ),
         ApprovalDecided(request_id="r2", call_id="c2", decision="timeout"),  # nobody decided
-        CommandRun(name="approval_vote", actor=4, data={"revision": 3, "name": "Ana"}),
-        CommandRun(name="approve", actor=5, data={"revision": 3}),
-        CommandRun(name="status", actor=4),
+        CommandRun(name="approval_vote", actor="tg:4", data={"revision": 3, "name": "Ana"}),
+        CommandRun(name="approve", actor="tg:5", data={"revision": 3}),
+        CommandRun(name="status", actor="tg:4"),
     ]
     stored = [StoredEvent("s", i + 1, 3600.0 * i, e) for i, e in enumerate(events)]
     assert last_decisions(stored, limit=10) == [

@@ -16,6 +16,7 @@ from engine.model.script import say
 from engine.model.scripted import ScriptedProvider
 from tests.engine.helpers import OWNER, engine_rig, post_init, settle
 from tests.engine.test_checklist_run import TASK_1, TASK_2, _press
+from tests.keys import chat
 
 
 async def test_a_failure_in_the_drain_after_a_turn_pauses_the_run_and_says_why(
@@ -24,7 +25,7 @@ async def test_a_failure_in_the_drain_after_a_turn_pauses_the_run_and_says_why(
     script = [*TASK_1, say("Task 1 is done."), *TASK_2, say("All done.")]
     async with engine_rig(tmp_path, ScriptedProvider(script)) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         real = PlanServiceAdapter.prompt_view
         failed: list[bool] = []
@@ -55,7 +56,7 @@ async def test_a_failure_in_the_drain_after_a_turn_pauses_the_run_and_says_why(
 async def test_after_a_restart_the_card_says_the_restart_or_the_stop(tmp_path: Path) -> None:
     model = ScriptedProvider([*TASK_1, say("Task 1 is done.")])
     async with engine_rig(tmp_path, model) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         await rig.engine.command(sid, "execute", "", actor=OWNER)
         await settle(rig.engine, sid)

@@ -23,11 +23,12 @@ from engine.projections import (
 )
 from tests.engine.helpers import OWNER, PLAN_MD, Rig, engine_rig, post_init, settle
 from tests.engine.test_pending import HeldModel
+from tests.keys import chat
 
 
 async def busy(rig: Rig, model: HeldModel, sid: str) -> None:
     """An owner's message whose turn waits on the held model: the agent is busy."""
-    await rig.engine.user_message(sid, "think about it", actor=OWNER, message_id=1)
+    await rig.engine.user_message(sid, "think about it", actor=OWNER, message_id="1")
     await asyncio.wait_for(model.waiting.wait(), 10)
     assert rig.engine.agents.is_busy(sid)
 
@@ -38,7 +39,7 @@ async def test_an_md_written_before_plan_does_not_make_the_plan_approvable(
     model = ScriptedProvider([])
     async with engine_rig(tmp_path, model) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-1, 0)
+        sid = await engine.session_for_chat(chat(-1))
         md_path = await engine.plans.md_path(sid)
         # NoPlan is ungated: the agent may write the session .md before any /plan.
         model.script = Script(
@@ -73,7 +74,7 @@ async def test_discard_of_a_pending_plan_leaves_no_pending_switch_on_a_cold_repl
 ) -> None:
     model = HeldModel([say("done")] * 5)
     async with engine_rig(tmp_path, model) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         await busy(rig, model, sid)
         await rig.engine.command(sid, "plan", "", actor=OWNER)
         assert (await replay_projections(rig.engine.log, sid)).plan_mode.pending is True
@@ -107,7 +108,7 @@ async def _approved_at(rig: Rig, sid: str) -> int:
 
 async def test_execute_with_text_approves_and_hands_the_text_to_the_agent(tmp_path: Path) -> None:
     async with engine_rig(tmp_path, ScriptedProvider([say("ok")] * 6)) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         outcome = await rig.engine.command(sid, "execute", "use tabs, not spaces", actor=OWNER)
         assert outcome.reply == "Approved. Working through the checklist."
@@ -122,7 +123,7 @@ async def test_execute_with_text_while_busy_sends_the_text_after_the_approval_co
 ) -> None:
     model = HeldModel([say("ok")] * 6)
     async with engine_rig(tmp_path, model) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         await post_init(rig, sid)
         await busy(rig, model, sid)
         outcome = await rig.engine.command(sid, "execute", "start with the tests", actor=OWNER)
@@ -139,7 +140,7 @@ async def test_execute_with_text_that_cannot_approve_says_the_text_was_not_sent(
     tmp_path: Path,
 ) -> None:
     async with engine_rig(tmp_path, ScriptedProvider([])) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         none = await rig.engine.command(sid, "execute", "go", actor=OWNER)
         assert none.reply == "No plan to execute. Start one with /plan.\n" + TEXT_NOT_SENT
         await post_init(rig, sid, md="# Title only\n")

@@ -8,6 +8,7 @@ from pathlib import Path
 from engine.model.script import say
 from engine.model.scripted import ScriptedProvider
 from tests.engine.helpers import OWNER, Rig, engine_rig
+from tests.keys import chat
 
 
 def _model() -> ScriptedProvider:
@@ -22,7 +23,7 @@ async def _status(rig: Rig, sid: str) -> str:
 
 async def test_status_shows_each_goal_change_made_in_this_process(tmp_path: Path) -> None:
     async with engine_rig(tmp_path, _model()) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         assert "No goal." in await _status(rig, sid)
         await rig.engine.command(sid, "goal", "Ship the release", actor=OWNER)
         assert "Goal: Ship the release" in await _status(rig, sid)
@@ -34,7 +35,7 @@ async def test_status_shows_a_goal_from_the_log_after_a_restart_and_in_a_fork(
     tmp_path: Path,
 ) -> None:
     async with engine_rig(tmp_path, _model()) as rig:
-        sid = await rig.engine.session_for_chat(-1, 0)
+        sid = await rig.engine.session_for_chat(chat(-1))
         await rig.engine.command(sid, "goal", "Ship the release", actor=OWNER)
         await rig.engine.command(sid, "stop", "", actor=OWNER)
     async with engine_rig(tmp_path, _model()) as rig:

@@ -109,7 +109,7 @@ async def test_human_turn_may_edit_objective_and_complete(tmp_path: Path) -> Non
     log = InMemoryEventLog()
     goals = GoalService(log)
     await goals.create(SID, "first")
-    human = ctx(tmp_path, HumanSource(user_id=1))
+    human = ctx(tmp_path, HumanSource(user_id="tg:1"))
     out = await UpdateGoalTool(goals).run({"objective": "second"}, human)
     assert not out.is_error
     current = await goals.get(SID)

@@ -63,7 +63,7 @@ async def test_c1_other_plangate_home_writes_fail_in_post_init_editing(tmp_path:
 async def test_c1_active_blocks_md_writes_via_generic_tools(tmp_path: Path) -> None:
     h = make_harness(tmp_path)
     revision = await design_written(h)
-    assert (await h.plans.approve(SID, revision=revision, actor=1)).ok
+    assert (await h.plans.approve(SID, revision=revision, actor="tg:1")).ok
     view = await h.plans.gate_view(SID)
     md = str(await h.plans.md_path(SID))
     for tool in ("write_file", "edit_file"):
@@ -183,7 +183,7 @@ async def test_c1_front_end_reads_do_not_clear_editing_or_delete_idle_active(
     revision = await design_written(h, empty_steps)
     await h.plans.state(SID)
     assert await h.fresh().plans.state(SID) == "post_init"
-    result = await h.plans.approve(SID, revision=revision, actor=1)
+    result = await h.plans.approve(SID, revision=revision, actor="tg:1")
     assert result.ok
     raw = h.raw()
     raw["tasks"] = []

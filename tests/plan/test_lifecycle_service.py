@@ -95,11 +95,11 @@ async def test_submit_validates_template_b(tmp_path: Path) -> None:
 async def test_approve_seeds_checklist_from_md(tmp_path: Path) -> None:
     h = make_harness(tmp_path)
     revision = await design_written(h)
-    result = await h.plans.approve(SID, revision=revision, actor=42)
+    result = await h.plans.approve(SID, revision=revision, actor="tg:42")
     assert result.ok and result.seeded == 3 and result.state == "active"
     raw = h.raw()
     assert raw["status"] == "Active" and raw["approved_at"]
-    assert [a["user_id"] for a in raw["approved_by"]] == [42]
+    assert [a["user_id"] for a in raw["approved_by"]] == ["tg:42"]
     assert [t["title"] for t in raw["tasks"]] == ["Write the parser", "Wire the CLI", "Document it"]
     assert raw["tasks"][0]["acceptance_criteria"] == ["parser tests pass"]
     assert all(t["source"] == "plan" and t["plan_identity"] for t in raw["tasks"])
@@ -110,18 +110,20 @@ async def test_approve_seeds_checklist_from_md(tmp_path: Path) -> None:
 
 async def test_approve_refusals(tmp_path: Path) -> None:
     h = make_harness(tmp_path)
-    assert (await h.plans.approve(SID, revision=0, actor=1)).code == "approve-no-plan"
+    assert (await h.plans.approve(SID, revision=0, actor="tg:1")).code == "approve-no-plan"
     await h.plans.enter_pre_init(SID)
-    assert (await h.plans.approve(SID, revision=1, actor=1)).code == "approve-pre-init"
+    assert (await h.plans.approve(SID, revision=1, actor="tg:1")).code == "approve-pre-init"
     await h.tool(op="init", title="T")
     revision = await h.plans.revision(SID)
-    bad = await h.plans.approve(SID, revision=revision, actor=1)
+    bad = await h.plans.approve(SID, revision=revision, actor="tg:1")
     assert bad.code == "approve-template" and "Intent" in bad.text
     await h.write_md(VALID_MD)
-    assert (await h.plans.approve(SID, revision=revision, actor=1)).code == "approve-stale"
-    good = await h.plans.approve(SID, revision=revision + 1, actor=1)
+    assert (await h.plans.approve(SID, revision=revision, actor="tg:1")).code == "approve-stale"
+    good = await h.plans.approve(SID, revision=revision + 1, actor="tg:1")
     assert good.ok
-    assert (await h.plans.approve(SID, revision=good.revision, actor=1)).code == "approve-active"
+    assert (
+        await h.plans.approve(SID, revision=good.revision, actor="tg:1")
+    ).code == "approve-active"
 
 
 async def test_approve_with_no_work_items_keeps_empty_active(tmp_path: Path) -> None:
@@ -140,7 +142,7 @@ async def test_approve_with_no_work_items_keeps_empty_active(tmp_path: Path) -> 
         ),
     )
     revision = await design_written(h)
-    result = await h.plans.approve(SID, revision=revision, actor=1)
+    result = await h.plans.approve(SID, revision=revision, actor="tg:1")
     assert result.ok and result.seeded == 0 and calls == ["extract"]
     assert await h.fresh().plans.state(SID) == "active"
     out = await h.tool(op="add_tasks", tasks=[{"title": "seeded by the model"}])
@@ -150,7 +152,7 @@ async def test_approve_with_no_work_items_keeps_empty_active(tmp_path: Path) -> 
 async def test_revise_and_reapprove_reconciles_and_mints_new_plan_id(tmp_path: Path) -> None:
     h = make_harness(tmp_path)
     revision = await design_written(h)
-    await h.plans.approve(SID, revision=revision, actor=1)
+    await h.plans.approve(SID, revision=revision, actor="tg:1")
     first = h.raw()
     await h.tool(op="start")
     await h.tool(op="complete", evidence="parser done")
@@ -163,7 +165,7 @@ async def test_revise_and_reapprove_reconciles_and_mints_new_plan_id(tmp_path: P
     out = await h.tool(op="start")
     assert out.is_error and out.content == TEXTS["editing-checklist-blocked"]
     await h.write_md(VALID_MD.replace("3. Document it — README section", "3. Document it — docs/"))
-    again = await h.plans.approve(SID, revision=await h.plans.revision(SID), actor=1)
+    again = await h.plans.approve(SID, revision=await h.plans.revision(SID), actor="tg:1")
     assert again.ok
     raw = h.raw()
     assert raw["id"] != first["id"] and raw["revising"] is None
@@ -181,7 +183,7 @@ async def test_revise_and_reapprove_reconciles_and_mints_new_plan_id(tmp_path: P
 async def test_discard_during_revision_restores_the_active_plan(tmp_path: Path) -> None:
     h = make_harness(tmp_path)
     revision = await design_written(h)
-    await h.plans.approve(SID, revision=revision, actor=1)
+    await h.plans.approve(SID, revision=revision, actor="tg:1")
     await h.tool(op="start")
     before = h.raw()
     await h.plans.revise(SID)
@@ -218,11 +220,18 @@ async def test_set_flow_persists_without_revision_bump(tmp_path: Path) -> None:
     await checklist(h, "a")
     revision = await h.plans.revision(SID)
     n_events = len(await h.plan_events())
-    await h.plans.set_flow(SID, PlanFlow(chat_id=5, thread_id=0, card_id=77, review_ids=[1, 2]))
-    assert h.raw()["flow"] == {"chat_id": 5, "thread_id": 0, "card_id": 77, "review_ids": [1, 2]}
+    await h.plans.set_flow(
+        SID, PlanFlow(chat_id="tg:5", thread_id=None, card_id="77", review_ids=["1", "2"])
+    )
+    assert h.raw()["flow"] == {
+        "chat_id": "tg:5",
+        "thread_id": None,
+        "card_id": "77",
+        "review_ids": ["1", "2"],
+    }
     assert await h.plans.revision(SID) == revision
     assert len(await h.plan_events()) == n_events
-    assert (await h.fresh().plans.current(SID)).flow.card_id == 77  # type: ignore[union-attr]
+    assert (await h.fresh().plans.current(SID)).flow.card_id == "77"  # type: ignore[union-attr]
 
 
 async def test_plan_mode_repair_on_load_sidecar_wins(tmp_path: Path) -> None:

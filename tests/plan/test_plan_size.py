@@ -15,6 +15,7 @@ from engine.model.scripted import ScriptedProvider
 from engine.plan.digest import PlanDigests
 from engine.plan.extract import extract_work_items, validate_template_b
 from tests.engine.helpers import OWNER, PLAN_MD, engine_rig, post_init, settle
+from tests.keys import chat
 
 # About 2 MB of plan: a real template B with a very long step list.
 HUGE_MD = PLAN_MD + "".join(
@@ -29,7 +30,7 @@ async def test_a_2_mb_plan_is_refused_by_write_file_and_edit_file_with_its_size(
     model = ScriptedProvider([])
     async with engine_rig(tmp_path, model) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-100, 0)
+        sid = await engine.session_for_chat(chat(-100))
         # The path itself: a 2 MB call pushes the init result out of the context window.
         md_path = str(await engine.plans.md_path(sid))
         model.script = Script(
@@ -71,7 +72,7 @@ async def test_a_plan_over_the_limit_on_disk_cannot_be_submitted_or_approved(
 ) -> None:
     async with engine_rig(tmp_path, ScriptedProvider([])) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-100, 0)
+        sid = await engine.session_for_chat(chat(-100))
         await post_init(rig, sid)
         revision = await engine.plans.revision(sid)
         # Written around the tools (a restored backup, another process): too big all the same.
@@ -94,7 +95,7 @@ async def test_a_plan_over_the_limit_on_disk_cannot_be_submitted_or_approved(
 async def test_the_review_card_parses_its_plan_once_per_revision(tmp_path: Path) -> None:
     async with engine_rig(tmp_path, ScriptedProvider([])) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-100, 0)
+        sid = await engine.session_for_chat(chat(-100))
         await post_init(rig, sid)
         digests = engine.plans.digests
         before = digests.computed

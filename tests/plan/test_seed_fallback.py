@@ -20,7 +20,7 @@ async def test_seed_retry_tasks_are_plan_tasks_replaced_on_reapproval(tmp_path: 
     )
     h = make_harness(tmp_path, seeding=seeding)
     revision = await design_written(h)
-    assert (await h.plans.approve(SID, revision=revision, actor=1)).ok
+    assert (await h.plans.approve(SID, revision=revision, actor="tg:1")).ok
     out = await h.tool(op="add_tasks", tasks=[{"title": "seeded by the model"}])
     assert not out.is_error, out.content
     seeded = h.raw()["tasks"]
@@ -32,7 +32,7 @@ async def test_seed_retry_tasks_are_plan_tasks_replaced_on_reapproval(tmp_path: 
 
     extracting = True
     assert (await h.plans.revise(SID)).ok
-    again = await h.plans.approve(SID, revision=await h.plans.revision(SID), actor=1)
+    again = await h.plans.approve(SID, revision=await h.plans.revision(SID), actor="tg:1")
     assert again.ok
     titles = [(t["title"], t["source"]) for t in h.raw()["tasks"]]
     assert ("seeded by the model", "agent") not in titles

@@ -100,7 +100,10 @@ async def test_repo_config_and_hooks_never_run_and_a_driver_means_in_place(
         record = await service.record(SESSION)
         assert record is not None and record.phase == "done"
         assert [f.path for f in record.files] == ["b.txt"]
-        assert await service.merge(SESSION, actor=1) == f"{record.branch} fast-forwarded into main."
+        assert (
+            await service.merge(SESSION, actor="tg:1")
+            == f"{record.branch} fast-forwarded into main."
+        )
     assert (repo / "b.txt").read_text() == "b\n"
     assert not list(tmp_path.glob("ran*"))  # nothing the repository named was run
     # A filter driver cannot be undone by -c: such a repository works in place.
@@ -332,7 +335,7 @@ async def test_a_merge_git_refuses_loses_nothing_and_the_branch_waits(tmp_path: 
         await _completed(service, plan)
         # The owner edited the same file in the main checkout meanwhile, uncommitted.
         (repo / "a.txt").write_text("my local edit\n", encoding="utf-8")
-        said = await service.merge(SESSION, actor=1)
+        said = await service.merge(SESSION, actor="tg:1")
         record = await service.record(SESSION)
     assert said.startswith("Merge failed: ")
     assert record is not None and record.phase == "done" and record.message == said
@@ -346,7 +349,7 @@ async def test_merge_refuses_when_the_checkout_moved_to_another_branch(tmp_path:
     branch, _tree = await _done_plan(tmp_path, repo)
     git(repo, "switch", "-q", "-c", "elsewhere")
     async with _service(tmp_path, repo) as service:
-        said = await service.merge(SESSION, actor=1)
+        said = await service.merge(SESSION, actor="tg:1")
     assert said == "The project is on elsewhere, not main: switch it back, or Keep branch."
     assert git(repo, "rev-parse", "main") != git(repo, "rev-parse", branch)
 

@@ -125,6 +125,6 @@ async def card(live: SlackLive, session_id: str, channel: str = CHANNEL) -> Mess
     """The live plan card, as the sidecar's ``flow`` names it."""
     data = await live.engine.plan_card(session_id)
     assert data.sidecar is not None and data.sidecar.flow.card_id is not None
-    ts = keys.ts_of(data.sidecar.flow.card_id)
+    ts = data.sidecar.flow.card_id
     assert ts is not None
     return live.slack.message(channel, ts)

@@ -133,7 +133,7 @@ async def test_events_over_http_are_signed_and_a_retry_is_handled_once(
             slack.signing_secret, real = "wrong", slack.signing_secret
             await slack.post_event(payload | {"event_id": "EvFORGED"})
             slack.signing_secret = real
-            sid = await live.engine.session_for_chat(keys.chat_key(DM), 0)
+            sid = await live.engine.session_for_chat(keys.engine_chat(keys.chat_key(DM)))
             await until(lambda: any(m.text.startswith("Once.") for m in slack.bot_messages(DM)))
             await front.drain()
             stored = await live.storage.log.read(sid, types=("user/message",))
@@ -154,7 +154,8 @@ async def test_the_owner_names_an_approver_by_mention_and_their_press_is_an_appr
         await slack.slash(CHANNEL, OWNER, f"team add <@{APPROVER}> approver")
         await until(lambda: len(slack.bot_messages(CHANNEL)) == 1)
         await live.front.drain()
-        assert await live.engine.role_of(GROUP, keys.person_key(APPROVER)) == "approver"
+        role = await live.engine.role_of(keys.chat_ref(GROUP), keys.person_key(APPROVER))
+        assert role == "approver"
         await slack.slash(CHANNEL, OWNER, "team")
         await until(lambda: len(slack.bot_messages(CHANNEL)) == 2)
         assert "Ada" in slack.bot_messages(CHANNEL)[-1].text

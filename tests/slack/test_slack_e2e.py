@@ -25,7 +25,7 @@ async def test_plan_review_refused_press_approve_run_to_done(
         ack = await slack.slash(CHANNEL, OWNER, "plan Add a greeting module")
         assert ack.after_s < 3.0
         await until(lambda: len(slack.bot_messages(CHANNEL)) >= 1)
-        sid = await engine.session_for_chat(GROUP, 0)
+        sid = await engine.session_for_chat(keys.engine_chat(GROUP))
         await settle(engine, sid)
         await live.front.drain()
 
@@ -54,5 +54,5 @@ async def test_plan_review_refused_press_approve_run_to_done(
         assert len([m for m in slack.bot_messages(CHANNEL) if m.buttons() or m.blocks]) == 1
         assert (live.workspace / "greet.py").read_text() == GREET_PY
         data = await engine.plan_card(sid)
-        assert data.sidecar is not None and data.sidecar.flow.card_id == keys.ts_key(review.ts)
+        assert data.sidecar is not None and data.sidecar.flow.card_id == review.ts
     assert all(a.after_s < 3.0 for a in slack.acks)

@@ -51,7 +51,7 @@ async def test_a_tool_approval_refused_to_a_stranger_allowed_once_by_the_owner(
         asked = approvals(slack)[0]
         assert "touch once.txt" in asked.text
         assert labels(asked)[:2] == [ALLOW_ONCE, DENY]
-        sid = await live.engine.session_for_chat(GROUP, 0)
+        sid = await live.engine.session_for_chat(keys.engine_chat(GROUP))
 
         await slack.press(CHANNEL, asked.ts, STRANGER, DENY)
         await until(lambda: any(u == STRANGER for u, _ in slack.channel(CHANNEL).ephemeral))
@@ -75,7 +75,7 @@ async def test_a_goal_round_runs_and_its_card_is_one_message(
     async with live_slack(slack, tmp_path, script, max_goal_rounds=1) as live:
         await slack.slash(CHANNEL, OWNER, "goal make the greeting friendlier")
         await until(lambda: any(m.text == "Round 1 done." for m in slack.bot_messages(CHANNEL)))
-        sid = await live.engine.session_for_chat(GROUP, 0)
+        sid = await live.engine.session_for_chat(keys.engine_chat(GROUP))
 
         async def blocked() -> bool:
             goal = await live.engine.goals.get(sid)
@@ -85,8 +85,8 @@ async def test_a_goal_round_runs_and_its_card_is_one_message(
         await settle(live.engine, sid)
         await live.front.drain()
         data = await live.engine.goal_card(sid)
-        ts = keys.ts_of(data.card_id)
-        assert ts is not None and data.chat_id == GROUP
+        ts = data.card_id
+        assert ts is not None and data.chat_id == keys.chat_ref(GROUP)
         goal_card = slack.message(CHANNEL, ts)
         shown = str(goal_card.blocks)
         assert "1/1" in shown and "round-limit" in shown
@@ -108,7 +108,7 @@ async def test_a_file_shared_by_the_owner_reaches_the_inbox_a_strangers_does_not
             CHANNEL, OWNER, "notes.txt", b"remember the milk\n", text="read this"
         )
         await until(lambda: any(m.text == "Got the notes." for m in slack.bot_messages(CHANNEL)))
-        sid = await live.engine.session_for_chat(GROUP, 0)
+        sid = await live.engine.session_for_chat(keys.engine_chat(GROUP))
         folder = live.engine.inbox_dir(sid)
         assert folder is not None
         assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
@@ -123,7 +123,7 @@ async def test_a_restart_mid_plan_keeps_editing_the_same_card(
     async with live_slack(slack, tmp_path, PLANNING) as live:
         await slack.slash(CHANNEL, OWNER, "plan Add a greeting module")
         await until(lambda: len(slack.bot_messages(CHANNEL)) >= 1)
-        sid = await live.engine.session_for_chat(GROUP, 0)
+        sid = await live.engine.session_for_chat(keys.engine_chat(GROUP))
         await settle(live.engine, sid)
         await live.front.drain()
         review = await card(live, sid)
@@ -137,7 +137,7 @@ async def test_a_restart_mid_plan_keeps_editing_the_same_card(
         done = slack.message(CHANNEL, review.ts)
         assert "Done" in str(done.blocks) and done.buttons() == []
         data = await live.engine.plan_card(sid)
-        assert data.sidecar is not None and data.sidecar.flow.card_id == keys.ts_key(review.ts)
+        assert data.sidecar is not None and data.sidecar.flow.card_id == review.ts
     new_cards = [m for m in slack.bot_messages(CHANNEL) if m.blocks and m.ts != review.ts]
     assert new_cards == []
     assert slack.count("chat.postMessage") > posts  # the replies, not another card

@@ -14,6 +14,7 @@ from bot.settings import Settings, load_settings, run_problems
 from bot.slack import keys
 from bot.slack.app import EVENTS, SLASH_COMMAND
 from engine.errors import ConfigError
+from engine.keys import Chat
 from tests.fakeslack.server import FakeSlack
 
 MANIFEST = Path(__file__).parents[2] / "deploy" / "slack-manifest.json"
@@ -49,7 +50,7 @@ def test_slack_alone_needs_no_telegram_token_but_its_owners_and_a_way_in() -> No
         }
     )
     assert run_problems(both) == []
-    assert engine_config(both).owner_ids == {42, keys.person_key("U01ABCDEF")}
+    assert engine_config(both).owner_ids == {"tg:42", keys.person_key("U01ABCDEF")}
     http = load(
         {
             "PLANGATE_SLACK_BOT_TOKEN": "xoxb-1",
@@ -83,7 +84,13 @@ def test_keys_map_slack_ids_to_integers_and_back() -> None:
     assert not keys.is_slack_chat(-1001234567890) and not keys.is_slack_chat(123456789)
     assert keys.ts_of(keys.ts_key("1712345678.000123")) == "1712345678.000123"
     assert keys.ts_key(None) == 0 and keys.ts_of(0) is None
-    assert keys.person_key("ZZZZZZZZZZZZ") < 2**63  # fits SQLite's integer
+    # The engine's keys: people, conversations and threads as strings, messages as their ts.
+    assert keys.person_key("U0OWNER1") == "slack:U0OWNER1"
+    assert keys.engine_chat(keys.chat_key("D0OWNER1")).kind == "private"
+    assert keys.engine_chat(keys.chat_key("C0TEAM01")) == Chat.group("slack:C0TEAM01")
+    thread = keys.engine_chat(keys.chat_key("C0TEAM01"), keys.ts_key("1712345678.000123"))
+    assert thread == Chat.thread("slack:C0TEAM01/1712345678.000123", "slack:C0TEAM01")
+    assert keys.chat_of_ref("slack:C0TEAM01") == keys.chat_key("C0TEAM01")
 
 
 async def test_doctor_checks_both_slack_tokens_with_the_api() -> None:

@@ -29,8 +29,10 @@ async def test_a_thread_is_its_own_session_and_the_bots_thread_is_the_channels(
         )
         answer = next(m for m in slack.bot_messages(CHANNEL) if m.text.startswith("In the thread."))
         assert answer.thread_ts == root_ts
-        thread_sid = await live.engine.session_for_chat(GROUP, keys.ts_key(root_ts))
-        channel_sid = await live.engine.session_for_chat(GROUP, 0)
+        thread_sid = await live.engine.session_for_chat(
+            keys.engine_chat(GROUP, keys.ts_key(root_ts))
+        )
+        channel_sid = await live.engine.session_for_chat(keys.engine_chat(GROUP))
         assert thread_sid != channel_sid
 
         # In the channel: the answer is top level; a reply in its thread is heard.

@@ -28,6 +28,7 @@ from engine.events import (
     TurnStart,
     UserMessage,
 )
+from engine.keys import Chat
 from engine.ports import EventLog, SessionStore
 from engine.recovery import INTERRUPTED_TOOL_TEXT, load_session_events
 from engine.testing import InMemoryEventLog, InMemorySessionStore
@@ -35,6 +36,7 @@ from engine.usage.meter import UsageHistory
 from storage.db import Database
 from storage.eventlog import SqliteEventLog
 from storage.sessions import SqliteSessionStore
+from tests.keys import chat
 from tests.storage.helpers import StepClock, cleared, goal, says
 
 
@@ -65,13 +67,13 @@ def every_kind_of_event() -> list[SessionEvent]:
         UserMessage(text='hi ✓ «quotes» "and" \\ back\nslash'),
         UserMessage(text="round", source=GoalRoundSource(goal_id="g1", revision=3, round=2)),
         UserMessage(text="seed", source=SeedSource(plan_id="p1")),
-        UserMessage(text="more", source=FeedbackSource(user_id=7, message_id=9)),
+        UserMessage(text="more", source=FeedbackSource(user_id="tg:7", message_id="9")),
         AssistantMessage(text="ok"),
         ToolCall(
             call_id="c1", name="read_file", arguments={"path": "a.py", "nested": [1, {"x": None}]}
         ),
         ToolResult(call_id="c1", name="read_file", content="x = 1\n" * 50, is_error=False),
-        CommandRun(name="plan", args="write it", actor=42, data={"target": True}),
+        CommandRun(name="plan", args="write it", actor="tg:42", data={"target": True}),
         PlanMode(active=True),
         PlanChanged(status="Editing", revision=2, plan_id="p1", reason="md changed"),
         goal(1),
@@ -204,18 +206,25 @@ async def test_chat_keys_bind_and_rebind(stores: Stores) -> None:
     old = await stores.sessions.create_session(workspace="/w")
     new = await stores.sessions.create_session(workspace="/w")
     topic = await stores.sessions.create_session(workspace="/w")
-    assert await stores.sessions.session_for_chat(-100, 0) is None
-    await stores.sessions.bind_chat(-100, 0, old.id)
-    await stores.sessions.bind_chat(-100, 17, topic.id)
-    assert await stores.sessions.session_for_chat(-100, 0) == old.id
-    await stores.sessions.bind_chat(-100, 0, new.id)
-    assert await stores.sessions.session_for_chat(-100, 0) == new.id
-    assert await stores.sessions.session_for_chat(-100, 17) == topic.id
-    assert await stores.sessions.session_for_chat(-101, 0) is None
-    bindings = {
-        (b.chat_id, b.thread_id): b.session_id for b in await stores.sessions.chat_bindings()
+    group, thread = chat(-100), chat(-100, 17)
+    assert await stores.sessions.session_for_chat(group.key) is None
+    await stores.sessions.bind_chat(group, old.id)
+    await stores.sessions.bind_chat(thread, topic.id)
+    assert await stores.sessions.session_for_chat(group.key) == old.id
+    await stores.sessions.bind_chat(group, new.id)
+    assert await stores.sessions.session_for_chat(group.key) == new.id
+    assert await stores.sessions.session_for_chat(thread.key) == topic.id
+    assert await stores.sessions.session_for_chat(chat(-101).key) is None
+    bindings = {b.chat: b.session_id for b in await stores.sessions.chat_bindings()}
+    # The kind and the thread's parent come back as they were bound.
+    assert bindings == {
+        Chat.group("tg:-100"): new.id,
+        Chat.thread("tg:-100/17", "tg:-100"): topic.id,
     }
-    assert bindings == {(-100, 0): new.id, (-100, 17): topic.id}
+    private = await stores.sessions.create_session(workspace="/w")
+    await stores.sessions.bind_chat(chat(55), private.id)
+    kinds = {b.chat.key: b.chat.kind for b in await stores.sessions.chat_bindings()}
+    assert kinds == {"tg:-100": "group", "tg:-100/17": "thread", "tg:55": "private"}
 
 
 async def test_fork_copies_the_whole_log(stores: Stores) -> None:

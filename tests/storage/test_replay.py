@@ -60,7 +60,7 @@ def session_events(rng: random.Random) -> list[SessionEvent]:
                 events.append(TodoWrite(todos=todos))
         if rng.random() < 0.1:
             target = rng.random() < 0.5
-            events.append(CommandRun(name="plan", actor=1, data={"target": target}))
+            events.append(CommandRun(name="plan", actor="tg:1", data={"target": target}))
             if rng.random() < 0.5:
                 events.append(PlanMode(active=target))
         if rng.random() < 0.08:

@@ -22,6 +22,7 @@ from storage.db import Database, database_path
 from storage.eventlog import SqliteEventLog
 from storage.migrations import MIGRATIONS, migrate, user_version
 from storage.sessions import SqliteSessionStore
+from tests.keys import chat
 from tests.storage.helpers import cleared, goal, says
 
 
@@ -31,14 +32,14 @@ async def test_everything_survives_close_and_reopen(tmp_path: Path) -> None:
     async with await Database.open(path) as db:
         sessions = SqliteSessionStore(db)
         record = await sessions.create_session(workspace="/w", profile=None)
-        await sessions.bind_chat(5, 0, record.id)
+        await sessions.bind_chat(chat(5), record.id)
         written = await SqliteEventLog(db).append(record.id, [says("a"), goal(1)])
         await db.set_meta("last_update_id", "981")
     async with await Database.open(path) as db:
         sessions = SqliteSessionStore(db)
         log = SqliteEventLog(db)
         assert await sessions.get_session(record.id) == record
-        assert await sessions.session_for_chat(5, 0) == record.id
+        assert await sessions.session_for_chat(chat(5).key) == record.id
         assert await log.read(record.id) == written
         assert await db.get_meta("last_update_id") == "981"
         with pytest.raises(AppendConflict):

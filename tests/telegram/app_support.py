@@ -20,6 +20,7 @@ from telegram.ext import AIORateLimiter, Application
 
 from bot.telegram.app import build_application, drain, prepare
 from bot.telegram.channel import LateChannel
+from bot.telegram.keys import engine_chat, msg_id, session_key, user_id_of
 from engine.api import (
     CommandName,
     GoalCardData,
@@ -33,6 +34,7 @@ from engine.api import (
 )
 from engine.events import Attachment
 from engine.goal.types import GoalSnapshot
+from engine.keys import Chat
 from engine.plan.types import PlanSidecar, PlanTask
 from engine.roles.types import Person, Role
 from storage.db import Database
@@ -80,11 +82,12 @@ class RecordingEngine:
     def __init__(self) -> None:
         self.calls: list[Call] = []
         self.keys: dict[tuple[int, int], str] = {}
+        self.chats: dict[tuple[int, int], Chat] = {}
         self.plans: dict[str, PlanSidecar] = {}
         self.plan_states: dict[str, PlanCardState] = {}
         self.goals: dict[str, GoalSnapshot] = {}
         self.armed: set[str] = set()
-        self.goal_cards: dict[str, tuple[int | None, int | None]] = {}
+        self.goal_cards: dict[str, tuple[str | None, str | None]] = {}
         self.outcomes: dict[str, Outcome] = {}
         # Card states the owner chose (confirmations), as the engine keeps them.
         self.chosen: dict[str, PlanCardState] = {}
@@ -166,20 +169,28 @@ class RecordingEngine:
 
     # ---- EngineApi -------------------------------------------------------------------------
 
-    async def session_for_chat(self, chat_id: int, thread_id: int) -> str:
+    # The fake takes the engine's keys and records them as the Telegram ids they name
+    # (bot.telegram.keys), so the tests read in Telegram's terms what the front end asked.
+
+    async def session_for_chat(self, chat: Chat) -> str:
+        chat_id, thread_id = _tg_chat(chat)
+        self.chats[(chat_id, thread_id)] = chat
         self.calls.append(Call("session_for_chat", (chat_id, thread_id)))
         return self.keys.setdefault((chat_id, thread_id), f"s{len(self.keys) + 1}")
 
-    async def new_session(self, chat_id: int, thread_id: int, *, actor: int) -> Outcome:
-        self.calls.append(Call("new_session", (chat_id, thread_id), {"actor": actor}))
+    async def new_session(self, chat: Chat, *, actor: str) -> Outcome:
+        chat_id, thread_id = _tg_chat(chat)
+        self.calls.append(Call("new_session", (chat_id, thread_id), {"actor": user_id_of(actor)}))
         self.keys[(chat_id, thread_id)] = f"s{len(self.keys) + 100}"
         return Outcome(reply="New session.")
 
-    async def project(self, chat_id: int, thread_id: int, args: str, *, actor: int) -> Outcome:
-        self.calls.append(Call("project", (chat_id, thread_id, args), {"actor": actor}))
+    async def project(self, chat: Chat, args: str, *, actor: str) -> Outcome:
+        chat_id, thread_id = _tg_chat(chat)
+        self.calls.append(Call("project", (chat_id, thread_id, args), {"actor": user_id_of(actor)}))
         return Outcome(reply=f"Project: {args or 'default'}")
 
-    async def migrate_chat(self, old_chat_id: int, new_chat_id: int) -> list[str]:
+    async def migrate_chat(self, old: str, new: str) -> list[str]:
+        old_chat_id, new_chat_id = _tg_key(old)[0], _tg_key(new)[0]
         self.calls.append(Call("migrate_chat", (old_chat_id, new_chat_id)))
         moved = [k for k in self.keys if k[0] == old_chat_id]
         for key in moved:
@@ -191,8 +202,8 @@ class RecordingEngine:
         session_id: str,
         text: str,
         *,
-        actor: int | None,
-        message_id: int | None,
+        actor: str | None,
+        message_id: str | None,
         feedback: bool = False,
         answer: bool = False,
         attachments: Sequence[Attachment] = (),
@@ -202,27 +213,32 @@ class RecordingEngine:
                 "user_message",
                 (session_id, text),
                 {
-                    "actor": actor,
-                    "message_id": message_id,
+                    "actor": user_id_of(actor),
+                    "message_id": msg_id(message_id),
                     "feedback": feedback,
                     "attachments": list(attachments),
                 },
             )
         )
 
-    async def role_of(self, chat_id: int, user_id: int | None) -> Role:
-        return self.roles.get((chat_id, user_id or 0), "member")
+    async def role_of(self, chat: str, user_id: str | None) -> Role:
+        return self.roles.get((_tg_key(chat)[0], user_id_of(user_id) or 0), "member")
 
     async def team(
         self,
-        chat_id: int,
+        chat: Chat,
         args: str,
         *,
-        actor: int | None,
+        actor: str | None,
         actor_name: str = "",
         target: Person | None = None,
     ) -> Outcome:
-        self.calls.append(Call("team", (chat_id, args), {"actor": actor, "target": target}))
+        shown = None if target is None else (user_id_of(target.user_id), target.name)
+        self.calls.append(
+            Call(
+                "team", (_tg_key(chat.room)[0], args), {"actor": user_id_of(actor), "target": shown}
+            )
+        )
         return Outcome(reply=f"team {args}".strip())
 
     def inbox_dir(self, session_id: str) -> Path | None:
@@ -234,10 +250,10 @@ class RecordingEngine:
         name: CommandName,
         args: str,
         *,
-        actor: int | None,
+        actor: str | None,
         actor_name: str = "",
     ) -> Outcome:
-        self.calls.append(Call("command", (session_id, name, args), {"actor": actor}))
+        self.calls.append(Call("command", (session_id, name, args), {"actor": user_id_of(actor)}))
         if name in self.outcomes:
             return self.outcomes[name]
         if name == "plan":
@@ -265,8 +281,8 @@ class RecordingEngine:
         session_id: str,
         press: Press,
         *,
-        actor: int | None,
-        message_id: int | None = None,
+        actor: str | None,
+        message_id: str | None = None,
         actor_name: str = "",
     ) -> Outcome:
         kind, action, short_id, revision = press.kind, press.action, press.short_id, press.revision
@@ -279,8 +295,8 @@ class RecordingEngine:
                     "action": action,
                     "short_id": short_id,
                     "revision": revision,
-                    "actor": actor,
-                    "message_id": message_id,
+                    "actor": user_id_of(actor),
+                    "message_id": msg_id(message_id),
                 },
             )
         )
@@ -336,7 +352,7 @@ class RecordingEngine:
         )
 
     async def set_goal_card(
-        self, session_id: str, *, chat_id: int | None, card_id: int | None
+        self, session_id: str, *, chat_id: str | None, card_id: str | None
     ) -> None:
         self.goal_cards[session_id] = (chat_id, card_id)
 
@@ -344,10 +360,10 @@ class RecordingEngine:
         self,
         session_id: str,
         *,
-        chat_id: int,
-        thread_id: int | None,
-        card_id: int | None,
-        review_ids: Sequence[int] | None = None,
+        chat_id: str,
+        thread_id: str | None,
+        card_id: str | None,
+        review_ids: Sequence[str] | None = None,
         plan_id: str | None = None,
     ) -> None:
         self.calls.append(
@@ -355,10 +371,10 @@ class RecordingEngine:
                 "set_plan_flow",
                 (session_id,),
                 {
-                    "chat_id": chat_id,
-                    "thread_id": thread_id,
-                    "card_id": card_id,
-                    "review_ids": review_ids,
+                    "chat_id": _tg_key(chat_id)[0],
+                    "thread_id": _tg_key(thread_id)[1] or None if thread_id is not None else None,
+                    "card_id": msg_id(card_id),
+                    "review_ids": None if review_ids is None else [msg_id(r) for r in review_ids],
                     "plan_id": plan_id,
                 },
             )
@@ -378,6 +394,19 @@ class RecordingEngine:
 
     async def shutdown(self) -> None:
         self.calls.append(Call("shutdown", ()))
+
+
+def _tg_key(key: str) -> tuple[int, int]:
+    found = session_key(key)
+    assert found is not None, f"not a Telegram chat key: {key!r}"
+    return found
+
+
+def _tg_chat(chat: Chat) -> tuple[int, int]:
+    """A chat's Telegram ids, checking the kind and parent the front end gave."""
+    found = _tg_key(chat.key)
+    assert chat == engine_chat(found), chat
+    return found
 
 
 async def eventually(predicate: Callable[[], bool], *, timeout_s: float = 30.0) -> None:

@@ -15,6 +15,7 @@ from telegram.ext import Application
 from bot.compose import open_plangate
 from bot.telegram.app import announce_restored, parts
 from bot.telegram.channel import LateChannel
+from bot.telegram.keys import person_key, tg_flow
 from engine.api import RestoredGoal
 from engine.app import Engine, EngineConfig
 from engine.approval.policy import BashApproval
@@ -109,7 +110,7 @@ async def live_bot(
         approval_timeout_s=approval_timeout_s,
         ask_writes=ask_writes,
         file_limits=file_limits,
-        owner_ids=frozenset({OWNER}),
+        owner_ids=frozenset({person_key(OWNER)}),
         plan_approvals=plan_approvals,
         owner_overrides=owner_overrides,
         bash_approval=bash_approval,
@@ -174,8 +175,8 @@ async def card(
 ) -> FakeMessage:
     """The live plan card, as the sidecar's ``flow`` names it."""
     data = await live.engine.plan_card(session_id)
-    assert data.sidecar is not None and data.sidecar.flow.card_id is not None
-    return api.message(chat_id, data.sidecar.flow.card_id)
+    assert data.sidecar is not None and tg_flow(data.sidecar.flow).card_id is not None
+    return api.message(chat_id, tg_flow(data.sidecar.flow).card_id)
 
 
 async def until(check: Callable[[], Awaitable[bool]], *, timeout_s: float = 30.0) -> None:

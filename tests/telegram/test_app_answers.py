@@ -9,6 +9,7 @@ from pathlib import Path
 from engine.model.script import call, say
 from tests.engine.helpers import settle
 from tests.fakebot.server import FakeBotApi, FakeMessage
+from tests.keys import chat
 from tests.telegram.app_support import GROUP, OWNER, eventually
 from tests.telegram.live import live_bot
 
@@ -42,7 +43,7 @@ async def test_a_20000_character_answer_is_one_summary_and_one_answer_md(
         (live.workspace / "test_io.py").write_text("def test_io(tmp):\n    pass\n")
         opening = fake_api.user_message(GROUP, OWNER, f"@{fake_api.username} why is it flaky?")
         await eventually(lambda: len(_documents(fake_api, GROUP)) >= 1)
-        sid = await live.engine.session_for_chat(GROUP, 0)
+        sid = await live.engine.session_for_chat(chat(GROUP))
         await settle(live.engine, sid)
         sent = fake_api.bot_messages(GROUP)
         texts = [m for m in sent if m.document is None and "Finding" not in m.text]
@@ -66,7 +67,7 @@ async def test_an_answer_under_the_limit_is_still_messages(
     async with live_bot(fake_api, tmp_path, [say(answer)]) as live:
         fake_api.user_message(OWNER, OWNER, "explain")
         await eventually(lambda: len(fake_api.bot_messages(OWNER)) >= 2)
-        await settle(live.engine, await live.engine.session_for_chat(OWNER, 0))
+        await settle(live.engine, await live.engine.session_for_chat(chat(OWNER)))
         sent = fake_api.bot_messages(OWNER)
         assert _documents(fake_api, OWNER) == []
         assert sent[0].text.startswith("Paragraph 0:") and len(sent) == 2
@@ -79,7 +80,7 @@ async def test_reply_document_chars_sets_the_limit(fake_api: FakeBotApi, tmp_pat
     ) as live:
         fake_api.user_message(OWNER, OWNER, "explain")
         await eventually(lambda: len(_documents(fake_api, OWNER)) == 1)
-        await settle(live.engine, await live.engine.session_for_chat(OWNER, 0))
+        await settle(live.engine, await live.engine.session_for_chat(chat(OWNER)))
         assert fake_api.bot_messages(OWNER)[0].text.startswith("Short summary first.")
 
 
@@ -102,7 +103,7 @@ async def test_send_file_attaches_a_workspace_file_and_refuses_what_it_may_not_r
         with open(live.workspace / "big.bin", "wb") as handle:
             handle.truncate(21 * 1024 * 1024)  # sparse: 21 MB on paper
         fake_api.user_message(OWNER, OWNER, "run the tests and send me the report")
-        sid = await live.engine.session_for_chat(OWNER, 0)
+        sid = await live.engine.session_for_chat(chat(OWNER))
         await eventually(
             lambda: any(m.text.startswith("Sent the report.") for m in fake_api.bot_messages(OWNER))
         )

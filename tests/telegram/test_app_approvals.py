@@ -11,9 +11,11 @@ import asyncio
 from pathlib import Path
 
 from bot.telegram.app import parts
+from bot.telegram.keys import msg_id
 from engine.events import ApprovalDecided, ApprovalRule
 from engine.model.script import call, say
 from tests.fakebot.server import FakeBotApi, FakeMessage
+from tests.keys import chat, person
 from tests.telegram.app_support import GROUP, OWNER, STALE, STRANGER, eventually
 from tests.telegram.live import Live, button, labels, live_bot, until
 
@@ -61,13 +63,13 @@ async def test_allow_once_deny_and_allow_for_the_session(
         ws = live.workspace
         fake_api.user_message(CHAT, OWNER, BOT + "make some files")
         first = await asked(fake_api, 1)
-        sid = await live.engine.session_for_chat(CHAT, 0)
+        sid = await live.engine.session_for_chat(chat(CHAT))
         assert "Allow bash?" in first.text and "touch once.txt" in first.text
         # The session button names the rule it adds before the press.
         assert labels(first) == [ALLOW_ONCE, DENY, "♾ Allow “touch” for this session"]
         assert live.engine.pending_approval(sid) is not None  # the card data: waiting for you
         await parts(live.app).presenter.flush()
-        status = await live.engine.command(sid, "status", "", actor=OWNER)
+        status = await live.engine.command(sid, "status", "", actor=person(OWNER))
         assert "Waiting for you: allow bash touch once.txt?" in (status.reply or "")
 
         # A non-owner's press: the gate's alert, and the call still waits, not run.
@@ -134,7 +136,7 @@ async def test_an_unanswered_request_is_denied_after_the_timeout(
         msg = await asked(fake_api, 1)
         once = button(msg, ALLOW_ONCE)
         await until(lambda: _replied(fake_api, "Nobody answered."))
-        sid = await live.engine.session_for_chat(CHAT, 0)
+        sid = await live.engine.session_for_chat(chat(CHAT))
         assert not (live.workspace / "late.txt").exists()
         assert await decisions(live, sid) == ["timeout"]
         await eventually(lambda: "Nobody answered in time" in _text(fake_api, msg))
@@ -151,7 +153,7 @@ async def test_stop_denies_a_waiting_request_at_once(fake_api: FakeBotApi, tmp_p
     async with live_bot(fake_api, tmp_path, script, allow_bash=(), bash_approval="always") as live:
         fake_api.user_message(CHAT, OWNER, BOT + "touch a file")
         msg = await asked(fake_api, 1)
-        sid = await live.engine.session_for_chat(CHAT, 0)
+        sid = await live.engine.session_for_chat(chat(CHAT))
         fake_api.user_message(CHAT, OWNER, "/stop")
         await eventually(lambda: _stopped(live, sid))
         assert await decisions(live, sid) == ["stopped"]
@@ -170,7 +172,7 @@ async def test_a_stop_while_the_request_is_posted_leaves_no_live_buttons(
         fake_api.fail_next("sendMessage", 1, retry_after=2)
         fake_api.user_message(CHAT, OWNER, BOT + "touch a file")
         await eventually(lambda: fake_api.count("sendMessage") == 1)  # answered 429
-        sid = await live.engine.session_for_chat(CHAT, 0)
+        sid = await live.engine.session_for_chat(chat(CHAT))
         assert live.engine.pending_approval(sid) is not None
         assert approval_messages(fake_api) == []  # still being posted
         fake_api.user_message(CHAT, OWNER, "/stop")
@@ -200,7 +202,7 @@ async def test_a_goal_round_that_needs_approval_blocks_then_allow_and_resume_con
     async with live_bot(fake_api, tmp_path, script, allow_bash=(), bash_approval="always") as live:
         fake_api.user_message(CHAT, OWNER, "/goal create goal.txt")
         notice = await asked(fake_api, 1)
-        sid = await live.engine.session_for_chat(CHAT, 0)
+        sid = await live.engine.session_for_chat(chat(CHAT))
         assert "Not run: bash needs your approval" in notice.text
         assert "touch goal.txt" in notice.text
         allow = "✅ Allow “touch” for this session"
@@ -231,7 +233,7 @@ async def test_a_goal_round_that_needs_approval_blocks_then_allow_and_resume_con
         # The press is answered before its redraw is queued: wait for the card, bounded.
         stored = await live.engine.goal_card(sid)  # the engine keeps where the goal card is
         assert stored.card_id is not None
-        card_id = stored.card_id
+        card_id = msg_id(stored.card_id)
         await eventually(lambda: "needs-approval" in fake_api.message(CHAT, card_id).text)
         card = fake_api.message(CHAT, card_id)
         fake_api.press(CHAT, card.message_id, button(card, "▶️ Resume"), user_id=OWNER)
@@ -295,7 +297,7 @@ async def test_with_writes_asking_a_write_shows_its_diff_inline_or_as_a_patch(
         assert (workspace / "app.py").read_text(encoding="utf-8") == "print('again')\n"
         assert (workspace / "big.txt").read_text(encoding="utf-8") == big
         assert len(approval_messages(fake_api)) == 2
-        sid = await live.engine.session_for_chat(CHAT, 0)
+        sid = await live.engine.session_for_chat(chat(CHAT))
         assert await decisions(live, sid) == ["session", "deny"]
 
 
@@ -312,7 +314,7 @@ async def test_a_restart_never_turns_a_waiting_request_into_an_allow(
         fake_api.user_message(CHAT, OWNER, BOT + "touch a file")
         msg = await asked(fake_api, 1)
         once = button(msg, ALLOW_ONCE)
-        sid = await live.engine.session_for_chat(CHAT, 0)
+        sid = await live.engine.session_for_chat(chat(CHAT))
     # plangate stopped while the owner had not answered; the old button comes back dead.
     async with live_bot(
         fake_api, tmp_path, [say("unused")], allow_bash=(), bash_approval="always"

@@ -20,6 +20,7 @@ from engine.model.script import ScriptStep, call, say
 from engine.tools.sandbox import SandboxSettings
 from tests.engine.helpers import PLAN_MD, settle
 from tests.fakebot.server import FakeBotApi
+from tests.keys import chat
 from tests.telegram.app_support import GROUP, OWNER, eventually
 from tests.telegram.live import button, card, live_bot, until
 
@@ -101,7 +102,7 @@ async def test_planted_modules_never_run_during_grep_in_any_phase(
 
         fake_api.user_message(GROUP, OWNER, BOT + "look around")  # NoPlan
         await eventually(lambda: any(m.text == "Looked around." for m in _sent(fake_api)))
-        sid = await engine.session_for_chat(GROUP, 0)
+        sid = await engine.session_for_chat(chat(GROUP))
         await settle(engine, sid)
 
         fake_api.user_message(GROUP, OWNER, "/plan Add a greeting module")  # pre- and post-init
@@ -208,7 +209,7 @@ async def test_home_env_and_plan_folder_are_invisible_in_every_phase(
         engine = live.engine
         fake_api.user_message(GROUP, OWNER, BOT + "hello")
         await eventually(lambda: any(m.text == "Hello." for m in _sent(fake_api)))
-        sid = await engine.session_for_chat(GROUP, 0)
+        sid = await engine.session_for_chat(chat(GROUP))
         await settle(engine, sid)
         sidecar = await live.storage.plan_store.json_path(sid)
         script = [
@@ -320,7 +321,7 @@ async def test_root_tricks_in_pre_init_change_no_byte_and_hold_no_capability(
     async with live_bot(fake_api, tmp_path, script, sandbox=sandbox, allow_bash=rules) as live:
         fake_api.user_message(GROUP, OWNER, "/plan Look at the project")
         await eventually(lambda: any(m.text == "Tried." for m in _sent(fake_api)))
-        sid = await live.engine.session_for_chat(GROUP, 0)
+        sid = await live.engine.session_for_chat(chat(GROUP))
         await settle(live.engine, sid)
         stored = await live.storage.log.read(sid, types=("tool/result",))
         results = [str(getattr(s.event, "content", "")) for s in stored]

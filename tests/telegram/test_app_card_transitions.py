@@ -8,6 +8,7 @@ from pathlib import Path
 from bot.telegram.app import parts
 from tests.engine.helpers import EXECUTION, PLANNING, settle
 from tests.fakebot.server import FakeBotApi
+from tests.keys import chat
 from tests.telegram.app_support import OWNER, eventually
 from tests.telegram.live import button, card, live_bot
 
@@ -19,7 +20,7 @@ async def test_approve_goes_from_review_to_in_progress_without_a_paused_card(
         engine = live.engine
         fake_api.user_message(OWNER, OWNER, "/plan Add a greeting module")
         await eventually(lambda: len(fake_api.bot_messages(OWNER)) >= 1)
-        sid = await engine.session_for_chat(OWNER, 0)
+        sid = await engine.session_for_chat(chat(OWNER))
         await settle(engine, sid)
         await parts(live.app).presenter.flush()
         review = await card(fake_api, live, sid, chat_id=OWNER)

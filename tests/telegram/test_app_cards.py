@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from bot.telegram.app import parts
+from bot.telegram.keys import tg_flow
 from bot.telegram.presenter import HEARTBEAT_S
 from tests.fakebot.server import FakeBotApi
 from tests.telegram.app_support import (
@@ -27,7 +28,7 @@ async def active_plan(api: FakeBotApi, engine: RecordingEngine) -> int:
     api.user_message(GROUP, OWNER, "/plan x")
     await eventually(lambda: len(engine.named("set_plan_flow")) == 1)
     engine.activate("s1", TASKS)
-    card_id = engine.plans["s1"].flow.card_id
+    card_id = tg_flow(engine.plans["s1"].flow).card_id
     assert card_id is not None
     return card_id
 
@@ -123,8 +124,8 @@ async def test_a_lost_card_is_reposted_and_its_new_id_saved(
         fake_api.message(GROUP, card_id).deleted = True  # someone deleted the card
         engine.complete("s1", "1")
         await parts(app).channel.plan_changed("s1")
-        await eventually(lambda: engine.plans["s1"].flow.card_id != card_id)
-        new_id = engine.plans["s1"].flow.card_id
+        await eventually(lambda: tg_flow(engine.plans["s1"].flow).card_id != card_id)
+        new_id = tg_flow(engine.plans["s1"].flow).card_id
         assert new_id is not None
         assert "1/8" in fake_api.message(GROUP, new_id).text
 
@@ -142,7 +143,7 @@ async def test_a_restart_keeps_editing_the_same_card(fake_api: FakeBotApi, tmp_p
             await parts(app2).channel.plan_changed("s1")
             await parts(app2).presenter.flush()
     assert fake_api.count("sendMessage") == sends
-    assert engine.plans["s1"].flow.card_id == card_id
+    assert tg_flow(engine.plans["s1"].flow).card_id == card_id
     assert "1/8" in fake_api.message(GROUP, card_id).text
 
 
@@ -177,12 +178,12 @@ async def test_a_long_plan_goes_for_review_as_a_document(
         await eventually(lambda: len(engine.named("set_plan_flow")) == 1)
         engine.write_plan("s1", long_md)
         await parts(app).channel.plan_changed("s1")
-        await eventually(lambda: len(engine.plans["s1"].flow.review_ids) == 1)
+        await eventually(lambda: len(tg_flow(engine.plans["s1"].flow).review_ids) == 1)
         await parts(app).presenter.flush()
-    doc = fake_api.message(GROUP, engine.plans["s1"].flow.review_ids[0])
+    doc = fake_api.message(GROUP, tg_flow(engine.plans["s1"].flow).review_ids[0])
     assert doc.document is not None and doc.document["file_name"] == "plan.md"
     assert fake_api.files[f"documents/{doc.document['file_id']}"] == long_md.encode()
-    card = fake_api.message(GROUP, engine.plans["s1"].flow.card_id or 0)
+    card = fake_api.message(GROUP, tg_flow(engine.plans["s1"].flow).card_id or 0)
     # The card stays where it was (one message per plan) and lists the steps; the
     # document is a reply to it.
     assert card.buttons and "Step 1" in card.text and "attached" in card.text

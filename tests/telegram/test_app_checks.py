@@ -26,6 +26,7 @@ from tests.checks.support import (
 from tests.checks.test_goal_checks_engine import goal_script
 from tests.engine.helpers import settle
 from tests.fakebot.server import FakeBotApi, FakeMessage
+from tests.keys import chat
 from tests.telegram.app_support import GROUP, OWNER, eventually
 from tests.telegram.live import Live, button, card, labels, live_bot, until
 
@@ -36,7 +37,7 @@ async def _reviewed(api: FakeBotApi, live: Live) -> tuple[str, FakeMessage]:
     """/plan in the group, the planning turn, the review card (with its 🧪 block)."""
     api.user_message(GROUP, OWNER, "/plan Fix the health check")
     await eventually(lambda: len(api.bot_messages(GROUP)) >= 1)
-    sid = await live.engine.session_for_chat(GROUP, 0)
+    sid = await live.engine.session_for_chat(chat(GROUP))
     await settle(live.engine, sid)
     await parts(live.app).presenter.flush()
     review = await card(api, live, sid)
@@ -167,7 +168,7 @@ async def test_a_goal_with_a_check_stays_active_until_the_check_passes(
         engine = live.engine
         fake_api.user_message(GROUP, OWNER, f'/goal make the health test pass --check "{CHECK}"')
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
-        sid = await engine.session_for_chat(GROUP, 0)
+        sid = await engine.session_for_chat(chat(GROUP))
 
         async def failed_once() -> bool:
             last = await engine.goals.last_check(sid)

@@ -8,6 +8,7 @@ from telegram import Bot
 
 from bot.telegram.app import parts
 from bot.telegram.channel import LateChannel
+from bot.telegram.keys import tg_flow
 from engine.api import Outcome
 from tests.fakebot.server import FakeBotApi
 from tests.telegram.app_support import (
@@ -105,7 +106,7 @@ async def test_show_plan_forms_restick_the_card_and_strip_the_old_one(
     assert [bool(c.buttons) for c in cards] == [False, False, False, True]
     assert fake_api.chat(GROUP).pinned == [cards[-1].message_id]  # old pins taken down
     assert all("moved below" in c.text for c in cards[:-1])
-    assert engine.plans["s1"].flow.card_id == cards[-1].message_id
+    assert tg_flow(engine.plans["s1"].flow).card_id == cards[-1].message_id
 
 
 async def test_non_owner_show_plan_gets_a_copy_without_buttons(
@@ -115,7 +116,7 @@ async def test_non_owner_show_plan_gets_a_copy_without_buttons(
     async with open_db(tmp_path / "p.db") as db, running_bot(fake_api, engine, db):
         fake_api.user_message(GROUP, OWNER, "/plan x")
         await eventually(lambda: len(engine.named("set_plan_flow")) == 1)
-        card_id = engine.plans["s1"].flow.card_id
+        card_id = tg_flow(engine.plans["s1"].flow).card_id
         engine.write_plan("s1", "## Implementation steps\n1. Do it")
         fake_api.user_message(GROUP, STRANGER, "/show-plan")
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) == 3)
@@ -127,7 +128,7 @@ async def test_non_owner_show_plan_gets_a_copy_without_buttons(
     assert "Add login" in copy.text and copy.buttons == []
     # The refusal and the /status answer; the refusal is sent last when both wait.
     assert sum("Sorry" in m.text for m in fake_api.bot_messages(GROUP)[3:5]) == 1
-    assert engine.plans["s1"].flow.card_id == card_id  # the live card did not move
+    assert tg_flow(engine.plans["s1"].flow).card_id == card_id  # the live card did not move
     assert [(c.args[1], c.kwargs["actor"]) for c in engine.named("command")] == [
         ("plan", OWNER),
         ("show_plan", STRANGER),
@@ -213,7 +214,7 @@ async def test_new_retires_the_old_cards_and_binds_a_fresh_session(
     async with open_db(tmp_path / "p.db") as db, running_bot(fake_api, engine, db):
         fake_api.user_message(OWNER, OWNER, "/plan x")
         await eventually(lambda: len(engine.named("set_plan_flow")) == 1)
-        card_id = engine.plans["s1"].flow.card_id
+        card_id = tg_flow(engine.plans["s1"].flow).card_id
         assert card_id is not None
         # Planning: only Discard (a live plan always offers it).
         assert len(fake_api.message(OWNER, card_id).buttons) == 1
@@ -221,9 +222,11 @@ async def test_new_retires_the_old_cards_and_binds_a_fresh_session(
         fake_api.user_message(OWNER, OWNER, "/show_plan")
         await eventually(lambda: len(engine.named("set_plan_flow")) >= 2)
         await eventually(
-            lambda: bool(fake_api.message(OWNER, engine.plans["s1"].flow.card_id or 0).buttons)
+            lambda: bool(
+                fake_api.message(OWNER, tg_flow(engine.plans["s1"].flow).card_id or 0).buttons
+            )
         )
-        live = engine.plans["s1"].flow.card_id or 0
+        live = tg_flow(engine.plans["s1"].flow).card_id or 0
         fake_api.user_message(OWNER, OWNER, "/new")
         await eventually(lambda: fake_api.message(OWNER, live).buttons == [])
         fake_api.user_message(OWNER, OWNER, "hi")

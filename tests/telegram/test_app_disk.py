@@ -25,6 +25,7 @@ from engine.model.script import call, say
 from tests.checks.support import PLANNING, make_project
 from tests.engine.helpers import settle
 from tests.fakebot.server import FakeBotApi, FakeMessage
+from tests.keys import chat
 from tests.telegram.app_support import GROUP, OWNER, eventually
 from tests.telegram.live import button, card, live_bot, until
 
@@ -93,7 +94,7 @@ async def test_inner_full_disk(fake_api: FakeBotApi) -> None:
         assert (home / ".disk-reserve").stat().st_size == RESERVE_MB * 1024 * 1024
         fake_api.user_message(GROUP, OWNER, "/plan Fix the health check")
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
-        sid = await live.engine.session_for_chat(GROUP, 0)
+        sid = await live.engine.session_for_chat(chat(GROUP))
         await settle(live.engine, sid)
         await parts(live.app).presenter.flush()
         review = await card(fake_api, live, sid)
@@ -147,7 +148,7 @@ async def test_below_the_reserve_a_goal_blocks_and_a_person_still_gets_answers(
     async with live_bot(fake_api, tmp_path, script, disk_reserve_mb=NEVER_ENOUGH_MB) as live:
         fake_api.user_message(GROUP, OWNER, '/goal keep the build green --check "true"')
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
-        sid = await live.engine.session_for_chat(GROUP, 0)
+        sid = await live.engine.session_for_chat(chat(GROUP))
 
         async def blocked() -> bool:
             goal = await live.engine.goals.get(sid)

@@ -12,6 +12,7 @@ from engine.model.script import call, say
 from tests.engine.helpers import settle
 from tests.fakebot.server import FakeBotApi
 from tests.fakes.openai_server import FakeOpenAIServer
+from tests.keys import chat
 from tests.telegram.app_support import GROUP, OWNER, eventually
 from tests.telegram.live import live_bot, until
 
@@ -35,7 +36,7 @@ async def test_a_private_chat_sees_drafts_at_most_once_a_second_then_one_message
         await eventually(
             lambda: any(m.text.startswith("Word0") for m in fake_api.bot_messages(OWNER))
         )
-        sid = await live.engine.session_for_chat(OWNER, 0)
+        sid = await live.engine.session_for_chat(chat(OWNER))
         await settle(live.engine, sid)
         drafts = fake_api.chats[OWNER].drafts
         assert len(drafts) >= 2  # it did show the answer growing
@@ -60,7 +61,7 @@ async def test_a_group_gets_no_draft_calls_at_all(fake_api: FakeBotApi, tmp_path
         await eventually(
             lambda: any(m.text.startswith("Word0") for m in fake_api.bot_messages(GROUP))
         )
-        await settle(live.engine, await live.engine.session_for_chat(GROUP, 0))
+        await settle(live.engine, await live.engine.session_for_chat(chat(GROUP)))
         assert fake_api.count("sendMessageDraft") == 0
         assert all(not body.get("stream") for body in server.chat_requests)  # plain calls
 
@@ -71,7 +72,7 @@ async def test_stop_during_the_stream_ends_it_at_once(fake_api: FakeBotApi, tmp_
         server = _slow(live.model_server, delay_s=0.05)
         fake_api.user_message(OWNER, OWNER, "write a lot")
         await eventually(lambda: len(fake_api.chats[OWNER].drafts) >= 1)  # mid-stream
-        sid = await live.engine.session_for_chat(OWNER, 0)
+        sid = await live.engine.session_for_chat(chat(OWNER))
         assert live.engine.agents.is_busy(sid)
         fake_api.user_message(OWNER, OWNER, "/stop")
 

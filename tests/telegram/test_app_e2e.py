@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.telegram.app import parts
+from bot.telegram.keys import msg_id, tg_flow
 from engine.app import Engine
 from engine.events import UserMessage
 from engine.model.script import ScriptStep, call, say
@@ -19,6 +20,7 @@ from engine.model.scripted import ScriptedProvider
 from engine.model.types import ModelReply
 from tests.engine.helpers import EXECUTION, GREET_PY, PLAN_MD, PLANNING, settle
 from tests.fakebot.server import FakeBotApi, FakeMessage
+from tests.keys import chat, chat_key
 from tests.telegram.app_support import GROUP, OWNER, STALE, STRANGER, eventually
 from tests.telegram.live import Live, button, card, labels, live_bot, until
 
@@ -31,7 +33,7 @@ async def test_plan_review_approve_run_to_done_in_a_group(
         fake_api.user_message(GROUP, OWNER, "/plan Add a greeting module")
         # Wait for the handler's reply before asking for the session (no racing creation).
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
-        sid = await engine.session_for_chat(GROUP, 0)
+        sid = await engine.session_for_chat(chat(GROUP))
         await settle(engine, sid)
         await parts(live.app).presenter.flush()
 
@@ -41,7 +43,7 @@ async def test_plan_review_approve_run_to_done_in_a_group(
         assert "Greeting module" in review.text and "review" in review.text.lower()
         assert "Implementation steps" in review.text and "Done when" in review.text
         data = await engine.plan_card(sid)
-        assert data.sidecar is not None and data.sidecar.flow.review_ids == []
+        assert data.sidecar is not None and tg_flow(data.sidecar.flow).review_ids == []
         assert any(m.text == "The plan is ready for review." for m in fake_api.bot_messages(GROUP))
         approve = button(review, "✅ Approve")
 
@@ -106,15 +108,15 @@ async def test_discard_while_the_agent_works_cancels_the_turn(
         engine = live.engine
         fake_api.user_message(GROUP, OWNER, "/plan Add a greeting module")
         await asyncio.wait_for(model.entered.wait(), 10)  # the turn is mid-step
-        sid = await engine.session_for_chat(GROUP, 0)
+        sid = await engine.session_for_chat(chat(GROUP))
         assert engine.agents.is_busy(sid)
         fake_api.user_message(GROUP, OWNER, "/discard")
         await until(lambda: _idle_and_none(engine, sid))
         await until(lambda: _ended(engine, sid))
         await parts(live.app).presenter.flush()
         plan_card = (await engine.plan_card(sid)).sidecar
-        assert plan_card is not None and plan_card.flow.card_id is not None
-        shown = fake_api.message(GROUP, plan_card.flow.card_id)
+        assert plan_card is not None and tg_flow(plan_card.flow).card_id is not None
+        shown = fake_api.message(GROUP, tg_flow(plan_card.flow).card_id)
     assert model.calls == 2  # the blocked model call was cancelled, nothing after it
     assert "Discarded" in shown.text and shown.buttons == []
     assert not any("ready for review" in m.text for m in fake_api.bot_messages(GROUP))
@@ -136,7 +138,7 @@ async def test_goal_with_three_rounds_runs_exactly_three_and_shows_round_limit(
         engine = live.engine
         fake_api.user_message(GROUP, OWNER, "/goal make the greeting friendlier")
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
-        sid = await engine.session_for_chat(GROUP, 0)
+        sid = await engine.session_for_chat(chat(GROUP))
 
         async def blocked() -> bool:
             goal = await engine.goals.get(sid)
@@ -149,8 +151,8 @@ async def test_goal_with_three_rounds_runs_exactly_three_and_shows_round_limit(
         assert goal is not None and goal.blocked is not None
         assert goal.blocked.code == "round-limit" and goal.rounds_started == 3
         stored = await engine.goal_card(sid)  # the engine keeps where the goal card is
-        assert stored.chat_id == GROUP and stored.card_id is not None
-        goal_card = fake_api.message(GROUP, stored.card_id)
+        assert stored.chat_id == chat_key(GROUP) and stored.card_id is not None
+        goal_card = fake_api.message(GROUP, msg_id(stored.card_id))
     rounds = [m for m in fake_api.bot_messages(GROUP) if m.text.startswith("Round ")]
     assert [m.text for m in rounds] == ["Round 1 done.", "Round 2 done.", "Round 3 done."]
     assert "round-limit" in goal_card.text and "3/3" in goal_card.text
@@ -163,7 +165,7 @@ async def test_a_restart_mid_plan_keeps_editing_the_same_card(
     async with live_bot(fake_api, tmp_path, PLANNING) as live:
         fake_api.user_message(GROUP, OWNER, "/plan Add a greeting module")
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
-        sid = await live.engine.session_for_chat(GROUP, 0)
+        sid = await live.engine.session_for_chat(chat(GROUP))
         await settle(live.engine, sid)
         await parts(live.app).presenter.flush()
         review = await card(fake_api, live, sid)
@@ -192,7 +194,7 @@ async def test_a_429_storm_during_the_run_still_ends_with_the_right_card(
         engine = live.engine
         fake_api.user_message(GROUP, OWNER, "/plan Add a greeting module")
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
-        sid = await engine.session_for_chat(GROUP, 0)
+        sid = await engine.session_for_chat(chat(GROUP))
         await settle(engine, sid)
         await parts(live.app).presenter.flush()
         review = await card(fake_api, live, sid)
@@ -222,12 +224,12 @@ async def test_keep_planning_in_private_hears_the_feedback_and_reviews_again(
         engine = live.engine
         fake_api.user_message(OWNER, OWNER, "/plan Add a greeting module")
         await eventually(lambda: len(fake_api.bot_messages(OWNER)) >= 1)
-        sid = await engine.session_for_chat(OWNER, 0)
+        sid = await engine.session_for_chat(chat(OWNER))
         await settle(engine, sid)
         await parts(live.app).presenter.flush()
         data = await engine.plan_card(sid)
         assert data.state == "review" and data.sidecar is not None
-        first = fake_api.message(OWNER, data.sidecar.flow.card_id or 0)
+        first = fake_api.message(OWNER, tg_flow(data.sidecar.flow).card_id or 0)
         keep = next(d for row in first.buttons for t, d in row if t == "✏️ Keep planning")
 
         fake_api.press(OWNER, first.message_id, keep, user_id=OWNER)
@@ -245,7 +247,7 @@ async def test_keep_planning_in_private_hears_the_feedback_and_reviews_again(
         await parts(live.app).presenter.flush()
         again = await engine.plan_card(sid)
         assert again.state == "review" and again.sidecar is not None
-        second = fake_api.message(OWNER, again.sidecar.flow.card_id or 0)
+        second = fake_api.message(OWNER, tg_flow(again.sidecar.flow).card_id or 0)
     # The same card, edited: it carries the new plan text and the review keyboard again.
     assert second.message_id == first.message_id
     assert labels(second) == ["✅ Approve", "✏️ Keep planning", "🗑 Discard"]
@@ -266,18 +268,18 @@ async def test_a_forum_topic_is_its_own_session_and_its_cards_stay_in_it(
         engine = live.engine
         fake_api.user_message(GROUP, OWNER, "/plan Add a greeting module", thread_id=7)
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
-        sid = await engine.session_for_chat(GROUP, 7)
+        sid = await engine.session_for_chat(chat(GROUP, 7))
         await settle(engine, sid)
         await parts(live.app).presenter.flush()
         fake_api.user_message(GROUP, OWNER, "/status")  # the general topic: another session
         await eventually(lambda: any(m.thread_id is None for m in fake_api.bot_messages(GROUP)))
-        other = await engine.session_for_chat(GROUP, 0)
+        other = await engine.session_for_chat(chat(GROUP))
         data = await engine.plan_card(sid)
     assert other != sid
     assert data.state == "review" and data.sidecar is not None
-    assert data.sidecar.flow.thread_id == 7
+    assert tg_flow(data.sidecar.flow).thread_id == 7
     in_topic = [m for m in fake_api.bot_messages(GROUP) if m.thread_id == 7]
-    assert data.sidecar.flow.card_id in [m.message_id for m in in_topic]
+    assert tg_flow(data.sidecar.flow).card_id in [m.message_id for m in in_topic]
     assert any(m.text == "The plan is ready for review." for m in in_topic)
     status = [m for m in fake_api.bot_messages(GROUP) if m.thread_id is None]
     assert len(status) == 1 and "Plan: none" in status[0].text
@@ -291,7 +293,7 @@ async def test_plan_on_an_active_plan_offers_revise_on_the_card(
         engine = live.engine
         fake_api.user_message(GROUP, OWNER, "/plan Add a greeting module")
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
-        sid = await engine.session_for_chat(GROUP, 0)
+        sid = await engine.session_for_chat(chat(GROUP))
         await settle(engine, sid)
         await parts(live.app).presenter.flush()
         review = await card(fake_api, live, sid)
@@ -342,7 +344,7 @@ async def test_a_goal_live_at_a_restart_comes_back_paused_with_resume(
     async with live_bot(fake_api, tmp_path, [], model=gated, max_goal_rounds=2) as live:
         fake_api.user_message(GROUP, OWNER, "/goal make the greeting friendlier")
         await asyncio.wait_for(gated.entered.wait(), 10)  # round 1 is mid-call
-        sid = await live.engine.session_for_chat(GROUP, 0)
+        sid = await live.engine.session_for_chat(chat(GROUP))
     # The process stopped mid-round. The next one comes up with the goal disarmed.
     async with live_bot(fake_api, tmp_path, [say("Round 2 done.")], max_goal_rounds=2) as live:
         restored = live.restored

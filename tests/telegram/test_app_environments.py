@@ -26,9 +26,11 @@ from pathlib import Path
 import pytest
 
 from bot.telegram.app import parts
+from bot.telegram.keys import msg_id, tg_flow
 from engine.app import Engine
 from engine.model.script import ScriptStep, call, say
 from tests.fakebot.server import FakeBotApi
+from tests.keys import chat
 from tests.projects.support import git, make_repo
 from tests.telegram.app_support import GROUP, OWNER, eventually
 from tests.telegram.live import Live, button, card, labels, live_bot, until
@@ -193,7 +195,7 @@ async def test_setup_builds_the_worktree_env_and_its_pytest_proves_the_fix(
         engine = live.engine
         fake_api.user_message(GROUP, OWNER, "/plan Fix add")
         await eventually(lambda: any("ready for review" in m.text for m in _all(fake_api)))
-        sid = await engine.session_for_chat(GROUP, 0)
+        sid = await engine.session_for_chat(chat(GROUP))
         await until(lambda: _review(live, sid))
         await parts(live.app).presenter.flush()
         review = await card(fake_api, live, sid)
@@ -229,7 +231,11 @@ def _all(api: FakeBotApi) -> list:  # type: ignore[type-arg]
 
 async def _review(live: Live, sid: str) -> bool:
     data = await live.engine.plan_card(sid)
-    return data.state == "review" and data.sidecar is not None and bool(data.sidecar.flow.card_id)
+    return (
+        data.state == "review"
+        and data.sidecar is not None
+        and bool(tg_flow(data.sidecar.flow).card_id)
+    )
 
 
 async def _is_done(engine: Engine, sid: str) -> bool:
@@ -243,7 +249,7 @@ async def _merged(engine: Engine, sid: str) -> bool:
 async def _done_card(api: FakeBotApi, live: Live, sid: str):  # type: ignore[no-untyped-def]
     record = await live.engine.worktrees.record(sid)
     assert record is not None and record.sidecar is not None
-    card_id = record.sidecar["flow"]["card_id"]
+    card_id = msg_id(record.sidecar["flow"]["card_id"])
     return api.message(GROUP, card_id)
 
 
@@ -318,7 +324,7 @@ async def test_a_setup_cut_off_by_a_restart_waits_for_retry_and_a_failure_shows_
 
 async def _reviewed(api: FakeBotApi, live: Live) -> str:
     await eventually(lambda: any("ready for review" in m.text for m in _all(api)))
-    sid = await live.engine.session_for_chat(GROUP, 0)
+    sid = await live.engine.session_for_chat(chat(GROUP))
     await until(lambda: _review(live, sid))
     await parts(live.app).presenter.flush()
     return sid

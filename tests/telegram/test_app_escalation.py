@@ -20,6 +20,7 @@ from engine.events import ApprovalDecided, ToolResult
 from engine.model.script import ScriptedCall, ScriptStep, call, say
 from tests.engine.helpers import PLANNING, settle
 from tests.fakebot.server import FakeBotApi, FakeMessage
+from tests.keys import chat
 from tests.telegram.app_support import GROUP, OWNER, eventually
 from tests.telegram.live import Live, button, card, labels, live_bot, until
 
@@ -96,7 +97,7 @@ async def review_and_approve(api: FakeBotApi, live: Live, request: str) -> str:
     """/plan in the group, the planning turn, Approve on the settled review card."""
     api.user_message(GROUP, OWNER, f"/plan {request}")
     await eventually(lambda: len(api.bot_messages(GROUP)) >= 1)
-    sid = await live.engine.session_for_chat(GROUP, 0)
+    sid = await live.engine.session_for_chat(chat(GROUP))
     await settle(live.engine, sid)
     await parts(live.app).presenter.flush()
     review = await card(api, live, sid)
@@ -337,7 +338,7 @@ async def test_a_goal_round_that_asks_is_denied_at_once_and_blocks_naming_the_co
         edit_interval_s=1.5,
     ) as live:
         api.user_message(GROUP, OWNER, "/goal publish the branch")
-        sid = await live.engine.session_for_chat(GROUP, 0)
+        sid = await live.engine.session_for_chat(chat(GROUP))
 
         async def blocked() -> bool:
             goal = await live.engine.goals.get(sid)
@@ -374,7 +375,7 @@ async def test_a_goal_round_with_thirty_asking_calls_posts_one_notice(
     script = [reads("README.md"), ScriptStep(tool_calls=calls), say("Nothing fetched.")]
     async with live_bot(api, tmp_path, script, group_pacing=True, edit_interval_s=1.5) as live:
         api.user_message(GROUP, OWNER, "/goal fetch the pages")
-        sid = await live.engine.session_for_chat(GROUP, 0)
+        sid = await live.engine.session_for_chat(chat(GROUP))
 
         async def denied_all() -> bool:
             return len(await decisions(live, sid)) == 30
@@ -416,7 +417,7 @@ async def test_a_session_rule_for_an_interpreter_allows_that_exact_command_only(
         second = approval_messages(fake_api)[1]
         assert "python3 -c" in second.text
         fake_api.press(GROUP, second.message_id, button(second, DENY), user_id=OWNER)
-        sid = await live.engine.session_for_chat(GROUP, 0)
+        sid = await live.engine.session_for_chat(chat(GROUP))
         await settle(live.engine, sid)
         assert await decisions(live, sid) == ["session", "deny"]
         assert live.engine.approvals.rules(sid) == ()  # no prefix rule: python3 stays asked
@@ -441,7 +442,7 @@ async def test_a_three_thousand_character_command_is_shown_whole_before_allow(
         assert "attached whole above as command.sh" in msg.text
         assert "3,000" in msg.text or f"{len(command):,}" in msg.text
         fake_api.press(GROUP, msg.message_id, button(msg, ALLOW_ONCE), user_id=OWNER)
-        sid = await live.engine.session_for_chat(GROUP, 0)
+        sid = await live.engine.session_for_chat(chat(GROUP))
         await eventually(lambda: (work / "HIDDEN_TAIL_RAN").exists())
         await settle(live.engine, sid)
 
@@ -466,4 +467,4 @@ async def test_a_session_rule_for_a_test_runner_says_it_trusts_the_projects_test
         assert "git status" in plain.text
         assert "test configuration" not in plain.text
         fake_api.press(GROUP, plain.message_id, button(plain, DENY), user_id=OWNER)
-        await settle(live.engine, await live.engine.session_for_chat(GROUP, 0))
+        await settle(live.engine, await live.engine.session_for_chat(chat(GROUP)))

@@ -22,6 +22,7 @@ from engine.model.script import call, say
 from tests.cli.test_cli import _clean_env, _plangate
 from tests.engine.helpers import settle
 from tests.fakebot.server import FakeBotApi
+from tests.keys import chat
 from tests.telegram.app_support import GROUP, OWNER, eventually
 from tests.telegram.live import live_bot, until
 
@@ -46,12 +47,12 @@ async def test_project_refuses_a_folder_holding_plangates_own_venv(
     fake_api: FakeBotApi, tmp_path: Path
 ) -> None:
     async with live_bot(fake_api, tmp_path, [], projects=(("self", CHECKOUT),)) as live:
-        before = await live.engine.session_for_chat(GROUP, 0)
+        before = await live.engine.session_for_chat(chat(GROUP))
         refused = await _reply(fake_api, "/project self")
         assert refused.startswith(f"Project self: {CHECKOUT} holds ")
         assert "outside every workspace and project" in refused
         assert "\n" not in refused
-        assert await live.engine.session_for_chat(GROUP, 0) == before
+        assert await live.engine.session_for_chat(chat(GROUP)) == before
         assert (await _reply(fake_api, "/project")).startswith("Project: default")
 
 
@@ -93,7 +94,7 @@ async def test_a_swapped_interpreter_in_the_workspace_never_runs_on_the_host(
         monkeypatch.setattr(sys, "executable", str(workspace / ".venv" / "bin" / "python"))
         fake_api.user_message(GROUP, OWNER, '/goal swap and search --check "git --version"')
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
-        sid = await live.engine.session_for_chat(GROUP, 0)
+        sid = await live.engine.session_for_chat(chat(GROUP))
 
         async def complete() -> bool:
             goal = await live.engine.goals.get(sid)
@@ -143,3 +144,42 @@ async def test_a_dot_env_the_agent_writes_changes_nothing_at_the_next_start(
     monkeypatch.chdir(tmp_path)
     started = load_settings({"PLANGATE_WORKSPACE": str(workspace)}, env_file=".env")
     assert (started.sandbox, started.bash_network) == ("on", False)
+
+
+async def test_a_dot_env_fifo_in_the_starting_folder_is_refused_not_waited_on(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    """One NoPlan bash call (``mkfifo .env``) in the folder plangate starts from: the next
+    start opened it to check its lines and waited for a writer for good, before the refusal
+    of a workspace's ``.env`` (which only looked at regular files) was reached."""
+    import asyncio
+
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    os.mkfifo(workspace / ".env")
+    env = _clean_env(
+        PLANGATE_TELEGRAM_TOKEN="999:not-the-token",
+        PLANGATE_TELEGRAM_API_URL=fake_api.base_url,
+        PLANGATE_OWNER_IDS=str(OWNER),
+        PLANGATE_HOME=str(tmp_path / "home"),
+        PLANGATE_MODEL_BASE_URL="http://127.0.0.1:9/v1",
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot.cli",
+        "run",
+        cwd=workspace,
+        env={**env, "PYTHONPATH": str(CHECKOUT)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        pytest.fail("plangate run waited on the .env FIFO")
+    assert proc.returncode == 2
+    [line] = err.decode().strip().splitlines()
+    assert str(workspace / ".env") in line

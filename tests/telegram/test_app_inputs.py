@@ -15,6 +15,7 @@ from engine.model.script import ScriptStep, call, say
 from tests.engine.helpers import settle
 from tests.fakebot.server import FakeBotApi
 from tests.fakes.openai_server import FakeOpenAIServer
+from tests.keys import chat
 from tests.telegram.app_support import GROUP, OWNER, STRANGER, eventually
 from tests.telegram.live import live_bot
 
@@ -86,7 +87,7 @@ async def test_a_2_mb_log_with_a_caption_reaches_the_model_and_the_agent_reads_i
             caption="Why does the service fall over at midnight?",
         )
         await eventually(lambda: len(fake_api.bot_messages(OWNER)) >= 1)
-        sid = await live.engine.session_for_chat(OWNER, 0)
+        sid = await live.engine.session_for_chat(chat(OWNER))
         await settle(live.engine, sid)
         server = live.model_server
         assert server is not None and server.errors == []
@@ -123,7 +124,7 @@ async def test_the_inbox_is_read_only_for_the_agent(fake_api: FakeBotApi, tmp_pa
     async with live_bot(fake_api, tmp_path, script) as live:
         fake_api.user_document(OWNER, OWNER, b"keep me\n", file_name="notes.txt")
         await eventually(lambda: len(fake_api.bot_messages(OWNER)) >= 1)
-        sid = await live.engine.session_for_chat(OWNER, 0)
+        sid = await live.engine.session_for_chat(chat(OWNER))
         await settle(live.engine, sid)
         server = live.model_server
         assert server is not None
@@ -181,7 +182,7 @@ async def test_a_path_as_the_file_name_is_saved_as_a_clean_name_inside_the_inbox
         await eventually(lambda: len(fake_api.bot_messages(OWNER)) >= 1)
         fake_api.user_document(OWNER, OWNER, b"two\n", file_name="..\\..\\etc/passwd\x00\x1b")
         await eventually(lambda: len(fake_api.bot_messages(OWNER)) >= 2)
-        sid = await live.engine.session_for_chat(OWNER, 0)
+        sid = await live.engine.session_for_chat(chat(OWNER))
         await settle(live.engine, sid)
         inbox = _inbox(tmp_path / "home") / sid
         assert sorted(p.name for p in _files_under(tmp_path / "home" / "inbox")) == [
@@ -212,7 +213,7 @@ async def test_a_file_in_a_group_counts_when_it_addresses_the_bot_and_never_from
             GROUP, OWNER, b"# Spec\n", file_name="spec.md", caption=f"@{fake_api.username} read"
         )
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 2)
-        sid = await live.engine.session_for_chat(GROUP, 0)
+        sid = await live.engine.session_for_chat(chat(GROUP))
         await settle(live.engine, sid)
         assert [p.name for p in _files_under(_inbox(tmp_path / "home"))] == ["spec.md"]
         assert fake_api.count("getFile") == 1
@@ -247,7 +248,7 @@ async def test_a_photo_with_vision_on_arrives_as_an_image_part(
     ) as live:
         fake_api.user_photo(OWNER, OWNER, _photo_sizes(), caption="What is on this screen?")
         await eventually(lambda: len(fake_api.bot_messages(OWNER)) >= 1)
-        sid = await live.engine.session_for_chat(OWNER, 0)
+        sid = await live.engine.session_for_chat(chat(OWNER))
         await settle(live.engine, sid)
         server = live.model_server
         assert server is not None and server.errors == []
@@ -276,7 +277,7 @@ async def test_a_photo_with_vision_off_is_saved_and_the_agent_told_it_cannot_see
     async with live_bot(fake_api, tmp_path, script) as live:
         fake_api.user_photo(OWNER, OWNER, _photo_sizes())
         await eventually(lambda: len(fake_api.bot_messages(OWNER)) >= 1)
-        sid = await live.engine.session_for_chat(OWNER, 0)
+        sid = await live.engine.session_for_chat(chat(OWNER))
         await settle(live.engine, sid)
         server = live.model_server
         assert server is not None and server.errors == []
@@ -311,7 +312,7 @@ async def test_a_file_sent_in_a_topic_as_a_reply_to_the_bot_goes_to_that_topics_
             thread_id=7,
         )
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 2)
-        topic = await live.engine.session_for_chat(GROUP, 7)
+        topic = await live.engine.session_for_chat(chat(GROUP, 7))
         await settle(live.engine, topic)
         (saved,) = _files_under(_inbox(tmp_path / "home"))
         assert saved.parent.name == topic  # the topic's own inbox
@@ -334,7 +335,7 @@ async def test_a_name_of_119_cjk_characters_is_cut_by_bytes_and_the_file_reaches
     async with live_bot(fake_api, tmp_path, script) as live:
         fake_api.user_document(OWNER, OWNER, b"quarterly figures\n", file_name=name)
         await eventually(lambda: len(fake_api.bot_messages(OWNER)) >= 1)
-        sid = await live.engine.session_for_chat(OWNER, 0)
+        sid = await live.engine.session_for_chat(chat(OWNER))
         await settle(live.engine, sid)
         (saved,) = _files_under(_inbox(tmp_path / "home"))
         assert len(saved.name.encode()) <= 255 and saved.name.endswith(".txt")

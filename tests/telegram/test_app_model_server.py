@@ -30,6 +30,7 @@ from engine.usage.meter import UsageConfig
 from tests.engine.helpers import settle
 from tests.fakebot.server import FakeBotApi
 from tests.fakes.openai_server import FakeUsage
+from tests.keys import chat
 from tests.telegram.app_support import GROUP, OWNER, eventually
 from tests.telegram.live import live_bot, until
 
@@ -55,7 +56,7 @@ async def test_a_server_refusing_max_tokens_is_answered_and_learnt_once(
         (live.workspace / "README.md").write_text("# hi\n")
         fake_api.user_message(GROUP, OWNER, f"@{fake_api.username} what is in here?")
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
-        sid = await live.engine.session_for_chat(GROUP, 0)
+        sid = await live.engine.session_for_chat(chat(GROUP))
         await settle(live.engine, sid)
         fake_api.user_message(GROUP, OWNER, f"@{fake_api.username} and now?")
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 2)
@@ -100,7 +101,7 @@ async def test_a_server_reporting_1_1_tokens_cannot_run_a_goal_past_its_budget(
         server = live.model_server
         assert server is not None and server.usage == FakeUsage(1, 1)
         fake_api.user_message(GROUP, OWNER, "/goal write the notes --tokens 12k")
-        sid = await live.engine.session_for_chat(GROUP, 0)
+        sid = await live.engine.session_for_chat(chat(GROUP))
 
         async def blocked() -> bool:
             goal = await live.engine.goals.get(sid)
@@ -130,7 +131,7 @@ async def test_a_server_reporting_1_1_tokens_cannot_pass_the_daily_cap(
         await eventually(
             lambda: any("Daily token cap" in m.text for m in fake_api.bot_messages(GROUP))
         )
-        sid = await live.engine.session_for_chat(GROUP, 0)
+        sid = await live.engine.session_for_chat(chat(GROUP))
         await settle(live.engine, sid)
         sent = [_sent_tokens(body) for body in server.chat_requests]
         assert sum(sent) <= cap + max(sent)  # within one call of the cap
@@ -152,7 +153,7 @@ async def test_a_stream_cut_by_stop_records_what_was_sent_and_what_arrived(
         server.stream_piece_chars, server.stream_pause_at = 25, 40
         fake_api.user_message(OWNER, OWNER, "write a lot")
         await eventually(lambda: server.stream_paused == 1)  # mid-stream, 39 pieces in
-        sid = await live.engine.session_for_chat(OWNER, 0)
+        sid = await live.engine.session_for_chat(chat(OWNER))
         fake_api.user_message(OWNER, OWNER, "/stop")
 
         async def stopped() -> bool:
@@ -181,7 +182,7 @@ async def test_a_stream_broken_off_by_the_server_records_what_arrived(
         await eventually(
             lambda: any("The model failed" in m.text for m in fake_api.bot_messages(OWNER))
         )
-        sid = await live.engine.session_for_chat(OWNER, 0)
+        sid = await live.engine.session_for_chat(chat(OWNER))
         await settle(live.engine, sid)
         (record,) = await _records(live, sid)
         assert record.estimated and record.prompt_tokens > 1000
@@ -215,7 +216,7 @@ async def test_hostile_tool_arguments_are_refused_and_the_session_loads_after_a_
         assert server is not None
         fake_api.user_message(GROUP, OWNER, f"@{fake_api.username} write the files")
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
-        sid = await live.engine.session_for_chat(GROUP, 0)
+        sid = await live.engine.session_for_chat(chat(GROUP))
         await settle(live.engine, sid)
         assert fake_api.bot_messages(GROUP)[-1].text.startswith("I give up.")
         results = [
@@ -285,7 +286,7 @@ async def test_a_400_kb_answer_in_8_byte_chunks_costs_linear_work_and_status_ans
         assert server.streams_done == 0
         server.stream_resume.set()
         await eventually(lambda: server.streams_done == 1)
-        sid = await live.engine.session_for_chat(OWNER, 0)
+        sid = await live.engine.session_for_chat(chat(OWNER))
         await settle(live.engine, sid)
         final = fake_api.bot_messages(OWNER)[-1]
         assert final.document is not None and final.document["file_name"] == "answer.md"
@@ -309,7 +310,7 @@ async def test_a_log_poisoned_before_the_refusal_existed_still_loads(
         deep = [deep]
     script = [say("Hello again.", expect="are you there?")]
     async with live_bot(fake_api, tmp_path, script, home=home) as live:
-        sid = await live.engine.session_for_chat(GROUP, 0)
+        sid = await live.engine.session_for_chat(chat(GROUP))
         await live.storage.log.append(
             sid,
             [

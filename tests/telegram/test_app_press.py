@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bot.telegram import callback as cb
+from bot.telegram.keys import tg_flow
 from tests.fakebot.server import FakeBotApi, FakeMessage
 from tests.telegram.app_support import (
     GROUP,
@@ -21,7 +22,7 @@ PLAN_MD = "## Context\nWhy.\n\n## Implementation steps\n1. Write the model\n2. A
 
 
 def card_of(api: FakeBotApi, engine: RecordingEngine, session_id: str = "s1") -> FakeMessage:
-    card_id = engine.plans[session_id].flow.card_id
+    card_id = tg_flow(engine.plans[session_id].flow).card_id
     assert card_id is not None
     return api.message(GROUP, card_id)
 
@@ -38,7 +39,7 @@ async def review_card(api: FakeBotApi, engine: RecordingEngine) -> FakeMessage:
     api.user_message(GROUP, OWNER, "/show_plan")
     await eventually(
         lambda: (
-            engine.plans["s1"].flow.card_id is not None
+            tg_flow(engine.plans["s1"].flow).card_id is not None
             and "Ready for review" in card_of(api, engine).text
         )
     )
@@ -77,7 +78,7 @@ async def test_the_review_card_carries_the_plan_text_in_one_message(
     engine = RecordingEngine()
     async with open_db(tmp_path / "p.db") as db, running_bot(fake_api, engine, db):
         card = await review_card(fake_api, engine)
-        review_ids = engine.plans["s1"].flow.review_ids
+        review_ids = tg_flow(engine.plans["s1"].flow).review_ids
     assert review_ids == []  # no separate plan-text messages
     assert "Implementation steps" in card.text and "Write the model" in card.text
     assert [m.message_id for m in fake_api.bot_messages(GROUP)][-1] == card.message_id
@@ -183,7 +184,7 @@ async def test_a_second_plan_at_the_same_revision_gets_a_review_card_of_its_own(
         fake_api.user_message(GROUP, OWNER, "/show_plan")
         await eventually(
             lambda: (
-                engine.plans["s1"].flow.card_id is not None
+                tg_flow(engine.plans["s1"].flow).card_id is not None
                 and "Something else" in card_of(fake_api, engine).text
             )
         )

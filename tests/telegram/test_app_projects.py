@@ -12,6 +12,7 @@ from pathlib import Path
 from engine.events import CommandRun
 from engine.model.script import call, say
 from tests.fakebot.server import FakeBotApi, FakeMessage
+from tests.keys import chat, person
 from tests.telegram.app_support import GROUP, OWNER, STRANGER, eventually
 from tests.telegram.live import live_bot
 
@@ -48,13 +49,13 @@ async def test_a_topic_bound_to_another_project_works_there_and_keeps_it(
         # A path is not a name: nothing outside the list can be bound.
         refused = await _reply(fake_api, f"/project {tmp_path}", topic=7)
         assert refused.startswith("No project named")
-        before = await engine.session_for_chat(GROUP, 7)
+        before = await engine.session_for_chat(chat(GROUP, 7))
         # A member's /project is refused by the gate and binds nothing.
         await _reply(fake_api, "/project other", topic=7, user=STRANGER)
-        assert await engine.session_for_chat(GROUP, 7) == before
+        assert await engine.session_for_chat(chat(GROUP, 7)) == before
         bound = await _reply(fake_api, "/project other", topic=7)
         assert bound.startswith(f"Now working in project other ({other.resolve()})")
-        fresh = await engine.session_for_chat(GROUP, 7)
+        fresh = await engine.session_for_chat(chat(GROUP, 7))
         assert fresh != before
         # The agent in that topic sees the other project's files...
         said = await _reply(fake_api, "@plangate_test_bot what is here?", topic=7)
@@ -64,7 +65,7 @@ async def test_a_topic_bound_to_another_project_works_there_and_keeps_it(
         events = [e.event for e in await live.storage.log.read(fresh)]
         logged = [e for e in events if isinstance(e, CommandRun) and e.name == "project"]
         assert [(e.args, e.actor, e.data["path"]) for e in logged] == [
-            ("other", OWNER, str(other.resolve()))
+            ("other", person(OWNER), str(other.resolve()))
         ]
         # /new in the topic stays in its project.
         await _reply(fake_api, "/new", topic=7)
@@ -86,11 +87,11 @@ async def test_project_is_refused_while_a_plan_is_live(
     script = [say("Exploring first.")]
     async with live_bot(fake_api, tmp_path, script, projects=(("other", other),)) as live:
         await _reply(fake_api, "/plan look around", topic=3)
-        sid = await live.engine.session_for_chat(GROUP, 3)
+        sid = await live.engine.session_for_chat(chat(GROUP, 3))
         await eventually(lambda: any("Exploring" in m.text for m in _in_topic(fake_api, 3)))
         refused = await _reply(fake_api, "/project other", topic=3)
         assert refused.startswith("A plan is live in project default")
-        assert await live.engine.session_for_chat(GROUP, 3) == sid
+        assert await live.engine.session_for_chat(chat(GROUP, 3)) == sid
         assert await live.engine.plans.state(sid) == "pre_init"
 
 

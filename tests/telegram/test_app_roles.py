@@ -14,12 +14,14 @@ from typing import Any
 
 from bot.telegram.access import ALERT_TEXT
 from bot.telegram.app import parts
+from bot.telegram.keys import tg_flow
 from engine.events import ApprovalDecided
 from engine.model.script import call
 from engine.model.script import say as model_say
 from engine.tools.ask import ASK_SENT_TEXT
 from tests.engine.helpers import EXECUTION, PLANNING, settle
 from tests.fakebot.server import FakeBotApi, FakeMessage
+from tests.keys import chat, chat_key, person
 from tests.telegram.app_support import GROUP, OWNER, eventually
 from tests.telegram.live import Live, button, card, live_bot, until
 
@@ -61,16 +63,22 @@ async def review_card(api: FakeBotApi, live: Live) -> tuple[str, FakeMessage]:
     before = len(api.bot_messages(GROUP))
     api.user_message(GROUP, OWNER, "/plan Add a greeting module")
     await eventually(lambda: len(api.bot_messages(GROUP)) > before)
-    sid = await live.engine.session_for_chat(GROUP, 0)
+    sid = await live.engine.session_for_chat(chat(GROUP))
     await settle(live.engine, sid)
 
     async def in_review() -> bool:
         await parts(live.app).presenter.flush()
         data = await live.engine.plan_card(sid)
-        if data.state != "review" or data.sidecar is None or data.sidecar.flow.card_id is None:
+        if (
+            data.state != "review"
+            or data.sidecar is None
+            or tg_flow(data.sidecar.flow).card_id is None
+        ):
             return False
-        return APPROVE in api.message(GROUP, data.sidecar.flow.card_id).text + "".join(
-            t for row in api.message(GROUP, data.sidecar.flow.card_id).buttons for t, _ in row
+        return APPROVE in api.message(GROUP, tg_flow(data.sidecar.flow).card_id).text + "".join(
+            t
+            for row in api.message(GROUP, tg_flow(data.sidecar.flow).card_id).buttons
+            for t, _ in row
         )
 
     await until(in_review, timeout_s=60)
@@ -98,8 +106,8 @@ async def test_an_approver_approves_a_member_cannot_and_team_add_is_the_owners(
         fake_api.user_message(GROUP, ANA, "I can review plans")
         refused = await say(fake_api, MAX, "/team add @user3003 approver")
         assert refused.startswith("Sorry, that is not for you. You are a member here")
-        assert await engine.role_of(GROUP, ANA) == "member"
-        assert await engine.role_of(GROUP, MAX) == "member"
+        assert await engine.role_of(chat_key(GROUP), person(ANA)) == "member"
+        assert await engine.role_of(chat_key(GROUP), person(MAX)) == "member"
 
         # A member's Approve: an alert saying what a member may do; nothing changes.
         alert = await answered(
@@ -112,7 +120,7 @@ async def test_an_approver_approves_a_member_cannot_and_team_add_is_the_owners(
         # The owner makes Ana an approver by her @username; /team lists her.
         added = await say(fake_api, OWNER, "/team add @user3003 approver")
         assert added == "Ana is now an approver in this chat."
-        assert await engine.role_of(GROUP, ANA) == "approver"
+        assert await engine.role_of(chat_key(GROUP), person(ANA)) == "approver"
         listing = await say(fake_api, MAX, "/team")
         assert "Ana (3003)" in listing and "You are: member." in listing
 
@@ -124,7 +132,7 @@ async def test_an_approver_approves_a_member_cannot_and_team_add_is_the_owners(
         await until(lambda: _done(live, sid), timeout_s=60)
         [plan] = archived(live)
         assert plan["archive_reason"] == "completed"
-        assert [a["user_id"] for a in plan["approved_by"]] == [ANA]
+        assert [a["user_id"] for a in plan["approved_by"]] == [person(ANA)]
         assert plan["approved_by"][0]["name"] == "Ana"
         assert (live.workspace / "greet.py").exists()
         # /status names the decision (Max's two answers this minute are spent: bot.telegram.flood).
@@ -150,9 +158,9 @@ async def test_roles_survive_a_restart_and_a_removed_approvers_buttons_do_nothin
 
     async with live_bot(fake_api, tmp_path, []) as live:
         engine = live.engine
-        sid = await engine.session_for_chat(GROUP, 0)
+        sid = await engine.session_for_chat(chat(GROUP))
         # After the restart the team is read back from the chat log.
-        assert await engine.role_of(GROUP, ANA) == "approver"
+        assert await engine.role_of(chat_key(GROUP), person(ANA)) == "approver"
         listing = await say(fake_api, OWNER, "/team")
         assert "Ana (3003)" in listing
         # A forum topic shares its group's team.
@@ -175,7 +183,9 @@ async def test_roles_survive_a_restart_and_a_removed_approvers_buttons_do_nothin
         from engine.api import Press
 
         press = Press("p", "approve", data.sidecar.id[:8], data.sidecar.revision)
-        outcome = await engine.press(sid, press, actor=ANA, message_id=review.message_id)
+        outcome = await engine.press(
+            sid, press, actor=person(ANA), message_id=str(review.message_id)
+        )
         assert outcome.alert and "member" in (outcome.reply or "")
         assert await engine.plans.state(sid) == "post_init"
 
@@ -225,8 +235,8 @@ async def test_two_approvals_need_two_different_people(
         await until(lambda: _done(live, sid), timeout_s=60)
         [plan] = archived(live)
         assert [(a["user_id"], a["name"]) for a in plan["approved_by"]] == [
-            (ANA, "Ana"),
-            (BEN, "Ben"),
+            (person(ANA), "Ana"),
+            (person(BEN), "Ben"),
         ]
         edits = fake_api.message(GROUP, review.message_id).edits
         final = fake_api.message(GROUP, review.message_id).text
@@ -269,7 +279,7 @@ async def test_an_approver_answers_the_agents_question_a_member_cannot(
         assert refused.startswith("Sorry, that is not for you. You are a member here")
         fake_api.user_message(GROUP, ANA, "Ana it is", reply_to=second.message_id)
         await eventually(lambda: question("Greeting Ana.") is not None)
-        sid = await live.engine.session_for_chat(GROUP, 0)
+        sid = await live.engine.session_for_chat(chat(GROUP))
         await settle(live.engine, sid)
 
 
@@ -288,7 +298,7 @@ async def test_an_approver_answers_a_tool_approval_and_the_log_names_them(
         await eventually(lambda: any(m.text.startswith("🔐") for m in fake_api.bot_messages(GROUP)))
         asked = next(m for m in fake_api.bot_messages(GROUP) if m.text.startswith("🔐"))
         allow = next(d for row in asked.buttons for t, d in row if t.startswith("✅"))
-        sid = await engine.session_for_chat(GROUP, 0)
+        sid = await engine.session_for_chat(chat(GROUP))
         # A member's press: the alert; the engine's own check says no as well.
         alert = await answered(
             fake_api, fake_api.press(GROUP, asked.message_id, allow, user_id=MAX)
@@ -306,6 +316,6 @@ async def test_an_approver_answers_a_tool_approval_and_the_log_names_them(
         stored = await live.storage.log.read(sid, types=("approval/decided",))
         [decided] = [s.event for s in stored]
         assert isinstance(decided, ApprovalDecided)
-        assert (decided.decision, decided.actor, decided.actor_name) == ("once", ANA, "Ana")
+        assert (decided.decision, decided.actor, decided.actor_name) == ("once", person(ANA), "Ana")
         status = await say(fake_api, OWNER, "/status")
         assert "🔐 touch asked.txt: allowed once by Ana" in status

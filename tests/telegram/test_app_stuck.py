@@ -22,6 +22,7 @@ from engine.usage.ledger import fmt_tokens
 from engine.usage.meter import UsageConfig
 from tests.engine.helpers import settle
 from tests.fakebot.server import FakeBotApi, FakeMessage
+from tests.keys import chat, person
 from tests.telegram.app_support import GROUP, OWNER, eventually
 from tests.telegram.live import Live, button, card, labels, live_bot, until
 
@@ -85,7 +86,7 @@ async def _approve(fake_api: FakeBotApi, live: Live) -> str:
     engine = live.engine
     fake_api.user_message(GROUP, OWNER, "/plan Three modules")
     await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
-    sid = await engine.session_for_chat(GROUP, 0)
+    sid = await engine.session_for_chat(chat(GROUP))
     await settle(engine, sid)
     await parts(live.app).presenter.flush()
     review = await card(fake_api, live, sid)
@@ -246,7 +247,7 @@ async def test_each_loop_stops_the_run_names_it_and_resume_counts_afresh(
         data = await live.engine.plan_card(sid)
         assert data.sidecar is not None
         assert [p.pattern for p in data.sidecar.pauses] == [pattern]
-        status = await live.engine.command(sid, "status", "", actor=OWNER)
+        status = await live.engine.command(sid, "status", "", actor=person(OWNER))
         assert status.reply is not None and words in status.reply
         fake_api.press(GROUP, shown.message_id, button(shown, "▶️ Resume"), user_id=OWNER)
         await until(lambda: _archived(live.engine, sid), timeout_s=30)
@@ -292,7 +293,7 @@ async def test_the_daily_cap_pauses_the_run_with_that_reason_not_stalled(
         engine = live.engine
         fake_api.user_message(GROUP, OWNER, "/plan Three modules")
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
-        sid = await engine.session_for_chat(GROUP, 0)
+        sid = await engine.session_for_chat(chat(GROUP))
         await settle(engine, sid)
         # The day's tokens so far are what planning used: the cap now leaves no room.
         used = engine.usage.today().tokens
@@ -346,7 +347,7 @@ async def test_a_goal_round_in_a_loop_is_stopped_by_the_same_detector(
         engine = live.engine
         fake_api.user_message(GROUP, OWNER, "/goal document the project")
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
-        sid = await engine.session_for_chat(GROUP, 0)
+        sid = await engine.session_for_chat(chat(GROUP))
 
         async def blocked() -> bool:
             goal = await engine.goals.get(sid)
@@ -382,7 +383,7 @@ async def test_goal_rounds_whose_bash_changes_files_are_not_idle(
         engine = live.engine
         fake_api.user_message(GROUP, OWNER, "/goal make four files")
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
-        sid = await engine.session_for_chat(GROUP, 0)
+        sid = await engine.session_for_chat(chat(GROUP))
 
         async def blocked() -> bool:
             goal = await engine.goals.get(sid)

@@ -11,6 +11,7 @@ from engine.model.script import call, say
 from tests.engine.helpers import settle
 from tests.fakebot.server import FakeBotApi, FakeMessage
 from tests.fakes.openai_server import FakeOpenAIServer
+from tests.keys import chat
 from tests.telegram.app_support import GROUP, OWNER, eventually
 from tests.telegram.live import live_bot
 
@@ -58,7 +59,7 @@ async def test_a_voice_note_is_offered_back_and_send_starts_a_turn_with_it(
         await eventually(
             lambda: any(m.text.startswith("Renamed it") for m in fake_api.bot_messages(OWNER))
         )
-        sid = await live.engine.session_for_chat(OWNER, 0)
+        sid = await live.engine.session_for_chat(chat(OWNER))
         await settle(live.engine, sid)
         await parts(live.app).tasks.drain()
         assert fake_api.callback_answers[qid]["text"] == "Sent to the agent."
@@ -90,7 +91,7 @@ async def test_a_reply_with_a_corrected_text_sends_the_correction_instead(
         assert server.transcriptions == []
         anchor = fake_api.user_message(GROUP, OWNER, f"@{fake_api.username} status of the rename?")
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
-        sid = await live.engine.session_for_chat(GROUP, 0)
+        sid = await live.engine.session_for_chat(chat(GROUP))
         await settle(live.engine, sid)
         bot_reply = fake_api.bot_messages(GROUP)[-1]
         assert anchor.message_id < bot_reply.message_id

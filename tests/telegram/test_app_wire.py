@@ -9,9 +9,11 @@ from pathlib import Path
 
 from bot.telegram.access import REFUSAL_TEXT, REFUSALS_PER_CHAT
 from bot.telegram.app import parts
+from bot.telegram.keys import tg_flow
 from bot.telegram.routes import GROUPS_KEY
 from tests.fakebot.clock import ManualClock
 from tests.fakebot.server import FakeBotApi
+from tests.keys import chat
 from tests.telegram.app_support import (
     GROUP,
     OWNER,
@@ -149,22 +151,22 @@ async def test_a_group_upgraded_to_a_supergroup_keeps_its_permission_and_its_ses
         fake_api.bot_added(old, by_user_id=OWNER)  # an owner added the bot: not in settings
         fake_api.user_message(old, OWNER, "/plan")
         await eventually(lambda: len(fake_api.bot_messages(old)) >= 2)  # reply and card
-        sid = await live.engine.session_for_chat(old, 0)
+        sid = await live.engine.session_for_chat(chat(old))
         fake_api.migrate_group(old, new, by_user_id=OWNER)
         await eventually(lambda: len(fake_api.bot_messages(new)) >= 1)  # the card, anew
         fake_api.user_message(new, OWNER, "/status")
         await eventually(lambda: any(t.startswith("Session") for t in texts(fake_api, new)))
-        assert await live.engine.session_for_chat(new, 0) == sid
+        assert await live.engine.session_for_chat(chat(new)) == sid
         sidecar = await live.engine.plans.current(sid)
-        assert sidecar is not None and sidecar.flow.chat_id == new
+        assert sidecar is not None and tg_flow(sidecar.flow).chat_id == new
         stored = await live.storage.db.get_meta(GROUPS_KEY)
     assert fake_api.count("leaveChat") == 0 and fake_api.chats[new].bot_is_member
     assert new in json.loads(stored or "[]")
     status = next(t for t in texts(fake_api, new) if t.startswith("Session"))
     assert status.startswith(f"Session {sid[:8]}") and "Plan: " in status
     # The plan's card lives in the supergroup now: its flow names a message there.
-    assert sidecar.flow.card_id is not None
-    assert "📋" in fake_api.message(new, sidecar.flow.card_id).text
+    assert tg_flow(sidecar.flow).card_id is not None
+    assert "📋" in fake_api.message(new, tg_flow(sidecar.flow).card_id).text
 
 
 async def test_a_card_edit_refused_past_the_deadline_is_noticed_once_and_redrawn(
@@ -240,7 +242,7 @@ async def test_a_reply_that_finds_the_group_upgraded_follows_it_and_the_bot_stay
         fake_api.bot_added(old, by_user_id=OWNER)
         fake_api.user_message(old, OWNER, "/status")
         await eventually(lambda: len(fake_api.bot_messages(old)) == 1)
-        sid = await live.engine.session_for_chat(old, 0)
+        sid = await live.engine.session_for_chat(chat(old))
         # Upgraded, and the owner's /status is read before Telegram's service messages.
         fake_api.migrate_group(old, new, by_user_id=OWNER, announce=False)
         fake_api.user_message(old, OWNER, "/status")
@@ -248,6 +250,6 @@ async def test_a_reply_that_finds_the_group_upgraded_follows_it_and_the_bot_stay
         await eventually(lambda: new in parts(live.app).gate.added_groups)
         fake_api.user_message(new, OWNER, "/status")
         await eventually(lambda: len(fake_api.bot_messages(new)) == 2)
-        assert await live.engine.session_for_chat(new, 0) == sid
+        assert await live.engine.session_for_chat(chat(new)) == sid
     assert fake_api.count("leaveChat") == 0
     assert all(t.startswith(f"Session {sid[:8]}") for t in texts(fake_api, new))

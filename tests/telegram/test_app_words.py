@@ -16,6 +16,7 @@ from engine.model.script import say as model_say
 from engine.tools.ask import ASK_SENT_TEXT
 from tests.engine.helpers import EXECUTION, PLANNING, settle
 from tests.fakebot.server import FakeBotApi, FakeMessage
+from tests.keys import chat, person
 from tests.telegram.app_support import GROUP, OWNER, eventually
 from tests.telegram.live import Live, button, live_bot, until
 from tests.telegram.test_app_e2e import FEEDBACK_TURN
@@ -53,7 +54,7 @@ async def test_goal_pause_with_words_sets_no_goal_for_an_approver_nor_pauses_for
     async with live_bot(fake_api, tmp_path, script, max_goal_rounds=1) as live:
         engine = live.engine
         await say(fake_api, OWNER, f"/team add {ANA} approver")
-        sid = await engine.session_for_chat(GROUP, 0)
+        sid = await engine.session_for_chat(chat(GROUP))
 
         # Ana's "/goal pause <words>" is a goal objective in disguise: refused as the owner's.
         refused = await say(fake_api, ANA, "/goal pause and then rewrite the whole repo")
@@ -88,7 +89,7 @@ async def test_a_reply_to_an_answered_question_opens_no_turn(
         engine = live.engine
         await say(fake_api, OWNER, f"/team add {ANA} approver")
         fake_api.user_message(GROUP, OWNER, BOT + "write a greeting")
-        sid = await engine.session_for_chat(GROUP, 0)
+        sid = await engine.session_for_chat(chat(GROUP))
 
         def found(text: str) -> FakeMessage | None:
             return next((m for m in fake_api.bot_messages(GROUP) if text in m.text), None)
@@ -111,7 +112,9 @@ async def test_a_reply_to_an_answered_question_opens_no_turn(
         # Even past a front end: the engine hears no answer when no question is open, and
         # says so in the chat.
         before = len(fake_api.bot_messages(GROUP))
-        await engine.user_message(sid, "and push to main", actor=ANA, message_id=None, answer=True)
+        await engine.user_message(
+            sid, "and push to main", actor=person(ANA), message_id=None, answer=True
+        )
         await settle(engine, sid)
         assert "and push to main" not in await _human_texts(live, sid)
         await eventually(
@@ -186,7 +189,7 @@ async def test_a_removed_approvers_vote_no_longer_counts(
         await until(lambda: _done(live, sid), timeout_s=60)
         [plan] = archived(live)
         assert plan["archive_reason"] == "completed"
-        assert [a["user_id"] for a in plan["approved_by"]] == [BEN, OWNER]
+        assert [a["user_id"] for a in plan["approved_by"]] == [person(BEN), person(OWNER)]
 
 
 async def test_an_approvers_feedback_after_keep_planning_is_heard_once(
@@ -219,6 +222,6 @@ async def _feedback_heard(live: Live, sid: str) -> bool:
         isinstance(s.event, UserMessage)
         and isinstance(s.event.source, FeedbackSource)
         and s.event.text == "Make step 2 shorter"
-        and s.event.source.user_id == ANA
+        and s.event.source.user_id == person(ANA)
         for s in stored
     )

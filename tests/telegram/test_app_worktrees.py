@@ -11,9 +11,11 @@ import asyncio
 from pathlib import Path
 
 from bot.telegram.app import parts
+from bot.telegram.keys import tg_flow
 from engine.app import Engine
 from engine.model.script import call
 from tests.fakebot.server import FakeBotApi, FakeMessage
+from tests.keys import chat
 from tests.projects.support import RoutedProvider, git, make_repo, planning, writing
 from tests.telegram.app_support import GROUP, OWNER, eventually
 from tests.telegram.live import Live, button, labels, live_bot, until
@@ -29,14 +31,14 @@ async def _phase(engine: Engine, sid: str) -> str | None:
 
 async def _card(api: FakeBotApi, live: Live, sid: str) -> FakeMessage:
     data = await live.engine.plan_card(sid)
-    assert data.sidecar is not None and data.sidecar.flow.card_id is not None
-    return api.message(GROUP, data.sidecar.flow.card_id)
+    assert data.sidecar is not None and tg_flow(data.sidecar.flow).card_id is not None
+    return api.message(GROUP, tg_flow(data.sidecar.flow).card_id)
 
 
 async def _reviewed(api: FakeBotApi, live: Live, topic: int, request: str) -> str:
     api.user_message(GROUP, OWNER, f"/plan {request}", thread_id=topic)
     await eventually(lambda: any("ready for review" in m.text for m in _topic(api, topic)))
-    sid = await live.engine.session_for_chat(GROUP, topic)
+    sid = await live.engine.session_for_chat(chat(GROUP, topic))
     await until(lambda: _has_card(live, sid))
     await parts(live.app).presenter.flush()
     return sid
@@ -44,7 +46,11 @@ async def _reviewed(api: FakeBotApi, live: Live, topic: int, request: str) -> st
 
 async def _has_card(live: Live, sid: str) -> bool:
     data = await live.engine.plan_card(sid)
-    return data.state == "review" and data.sidecar is not None and bool(data.sidecar.flow.card_id)
+    return (
+        data.state == "review"
+        and data.sidecar is not None
+        and bool(tg_flow(data.sidecar.flow).card_id)
+    )
 
 
 def _topic(api: FakeBotApi, topic: int) -> list[FakeMessage]:
@@ -150,9 +156,9 @@ async def _card_says(api: FakeBotApi, live: Live, sid: str, text: str) -> bool:
     await parts(live.app).presenter.flush()
     data = await live.engine.plan_card(sid)
     # (None for an instant while a finished plan's listeners run: not yet, not a failure.)
-    if data.sidecar is None or data.sidecar.flow.card_id is None:
+    if data.sidecar is None or tg_flow(data.sidecar.flow).card_id is None:
         return False
-    return text in api.message(GROUP, data.sidecar.flow.card_id).text
+    return text in api.message(GROUP, tg_flow(data.sidecar.flow).card_id).text
 
 
 async def _is(engine: Engine, sid: str, phase: str) -> bool:

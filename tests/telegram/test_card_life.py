@@ -13,10 +13,12 @@ from collections import Counter
 from pathlib import Path
 
 from bot.telegram.app import parts
+from bot.telegram.keys import tg_flow
 from engine.events import PlanChanged
 from engine.model.script import ScriptedCall, ScriptStep, call, say
 from tests.engine.helpers import EXECUTION, PLAN_MD, PLANNING, settle
 from tests.fakebot.server import FakeBotApi, FakeMessage
+from tests.keys import chat
 from tests.telegram.app_support import GROUP, OWNER, eventually
 from tests.telegram.live import Live, button, card, labels, live_bot, until
 
@@ -42,7 +44,7 @@ async def reviewed(api: FakeBotApi, live: Live) -> tuple[str, FakeMessage]:
     """/plan in the group; the planning turn; the settled review card."""
     api.user_message(GROUP, OWNER, "/plan Add a greeting module")
     await eventually(lambda: len(api.bot_messages(GROUP)) >= 1)
-    sid = await live.engine.session_for_chat(GROUP, 0)
+    sid = await live.engine.session_for_chat(chat(GROUP))
     await settle(live.engine, sid)
     await parts(live.app).presenter.flush()
     review = await card(api, live, sid)
@@ -103,7 +105,7 @@ async def test_approve_on_a_reposted_card_ends_done_on_that_card(
         assert "Done" in done.text and "2/2" in done.text and done.buttons == []
         assert not any(carries_approve(m) for m in api.bot_messages(GROUP))
         assert "moved below" in api.message(GROUP, old.message_id).text
-        assert archived_flow(live)["card_id"] == pressed.message_id
+        assert archived_flow(live)["card_id"] == str(pressed.message_id)
         assert api.group_429s == 0
 
 
@@ -166,7 +168,7 @@ async def test_a_200_task_plan_runs_to_the_end_with_no_message_after_the_press(
         sid, review = await reviewed(api, live)
         sidecar = (await live.engine.plan_card(sid)).sidecar
         assert sidecar is not None
-        doc = api.message(GROUP, sidecar.flow.review_ids[0])
+        doc = api.message(GROUP, tg_flow(sidecar.flow).review_ids[0])
         assert doc.document is not None and doc.reply_to == review.message_id
         first = len(api.calls)
         last_id = max(m.message_id for m in api.messages(GROUP))
@@ -189,7 +191,7 @@ async def test_a_200_task_plan_runs_to_the_end_with_no_message_after_the_press(
         assert changes >= 2 * tasks
         assert sum(calls.values()) <= 0.5 * changes, (calls, changes)
         assert api.group_429s == 0
-        assert archived_flow(live)["card_id"] == review.message_id
+        assert archived_flow(live)["card_id"] == str(review.message_id)
 
 
 def question_turn(*, changes_plan: bool) -> list[ScriptStep]:
@@ -307,7 +309,7 @@ async def _archived(live: Live, sid: str) -> bool:
 
 async def _card_moved(live: Live, sid: str, old: int) -> bool:
     data = await live.engine.plan_card(sid)
-    return data.sidecar is not None and data.sidecar.flow.card_id not in (None, old)
+    return data.sidecar is not None and tg_flow(data.sidecar.flow).card_id not in (None, old)
 
 
 async def _started(live: Live, sid: str, count: int) -> bool:

@@ -11,6 +11,7 @@ from engine.model.script import say
 from tests.engine.helpers import settle
 from tests.fakebot.server import FakeBotApi
 from tests.fakes.openai_server import FAKE_MODEL, FakeOpenAIServer, FakeUsage, fake_openai
+from tests.keys import chat
 from tests.telegram.app_support import GROUP, OWNER, eventually
 from tests.telegram.live import live_bot
 
@@ -34,7 +35,7 @@ async def test_usage_shows_the_sums_and_private_replies_carry_the_footer(
 
             fake_api.user_message(GROUP, OWNER, f"@{fake_api.username} hi all")
             await eventually(lambda: len(fake_api.bot_messages(GROUP)) >= 1)
-            sid = await engine.session_for_chat(GROUP, 0)
+            sid = await engine.session_for_chat(chat(GROUP))
             await settle(engine, sid)
             assert fake_api.bot_messages(GROUP)[-1].text == "Hello in the group."  # no footer
 

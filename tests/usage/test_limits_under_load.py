@@ -22,6 +22,7 @@ from engine.usage.ledger import MAX_PLAUSIBLE_TOKENS, chars_to_tokens, request_c
 from engine.usage.meter import UsageConfig
 from tests.engine.helpers import OWNER, Rig, settle
 from tests.fakes.openai_server import FakeOpenAIServer, FakeUsage
+from tests.keys import chat
 from tests.usage.test_usage_engine import Clock, records, rig_over, until_goal, write
 
 # What the fake bills as the completion of a call that sent no max_tokens (an unbounded call).
@@ -52,8 +53,8 @@ async def test_six_chats_at_once_pass_the_cap_by_at_most_one_reservation(
     config = UsageConfig(max_output_tokens=1000)
     async with rig_over(tmp_path, fake_openai, Clock(), usage=config) as rig:
         engine = rig.engine
-        warm = await engine.session_for_chat(-99, 0)
-        await engine.user_message(warm, "hi", actor=OWNER, message_id=1)
+        warm = await engine.session_for_chat(chat(-99))
+        await engine.user_message(warm, "hi", actor=OWNER, message_id="1")
         await settle(engine, warm)
         (first,) = await records(rig, warm)
         one_call = first.prompt_tokens + 1000
@@ -63,9 +64,9 @@ async def test_six_chats_at_once_pass_the_cap_by_at_most_one_reservation(
 
         # Every call that goes out waits at the server: all six are under way together.
         holds = [fake_openai.hold_next() for _ in range(6)]
-        sids = [await engine.session_for_chat(-100 - n, 0) for n in range(6)]
+        sids = [await engine.session_for_chat(chat(-100 - n)) for n in range(6)]
         for n, sid in enumerate(sids):
-            await engine.user_message(sid, "hi", actor=OWNER, message_id=10 + n)
+            await engine.user_message(sid, "hi", actor=OWNER, message_id=str(10 + n))
 
         def refused() -> int:
             return sum(1 for sid in sids for text in replies(rig, sid) if "Daily token cap" in text)
@@ -100,8 +101,8 @@ async def test_a_goal_call_sends_no_more_max_tokens_than_its_budget_leaves(
     fake_openai.play([say("ready"), *[write(f"f{n}.txt") for n in range(10)], say("done")])
     async with rig_over(tmp_path, fake_openai, Clock()) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-100, 0)
-        await engine.user_message(sid, "get ready", actor=OWNER, message_id=1)
+        sid = await engine.session_for_chat(chat(-100))
+        await engine.user_message(sid, "get ready", actor=OWNER, message_id="1")
         await settle(engine, sid)
         await engine.command(sid, "goal", "write files --tokens 10k", actor=OWNER)
         goal = await until_goal(rig, sid, lambda g: g.phase == "blocked")
@@ -126,8 +127,8 @@ async def test_an_admitted_goal_round_always_makes_its_call(
     objective = "keep the docs in step with the code " * 60  # about 2,000 characters
     async with rig_over(tmp_path, fake_openai, Clock(), max_goal_rounds=5) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-100, 0)
-        await engine.user_message(sid, "get ready", actor=OWNER, message_id=1)
+        sid = await engine.session_for_chat(chat(-100))
+        await engine.user_message(sid, "get ready", actor=OWNER, message_id="1")
         await settle(engine, sid)
         (last,) = await records(rig, sid)
         # What the meter estimates before the round's message is logged.
@@ -167,8 +168,8 @@ async def test_absurd_usage_figures_are_counted_by_the_estimate_and_lose_nothing
     caplog.set_level(logging.INFO, logger="plangate")
     async with rig_over(tmp_path, fake_openai, Clock(), usage=prices) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-100, 0)
-        await engine.user_message(sid, "question", actor=OWNER, message_id=1)
+        sid = await engine.session_for_chat(chat(-100))
+        await engine.user_message(sid, "question", actor=OWNER, message_id="1")
         await settle(engine, sid)
         (first,) = replies(rig, sid)
         assert first.startswith("the answer is 42") and "\n\n— " in first and "$" in first
@@ -179,7 +180,7 @@ async def test_absurd_usage_figures_are_counted_by_the_estimate_and_lose_nothing
         if figures[0] >= 0:  # a negative count never parses as usage at all
             assert any("implausible" in r.getMessage() for r in caplog.records)
         # The next turn works as well: nothing stays broken for the day.
-        await engine.user_message(sid, "again", actor=OWNER, message_id=2)
+        await engine.user_message(sid, "again", actor=OWNER, message_id="2")
         await settle(engine, sid)
         assert replies(rig, sid)[-1].startswith("still here")
 
@@ -193,8 +194,8 @@ async def test_a_server_reporting_zero_usage_cannot_switch_a_goal_budget_off(
     )
     async with rig_over(tmp_path, fake_openai, Clock(), max_goal_rounds=40) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-100, 0)
-        await engine.user_message(sid, "get ready", actor=OWNER, message_id=1)
+        sid = await engine.session_for_chat(chat(-100))
+        await engine.user_message(sid, "get ready", actor=OWNER, message_id="1")
         await settle(engine, sid)
         await engine.command(sid, "goal", "write files --tokens 12k", actor=OWNER)
         goal = await until_goal(rig, sid, lambda g: g.phase == "blocked")
@@ -229,10 +230,10 @@ async def test_figures_below_a_tenth_of_the_estimate_are_replaced_and_logged_onc
     caplog.set_level(logging.INFO, logger="plangate")
     async with rig_over(tmp_path, fake_openai, Clock()) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-100, 0)
-        await engine.user_message(sid, "write a", actor=OWNER, message_id=1)
+        sid = await engine.session_for_chat(chat(-100))
+        await engine.user_message(sid, "write a", actor=OWNER, message_id="1")
         await settle(engine, sid)
-        await engine.user_message(sid, "again", actor=OWNER, message_id=2)
+        await engine.user_message(sid, "again", actor=OWNER, message_id="2")
         await settle(engine, sid)
         recs = await records(rig, sid)
         assert len(recs) == 3 and all(r.estimated for r in recs)
@@ -255,8 +256,8 @@ async def test_an_honest_server_is_believed(
     fake_openai.play([say("ok")])
     caplog.set_level(logging.INFO, logger="plangate")
     async with rig_over(tmp_path, fake_openai, Clock()) as rig:
-        sid = await rig.engine.session_for_chat(-100, 0)
-        await rig.engine.user_message(sid, "hi", actor=OWNER, message_id=1)
+        sid = await rig.engine.session_for_chat(chat(-100))
+        await rig.engine.user_message(sid, "hi", actor=OWNER, message_id="1")
         await settle(rig.engine, sid)
         (rec,) = await records(rig, sid)
         assert not rec.estimated and rec.completion_tokens == 3

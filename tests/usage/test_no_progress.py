@@ -26,6 +26,7 @@ from engine.goal.types import GoalSnapshot, GoalTombstone
 from engine.model.script import ScriptStep, call, say
 from tests.engine.helpers import OWNER
 from tests.fakes.openai_server import FakeOpenAIServer
+from tests.keys import chat
 from tests.usage.test_usage_engine import Clock, rig_over, until_goal, write
 
 
@@ -89,7 +90,7 @@ async def test_a_goal_whose_rounds_change_nothing_is_blocked_after_the_limit_not
     async with rig_over(
         tmp_path, fake_openai, Clock(), max_goal_rounds=5, goal_idle_rounds=2
     ) as rig:
-        sid = await rig.engine.session_for_chat(-100, 0)
+        sid = await rig.engine.session_for_chat(chat(-100))
         await rig.engine.command(sid, "goal", "think hard", actor=OWNER)
         goal = await until_goal(rig, sid, lambda g: g.phase == "blocked")
         assert goal.blocked is not None and goal.blocked.code == "no-progress"
@@ -107,7 +108,7 @@ async def test_rounds_that_write_files_are_never_idle(
     async with rig_over(
         tmp_path, fake_openai, Clock(), max_goal_rounds=3, goal_idle_rounds=1
     ) as rig:
-        sid = await rig.engine.session_for_chat(-100, 0)
+        sid = await rig.engine.session_for_chat(chat(-100))
         await rig.engine.command(sid, "goal", "write three files", actor=OWNER)
         goal = await until_goal(rig, sid, lambda g: g.phase == "blocked")
         assert goal.blocked is not None and goal.blocked.code == "round-limit"
@@ -126,7 +127,7 @@ async def test_a_round_with_progress_resets_the_count(
     async with rig_over(
         tmp_path, fake_openai, Clock(), max_goal_rounds=5, goal_idle_rounds=2
     ) as rig:
-        sid = await rig.engine.session_for_chat(-100, 0)
+        sid = await rig.engine.session_for_chat(chat(-100))
         await rig.engine.command(sid, "goal", "mixed", actor=OWNER)
         goal = await until_goal(rig, sid, lambda g: g.phase == "blocked")
         assert goal.blocked is not None and goal.blocked.code == "no-progress"
@@ -152,7 +153,7 @@ async def test_goal_rounds_that_only_rewrite_their_todo_list_are_idle(
     async with rig_over(
         tmp_path, fake_openai, Clock(), max_goal_rounds=5, goal_idle_rounds=2
     ) as rig:
-        sid = await rig.engine.session_for_chat(-100, 0)
+        sid = await rig.engine.session_for_chat(chat(-100))
         await rig.engine.command(sid, "goal", "get organised", actor=OWNER)
         goal = await until_goal(rig, sid, lambda g: g.phase == "blocked")
         assert goal.blocked is not None and goal.blocked.code == "no-progress"

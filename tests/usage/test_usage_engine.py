@@ -21,6 +21,7 @@ from engine.usage.ledger import chars_to_tokens, request_chars
 from engine.usage.meter import UsageConfig
 from tests.engine.helpers import OWNER, Rig, engine_rig, settle
 from tests.fakes.openai_server import FAKE_MODEL, FakeOpenAIServer, FakeUsage
+from tests.keys import chat
 
 # 2026-03-10 12:00 UTC: far from a day boundary, so the day of every record is known.
 NOON = 1_773_144_000.0
@@ -99,11 +100,11 @@ async def test_sums_per_turn_session_goal_and_day_are_exact_and_survive_a_restar
     clock = Clock()
     async with rig_over(tmp_path, fake_openai, clock, max_goal_rounds=2) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-100, 0)
-        other = await engine.session_for_chat(-200, 0)
-        await engine.user_message(sid, "write a", actor=OWNER, message_id=1)
+        sid = await engine.session_for_chat(chat(-100))
+        other = await engine.session_for_chat(chat(-200))
+        await engine.user_message(sid, "write a", actor=OWNER, message_id="1")
         await settle(engine, sid)
-        await engine.user_message(other, "hi", actor=OWNER, message_id=2)
+        await engine.user_message(other, "hi", actor=OWNER, message_id="2")
         await settle(engine, other)
         await engine.command(sid, "goal", "write b", actor=OWNER)
         goal = await until_goal(rig, sid, lambda g: g.phase == "complete")
@@ -127,7 +128,7 @@ async def test_sums_per_turn_session_goal_and_day_are_exact_and_survive_a_restar
 
     # A restart: the sums come back from the log, the same to the token.
     async with rig_over(tmp_path, fake_openai, clock) as rig:
-        sid = await rig.engine.session_for_chat(-100, 0)
+        sid = await rig.engine.session_for_chat(chat(-100))
         assert rig.engine.usage.today().tokens == 7380
         usage = await rig.engine.usage.session(sid)
         assert usage.total.tokens == 6150 and usage.goal_tokens(goal.id) == 3690
@@ -138,7 +139,7 @@ async def test_sums_per_turn_session_goal_and_day_are_exact_and_survive_a_restar
     # The next UTC day starts from zero; the session's own sums stay.
     clock.now += 86_400
     async with rig_over(tmp_path, fake_openai, clock) as rig:
-        sid = await rig.engine.session_for_chat(-100, 0)
+        sid = await rig.engine.session_for_chat(chat(-100))
         assert rig.engine.usage.today().tokens == 0
         assert (await rig.engine.usage.session(sid)).total.tokens == 6150
 
@@ -149,8 +150,8 @@ async def test_a_server_without_usage_gets_estimates_marked_as_such(
     fake_openai.usage = None
     fake_openai.play([write("a.txt"), say("wrote it")])
     async with rig_over(tmp_path, fake_openai, Clock()) as rig:
-        sid = await rig.engine.session_for_chat(-100, 0)
-        await rig.engine.user_message(sid, "write a", actor=OWNER, message_id=1)
+        sid = await rig.engine.session_for_chat(chat(-100))
+        await rig.engine.user_message(sid, "write a", actor=OWNER, message_id="1")
         await settle(rig.engine, sid)
         first, second = await records(rig, sid)
         assert first.estimated and second.estimated
@@ -173,8 +174,8 @@ async def test_prices_give_the_cost(tmp_path: Path, fake_openai: FakeOpenAIServe
     fake_openai.play([say("expensive")])
     prices = UsageConfig(price_input=0.15, price_output=0.6)
     async with rig_over(tmp_path, fake_openai, Clock(), usage=prices) as rig:
-        sid = await rig.engine.session_for_chat(-100, 0)
-        await rig.engine.user_message(sid, "hi", actor=OWNER, message_id=1)
+        sid = await rig.engine.session_for_chat(chat(-100))
+        await rig.engine.user_message(sid, "hi", actor=OWNER, message_id="1")
         await settle(rig.engine, sid)
         report = (await rig.engine.command(sid, "usage", "", actor=OWNER)).reply or ""
         assert "1,500,000 tokens (1,000,000 in, 500,000 out) in 1 call, $0.4500" in report
@@ -195,8 +196,8 @@ async def test_a_goal_budget_stops_before_the_call_that_would_cross_it_and_resum
     )
     async with rig_over(tmp_path, fake_openai, Clock()) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-100, 0)
-        await engine.user_message(sid, "get ready", actor=OWNER, message_id=1)
+        sid = await engine.session_for_chat(chat(-100))
+        await engine.user_message(sid, "get ready", actor=OWNER, message_id="1")
         await settle(engine, sid)
         reply = (await engine.command(sid, "goal", "write files --tokens 1k", actor=OWNER)).reply
         assert reply is not None and "budget 1,000 tokens" in reply
@@ -224,7 +225,9 @@ async def test_a_goal_budget_stops_before_the_call_that_would_cross_it_and_resum
         assert raised.reply is not None and "Press Resume" in raised.reply
         goal = await engine.goals.get(sid)
         assert goal is not None and goal.phase == "blocked" and goal.token_budget == 2000
-        outcome = await engine.press(sid, Press("g", "resume", goal.id[:8], goal.revision), actor=1)
+        outcome = await engine.press(
+            sid, Press("g", "resume", goal.id[:8], goal.revision), actor="tg:1"
+        )
         assert outcome.reply == "Goal resumed."  # every press is answered in words
         goal = await until_goal(rig, sid, lambda g: g.phase == "blocked" and g.rounds_started > 1)
         assert goal.blocked is not None and goal.blocked.code == "budget-limit"
@@ -249,11 +252,11 @@ async def test_the_daily_cap_refuses_the_next_turn_with_the_reset_time(
     capped = UsageConfig(daily_tokens=5000)
     async with rig_over(tmp_path, fake_openai, clock, usage=capped) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-100, 0)
-        await engine.user_message(sid, "first", actor=OWNER, message_id=1)
+        sid = await engine.session_for_chat(chat(-100))
+        await engine.user_message(sid, "first", actor=OWNER, message_id="1")
         await settle(engine, sid)
         assert engine.usage.today().tokens == 3050
-        await engine.user_message(sid, "second", actor=OWNER, message_id=2)
+        await engine.user_message(sid, "second", actor=OWNER, message_id="2")
         await settle(engine, sid)
         assert len(fake_openai.chat_requests) == 1  # the second call was never made
         refused = rig.channel.of("reply")[-1].args["text"]
@@ -271,7 +274,7 @@ async def test_the_daily_cap_refuses_the_next_turn_with_the_reset_time(
         assert bad.reply is not None and bad.reply.startswith("usage: /usage")
         raised = await engine.command(sid, "usage", "cap 2m", actor=OWNER)
         assert raised.reply is not None and "2,000,000" in raised.reply
-        await engine.user_message(sid, "third", actor=OWNER, message_id=3)
+        await engine.user_message(sid, "third", actor=OWNER, message_id="3")
         await settle(engine, sid)
         assert len(fake_openai.chat_requests) == 2
         assert rig.channel.of("reply")[-1].args["text"].startswith("two")
@@ -289,8 +292,8 @@ async def test_the_daily_cap_blocks_a_goal_round_before_it_is_admitted(
         tmp_path, fake_openai, Clock(), usage=UsageConfig(daily_tokens=5000)
     ) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-100, 0)
-        await engine.user_message(sid, "first", actor=OWNER, message_id=1)
+        sid = await engine.session_for_chat(chat(-100))
+        await engine.user_message(sid, "first", actor=OWNER, message_id="1")
         await settle(engine, sid)
         await engine.command(sid, "goal", "keep going", actor=OWNER)
         goal = await until_goal(rig, sid, lambda g: g.phase == "blocked")
@@ -306,8 +309,8 @@ async def test_the_last_of_several_caps_stands_after_a_restart(
     capped = UsageConfig(daily_tokens=5000)
     async with rig_over(tmp_path, fake_openai, clock, usage=capped) as rig:
         engine = rig.engine
-        sid = await engine.session_for_chat(-100, 0)
-        other = await engine.session_for_chat(-200, 0)
+        sid = await engine.session_for_chat(chat(-100))
+        other = await engine.session_for_chat(chat(-200))
         for session, cap in ((sid, "1m"), (other, "3m"), (sid, "2m")):
             clock.now += 1
             assert "Daily token cap set" in (
@@ -334,7 +337,7 @@ async def test_without_a_cap_logged_the_configured_one_stands_after_a_restart(
     clock = Clock()
     capped = UsageConfig(daily_tokens=5000)
     async with rig_over(tmp_path, fake_openai, clock, usage=capped) as rig:
-        sid = await rig.engine.session_for_chat(-100, 0)
+        sid = await rig.engine.session_for_chat(chat(-100))
         await rig.engine.command(sid, "usage", "", actor=OWNER)
         await rig.engine.command(sid, "usage", "cap lots", actor=OWNER)  # refused, not logged
         await rig.storage.log.append(sid, [CommandRun(name="usage", data={"cap": 9_000_000})])
