@@ -168,19 +168,30 @@ DEPENDENCY_FILES = (
 # Copies of built environments kept per project (the newest ones), and the free space a copy
 # must leave behind it.
 KEEP_COPIES = 2
+# A dependency file larger than this is no real one: no copy is keyed on it.
+MAX_DEPENDENCY_BYTES = 64 * 1024 * 1024
 COPY_ROOM = 1024 * 1024 * 1024
 
 
 def environment_key(workspace: Path, script: SetupScript) -> str:
     """What a built environment depends on: the script and the dependency files (their
-    names and bytes, ``requirements*.txt`` too). Blocking: a thread."""
+    names and bytes, ``requirements*.txt`` too); "" (no copy kept or reused) when one is
+    larger than any real one. Blocking: a thread."""
     digest = hashlib.sha256(script.sha.encode())
     names = [*DEPENDENCY_FILES, *sorted(p.name for p in workspace.glob("requirements*.txt"))]
     for name in names:
         path = workspace / name
         if path.is_file() and not path.is_symlink():
+            # The plan writes these files in its worktree before the owner's /setup: read
+            # in pieces, and never more than MAX_DEPENDENCY_BYTES (a sparse file is free).
             digest.update(f"\0{name}\0".encode())
-            digest.update(path.read_bytes())
+            read = 0
+            with path.open("rb") as fh:
+                while chunk := fh.read(1024 * 1024):
+                    read += len(chunk)
+                    if read > MAX_DEPENDENCY_BYTES:
+                        return ""
+                    digest.update(chunk)
     return digest.hexdigest()[:32]
 
 
@@ -612,6 +623,8 @@ class EnvSetup:
         if self._root is None:
             return None
         key = await asyncio.to_thread(environment_key, workspace, script)
+        if not key:
+            return None
         return self._root / "built" / project_slug(project) / key
 
     def _cache_folder(self, project: Path) -> Path | None:
