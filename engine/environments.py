@@ -40,6 +40,7 @@ from engine.ports import Channel
 from engine.tasks import safe_call
 from engine.text import clip
 from engine.tools.bash import BashTool, CommandRun
+from engine.tools.workspace import open_regular, read_regular
 from engine.worktree.script import MAX_SCRIPT_CHARS, SETUP_PATH, SetupScript, script_of
 from engine.worktree.service import Worktrees, project_slug
 
@@ -95,10 +96,12 @@ def read_script(folder: Path) -> SetupScript | None:
             return None
         # The agent writes this file in NoPlan (a sparse file of any size costs it nothing):
         # read no more than a script plangate would run can hold (4 bytes a character at
-        # most), so a longer one reads as longer than MAX_SCRIPT_CHARS and is refused.
-        with path.open("rb") as fh:
-            data = fh.read(MAX_SCRIPT_CHARS * 4 + 1)
+        # most), so a longer one reads as longer than MAX_SCRIPT_CHARS and is refused; and
+        # non-blocking (a FIFO swapped in since the check is not waited on).
+        data = read_regular(path, max_bytes=MAX_SCRIPT_CHARS * 4 + 1)
     except OSError:
+        return None
+    if data is None:
         return None
     text = data.decode("utf-8", errors="replace")
     return script_of(text) if text.strip() else None
@@ -181,17 +184,20 @@ def environment_key(workspace: Path, script: SetupScript) -> str:
     names = [*DEPENDENCY_FILES, *sorted(p.name for p in workspace.glob("requirements*.txt"))]
     for name in names:
         path = workspace / name
-        if path.is_file() and not path.is_symlink():
-            # The plan writes these files in its worktree before the owner's /setup: read
-            # in pieces, and never more than MAX_DEPENDENCY_BYTES (a sparse file is free).
-            digest.update(f"\0{name}\0".encode())
-            read = 0
-            with path.open("rb") as fh:
-                while chunk := fh.read(1024 * 1024):
-                    read += len(chunk)
-                    if read > MAX_DEPENDENCY_BYTES:
-                        return ""
-                    digest.update(chunk)
+        # The plan writes these files in its worktree before the owner's /setup: only a
+        # regular file, opened non-blocking (a FIFO is never waited on), read in pieces and
+        # never more than MAX_DEPENDENCY_BYTES (a sparse file is free).
+        handle = open_regular(path)
+        if handle is None:
+            continue
+        digest.update(f"\0{name}\0".encode())
+        read = 0
+        with handle:
+            while chunk := handle.read(1024 * 1024):
+                read += len(chunk)
+                if read > MAX_DEPENDENCY_BYTES:
+                    return ""
+                digest.update(chunk)
     return digest.hexdigest()[:32]
 
 
