@@ -304,6 +304,29 @@ def _entries(root: Path) -> set[str]:
     return found
 
 
+def _owned(built: list[str], tracked: frozenset[str] | None) -> list[str]:
+    """``built`` with each path replaced by its topmost ancestor that the base commit holds
+    no files in: a folder the plan made before setup ran (``.venv/site``, made in the owner's
+    turn while a failed setup waited for Retry) and that setup then filled is what setup
+    built, whole, or the plan could add a ``.pth`` or ``sitecustomize.py`` beside the
+    installed test runner afterwards."""
+    if tracked is None:
+        return built
+    owned = set()
+    for rel in built:
+        parts = Path(rel).parts
+        top = next(
+            (
+                Path(*parts[: i + 1]).as_posix()
+                for i in range(len(parts) - 1)
+                if Path(*parts[: i + 1]).as_posix() not in tracked
+            ),
+            rel,
+        )
+        owned.add(top)
+    return sorted(owned)
+
+
 def _built(root: Path, before: set[str]) -> list[str]:
     """The topmost paths under ``root`` that were not there ``before`` (what setup made).
     Blocking: a thread."""
@@ -589,7 +612,9 @@ class EnvSetup:
                 timeout_s=self.timeout_s,
                 caches=self._cache_folder(project),
             )
-            built = sorted({*keep, *await asyncio.to_thread(_built, workspace, before)})
+            made = await asyncio.to_thread(_built, workspace, before)
+            tracked = await self._worktrees.base_folders(session_id)
+            built = sorted({*keep, *_owned(made, tracked)})
         finally:
             self._running.discard(session_id)
             if ran is None:  # stopped or failed to start: never left "running"
