@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bot.slack import keys
+from bot.slack import keys as slack_keys
 from bot.telegram.app import parts
 from engine.app import Engine
 from engine.model.script import ScriptStep
 from tests.fakebot.server import FakeBotApi, FakeMessage
 from tests.fakeslack.server import FakeSlack, Message
+from tests.keys import chat
 from tests.slack import live as slack_live
 from tests.telegram import live as telegram_live
 from tests.telegram.app_support import GROUP, OWNER, STRANGER, eventually
@@ -70,7 +72,7 @@ class TelegramRig:
         self.engine, self.workspace = live.engine, live.workspace
 
     async def session(self) -> str:
-        return await self.engine.session_for_chat(GROUP, 0)
+        return await self.engine.session_for_chat(chat(GROUP))
 
     async def command(self, verb: str, args: str = "", *, stranger: bool = False) -> None:
         text = f"/{verb.replace('-', '_')} {args}".strip()
@@ -132,7 +134,7 @@ class SlackRig:
         self.engine, self.workspace = live.engine, live.workspace
 
     async def session(self) -> str:
-        return await self.engine.session_for_chat(slack_live.GROUP, 0)
+        return await self.engine.session_for_chat(slack_keys.engine_chat(slack_live.GROUP))
 
     async def command(self, verb: str, args: str = "", *, stranger: bool = False) -> None:
         who = slack_live.STRANGER if stranger else slack_live.OWNER

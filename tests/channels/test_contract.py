@@ -12,7 +12,6 @@ real engine, real SQLite and files, the scripted model.
 
 from __future__ import annotations
 
-from bot.slack import keys
 from engine.model.script import call, say
 from tests.channels.rigs import Channels, Rig, until
 from tests.engine.helpers import EXECUTION, GREET_PY, PLANNING, settle
@@ -93,9 +92,10 @@ async def test_a_goal_round_runs_on_one_goal_card(channel: Channels) -> None:
         assert shown.labels == ["✖️ Clear"]
 
 
-def _channel_ref(channel: Channels, card_id: int) -> str:
-    """The engine's card id as the rig's message ref (a Slack ts, a Telegram message id)."""
-    return keys.ts_of(card_id) or "" if channel.name == "slack" else str(card_id)
+def _channel_ref(channel: Channels, card_id: str) -> str:
+    """The engine's card key as the rig's message ref (a Slack ts, a Telegram message id:
+    both are the key itself)."""
+    return card_id
 
 
 async def test_a_file_in_from_the_owner_not_from_a_non_owner(channel: Channels) -> None:
