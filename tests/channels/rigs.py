@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bot.slack import keys
-from bot.slack import keys as slack_keys
 from bot.telegram.app import parts
 from engine.app import Engine
 from engine.model.script import ScriptStep
@@ -134,7 +133,7 @@ class SlackRig:
         self.engine, self.workspace = live.engine, live.workspace
 
     async def session(self) -> str:
-        return await self.engine.session_for_chat(slack_keys.engine_chat(slack_live.GROUP))
+        return await self.engine.session_for_chat(keys.engine_chat(slack_live.GROUP))
 
     async def command(self, verb: str, args: str = "", *, stranger: bool = False) -> None:
         who = slack_live.STRANGER if stranger else slack_live.OWNER

@@ -170,7 +170,7 @@ class RecordingEngine:
     # ---- EngineApi -------------------------------------------------------------------------
 
     # The fake takes the engine's keys and records them as the Telegram ids they name
-    # (bot.keys), so the tests read in Telegram's terms what the front end asked.
+    # (bot.telegram.keys), so the tests read in Telegram's terms what the front end asked.
 
     async def session_for_chat(self, chat: Chat) -> str:
         chat_id, thread_id = _tg_chat(chat)
