@@ -70,7 +70,12 @@ def configure_logging(settings: Settings) -> None:
     """Logs to stderr at ``PLANGATE_LOG_LEVEL`` with every secret redacted."""
     secrets = [
         s.get_secret_value()
-        for s in (settings.telegram_token, settings.model_api_key, settings.webhook_secret)
+        for s in (
+            settings.telegram_token,
+            settings.model_api_key,
+            settings.webhook_secret,
+            settings.database_url,
+        )
         if s is not None
     ]
     handler = logging.StreamHandler()
@@ -235,7 +240,15 @@ async def run_bot() -> int:
     try:
         async with (
             open_plangate(
-                settings.home.expanduser(), model=model, channel=channel, config=config
+                settings.home.expanduser(),
+                model=model,
+                channel=channel,
+                config=config,
+                database_url=(
+                    None
+                    if settings.database_url is None
+                    else settings.database_url.get_secret_value()
+                ),
             ) as opened,
             heartbeat(settings.home.expanduser()),
         ):

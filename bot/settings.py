@@ -57,6 +57,7 @@ from engine.projects import PROJECT_NAME
 from engine.text import clip
 from engine.tools.sandbox import forbidden_env_name
 from engine.usage.ledger import parse_tokens
+from storage.postgres import is_postgres_url
 
 PREFIX = "PLANGATE_"
 DEFAULT_HOME = Path("~/.plangate")
@@ -242,6 +243,9 @@ class Settings(BaseSettings):
     webhook_url: str | None = None
     webhook_secret: SecretStr | None = None
     webhook_listen: str | None = None
+    # postgresql://... puts the database in PostgreSQL (docs/storage.md); unset: SQLite in
+    # the home. A secret: it may carry a password.
+    database_url: SecretStr | None = None
     # bash's sandbox: "off" runs bash unconfined (on purpose only; a warning at start).
     sandbox: Literal["on", "off"] = "on"
     bash_network: bool = False
@@ -415,6 +419,13 @@ class Settings(BaseSettings):
             raise _fail("Telegram accepts 1-256 characters of A-Z, a-z, 0-9, _ and - here")
         return value
 
+    @field_validator("database_url", mode="after")
+    @classmethod
+    def _database_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not is_postgres_url(value.get_secret_value()):
+            raise _fail("a PostgreSQL URL, postgresql://user:password@host:5432/database")
+        return value
+
     @field_validator("webhook_listen", mode="after")
     @classmethod
     def _listen(cls, value: str | None) -> str | None:
@@ -529,7 +540,7 @@ class Settings(BaseSettings):
         return self
 
 
-_SECRET_FIELDS = frozenset({"telegram_token", "model_api_key", "webhook_secret"})
+_SECRET_FIELDS = frozenset({"telegram_token", "model_api_key", "webhook_secret", "database_url"})
 
 
 def env_name(field: str) -> str:

@@ -17,7 +17,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FORBIDDEN_IN_ENGINE = ("bot", "storage", "telegram", "aiosqlite", "sqlite3")
+FORBIDDEN_IN_ENGINE = ("bot", "storage", "telegram", "aiosqlite", "sqlite3", "asyncpg", "psycopg")
 
 
 def _module_name(path: Path) -> str:
