@@ -18,6 +18,7 @@ from engine.app import Engine, EngineConfig, build_engine
 from engine.inbox import INBOX_FOLDER
 from engine.model.types import ModelProvider
 from engine.ports import Channel, Clock, EventLog
+from engine.tools.host import protected_folders
 from storage.open import Storage, open_storage
 
 
@@ -54,6 +55,11 @@ async def open_plangate(
     if home not in sandbox.hidden:
         hidden = (home, *sandbox.hidden)
         config = dataclasses.replace(config, sandbox=dataclasses.replace(sandbox, hidden=hidden))
+    if not config.protected:
+        # No project may hold plangate's own files or its home (engine/tools/host.py).
+        config = dataclasses.replace(config, protected=tuple(protected_folders(home)))
+    if config.home is None:
+        config = dataclasses.replace(config, home=home)
     if config.worktree_root is None:
         # Approved plans' git worktrees live under the home (docs/projects.md).
         config = dataclasses.replace(config, worktree_root=home / "worktrees")

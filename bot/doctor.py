@@ -18,7 +18,7 @@ from typing import TextIO
 from telegram import Bot
 from telegram.error import InvalidToken, NetworkError, TelegramError
 
-from bot.runner import model_from_settings, sandbox_settings
+from bot.runner import install_problems, model_from_settings, sandbox_settings
 from bot.settings import (
     Settings,
     config_path,
@@ -29,7 +29,15 @@ from bot.settings import (
 from bot.telegram.app import file_url
 from engine.errors import ConfigError
 from engine.model.types import ModelError
-from engine.tools.sandbox import SYSTEM_DIRS, probe, sandbox_path
+from engine.tools.disk import DiskReserve
+from engine.tools.sandbox import (
+    SYSTEM_DIRS,
+    SandboxSettings,
+    SandboxStatus,
+    fallback_limits,
+    probe,
+    sandbox_path,
+)
 from engine.worktree.script import suggestion
 from storage.db import database_path
 
@@ -100,6 +108,41 @@ _APPROVAL_LINE = {
 }
 
 
+def memory_line(sandbox: SandboxSettings, status: SandboxStatus) -> str:
+    """Which bound holds one bash call's memory (docs/security.md, "Whole-call limits")."""
+    if status.memory_limit == "cgroup":
+        return f"memory {sandbox.memory_mb} MB per call in total (a memory cgroup)"
+    per_process_mb, processes = fallback_limits(sandbox.memory_mb, sandbox.max_processes)
+    return (
+        f"memory {sandbox.memory_mb} MB per call in total through the fallback (no writable "
+        f"memory cgroup here): at most {processes} processes of {per_process_mb} MB address "
+        "space each, too little for toolchains such as Node; give plangate a memory cgroup"
+    )
+
+
+def check_disk(settings: Settings) -> tuple[bool, str]:
+    """The room on the disk of plangate's home against ``PLANGATE_DISK_RESERVE_MB``."""
+    reserve = DiskReserve(settings.home, settings.disk_reserve_mb)
+    if not reserve.enabled:
+        return (
+            True,
+            "disk: no reserve (PLANGATE_DISK_RESERVE_MB=0): a full disk fails plangate's writes",
+        )
+    try:
+        free = reserve.free_mb()
+    except OSError as exc:
+        return False, f"disk: cannot read the free space of {settings.home} ({exc.strerror})"
+    line = (
+        f"disk: {free} MB free where plangate's home is, {reserve.reserve_mb} MB kept for "
+        "plangate (PLANGATE_DISK_RESERVE_MB)"
+    )
+    # While plangate runs its reserve is a file in the home, not counted as free.
+    needed = reserve.reserve_mb if reserve.held() else 2 * reserve.reserve_mb
+    if free < needed:
+        return False, f"{line}; too little: bash calls stay refused until {needed} MB are free"
+    return True, f"{line}; ok"
+
+
 def check_sandbox(settings: Settings) -> tuple[bool, str]:
     """Whether bash's bubblewrap sandbox works here, and which limits bind."""
     sandbox = sandbox_settings(settings)
@@ -119,7 +162,7 @@ def check_sandbox(settings: Settings) -> tuple[bool, str]:
         "none": "processes NOT capped",
     }[status.process_limit]
     line = (
-        f"sandbox: ok, bubblewrap works; network {network}, memory {sandbox.memory_mb} MB, "
+        f"sandbox: ok, bubblewrap works; network {network}, {memory_line(sandbox, status)}, "
         f"{limits}; {asks}"
     )
     if status.notes:
@@ -221,15 +264,18 @@ async def run_doctor(
         fix = "set PLANGATE_HOME to a folder you own"
         results.append((False, f"home {home}: not writable ({home_problem}); {fix}"))
     workspace = settings.workspace
+    held = install_problems(settings)
+    results.extend((False, line) for line in held)
     if not workspace.is_dir():
         results.append((False, f"workspace {workspace}: not a folder; set PLANGATE_WORKSPACE"))
     elif not os.access(workspace, os.W_OK):
         results.append((False, f"workspace {workspace}: not writable by this user"))
-    else:
+    elif not held:
         results.append((True, f"workspace {workspace}: ok"))
     results.extend(await asyncio.to_thread(check_setups, settings))
     results.extend(await asyncio.to_thread(check_tools, settings))
     results.append(await asyncio.to_thread(check_sandbox, settings))
+    results.append(await asyncio.to_thread(check_disk, settings))
     results.append(await check_database(settings))
     results.append(await check_telegram(settings))
     results.append(await check_model(settings))

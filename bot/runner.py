@@ -7,6 +7,7 @@ engine, storage and bot together (with the demo and the doctor).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
@@ -33,6 +34,7 @@ from engine.errors import ConfigError
 from engine.model.openai_provider import OpenAIProvider
 from engine.model.transcribe import OpenAITranscriber
 from engine.progress.stuck import StuckLimits
+from engine.tools.host import install_refusal, protected_folders
 from engine.tools.sandbox import SandboxSettings, probe
 from engine.usage.meter import UsageConfig
 
@@ -143,13 +145,48 @@ def sandbox_warning(sandbox: SandboxSettings) -> str | None:
     return "; ".join(status.notes) or None
 
 
+# The engine's settings whose PLANGATE_* name differs from the engine's field, or that the
+# engine takes in another shape; every other field of EngineConfig that a setting of the same
+# name exists for is copied as it is (SHARED_FIELDS).
+_DERIVED = frozenset(
+    {
+        "max_goal_rounds",
+        "stuck",
+        "sandbox",
+        "usage",
+        "bash_approval",
+        "approval_timeout_s",
+        "setup_timeout_s",
+        "owner_ids",
+        "vision",
+        "worktree_root",
+    }
+)
+SHARED_FIELDS: tuple[str, ...] = tuple(
+    f.name
+    for f in dataclasses.fields(EngineConfig)
+    if f.name in Settings.model_fields and f.name not in _DERIVED
+)
+
+
+def install_problems(settings: Settings) -> list[str]:
+    """One line for each folder the agent would work in that holds plangate's own files (its
+    interpreter, venv, installed package or home): ``run`` and ``doctor`` refuse those."""
+    protected = protected_folders(settings.home)
+    found = [install_refusal("PLANGATE_WORKSPACE:", settings.workspace, protected)]
+    found += [
+        install_refusal(f"PLANGATE_PROJECTS {name}:", path, protected)
+        for name, path in settings.projects
+    ]
+    return [line for line in found if line is not None]
+
+
 def engine_config(settings: Settings) -> EngineConfig:
+    """The engine's configuration from the settings: the fields named alike as they are
+    (:data:`SHARED_FIELDS`), the others in the engine's shape."""
     return EngineConfig(
-        workspace=settings.workspace,
-        profile=settings.profile,
+        **{name: getattr(settings, name) for name in SHARED_FIELDS},
         max_goal_rounds=settings.goal_max_rounds,
-        todo_parallel=settings.todo_parallel,
-        max_steps=settings.max_steps,
         stuck=StuckLimits(
             repeats=settings.stuck_repeats,
             errors=settings.stuck_errors,
@@ -166,22 +203,12 @@ def engine_config(settings: Settings) -> EngineConfig:
             footer=settings.usage_footer,
             max_output_tokens=settings.max_output_tokens,
         ),
-        goal_idle_rounds=settings.goal_idle_rounds,
-        max_plan_kb=settings.max_plan_kb,
         setup_timeout_s=settings.setup_timeout,
-        allow_bash=settings.allow_bash,
         bash_approval=settings.bash_approval_mode,
-        ask_bash=settings.ask_bash,
         approval_timeout_s=settings.approval_timeout,
-        ask_writes=settings.ask_writes,
         owner_ids=frozenset(person_key(u) for u in settings.owner_ids),
-        plan_approvals=settings.plan_approvals,
-        owner_overrides=settings.owner_overrides,
         vision=settings.model_vision,
-        projects=settings.projects,
-        projects_root=settings.projects_root,
         worktree_root=settings.home / "worktrees",
-        git_remote=settings.git_remote,
     )
 
 
@@ -226,6 +253,9 @@ async def run_bot() -> int:
     """Run the bot until SIGINT/SIGTERM; a setting or token problem is one line and exit 2."""
     settings = load_run_settings()
     require_run_settings(settings)
+    held = install_problems(settings)
+    if held:
+        raise ConfigError(held[0])
     configure_logging(settings)
     for line in settings_warnings(files=[config_path(), Path(".env")]):
         _log.warning("settings: %s", line)

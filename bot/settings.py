@@ -36,6 +36,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from engine.app import ENGINE_DEFAULTS
 from engine.approval.policy import (
     BASH_APPROVALS,
     BashApproval,
@@ -46,13 +47,6 @@ from engine.approval.policy import (
 )
 from engine.errors import ConfigError
 from engine.goal.commands import parse_interval
-from engine.progress.stuck import (
-    DEFAULT_ERRORS,
-    DEFAULT_MONOLOGUE,
-    DEFAULT_PROGRESS_S,
-    DEFAULT_PROGRESS_STEPS,
-    DEFAULT_REPEATS,
-)
 from engine.projects import PROJECT_NAME
 from engine.text import clip
 from engine.tools.sandbox import forbidden_env_name
@@ -60,6 +54,9 @@ from engine.usage.ledger import parse_tokens
 from storage.postgres import is_postgres_url
 
 PREFIX = "PLANGATE_"
+# Every default the engine reads lives once, on its configuration; the settings take theirs
+# from it (the names here are the PLANGATE_* contracts, the engine's may differ).
+_ENGINE = ENGINE_DEFAULTS
 DEFAULT_HOME = Path("~/.plangate")
 CONFIG_FILE = "config.env"
 # The openai SDK refuses to start without a key; local servers (Ollama, vLLM) ignore it.
@@ -218,9 +215,9 @@ class Settings(BaseSettings):
         default=None,
         validation_alias=AliasChoices("PLANGATE_MODEL_API_KEY", "OPENAI_API_KEY"),
     )
-    goal_max_rounds: int = Field(default=20, ge=1)
-    todo_parallel: bool = True
-    max_steps: int = Field(default=50, ge=1)
+    goal_max_rounds: int = Field(default=_ENGINE.max_goal_rounds, ge=1)
+    todo_parallel: bool = _ENGINE.todo_parallel
+    max_steps: int = Field(default=_ENGINE.max_steps, ge=1)
     # Seconds between two edits of one card (the env name predates the unit-suffix habit).
     flow_edit_interval: float = Field(default=1.5, gt=0, allow_inf_nan=False)
     # Seconds between two progress edits of one card in a group (about 20 calls a minute
@@ -230,16 +227,18 @@ class Settings(BaseSettings):
     pin_cards: Literal["auto", "always", "never"] = "auto"
     # When an unattended run is stuck (docs/agent.md "Stuck, not slow"): the loop patterns,
     # then the outer bound on real progress (the old stall-steps name is its alias).
-    stuck_repeats: int = Field(default=DEFAULT_REPEATS, ge=2)
-    stuck_errors: int = Field(default=DEFAULT_ERRORS, ge=2)
-    stuck_monologue: int = Field(default=DEFAULT_MONOLOGUE, ge=2)
+    stuck_repeats: int = Field(default=_ENGINE.stuck.repeats, ge=2)
+    stuck_errors: int = Field(default=_ENGINE.stuck.errors, ge=2)
+    stuck_monologue: int = Field(default=_ENGINE.stuck.monologue, ge=2)
     progress_steps: int = Field(
-        default=DEFAULT_PROGRESS_STEPS,
+        default=_ENGINE.stuck.progress_steps,
         ge=1,
         validation_alias=AliasChoices("PLANGATE_PROGRESS_STEPS", "PLANGATE_CHECKLIST_STALL_STEPS"),
     )
-    progress_minutes: float = Field(default=DEFAULT_PROGRESS_S / 60, gt=0, allow_inf_nan=False)
-    task_tokens: int | None = Field(default=None, ge=1)
+    progress_minutes: float = Field(
+        default=_ENGINE.stuck.progress_s / 60, gt=0, allow_inf_nan=False
+    )
+    task_tokens: int | None = Field(default=_ENGINE.stuck.task_tokens, ge=1)
     webhook_url: str | None = None
     webhook_secret: SecretStr | None = None
     webhook_listen: str | None = None
@@ -248,9 +247,13 @@ class Settings(BaseSettings):
     database_url: SecretStr | None = None
     # bash's sandbox: "off" runs bash unconfined (on purpose only; a warning at start).
     sandbox: Literal["on", "off"] = "on"
-    bash_network: bool = False
-    bash_memory_mb: int = Field(default=2048, ge=64)
-    bash_max_processes: int = Field(default=256, ge=16)
+    bash_network: bool = _ENGINE.sandbox.network
+    bash_memory_mb: int = Field(default=_ENGINE.sandbox.memory_mb, ge=64)
+    bash_max_processes: int = Field(default=_ENGINE.sandbox.max_processes, ge=16)
+    # Megabytes kept free on the disk of plangate's home for its own writes: below it no bash
+    # call runs and an unattended run pauses (engine/tools/disk.py); 0 turns it off. A running
+    # bot's own default: an engine embedded without a home keeps none.
+    disk_reserve_mb: int = Field(default=256, ge=0)
     bash_env: Annotated[tuple[str, ...], NoDecode] = ()
     # Files the agent never sees (no tool, not bash): absolute paths, or paths relative to
     # the workspace that are hidden in every workspace (".env.production,config/secrets.yml").
@@ -262,13 +265,13 @@ class Settings(BaseSettings):
     # (UTC day; 200k and 2m are accepted), the closing-reply footer, the no-progress limit.
     price_input: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     price_output: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    daily_tokens: int | None = Field(default=None, ge=1)
-    usage_footer: Literal["off", "private", "on"] = "private"
+    daily_tokens: int | None = Field(default=_ENGINE.usage.daily_tokens, ge=1)
+    usage_footer: Literal["off", "private", "on"] = _ENGINE.usage.footer
     # The max_tokens of a model call when no limit is near; each call reserves it up front.
-    max_output_tokens: int = Field(default=4096, ge=1)
+    max_output_tokens: int = Field(default=_ENGINE.usage.max_output_tokens, ge=1)
     # The plan .md's size limit in KB: a bigger plan is refused where it is written.
-    max_plan_kb: int = Field(default=512, ge=1)
-    goal_idle_rounds: int = Field(default=3, ge=1)
+    max_plan_kb: int = Field(default=_ENGINE.max_plan_kb, ge=1)
+    goal_idle_rounds: int = Field(default=_ENGINE.goal_idle_rounds, ge=1)
     # When bash asks the owner: escalation (only to leave the sandbox; the default with the
     # sandbox on), always (unless an allow rule matches; the default with it off), never.
     bash_approval: BashApproval | None = None
@@ -277,21 +280,21 @@ class Settings(BaseSettings):
     # Command prefixes bash runs without asking ("pytest,git status,ls"), as word tuples.
     allow_bash: Annotated[tuple[Rule, ...], NoDecode] = ()
     # Seconds a tool approval waits for the owner before it is denied ("600", "90s", "10m").
-    approval_timeout: Annotated[float, NoDecode] = 600.0
+    approval_timeout: Annotated[float, NoDecode] = _ENGINE.approval_timeout_s
     # How long a project's setup script may run (docs/environments.md): seconds or 15m.
-    setup_timeout: Annotated[float, NoDecode] = 900.0
+    setup_timeout: Annotated[float, NoDecode] = _ENGINE.setup_timeout_s
     # Writes to existing workspace files ask too (with a diff) in NoPlan and Active.
-    ask_writes: bool = False
+    ask_writes: bool = _ENGINE.ask_writes
     # Approvals by different people a plan needs (docs/roles.md), and whether an owner's
     # approval alone is enough all the same.
-    plan_approvals: int = Field(default=1, ge=1, le=10)
-    owner_overrides: bool = False
+    plan_approvals: int = Field(default=_ENGINE.plan_approvals, ge=1, le=10)
+    owner_overrides: bool = _ENGINE.owner_overrides
     # Files from the phone (docs/inputs.md): the largest upload kept (Telegram's bots can
     # download at most 20 MB, so more than 20 changes nothing), whether the model sees
     # images, the largest photo side used, a reply longer than this many visible characters
     # goes as a summary plus answer.md, and the speech-to-text endpoint for voice notes.
     max_upload_mb: float = Field(default=20.0, gt=0, allow_inf_nan=False)
-    model_vision: bool = False
+    model_vision: bool = _ENGINE.vision
     max_image_px: int = Field(default=2048, ge=64)
     reply_document_chars: int = Field(default=6000, ge=500)
     transcribe_model: str = "whisper-1"
@@ -585,6 +588,35 @@ def _one_line(exc: ValidationError) -> str:
     return " ".join(text.split())
 
 
+def work_folders(settings: Settings) -> list[tuple[str, Path]]:
+    """``(label, folder)`` of every folder the agent may write: the workspace, the projects,
+    the projects' root and the plans' worktrees under the home."""
+    found = [("the workspace (PLANGATE_WORKSPACE)", settings.workspace)]
+    found += [(f"project {name} (PLANGATE_PROJECTS)", path) for name, path in settings.projects]
+    if settings.projects_root is not None:
+        found.append(("the projects' folder (PLANGATE_PROJECTS_ROOT)", settings.projects_root))
+    found.append(("the plans' worktrees", settings.home / "worktrees"))
+    return found
+
+
+def dotenv_refusal(env_file: Path, *seen: Settings) -> str | None:
+    """One line refusing ``env_file`` when it lies in a folder the agent may write, as any of
+    ``seen`` names them (the settings with the file and without it: a ``.env`` that moves
+    the workspace away from itself is caught by the second)."""
+    path = Path(os.path.realpath(env_file))
+    for settings in seen:
+        for label, folder in work_folders(settings):
+            root = Path(os.path.realpath(folder))
+            if path == root or root in path.parents:
+                return (
+                    f"{path}: a settings file inside {label} {root} is refused, since the "
+                    "agent can write it; put the settings in the environment, or in a .env in a "
+                    "folder that is no workspace or project (plangate's home, for one) and start "
+                    "plangate from there"
+                )
+    return None
+
+
 def config_path(environ: Mapping[str, str] | None = None) -> Path:
     """The settings file ``plangate setup`` writes: ``config.env`` in plangate's home, the home
     taken from ``PLANGATE_HOME`` in the environment (default ``~/.plangate``)."""
@@ -601,12 +633,22 @@ def load_settings(
     """Read settings from ``environ`` (default ``os.environ``), then ``env_file``, then
     ``config_file`` (``plangate setup``'s file): the first that names a setting wins.
 
-    Raises :class:`ConfigError` with one line naming the variable that is missing or wrong.
+    Raises :class:`ConfigError` with one line naming the variable that is missing or wrong,
+    or refusing an ``env_file`` that lies where the agent can write (:func:`dotenv_refusal`).
     """
     files = tuple(f for f in (config_file, env_file) if f is not None)  # later files win
     token = _ENVIRON.set(environ)
     try:
-        return Settings(_env_file=files or None)
+        settings = Settings(_env_file=files or None)
+        if env_file is not None and Path(env_file).is_file():
+            try:
+                bare = Settings(_env_file=config_file)
+            except ValidationError:
+                bare = settings
+            refusal = dotenv_refusal(Path(env_file), settings, bare)
+            if refusal is not None:
+                raise ConfigError(refusal)
+        return settings
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
     except SettingsError as exc:
@@ -722,8 +764,10 @@ __all__ = [
     "DEFAULT_TELEGRAM_API_URL",
     "PLACEHOLDER_MODEL_API_KEY",
     "Settings",
+    "dotenv_refusal",
     "env_name",
     "load_settings",
     "require_run_settings",
     "run_problems",
+    "work_folders",
 ]

@@ -31,6 +31,7 @@ from telegram.error import Conflict, InvalidToken, NetworkError
 from bot.settings import config_path
 from bot.telegram.app import file_url
 from engine.errors import ConfigError
+from engine.tools.host import protected_folders
 
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTVWXYZ23456789"  # no 0/O, 1/I/L, U: read off a screen
 CODE_LENGTH = 8  # 30**8 ~ 2**39
@@ -233,9 +234,9 @@ def check_folder(raw: str, *, refuse: Sequence[Path]) -> Path:
 
 
 def own_folders(home: Path) -> list[Path]:
-    """plangate's install (interpreter prefix and package folder) and home: never a project."""
-    package = Path(__file__).resolve().parent.parent
-    return [Path(sys.prefix), package, home]
+    """plangate's install (interpreter, venv, standard library, packages; taken at start) and
+    home: never a project. The same list ``run``, ``doctor`` and ``/project`` refuse."""
+    return [folder for _, folder in protected_folders(home)]
 
 
 async def list_models(base_url: str | None, api_key: str | None) -> list[str]:

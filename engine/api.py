@@ -17,7 +17,7 @@ from typing import Final, Literal, Protocol, get_args
 from engine.events import Attachment, GoalCheck
 from engine.goal.types import GoalSnapshot
 from engine.keys import Chat, ChatKey, MessageKey, PersonKey
-from engine.plan.types import PlanSidecar
+from engine.plan.types import PlanSidecar, PlanState
 from engine.roles.policy import READ_COMMANDS
 from engine.roles.types import Person, Role
 from engine.worktree.types import DECIDING, WorktreeView
@@ -106,6 +106,8 @@ PRESS_ACTIONS: Final[dict[PressKind, frozenset[str]]] = {
     "a": frozenset({APPROVAL_ONCE, APPROVAL_SESSION, APPROVAL_DENY, APPROVAL_RULE}),
 }
 SHORT_ID_LEN: Final = 8
+# The answer to a press on a card that is out of date (or forged): it changes nothing.
+STALE_TEXT: Final = "This card is out of date."
 # A card's buttons as actions, in rows: what the card offers in its state now (engine.cards
 # decides it, the press is accepted only for an action on the card; a front end gives each
 # action its label and draws it).
@@ -136,6 +138,28 @@ def plan_actions(state: PlanCardState, *, raise_cap: int | None = None) -> CardA
     return _PLAN_ACTIONS.get(state, ())
 
 
+# The card states a plan at one revision may be drawn in. What is process-local changes no
+# revision (a turn running or not, the owner's Revise or Discard choice, the planner working on
+# feedback), so a card drawn at this revision may show any of them: a press carries an action
+# of one of these, or it is out of date.
+_PHASE_CARD_STATES: dict[PlanState, tuple[PlanCardState, ...]] = {
+    "pre_init": ("planning", "confirm_discard"),
+    "post_init": ("written", "review", "confirm_discard"),
+    "active": ("active", "paused", "revise_offer", "confirm_discard", "done"),
+}
+
+
+def plan_actions_at(phase: PlanState, *, raise_cap: int | None = None) -> frozenset[str]:
+    """Every action a plan card drawn at the plan's current revision may carry in ``phase``
+    (the union of :func:`plan_actions` over the card states of that phase)."""
+    return frozenset(
+        action
+        for state in _PHASE_CARD_STATES.get(phase, ())
+        for row in plan_actions(state, raise_cap=raise_cap)
+        for action in row
+    )
+
+
 def branch_actions(view: WorktreeView | None) -> CardActions:
     """A finished plan's branch actions while its branch waits for a decision (Merge, or
     Push branch with a remote; Keep branch; Discard changes, confirmed once)."""
@@ -149,24 +173,40 @@ def branch_actions(view: WorktreeView | None) -> CardActions:
     return ((PLAN_PUSH if view.push else PLAN_MERGE,), keep)
 
 
-def goal_actions(goal: GoalSnapshot | None, *, armed: bool, confirm_clear: bool) -> CardActions:
+def goal_actions(
+    goal: GoalSnapshot | None, *, armed: bool | None, confirm_clear: bool
+) -> CardActions:
     """The goal card's actions: Pause while it runs, Start for a goal the model proposed,
-    Resume otherwise while it can go on; Clear; a task goal is a label and offers none."""
+    Resume otherwise while it can go on; Clear; a task goal is a label and offers none.
+
+    ``armed`` is process-local and changes without a new revision (``/stop``, a restart), so
+    a card drawn at this revision may show Pause or Resume: ``None`` gives the actions of
+    either (what a press at this revision may carry)."""
     if goal is None or goal.source == "task":
         return ()
     if confirm_clear:
         return ((GOAL_CLEAR_YES, GOAL_CANCEL),)
-    first: str | None = None
+    firsts: tuple[str, ...] = ()
     if goal.phase == "active":
-        if armed:
-            first = GOAL_PAUSE
-        elif goal.source == "model" and goal.rounds_started == 0:
-            first = GOAL_START
-        else:
-            first = GOAL_RESUME
+        if armed is None or armed:
+            firsts += (GOAL_PAUSE,)
+        if not armed:
+            start = goal.source == "model" and goal.rounds_started == 0
+            firsts += (GOAL_START if start else GOAL_RESUME,)
     elif goal.phase == "paused" or (goal.phase == "blocked" and goal.rounds_left > 0):
-        first = GOAL_RESUME
-    return ((first, GOAL_CLEAR),) if first is not None else ((GOAL_CLEAR,),)
+        firsts = (GOAL_RESUME,)
+    return ((*firsts, GOAL_CLEAR),)
+
+
+def goal_actions_at(goal: GoalSnapshot | None) -> frozenset[str]:
+    """Every action a goal card drawn at the goal's current revision may carry: armed or not,
+    with the Clear confirmation or without (both process-local: no new revision)."""
+    return frozenset(
+        action
+        for confirm in (False, True)
+        for row in goal_actions(goal, armed=None, confirm_clear=confirm)
+        for action in row
+    )
 
 
 def offers(actions: CardActions, action: str) -> bool:
@@ -224,7 +264,7 @@ class PlanCardData:
     setting_up: bool = False
     setup_tail: str | None = None
     retry: bool = False
-    # The card's actions, bound to the sidecar's id and revision (engine.cards.plan_actions);
+    # The card's actions, bound to the sidecar's id and revision (plan_actions above);
     # at Done, the branch's, bound to the worktree's plan id and revision (branch_actions).
     actions: CardActions = ()
     branch_actions: CardActions = ()
@@ -241,8 +281,12 @@ class GoalCardData:
     tokens_used: int = 0
     # The goal's last check run (docs/checks.md), when its checks ran.
     last_check: GoalCheck | None = None
-    # The card's actions, bound to the goal's id and revision (engine.cards.goal_actions).
+    # The card's actions, bound to the goal's id and revision (goal_actions above).
     actions: CardActions = ()
+    # Where the goal card is (EngineApi.set_goal_card: the channel's chat and message keys),
+    # None: no card yet.
+    chat_id: ChatKey | None = None
+    card_id: MessageKey | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,8 +445,63 @@ class EngineApi(Protocol):
         """
         ...
 
+    async def set_goal_card(
+        self, session_id: str, *, chat_id: ChatKey | None, card_id: MessageKey | None
+    ) -> None:
+        """Remember the goal card's message (``card_id`` None: no card; the next drawing posts
+        one). Call it the moment the channel returns a card's key; :meth:`goal_card` tells it."""
+        ...
+
     async def start(self) -> list[RestoredGoal]:
         """Start the scheduler; return the live goals that came up disarmed."""
         ...
 
     async def shutdown(self) -> None: ...
+
+
+# --- what front ends share -------------------------------------------------------------------
+#
+# A front end (bot/) reaches the engine through this module, the ports (engine.ports, the
+# channel, the model and speech ports), and the event and value types (engine.events,
+# engine.errors, engine.<package>.types), plus engine.text and engine.tasks
+# (tests/test_architecture.py). The pure helpers below are the rest of what a front end uses:
+# who may do what (engine.roles), how an upload is named and kept (engine.inbox), the wording
+# and reading of a plan's steps and checks, a pending tool request as the chat shows it.
+from engine.agent.checklist import current_task, task_label  # noqa: E402
+from engine.approval.policy import ApprovalView  # noqa: E402
+from engine.checks.report import how_it_ended  # noqa: E402
+from engine.checks.watch import runner_file  # noqa: E402
+from engine.inbox import clean_name, human_size, inline_text, save_upload  # noqa: E402
+from engine.plan.extract import extract_work_items, plan_checks  # noqa: E402
+from engine.roles.commands import parse_team_args  # noqa: E402
+from engine.roles.policy import (  # noqa: E402
+    ALERT_TEXTS,
+    command_action,
+    may,
+    message_action,
+    press_action,
+    refusal_text,
+    words_action,
+)
+
+__all__ = [
+    "ALERT_TEXTS",
+    "ApprovalView",
+    "clean_name",
+    "command_action",
+    "current_task",
+    "extract_work_items",
+    "how_it_ended",
+    "human_size",
+    "inline_text",
+    "may",
+    "message_action",
+    "parse_team_args",
+    "plan_checks",
+    "press_action",
+    "refusal_text",
+    "runner_file",
+    "save_upload",
+    "task_label",
+    "words_action",
+]

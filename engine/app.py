@@ -14,23 +14,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.agent.adapters import PlanServiceAdapter
 from engine.agent.build import build_agent, workspace_from_store
-from engine.agent.settings import AgentSettings
-from engine.api import (
-    CommandName,
-    GoalCardData,
-    Outcome,
-    PlanCardData,
-    Press,
-    RestoredGoal,
-)
+from engine.agent.settings import DEFAULT_MAX_STEPS, AgentSettings
+from engine.api import EngineApi, RestoredGoal
 from engine.approval.policy import (
-    ApprovalView,
     BashApproval,
     BashPolicy,
     Rule,
@@ -42,13 +33,11 @@ from engine.cards import Cards
 from engine.checks.runner import SandboxChecks
 from engine.commands import CommandPlane
 from engine.environments import DEFAULT_SETUP_TIMEOUT_S, EnvSetup
-from engine.events import Attachment
 from engine.goal.driver import RoundDriver
 from engine.goal.progress import IdleRoundWatch
-from engine.goal.service import GoalService
+from engine.goal.service import DEFAULT_MAX_GOAL_ROUNDS, GoalService
 from engine.goal.tools import goal_tools
-from engine.inbox import session_inbox
-from engine.keys import Chat, ChatKey, ChatKind, MessageKey, PersonKey
+from engine.keys import PersonKey
 from engine.model.types import ModelProvider
 from engine.plan.digest import DEFAULT_MAX_PLAN_KB
 from engine.plan.service import PlanService
@@ -57,10 +46,7 @@ from engine.plan.tool import PlanTool
 from engine.ports import Channel, ChatLog, Clock, EventLog, SessionStore
 from engine.progress.stuck import StuckLimits
 from engine.projects import ProjectCatalog
-from engine.roles.commands import describe_team, parse_team_args, run_team
-from engine.roles.policy import command_action, may, refusal_text
 from engine.roles.service import RoleService
-from engine.roles.types import Person, Role
 from engine.roles.votes import PlanVotes
 from engine.scheduler import ApsScheduler, Scheduler
 from engine.services import Services
@@ -69,6 +55,7 @@ from engine.tasks import safe_call
 from engine.text import clip
 from engine.todo.tool import TodoWriteTool
 from engine.tools.bash import BashTool
+from engine.tools.disk import DiskReserve
 from engine.tools.files import FileLimits
 from engine.tools.sandbox import SandboxSettings
 from engine.tools.workspace import WorkspaceLocks
@@ -84,13 +71,14 @@ SHUTDOWN_NOTICE = "plangate is stopping: the running turn was stopped and will n
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
-    """The settings the engine itself reads."""
+    """The settings the engine itself reads, with their defaults: the one place they live
+    (``bot.settings`` builds each ``PLANGATE_*`` default from :data:`ENGINE_DEFAULTS`)."""
 
     workspace: Path
     profile: str | None = None
-    max_goal_rounds: int = 20
+    max_goal_rounds: int = DEFAULT_MAX_GOAL_ROUNDS
     todo_parallel: bool = True
-    max_steps: int = 50
+    max_steps: int = DEFAULT_MAX_STEPS
     # When an unattended run is stuck: the loop patterns and the outer bound on progress.
     stuck: StuckLimits = field(default_factory=StuckLimits)
     # How bash is confined; the default is the full sandbox with no hidden paths named.
@@ -132,6 +120,13 @@ class EngineConfig:
     git_remote: str | None = None
     # The plan .md's size limit in KB (PLANGATE_MAX_PLAN_KB).
     max_plan_kb: int = DEFAULT_MAX_PLAN_KB
+    # ``(what, folder)`` of plangate's own files (interpreter, venv, package, home): a project
+    # holding one is refused by ``/project`` (engine.tools.host; bot.compose fills it).
+    protected: tuple[tuple[str, Path], ...] = ()
+    # The room kept for plangate's own writes on its home's disk (PLANGATE_DISK_RESERVE_MB;
+    # engine/tools/disk.py), and that home (bot.compose fills it). 0 or no home: no reserve.
+    disk_reserve_mb: int = 0
+    home: Path | None = None
     # A project's setup script (docs/environments.md): its timeout (PLANGATE_SETUP_TIMEOUT)
     # and where the consent to it and its package caches are kept (``<home>/environments``;
     # None: consent in memory, no caches).
@@ -139,12 +134,20 @@ class EngineConfig:
     environments_root: Path | None = None
 
 
-class Engine:
-    """One process's plangate: its services, composed; every call goes to the part that owns it.
+# The engine's configuration as it comes by default (its workspace aside): what the settings
+# layer's defaults are read from.
+ENGINE_DEFAULTS = EngineConfig(workspace=Path("."))
 
-    The parts are public for tests and tools that read state (``plans``, ``goals``, ``agents``,
-    ``usage``, ``approvals``, ``worktrees``, ``log``); front ends use only the
-    :class:`EngineApi` methods.
+
+class Engine:
+    """One process's plangate: its services, composed; start-up and shutdown.
+
+    Each :class:`EngineApi` verb is the owner's own method, handed out as it is (no facade
+    method repeats it): the sessions (bindings, ``/new``, ``/project``, migration, the
+    inbox), the command plane (messages, commands, presses, ``/team``), the roles, the cards.
+    The parts are public for tests and tools that read state (``plans``, ``goals``,
+    ``agents``, ``usage``, ``approvals``, ``worktrees``, ``log``); front ends use only the
+    :class:`EngineApi` verbs.
     """
 
     def __init__(
@@ -173,171 +176,24 @@ class Engine:
         self.usage = services.usage
         self.roles = services.roles
         self.channel = services.channel
-
-    # --- sessions ---------------------------------------------------------------------------
-
-    async def session_for_chat(self, chat: Chat) -> str:
-        """The session bound to the chat's key, created and bound on first use."""
-        return await self.sessions.for_chat(chat)
-
-    async def ensure_loaded(self, session_id: str) -> None:
-        """Load a session in this process if it is not yet (see :class:`Sessions`)."""
-        await self.sessions.ensure_loaded(session_id)
-
-    async def new_session(self, chat: Chat, *, actor: PersonKey) -> Outcome:
-        """``/new``: end the key's session (cancel, disarm, archive), bind a fresh one."""
-        refused = await self._refused(chat.room, actor, "new", "")
-        if refused is not None:
-            return refused
-        return await self.sessions.new_session(chat, actor=actor)
-
-    async def _refused(
-        self, chat: ChatKey, actor: PersonKey | None, name: str, args: str
-    ) -> Outcome | None:
-        """The refusal when the actor's role may not run ``/name args`` in the chat."""
-        role = await self.roles.role_of(self.sessions.room(chat), actor)
-        if may(role, command_action(name, args)):
-            return None
-        return Outcome(reply=refusal_text(role))
-
-    async def migrate_chat(self, old: ChatKey, new: ChatKey) -> list[str]:
-        """A group moved to a new key: bind its sessions (and its team) to the new one."""
-        await self.roles.migrate(old, new)
-        return await self.sessions.migrate_chat(old, new)
-
-    # --- roles ------------------------------------------------------------------------------
-
-    async def role_of(self, chat: ChatKey, user_id: PersonKey | None) -> Role:
-        """The role of ``user_id`` in the chat (engine.roles; a thread shares its parent's)."""
-        return await self.roles.role_of(self.sessions.room(chat), user_id)
-
-    async def team(
-        self,
-        chat: Chat,
-        args: str,
-        *,
-        actor: PersonKey | None,
-        actor_name: str = "",
-        target: Person | None = None,
-    ) -> Outcome:
-        """``/team [add <user> approver | remove <user>]`` in a chat (docs/roles.md)."""
-        chat_id = chat.room
-        refused = await self._refused(chat_id, actor, "team", args)
-        if refused is not None:
-            return refused
-        role = await self.roles.role_of(chat_id, actor)
-        spec = parse_team_args(args)
-        if isinstance(spec, str):
-            return Outcome(reply=spec)
-        if spec.op == "list":
-            return Outcome(reply=await describe_team(self.roles, chat_id, viewer_role=role))
-        if chat.kind is ChatKind.PRIVATE:
-            return Outcome(reply="Roles are kept per group: use /team in the group.")
-        assert actor is not None  # only an owner may change the team
-        text = await run_team(
-            self.roles, chat_id, spec, target=target, actor=Person(actor, actor_name)
-        )
-        _log.info("plangate.engine.team chat=%s op=%s by=%s", chat_id, spec.op, actor)
-        return Outcome(reply=text)
-
-    def inbox_dir(self, session_id: str) -> Path | None:
-        """The folder the session's uploads are saved in (None: uploads are off)."""
-        root = self.config.inbox_root
-        return session_inbox(root, session_id) if root is not None else None
-
-    async def project(self, chat: Chat, args: str, *, actor: PersonKey) -> Outcome:
-        """``/project [name]``: show the key's project, or bind the key to another one."""
-        refused = await self._refused(chat.room, actor, "project", args)
-        if refused is not None:
-            return refused
-        return await self.sessions.project(chat, args, actor=actor)
-
-    # --- messages, commands, presses --------------------------------------------------------
-
-    async def user_message(
-        self,
-        session_id: str,
-        text: str,
-        *,
-        actor: PersonKey | None,
-        message_id: MessageKey | None,
-        feedback: bool = False,
-        answer: bool = False,
-        attachments: Sequence[Attachment] = (),
-    ) -> None:
-        """Queue a message for the agent and return at once (never waits for the turn)."""
-        await self.sessions.ensure_loaded(session_id)
-        await self.commands.message(
-            session_id,
-            text,
-            actor=actor,
-            message_id=message_id,
-            feedback=feedback,
-            answer=answer,
-            attachments=attachments,
-        )
-
-    async def command(
-        self,
-        session_id: str,
-        name: CommandName,
-        args: str,
-        *,
-        actor: PersonKey | None,
-        actor_name: str = "",
-    ) -> Outcome:
-        """Run a command in the command plane (logged as ``command/run``; opens no turn)."""
-        await self.sessions.ensure_loaded(session_id)
-        return await self.commands.run(session_id, name, args, actor=actor, actor_name=actor_name)
-
-    async def press(
-        self,
-        session_id: str,
-        press: Press,
-        *,
-        actor: PersonKey | None,
-        message_id: MessageKey | None = None,
-        actor_name: str = "",
-    ) -> Outcome:
-        """A button press bound to the revision it was drawn for; stale presses change nothing."""
-        await self.sessions.ensure_loaded(session_id)
-        return await self.commands.press(
-            session_id, press, actor=actor, message_id=message_id, actor_name=actor_name
-        )
-
-    # --- cards ------------------------------------------------------------------------------
-
-    async def plan_card(self, session_id: str) -> PlanCardData:
-        """What the plan card shows now (engine.cards has the rule)."""
-        return await self.cards.plan_card(session_id)
-
-    async def goal_card(self, session_id: str) -> GoalCardData:
-        """What the goal card shows now."""
-        return await self.cards.goal_card(session_id)
-
-    def pending_approval(self, session_id: str) -> ApprovalView | None:
-        """The tool call this session waits on the owner for ("waiting for you"), if any."""
-        return self.approvals.pending(session_id)
-
-    async def set_plan_flow(
-        self,
-        session_id: str,
-        *,
-        chat_id: ChatKey,
-        thread_id: ChatKey | None,
-        card_id: MessageKey | None,
-        review_ids: Sequence[MessageKey] | None = None,
-        plan_id: str | None = None,
-    ) -> None:
-        """Remember the plan card's ids in the sidecar's ``flow`` (:meth:`Cards.set_plan_flow`)."""
-        await self.cards.set_plan_flow(
-            session_id,
-            chat_id=chat_id,
-            thread_id=thread_id,
-            card_id=card_id,
-            review_ids=review_ids,
-            plan_id=plan_id,
-        )
+        # The verbs of EngineApi, each its owner's (docs/architecture.md "One declaration").
+        self.session_for_chat = sessions.for_chat
+        self.ensure_loaded = sessions.ensure_loaded
+        self.new_session = sessions.new_session
+        self.project = sessions.project
+        self.migrate_chat = sessions.migrate_chat
+        self.inbox_dir = sessions.inbox_dir
+        self.user_message = commands.user_message
+        self.command = commands.command
+        self.press = commands.press
+        self.team = commands.team
+        self.role_of = services.roles.role_of
+        self.plan_card = cards.plan_card
+        self.goal_card = cards.goal_card
+        self.set_plan_flow = cards.set_plan_flow
+        self.set_goal_card = cards.set_goal_card
+        # The tool call a session waits on the owner for, if any (for tests and tools).
+        self.pending_approval = services.approvals.pending
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -403,14 +259,16 @@ def build_engine(
     here; tests/test_architecture.py checks that nothing is set on a part afterwards.
     """
     bindings = ChatBindings()
-    roles = RoleService(chat_log, owner_ids=config.owner_ids)
+    roles = RoleService(chat_log, owner_ids=config.owner_ids, room=bindings.room)
     goals = GoalService(log, clock=clock, default_max_rounds=config.max_goal_rounds)
     usage = UsageMeter(
         log, goals=goals, config=config.usage, clock=clock, is_private=bindings.is_private
     )
     # A vote counts while its voter may approve in the session's chat (engine.roles.votes).
     votes = PlanVotes(log, roles=roles, chat_of=bindings.chat_of)
-    catalog = ProjectCatalog(config.workspace, config.projects, root=config.projects_root)
+    catalog = ProjectCatalog(
+        config.workspace, config.projects, root=config.projects_root, protected=config.protected
+    )
     worktrees = Worktrees(
         log,
         channel,
@@ -422,8 +280,12 @@ def build_engine(
     # in a plan's worktree see the repository's .git read-only as bash does (docs/checks.md);
     # this bash tool is never offered to the model.
     locks = WorkspaceLocks()
+    disk = DiskReserve(config.home, config.disk_reserve_mb) if config.home is not None else None
+    if disk is not None:
+        disk.hold()  # taken at start; see engine/tools/disk.py
+    # Setup runs through this tool too: it counts against the same disk reserve.
     check_bash = BashTool(
-        locks=locks, sandbox=config.sandbox, read_only_roots=worktrees.read_only_roots
+        locks=locks, sandbox=config.sandbox, read_only_roots=worktrees.read_only_roots, disk=disk
     )
     checks = SandboxChecks(check_bash, clock=clock)
     approvals = ToolApprovals(
@@ -488,6 +350,7 @@ def build_engine(
         read_only_roots=worktrees.read_only_roots,
         workspace_note=worktrees.prompt_note,
         locks=locks,
+        disk=disk,
         prepare=setup.prepare,
     )
     the_scheduler = scheduler or ApsScheduler()
@@ -515,14 +378,21 @@ def build_engine(
         setup=setup,
     )
     cards = Cards(services, plan_approvals=config.plan_approvals)
+    the_sessions = Sessions(
+        sessions,
+        services,
+        cards=cards,
+        bindings=bindings,
+        profile=config.profile,
+        inbox_root=config.inbox_root,
+    )
     return Engine(
         services,
-        sessions=Sessions(
-            sessions, services, cards=cards, bindings=bindings, profile=config.profile
-        ),
+        sessions=the_sessions,
         commands=CommandPlane(
             services,
             cards=cards,
+            ensure_loaded=the_sessions.ensure_loaded,
             chat_of=bindings.chat_of,
             plan_approvals=config.plan_approvals,
             owner_overrides=config.owner_overrides,
@@ -535,4 +405,7 @@ def build_engine(
     )
 
 
-__all__ = ["SHUTDOWN_NOTICE", "Engine", "EngineConfig", "build_engine"]
+# Checked by the type checker: the engine is what front ends are given.
+_IS_THE_API: type[EngineApi] = Engine
+
+__all__ = ["ENGINE_DEFAULTS", "SHUTDOWN_NOTICE", "Engine", "EngineConfig", "build_engine"]

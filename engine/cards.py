@@ -9,8 +9,8 @@ planner working on feedback after Keep planning or Revise). Front ends draw what
 
 :func:`plan_card_state` is the pure rule; :class:`CardChoices` holds the owner's choices;
 :class:`Cards` reads the services and answers what each card shows now, keeps the plan card's
-message ids in the sidecar's ``flow``, and asks the channel to redraw when a card changes. See
-docs/telegram.md "The plan card's life".
+message ids in the sidecar's ``flow`` (the goal card's in the log: ``goal/card``), and asks
+the channel to redraw when a card changes. docs/architecture.md has the actions table.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from engine.api import (
     goal_actions,
     plan_actions,
 )
-from engine.events import FeedbackSource
+from engine.events import FeedbackSource, GoalCardPosted
 from engine.goal.types import GoalSnapshot
 from engine.keys import ChatKey, MessageKey
 from engine.plan.digest import PlanDigest
@@ -150,6 +150,9 @@ class Cards:
         self._channel = services.channel
         self.plan_approvals = plan_approvals
         self._worktrees = services.worktrees
+        self._log = services.log
+        # The goal card's (chat, message) per session, read from the log once (goal/card).
+        self._goal_cards: dict[str, tuple[ChatKey | None, MessageKey | None]] = {}
         self._setup = services.setup
         # The owner's choices on the cards; the command plane and /new change them.
         self.choices = CardChoices()
@@ -287,10 +290,14 @@ class Cards:
         goal = await self._goals.get(session_id)
         if goal is None or goal.source == "task":
             # A task goal is only a label of the plan card's current task: no goal card.
-            return GoalCardData(state="none", goal=None)
+            chat_id, card_id = await self.goal_card_at(session_id)
+            return GoalCardData(state="none", goal=None, chat_id=chat_id, card_id=card_id)
         state = self.choices.goal_choice(session_id, goal.id, goal.revision) or "live"
         armed = self._goals.is_armed(session_id)
+        chat_id, card_id = await self.goal_card_at(session_id)
         return GoalCardData(
+            chat_id=chat_id,
+            card_id=card_id,
             state=state,
             goal=goal,
             armed=armed,
@@ -298,6 +305,27 @@ class Cards:
             tokens_used=await self._usage.goal_tokens(session_id, goal.id),
             last_check=await self._goals.last_check(session_id),
         )
+
+    async def goal_card_at(self, session_id: str) -> tuple[ChatKey | None, MessageKey | None]:
+        """The chat and message of the session's goal card, ``(None, None)`` when none."""
+        found = self._goal_cards.get(session_id)
+        if found is None:
+            found = (None, None)
+            for stored in await self._log.read(session_id, types=("goal/card",)):
+                if isinstance(stored.event, GoalCardPosted):
+                    found = (stored.event.chat_id, stored.event.card_id)
+            self._goal_cards[session_id] = found
+        return found
+
+    async def set_goal_card(
+        self, session_id: str, *, chat_id: ChatKey | None, card_id: MessageKey | None
+    ) -> None:
+        """Remember where the goal card is (``card_id`` None: no card now): logged as
+        ``goal/card``, so a restart keeps editing the same message."""
+        if await self.goal_card_at(session_id) == (chat_id, card_id):
+            return
+        self._goal_cards[session_id] = (chat_id, card_id)
+        await self._log.append(session_id, [GoalCardPosted(chat_id=chat_id, card_id=card_id)])
 
     async def set_plan_flow(
         self,

@@ -1,7 +1,7 @@
 """The command plane: every slash command and button press, decided (docs/commands.md).
 
 Commands run without opening a model turn and are logged as ``command/run``. Each returns an
-:class:`engine.api.Outcome` that the front end renders; nothing here knows Telegram.
+:class:`engine.api.Outcome` that the front end renders; nothing here knows the chat service.
 
 The plan command matrix (docs/commands.md):
 
@@ -17,23 +17,24 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 from engine import api
-from engine.api import CommandName, Outcome
+from engine.api import STALE_TEXT, CommandName, Outcome
 from engine.cards import Cards
 from engine.events import Attachment, CommandRun, FeedbackSource, HumanSource
 from engine.goal.commands import describe_goal, parse_goal_command, run_goal_command
 from engine.goal.fold import GoalRefusal
-from engine.keys import ChatKey, MessageKey, PersonKey
+from engine.keys import Chat, ChatKey, ChatKind, MessageKey, PersonKey
 from engine.plan.digest import too_big_detail
 from engine.plan.extract import validate_template_b
 from engine.plan.types import is_editing
 from engine.ports import Clock
 from engine.roles.audit import AuditTrail, plan_line, tool_line
+from engine.roles.commands import describe_team, parse_team_args, run_team
 from engine.roles.policy import command_action, may, press_action, refusal_text, words_action
-from engine.roles.types import Action, Role
+from engine.roles.types import Action, Person, Role
 from engine.roles.votes import Vote
 from engine.services import Services
 from engine.tasks import BackgroundTasks, safe_call
@@ -43,7 +44,6 @@ from engine.usage.meter import CAP_COMMAND
 
 _log = logging.getLogger("plangate.commands")
 
-STALE_TEXT = "This card is out of date."
 
 HELP_TEXT = """plangate commands:
 /plan [request] - plan first: the agent explores and writes a plan for you to approve
@@ -93,6 +93,7 @@ class CommandPlane:
         services: Services,
         *,
         cards: Cards,
+        ensure_loaded: Callable[[str], Awaitable[None]] | None = None,
         chat_of: Callable[[str], ChatKey | None] = lambda _session_id: None,
         plan_approvals: int = 1,
         owner_overrides: bool = False,
@@ -101,6 +102,8 @@ class CommandPlane:
         if plan_approvals < 1:
             raise ValueError("a plan needs at least one approval")
         self._roles = services.roles
+        # A session is loaded in this process before anything is decided for it (Sessions).
+        self._ensure_loaded = ensure_loaded
         self._channel = services.channel
         self._clock = clock
         self._votes = services.votes
@@ -155,6 +158,76 @@ class CommandPlane:
     async def flush_logs(self) -> None:
         """Wait for the background ``command/run`` appends still in flight."""
         await self._background_logs.drain()
+
+    async def _load(self, session_id: str) -> None:
+        if self._ensure_loaded is not None:
+            await self._ensure_loaded(session_id)
+
+    async def user_message(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        actor: PersonKey | None,
+        message_id: MessageKey | None,
+        feedback: bool = False,
+        answer: bool = False,
+        attachments: Sequence[Attachment] = (),
+    ) -> None:
+        """The session loaded, then :meth:`message` (``EngineApi.user_message``)."""
+        await self._load(session_id)
+        await self.message(
+            session_id,
+            text,
+            actor=actor,
+            message_id=message_id,
+            feedback=feedback,
+            answer=answer,
+            attachments=attachments,
+        )
+
+    async def command(
+        self,
+        session_id: str,
+        name: CommandName,
+        args: str,
+        *,
+        actor: PersonKey | None,
+        actor_name: str = "",
+    ) -> Outcome:
+        """The session loaded, then :meth:`run` (``EngineApi.command``)."""
+        await self._load(session_id)
+        return await self.run(session_id, name, args, actor=actor, actor_name=actor_name)
+
+    async def team(
+        self,
+        chat: Chat,
+        args: str,
+        *,
+        actor: PersonKey | None,
+        actor_name: str = "",
+        target: Person | None = None,
+    ) -> Outcome:
+        """``/team [add <user> approver | remove <user>]`` in a chat (docs/roles.md): anyone
+        may list; only an owner may change the team, and only in a group (a thread's team is
+        its parent's)."""
+        chat_id = chat.room
+        role = await self._roles.role_of(chat_id, actor)
+        if not may(role, command_action("team", args)):
+            return Outcome(reply=refusal_text(role))
+        spec = parse_team_args(args)
+        if isinstance(spec, str):
+            return Outcome(reply=spec)
+        if spec.op == "list":
+            return Outcome(reply=await describe_team(self._roles, chat_id, viewer_role=role))
+        if chat.kind is ChatKind.PRIVATE:
+            return Outcome(reply="Roles are kept per group: use /team in the group.")
+        assert actor is not None  # only an owner may change the team
+        text = await run_team(
+            self._roles, chat_id, spec, target=target, actor=Person(actor, actor_name)
+        )
+        _log.info("plangate.commands.team chat=%s op=%s by=%s", chat_id, spec.op, actor)
+        return Outcome(reply=text)
 
     async def message(
         self,
@@ -581,6 +654,7 @@ class CommandPlane:
         (reposted since) is out of date even at the same revision. The presser's role must
         allow the action (a removed approver's old buttons do nothing).
         """
+        await self._load(session_id)
         action, short_id, revision = press.action, press.short_id, press.revision
         role = await self.role(session_id, actor)
         if not may(role, press_action(press.kind, action)):
@@ -628,20 +702,26 @@ class CommandPlane:
         card_id = sidecar.flow.card_id
         if message_id is not None and card_id is not None and message_id != card_id:
             return _stale()
+        # The one table (engine.api.plan_actions): the action must be one the card can show at
+        # this revision; the match below only acts.
+        offered = api.plan_actions_at(
+            await plans.state(session_id), raise_cap=self._usage.daily_cap
+        )
+        if action not in offered:
+            return _stale()
         self._choices.clear(session_id)
-        state = await plans.state(session_id)
         match action:
-            case api.PLAN_APPROVE if state == "post_init":
+            case api.PLAN_APPROVE:
                 return await self.approve(session_id, revision, actor=actor, actor_name=actor_name)
-            case api.PLAN_KEEP if state == "post_init":
+            case api.PLAN_KEEP:
                 await self.log_command(session_id, "keep_planning", "", actor=actor)
                 self._agents.controller(session_id).cancel_pending()
                 self._choices.await_feedback(session_id, sidecar.id)
                 return Outcome(reply=FEEDBACK_QUESTION, await_feedback=True, plan_card="refresh")
-            case api.PLAN_RESUME if state == "active":
+            case api.PLAN_RESUME:
                 await self.log_command(session_id, "resume", "", actor=actor)
                 return await self.run_checklist(session_id)
-            case api.PLAN_RAISE_CAP if state == "active" and self._usage.daily_cap is not None:
+            case api.PLAN_RAISE_CAP if self._usage.daily_cap is not None:
                 meter = self._usage
                 cap = raised_cap(meter.daily_cap or 0, meter.today().tokens)
                 # Logged like /usage cap, so the raised cap holds after a restart too.
@@ -662,7 +742,7 @@ class CommandPlane:
                 return await self.discard(session_id)
             case api.PLAN_CANCEL:
                 return Outcome(plan_card="refresh")
-            case api.PLAN_REVISE if state == "active" and await self._revisable(session_id):
+            case api.PLAN_REVISE if await self._revisable(session_id):
                 await self.log_command(session_id, "revise", "", actor=actor)
                 # Editing must hold from the first moment: a turn still executing the
                 # checklist is stopped before the plan reopens (its bash could write on).
@@ -694,6 +774,8 @@ class CommandPlane:
             or not await worktrees.deciding(session_id)
             or record.plan_id[:8] != short_id
             or record.revision != revision
+            # The Done card's branch actions now (engine.api.branch_actions).
+            or not api.offers(api.branch_actions(await worktrees.view(session_id)), action)
         ):
             return _stale()
         data = {"plan_id": record.plan_id, "revision": revision, "branch": record.branch}
@@ -726,6 +808,10 @@ class CommandPlane:
         goals = self._goals
         goal = await goals.get(session_id)
         if goal is None or goal.id[:8] != short_id or goal.revision != revision:
+            return _stale()
+        # The one table (engine.api.goal_actions): the action must be one the card can show
+        # at this revision.
+        if action not in api.goal_actions_at(goal):
             return _stale()
         self._choices.clear(session_id)
         ref = goal.ref

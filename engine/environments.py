@@ -20,10 +20,13 @@ the owner's ``/setup``.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
+import shutil
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -137,6 +140,107 @@ def note_of(text: str) -> str:
     return kept if len(kept) <= NOTE_CHARS else "…" + kept[-(NOTE_CHARS - 1) :]
 
 
+# Files whose text decides what a setup installs, besides the script: a copy of what a setup
+# built is reused only while all of them (at the worktree's top) are byte for byte the same.
+DEPENDENCY_FILES = (
+    "pyproject.toml",
+    "setup.cfg",
+    "setup.py",
+    "package.json",
+    "package-lock.json",
+    "npm-shrinkwrap.json",
+    "yarn.lock",
+    "pnpm-lock.yaml",
+    "uv.lock",
+    "poetry.lock",
+    "Pipfile.lock",
+    "go.mod",
+    "go.sum",
+    "Cargo.toml",
+    "Cargo.lock",
+)
+# Copies of built environments kept per project (the newest ones).
+KEEP_COPIES = 2
+
+
+def environment_key(workspace: Path, script: SetupScript) -> str:
+    """What a built environment depends on: the script and the dependency files (their
+    names and bytes, ``requirements*.txt`` too). Blocking: a thread."""
+    digest = hashlib.sha256(script.sha.encode())
+    names = [*DEPENDENCY_FILES, *sorted(p.name for p in workspace.glob("requirements*.txt"))]
+    for name in names:
+        path = workspace / name
+        if path.is_file() and not path.is_symlink():
+            digest.update(f"\0{name}\0".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:32]
+
+
+def save_copy(folder: Path, workspace: Path, built: list[str]) -> None:
+    """Keep a copy of what a setup built in ``workspace`` (plangate's home, never seen by a
+    plan), for the next worktree with the same key. Blocking: a thread."""
+    if folder.exists() or not built:
+        return
+    temp = folder.with_name(f".{folder.name}.{uuid.uuid4().hex[:8]}")
+    try:
+        for rel in built:
+            source, target = workspace / rel, temp / "tree" / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if source.is_dir() and not source.is_symlink():
+                shutil.copytree(source, target, symlinks=True)
+            else:
+                shutil.copy2(source, target, follow_symlinks=False)
+        (temp / "built.json").write_text(json.dumps({"path": str(workspace), "built": built}))
+        os.replace(temp, folder)
+    except OSError as exc:
+        _log.info("plangate.environments.copy_not_kept %s", exc)
+        shutil.rmtree(temp, ignore_errors=True)
+        return
+    copies = sorted(
+        (p for p in folder.parent.iterdir() if not p.name.startswith(".")),
+        key=lambda p: p.stat().st_mtime,
+    )
+    for old in copies[:-KEEP_COPIES]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def restore_copy(folder: Path, workspace: Path) -> list[str] | None:
+    """Put a kept copy into ``workspace``, its old worktree's path rewritten to this one in
+    the text files that name it (scripts' first lines, ``.pth`` files, records); the built
+    paths, or ``None`` when there is no usable copy. Blocking: a thread."""
+    try:
+        meta = json.loads((folder / "built.json").read_text())
+        old, built = str(meta["path"]), [str(rel) for rel in meta["built"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if any(Path(rel).is_absolute() or ".." in Path(rel).parts for rel in built):
+        return None
+    new = str(workspace)
+    for rel in built:
+        source, target = folder / "tree" / rel, workspace / rel
+        if target.exists() or target.is_symlink():
+            return None  # the worktree has it already: run the script instead
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir() and not source.is_symlink():
+            shutil.copytree(source, target, symlinks=True)
+        else:
+            shutil.copy2(source, target, follow_symlinks=False)
+        for path in [target] if target.is_file() else target.rglob("*"):
+            _rewrite(path, old.encode(), new.encode())
+    return built
+
+
+def _rewrite(path: Path, old: bytes, new: bytes) -> None:
+    if path.is_symlink() or not path.is_file() or path.suffix == ".pyc":
+        return
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return
+    if old in data and b"\0" not in data[:8192]:
+        path.write_bytes(data.replace(old, new))
+
+
 def _entries(root: Path) -> set[str]:
     """Every path under ``root`` (relative), git's folder left out. Blocking: a thread."""
     found: set[str] = set()
@@ -244,6 +348,9 @@ class EnvSetup:
         record = await self._worktrees.record(session_id)
         if record is None or record.phase != "live" or record.setup in ("", "ready"):
             return None
+        if session_id in self._running:
+            # The owner's /setup is running in this worktree: the work waits for it.
+            return SetupHold("no-progress", "The setup is running (/setup): Resume when it ends")
         script = await self._worktrees.base_script(session_id)
         if script is None or script.sha != record.setup_sha:
             # The base commit no longer has the script git had (history rewritten): nothing
@@ -339,13 +446,14 @@ class EnvSetup:
                     return
                 self.consent.allow(project, script.sha)
             live = project != workspace
-            if live:
-                # The plan's worktree: what the last setup built is writable again while
-                # the new one runs, then read-only again.
-                await self._worktrees.set_setup(
-                    session_id, setup="needed", setup_sha=script.sha, setup_built=[]
-                )
-                hold = await self._run(session_id, workspace, project, script)
+            record = self._worktrees.peek(session_id)
+            if live and record is not None:
+                # The plan's worktree: what the last setup built is writable while the new
+                # one runs, then read-only again with whatever this run adds. (The record
+                # keeps the base commit's script: Retry runs that one.)
+                earlier = list(record.setup_built)
+                await self._worktrees.set_setup(session_id, setup="needed", setup_built=[])
+                hold = await self._run(session_id, workspace, project, script, keep=earlier)
             else:
                 hold = await self._run_in_place(session_id, workspace, project, script)
             text = hold.text if hold is not None else f"{script.label} ran: exit code 0."
@@ -388,8 +496,16 @@ class EnvSetup:
         return session_id in self._running
 
     async def _run(
-        self, session_id: str, workspace: Path, project: Path, script: SetupScript
+        self,
+        session_id: str,
+        workspace: Path,
+        project: Path,
+        script: SetupScript,
+        *,
+        keep: Sequence[str] = (),
     ) -> SetupHold | None:
+        """Run ``script`` in the worktree (or put in a kept copy of its build); ``keep``: what
+        an earlier setup built there, read-only again afterwards whatever this run does."""
         if len(script.text) > MAX_SCRIPT_CHARS:
             note = f"{SETUP_PATH} is longer than {MAX_SCRIPT_CHARS} characters"
             await self._worktrees.set_setup(session_id, setup="failed", setup_note=note)
@@ -397,6 +513,18 @@ class EnvSetup:
         await self._worktrees.set_setup(session_id, setup="running", setup_note="")
         self._running.add(session_id)
         await safe_call("plan_changed", self._channel.plan_changed(session_id))
+        copy = await self._copy_folder(project, workspace, script)
+        if copy is not None:
+            reused = await asyncio.to_thread(restore_copy, copy, workspace)
+            if reused is not None:
+                self._running.discard(session_id)
+                _log.info(
+                    "plangate.environments.reused session=%s built=%d", session_id, len(reused)
+                )
+                await self._worktrees.set_setup(
+                    session_id, setup="ready", setup_note="", setup_built=reused
+                )
+                return None
         ran: CommandRun | None = None
         try:
             before = await asyncio.to_thread(_entries, workspace)
@@ -407,7 +535,7 @@ class EnvSetup:
                 timeout_s=self.timeout_s,
                 caches=self._cache_folder(project),
             )
-            built = await asyncio.to_thread(_built, workspace, before)
+            built = sorted({*keep, *await asyncio.to_thread(_built, workspace, before)})
         finally:
             self._running.discard(session_id)
             if ran is None:  # stopped or failed to start: never left "running"
@@ -423,6 +551,9 @@ class EnvSetup:
             len(built),
         )
         if ok:
+            if copy is not None:
+                # Kept before the plan's first step: nothing the plan does reaches it.
+                await asyncio.to_thread(save_copy, copy, workspace, built)
             await self._worktrees.set_setup(
                 session_id, setup="ready", setup_note="", setup_built=built
             )
@@ -432,6 +563,16 @@ class EnvSetup:
         note = f"{hold.why}\n{hold.evidence}".strip()
         await self._worktrees.set_setup(session_id, setup="failed", setup_note=note)
         return hold
+
+    async def _copy_folder(
+        self, project: Path, workspace: Path, script: SetupScript
+    ) -> Path | None:
+        """Where a copy of what this script builds in this worktree is kept (``None``: no
+        home to keep it in)."""
+        if self._root is None:
+            return None
+        key = await asyncio.to_thread(environment_key, workspace, script)
+        return self._root / "built" / project_slug(project) / key
 
     def _cache_folder(self, project: Path) -> Path | None:
         folder = self.caches(project)

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from engine.checks.types import CheckRun
 from engine.goal.types import GoalSnapshot, GoalTombstone
-from engine.keys import LegacyMessageKey, LegacyPersonKey
+from engine.keys import LegacyChatKey, LegacyMessageKey, LegacyPersonKey
 from engine.worktree.types import WorktreeRecord
 
 
@@ -293,8 +293,11 @@ class WorktreeChange(_Event):
 # answered within PLANGATE_APPROVAL_TIMEOUT.
 # A ``setup`` pause waits for the project's setup script (engine.environments). ``stop`` and
 # ``restart`` are never logged: a new process reads them back from the log
-# (engine.agent.checklist.stopped_reason).
-PauseKind = Literal["stuck", "daily-cap", "failed", "approval-timeout", "setup", "stop", "restart"]
+# (engine.agent.checklist.stopped_reason). A ``disk`` pause: below PLANGATE_DISK_RESERVE_MB
+# (engine.tools.disk).
+PauseKind = Literal[
+    "stuck", "daily-cap", "failed", "approval-timeout", "setup", "stop", "restart", "disk"
+]
 
 
 class RunPaused(_Event):
@@ -320,6 +323,16 @@ class WorkspaceChanged(_Event):
     """
 
     type: Literal["workspace/changed"] = "workspace/changed"
+
+
+class GoalCardPosted(_Event):
+    """Where the session's goal card is: the chat and message the channel returned, recorded
+    the moment it did (``card_id`` None: no card; the next drawing posts one). The plan card's
+    ids are in the plan's sidecar; a goal has no sidecar (a goal lives in NoPlan too)."""
+
+    type: Literal["goal/card"] = "goal/card"
+    chat_id: LegacyChatKey | None = None
+    card_id: LegacyMessageKey | None = None
 
 
 class ProgressMade(_Event):
@@ -352,7 +365,8 @@ SessionEvent = Annotated[
     | RunPaused
     | WorkspaceChanged
     | ProgressMade
-    | WorktreeChange,
+    | WorktreeChange
+    | GoalCardPosted,
     Field(discriminator="type"),
 ]
 

@@ -15,9 +15,11 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from engine.tools.host import install_refusal
 
 _log = logging.getLogger("plangate.projects")
 
@@ -43,7 +45,9 @@ class ProjectCatalog:
         named: Iterable[tuple[str, Path]] = (),
         *,
         root: Path | None = None,
+        protected: Sequence[tuple[str, Path]] = (),
     ) -> None:
+        self._protected = tuple(protected)
         self._named = {name: _resolved(path) for name, path in named}
         self._root = _resolved(root) if root is not None else None
         default_path = _resolved(default)
@@ -69,6 +73,11 @@ class ProjectCatalog:
     def allows(self, path: Path | str) -> bool:
         """``path`` is a project's folder (never a path outside the list)."""
         return self.for_path(path) is not None
+
+    def refusal(self, project: Project) -> str | None:
+        """One line refusing ``project`` when its folder holds plangate's own files (its
+        interpreter, venv, installed package or home), ``None`` when it may be worked on."""
+        return install_refusal(f"Project {project.name}:", project.path, self._protected)
 
     def _root_projects(self) -> list[tuple[str, Path]]:
         root = self._root

@@ -24,11 +24,13 @@ from engine.bindings import ChatBindings
 from engine.cards import Cards
 from engine.environments import read_script
 from engine.events import CommandRun
+from engine.inbox import session_inbox
 from engine.keys import Chat, ChatKey, PersonKey
 from engine.plan.types import PlanFlow
 from engine.ports import SessionStore
 from engine.projects import PROJECT_NAME, Project
 from engine.recovery import close_interrupted_turn, undecided_command
+from engine.roles.policy import command_action, may, refusal_text
 from engine.services import Services
 from engine.tasks import safe_call
 from engine.text import clip
@@ -58,7 +60,9 @@ class Sessions:
         cards: Cards,
         bindings: ChatBindings,
         profile: str | None = None,
+        inbox_root: Path | None = None,
     ) -> None:
+        """``inbox_root``: where the sessions' uploads are kept (None: uploads are off)."""
         self.store = store
         self._log = services.log
         self._plans = services.plans
@@ -71,7 +75,10 @@ class Sessions:
         self._workspace_for = services.workspace_for
         self._choices = cards.choices
         self._redraw_plan = cards.plan_changed
+        self._set_goal_card = cards.set_goal_card
         self._profile = profile
+        self._inbox_root = inbox_root
+        self._roles = services.roles
         self._loaded: set[str] = set()
         # Bound sessions that start-up found unmarked (no open turn, nothing undecided): their
         # first load skips those reads.
@@ -163,13 +170,33 @@ class Sessions:
         folder = await self._workspace_for_session(session_id)
         return self._catalog.for_path(folder) or self._catalog.default
 
-    async def new_session(
+    def inbox_dir(self, session_id: str) -> Path | None:
+        """The folder the session's uploads are saved in (None: uploads are off)."""
+        root = self._inbox_root
+        return session_inbox(root, session_id) if root is not None else None
+
+    async def _refused(
+        self, chat: ChatKey, actor: PersonKey | None, name: str, args: str
+    ) -> Outcome | None:
+        """The refusal when the actor's role may not run ``/name args`` in the chat's room."""
+        role = await self._roles.role_of(self._bindings.room(chat), actor)
+        if may(role, command_action(name, args)):
+            return None
+        return Outcome(reply=refusal_text(role))
+
+    async def new_session(self, chat: Chat, *, actor: PersonKey) -> Outcome:
+        """``/new``: end the key's session (cancel, disarm, archive), bind a fresh one, in the
+        same project; the actor's role must allow it."""
+        refused = await self._refused(chat.room, actor, "new", "")
+        if refused is not None:
+            return refused
+        return await self._renew(chat, actor=actor)
+
+    async def _renew(
         self, chat: Chat, *, actor: PersonKey, workspace: Path | None = None
     ) -> Outcome:
-        """``/new``: end the key's session (cancel, disarm, archive), bind a fresh one.
-
-        The fresh session stays in the old one's project unless ``workspace`` names another.
-        """
+        """End the key's session and bind a fresh one, in the old one's project unless
+        ``workspace`` names another."""
         old = await self.store.session_for_chat(chat.key)
         dropped: list[str] = []
         if old is not None:
@@ -188,12 +215,16 @@ class Sessions:
         return Outcome(reply="Started a new session.", dropped=tuple(dropped))
 
     async def project(self, chat: Chat, args: str, *, actor: PersonKey) -> Outcome:
-        """``/project``: say which project the key works in; ``/project <name>`` binds another.
+        """``/project``: say which project the key works in; ``/project <name>`` binds another
+        (the actor's role must allow it).
 
         Binding starts a fresh session in that project (a session's folder never changes: its
         plan files live under it), logged as ``command/run`` ``project`` in both sessions.
         Refused while the key's session has a live plan or a plan switch pending.
         """
+        refused = await self._refused(chat.room, actor, "project", args)
+        if refused is not None:
+            return refused
         session_id = await self.for_chat(chat)
         current = await self.project_of(session_id)
         name = args.strip()
@@ -207,6 +238,9 @@ class Sessions:
                 reply=f"No project named {clip(name, 64, one_line=True)!r}. "
                 f"Projects: {self._project_names()}."
             )
+        held = self._catalog.refusal(wanted)
+        if held is not None:
+            return Outcome(reply=held)
         if wanted.path == current.path:
             return Outcome(reply=f"Already working in project {wanted.name} ({wanted.path}).")
         controller = self._agents.controller(session_id)
@@ -216,7 +250,7 @@ class Sessions:
                 "before switching projects."
             )
         data = {"project": wanted.name, "path": str(wanted.path), "from": current.name}
-        outcome = await self.new_session(chat, actor=actor, workspace=wanted.path)
+        outcome = await self._renew(chat, actor=actor, workspace=wanted.path)
         fresh = await self.for_chat(chat)
         await self._log.append(
             fresh, [CommandRun(name="project", args=wanted.name, actor=actor, data=data)]
@@ -250,13 +284,15 @@ class Sessions:
         return "\n".join(lines)
 
     async def migrate_chat(self, old: ChatKey, new: ChatKey) -> list[str]:
-        """A group moved to a new key: bind its sessions to the new one; returns them.
+        """A group moved to a new key: bind its sessions (and its team) to the new one;
+        returns them.
 
         The group's own binding moves to ``new``; a thread of it whose key extends ``old``
         moves to the same extension of ``new``. Each moved plan's ``flow`` names the new chat
         and no card (the old group's messages can no longer be edited), so the next drawing
         posts the card anew. Idempotent.
         """
+        await self._roles.migrate(old, new)
         moved: list[str] = []
         for binding in await self.store.chat_bindings():
             chat = binding.chat
@@ -282,6 +318,8 @@ class Sessions:
                     }
                 )
                 await self._plans.set_flow(binding.session_id, flow)
+            # Nor can its goal card: the next drawing posts one in the new chat.
+            await self._set_goal_card(binding.session_id, chat_id=None, card_id=None)
             moved.append(binding.session_id)
         _log.info(
             "plangate.sessions.chat_migrated from=%s to=%s sessions=%s",
@@ -303,6 +341,7 @@ class Sessions:
         await self._worktrees.forked(record.id)
         if await self._plans.current(record.id) is not None:
             await self._plans.set_flow(record.id, PlanFlow())
+        await self._set_goal_card(record.id, chat_id=None, card_id=None)
         return record.id
 
     # --- loading ----------------------------------------------------------------------------

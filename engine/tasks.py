@@ -24,7 +24,7 @@ async def safe_call(what: str, call: Awaitable[None]) -> None:
     """Await a notification (a channel method); log and swallow its failure so the caller
     goes on.
 
-    The chat is a side effect of the log, not its authority: a Telegram outage must not turn
+    The chat is a side effect of the log, not its authority: a chat outage must not turn
     a committed step into a failed one. Cancellation is not swallowed.
     """
     try:

@@ -1,7 +1,7 @@
-"""Text from outside (the model, Telegram) made safe to log, store and send, and cut short.
+"""Text from outside (the model, the chat) made safe to log, store and send, and cut short.
 
 A lone UTF-16 surrogate (``"\\ud800"``, which JSON can carry as an escape) is a valid Python
-``str`` but cannot be encoded as UTF-8: the event log's JSON, SQLite and Telegram all refuse
+``str`` but cannot be encoded as UTF-8: the event log's JSON, the database and the chat all refuse
 it, and the turn that carried it is lost. Text is cleaned once, where it enters the engine.
 """
 

@@ -14,6 +14,7 @@ only the type checker sees is still two modules that cannot be read apart.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -241,6 +242,122 @@ def test_composition_holds_no_rules() -> None:
             and isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
         ]
     assert nested == []
+
+
+# What a front end may import from the engine: its API (engine.api, which also carries the few
+# pure helpers front ends share), the ports it implements or calls (with the keys it names
+# chats, people and messages by, and the channel's limits), and the event and value types.
+# The composition roots and the command line are exempt: they build the engine.
+FRONT_END_SURFACE = (
+    "engine.api",
+    "engine.ports",
+    "engine.keys",
+    "engine.limits",
+    "engine.model.types",
+    "engine.model.transcribe",
+    "engine.events",
+    "engine.errors",
+    "engine.text",
+    "engine.tasks",
+)
+COMPOSITION_ROOTS = frozenset({"cli", "compose", "demo", "doctor", "runner", "settings", "wizard"})
+
+
+def _on_surface(module: str) -> bool:
+    parts = module.split(".")
+    if parts[0] != "engine" or len(parts) == 1:
+        return True
+    if len(parts) == 3 and parts[2] == "types":  # engine.<package>.types: value types
+        return True
+    return any(module == m or module.startswith(m + ".") for m in FRONT_END_SURFACE)
+
+
+def test_front_ends_reach_the_engine_only_through_its_surface() -> None:
+    # bot/ (Telegram, and any sibling front end) talks to EngineApi, implements the ports and
+    # reads the event and value types; it never reaches into a service.
+    offending: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "bot").rglob("*.py")):
+        if path.parent == ROOT / "bot" and path.stem in COMPOSITION_ROOTS:
+            continue
+        outside = sorted(
+            m for m in _imports(path) if m.split(".")[0] == "engine" and not _on_surface(m)
+        )
+        # ``from engine.api import x`` also yields engine.api.x: a name, not a module.
+        outside = [m for m in outside if not _on_surface(m.rpartition(".")[0])]
+        if outside:
+            offending[str(path.relative_to(ROOT))] = outside
+    assert offending == {}
+
+
+CHAT_SERVICES = re.compile(r"telegram|slack", re.IGNORECASE)
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    """The ids of the string constants that are docstrings (module, class, function)."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                found.add(id(body[0].value))
+    return found
+
+
+def _service_words(path: Path, root: Path = ROOT) -> list[str]:
+    """Where the code of ``path`` names a chat service: an identifier, an attribute, an
+    import, an argument or a string it uses. Comments and docstrings may name one as an
+    example; the code may not (what it says reaches a chat that may be any service)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = _docstrings(tree)
+    hits: list[str] = []
+    for node in ast.walk(tree):
+        words: list[str] = []
+        if isinstance(node, ast.Name):
+            words = [node.id]
+        elif isinstance(node, ast.Attribute):
+            words = [node.attr]
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            words = [node.name]
+        elif isinstance(node, ast.arg | ast.keyword):
+            words = [node.arg or ""]
+        elif isinstance(node, ast.alias):
+            words = [node.name, node.asname or ""]
+        elif isinstance(node, ast.ImportFrom):
+            words = [node.module or ""]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            words = [] if id(node) in docs else [node.value]
+        hits += [
+            f"{path.relative_to(root)}:{getattr(node, 'lineno', '?')} {w[:40]!r}"
+            for w in words
+            if CHAT_SERVICES.search(w)
+        ]
+    return hits
+
+
+def test_no_engine_module_names_a_chat_service() -> None:
+    # The engine knows chats, people and a channel; which service carries them is the front
+    # end's (bot/). Its code names none, so a second front end changes nothing in it.
+    hits = [h for path in sorted((ROOT / "engine").rglob("*.py")) for h in _service_words(path)]
+    assert hits == []
+
+
+def test_the_service_word_finder_reads_code_not_prose(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        '"""Docs may say Telegram."""\n'
+        "# so may comments: Slack\n"
+        "import telegram\n"
+        "def f(slack_token):\n"
+        '    """An example: Telegram."""\n'
+        '    return "sent to Telegram"\n',
+        encoding="utf-8",
+    )
+    found = sorted(_service_words(source, tmp_path), key=lambda h: int(h.split(":")[1][0]))
+    assert [h.split(" ", 1)[1] for h in found] == [
+        "'telegram'",
+        "'slack_token'",
+        "'sent to Telegram'",
+    ]
 
 
 def test_the_cycle_finder_finds_a_loop() -> None:

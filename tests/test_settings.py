@@ -176,7 +176,9 @@ def test_dot_env_defaults_to_the_current_folder(
 ) -> None:
     (tmp_path / ".env").write_text("PLANGATE_PROFILE=fromdotenv\n")
     monkeypatch.chdir(tmp_path)
-    assert load_settings({}).profile == "fromdotenv"
+    workspace = tmp_path / "work"  # a folder that is no workspace holds the settings
+    workspace.mkdir()
+    assert load_settings({"PLANGATE_WORKSPACE": str(workspace)}).profile == "fromdotenv"
 
 
 def test_a_malformed_dot_env_value_names_the_variable(tmp_path: Path) -> None:
@@ -481,3 +483,30 @@ async def test_the_transcriber_follows_the_model_unless_told_otherwise() -> None
     assert openai_default is not None and openai_default.base_url == "https://api.openai.com/v1"
     for made in (local, other, openai_default):
         await made.aclose()
+
+
+def test_every_default_the_engine_reads_is_the_engines_own() -> None:
+    # Defaults live once, on the engine's configuration: with nothing set, the settings give
+    # the engine exactly its defaults (only what a running bot adds differs: the owners, the
+    # home, its worktrees, hidden paths and disk reserve, the approval mode the sandbox implies).
+    from dataclasses import fields, replace
+
+    from engine.app import ENGINE_DEFAULTS
+
+    config = engine_config(load({}))
+    built = replace(
+        config,
+        workspace=ENGINE_DEFAULTS.workspace,
+        owner_ids=ENGINE_DEFAULTS.owner_ids,
+        worktree_root=ENGINE_DEFAULTS.worktree_root,
+        bash_approval=ENGINE_DEFAULTS.bash_approval,
+        home=ENGINE_DEFAULTS.home,
+        disk_reserve_mb=ENGINE_DEFAULTS.disk_reserve_mb,
+        sandbox=replace(config.sandbox, hidden=(), hidden_names=()),
+    )
+    differing = [
+        f.name
+        for f in fields(ENGINE_DEFAULTS)
+        if getattr(built, f.name) != getattr(ENGINE_DEFAULTS, f.name)
+    ]
+    assert differing == []

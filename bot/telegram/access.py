@@ -45,7 +45,7 @@ from telegram.ext import ApplicationHandlerStop, ContextTypes, TypeHandler
 from bot.telegram import callback as cb
 from bot.telegram import flood
 from bot.telegram.keys import SessionKey, message_key
-from engine.roles.policy import (
+from engine.api import (
     ALERT_TEXTS,
     command_action,
     may,

@@ -67,7 +67,7 @@ from bot.telegram.outbox import Outbox, Sleep
 from bot.telegram.people import SeenPeople
 from bot.telegram.presenter import CardPresenter
 from bot.telegram.render import escape
-from bot.telegram.routes import GROUPS_KEY, ChatRoute, MetaStore, Routes, goal_card_key
+from bot.telegram.routes import GROUPS_KEY, ChatRoute, MetaStore, Routes
 from bot.telegram.updates import ChatLaneProcessor, UpdateLedger
 from bot.telegram.uploads import InputSettings
 from bot.telegram.voice import VOICE_PATTERN
@@ -261,7 +261,6 @@ def build_application(
         for session_id in await engine.migrate_chat(chat_key(old), chat_key(new)):
             route = await routes.lookup(session_id)
             await routes.remember(session_id, ChatRoute(new, route.thread_id if route else 0))
-            await db_meta.set_meta(goal_card_key(session_id), "")
             presenter.refresh(session_id, "plan")
             presenter.refresh(session_id, "goal")
 

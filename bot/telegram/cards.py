@@ -27,16 +27,17 @@ from engine.api import (
     CardActions,
     PlanCardState,
     branch_actions,
+    extract_work_items,
     goal_actions,
+    how_it_ended,
     plan_actions,
+    plan_checks,
+    runner_file,
 )
-from engine.checks.report import how_it_ended
 from engine.checks.types import CheckResult
-from engine.checks.watch import runner_file
 from engine.events import GoalCheck
 from engine.goal.types import GoalSnapshot
 from engine.keys import key_label
-from engine.plan.extract import extract_work_items, plan_checks
 from engine.plan.types import PlanSidecar, PlanTask
 from engine.text import clip, fmt_tokens
 from engine.worktree.types import DECIDING, FileStat, WorktreeView

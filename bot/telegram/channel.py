@@ -42,7 +42,7 @@ from bot.telegram.render import (
     utf16_len,
 )
 from bot.telegram.routes import ChatRoute
-from engine.approval.policy import ApprovalView
+from engine.api import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
 from engine.keys import MessageKey
 from engine.limits import ChannelLimits

@@ -56,14 +56,22 @@ from bot.telegram.voice import (
     transcript_html,
     transcript_keyboard,
 )
-from engine.api import CommandName, EngineApi, Outcome
-from engine.commands import STALE_TEXT
+from engine.api import (
+    STALE_TEXT,
+    CommandName,
+    EngineApi,
+    Outcome,
+    clean_name,
+    inline_text,
+    may,
+    parse_team_args,
+    refusal_text,
+    save_upload,
+    words_action,
+)
 from engine.events import Attachment
-from engine.inbox import clean_name, inline_text, save_upload
 from engine.model.transcribe import Transcriber
 from engine.model.types import ModelError
-from engine.roles.commands import parse_team_args
-from engine.roles.policy import may, refusal_text, words_action
 from engine.roles.types import Person, Role
 from engine.tasks import BackgroundTasks
 from engine.text import clip
@@ -343,8 +351,8 @@ class Handlers:
         target = m.group(1) if m else None
         if target and target.lower() != (context.bot.username or "").lower():
             return  # addressed to another bot
-        if self._role(update) != "member":
-            # Owners and approvers press the card's buttons: it moves to the bottom.
+        if may(self._role(update), "approve"):
+            # Whoever may press the card's buttons gets the card itself: it moves to the bottom.
             await self._run_command(update, "show_plan")
             return
         key = message_key(msg)

@@ -35,7 +35,7 @@ from typing import Any, Literal
 from telegram import Bot, Message
 
 from bot.telegram import cards
-from bot.telegram.keys import chat_key, msg_key, tg_flow
+from bot.telegram.keys import chat_key, msg_id, msg_key, tg_flow
 from bot.telegram.outbox import Outbox
 from bot.telegram.routes import (
     ChatRoute,
@@ -45,8 +45,7 @@ from bot.telegram.routes import (
     patch_key,
     review_rev_key,
 )
-from engine.agent.checklist import current_task, task_label
-from engine.api import EngineApi, GoalCardData, PlanCardData
+from engine.api import EngineApi, GoalCardData, PlanCardData, current_task, task_label
 from engine.tasks import BackgroundTasks
 
 _log = logging.getLogger("plangate.presenter")
@@ -522,8 +521,7 @@ class CardPresenter:
         if route is None:
             _log.info("plangate.presenter.no_route session=%s", session_id)
             return
-        stored = await self._meta.get_meta(goal_card_key(session_id))
-        current = _stored_card(stored, route.chat_id)
+        current = await self._goal_card_id(session_id, data, route.chat_id)
         if current is None and not restick and (data.goal is None or data.goal.source == "task"):
             # Nothing on screen, and nothing worth a card: a task goal is only a label of the
             # plan card's current task, so it never posts a goal card by itself.
@@ -531,7 +529,9 @@ class CardPresenter:
         view = goal_view(data, note=note)
 
         async def stored(card_id: int) -> None:
-            await self._meta.set_meta(goal_card_key(session_id), f"{route.chat_id}:{card_id}")
+            await self._engine.set_goal_card(
+                session_id, chat_id=chat_key(route.chat_id), card_id=msg_key(card_id)
+            )
 
         new_id = await self._deliver(
             route,
@@ -544,8 +544,24 @@ class CardPresenter:
             interactive=interactive,
         )
         slot.chat_id, slot.message_id = route.chat_id, new_id
-        if data.goal is None:
-            await self._meta.set_meta(goal_card_key(session_id), "")  # cleared: next goal, new card
+        if data.goal is None:  # cleared: the next goal gets a new card
+            await self._engine.set_goal_card(session_id, chat_id=None, card_id=None)
+
+    async def _goal_card_id(self, session_id: str, data: GoalCardData, chat_id: int) -> int | None:
+        """The goal card's message in ``chat_id``, as the engine keeps it. A home from before
+        the engine kept it has it in the meta table: adopted into the engine once."""
+        if data.card_id is not None:
+            return msg_id(data.card_id) if data.chat_id == chat_key(chat_id) else None
+        legacy = await self._meta.get_meta(goal_card_key(session_id))
+        if not legacy:
+            return None
+        await self._meta.set_meta(goal_card_key(session_id), "")
+        found = _stored_card(legacy, chat_id)
+        if found is not None:
+            await self._engine.set_goal_card(
+                session_id, chat_id=chat_key(chat_id), card_id=msg_key(found)
+            )
+        return found
 
     async def _deliver(
         self,
@@ -657,8 +673,9 @@ class CardPresenter:
     async def _retire(self, session_id: str, known: set[tuple[int, int]]) -> None:
         route = await self._routes.lookup(session_id)
         if route is not None:
-            stored = await self._meta.get_meta(goal_card_key(session_id))
-            goal_id = _stored_card(stored, route.chat_id)
+            goal_id = await self._goal_card_id(
+                session_id, await self._engine.goal_card(session_id), route.chat_id
+            )
             if goal_id is not None:
                 known.add((route.chat_id, goal_id))
         data = await self._engine.plan_card(session_id)

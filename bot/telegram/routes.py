@@ -32,6 +32,8 @@ def route_key(session_id: str) -> str:
 
 
 def goal_card_key(session_id: str) -> str:
+    """Where homes from before the engine kept the goal card's id had it (read once, then
+    moved into the engine: bot.telegram.presenter)."""
     return f"telegram.goal_card.{session_id}"
 
 

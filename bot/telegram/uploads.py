@@ -18,7 +18,7 @@ from typing import Literal
 from telegram import Bot, Message, PhotoSize
 from telegram.error import BadRequest, TelegramError
 
-from engine.inbox import human_size
+from engine.api import human_size
 
 _log = logging.getLogger("plangate.uploads")
 

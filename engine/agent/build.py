@@ -26,6 +26,7 @@ from engine.tools.ask import AskUserTool
 from engine.tools.base import Tool
 from engine.tools.bash import BashLimits, BashTool
 from engine.tools.boundary import BoundaryPolicy, PlanViewSource, ReadOnlyRoots
+from engine.tools.disk import DiskReserve
 from engine.tools.files import FileLimits, file_tools
 from engine.tools.sandbox import SandboxSettings
 from engine.tools.send import SendFileTool
@@ -83,6 +84,7 @@ def agent_tools(
     bash_limits: BashLimits | None = None,
     sandbox: SandboxSettings | None = None,
     read_only_roots: ReadOnlyRoots | None = None,
+    disk: DiskReserve | None = None,
 ) -> tuple[list[Tool], BashTool]:
     """The agent's own tools (read_file, list_files, grep, write_file, edit_file, bash,
     ask_user, send_file) and the bash tool itself (for ``kill_session``).
@@ -96,7 +98,7 @@ def agent_tools(
         plan_view=plan_view_source(plan) if plan is not None else None,
         read_only_roots=read_only_roots,
     )
-    bash = BashTool(locks=shared, limits=bash_limits, boundary=policy)
+    bash = BashTool(locks=shared, limits=bash_limits, boundary=policy, disk=disk)
     tools: list[Tool] = [*file_tools(hooks=plan, locks=shared, limits=file_limits, boundary=policy)]
     tools.extend([bash, AskUserTool(channel), SendFileTool(channel, boundary=policy)])
     return tools, bash
@@ -122,6 +124,7 @@ def build_agent(
     inbox_root: Path | None = None,
     locks: WorkspaceLocks | None = None,
     workspace_note: Callable[[str], Awaitable[str]] | None = None,
+    disk: DiskReserve | None = None,
     prepare: RunPreparer | None = None,
 ) -> AgentRegistry:
     """Assemble the agent. ``extra_tools`` are the plan, todo and goal tools.
@@ -134,7 +137,8 @@ def build_agent(
     locks the tools share (pass the ones the check runner holds too); ``read_only_roots``
     names what bash sees read-only besides the workspace (a plan worktree's repository);
     ``workspace_note`` adds a line about the workspace to the prompt; ``prepare`` runs
-    before each step of an approved run or a goal round (the project's setup).
+    before each step of an approved run or a goal round (the project's setup); ``disk`` is
+    the room kept for plangate's own writes (bash stops below it, an unattended run pauses).
     """
     own, bash = agent_tools(
         channel,
@@ -144,6 +148,7 @@ def build_agent(
         bash_limits=bash_limits,
         sandbox=sandbox,
         read_only_roots=read_only_roots,
+        disk=disk,
     )
     deps = AgentDeps(
         log=log,
@@ -160,6 +165,7 @@ def build_agent(
         approvals=approvals,
         inbox_root=inbox_root,
         workspace_note=workspace_note,
+        disk=disk,
         prepare=prepare,
     )
     return AgentRegistry(deps, driver=driver)

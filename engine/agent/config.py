@@ -20,6 +20,7 @@ from engine.model.types import ModelProvider
 from engine.ports import Channel, EventLog
 from engine.tools.base import Tool
 from engine.tools.boundary import BoundaryPolicy
+from engine.tools.disk import DiskReserve
 from engine.usage.meter import UsageMeter
 
 WorkspaceResolver = Callable[[str], Awaitable[Path]]
@@ -58,6 +59,9 @@ class AgentDeps:
     boundary: BoundaryPolicy | None = None
     # A line for the prompt's workspace section (a plan's git worktree says what it is).
     workspace_note: Callable[[str], Awaitable[str]] | None = None
+    # The room kept for plangate's own writes (PLANGATE_DISK_RESERVE_MB): below it an
+    # unattended run pauses with the reason. None: no reserve.
+    disk: DiskReserve | None = None
     # Before each step of an approved run or a goal round: the project's setup runs first
     # (docs/environments.md); a hold pauses the run or blocks the goal. None: nothing to do.
     prepare: RunPreparer | None = None

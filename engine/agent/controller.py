@@ -39,7 +39,7 @@ from engine.events import (
     SeedSource,
     is_attended,
 )
-from engine.goal.types import NO_PROGRESS
+from engine.goal.types import BUDGET_LIMIT, NO_PROGRESS
 from engine.keys import MessageKey, PersonKey
 from engine.plan.gate import PlanGateView, check_gate
 from engine.plan.types import PlanPause, PlanTask
@@ -393,6 +393,37 @@ class SessionController:
         )
         return f"checklist paused: the approval of {shown} timed out"
 
+    async def _observe_disk(self) -> str | None:
+        """Below the disk reserve (engine/tools/disk.py) nothing unattended goes on: an
+        armed checklist run pauses with the reason on the card, a goal round blocks its goal
+        (``budget-limit``, the reason as its message). A turn a person started goes on (bash
+        refuses with the reason; the chat keeps answering)."""
+        disk = self._deps.disk
+        message = self._current
+        round_source = (
+            message.source
+            if message is not None and isinstance(message.source, GoalRoundSource)
+            else None
+        )
+        if disk is None or not (self._run.armed or round_source is not None):
+            return None
+        low = await asyncio.to_thread(disk.low)
+        if low is None:
+            return None
+        if round_source is not None:
+            if self._deps.goals is not None:
+                # Blocked, not retried round after round: Resume once there is room.
+                await self._deps.goals.block_round(
+                    self.session_id, round_source, code=BUDGET_LIMIT, message=low
+                )
+            else:
+                await safe_call("notice", self._deps.channel.notice(self.session_id, low))
+            return f"goal round stopped: {low}"
+        _, tasks = await self._tasks()
+        task = checklist.current_task(tasks)
+        await self._pause(PauseReason("disk", low, task_id=task.id if task is not None else None))
+        return f"checklist paused: {low}"
+
     async def _after_turn(self, message: InboundMessage, result: TurnResult) -> None:
         """Tell the listener; keep an armed checklist run going while it makes progress."""
         # ``result.asked`` was noted at its step (_post_step): an answer given since must not
@@ -468,7 +499,8 @@ class SessionController:
 
     async def _post_step(self, step: StepDone) -> str | None:
         """Feed the step to the stuck detector; a verdict stops the turn (and the run) here."""
-        if any(c.name == "ask_user" and not r.is_error for c, r in step.calls):
+        declared = self._runtime.registry.effects
+        if any("ask" in declared(c.name, c.arguments) and not r.is_error for c, r in step.calls):
             # The question is open from the moment it is on screen: its answer may come
             # before this turn ends (and closes it, once: engine.commands).
             self._asked = True
@@ -609,6 +641,9 @@ class SessionController:
         paused = await self._observe_approvals()
         if paused is not None:
             return paused
+        disk_low = await self._observe_disk()
+        if disk_low is not None:
+            return disk_low
         if message is not None and isinstance(message.source, GoalRoundSource):
             if switching_to_plan:
                 return "goal round ended: plan mode was entered"

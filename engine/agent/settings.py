@@ -10,12 +10,15 @@ from dataclasses import dataclass, field
 
 from engine.progress.stuck import StuckLimits
 
+# A turn's step cap (PLANGATE_MAX_STEPS): the engine's configuration reads it from here.
+DEFAULT_MAX_STEPS = 50
+
 
 @dataclass(frozen=True, slots=True)
 class AgentSettings:
     """Limits of a turn and of the context (sizes in characters, not tokens)."""
 
-    max_steps: int = 50
+    max_steps: int = DEFAULT_MAX_STEPS
     # The verbatim part of the context; older turns become an extractive summary.
     context_budget_chars: int = 120_000
     # The summary's own share; its oldest lines go first when it is over.

@@ -423,14 +423,20 @@ def parse_completion(response: Any) -> ModelReply:
         raise ModelError("the model server returned no choices")
     message = choices[0].message
     calls: list[ModelToolCall] = []
+    text = message.content or ""
+    arrived = len(text)
     for index, tool_call in enumerate(getattr(message, "tool_calls", None) or ()):
         function = getattr(tool_call, "function", None)
         if function is None:  # a non-function (custom) tool call: we offer none
             continue
-        parsed = parse_arguments(function.arguments or "")
-        calls.append(_tool_call(tool_call.id or f"call_{index}", function.name or "", parsed))
+        raw, name = function.arguments or "", function.name or ""
+        arrived += len(raw) + len(name)
+        calls.append(_tool_call(tool_call.id or f"call_{index}", name, parse_arguments(raw)))
     return ModelReply(
-        text=clean_text(message.content or ""), tool_calls=tuple(calls), usage=parse_usage(response)
+        text=clean_text(text),
+        tool_calls=tuple(calls),
+        usage=parse_usage(response),
+        arrived_chars=arrived,
     )
 
 
@@ -581,7 +587,12 @@ class _StreamedReply:
                 parsed = parse_arguments("".join(slot.arguments))
             calls.append(_tool_call(slot.id or f"call_{index}", "".join(slot.name), parsed))
         text = "".join(self._text) + clean_text(self._carry)
-        return ModelReply(text=text, tool_calls=tuple(calls), usage=self._usage)
+        return ModelReply(
+            text=text,
+            tool_calls=tuple(calls),
+            usage=self._usage,
+            arrived_chars=self._progress.chars,
+        )
 
 
 def _tool_call(call_id: str, name: str, parsed: Arguments) -> ModelToolCall:

@@ -45,11 +45,15 @@ class ModelReply:
     """One assistant reply: text (possibly empty), the tool calls in order, and ``usage``.
 
     ``usage`` is ``None`` when the server reported none (the agent estimates it then).
+    ``arrived_chars``: how many characters the reply came with (text, tool names and argument
+    text, refused arguments included), when the provider counted them; an estimate of the
+    reply is never below a quarter of it.
     """
 
     text: str
     tool_calls: tuple[ModelToolCall, ...] = ()
     usage: ModelUsage | None = None
+    arrived_chars: int = 0
 
 
 class ModelProvider(Protocol):

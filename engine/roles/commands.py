@@ -17,7 +17,7 @@ from engine.roles.types import GrantedRole, Person, Role
 
 TEAM_USAGE = (
     "usage: /team, /team add <user> approver, /team remove <user>. A user is the message "
-    "you reply to, an @username seen in this chat, or their numeric id."
+    "you reply to, an @username seen in this chat, or a numeric user id."
 )
 _USERNAME = re.compile(r"@([A-Za-z0-9_]{3,32})")
 _ROLES: dict[str, GrantedRole] = {"approver": "approver", "approvers": "approver"}

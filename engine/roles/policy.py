@@ -172,7 +172,11 @@ WORD_SOURCES: Final[tuple[tuple[str, Words], ...]] = (
     ("a reply to the agent's question while it is open (or its option button), once", "answer"),
     ("a reply to a question already answered, or not the one open now", "own"),
     ("`/execute <text>`, `/plan <text>`, `/goal <objective>`", "own"),
-    ("a voice note's transcript, sent with Send (or corrected by a reply)", "own"),
+    (
+        "a voice note's transcript, sent with Send (or corrected by a reply); a voice note "
+        "nobody but an owner may send is refused before it is transcribed",
+        "own",
+    ),
     ("a file or a photo (its caption); as feedback or an answer, as above", "own"),
 )
 

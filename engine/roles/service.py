@@ -9,7 +9,7 @@ is the team after a restart.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from engine.keys import ChatKey, PersonKey
 from engine.ports import ChatLog
@@ -32,12 +32,21 @@ class RoleService:
 
     ``owner_ids`` ``None`` means no owner list was given (an engine embedded without a front
     end that knows people, as the engine's own tests do): every actor then counts as an owner.
-    A front end always passes its owners.
+    A front end always passes its owners. ``room`` maps a chat key to the chat whose team
+    applies (a bound thread's parent: ``engine.bindings.ChatBindings.room``); without it every
+    key is its own room.
     """
 
-    def __init__(self, log: ChatLog, *, owner_ids: Collection[PersonKey] | None) -> None:
+    def __init__(
+        self,
+        log: ChatLog,
+        *,
+        owner_ids: Collection[PersonKey] | None,
+        room: Callable[[ChatKey], ChatKey] | None = None,
+    ) -> None:
         self._log = log
         self.owner_ids = None if owner_ids is None else frozenset(owner_ids)
+        self._room = room
         self._teams: dict[ChatKey, dict[PersonKey, TeamMember]] = {}
         self._locks: dict[ChatKey, asyncio.Lock] = {}
 
@@ -62,13 +71,16 @@ class RoleService:
             return dict(await self._team_locked(chat_id))
 
     async def role_of(self, chat_id: ChatKey | None, user_id: PersonKey | None) -> Role:
-        """The role of ``user_id`` in ``chat_id``; nobody known (``None``) is a member."""
+        """The role of ``user_id`` in ``chat_id`` (a thread: in its parent); nobody known
+        (``None``) is a member."""
         if user_id is None:
             return "member"
         if self.is_owner(user_id):
             return "owner"
         if chat_id is None:
             return "member"
+        if self._room is not None:
+            chat_id = self._room(chat_id)
         team = self._teams.get(chat_id)
         if team is None:
             async with self._lock(chat_id):

@@ -32,14 +32,15 @@ from typing import Any, Literal
 
 from engine.tools.base import ToolContext, ToolOutcome
 from engine.tools.boundary import Boundary, BoundaryPolicy, PlanViewSource, ReadOnlyRoots
+from engine.tools.disk import WATCH_INTERVAL_S, DiskReserve
 from engine.tools.effects import BUILTIN
 from engine.tools.plan_view import GATE_TEXTS
 from engine.tools.sandbox import (
-    PidsCgroup,
+    CallCgroup,
     SandboxSettings,
-    find_pids_cgroup,
     guarded,
     helper_env,
+    new_call_cgroup,
     probe,
     reap_adopted,
     sandbox_env,
@@ -169,9 +170,13 @@ class BashTool:
         plan_view: PlanViewSource | None = None,
         read_only_roots: ReadOnlyRoots | None = None,
         boundary: BoundaryPolicy | None = None,
+        disk: DiskReserve | None = None,
     ):
         """``boundary`` decides the mounts; without it one is made of ``sandbox``,
-        ``plan_view`` (NoPlan when that is not given either) and ``read_only_roots``."""
+        ``plan_view`` (NoPlan when that is not given either) and ``read_only_roots``.
+        ``disk``: the reserve kept for plangate's own writes (engine/tools/disk.py): no
+        command starts below it, and one that brings the free space below it is stopped."""
+        self._disk = disk if disk is not None and disk.enabled else None
         self._locks = locks or WorkspaceLocks()
         self._limits = limits or BashLimits()
         self._policy = boundary or BoundaryPolicy(
@@ -297,6 +302,10 @@ class BashTool:
         keep: Literal["head", "tail"] = "head",
     ) -> CommandRun:
         sandbox = boundary.settings
+        if self._disk is not None:
+            low = await asyncio.to_thread(self._disk.low)
+            if low is not None:
+                return CommandRun(exit_code=None, output="", problem=low)
         if not sandbox.enabled:
             # Unconfined on purpose, but still without the bot's secrets.
             process = await self._spawn(
@@ -313,18 +322,20 @@ class BashTool:
         if status.problem is not None:
             return CommandRun(exit_code=None, output="", problem=status.problem)
         info_r, info_w = os.pipe()
-        cgroup: PidsCgroup | None = None
+        cgroup: CallCgroup | None = None
         try:
-            argv = boundary.bwrap_argv(command, info_fd=info_w)
-            if status.process_limit == "cgroup":
+            if status.process_limit == "cgroup" or status.memory_limit == "cgroup":
                 # Reading mountinfo and making the folder are file IO: off the event loop. A
                 # /stop meanwhile still waits for the folder, so the clean-up below removes it.
-                made = asyncio.ensure_future(asyncio.to_thread(_new_cgroup, sandbox.max_processes))
+                made = asyncio.ensure_future(asyncio.to_thread(_new_cgroup, sandbox))
                 try:
                     cgroup = await asyncio.shield(made)
                 except asyncio.CancelledError:
                     cgroup = await made
                     raise
+            # A call whose memory cgroup could not be made gets the fallback limits.
+            memory_cgroup = cgroup is not None and cgroup.memory
+            argv = boundary.bwrap_argv(command, info_fd=info_w, memory_cgroup=memory_cgroup)
             if cgroup is not None:
                 argv = cgroup.enter_argv(argv)
             process = await self._spawn(
@@ -392,9 +403,17 @@ class BashTool:
                 dropped += max(len(chunk) - max(room, 0), 0)
 
         reader = asyncio.create_task(pump())
+        watch = asyncio.create_task(self._watch_disk(process)) if self._disk else None
         timed_out = False
         try:
-            timed_out = not await wait_exit(process, timeout_s=timeout_s)
+            exited = asyncio.ensure_future(wait_exit(process, timeout_s=timeout_s))
+            try:
+                if watch is not None:
+                    # A watch that fires kills the group, so the leader exits right after.
+                    await asyncio.wait({exited, watch}, return_when=asyncio.FIRST_COMPLETED)
+                timed_out = not await exited
+            finally:
+                exited.cancel()
             await kill_process_group(process, grace_s=self._limits.kill_grace_s)
             # Every group member is gone, so the pipe closes; a process that left the group
             # (setsid) could still hold it, hence the bound.
@@ -412,7 +431,22 @@ class BashTool:
         finally:
             running.discard(process)
             await confined.finish(self._limits.kill_grace_s + 1.0)
+            if watch is not None and not watch.done():
+                watch.cancel()
         text = collected.decode("utf-8", "replace")
+        stopped = (
+            watch.result() if watch is not None and watch.done() and not watch.cancelled() else None
+        )
+        if stopped is None and self._disk is not None:
+            # A write that filled the disk between two looks: the reserve goes back now,
+            # before the result is written anywhere.
+            stopped = await asyncio.to_thread(self._disk.low)
+        if stopped is not None:
+            return CommandRun(
+                exit_code=None,
+                output=text,
+                problem=f"{text.rstrip()}\n{stopped}".lstrip(),
+            )
         limit = self._limits.output_chars
         extra = max(len(text) - limit, 0)
         if extra:
@@ -424,6 +458,23 @@ class BashTool:
             timeout_s=timeout_s,
             cut=(extra, dropped),
         )
+
+    async def _watch_disk(self, process: asyncio.subprocess.Process) -> str | None:
+        """While ``process`` runs, look at the free space; below the reserve, release it,
+        kill the call's group and say why (``None`` when the call ended first)."""
+        disk = self._disk
+        assert disk is not None
+        while process.returncode is None:
+            await asyncio.sleep(WATCH_INTERVAL_S)
+            try:
+                low = disk.state().low
+            except OSError:  # the home's file system cannot be read: nothing to go by
+                return None
+            if low:
+                disk.release()
+                await kill_process_group(process, grace_s=0.0)
+                return disk.low()
+        return None
 
     def _outcome(self, ran: CommandRun) -> ToolOutcome:
         text = ran.output
@@ -467,17 +518,16 @@ async def _read_info(fd: int) -> int | None:
     return pid if isinstance(pid, int) else None
 
 
-def _new_cgroup(max_processes: int) -> PidsCgroup | None:
-    """A fresh pids cgroup for one call, or ``None`` where there is no writable hierarchy."""
-    parent = find_pids_cgroup()
-    return None if parent is None else PidsCgroup.create(parent, max_processes)
+def _new_cgroup(sandbox: SandboxSettings) -> CallCgroup | None:
+    """A fresh cgroup for one call (pids and memory), or ``None`` where none can be had."""
+    return new_call_cgroup(sandbox)
 
 
 @dataclass
 class _Confined:
     """What must be gone before a sandboxed call returns: the sandbox init and its cgroup."""
 
-    cgroup: PidsCgroup | None = None
+    cgroup: CallCgroup | None = None
     info: asyncio.Task[int | None] | None = None
 
     async def finish(self, bound_s: float) -> None:

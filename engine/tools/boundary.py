@@ -202,8 +202,10 @@ class Boundary:
         *,
         environ: Mapping[str, str] | None = None,
         info_fd: int | None = None,
+        memory_cgroup: bool = False,
     ) -> list[str]:
-        """The ``bwrap`` command line running ``command`` inside this boundary.
+        """The ``bwrap`` command line running ``command`` inside this boundary
+        (``memory_cgroup``: see :func:`engine.tools.sandbox.bwrap_argv`).
 
         The session's plan folder is hidden from bash whole (the ``.md`` too: bash never
         writes the plan).
@@ -221,6 +223,7 @@ class Boundary:
             network=self.network,
             environ=environ,
             info_fd=info_fd,
+            memory_cgroup=memory_cgroup,
             binds=self.binds,
         )
 

@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import stat
-import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +37,7 @@ from engine.tools import search as _search_module
 from engine.tools.base import Tool, ToolContext, ToolOutcome
 from engine.tools.boundary import Boundary, BoundaryPolicy, NotVisible
 from engine.tools.effects import BUILTIN
+from engine.tools.host import INSTALL
 from engine.tools.reading import Window, read_window
 from engine.tools.sandbox import helper_env
 from engine.tools.search import glob_match, walk_files
@@ -59,11 +59,14 @@ _T = TypeVar("_T")
 # anything on asyncio.to_thread) rely on, and a busy default pool never holds up a tool.
 _FILES_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="plangate-files")
 
-# The search child runs this text, read once at start, with ``python -I -S -B -c``: isolated
+# The search child runs this text, read once at start, with the interpreter resolved at start
+# (``engine.tools.host.INSTALL``, never ``sys.executable`` again) and ``-I -S -B -c``: isolated
 # mode puts neither its working folder nor PYTHONPATH nor the user's site on the import path,
 # and ``-S`` skips site-packages, so only the standard library can be imported; no file of
-# the project (a planted ``re.py`` or ``engine/__init__.py``) can run outside the sandbox,
-# even when the workspace is plangate's own checkout. The first line names it in ``ps``.
+# the project (a planted ``re.py`` or ``engine/__init__.py``) can run outside the sandbox. A
+# workspace that holds the interpreter, its standard library or plangate's own files is
+# refused at start (``engine.tools.host.install_refusal``), so none of those is the agent's
+# to swap either. The first line names it in ``ps``.
 SEARCH_CHILD_TAG = "# plangate grep search"
 _SEARCH_CODE = SEARCH_CHILD_TAG + "\n" + Path(_search_module.__file__).read_text(encoding="utf-8")
 
@@ -390,12 +393,13 @@ class GrepTool(_FileTool):
 async def _search(request: dict[str, Any], timeout_s: float) -> ToolOutcome:
     """Run one search in a child interpreter; kill it at ``timeout_s`` (or on cancel).
 
-    The child is plangate's own code isolated from the project: ``python -I -S -B`` with the
-    module's text, started in ``/`` with :func:`helper_env` (no secret, no PYTHONPATH).
+    The child is plangate's own code isolated from the project: the interpreter taken at
+    start, ``-I -S -B`` with the module's text, started in ``/`` with :func:`helper_env` (no
+    secret, no PYTHONPATH).
     """
     try:
         child = await asyncio.create_subprocess_exec(
-            sys.executable,
+            str(INSTALL.interpreter),
             "-I",
             "-S",
             "-B",

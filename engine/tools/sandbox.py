@@ -5,9 +5,12 @@ on, network) namespaces. Only the system folders (read-only), a short list of ``
 private ``/tmp`` and the workspace are mounted; the workspace is read-only or writable as the
 caller asks. Paths the caller names as hidden (the plangate home, the plan folder, the settings
 file) are masked when they lie inside something mounted. The environment is rebuilt from
-nothing. Inside, ``ulimit`` caps the address space and the process count; where a pids cgroup
-can be created (running as root, when ``RLIMIT_NPROC`` does not bind) each call also gets its
-own cgroup with ``pids.max``. Everything is decided by the mounts, never by reading the command.
+nothing. A call's memory is bounded as a whole: by a memory cgroup of its own where one can be
+made (then no process gets an address-space limit), else by the fallback, a lowered process
+cap times a per-process address-space limit (:func:`fallback_limits`). The process count is
+``ulimit -u``, and where a pids cgroup can be created (running as root, when ``RLIMIT_NPROC``
+does not bind) the call's cgroup has ``pids.max`` too. Everything is decided by the mounts,
+never by reading the command.
 """
 
 from __future__ import annotations
@@ -102,6 +105,9 @@ class SandboxStatus:
     problem: str | None
     process_limit: str = "rlimit"  # "cgroup", "rlimit" or "none"
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # "cgroup": a memory cgroup bounds each call's total (RLIMIT_AS off); "fallback": the
+    # process cap times the address space per process does (:func:`fallback_limits`).
+    memory_limit: str = "fallback"
 
 
 def helper_env() -> dict[str, str]:
@@ -292,13 +298,17 @@ def bwrap_argv(
     network: bool | None = None,
     environ: Mapping[str, str] | None = None,
     info_fd: int | None = None,
+    memory_cgroup: bool = False,
     binds: Sequence[tuple[Path, str]] = (),
 ) -> list[str]:
     """The ``bwrap`` command line that runs ``command`` with ``bash -c`` in the sandbox.
 
     ``hidden`` adds to ``settings.hidden``; ``network`` overrides ``settings.network`` (one
-    call's decision); ``binds`` are extra writable mounts (a setup run's caches). Tools get
-    this through :class:`engine.tools.boundary.Boundary`.
+    call's decision); ``binds`` are extra writable mounts (a setup run's caches).
+    ``memory_cgroup``: the call runs in a cgroup whose memory limit bounds its total, so no
+    process gets an address-space limit (runtimes that reserve a large address space, such
+    as Node's WebAssembly, need that); without one the fallback limits apply
+    (:func:`fallback_limits`). Tools get this through :class:`engine.tools.boundary.Boundary`.
     """
     ws = real_path(workspace)
     args = [
@@ -323,7 +333,16 @@ def bwrap_argv(
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
     args += _system_mounts()
-    args += _scratch_mounts(settings.memory_mb)
+    if memory_cgroup:
+        # The cgroup counts every process and the tmpfs pages they write, together.
+        limits = f"ulimit -u {settings.max_processes}"
+        args += _scratch_mounts(settings.memory_mb)
+    else:
+        # No cgroup to add them up: processes x address space within half the setting, the
+        # tmpfs mounts sized within the other half.
+        per_process_mb, processes = fallback_limits(settings.memory_mb, settings.max_processes)
+        limits = f"ulimit -v {per_process_mb * 1024} && ulimit -u {processes}"
+        args += _scratch_mounts(settings.memory_mb // 2)
     args += _mount_plan(
         ws,
         [real_path(p) for p in read_only],
@@ -336,11 +355,7 @@ def bwrap_argv(
     for name, value in sandbox_env(settings, os.environ if environ is None else environ).items():
         args += ["--setenv", name, value]
     # ulimit sets soft and hard limits together; nothing inside can raise a hard limit again.
-    limits = (
-        f"ulimit -v {settings.memory_mb * 1024} && ulimit -u {settings.max_processes} "
-        f"&& {guarded()}"
-    )
-    args += ["--", "bash", "-c", limits, "bash", command]
+    args += ["--", "bash", "-c", f"{limits} && {guarded()}", "bash", command]
     return args
 
 
@@ -372,7 +387,7 @@ def reap_adopted(pid: int) -> bool:
     return True
 
 
-# --- the pids cgroup -----------------------------------------------------------------------
+# --- the call's cgroups --------------------------------------------------------------------
 
 
 def _own_cgroups() -> list[tuple[str, str]]:
@@ -406,12 +421,14 @@ def _cgroup_mounts() -> list[tuple[str, str, str]]:
     return mounts
 
 
-def find_pids_cgroup() -> Path | None:
-    """A writable cgroup folder under which a child with ``pids.max`` can be made, if any."""
+def find_cgroup_parent(controller: str) -> Path | None:
+    """A writable cgroup folder under which a child with ``controller`` (``pids`` or
+    ``memory``) can be made, if any: this process's own cgroup in the v1 hierarchy that has
+    the controller, or in the v2 hierarchy when it hands the controller to its children."""
     own = _own_cgroups()
     for point, fstype, options in _cgroup_mounts():
-        if fstype == "cgroup" and "pids" in options.split(","):
-            path = next((p for c, p in own if "pids" in c.split(",")), None)
+        if fstype == "cgroup" and controller in options.split(","):
+            path = next((p for c, p in own if controller in c.split(",")), None)
         elif fstype == "cgroup2":
             path = next((p for c, p in own if c == ""), None)
         else:
@@ -424,52 +441,153 @@ def find_pids_cgroup() -> Path | None:
                 enabled = (folder / "cgroup.subtree_control").read_text().split()
             except OSError:
                 continue
-            if "pids" not in enabled:
+            if controller not in enabled:
                 continue
         if folder.is_dir() and os.access(folder, os.W_OK):
             return folder
     return None
 
 
-class PidsCgroup:
-    """One call's cgroup with ``pids.max``; :meth:`enter_argv` puts the sandbox in it."""
+def find_pids_cgroup() -> Path | None:
+    """A writable cgroup folder under which a child with ``pids.max`` can be made, if any."""
+    return find_cgroup_parent("pids")
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
+
+def _limit_memory(folder: Path, memory_mb: int) -> None:
+    """Bound the cgroup's memory (tmpfs pages its processes write included) and keep swap
+    from stretching it; raises OSError when the kernel refuses the limit itself."""
+    limit = str(memory_mb * 1024 * 1024)
+    if (folder / "memory.max").exists():  # v2
+        (folder / "memory.max").write_text(limit)
+        with contextlib.suppress(OSError):
+            (folder / "memory.swap.max").write_text("0")
+        return
+    (folder / "memory.limit_in_bytes").write_text(limit)
+    with contextlib.suppress(OSError):  # only with swap accounting on
+        (folder / "memory.memsw.limit_in_bytes").write_text(limit)
+
+
+# The outer bwrap and the sandbox's init are in the call's cgroup too, besides the processes
+# the setting counts.
+_BWRAP_PROCESSES = 2
+
+
+class CallCgroup:
+    """One call's cgroup: ``pids.max`` and/or a memory limit, in one folder (v2) or one per
+    hierarchy (v1); :meth:`enter_argv` puts the sandbox in every one of them."""
+
+    def __init__(self, folders: Sequence[Path], *, memory: bool = False) -> None:
+        self.folders = tuple(folders)
+        # True when a memory limit bounds the whole call (then RLIMIT_AS is left off).
+        self.memory = memory
+
+    @property
+    def folder(self) -> Path:
+        """The first folder (the only one on v2)."""
+        return self.folders[0]
 
     @classmethod
-    def create(cls, parent: Path, max_processes: int) -> PidsCgroup | None:
-        """A fresh child cgroup of ``parent``, ``None`` when the kernel says no."""
-        folder = parent / f"plangate-bash-{uuid.uuid4().hex[:12]}"
+    def create(
+        cls,
+        parents: Mapping[str, Path],
+        *,
+        max_processes: int,
+        memory_mb: int,
+    ) -> CallCgroup | None:
+        """Fresh child cgroups of ``parents`` (controller -> parent folder), ``None`` when
+        the kernel says no to any of them (none is left behind then)."""
+        name = f"plangate-bash-{uuid.uuid4().hex[:12]}"
+        by_parent: dict[Path, list[str]] = {}
+        for controller, parent in parents.items():
+            by_parent.setdefault(parent, []).append(controller)
+        made: list[Path] = []
         try:
-            folder.mkdir()
-            (folder / "pids.max").write_text(str(max_processes))
+            for parent, controllers in by_parent.items():
+                folder = parent / name
+                folder.mkdir()
+                made.append(folder)
+                if "pids" in controllers:
+                    limit = max_processes + _BWRAP_PROCESSES
+                    (folder / "pids.max").write_text(str(limit))
+                if "memory" in controllers:
+                    _limit_memory(folder, memory_mb)
         except OSError as exc:
-            log.warning("plangate.tools.sandbox.cgroup_failed folder=%s error=%s", folder, exc)
-            with contextlib.suppress(OSError):
-                folder.rmdir()
+            log.warning("plangate.tools.sandbox.cgroup_failed folder=%s error=%s", name, exc)
+            for folder in made:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
             return None
-        return cls(folder)
+        if not made:
+            return None
+        return cls(made, memory="memory" in parents)
 
     def enter_argv(self, argv: Sequence[str]) -> list[str]:
-        """``argv`` prefixed by a shell that moves itself into the cgroup, then execs it."""
-        procs = str(self.folder / "cgroup.procs")
-        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', procs, *argv]
+        """``argv`` prefixed by a shell that moves itself into the cgroups, then execs it."""
+        procs = [str(folder / "cgroup.procs") for folder in self.folders]
+        enter = 'for f in "$@"; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 125; done'
+        script = f'{enter}; while [ "$1" != -- ]; do shift; done; shift; exec "$@"'
+        return ["/bin/sh", "-c", script, "plangate-cgroup", *procs, "--", *argv]
 
     def empty(self) -> bool:
-        try:
-            return not (self.folder / "cgroup.procs").read_text().split()
-        except OSError:
-            return True
+        """No process is left in any of the call's cgroups."""
+        for folder in self.folders:
+            try:
+                if (folder / "cgroup.procs").read_text().split():
+                    return False
+            except OSError:
+                continue
+        return True
 
     def remove(self) -> bool:
-        try:
-            self.folder.rmdir()
-        except FileNotFoundError:
-            return True
-        except OSError:
-            return False
-        return True
+        """Remove every folder; ``False`` when one is still busy."""
+        removed = True
+        for folder in self.folders:
+            try:
+                folder.rmdir()
+            except FileNotFoundError:
+                continue
+            except OSError:
+                removed = False
+        return removed
+
+
+def cgroup_parents(*, memory_mb: int | None = None) -> dict[str, Path]:
+    """Where a call's cgroups can be made: ``pids`` as root (a normal user's process count
+    is bound by RLIMIT_NPROC), ``memory`` wherever a writable hierarchy has it."""
+    parents: dict[str, Path] = {}
+    if os.geteuid() == 0 and (pids := find_pids_cgroup()) is not None:
+        parents["pids"] = pids
+    if memory_mb is not None and (memory := find_cgroup_parent("memory")) is not None:
+        parents["memory"] = memory
+    return parents
+
+
+def new_call_cgroup(settings: SandboxSettings) -> CallCgroup | None:
+    """A fresh cgroup for one call as the probe found them, ``None`` where none can be had."""
+    parents = cgroup_parents(memory_mb=settings.memory_mb)
+    if not parents:
+        return None
+    processes = settings.max_processes
+    if "memory" not in parents:  # the fallback: the process cap is what bounds the sum
+        processes = fallback_limits(settings.memory_mb, settings.max_processes)[1]
+    return CallCgroup.create(parents, max_processes=processes, memory_mb=settings.memory_mb)
+
+
+# Without a memory cgroup the sum is bounded by the process cap: half the setting is shared
+# out as address space, this much per process, but never to fewer processes than the floor
+# (a shell, git under the guard and a pipeline need a few; threads count as processes); the
+# tmpfs mounts take their fractions of the other half.
+FALLBACK_PROCESS_MB = 256
+FALLBACK_MIN_PROCESSES = 8
+
+
+def fallback_limits(memory_mb: int, max_processes: int) -> tuple[int, int]:
+    """``(address space per process in MB, processes)`` when no memory cgroup can be had:
+    their product stays within half of ``memory_mb`` (the tmpfs mounts hold the rest)."""
+    budget = memory_mb // 2
+    wanted = max(FALLBACK_MIN_PROCESSES, budget // FALLBACK_PROCESS_MB)
+    processes = max(1, min(max_processes, wanted))
+    return budget // processes, processes
 
 
 # --- the probe -------------------------------------------------------------------------------
@@ -558,33 +676,59 @@ def _probe(settings: SandboxSettings) -> SandboxStatus:
             "allow unprivileged user namespaces (see the README's security model) or "
             "set PLANGATE_SANDBOX=off on purpose"
         )
-    if os.geteuid() != 0:
-        return SandboxStatus(None, "rlimit")
-    parent = find_pids_cgroup()
-    cgroup = PidsCgroup.create(parent, settings.max_processes) if parent is not None else None
+    cgroup = new_call_cgroup(settings)
+    if cgroup is not None and not _enters(cgroup):
+        cgroup.remove()
+        cgroup = None
+    pids = cgroup is not None and any((folder / "pids.max").exists() for folder in cgroup.folders)
+    memory = "cgroup" if cgroup is not None and cgroup.memory else "fallback"
     if cgroup is not None:
         cgroup.remove()
-        return SandboxStatus(None, "cgroup")
-    return SandboxStatus(
-        None,
-        "none",
-        (
-            "running as root without a writable pids cgroup: the process-count limit does "
-            "not bind; run plangate as a normal user (the Docker image does)",
-        ),
-    )
+    if os.geteuid() != 0:
+        return SandboxStatus(None, "rlimit", memory_limit=memory)
+    if pids:
+        return SandboxStatus(None, "cgroup", memory_limit=memory)
+    notes = [
+        "running as root without a writable pids cgroup: the process-count limit does "
+        "not bind; run plangate as a normal user (the Docker image does)"
+    ]
+    if memory == "fallback":
+        notes.append("so neither does the memory total of a call")
+    return SandboxStatus(None, "none", tuple(notes), memory_limit=memory)
+
+
+def _enters(cgroup: CallCgroup) -> bool:
+    """A process can move itself into ``cgroup`` (a delegated v2 tree may refuse it)."""
+    try:
+        done = subprocess.run(
+            cgroup.enter_argv(["/bin/true"]),
+            capture_output=True,
+            timeout=10,
+            check=False,
+            cwd="/",
+            env=helper_env(),
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 __all__ = [
+    "FALLBACK_MIN_PROCESSES",
+    "FALLBACK_PROCESS_MB",
     "FIX",
-    "PidsCgroup",
+    "CallCgroup",
     "SandboxSettings",
     "SandboxStatus",
     "bwrap_argv",
+    "cgroup_parents",
+    "fallback_limits",
+    "find_cgroup_parent",
     "find_pids_cgroup",
     "forbidden_env_name",
     "guarded",
     "helper_env",
+    "new_call_cgroup",
     "probe",
     "reap_adopted",
     "sandbox_env",

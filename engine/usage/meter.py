@@ -316,9 +316,13 @@ class UsageMeter:
                 chars,
             )
             usage = None
-        completion = estimate_completion(
-            reply.text,
-            ((c.name, c.arguments or {"raw": c.raw_arguments}) for c in reply.tool_calls),
+        completion = max(
+            estimate_completion(
+                reply.text,
+                ((c.name, c.arguments or {"raw": c.raw_arguments}) for c in reply.tool_calls),
+            ),
+            # What arrived, refused arguments included (only a prefix of them is kept).
+            chars_to_tokens(reply.arrived_chars),
         )
         if usage is None:
             return ModelUsageRecord(

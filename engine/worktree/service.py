@@ -162,13 +162,22 @@ class Worktrees:
         if record is None or record.phase != "live":
             return ""
         base = f" (from {record.base})" if record.base else ""
-        return (
+        note = (
             f"This workspace is the approved plan's own git worktree on branch "
             f"{record.branch}{base}. plangate commits your changes when the plan is done and "
             "the owner decides whether to merge them; the repository history is read-only "
             "here: do not git add, commit or switch branches. git status and git diff show "
             "what you changed."
         )
+        if record.setup == "ready" and record.setup_built:
+            built = ", ".join(record.setup_built[:5])
+            note += (
+                f" The project's {SETUP_PATH} built its environment here ({built}); it is "
+                "read-only to you: use it (its tools, its test runner), do not try to change "
+                "it. To add a dependency, change the script or the requirement files and ask "
+                "the owner to run /setup."
+            )
+        return note
 
     async def view(self, session_id: str) -> WorktreeView | None:
         """What the plan card shows about the session's worktree (``None``: nothing)."""

@@ -21,7 +21,7 @@ import pytest
 from engine.events import HumanSource
 from engine.tools.base import ToolContext, ToolOutcome
 from engine.tools.bash import BashLimits, BashTool
-from engine.tools.sandbox import PidsCgroup, SandboxSettings, probe
+from engine.tools.sandbox import CallCgroup, SandboxSettings, probe
 
 FAST = BashLimits(kill_grace_s=0.5)
 # The jobs a sandboxed call hands to asyncio.to_thread, by the name of what they run.
@@ -128,14 +128,14 @@ async def test_a_stop_while_the_cgroup_is_made_waits_for_it_and_removes_it(
         assert await asyncio.to_thread(pool.finished.wait, 10)
         made = pool.results[MAKE_CGROUP]
         [cgroup] = made
-        assert isinstance(cgroup, PidsCgroup)
+        assert isinstance(cgroup, CallCgroup)
         assert not cgroup.folder.exists()  # made after the /stop, and removed all the same
         assert not (ws / "ran").exists()  # the command never started
         await quiet()
     finally:
         pool.release.set()
         for left in made:  # a failed run leaves no folder behind on the host
-            if isinstance(left, PidsCgroup):
+            if isinstance(left, CallCgroup):
                 left.remove()
 
 
@@ -162,7 +162,7 @@ async def test_a_stop_while_a_finished_call_waits_for_its_sandbox_is_raised_afte
         cgroups = pool.results[MAKE_CGROUP]
         assert len(cgroups) == (probe(SandboxSettings()).process_limit == "cgroup")
         for cgroup in cgroups:
-            assert isinstance(cgroup, PidsCgroup) and not cgroup.folder.exists()
+            assert isinstance(cgroup, CallCgroup) and not cgroup.folder.exists()
     finally:
         pool.release.set()
     assert await asyncio.to_thread(pool.finished.wait, 10)

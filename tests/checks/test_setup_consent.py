@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from engine.environments import read_script
 from engine.events import ApprovalDecided, ApprovalRequested
 from engine.model.script import call, say
 from engine.model.scripted import ScriptedProvider
@@ -109,3 +110,61 @@ async def test_a_script_the_plan_changed_is_not_run_again_without_consent(
     assert len(requests) == 1 and requests[0].tool == "setup"
     assert changed.strip() in requests[0].command
     assert _runs(rig.home) == ["approved"]
+
+
+async def test_setup_again_in_the_worktree_keeps_what_it_built_read_only(tmp_path: Path) -> None:
+    make_repo(
+        tmp_path / "work",
+        {"app.py": APP_PY, ".plangate/setup.sh": "mkdir -p .venv && echo 1 > .venv/v\n"},
+    )
+    more = "mkdir -p .venv tools && echo 2 > .venv/v && echo t > tools/t\n"
+    script = [
+        call("plan", {"op": "start"}),
+        call("write_file", {"path": ".plangate/setup.sh", "content": more}),
+        say("The script needs a tools folder now; please run /setup.", expect="Wrote"),
+    ]
+    async with engine_rig(tmp_path, ScriptedProvider(script)) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(chat(-1))
+        await post_init(rig, sid, PLAN)
+        await engine.plan_card(sid)
+        await engine.command(sid, "execute", "", actor=OWNER)
+        await settle(engine, sid, timeout_s=60)
+        first = await engine.worktrees.record(sid)
+        assert first is not None and first.setup_built == [".venv"]
+        await engine.command(sid, "setup", "", actor=OWNER)
+        while (asked := engine.approvals.pending(sid)) is None:
+            await asyncio.sleep(0.02)
+        assert more.strip() in asked.command  # the whole changed text, once
+        await engine.approvals.answer(sid, "once", asked.short_id, actor=OWNER)
+
+        async def ran() -> bool:
+            record = await engine.worktrees.record(sid)
+            return record is not None and record.setup == "ready" and "tools" in record.setup_built
+
+        while not await ran():
+            await asyncio.sleep(0.05)
+        record = await engine.worktrees.record(sid)
+    assert record is not None and record.setup_built == [".venv", "tools"]
+    assert (Path(record.path) / ".venv" / "v").read_text() == "2\n"
+    roots = [str(p) for p in await engine.worktrees.read_only_roots(sid)]
+    assert str(Path(record.path) / ".venv") in roots and str(Path(record.path) / "tools") in roots
+
+
+async def test_status_and_project_say_whether_the_project_has_a_setup_script(
+    tmp_path: Path,
+) -> None:
+    async with engine_rig(tmp_path, ScriptedProvider([])) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(chat(-1))
+        status = await engine.command(sid, "status", "", actor=OWNER)
+        assert status.reply is not None and "Setup: no .plangate/setup.sh" in status.reply
+        (rig.workspace / ".plangate").mkdir()
+        (rig.workspace / ".plangate" / "setup.sh").write_text("npm ci\n")
+        sha = (await asyncio.to_thread(read_script, rig.workspace)).sha  # type: ignore[union-attr]
+        status = await engine.command(sid, "status", "", actor=OWNER)
+        assert status.reply is not None
+        assert f"Setup: .plangate/setup.sh (sha256 {sha[:12]}) (not approved yet)" in status.reply
+        project = await engine.project(-1, 0, "", actor=OWNER)
+    assert project.reply is not None
+    assert f"Setup: .plangate/setup.sh (sha256 {sha[:12]})" in project.reply

@@ -84,9 +84,10 @@ async def test_run_with_a_refused_token_exits_with_one_line(
         PLANGATE_TELEGRAM_API_URL=fake_api.base_url,
         PLANGATE_OWNER_IDS="1",
         PLANGATE_HOME=str(tmp_path / "home"),
-        PLANGATE_WORKSPACE=str(tmp_path),
+        PLANGATE_WORKSPACE=str(tmp_path / "work"),
         PLANGATE_MODEL_BASE_URL="http://127.0.0.1:9/v1",
     )
+    (tmp_path / "work").mkdir()
     code, _, err = await _plangate("run", cwd=tmp_path, env=env)
     assert code != 0
     lines = err.strip().splitlines()

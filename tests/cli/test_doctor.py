@@ -14,13 +14,15 @@ from tests.fakes.openai_server import FAKE_MODEL, FakeOpenAIServer
 
 
 def _settings(tmp_path: Path, api: FakeBotApi, model: FakeOpenAIServer, token: str) -> Settings:
+    # The workspace beside the home, never around it (a workspace holding the home is refused).
+    (tmp_path / "work").mkdir(exist_ok=True)
     return load_settings(
         {
             "PLANGATE_TELEGRAM_TOKEN": token,
             "PLANGATE_TELEGRAM_API_URL": api.base_url,
             "PLANGATE_OWNER_IDS": "1",
             "PLANGATE_HOME": str(tmp_path / "home"),
-            "PLANGATE_WORKSPACE": str(tmp_path),
+            "PLANGATE_WORKSPACE": str(tmp_path / "work"),
             "PLANGATE_MODEL": FAKE_MODEL,
             "PLANGATE_MODEL_BASE_URL": model.base_url,
         },
@@ -40,6 +42,9 @@ async def test_doctor_passes_when_everything_answers(
     assert any("privacy mode is on" in line for line in lines)
     assert any(line.startswith("model: ok") for line in lines)
     assert any(line.startswith("sandbox: ok, bubblewrap works; network off") for line in lines)
+    # Which bound holds a call's memory, and the disk reserve, each said.
+    assert any("memory 2048 MB per call in total" in line for line in lines)
+    assert any(line.startswith("disk: ") and line.endswith("; ok") for line in lines)
     # The default policy with the sandbox on: approvals only to leave it.
     assert any("bash asks only to leave the sandbox" in line for line in lines)
     assert lines[-1] == "all checks passed"
@@ -84,19 +89,20 @@ async def test_doctor_learns_max_completion_tokens_as_a_turn_does(
 async def test_doctor_says_when_a_project_with_dependencies_has_no_setup_script(
     tmp_path: Path, fake_api: FakeBotApi, fake_openai: FakeOpenAIServer
 ) -> None:
-    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'calc'\n")
-    out = io.StringIO()
     settings = _settings(tmp_path, fake_api, fake_openai, fake_api.token)
+    project = settings.workspace
+    (project / "pyproject.toml").write_text("[project]\nname = 'calc'\n")
+    out = io.StringIO()
     assert await run_doctor(out, load=lambda: settings) == 0
     [line] = [line for line in out.getvalue().splitlines() if "setup.sh" in line]
     assert line == (
-        f"project {tmp_path}: pyproject.toml but no .plangate/setup.sh: a plan's worktree will "
+        f"project {project}: pyproject.toml but no .plangate/setup.sh: a plan's worktree will "
         "not have its dependencies; e.g. .plangate/setup.sh: "
         "python3 -m venv .venv && .venv/bin/pip install -e ."
     )
     # With a script, nothing is said.
-    (tmp_path / ".plangate").mkdir()
-    (tmp_path / ".plangate" / "setup.sh").write_text("npm ci\n")
+    (project / ".plangate").mkdir()
+    (project / ".plangate" / "setup.sh").write_text("npm ci\n")
     out = io.StringIO()
     assert await run_doctor(out, load=lambda: settings) == 0
     assert "setup.sh" not in out.getvalue()

@@ -423,3 +423,57 @@ async def test_first_touches_of_one_chat_at_once_make_one_session(
         [(count,)] = await rig.storage.db.fetch_all("SELECT count(*) FROM sessions")
         assert count == 1
         assert [b.session_id for b in await rig.storage.sessions.chat_bindings()] == sids[:1]
+
+
+async def test_the_cards_carry_their_actions_from_the_one_table(
+    tmp_path: Path, quiet_model: ScriptedProvider
+) -> None:
+    # engine.api's table decides the buttons; the card data carries them for any front end.
+    async with engine_rig(tmp_path, quiet_model) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(chat(-1))
+        await post_init(rig, sid)
+        card = await engine.plan_card(sid)
+        assert card.state == "review"
+        assert card.actions == (("approve",), ("keep", "discard"))
+        await engine.command(sid, "goal", "Keep it green", actor=OWNER)
+        await engine.command(sid, "stop", "", actor=OWNER)  # disarmed: Resume, not Pause
+        goal_card = await engine.goal_card(sid)
+        assert goal_card.actions == (("resume", "clear"),)
+
+
+async def test_a_press_counts_only_for_an_action_its_card_can_show(
+    tmp_path: Path, quiet_model: ScriptedProvider
+) -> None:
+    # A paused goal's card offers Resume and Clear: a forged Pause, or Start (only a goal the
+    # model proposed offers it), at the current revision is out of date and changes nothing.
+    async with engine_rig(tmp_path, quiet_model) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(chat(-1))
+        await engine.command(sid, "goal", "Keep it green", actor=OWNER)
+        await engine.command(sid, "stop", "", actor=OWNER)
+        goal = await engine.goals.get(sid)
+        assert goal is not None
+        start = await engine.press(
+            sid, Press("g", "start", goal.id[:8], goal.revision), actor=OWNER
+        )
+        assert start.reply == STALE_TEXT and start.stale
+        assert not engine.goals.is_armed(sid)
+        paused = await engine.press(
+            sid, Press("g", "pause", goal.id[:8], goal.revision), actor=OWNER
+        )
+        assert not paused.stale  # drawn disarmed it showed Resume, drawn armed Pause: both count
+        goal = await engine.goals.get(sid)
+        assert goal is not None and goal.phase == "paused"
+        again = await engine.press(
+            sid, Press("g", "pause", goal.id[:8], goal.revision), actor=OWNER
+        )
+        assert again.reply == STALE_TEXT and again.stale
+        # A plan in review: Resume and Revise belong to an approved checklist's card.
+        await post_init(rig, sid)
+        sidecar = await engine.plans.current(sid)
+        assert sidecar is not None
+        for action in ("resume", "revise", "merge"):
+            press = Press("p", action, sidecar.id[:8], sidecar.revision)
+            assert (await engine.press(sid, press, actor=OWNER)).reply == STALE_TEXT
+        assert await engine.plans.state(sid) == "post_init"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from engine.agent.adapters import PlanServiceAdapter
-from engine.agent.checklist import RESTART_TEXT, STOP_TEXT
+from engine.agent.checklist import RESTART_TEXT, STOP_TEXT, PauseReason
 from engine.model.script import say
 from engine.model.scripted import ScriptedProvider
 from tests.engine.helpers import OWNER, engine_rig, post_init, settle
@@ -71,3 +71,25 @@ async def test_after_a_restart_the_card_says_the_restart_or_the_stop(tmp_path: P
         await settle(again.engine, sid)  # the empty script fails the turn: paused, and why
         assert (await again.engine.plan_card(sid)).halted != STOP_TEXT
     assert RESTART_TEXT.startswith("Paused by the restart")
+
+
+def test_the_reason_read_back_is_the_last_stop_since_the_last_arm() -> None:
+    from engine.agent.checklist import stopped_reason
+    from engine.events import CommandRun, RunPaused, TurnEnd
+
+    stuck = RunPaused(kind="stuck", text="Stuck on task 2: monologue")
+    round_stuck = RunPaused(kind="stuck", text="Stuck: a goal round", goal_id="g1")
+    assert stopped_reason([]) is None
+    ended = TurnEnd(turn_id="t", outcome="completed")
+    assert stopped_reason([CommandRun(name="approve"), ended]) is None
+    cut = [CommandRun(name="approve"), TurnEnd(turn_id="t", outcome="interrupted")]
+    assert stopped_reason(cut) == PauseReason("restart", RESTART_TEXT)
+    assert stopped_reason([*cut, CommandRun(name="resume")]) is None  # armed again since
+    paused = [CommandRun(name="execute"), stuck, TurnEnd(turn_id="t", outcome="cancelled")]
+    reason = stopped_reason(paused)
+    assert reason is not None and reason.kind == "stuck" and reason.text == stuck.text
+    cancelled = TurnEnd(turn_id="t", outcome="cancelled")
+    stopped = [CommandRun(name="resume"), CommandRun(name="stop"), cancelled]
+    assert stopped_reason(stopped) == PauseReason("stop", STOP_TEXT)
+    # A goal round's stuck pause is the goal's, not the checklist's.
+    assert stopped_reason([CommandRun(name="approve"), round_stuck]) is None

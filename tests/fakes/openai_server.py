@@ -353,6 +353,10 @@ class FakeOpenAIServer:
             for i, event in enumerate(events):
                 if i and self.stream_delay_s:
                     await asyncio.sleep(self.stream_delay_s)
+                elif i % 16 == 0:
+                    # A real server is another process: this one shares the client's event
+                    # loop, and a write into a free buffer never waits, so it lets the loop go.
+                    await asyncio.sleep(0)
                 if i == self.stream_pause_at:
                     self.stream_paused += 1
                     self._every_hold.append(self.stream_resume)

@@ -423,3 +423,21 @@ async def test_a_discard_while_the_worktree_is_made_sets_it_aside(
     assert record is not None and record.phase != "live", record
     assert workspace == repo
     assert not Path(creating.path).exists()
+
+
+async def test_a_setup_a_dead_process_left_running_is_failed_at_load_never_run_again(
+    tmp_path: Path,
+) -> None:
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n", ".plangate/setup.sh": "touch ran\n"})
+    async with _service(tmp_path, repo) as service:
+        path = await _approved(service, _plan())
+        record = await service.record(SESSION)
+        assert record is not None and record.setup == "needed" and record.setup_sha
+        # The process dies while the setup runs: its log ends on "running".
+        await service.set_setup(SESSION, setup="running")
+    async with _service(tmp_path, repo) as service:
+        await service.on_load(SESSION)
+        record = await service.record(SESSION)
+    assert record is not None and record.phase == "live" and record.setup == "failed"
+    assert record.setup_note == "the setup was cut off by a restart"
+    assert not (path / "ran").exists()

@@ -29,6 +29,8 @@ from engine.api import (
     PlanCardState,
     Press,
     RestoredGoal,
+    goal_actions,
+    plan_actions,
 )
 from engine.events import Attachment
 from engine.goal.types import GoalSnapshot
@@ -84,6 +86,7 @@ class RecordingEngine:
         self.plan_states: dict[str, PlanCardState] = {}
         self.goals: dict[str, GoalSnapshot] = {}
         self.armed: set[str] = set()
+        self.goal_cards: dict[str, tuple[str | None, str | None]] = {}
         self.outcomes: dict[str, Outcome] = {}
         # Card states the owner chose (confirmations), as the engine keeps them.
         self.chosen: dict[str, PlanCardState] = {}
@@ -328,13 +331,29 @@ class RecordingEngine:
         state = self.chosen.get(session_id) or self.plan_states.get(session_id, "none")
         markdown = plan.description if plan is not None and state == "review" else None
         extra = self.card_extra.get(session_id, {})
-        return PlanCardData(state=state, sidecar=plan, markdown=markdown or None, **extra)
+        # The card's actions come from the engine's table, as the real engine's do.
+        actions = plan_actions(state, raise_cap=extra.get("raise_cap"))
+        return PlanCardData(
+            state=state, sidecar=plan, markdown=markdown or None, actions=actions, **extra
+        )
 
     async def goal_card(self, session_id: str) -> GoalCardData:
         goal = self.goals.get(session_id)
+        armed = session_id in self.armed
+        chat_id, card_id = self.goal_cards.get(session_id, (None, None))
         return GoalCardData(
-            state="live" if goal else "none", goal=goal, armed=session_id in self.armed
+            state="live" if goal else "none",
+            goal=goal,
+            armed=armed,
+            actions=goal_actions(goal, armed=armed, confirm_clear=False),
+            chat_id=chat_id,
+            card_id=card_id,
         )
+
+    async def set_goal_card(
+        self, session_id: str, *, chat_id: str | None, card_id: str | None
+    ) -> None:
+        self.goal_cards[session_id] = (chat_id, card_id)
 
     async def set_plan_flow(
         self,

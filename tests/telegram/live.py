@@ -90,6 +90,7 @@ async def live_bot(
     transcribe: bool = False,
     home: Path | None = None,
     sandbox: SandboxSettings | None = None,
+    disk_reserve_mb: int = 0,
 ) -> AsyncIterator[Live]:
     """The real engine over real storage, wired to the real application on the fake API.
 
@@ -97,7 +98,7 @@ async def live_bot(
     the model sees images (``PLANGATE_MODEL_VISION``); ``transcribe``: voice notes go to the
     fake server's ``audio/transcriptions`` (the default rig only). ``home`` defaults to
     ``tmp_path/home`` (beside the workspace); ``sandbox`` to the full sandbox with nothing
-    hidden but the home.
+    hidden but the home. ``disk_reserve_mb``: PLANGATE_DISK_RESERVE_MB (0, the default: none).
 
     ``group_pacing``: the shipped outbox pacing (about a call a second per chat, 20 per
     rolling minute in a group), as a real group has it; otherwise the tests' (no waits).
@@ -137,6 +138,7 @@ async def live_bot(
         projects=projects,
         git_remote=git_remote,
         **({"sandbox": sandbox} if sandbox is not None else {}),
+        disk_reserve_mb=disk_reserve_mb,
     )
     pacing = {"chat_interval_s": 1.0, "group_per_minute": 20} if group_pacing else {}
     settings = settings_for(

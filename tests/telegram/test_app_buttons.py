@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.telegram.app import parts
+from bot.telegram.keys import tg_flow
 from tests.fakebot.server import FakeBotApi
 from tests.keys import chat
 from tests.projects.support import RoutedProvider, git, make_repo, planning, writing
@@ -105,9 +106,9 @@ async def test_after_a_restart_the_card_says_why_the_run_stopped(
         async def says_why() -> bool:
             await parts(live.app).presenter.flush()
             data = await engine.plan_card(sid)
-            if data.sidecar is None or data.sidecar.flow.card_id is None:
+            if data.sidecar is None or tg_flow(data.sidecar.flow).card_id is None:
                 return False
-            text = fake_api.message(GROUP, data.sidecar.flow.card_id).text
+            text = fake_api.message(GROUP, tg_flow(data.sidecar.flow).card_id).text
             return "Paused by the restart" in text
 
         await until(says_why)

@@ -13,7 +13,6 @@ from typing import Any
 
 from bot.telegram.app import parts
 from bot.telegram.keys import tg_flow
-from bot.telegram.routes import goal_card_key
 from engine.app import Engine
 from engine.events import UserMessage
 from engine.model.script import ScriptStep, call, say
@@ -151,9 +150,9 @@ async def test_goal_with_three_rounds_runs_exactly_three_and_shows_round_limit(
         goal = await engine.goals.get(sid)
         assert goal is not None and goal.blocked is not None
         assert goal.blocked.code == "round-limit" and goal.rounds_started == 3
-        stored = await live.storage.db.get_meta(goal_card_key(sid))
-        assert stored
-        goal_card = fake_api.message(GROUP, int(stored.split(":")[1]))
+        stored = await engine.goal_card(sid)  # the engine keeps where the goal card is
+        assert stored.chat_id == GROUP and stored.card_id is not None
+        goal_card = fake_api.message(GROUP, stored.card_id)
     rounds = [m for m in fake_api.bot_messages(GROUP) if m.text.startswith("Round ")]
     assert [m.text for m in rounds] == ["Round 1 done.", "Round 2 done.", "Round 3 done."]
     assert "round-limit" in goal_card.text and "3/3" in goal_card.text

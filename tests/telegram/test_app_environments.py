@@ -65,9 +65,9 @@ BROKEN = "def add(a, b):\n    return a - b\n"
 TEST = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """pytest, setuptools and wheel as wheel files, fetched once for the module through the
+    """pytest, setuptools and wheel as wheel files, fetched once per test run through the
     machine's own pip configuration (a local index here; skipped where none answers)."""
     if not Path(SYSTEM_PYTHON).exists():
         pytest.skip(f"{SYSTEM_PYTHON} (the sandbox's python3) is not installed")
@@ -393,6 +393,10 @@ async def test_what_setup_built_is_read_only_so_a_plan_cannot_doctor_its_check(
         assert "grep" in runner.read_text()
         sidecar = await engine.plans.current(sid)
         assert sidecar is not None and sidecar.tasks[0].status == "in_progress"
+        # The agent was told what setup built, and that it is read-only.
+        assert live.model_server is not None
+        prompts = [str(r["messages"][0]["content"]) for r in live.model_server.chat_requests]
+        assert any("built its environment here (.venv)" in p for p in prompts)
 
 
 async def _played(live: Live, steps: int) -> bool:

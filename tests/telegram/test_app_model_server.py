@@ -231,6 +231,9 @@ async def test_hostile_tool_arguments_are_refused_and_the_session_loads_after_a_
         assert "not a valid JSON object" in results[4]
         assert not (live.workspace / "a.txt").exists() and not (live.workspace / "big.txt").exists()
         assert server.errors == []
+        # The refused million characters still count: what arrived was paid for.
+        records = await _records(live, sid)
+        assert records[3].completion_tokens >= chars_to_tokens(1_000_001)
 
     # A restart: the session and everything stored load, and the next turn works.
     async with live_bot(

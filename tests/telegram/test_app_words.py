@@ -16,7 +16,7 @@ from engine.model.script import say as model_say
 from engine.tools.ask import ASK_SENT_TEXT
 from tests.engine.helpers import EXECUTION, PLANNING, settle
 from tests.fakebot.server import FakeBotApi, FakeMessage
-from tests.keys import chat
+from tests.keys import chat, person
 from tests.telegram.app_support import GROUP, OWNER, eventually
 from tests.telegram.live import Live, button, live_bot, until
 from tests.telegram.test_app_e2e import FEEDBACK_TURN
@@ -112,7 +112,9 @@ async def test_a_reply_to_an_answered_question_opens_no_turn(
         # Even past a front end: the engine hears no answer when no question is open, and
         # says so in the chat.
         before = len(fake_api.bot_messages(GROUP))
-        await engine.user_message(sid, "and push to main", actor=ANA, message_id=None, answer=True)
+        await engine.user_message(
+            sid, "and push to main", actor=person(ANA), message_id=None, answer=True
+        )
         await settle(engine, sid)
         assert "and push to main" not in await _human_texts(live, sid)
         await eventually(
@@ -187,7 +189,7 @@ async def test_a_removed_approvers_vote_no_longer_counts(
         await until(lambda: _done(live, sid), timeout_s=60)
         [plan] = archived(live)
         assert plan["archive_reason"] == "completed"
-        assert [a["user_id"] for a in plan["approved_by"]] == [BEN, OWNER]
+        assert [a["user_id"] for a in plan["approved_by"]] == [person(BEN), person(OWNER)]
 
 
 async def test_an_approvers_feedback_after_keep_planning_is_heard_once(
@@ -220,6 +222,6 @@ async def _feedback_heard(live: Live, sid: str) -> bool:
         isinstance(s.event, UserMessage)
         and isinstance(s.event.source, FeedbackSource)
         and s.event.text == "Make step 2 shorter"
-        and s.event.source.user_id == ANA
+        and s.event.source.user_id == person(ANA)
         for s in stored
     )

@@ -1,0 +1,75 @@
+"""A built environment is kept and reused for the next worktree of the same project with the
+same script and dependency files (docs/environments.md): copied in, its old worktree's path
+rewritten, so an editable install imports the new worktree's code. Real pip, real venv."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from engine.environments import environment_key, restore_copy, save_copy
+from engine.worktree.script import script_of
+from tests.telegram.test_app_environments import (
+    BROKEN,
+    PYPROJECT,
+    SYSTEM_PYTHON,
+    TEST,
+    wheels,  # noqa: F401 - the module's fixture: pytest's wheels, fetched once
+)
+
+EDITABLE = ("-e", ".", "pytest")
+SCRIPT = script_of("python3 -m venv .venv && .venv/bin/pip install -e . pytest\n")
+
+
+def _project(root: Path) -> Path:
+    for name, text in {
+        "pyproject.toml": PYPROJECT,
+        "src/calc/__init__.py": BROKEN,
+        "tests/test_calc.py": TEST,
+    }.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def _pytest(root: Path) -> str:
+    done = subprocess.run(
+        [".venv/bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    return done.stdout
+
+
+def test_a_kept_environment_works_in_the_next_worktree_and_imports_its_code(
+    tmp_path: Path,
+    wheels: Path,  # noqa: F811
+) -> None:
+    first = _project(tmp_path / "worktrees" / "fix-add-1a2b3c4d")
+    subprocess.run(
+        [SYSTEM_PYTHON, "-m", "venv", ".venv"], cwd=first, check=True, capture_output=True
+    )
+    subprocess.run(
+        [".venv/bin/pip", "install", "-q", "--no-index", "--find-links", str(wheels), *EDITABLE],
+        cwd=first,
+        check=True,
+        capture_output=True,
+        env={"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": "/dev/null", "HOME": str(tmp_path)},
+    )
+    kept = tmp_path / "home" / "built" / "calc" / environment_key(first, SCRIPT)
+    save_copy(kept, first, [".venv"])
+    # The next plan's worktree: another path, the code fixed there.
+    second = _project(tmp_path / "worktrees" / "fix-add-again-5e6f7a8b")
+    (second / "src/calc/__init__.py").write_text(BROKEN.replace("a - b", "a + b"))
+    assert environment_key(second, SCRIPT) == kept.name
+    assert restore_copy(kept, second) == [".venv"]
+    # Its pytest runs from its own .venv and imports its own src/, not the first worktree's.
+    shutil.rmtree(first)
+    assert "1 passed" in _pytest(second)
+    # Another dependency file: another key (the script runs instead of the copy).
+    (second / "pyproject.toml").write_text(PYPROJECT + "\n# pinned\n")
+    assert environment_key(second, SCRIPT) != kept.name
