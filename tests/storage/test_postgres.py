@@ -1,6 +1,6 @@
 """The PostgreSQL store beyond the shared contract: two processes' worth of connections racing
-on one session (seq and the goal compare-and-set), migrations run once under their lock, the
-bot's meta table, and ``PLANGATE_DATABASE_URL`` choosing the store."""
+on one session (seq and the goal compare-and-set) and on one chat log, migrations run once
+under their lock, the bot's meta table, and ``PLANGATE_DATABASE_URL`` choosing the store."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import asyncpg
 import pytest
 
 from engine.errors import AppendConflict, CorruptState
+from engine.roles.types import RoleGranted, RoleRevoked
 from storage.open import open_storage
+from storage.postgres.chatlog import PgChatLog
 from storage.postgres.db import PgDatabase, probe
 from storage.postgres.eventlog import PgEventLog
 from storage.postgres.migrations import MIGRATIONS, migrate, schema_version
@@ -132,3 +134,20 @@ async def test_a_database_url_puts_every_store_in_postgresql(pg_dsn: str, tmp_pa
         assert await db.get_meta("k") == "v"
     with pytest.raises(ValueError, match="postgresql://"):
         await open_storage(tmp_path / "home", database_url="mysql://x")
+
+
+async def test_two_connections_appending_to_one_chat_log_never_share_a_seq(pg_dsn: str) -> None:
+    async with await PgDatabase.open(pg_dsn) as one, await PgDatabase.open(pg_dsn) as two:
+        logs = [PgChatLog(one), PgChatLog(two)]
+
+        async def writer(n: int) -> None:
+            for i in range(5):
+                await logs[n % 2].append_chat(
+                    "tg:-100", [RoleGranted(user_id=f"tg:{n}{i}"), RoleRevoked(user_id="tg:1")]
+                )
+
+        await asyncio.gather(*(writer(n) for n in range(4)))
+        read = await logs[1].read_chat("tg:-100")
+        assert [s.seq for s in read] == list(range(1, 41))
+        # Each append's pair is adjacent: no other writer's event between them.
+        assert all(isinstance(s.event, RoleRevoked) for s in read[1::2])
