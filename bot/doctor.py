@@ -7,6 +7,7 @@ when every check passed.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import shutil
 import sys
@@ -83,6 +84,41 @@ async def check_telegram(settings: Settings) -> tuple[bool, str]:
         else "privacy mode is off: the bot sees every group message"
     )
     return True, f"telegram: ok, @{me.username}; {privacy}"
+
+
+async def check_slack(settings: Settings) -> list[tuple[bool, str]]:
+    """auth.test with the bot token (and apps.connections.open with the app token, for
+    Socket Mode); nothing when Slack is not configured."""
+    if settings.slack_bot_token is None:
+        return []
+    if importlib.util.find_spec("slack_sdk") is None:
+        return [(False, "slack: not installed; pip install 'plangate[slack]'")]
+    from slack_sdk.errors import SlackApiError, SlackClientError
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    url = settings.slack_api_url
+    client = AsyncWebClient(token=settings.slack_bot_token.get_secret_value(), base_url=url)
+    try:
+        who = await client.auth_test()
+    except SlackApiError as exc:
+        error = exc.response.get("error")
+        return [(False, f"slack: the bot token was refused ({error}; PLANGATE_SLACK_BOT_TOKEN)")]
+    except (SlackClientError, OSError) as exc:
+        return [(False, f"slack: cannot reach {url} ({type(exc).__name__})")]
+    results = [(True, f"slack: ok, @{who.get('user')} in {who.get('team')}")]
+    if settings.slack_listen is None and settings.slack_app_token is not None:
+        app = AsyncWebClient(base_url=url)
+        try:
+            await app.apps_connections_open(app_token=settings.slack_app_token.get_secret_value())
+            results.append((True, "slack: Socket Mode ok (PLANGATE_SLACK_APP_TOKEN)"))
+        except SlackApiError as exc:
+            error = exc.response.get("error")
+            results.append(
+                (False, f"slack: the app token was refused ({error}; PLANGATE_SLACK_APP_TOKEN)")
+            )
+        except (SlackClientError, OSError) as exc:
+            results.append((False, f"slack: cannot reach {url} ({type(exc).__name__})"))
+    return results
 
 
 async def check_model(settings: Settings) -> tuple[bool, str]:
@@ -277,7 +313,9 @@ async def run_doctor(
     results.append(await asyncio.to_thread(check_sandbox, settings))
     results.append(await asyncio.to_thread(check_disk, settings))
     results.append(await check_database(settings))
-    results.append(await check_telegram(settings))
+    if settings.telegram_token is not None or settings.slack_bot_token is None:
+        results.append(await check_telegram(settings))
+    results.extend(await check_slack(settings))
     results.append(await check_model(settings))
     for _, line in results:
         print(line, file=out)

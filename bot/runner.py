@@ -7,17 +7,22 @@ engine, storage and bot together (with the demo and the doctor).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import importlib.util
 import itertools
 import logging
-from collections.abc import Awaitable, Callable
+import signal
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from telegram import Bot
 from telegram.error import InvalidToken, NetworkError
 
-from bot.compose import open_plangate
+from bot.channels import SplitChannel
+from bot.compose import Plangate, open_plangate
 from bot.health import heartbeat
 from bot.settings import (
     Settings,
@@ -26,13 +31,16 @@ from bot.settings import (
     require_run_settings,
     settings_warnings,
 )
+from bot.slack import keys
 from bot.telegram.app import file_url, redact, serve
 from bot.telegram.channel import LateChannel
 from bot.telegram.keys import person_key
+from bot.telegram.routes import ChatRoute, route_key
 from engine.app import EngineConfig
 from engine.errors import ConfigError
 from engine.model.openai_provider import OpenAIProvider
 from engine.model.transcribe import OpenAITranscriber
+from engine.ports import Channel
 from engine.progress.stuck import StuckLimits
 from engine.tools.host import install_refusal, protected_folders
 from engine.tools.sandbox import SandboxSettings, probe
@@ -77,6 +85,9 @@ def configure_logging(settings: Settings) -> None:
             settings.model_api_key,
             settings.webhook_secret,
             settings.database_url,
+            settings.slack_bot_token,
+            settings.slack_app_token,
+            settings.slack_signing_secret,
         )
         if s is not None
     ]
@@ -181,6 +192,37 @@ def install_problems(settings: Settings) -> list[str]:
     return [line for line in found if line is not None]
 
 
+def slack_owner_keys(settings: Settings) -> frozenset[str]:
+    """Slack's owners as the engine's person keys (bot.slack.keys)."""
+    return frozenset(keys.person_key(user) for user in settings.slack_owner_ids)
+
+
+def require_slack_extra(settings: Settings) -> None:
+    """A Slack token without the slack extra installed: one line saying what to install."""
+    if settings.slack_bot_token is None:
+        return
+    if (
+        importlib.util.find_spec("slack_bolt") is None
+        or importlib.util.find_spec("aiohttp") is None
+    ):
+        raise ConfigError(
+            "PLANGATE_SLACK_BOT_TOKEN is set but Slack support is not installed: "
+            "pip install 'plangate[slack]' (or unset it)"
+        )
+
+
+def slack_listen(value: str | None) -> tuple[str, int] | None:
+    """``PLANGATE_SLACK_LISTEN`` ``host:port`` -> (host, port); None: Socket Mode."""
+    if not value:
+        return None
+    host, _, port = value.strip().rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(
+            f"PLANGATE_SLACK_LISTEN: expected host:port, e.g. 0.0.0.0:3000, got {value!r}"
+        )
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
 def engine_config(settings: Settings) -> EngineConfig:
     """The engine's configuration from the settings: the fields named alike as they are
     (:data:`SHARED_FIELDS`), the others in the engine's shape."""
@@ -206,7 +248,7 @@ def engine_config(settings: Settings) -> EngineConfig:
         setup_timeout_s=settings.setup_timeout,
         bash_approval=settings.bash_approval_mode,
         approval_timeout_s=settings.approval_timeout,
-        owner_ids=frozenset(person_key(u) for u in settings.owner_ids),
+        owner_ids=frozenset(person_key(u) for u in settings.owner_ids) | slack_owner_keys(settings),
         vision=settings.model_vision,
         worktree_root=settings.home / "worktrees",
     )
@@ -249,6 +291,60 @@ async def wait_for_telegram(
         delay = min(delay * 2, RETRY_MAX_S)
 
 
+async def _together(jobs: list[Coroutine[Any, Any, None]], stop: asyncio.Event) -> None:
+    """Run the front ends side by side; when one ends (or fails) the others are stopped."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    tasks = [asyncio.ensure_future(job) for job in jobs]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        stop.set()
+        await asyncio.gather(*tasks)
+    finally:
+        stop.set()
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+
+
+async def _serve_slack(
+    settings: Settings,
+    opened: Plangate,
+    slot: LateChannel,
+    stop: asyncio.Event,
+    *,
+    alone: bool,
+) -> None:
+    """The Slack front end on the opened plangate (bot.slack.app)."""
+    from bot.slack.app import SlackConfig, SlackFrontEnd, serve_slack
+
+    secret = settings.slack_signing_secret
+    app_token = settings.slack_app_token
+    assert settings.slack_bot_token is not None
+    front = SlackFrontEnd(
+        opened.engine,
+        opened.storage.db,
+        SlackConfig(
+            bot_token=settings.slack_bot_token.get_secret_value(),
+            app_token=app_token.get_secret_value() if app_token else "",
+            signing_secret=secret.get_secret_value() if secret else "",
+            api_url=settings.slack_api_url,
+            owner_ids=settings.slack_owner_ids,
+            allowed_channels=settings.slack_allowed_channels,
+        ),
+    )
+    slot.bind(front.channel)
+    await serve_slack(
+        front,
+        opened.engine,
+        stop=stop,
+        listen=slack_listen(settings.slack_listen),
+        owns_engine=alone,
+    )
+
+
 async def run_bot() -> int:
     """Run the bot until SIGINT/SIGTERM; a setting or token problem is one line and exit 2."""
     settings = load_run_settings()
@@ -259,18 +355,40 @@ async def run_bot() -> int:
     configure_logging(settings)
     for line in settings_warnings(files=[config_path(), Path(".env")]):
         _log.warning("settings: %s", line)
-    await wait_for_telegram(settings)
+    require_slack_extra(settings)
+    if settings.telegram_token is not None:
+        await wait_for_telegram(settings)
     config = engine_config(settings)
     warning = await asyncio.to_thread(sandbox_warning, config.sandbox)
     if warning is not None:
         _log.warning("sandbox: %s", warning)
     model = model_from_settings(settings)
     transcriber = transcriber_from_settings(settings)
-    channel = LateChannel()
+    telegram_slot = LateChannel()
+    slack_slot = LateChannel()
+    home = settings.home.expanduser()
+    # Which front end a session belongs to is where its chat is (bot.slack.keys); the routes
+    # are read from the home's meta table, which exists once plangate is opened.
+    opened_box: list[Plangate] = []
+
+    async def on_slack(session_id: str) -> bool:
+        if not opened_box:
+            return False
+        stored = await opened_box[0].storage.db.get_meta(route_key(session_id))
+        route = ChatRoute.decode(stored) if stored else None
+        return route is not None and keys.is_slack_chat(route.chat_id)
+
+    serves_telegram = settings.telegram_token is not None
+    serves_slack = settings.slack_bot_token is not None
+    channel: Channel
+    if serves_telegram and serves_slack:
+        channel = SplitChannel(telegram_slot, slack_slot, on_slack)
+    else:
+        channel = telegram_slot if serves_telegram else slack_slot
     try:
         async with (
             open_plangate(
-                settings.home.expanduser(),
+                home,
                 model=model,
                 channel=channel,
                 config=config,
@@ -280,15 +398,27 @@ async def run_bot() -> int:
                     else settings.database_url.get_secret_value()
                 ),
             ) as opened,
-            heartbeat(settings.home.expanduser()),
+            heartbeat(home),
         ):
-            await serve(
-                settings,
-                opened.engine,
-                opened.storage.db,
-                channel_slot=channel,
-                transcriber=transcriber,
-            )
+            opened_box.append(opened)
+            stop = asyncio.Event()
+            jobs = []
+            if serves_slack:
+                jobs.append(
+                    _serve_slack(settings, opened, slack_slot, stop, alone=not serves_telegram)
+                )
+            if serves_telegram:
+                jobs.append(
+                    serve(
+                        settings,
+                        opened.engine,
+                        opened.storage.db,
+                        channel_slot=telegram_slot,
+                        transcriber=transcriber,
+                        stop=stop,
+                    )
+                )
+            await _together(jobs, stop)
     except InvalidToken:
         raise ConfigError(
             "PLANGATE_TELEGRAM_TOKEN: the Telegram server refused the token (getMe: "

@@ -61,6 +61,7 @@ DEFAULT_HOME = Path("~/.plangate")
 CONFIG_FILE = "config.env"
 # The openai SDK refuses to start without a key; local servers (Ollama, vLLM) ignore it.
 PLACEHOLDER_MODEL_API_KEY = "plangate-no-key"
+DEFAULT_SLACK_API_URL = "https://slack.com/api/"
 DEFAULT_TELEGRAM_API_URL = "https://api.telegram.org/bot"
 
 _ENVIRON: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
@@ -79,6 +80,26 @@ def _fail(detail: str) -> PydanticCustomError:
 
 def _shown(value: object) -> str:
     return clip(repr(value), 60)
+
+
+_SLACK_ID = re.compile(r"[A-Z0-9]{2,12}")
+
+
+def _parse_slack_ids(value: object) -> object:
+    """JSON list or comma-separated Slack ids (``U01ABC``, ``C02XYZ``) -> tuple of str."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    try:
+        items = json.loads(text) if text.startswith("[") else text.split(",")
+    except json.JSONDecodeError:
+        items = None
+    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+        raise _fail(f"expected Slack ids like U01ABCDEF, comma-separated, got {_shown(value)}")
+    ids = tuple(i.strip() for i in items if i.strip())
+    if not all(_SLACK_ID.fullmatch(i) for i in ids):
+        raise _fail(f"expected Slack ids like U01ABCDEF, comma-separated, got {_shown(value)}")
+    return ids
 
 
 def _parse_ids(value: object, *, kind: str, positive: bool) -> object:
@@ -245,6 +266,15 @@ class Settings(BaseSettings):
     # postgresql://... puts the database in PostgreSQL (docs/storage.md); unset: SQLite in
     # the home. A secret: it may carry a password.
     database_url: SecretStr | None = None
+    # Slack (docs/slack.md): the bot token serves Slack; Socket Mode with the app token, or the
+    # Events API over HTTP on PLANGATE_SLACK_LISTEN, requests checked with the signing secret.
+    slack_bot_token: SecretStr | None = None
+    slack_app_token: SecretStr | None = None
+    slack_signing_secret: SecretStr | None = None
+    slack_api_url: str = DEFAULT_SLACK_API_URL
+    slack_owner_ids: Annotated[tuple[str, ...], NoDecode] = ()
+    slack_allowed_channels: Annotated[tuple[str, ...], NoDecode] = ()
+    slack_listen: str | None = None
     # bash's sandbox: "off" runs bash unconfined (on purpose only; a warning at start).
     sandbox: Literal["on", "off"] = "on"
     bash_network: bool = _ENGINE.sandbox.network
@@ -347,6 +377,11 @@ class Settings(BaseSettings):
     def _owner_ids(cls, value: object) -> object:
         return _parse_ids(value, kind="user", positive=True)
 
+    @field_validator("slack_owner_ids", "slack_allowed_channels", mode="before")
+    @classmethod
+    def _slack_ids(cls, value: object) -> object:
+        return _parse_slack_ids(value)
+
     @field_validator("allowed_chat_ids", mode="before")
     @classmethod
     def _allowed_chat_ids(cls, value: object) -> object:
@@ -399,7 +434,12 @@ class Settings(BaseSettings):
         return seconds
 
     @field_validator(
-        "telegram_api_url", "model_base_url", "webhook_url", "transcribe_base_url", mode="after"
+        "telegram_api_url",
+        "model_base_url",
+        "webhook_url",
+        "transcribe_base_url",
+        "slack_api_url",
+        mode="after",
     )
     @classmethod
     def _urls(cls, value: str | None) -> str | None:
@@ -543,7 +583,17 @@ class Settings(BaseSettings):
         return self
 
 
-_SECRET_FIELDS = frozenset({"telegram_token", "model_api_key", "webhook_secret", "database_url"})
+_SECRET_FIELDS = frozenset(
+    {
+        "telegram_token",
+        "model_api_key",
+        "webhook_secret",
+        "slack_bot_token",
+        "slack_app_token",
+        "slack_signing_secret",
+        "database_url",
+    }
+)
 
 
 def env_name(field: str) -> str:
@@ -738,18 +788,37 @@ def load_run_settings() -> Settings:
 
 
 def run_problems(settings: Settings) -> list[str]:
-    """What ``plangate run`` still needs, one line each (empty when it can start)."""
+    """What ``plangate run`` still needs, one line each (empty when it can start): Telegram's
+    token or Slack's, and for each channel served, its owners (and Slack's way in)."""
     problems = []
-    if settings.telegram_token is None:
+    if settings.telegram_token is None and settings.slack_bot_token is None:
         problems.append(
             f"{env_name('telegram_token')}: not set; `plangate run` needs the bot token from "
-            "@BotFather (TELEGRAM_BOT_TOKEN works too)"
+            "@BotFather (TELEGRAM_BOT_TOKEN works too), or PLANGATE_SLACK_BOT_TOKEN for Slack"
         )
-    if not settings.owner_ids:
+    if not settings.owner_ids and (
+        settings.telegram_token is not None or settings.slack_bot_token is None
+    ):
         problems.append(
             f"{env_name('owner_ids')}: not set; `plangate run` needs at least one owner's "
             "Telegram user id (comma-separated or a JSON list)"
         )
+    if settings.slack_bot_token is not None:
+        if not settings.slack_owner_ids:
+            problems.append(
+                "PLANGATE_SLACK_OWNER_IDS: not set; Slack needs at least one owner's user id "
+                "(U01ABCDEF; in Slack: the profile's ⋮ menu, Copy member ID)"
+            )
+        if settings.slack_listen is None and settings.slack_app_token is None:
+            problems.append(
+                "PLANGATE_SLACK_APP_TOKEN: not set; Socket Mode needs the app-level token "
+                "(xapp-...), or set PLANGATE_SLACK_LISTEN to receive events over HTTP"
+            )
+        if settings.slack_listen is not None and settings.slack_signing_secret is None:
+            problems.append(
+                "PLANGATE_SLACK_SIGNING_SECRET: not set; events over HTTP "
+                "(PLANGATE_SLACK_LISTEN) are checked with the app's signing secret"
+            )
     return problems
 
 

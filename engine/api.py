@@ -476,6 +476,8 @@ from engine.plan.extract import extract_work_items, plan_checks  # noqa: E402
 from engine.roles.commands import parse_team_args  # noqa: E402
 from engine.roles.policy import (  # noqa: E402
     ALERT_TEXTS,
+    KNOWN_COMMANDS,
+    ROLE_TEXT,
     command_action,
     may,
     message_action,
@@ -486,6 +488,8 @@ from engine.roles.policy import (  # noqa: E402
 
 __all__ = [
     "ALERT_TEXTS",
+    "KNOWN_COMMANDS",
+    "ROLE_TEXT",
     "ApprovalView",
     "clean_name",
     "command_action",

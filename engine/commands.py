@@ -45,20 +45,36 @@ from engine.usage.meter import CAP_COMMAND
 _log = logging.getLogger("plangate.commands")
 
 
-HELP_TEXT = """plangate commands:
-/plan [request] - plan first: the agent explores and writes a plan for you to approve
-/show-plan - show the plan card again at the bottom of the chat
-/execute [text] - approve the written plan, or continue the checklist (text goes to the agent)
-/discard - discard the plan (it is archived, not deleted)
-/goal [objective [--tokens 200k] | pause | resume | clear | done | rounds N | budget 500k
-  | every 30m | every off]
-/usage - tokens and cost: today, this session, the goal (/usage cap 2m: raise the daily cap)
-/stop - stop the running turn and pause the goal
-/new - start a fresh session in this chat
-/project [name] - show this chat's project, or switch this chat (or topic) to another
-/status - what the agent is doing
-/setup - run the project's .plangate/setup.sh here (asks first, showing the whole script)
-/help - this list"""
+# Every command, as /help lists it: (name, arguments, what it does). A command's name is the
+# one a chat can tap (``show_plan``; ``/show-plan`` is typed the same); README.md lists the same.
+HELP_COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("plan", "[request]", "plan first: the agent explores and writes a plan for you to approve"),
+    ("show_plan", "", "show the plan card again at the bottom of the chat"),
+    (
+        "execute",
+        "[text]",
+        "approve the written plan, or continue the checklist (text goes to the agent)",
+    ),
+    ("discard", "", "discard the plan (it is archived, not deleted)"),
+    (
+        "goal",
+        "[objective [--tokens 200k] | pause | resume | clear | done | rounds N | budget 500k "
+        "| every 30m | every off]",
+        "a goal the agent works on round after round",
+    ),
+    ("stop", "", "stop the running turn and pause the goal"),
+    ("new", "", "start a fresh session in this chat"),
+    ("project", "[name]", "show this chat's project, or switch this chat (or topic) to another"),
+    ("status", "", "what the agent is doing"),
+    ("setup", "", "run the project's .plangate/setup.sh here (asks first, showing the script)"),
+    ("usage", "", "tokens and cost: today, this session, the goal (/usage cap 2m: raise the cap)"),
+    ("team", "[add <user> approver | remove <user>]", "who may do what here"),
+    ("whoami", "", "your id and your role here"),
+    ("help", "", "this list"),
+)
+HELP_TEXT = "plangate commands:\n" + "\n".join(
+    f"/{name}{' ' + args if args else ''} - {what}" for name, args, what in HELP_COMMANDS
+)
 
 SEED_RETRY_PROMPT = (
     "The plan is approved but its checklist is empty. Read the plan at {md_path} and call "

@@ -20,6 +20,7 @@ the owner's ``/setup``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -159,8 +160,10 @@ DEPENDENCY_FILES = (
     "Cargo.toml",
     "Cargo.lock",
 )
-# Copies of built environments kept per project (the newest ones).
+# Copies of built environments kept per project (the newest ones), and the free space a copy
+# must leave behind it.
 KEEP_COPIES = 2
+COPY_ROOM = 1024 * 1024 * 1024
 
 
 def environment_key(workspace: Path, script: SetupScript) -> str:
@@ -180,6 +183,13 @@ def save_copy(folder: Path, workspace: Path, built: list[str]) -> None:
     """Keep a copy of what a setup built in ``workspace`` (plangate's home, never seen by a
     plan), for the next worktree with the same key. Blocking: a thread."""
     if folder.exists() or not built:
+        return
+    # A copy is an optimisation: it is never kept where it would eat into the room the disk
+    # has left (the reserve for plangate's own writes among it: engine/tools/disk.py).
+    size = sum(_size(workspace / rel) for rel in built)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    if shutil.disk_usage(folder.parent).free < 2 * size + COPY_ROOM:
+        _log.info("plangate.environments.copy_not_kept low disk, %d bytes built", size)
         return
     temp = folder.with_name(f".{folder.name}.{uuid.uuid4().hex[:8]}")
     try:
@@ -204,6 +214,18 @@ def save_copy(folder: Path, workspace: Path, built: list[str]) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def _size(path: Path) -> int:
+    """Bytes under ``path`` (links not followed)."""
+    if path.is_symlink() or not path.is_dir():
+        return path.lstat().st_size if path.exists() or path.is_symlink() else 0
+    total = 0
+    for current, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += (Path(current) / name).lstat().st_size
+    return total
+
+
 def restore_copy(folder: Path, workspace: Path) -> list[str] | None:
     """Put a kept copy into ``workspace``, its old worktree's path rewritten to this one in
     the text files that name it (scripts' first lines, ``.pth`` files, records); the built
@@ -216,10 +238,18 @@ def restore_copy(folder: Path, workspace: Path) -> list[str] | None:
     if any(Path(rel).is_absolute() or ".." in Path(rel).parts for rel in built):
         return None
     new = str(workspace)
+    root = Path(os.path.realpath(workspace))
     for rel in built:
-        source, target = folder / "tree" / rel, workspace / rel
+        target = workspace / rel
         if target.exists() or target.is_symlink():
             return None  # the worktree has it already: run the script instead
+        # The key is blind to a folder the worktree's commit made a symlink (the agent can
+        # commit in NoPlan): plangate would write through it on the host. Checked for every
+        # path before anything is copied, so a refusal leaves nothing half-restored.
+        if Path(os.path.realpath(target.parent)) != root / Path(rel).parent:
+            return None
+    for rel in built:
+        source, target = folder / "tree" / rel, workspace / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         if source.is_dir() and not source.is_symlink():
             shutil.copytree(source, target, symlinks=True)
@@ -553,7 +583,10 @@ class EnvSetup:
         if ok:
             if copy is not None:
                 # Kept before the plan's first step: nothing the plan does reaches it.
-                await asyncio.to_thread(save_copy, copy, workspace, built)
+                try:
+                    await asyncio.to_thread(save_copy, copy, workspace, built)
+                except OSError as exc:  # only an optimisation: the plan goes on without it
+                    _log.info("plangate.environments.copy_not_kept %s", exc)
             await self._worktrees.set_setup(
                 session_id, setup="ready", setup_note="", setup_built=built
             )

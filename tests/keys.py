@@ -1,4 +1,4 @@
-"""Telegram-shaped keys for tests that drive the engine directly (engine.keys, bot.keys).
+"""Telegram-shaped keys for tests that drive the engine directly (engine.keys, bot.telegram.keys).
 
 Engine-level tests name chats and people the way the Telegram front end does, so what they
 store reads like a real home: ``chat(-1)`` is the group ``tg:-1``, ``chat(-1, 4)`` its forum

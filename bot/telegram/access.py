@@ -47,6 +47,7 @@ from bot.telegram import flood
 from bot.telegram.keys import SessionKey, message_key
 from engine.api import (
     ALERT_TEXTS,
+    KNOWN_COMMANDS,
     command_action,
     may,
     press_action,
@@ -93,6 +94,7 @@ class UpdateFacts:
     reply_to_message_id: int | None = None
     press: tuple[str, str] | None = None  # a callback's (kind, action): ("p", "approve")
     command_for_other_bot: bool = False
+    command_for_this_bot: bool = False  # "/cmd@thisbot": addressed to the bot by name
     mentions_bot: bool = False
     reply_to_bot: bool = False
     bot_joined: bool = False  # my_chat_member: the bot is now in the chat
@@ -208,6 +210,9 @@ def facts_of(update: Update, *, bot_id: int, bot_username: str) -> UpdateFacts:
         command=command,
         command_args=args,
         command_for_other_bot=other_bot,
+        command_for_this_bot=command is not None
+        and not other_bot
+        and bool(re.match(r"/\S*@", text)),
         mentions_bot=_mentions(msg, bot_username),
         reply_to_bot=bool(reply and reply.from_user and reply.from_user.id == bot_id),
         reply_to_message_id=reply.message_id if reply is not None else None,
@@ -306,6 +311,14 @@ def decide(
         return d("alert", f"a press the {role} role does not allow")
     if facts.command_for_other_bot:
         return d("ignore", "command for another bot")
+    if facts.command is not None and facts.command not in KNOWN_COMMANDS:
+        # One short line pointing to /help, only to someone who spoke to the bot by name (or
+        # replied to it): a group's commands for other bots stay unanswered.
+        if not (facts.command_for_this_bot or facts.reply_to_bot):
+            return d("ignore", "an unknown command not addressed to the bot")
+        if not budget_left:
+            return d("ignore", OVER_BUDGET)
+        return d("allow", "an unknown command, answered with /help")
     addressed = facts.command is not None or facts.mentions_bot or facts.reply_to_bot
     # Awaited feedback counts only from someone whose role may give it.
     feedback = _feedback(facts, expecting_reply) and may(role, words_action(feedback=True))

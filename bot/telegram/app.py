@@ -97,9 +97,10 @@ MENU: tuple[tuple[str, str], ...] = (
     ("setup", "Run the project's .plangate/setup.sh (asks first)"),
     ("usage", "Tokens and cost: today, this session, the goal"),
     ("team", "Who may do what here: owners, approvers, members"),
+    ("whoami", "Your id and your role here"),
     ("help", "How to use plangate"),
 )
-# CommandHandler names -> engine command names (/start behaves as /help).
+# CommandHandler names -> engine command names.
 COMMANDS: tuple[tuple[str, CommandName], ...] = (
     ("plan", "plan"),
     ("execute", "execute"),
@@ -110,14 +111,13 @@ COMMANDS: tuple[tuple[str, CommandName], ...] = (
     ("usage", "usage"),
     ("setup", "setup"),
     ("help", "help"),
-    ("start", "help"),
 )
 
 
 class BotSettings(Protocol):
     """The settings the Telegram front end reads (``bot.settings.Settings``; read-only here).
 
-    Also read when present: ``telegram_token`` (str or ``SecretStr``).
+    Also read when present: ``telegram_token`` (str or ``SecretStr``), ``model`` (its name).
     """
 
     @property
@@ -295,6 +295,7 @@ def build_application(
             max_image_px=int(getattr(settings, "max_image_px", 2048)),
         ),
         transcriber=transcriber,
+        model_name=str(getattr(settings, "model", "") or ""),
     )
     application.bot_data["plangate"] = bp
     h = Handlers(bp)
@@ -306,6 +307,8 @@ def build_application(
     application.add_handler(CommandHandler("new", h.new))
     application.add_handler(CommandHandler("team", h.team))
     application.add_handler(CommandHandler("project", h.project))
+    application.add_handler(CommandHandler("start", h.start))
+    application.add_handler(CommandHandler("whoami", h.whoami))
     application.add_handler(
         MessageHandler(filters.Regex(SHOW_PLAN_PATTERN) & filters.TEXT, h.show_plan)
     )
@@ -319,6 +322,8 @@ def build_application(
             filters.Document.ALL | filters.PHOTO | filters.VOICE | filters.AUDIO, h.upload
         )
     )
+    # Last: a command no handler above took (the gate let it through only when addressed).
+    application.add_handler(MessageHandler(filters.COMMAND, h.unknown_command))
     application.add_error_handler(h.error)
     return application
 

@@ -262,6 +262,13 @@ def worktree_lines(view: WorktreeView, *, files: int | None, patch: bool) -> lis
             lines.append(f"<i>… {count - len(shown)} more files</i>")
         if view.patch_name:
             lines.append(f"<i>The whole diff is attached as {escape(view.patch_name)}.</i>")
+    if view.left_out:
+        nested = ", ".join(clip_line(path, 80) for path in view.left_out[:5])
+        more = f" and {len(view.left_out) - 5} more" if len(view.left_out) > 5 else ""
+        lines.append(
+            f"⚠️ Not part of the branch: {escape(nested)}{more} (a nested repository or "
+            "submodule; plangate never stages or enters one)."
+        )
     if view.message:
         lines.append(f"⚠️ {escape(clip(view.message, 500, one_line=True))}")
     if view.confirm_drop:

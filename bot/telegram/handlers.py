@@ -57,6 +57,7 @@ from bot.telegram.voice import (
     transcript_keyboard,
 )
 from engine.api import (
+    ROLE_TEXT,
     STALE_TEXT,
     CommandName,
     EngineApi,
@@ -110,6 +111,8 @@ class BotParts:
     # Speech to text for voice notes (None: not set up), and the transcripts on offer.
     transcriber: Transcriber | None = None
     transcripts: Transcripts = field(default_factory=Transcripts)
+    # The model's name, for /start's welcome.
+    model_name: str = ""
 
 
 def parts(application: Application[Any, Any, Any, Any, Any, Any]) -> BotParts:
@@ -382,6 +385,67 @@ class Handlers:
         fresh = await self._session(key)
         self._render(fresh, key, outcome, reply_to=msg.message_id, actor=user.id)
 
+    async def start(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """/start: a welcome that says what this chat is bound to (the project, for those who
+        may see it; the model), the sender's role and what it allows, and what to try first."""
+        msg = update.effective_message
+        if msg is None:
+            return
+        key = message_key(msg)
+        actor = self._actor(update)
+        role = await self.bp.engine.role_of(key[0], actor)
+        lines = [
+            "👋 This is plangate: it plans before it changes a project, and works on once "
+            "you approve."
+        ]
+        if may(role, "settings") and actor is not None:
+            shown = await self.bp.engine.project(key[0], key[1], "", actor=actor)
+            if shown.reply:
+                lines.append(
+                    f"This chat works on {shown.reply.splitlines()[0].removeprefix('Project: ')}."
+                )
+        if self.bp.model_name:
+            lines.append(f"Model: {self.bp.model_name}.")
+        lines.append(ROLE_TEXT[role])
+        if may(role, "control"):
+            lines.append("Try: /plan <what you want changed>. /help lists every command.")
+        else:
+            lines.append("Try: /show_plan or /status. /help lists every command.")
+        self._send_reply(key, escape("\n".join(lines)), reply_to=msg.message_id, name="start")
+
+    async def whoami(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """/whoami: the sender's name, Telegram id and role here (what pairing and /team use)."""
+        msg = update.effective_message
+        user = update.effective_user
+        if msg is None or user is None:
+            return
+        key = message_key(msg)
+        actor = self._actor(update)
+        role = await self.bp.engine.role_of(key[0], actor)
+        who = (
+            "You are sending as the chat itself"
+            if actor is None
+            else (f"You are {user.full_name}, Telegram user id {user.id}")
+        )
+        text = escape(f"{who}. {ROLE_TEXT[role]}")
+        self._send_reply(key, text, reply_to=msg.message_id, name="whoami")
+
+    async def unknown_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """A command plangate does not have: one short line pointing to /help (the gate lets it
+        through only in chats the bot works in, and in groups only when addressed to it)."""
+        msg = update.effective_message
+        if msg is None:
+            return
+        word = (msg.text or msg.caption or "").split(maxsplit=1)[0].split("@", 1)[0]
+        text = escape(f"There is no {clip(word, 40, one_line=True)} command. /help lists them.")
+        self._send_reply(message_key(msg), text, reply_to=msg.message_id, name="unknown")
+
+    def _send_reply(self, key: SessionKey, text: str, *, reply_to: int, name: str) -> None:
+        """Send ``text`` (HTML) as a reply, in the background like every reply: a paced send
+        must not hold the chat's lane."""
+        send = self.bp.outbox.send_text(key[0], text, thread_id=key[1] or None, reply_to=reply_to)
+        self.bp.tasks.spawn(send, name=f"{name}:{key[0]}")
+
     async def team(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """/team [add <user> approver | remove <user>]: the chat's roles (docs/roles.md)."""
         msg = update.effective_message
@@ -399,11 +463,7 @@ class Handlers:
         reply = _reply_text(outcome)
         if reply is None:
             return
-        # In the background, like every reply: a paced send must not hold the chat's lane.
-        send = self.bp.outbox.send_text(
-            key[0], reply, thread_id=key[1] or None, reply_to=msg.message_id
-        )
-        self.bp.tasks.spawn(send, name=f"team:{key[0]}")
+        self._send_reply(key, reply, reply_to=msg.message_id, name="team")
 
     def _team_target(self, msg: Message, args: str) -> Person | None:
         """Who ``/team add|remove`` means: the user a numeric id names, the message replied

@@ -10,15 +10,11 @@ detector compares a digest of the workspace with the one taken before:
   most :data:`MAX_ENTRIES` entries (version control, caches and dependency folders skipped,
   the same folders the checks' watch skips).
 
-git runs with the repository's own code switched off: the workspace is the agent's to write,
-so its ``.git/config`` is not trusted. It runs as plangate's own git commands do
-(``engine.worktree.git``: the same ``-c`` overrides of every option that runs a program, the
-same clean environment with no system or global configuration), submodules are ignored, and a
-repository whose configuration names a program git would run (:func:`unsafe_config` over every
-file git reads, ``config.worktree`` included: a filter driver, an include...) is walked
-instead. The repository is found once; the listing and the status then name it explicitly
-(``GIT_DIR``, ``GIT_WORK_TREE``), so both read the same configuration. The child never gets
-the project's Python path.
+git runs through plangate's one host git runner (``engine.worktree.git.Git``): the workspace
+is the agent's to write, so its ``.git/config`` is not trusted; the runner's forced settings,
+clean environment and configuration check apply (a repository whose configuration names a
+program git would run is walked instead), submodules are never entered, and the status does
+not rewrite the index (``GIT_OPTIONAL_LOCKS=0``: the agent's own git commands own it).
 """
 
 from __future__ import annotations
@@ -30,56 +26,12 @@ import os
 from pathlib import Path
 
 from engine.checks.watch import SKIP_DIRS
-from engine.worktree.git import CONFIG_LISTING, SAFE_CONFIG, git_env, unsafe_config
+from engine.worktree.git import IGNORE_SUBMODULES, Git, GitError
 
 _log = logging.getLogger("plangate.progress.workspace")
 
 MAX_ENTRIES = 20_000
 GIT_TIMEOUT_S = 10.0
-# No home of its own: git reads no user configuration from it.
-_NO_HOME = Path("/nonexistent")
-
-
-def _git_env() -> dict[str, str]:
-    env = git_env(_NO_HOME)
-    # A status must not rewrite the index (the agent's own git commands own it).
-    env["GIT_OPTIONAL_LOCKS"] = "0"
-    return env
-
-
-async def _git(workspace: Path, *args: str, repo: tuple[str, str] | None = None) -> bytes | None:
-    """Run one git command in ``workspace`` (in ``repo``: its git folder and top, when
-    given); its stdout, or None when it failed."""
-    env = _git_env()
-    if repo is not None:
-        env["GIT_DIR"], env["GIT_WORK_TREE"] = repo
-    try:
-        child = await asyncio.create_subprocess_exec(
-            "git",
-            *(arg for setting in SAFE_CONFIG for arg in ("-c", setting)),
-            "-c",
-            "core.untrackedCache=false",
-            "-c",
-            "status.showUntrackedFiles=all",
-            *args,
-            cwd=workspace,
-            env=env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-    except OSError:
-        return None
-    try:
-        out, _ = await asyncio.wait_for(child.communicate(), GIT_TIMEOUT_S)
-    except TimeoutError:
-        child.kill()
-        await child.wait()
-        return None
-    except asyncio.CancelledError:
-        child.kill()
-        raise
-    return out if child.returncode == 0 else None
 
 
 def _stat_line(root: Path, rel: str) -> str:
@@ -134,30 +86,33 @@ def walk_digest(root: Path, *, max_entries: int = MAX_ENTRIES) -> str:
 
 async def snapshot(workspace: Path) -> str:
     """A digest that changes when a file in the workspace is created, changed or removed."""
-    found = await _git(workspace, "rev-parse", "--absolute-git-dir", "--show-toplevel")
-    lines = os.fsdecode(found).splitlines() if found is not None else []
-    if len(lines) == 2 and all(line.strip() for line in lines):
+    repo = await Git.discover(workspace, optional_locks=False)
+    if repo is not None and repo.work_tree is not None:
         # Porcelain paths are relative to the repository's top, which may be above the
-        # workspace; only the workspace's own part is listed (the "." pathspec).
-        repo = (lines[0], lines[1])
-        toplevel = Path(lines[1])
-        listing = await _git(workspace, *CONFIG_LISTING, repo=repo)
-        # A key that makes git run a program (a filter driver, say) means: walk instead.
-        if listing is not None and not unsafe_config(os.fsdecode(listing), scoped=True):
-            porcelain = await _git(
-                workspace,
+        # workspace; only the workspace's own part is listed (run at the top, the
+        # workspace's path from there is the pathspec).
+        inside = os.path.relpath(workspace.resolve(), repo.work_tree.resolve())
+        try:
+            done = await repo.run(
                 "status",
                 "--porcelain=v1",
                 "-z",
-                "--ignore-submodules=all",
+                "--untracked-files=all",
+                IGNORE_SUBMODULES,
                 "--",
-                ".",
-                repo=repo,
+                f":(literal){inside}",
+                check=False,
+                timeout_s=GIT_TIMEOUT_S,
             )
-            if porcelain is not None:
-                return await asyncio.to_thread(_git_digest, toplevel, porcelain)
-        else:
+        except GitError:
+            # A key that makes git run a program (a filter driver, say) means: walk instead.
             _log.info("plangate.progress.workspace.unsafe_config walk instead")
+        except (OSError, TimeoutError):
+            pass
+        else:
+            if done.ok:
+                porcelain = os.fsencode(done.out)
+                return await asyncio.to_thread(_git_digest, repo.work_tree, porcelain)
     return await asyncio.to_thread(walk_digest, workspace)
 
 

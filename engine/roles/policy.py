@@ -115,7 +115,10 @@ COMMANDS: Final[dict[str, Action]] = {
     "usage": "settings",
     "project": "settings",
     "setup": "settings",
+    "whoami": "read",
 }
+# Every command a front end knows; anything else is answered with a pointer to /help.
+KNOWN_COMMANDS: Final[frozenset[str]] = frozenset(COMMANDS)
 # Commands that only repeat another (``/start`` is ``/help``): not listed in the texts.
 _ALIASES: Final = frozenset({"start"})
 

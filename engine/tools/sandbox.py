@@ -145,9 +145,12 @@ def sandbox_env(settings: SandboxSettings, environ: Mapping[str, str]) -> dict[s
     return env
 
 
-def guarded(command_var: str = '"$1"') -> str:
-    """bash that neutralises the repository's named git drivers, then execs the command."""
-    return f"{{ {NAMED_GUARD}; }} && exec bash -c {command_var}"
+def guarded(command_var: str = '"$1"', limits: str = "") -> str:
+    """bash that neutralises the repository's named git drivers, then (after ``limits``,
+    shell commands such as ``ulimit``) execs the command. The guard runs before the limits:
+    under the fallback's small address space per process its git could not start."""
+    then = f"{limits} && " if limits else ""
+    return f"{{ {NAMED_GUARD}; }} && {then}exec bash -c {command_var}"
 
 
 def _system_mounts() -> list[str]:
@@ -355,7 +358,7 @@ def bwrap_argv(
     for name, value in sandbox_env(settings, os.environ if environ is None else environ).items():
         args += ["--setenv", name, value]
     # ulimit sets soft and hard limits together; nothing inside can raise a hard limit again.
-    args += ["--", "bash", "-c", f"{limits} && {guarded()}", "bash", command]
+    args += ["--", "bash", "-c", guarded(limits=limits), "bash", command]
     return args
 
 

@@ -1,17 +1,32 @@
-"""plangate's own git commands, run on trees the agent wrote (docs/projects.md, "Safety").
+"""plangate's own git on the host: the one runner of every git command plangate runs outside the
+sandbox (worktrees, the commit at Done, Merge, Push, the progress snapshot; docs/projects.md,
+"Safety", and docs/security.md, "Git").
 
-Every command runs with a working folder and an environment chosen here, never the bot's:
-no secrets, no global or system configuration (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL``
-= ``/dev/null``), a ``HOME`` with nothing in it, no terminal prompts. The options that make
-git run a program are overridden on the command line (fsmonitor, hooks, pager, editor,
-credential helpers, signing programs), diffs run with ``--no-ext-diff --no-textconv``, and
-``GIT_DIR`` / ``GIT_WORK_TREE`` name the repository explicitly, so a ``.git`` file the agent
-rewrote in a worktree is never followed. A repository whose own configuration names a program
-git would run (a filter or merge driver, an include, an ssh command...) is refused outright:
-:func:`unsafe_config` lists those keys. The check reads every file git itself reads
-(:data:`CONFIG_LISTING`: ``config.worktree`` and included files too, not just
-``.git/config``) and runs before every command, not once: the agent may write the
-repository's configuration again after a worktree was made (NoPlan, or after the plan).
+The settings that make git run a program, reach the network or enter another repository are
+in one table, ``engine.git_safety``; this runner applies its host column:
+
+- the environment is built from nothing (:func:`git_env`): no secrets, no system or global
+  configuration (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL=/dev/null``), a ``HOME`` with
+  nothing in it, no terminal prompts;
+- the forced settings go on the command line as ``-c`` (:data:`SAFE_CONFIG`), before every
+  command; diffs run with ``--no-ext-diff --no-textconv`` (:func:`diff_args`);
+- a repository whose configuration sets a refused key (a filter or merge driver, an include,
+  ``url.*.insteadOf``...) is refused before every command, not once (:meth:`Git.unsafe` reads
+  every file git itself reads, ``config.worktree`` and included files too): the agent may
+  write the configuration again after a worktree was made;
+- ``GIT_DIR`` / ``GIT_WORK_TREE`` name the repository explicitly, so a ``.git`` file the agent
+  rewrote in a worktree is never followed;
+- nested repositories and submodules are never entered: their own configuration (a filter
+  in ``sub/.git/config``) is not the one checked, so status and diff pass
+  ``--ignore-submodules=all`` (``submodule.<name>.ignore``, which ``.gitmodules`` may set,
+  would outrank the configuration's ``diff.ignoreSubmodules``) and :meth:`Git.add_all` stages
+  everything but gitlinks and nested repositories (:meth:`Git.nested`).
+
+Use it as::
+
+    git = Git(project / ".git", project, home=empty_folder)
+    head = await git.out("rev-parse", "HEAD")      # refuses an unsafe repository first
+    found = await Git.discover(workspace)          # the repository around a folder, or None
 """
 
 from __future__ import annotations
@@ -20,12 +35,12 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import PlangateError
+from engine.git_safety import host_config, host_env, unsafe_config
 
 _log = logging.getLogger("plangate.worktree.git")
 
@@ -33,50 +48,15 @@ GIT_TIMEOUT_S = 60.0
 # Fixed identity of plangate's commits: no global git identity is read (or needed).
 AUTHOR_NAME = "plangate"
 AUTHOR_EMAIL = "plangate@localhost"
-# Each of these would run a program; passed as ``-c`` before every command.
-SAFE_CONFIG: tuple[str, ...] = (
-    "core.fsmonitor=false",
-    "core.hooksPath=/dev/null",
-    "core.pager=cat",
-    "core.editor=true",
-    "sequence.editor=true",
-    "core.askPass=",
-    "credential.helper=",
-    "core.sshCommand=ssh",
-    "core.attributesFile=/dev/null",
-    "commit.gpgSign=false",
-    "tag.gpgSign=false",
-    "protocol.ext.allow=never",
-    "color.ui=false",
-    "core.quotePath=false",
-    "advice.detachedHead=false",
-    f"user.name={AUTHOR_NAME}",
-    f"user.email={AUTHOR_EMAIL}",
-)
-# Repository configuration keys that make git run a program (or read more configuration
-# from elsewhere) and that the -c overrides above cannot undo: a driver is named by the
-# repository's own attributes, so a repository that defines any of these is refused. (Keys
-# the overrides replace, like core.hooksPath or core.fsmonitor, are harmless here.) Matched
-# on the lowercased key.
-_UNSAFE_KEYS = re.compile(
-    r"^(?:"
-    r"filter\..+\.(?:clean|smudge|process)"
-    r"|merge\..+\.driver"
-    r"|diff\..+\.(?:command|textconv)"
-    r"|include\.path|includeif\..+"
-    r"|core\.(?:gitproxy|alternaterefscommand)"
-    r"|remote\..+\.(?:uploadpack|receivepack|vcs)"
-    r"|url\..+\.(?:insteadof|pushinsteadof)"
-    r"|credential\..*helper"
-    r"|gpg\..*program"
-    r"|uploadpack\.packobjectshook"
-    # Makes git read .git/config.worktree (or a worktree's own): refused rather than trusted.
-    r"|extensions\.worktreeconfig"
-    r")$"
-)
+# The -c arguments of every command (engine.git_safety's host column, plain output, identity).
+SAFE_CONFIG: tuple[str, ...] = host_config((AUTHOR_NAME, AUTHOR_EMAIL))
 # Every configuration entry git reads for the repository, each with its scope (``local``,
 # ``worktree``...); our own ``-c`` overrides come back as ``command`` and are skipped.
 CONFIG_LISTING: tuple[str, ...] = ("config", "--list", "--null", "--show-scope")
+# HOME of a command that has no folder of plangate's for it: git needs none to exist.
+NO_HOME = Path("/nonexistent")
+# Status and diff never enter a submodule (whose own configuration applies there).
+IGNORE_SUBMODULES = "--ignore-submodules=all"
 
 
 class GitError(PlangateError):
@@ -103,19 +83,7 @@ class GitResult:
 
 def git_env(home: Path) -> dict[str, str]:
     """The whole environment of a plangate git command (``home`` is an empty folder)."""
-    env = {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": str(home),
-        "LANG": "C",
-        "LC_ALL": "C",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": "/dev/null",
-        "GIT_ATTR_NOSYSTEM": "1",
-        "GIT_TERMINAL_PROMPT": "0",
-        "GIT_PAGER": "cat",
-        "GIT_EDITOR": "true",
-        "GIT_MERGE_AUTOEDIT": "no",
-    }
+    env = host_env(home)
     # An agent's key for ssh pushes is the operator's choice; the socket path is no secret.
     agent = os.environ.get("SSH_AUTH_SOCK")
     if agent:
@@ -123,29 +91,44 @@ def git_env(home: Path) -> dict[str, str]:
     return env
 
 
-def unsafe_config(listing: str, *, scoped: bool = False) -> list[str]:
-    """The keys of ``git config --list --null`` output that would make git run a program;
-    ``scoped``: the output of :data:`CONFIG_LISTING` (scope and entry alternate)."""
-    entries = listing.split("\0")
-    if scoped:
-        pairs = zip(entries[0::2], entries[1::2], strict=False)
-        entries = [entry for scope, entry in pairs if scope.strip() != "command"]
-    keys = []
-    for entry in entries:
-        key = entry.split("\n", 1)[0].strip().lower()
-        if key and _UNSAFE_KEYS.match(key):
-            keys.append(key)
-    return keys
-
-
 class Git:
     """Runs git for one repository: ``git_dir`` (a ``.git`` folder, or a worktree's admin
-    folder under it) and, for commands that need files, ``work_tree``."""
+    folder under it) and, for commands that need files, ``work_tree``. ``home``: an empty
+    folder for ``HOME`` (made when missing; :data:`NO_HOME` is never made)."""
 
-    def __init__(self, git_dir: Path, work_tree: Path | None, *, home: Path) -> None:
+    def __init__(
+        self,
+        git_dir: Path,
+        work_tree: Path | None,
+        *,
+        home: Path = NO_HOME,
+        optional_locks: bool = True,
+    ) -> None:
         self.git_dir = git_dir
         self.work_tree = work_tree
         self._home = home
+        # False for a read that must not rewrite the index (the agent's git owns it).
+        self._optional_locks = optional_locks
+
+    @classmethod
+    async def discover(
+        cls, folder: Path, *, home: Path = NO_HOME, optional_locks: bool = True
+    ) -> Git | None:
+        """The repository ``folder`` is in (its git folder and top), or ``None``.
+
+        Found once with ``rev-parse`` run in ``folder`` (no configuration of it runs a
+        program there: the forced settings hold); every later command names it explicitly."""
+        probe = cls(Path(folder), None, home=home, optional_locks=optional_locks)
+        try:
+            found = await probe._exec(
+                "rev-parse", "--absolute-git-dir", "--show-toplevel", check=False, cwd=folder
+            )
+        except OSError:
+            return None
+        lines = found.out.splitlines() if found.ok else []
+        if len(lines) != 2 or not all(line.strip() for line in lines):
+            return None
+        return cls(Path(lines[0]), Path(lines[1]), home=home, optional_locks=optional_locks)
 
     async def run(
         self, *args: str, check: bool = True, timeout_s: float = GIT_TIMEOUT_S
@@ -164,14 +147,22 @@ class Git:
         return await self._exec(*args, check=check, timeout_s=timeout_s)
 
     async def _exec(
-        self, *args: str, check: bool = True, timeout_s: float = GIT_TIMEOUT_S
+        self,
+        *args: str,
+        check: bool = True,
+        timeout_s: float = GIT_TIMEOUT_S,
+        cwd: Path | None = None,
     ) -> GitResult:
-        self._home.mkdir(parents=True, exist_ok=True)
+        if self._home != NO_HOME:
+            self._home.mkdir(parents=True, exist_ok=True)
         env = git_env(self._home)
-        env["GIT_DIR"] = str(self.git_dir)
-        if self.work_tree is not None:
-            env["GIT_WORK_TREE"] = str(self.work_tree)
-        cwd = self.work_tree if self.work_tree is not None else self.git_dir
+        if not self._optional_locks:
+            env["GIT_OPTIONAL_LOCKS"] = "0"
+        if cwd is None:
+            env["GIT_DIR"] = str(self.git_dir)
+            if self.work_tree is not None:
+                env["GIT_WORK_TREE"] = str(self.work_tree)
+            cwd = self.work_tree if self.work_tree is not None else self.git_dir
         argv = ["git", *(part for item in SAFE_CONFIG for part in ("-c", item)), *args]
         process = await asyncio.create_subprocess_exec(
             *argv,
@@ -191,7 +182,7 @@ class Git:
             raise
         result = GitResult(
             process.returncode or 0,
-            out.decode("utf-8", "replace"),
+            out.decode("utf-8", "surrogateescape"),
             err.decode("utf-8", "replace"),
         )
         if check and not result.ok:
@@ -211,10 +202,34 @@ class Git:
             return [f"(config unreadable: {listing.last_line()})"]
         return unsafe_config(listing.out, scoped=True)
 
+    async def nested(self) -> list[str]:
+        """The work tree's gitlinks (submodules) and nested repositories not yet tracked,
+        relative to its top: what plangate's git never enters nor stages."""
+        if self.work_tree is None:
+            return []
+        staged = await self.run("ls-files", "--stage", "-z", check=False)
+        found = [
+            entry.split("\t", 1)[1]
+            for entry in staged.out.split("\0")
+            if entry.startswith("160000 ") and "\t" in entry
+        ]
+        # An untracked folder holding a repository is listed as "path/" and not entered.
+        others = await self.run("ls-files", "--others", "--exclude-standard", "-z", check=False)
+        found += [entry.rstrip("/") for entry in others.out.split("\0") if entry.endswith("/")]
+        return sorted(dict.fromkeys(found))
+
+    async def add_all(self) -> list[str]:
+        """``git add -A`` of the whole work tree except :meth:`nested` (a gitlink is never
+        staged or entered); the paths left out."""
+        left = await self.nested()
+        excludes = [f":(exclude,literal){path}" for path in left]
+        await self.run("add", "-A", "--", ".", *excludes)
+        return left
+
 
 def diff_args(*revs: str) -> Sequence[str]:
-    """``git diff`` with no external diff program and no text conversion."""
-    return ("diff", "--no-ext-diff", "--no-textconv", "--no-color", *revs)
+    """``git diff`` with no external diff program, no text conversion, no submodule entered."""
+    return ("diff", "--no-ext-diff", "--no-textconv", "--no-color", IGNORE_SUBMODULES, *revs)
 
 
 __all__ = [
@@ -222,6 +237,8 @@ __all__ = [
     "AUTHOR_NAME",
     "CONFIG_LISTING",
     "GIT_TIMEOUT_S",
+    "IGNORE_SUBMODULES",
+    "NO_HOME",
     "SAFE_CONFIG",
     "Git",
     "GitError",

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import re
 import shutil
 from collections.abc import Awaitable, Callable
@@ -36,7 +37,7 @@ from engine.ports import EventLog
 from engine.tasks import safe_call
 from engine.text import clip
 from engine.tools.workspace import is_within
-from engine.worktree.git import Git, GitError, GitResult, diff_args
+from engine.worktree.git import IGNORE_SUBMODULES, Git, GitError, GitResult, diff_args
 from engine.worktree.script import SETUP_PATH, SetupScript, script_of
 from engine.worktree.types import (
     CLOSED,
@@ -198,6 +199,7 @@ class Worktrees:
             files=tuple(record.files),
             conflicts=tuple(record.conflicts),
             message=record.message,
+            left_out=tuple(record.left_out),
             push=self.remote is not None,
             confirm_drop=self._confirm.get(session_id) == record.plan_id,
             patch=patch,
@@ -350,7 +352,7 @@ class Worktrees:
             if record is None or record.phase != "live":
                 return
             try:
-                head = await self._commit(record, sidecar.title)
+                head, left_out = await self._commit(record, sidecar.title)
                 files = await self._numstat(record, head)
             except (GitError, OSError) as exc:
                 await self._left_alone(session_id, record, exc)
@@ -363,6 +365,7 @@ class Worktrees:
                     "revision": sidecar.revision,
                     "head": head,
                     "files": files,
+                    "left_out": left_out,
                     "sidecar": sidecar.model_dump(mode="json"),
                 }
             )
@@ -386,7 +389,7 @@ class Worktrees:
                 return
             if record.phase == "live":
                 try:
-                    head = await self._commit(record, record.title or "plangate plan")
+                    head, _ = await self._commit(record, record.title or "plangate plan")
                 except (GitError, OSError) as exc:
                     await self._left_alone(session_id, record, exc)
                     return
@@ -774,11 +777,15 @@ class Worktrees:
                 continue
         raise GitError(f"the worktree {record.path} is not registered in {project}")
 
-    async def _commit(self, record: WorktreeRecord, title: str) -> str:
-        """Commit everything in the worktree (if anything changed); the new HEAD."""
+    async def _commit(self, record: WorktreeRecord, title: str) -> tuple[str, list[str]]:
+        """Commit everything in the worktree (if anything changed) but nested repositories
+        and submodules (never entered: their own configuration is the agent's); the new HEAD
+        and the nested repositories with something in them, which the branch leaves out."""
         tree = await self._in_tree(record)
-        await tree.run("add", "-A", "--", ".")
-        staged = await tree.run("diff", "--cached", "--quiet", "--no-ext-diff", check=False)
+        left = await tree.add_all()
+        staged = await tree.run(
+            "diff", "--cached", "--quiet", "--no-ext-diff", IGNORE_SUBMODULES, check=False
+        )
         if staged.code == 1:
             message = clip(title or "plangate plan", 200, one_line=True)
             await tree.run(
@@ -791,7 +798,8 @@ class Worktrees:
                 "-m",
                 f"Made by plangate for plan {record.plan_id[:8]}.",
             )
-        return await tree.out("rev-parse", "HEAD")
+        head = await tree.out("rev-parse", "HEAD")
+        return head, [path for path in left if _has_content(Path(record.path) / path)]
 
     async def _numstat(self, record: WorktreeRecord, head: str) -> list[FileStat]:
         main = self._main(Path(record.project))
@@ -894,6 +902,16 @@ class Worktrees:
         elif record.phase in ("creating", "live", "in_place"):
             self._decided.discard(session_id)  # a new plan: the old Done card is history
         self._records[session_id] = record
+
+
+def _has_content(folder: Path) -> bool:
+    """A nested repository or submodule folder that holds anything (a submodule of the base
+    is an empty folder in a fresh worktree: something there is the plan's)."""
+    try:
+        with os.scandir(folder) as entries:
+            return next(entries, None) is not None
+    except OSError:
+        return False
 
 
 def project_slug(project: Path) -> str:

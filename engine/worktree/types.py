@@ -67,6 +67,8 @@ class WorktreeRecord(BaseModel):
     head: str = ""
     files: list[FileStat] = Field(default_factory=list)
     conflicts: list[str] = Field(default_factory=list)
+    # Nested repositories and submodules the plan changed: never staged, not on the branch.
+    left_out: list[str] = Field(default_factory=list)
     # One line for the card: why it works in place, what a merge did, what failed.
     message: str = ""
     # The archived sidecar (as JSON) so the Done card can be drawn after a restart.
@@ -92,6 +94,8 @@ class WorktreeView:
     files: tuple[FileStat, ...] = ()
     conflicts: tuple[str, ...] = ()
     message: str = ""
+    # Nested repositories and submodules the plan changed, left out of the branch.
+    left_out: tuple[str, ...] = ()
     # Push branch instead of Merge (PLANGATE_GIT_REMOTE).
     push: bool = False
     # The owner pressed Discard changes: the card asks to confirm.

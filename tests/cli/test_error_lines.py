@@ -62,7 +62,7 @@ async def test_run_with_telegram_unreachable_retries_one_line_per_attempt_and_wa
     lines: list[str] = []
     try:
         while len([line for line in lines if "attempt" in line]) < 2:
-            line = await asyncio.wait_for(proc.stderr.readline(), 60)
+            line = await asyncio.wait_for(proc.stderr.readline(), 120)
             assert line, "plangate run ended: " + "".join(lines)
             lines.append(line.decode())
     finally:
@@ -71,17 +71,22 @@ async def test_run_with_telegram_unreachable_retries_one_line_per_attempt_and_wa
         await proc.wait()
     text = "".join(lines) + rest.decode()
     assert "Traceback" not in text
+    warned = [line for line in lines if "PLANGATE_MODLE" in line]
+    assert len(warned) == 1
     assert re.match(
         STAMP + r"WARNING plangate.runner settings: PLANGATE_MODLE is not a plangate setting "
         r"\(did you mean PLANGATE_MODEL\?\); it is ignored$",
-        lines[0],
-    ), lines[0]
+        warned[0],
+    ), warned[0]
+    attempts = [line for line in lines if "attempt" in line]
     assert re.match(
         STAMP + rf"WARNING plangate.runner telegram: cannot reach 127.0.0.1:{port} \(.+\); "
         r"attempt 1, next in 2 s$",
-        lines[1],
-    ), lines[1]
-    assert re.search(r"attempt 2, next in 4 s$", lines[2]), lines[2]
+        attempts[0],
+    ), attempts[0]
+    assert re.search(r"attempt 2, next in 4 s$", attempts[1]), attempts[1]
+    # The typo is warned about before anything else is tried.
+    assert lines.index(warned[0]) < lines.index(attempts[0])
 
 
 async def test_a_malformed_env_line_names_the_file_and_the_line(tmp_path: Path) -> None:

@@ -12,8 +12,12 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
+
 from bot.doctor import run_doctor
-from bot.settings import load_settings
+from bot.runner import install_problems
+from bot.settings import Settings, load_settings
+from engine.errors import ConfigError
 from tests.cli.test_cli import _clean_env, _plangate
 from tests.fakebot.server import FakeBotApi
 from tests.fakes.openai_server import FAKE_MODEL, FakeOpenAIServer
@@ -64,13 +68,14 @@ async def test_run_refuses_a_workspace_holding_its_home_and_a_project_holding_it
         "package and its home outside every workspace and project (install it elsewhere, or "
         "set the workspace to your project's own folder)"
     ]
-    env = _run_env(
-        fake_api, tmp_path / "home", workspace, PLANGATE_PROJECTS=f"self={CHECKOUT / 'engine'}"
-    )
-    code, _, err = await _plangate("run", cwd=tmp_path, env=env)
-    assert code == 2
-    [line] = err.strip().splitlines()
-    assert line.startswith(f"plangate: PLANGATE_PROJECTS self: {CHECKOUT / 'engine'} holds ")
+    # A listed project holding plangate's package: the same check run makes, in this process.
+    env = {
+        "PLANGATE_HOME": str(tmp_path / "home"),
+        "PLANGATE_WORKSPACE": str(workspace),
+        "PLANGATE_PROJECTS": f"self={CHECKOUT / 'engine'}",
+    }
+    [line] = install_problems(load_settings(env, env_file=None))
+    assert line.startswith(f"PLANGATE_PROJECTS self: {CHECKOUT / 'engine'} holds ")
 
 
 async def test_doctor_names_the_folder_and_fails(
@@ -115,15 +120,19 @@ async def test_a_dot_env_in_the_workspace_is_refused_at_start(
         f"plangate: {workspace / '.env'}: a settings file inside the workspace "
         f"(PLANGATE_WORKSPACE) {workspace} is refused"
     )
-    # A .env that moves the workspace away from itself is refused all the same.
+    # A .env that moves the workspace away from itself is refused all the same (the same
+    # settings loader as run's, in this process).
     (workspace / ".env").write_text(f"PLANGATE_SANDBOX=off\nPLANGATE_WORKSPACE={tmp_path}\n")
-    code, _, err = await _plangate("run", cwd=workspace, env=env)
-    assert code == 2
-    assert f"{workspace / '.env'}: a settings file inside the workspace" in err
-    # The same for doctor.
-    code, out, _ = await _plangate("doctor", cwd=workspace, env=env)
-    assert code == 1
-    assert out.startswith(f"settings: {workspace / '.env'}: a settings file inside")
+    with pytest.raises(ConfigError, match="a settings file inside the workspace"):
+        load_settings({}, env_file=str(workspace / ".env"))
+    # doctor says the same line and fails.
+    out = io.StringIO()
+
+    def load() -> Settings:
+        return load_settings({}, env_file=str(workspace / ".env"))
+
+    assert await run_doctor(out, load=load) == 1
+    assert out.getvalue().startswith(f"settings: {workspace / '.env'}: a settings file inside")
 
 
 async def test_a_dot_env_in_a_folder_that_is_no_workspace_is_read(tmp_path: Path) -> None:

@@ -125,6 +125,8 @@ class FakeSlack:
         self.users: dict[str, dict[str, Any]] = {}
         self.files: dict[str, tuple[str, bytes]] = {}  # file id -> (name, bytes)
         self.calls: list[Call] = []
+        # Called with each Web API call once it is answered (a bench waits on it, not polling).
+        self.on_answered: Callable[[Call], None] | None = None
         self.acks: list[Ack] = []
         self.events_url: str | None = None  # Events API over HTTP: where events are POSTed
         self.http_deliveries: list[tuple[str, int]] = []  # (event_id, status)
@@ -150,6 +152,8 @@ class FakeSlack:
     async def start(self) -> None:
         app = web.Application(client_max_size=60 * 1024 * 1024)
         app.router.add_post("/api/{method}", self._handle)
+        # slack_sdk sends some methods as GET (users.info, conversations.info), as Slack takes.
+        app.router.add_get("/api/{method}", self._handle)
         app.router.add_get("/link", self._socket)
         app.router.add_post("/upload/{file_id}", self._upload)
         app.router.add_get("/files/{file_id}/{name}", self._download)
@@ -498,7 +502,8 @@ class FakeSlack:
         params = await self._params(request)
         auth = request.headers.get("Authorization", "")
         token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else params.get("token")
-        self.calls.append(Call(method, params, token, self.clock()))
+        call = Call(method, params, token, self.clock())
+        self.calls.append(call)
         try:
             for i, (name, error) in enumerate(self._fail_next):
                 if name == method:
@@ -514,6 +519,8 @@ class FakeSlack:
             if handler is None:
                 raise SlackError("unknown_method", 404)
             result = await handler(params)
+            if self.on_answered is not None:
+                self.on_answered(call)
             return web.json_response({"ok": True, **result})
         except SlackError as exc:
             return web.json_response(

@@ -73,3 +73,43 @@ def test_a_kept_environment_works_in_the_next_worktree_and_imports_its_code(
     # Another dependency file: another key (the script runs instead of the copy).
     (second / "pyproject.toml").write_text(PYPROJECT + "\n# pinned\n")
     assert environment_key(second, SCRIPT) != kept.name
+
+
+def _git(cwd: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+    )
+
+
+def test_a_kept_copy_never_lands_through_a_committed_symlink(tmp_path: Path) -> None:
+    """The key is the script and the dependency files, so a commit that turns ``src`` into a
+    symlink (the agent can commit in NoPlan) still reuses the copy: its ``src/calc.egg-info``
+    would be written on the host wherever the link points (plangate's own site-packages, a
+    ``.pth`` there runs at its next start). Such a worktree runs the script instead."""
+    first = _project(tmp_path / "worktrees" / "fix-add-1a2b3c4d")
+    (first / ".venv/bin").mkdir(parents=True)
+    (first / ".venv/bin/python").write_text("#!/bin/sh\n")
+    (first / "src/calc.egg-info").mkdir()
+    (first / "src/calc.egg-info/PKG-INFO").write_text(f"Name: calc\n{first}\n")
+    (first / "src/evil.pth").write_text("import os; os.system('touch /tmp/owned')\n")
+    kept = tmp_path / "home" / "built" / "calc" / environment_key(first, SCRIPT)
+    save_copy(kept, first, [".venv", "src/calc.egg-info", "src/evil.pth"])
+    # The project as the agent committed it: src is a link to a folder outside it.
+    outside = tmp_path / "plangate-venv" / "site-packages"
+    outside.mkdir(parents=True)
+    repo = _project(tmp_path / "project")
+    shutil.rmtree(repo / "src")
+    (repo / "src").symlink_to(outside)
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "src is a link")
+    second = tmp_path / "worktrees" / "fix-add-again-5e6f7a8b"
+    _git(repo, "worktree", "add", "-q", "-b", "plan", str(second))
+    assert (second / "src").is_symlink()
+    assert environment_key(second, SCRIPT) == kept.name
+    assert restore_copy(kept, second) is None
+    assert list(outside.iterdir()) == []
+    assert not (second / ".venv").exists()  # nothing half-restored: the script runs instead

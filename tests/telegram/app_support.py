@@ -62,6 +62,7 @@ class Settings:
     max_upload_mb: float = 20.0
     max_image_px: int = 2048
     reply_document_chars: int = 6000
+    model: str = ""
 
 
 def settings_for(api: FakeBotApi, **kw: Any) -> Settings:
@@ -169,7 +170,7 @@ class RecordingEngine:
     # ---- EngineApi -------------------------------------------------------------------------
 
     # The fake takes the engine's keys and records them as the Telegram ids they name
-    # (bot.keys), so the tests read in Telegram's terms what the front end asked.
+    # (bot.telegram.keys), so the tests read in Telegram's terms what the front end asked.
 
     async def session_for_chat(self, chat: Chat) -> str:
         chat_id, thread_id = _tg_chat(chat)

@@ -11,6 +11,7 @@ import asyncio
 from pathlib import Path
 
 from bot.telegram.app import parts
+from bot.telegram.keys import msg_id
 from engine.events import ApprovalDecided, ApprovalRule
 from engine.model.script import call, say
 from tests.fakebot.server import FakeBotApi, FakeMessage
@@ -232,7 +233,7 @@ async def test_a_goal_round_that_needs_approval_blocks_then_allow_and_resume_con
         # The press is answered before its redraw is queued: wait for the card, bounded.
         stored = await live.engine.goal_card(sid)  # the engine keeps where the goal card is
         assert stored.card_id is not None
-        card_id = stored.card_id
+        card_id = msg_id(stored.card_id)
         await eventually(lambda: "needs-approval" in fake_api.message(CHAT, card_id).text)
         card = fake_api.message(CHAT, card_id)
         fake_api.press(CHAT, card.message_id, button(card, "▶️ Resume"), user_id=OWNER)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from bot.telegram.app import parts
 from bot.telegram.channel import LateChannel
+from bot.telegram.routes import goal_card_key
 from tests.fakebot.server import FakeBotApi
 from tests.telegram.app_support import (
     GROUP,
@@ -163,3 +164,31 @@ async def test_an_option_asked_before_new_is_out_of_date(
     assert fake_api.callback_answers[pressed]["text"] == "This question is out of date."
     # The ended session got no message, and the new one none on its behalf.
     assert len(engine.named("user_message")) == 1
+
+
+async def test_an_older_homes_goal_card_is_edited_in_place_and_moves_into_the_engine(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    # Before the engine kept the goal card's message, the bot kept it in its meta table: a
+    # home from then keeps editing the same card, and the id moves into the engine once.
+    engine = RecordingEngine()
+    async with open_db(tmp_path / "p.db") as db:
+        async with running_bot(fake_api, engine, db) as app:
+            fake_api.user_message(GROUP, OWNER, "/status")
+            await eventually(lambda: len(fake_api.bot_messages(GROUP)) == 1)
+            engine.set_goal("s1", phase="paused")
+            await parts(app).channel.goal_changed("s1")
+            await eventually(lambda: len(fake_api.bot_messages(GROUP)) == 2)
+        card = fake_api.bot_messages(GROUP)[-1]
+        assert engine.goal_cards["s1"] == (GROUP, card.message_id)
+        # The older home: the id in the meta table, the engine knowing none.
+        del engine.goal_cards["s1"]
+        await db.set_meta(goal_card_key("s1"), f"{GROUP}:{card.message_id}")
+        async with running_bot(fake_api, engine, db) as app:
+            engine.goals["s1"] = engine.goals["s1"].model_copy(update={"objective": "ship it"})
+            await parts(app).channel.goal_changed("s1")
+            await parts(app).presenter.flush()
+            await eventually(lambda: "ship it" in fake_api.message(GROUP, card.message_id).text)
+        assert len(fake_api.bot_messages(GROUP)) == 2  # edited, never posted anew
+        assert engine.goal_cards["s1"] == (GROUP, card.message_id)
+        assert not await db.get_meta(goal_card_key("s1"))

@@ -41,6 +41,7 @@ async def test_menu_registers_show_plan_not_show_dash_plan(
         "setup",
         "usage",
         "team",
+        "whoami",
         "help",
     ]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.telegram.app import parts
-from bot.telegram.keys import tg_flow
+from bot.telegram.keys import msg_id, tg_flow
 from engine.app import Engine
 from engine.events import UserMessage
 from engine.model.script import ScriptStep, call, say
@@ -20,7 +20,7 @@ from engine.model.scripted import ScriptedProvider
 from engine.model.types import ModelReply
 from tests.engine.helpers import EXECUTION, GREET_PY, PLAN_MD, PLANNING, settle
 from tests.fakebot.server import FakeBotApi, FakeMessage
-from tests.keys import chat
+from tests.keys import chat, chat_key
 from tests.telegram.app_support import GROUP, OWNER, STALE, STRANGER, eventually
 from tests.telegram.live import Live, button, card, labels, live_bot, until
 
@@ -151,8 +151,8 @@ async def test_goal_with_three_rounds_runs_exactly_three_and_shows_round_limit(
         assert goal is not None and goal.blocked is not None
         assert goal.blocked.code == "round-limit" and goal.rounds_started == 3
         stored = await engine.goal_card(sid)  # the engine keeps where the goal card is
-        assert stored.chat_id == GROUP and stored.card_id is not None
-        goal_card = fake_api.message(GROUP, stored.card_id)
+        assert stored.chat_id == chat_key(GROUP) and stored.card_id is not None
+        goal_card = fake_api.message(GROUP, msg_id(stored.card_id))
     rounds = [m for m in fake_api.bot_messages(GROUP) if m.text.startswith("Round ")]
     assert [m.text for m in rounds] == ["Round 1 done.", "Round 2 done.", "Round 3 done."]
     assert "round-limit" in goal_card.text and "3/3" in goal_card.text

@@ -10,6 +10,7 @@ of wheels served on loopback (pip reaches it through the setup's network).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import http.server
 import io
@@ -105,9 +106,9 @@ def setup_script(index: str) -> str:
     )
 
 
-def python_project(root: Path, index: str, wheels: Path) -> Path:
-    """The owner's project: git, src layout, an editable install in an ignored .venv."""
-    repo = make_repo(
+def python_project(root: Path, index: str) -> Path:
+    """The owner's project: git, src layout, its setup script (its .venv: owner_venv)."""
+    return make_repo(
         root,
         {
             ".gitignore": ".venv/\n.pytest_cache/\n*.egg-info/\n__pycache__/\n",
@@ -118,6 +119,10 @@ def python_project(root: Path, index: str, wheels: Path) -> Path:
             "README.md": "# calc\n\nAdds numbers.\n",
         },
     )
+
+
+def owner_venv(repo: Path, wheels: Path) -> None:
+    """The owner's own editable install in the main checkout's ignored .venv."""
     subprocess.run(
         [
             "bash",
@@ -126,11 +131,10 @@ def python_project(root: Path, index: str, wheels: Path) -> Path:
             f".venv/bin/pip install -q --no-index --find-links {wheels} -e . pytest",
         ],
         cwd=repo,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(root), "PIP_CONFIG_FILE": "/dev/null"},
+        env={"PATH": "/usr/bin:/bin", "HOME": str(repo.parent), "PIP_CONFIG_FILE": "/dev/null"},
         check=True,
         capture_output=True,
     )
-    return repo
 
 
 def owner_pytest(repo: Path) -> subprocess.CompletedProcess[str]:
@@ -184,8 +188,9 @@ async def _phase(engine: Engine, sid: str) -> str:
 async def test_setup_builds_the_worktree_env_and_its_pytest_proves_the_fix(
     fake_api: FakeBotApi, tmp_path: Path, index: str, wheels: Path
 ) -> None:
-    repo = python_project(tmp_path / "work", index, wheels)
-    assert "1 failed" in owner_pytest(repo).stdout
+    repo = python_project(tmp_path / "work", index)
+    # The owner's own .venv is built meanwhile (it is ignored: the plan never sees it).
+    owners = asyncio.create_task(asyncio.to_thread(owner_venv, repo, wheels))
     async with live_bot(fake_api, tmp_path, [*PLANNING, *EXECUTION]) as live:
         engine = live.engine
         fake_api.user_message(GROUP, OWNER, "/plan Fix add")
@@ -199,8 +204,10 @@ async def test_setup_builds_the_worktree_env_and_its_pytest_proves_the_fix(
         assert script is not None and f"sha256 {script.short}" in review.text
         fake_api.press(GROUP, review.message_id, button(review, "✅ Approve"), user_id=OWNER)
         await until(lambda: _is_done(engine, sid), timeout_s=240)
-        # The main checkout is untouched until Merge.
+        # The main checkout is untouched until Merge: the owner's tests still fail there.
         assert (repo / "src/calc/__init__.py").read_text() == BROKEN
+        await owners
+        assert "1 failed" in owner_pytest(repo).stdout
         sidecar = (await engine.worktrees.record(sid)).sidecar  # type: ignore[union-attr]
         task = sidecar["tasks"][0]
         assert task["status"] == "completed"
