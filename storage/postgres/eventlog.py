@@ -151,7 +151,7 @@ class PgEventLog:
         row = await self._db.pool.fetchrow(
             "SELECT session_id, seq, at, payload FROM events "
             "WHERE type = 'command/run' AND ((payload::json) ->> 'name') = $1 "
-            "ORDER BY ((payload::json) ->> 'name') DESC, at DESC, seq DESC LIMIT 1",
+            "ORDER BY at DESC, seq DESC LIMIT 1",
             name,
         )
         if row is None:
