@@ -13,8 +13,10 @@ text plangate answered with, on a second fake. Both run in this one process and 
 blocks of B commands, so a burst of load on a shared machine hits both. Measured per command:
 wall time and this process's CPU time (all its threads: SQLite's writer included; the fakes'
 own work too, the same per call on both sides). The plangate side runs with its pacing off (no
-per-channel interval), so the ratio is overhead, not deliberate waits. Ratios, not absolute
-times, are the result.
+per-channel interval), so the ratio is overhead, not deliberate waits. The second set of rows
+answers the engine's ``command`` with the outcome the engine gave once (the same text): the
+Slack front end's own share, without the engine's command plane. Ratios, not absolute times,
+are the result.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from bot.compose import open_plangate
 from bot.slack import keys
 from bot.slack.app import SlackConfig, SlackFrontEnd, serve_socket_mode
 from bot.telegram.channel import LateChannel
+from engine.api import Outcome
 from engine.app import EngineConfig
 from engine.model.scripted import ScriptedProvider
 from tests.fakeslack.server import Call, FakeSlack
@@ -77,8 +80,25 @@ async def _block(
         cpu.append(time.process_time() - c0)
 
 
-async def run(commands: int, block: int, verb: str = "status") -> dict[str, float]:
-    """Both sides, interleaved; returns the means and the ratios."""
+class _AnsweredEngine:
+    """The engine with ``command`` answered by a fixed outcome (the real engine's own answer,
+    taken once): what is left is the front end's share of a command."""
+
+    def __init__(self, engine: Any, outcome: Outcome) -> None:
+        self._engine, self._outcome = engine, outcome
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    async def command(self, *args: Any, **kwargs: Any) -> Outcome:
+        return self._outcome
+
+
+async def run(
+    commands: int, block: int, verb: str = "status", *, front_only: bool = False
+) -> dict[str, float]:
+    """Both sides, interleaved; returns the means and the ratios. ``front_only``: the engine's
+    command plane answers with a stored outcome (the Slack front end's share alone)."""
     logging.getLogger().setLevel(logging.WARNING)
     ours, bare = FakeSlack(), FakeSlack()
     await ours.start()
@@ -109,6 +129,11 @@ async def run(commands: int, block: int, verb: str = "status") -> dict[str, floa
             slot.bind(front.channel)
             await front.start()
             await opened.engine.start()
+            if front_only:
+                sid = await opened.engine.session_for_chat(keys.chat_key(DM), 0)
+                owner = keys.person_key(OWNER)
+                outcome = await opened.engine.command(sid, verb, "", actor=owner)  # type: ignore[arg-type]
+                front.engine = _AnsweredEngine(opened.engine, outcome)
             serving = asyncio.create_task(serve_socket_mode(front, stop))
             await ours.connected()
 
@@ -168,10 +193,13 @@ def main(
     parser.add_argument("--verbs", default="help,status")
     args = parser.parse_args(argv)
     print(f"commands per side: {args.commands} (blocks of {args.block}, interleaved)")
-    for verb in args.verbs.split(","):
-        result = runner(run(args.commands, args.block, verb))
+    rows = [(verb, False) for verb in args.verbs.split(",")]
+    rows += [(verb, True) for verb in args.verbs.split(",")]
+    for verb, front_only in rows:
+        result = runner(run(args.commands, args.block, verb, front_only=front_only))
+        what = f"{verb} (front end alone)" if front_only else verb
         print(
-            f"/plangate {verb:<7} plangate {result['plangate_cpu_ms']:.2f} ms CPU "
+            f"/plangate {what:<25} plangate {result['plangate_cpu_ms']:.2f} ms CPU "
             f"({result['plangate_wall_ms']:.2f} ms wall); bare slack_bolt "
             f"{result['bare_cpu_ms']:.2f} ms CPU ({result['bare_wall_ms']:.2f} ms wall); "
             f"ratio {result['cpu_ratio']:.2f}x CPU, {result['wall_ratio']:.2f}x wall"

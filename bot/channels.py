@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
+from bot.telegram.routes import ChatRoute, MetaStore, route_key
 from engine.events import ApprovalDecision, TurnOutcome
 from engine.keys import MessageKey
 from engine.limits import ChannelLimits
@@ -17,6 +18,13 @@ from engine.ports import Channel
 
 if TYPE_CHECKING:
     from engine.api import ApprovalView
+
+
+async def lives_in(meta: MetaStore, session_id: str, is_chat: Callable[[int], bool]) -> bool:
+    """Whether the session's chat (its route in the meta table) is one ``is_chat`` claims."""
+    stored = await meta.get_meta(route_key(session_id))
+    route = ChatRoute.decode(stored) if stored else None
+    return route is not None and is_chat(route.chat_id)
 
 
 class SplitChannel:
@@ -88,4 +96,4 @@ class SplitChannel:
         await (await self._pick(session_id)).approval_closed(session_id, view, decision)
 
 
-__all__ = ["SplitChannel"]
+__all__ = ["SplitChannel", "lives_in"]

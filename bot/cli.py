@@ -73,7 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command is None:
             from bot.settings import load_run_settings
 
-            command = "run" if load_run_settings().telegram_token is not None else "demo"
+            found = load_run_settings()
+            # Either channel's token means "serve": Telegram, Slack, or both.
+            served = found.telegram_token is not None or found.slack_bot_token is not None
+            command = "run" if served else "demo"
         if command == "demo":
             from bot.demo import main as demo_main
 

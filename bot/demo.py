@@ -15,7 +15,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from bot.compose import open_plangate
 from bot.telegram.presenter import goal_view, plan_view
@@ -28,9 +28,12 @@ from engine.keys import Chat, MessageKey, make_key
 from engine.limits import ChannelLimits
 from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
+from engine.model.types import ModelReply
+from engine.text import clip
 
 # The console's own keys (engine.keys): one person, one group chat.
 OWNER = make_key("console", "you")
+OWNER_NAME = "Ada"  # how the cards name the person at the console (never by an id)
 DEMO_CHAT = Chat.group(make_key("console", "demo"))
 DEMO_TIMEOUT_S = 50.0
 
@@ -78,6 +81,36 @@ def demo_script() -> list[ScriptStep]:
             text="The goal is met: the greeting test passes.",
         ),
     ]
+
+
+def tool_line(name: str, arguments: dict[str, Any]) -> str:
+    """One short line for a tool call: ``🔧 bash: python3 test_greet.py``."""
+    if name == "plan":
+        shown = " ".join(str(arguments[k]) for k in ("op", "title", "task_id") if k in arguments)
+    else:
+        first = next((v for k, v in arguments.items() if k != "content"), "")
+        # A path shows as its file name: the plan's .md lives deep in plangate's home.
+        shown = Path(first).name if "path" in arguments and first == arguments["path"] else first
+    return clip(f"🔧 {name}: {shown}" if shown else f"🔧 {name}", 90, one_line=True)
+
+
+class ShowingTools:
+    """The demo's model: the scripted one, each tool call it asks for shown in one line."""
+
+    def __init__(self, inner: ScriptedProvider, show: Callable[[str], None]) -> None:
+        self._inner, self._show = inner, show
+
+    async def complete(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        *,
+        max_tokens: int | None = None,
+    ) -> ModelReply:
+        reply = await self._inner.complete(messages, tools, max_tokens=max_tokens)
+        for asked in reply.tool_calls:
+            self._show(tool_line(asked.name, asked.arguments))
+        return reply
 
 
 def html_to_text(text: str) -> str:
@@ -212,7 +245,12 @@ async def run_demo(out: TextIO = sys.stdout, *, pace_s: float = 0.0) -> int:
             workspace=workspace, max_goal_rounds=3, allow_bash=(("python3", "test_greet.py"),)
         )
         async with open_plangate(
-            root / "home", model=ScriptedProvider(demo_script()), channel=channel, config=config
+            root / "home",
+            model=ShowingTools(
+                ScriptedProvider(demo_script()), lambda text: channel.line("agent", text)
+            ),
+            channel=channel,
+            config=config,
         ) as opened:
             engine = opened.engine
             holder.append(engine)
@@ -235,14 +273,15 @@ async def _play(engine: Engine, channel: ConsoleChannel, workspace: Path) -> int
 
     channel.line("you", "/plan Add a greeting module with a test")
     _show(
-        channel, await engine.command(sid, "plan", "Add a greeting module with a test", actor=OWNER)
+        channel,
+        await engine.command(
+            sid, "plan", "Add a greeting module with a test", actor=OWNER, actor_name=OWNER_NAME
+        ),
     )
     await _settle(engine, sid)
 
-    md = await engine.plans.md_text(sid) or ""
-    channel.line("plan text", md.rstrip())
-
     card = await engine.plan_card(sid)
+    channel.line("plan text", (card.markdown or "").rstrip())
     if card.sidecar is None or card.state != "review":
         channel.line("demo", f"unexpected plan state: {card.state}")
         return 1
@@ -250,22 +289,30 @@ async def _play(engine: Engine, channel: ConsoleChannel, workspace: Path) -> int
     _show(
         channel,
         await engine.press(
-            sid, Press("p", "approve", card.sidecar.id[:8], card.sidecar.revision), actor=OWNER
+            sid,
+            Press("p", "approve", card.sidecar.id[:8], card.sidecar.revision),
+            actor=OWNER,
+            actor_name=OWNER_NAME,
         ),
     )
     await _settle(engine, sid)
 
     channel.line("you", "/goal Keep the greeting test passing")
-    _show(channel, await engine.command(sid, "goal", "Keep the greeting test passing", actor=OWNER))
+    _show(
+        channel,
+        await engine.command(
+            sid, "goal", "Keep the greeting test passing", actor=OWNER, actor_name=OWNER_NAME
+        ),
+    )
     for _ in range(200):
-        goal = await engine.goals.get(sid)
+        goal = (await engine.goal_card(sid)).goal
         if goal is not None and goal.phase != "active":
             break
         await asyncio.sleep(0.05)
     await _settle(engine, sid)
 
     channel.line("you", "/status")
-    _show(channel, await engine.command(sid, "status", "", actor=OWNER))
+    _show(channel, await engine.command(sid, "status", "", actor=OWNER, actor_name=OWNER_NAME))
     files = sorted(p.name for p in workspace.iterdir())
     channel.line("demo", f"workspace now holds: {', '.join(files)}")
     ok = (await engine.plan_card(sid)).state == "done" and (workspace / "greet.py").exists()

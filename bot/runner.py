@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from telegram import Bot
 from telegram.error import InvalidToken, NetworkError
 
-from bot.channels import SplitChannel
+from bot.channels import SplitChannel, lives_in
 from bot.compose import Plangate, open_plangate
 from bot.health import heartbeat
 from bot.settings import (
@@ -35,7 +35,6 @@ from bot.slack import keys
 from bot.telegram.app import file_url, redact, serve
 from bot.telegram.channel import LateChannel
 from bot.telegram.keys import person_key
-from bot.telegram.routes import ChatRoute, route_key
 from engine.app import EngineConfig
 from engine.errors import ConfigError
 from engine.model.openai_provider import OpenAIProvider
@@ -374,9 +373,7 @@ async def run_bot() -> int:
     async def on_slack(session_id: str) -> bool:
         if not opened_box:
             return False
-        stored = await opened_box[0].storage.db.get_meta(route_key(session_id))
-        route = ChatRoute.decode(stored) if stored else None
-        return route is not None and keys.is_slack_chat(route.chat_id)
+        return await lives_in(opened_box[0].storage.db, session_id, keys.is_slack_chat)
 
     serves_telegram = settings.telegram_token is not None
     serves_slack = settings.slack_bot_token is not None

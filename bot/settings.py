@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Literal
@@ -738,6 +739,14 @@ def env_file_problem(path: Path) -> str | None:
     from dotenv.parser import parse_stream
 
     try:
+        # Only a regular file is read: the agent can make a FIFO where plangate starts, and
+        # opening it would wait for a writer for good (before any refusal is reached).
+        if not stat.S_ISREG(path.stat().st_mode):
+            return (
+                f"{os.path.abspath(path)}: not a regular file; settings are read from a "
+                "regular file only (remove it, or start plangate from a folder that is no "
+                "workspace or project)"
+            )
         with path.open(encoding="utf-8") as fh:
             for binding in parse_stream(fh):
                 if binding.error:

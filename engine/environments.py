@@ -40,6 +40,7 @@ from engine.ports import Channel
 from engine.tasks import safe_call
 from engine.text import clip
 from engine.tools.bash import BashTool, CommandRun
+from engine.tools.workspace import open_regular, read_regular
 from engine.worktree.script import MAX_SCRIPT_CHARS, SETUP_PATH, SetupScript, script_of
 from engine.worktree.service import Worktrees, project_slug
 
@@ -93,9 +94,16 @@ def read_script(folder: Path) -> SetupScript | None:
     try:
         if path.is_symlink() or not path.is_file():
             return None
-        text = path.read_text(encoding="utf-8", errors="replace")
+        # The agent writes this file in NoPlan (a sparse file of any size costs it nothing):
+        # read no more than a script plangate would run can hold (4 bytes a character at
+        # most), so a longer one reads as longer than MAX_SCRIPT_CHARS and is refused; and
+        # non-blocking (a FIFO swapped in since the check is not waited on).
+        data = read_regular(path, max_bytes=MAX_SCRIPT_CHARS * 4 + 1)
     except OSError:
         return None
+    if data is None:
+        return None
+    text = data.decode("utf-8", errors="replace")
     return script_of(text) if text.strip() else None
 
 
@@ -163,19 +171,33 @@ DEPENDENCY_FILES = (
 # Copies of built environments kept per project (the newest ones), and the free space a copy
 # must leave behind it.
 KEEP_COPIES = 2
+# A dependency file larger than this is no real one: no copy is keyed on it.
+MAX_DEPENDENCY_BYTES = 64 * 1024 * 1024
 COPY_ROOM = 1024 * 1024 * 1024
 
 
 def environment_key(workspace: Path, script: SetupScript) -> str:
     """What a built environment depends on: the script and the dependency files (their
-    names and bytes, ``requirements*.txt`` too). Blocking: a thread."""
+    names and bytes, ``requirements*.txt`` too); "" (no copy kept or reused) when one is
+    larger than any real one. Blocking: a thread."""
     digest = hashlib.sha256(script.sha.encode())
     names = [*DEPENDENCY_FILES, *sorted(p.name for p in workspace.glob("requirements*.txt"))]
     for name in names:
         path = workspace / name
-        if path.is_file() and not path.is_symlink():
-            digest.update(f"\0{name}\0".encode())
-            digest.update(path.read_bytes())
+        # The plan writes these files in its worktree before the owner's /setup: only a
+        # regular file, opened non-blocking (a FIFO is never waited on), read in pieces and
+        # never more than MAX_DEPENDENCY_BYTES (a sparse file is free).
+        handle = open_regular(path)
+        if handle is None:
+            continue
+        digest.update(f"\0{name}\0".encode())
+        read = 0
+        with handle:
+            while chunk := handle.read(1024 * 1024):
+                read += len(chunk)
+                if read > MAX_DEPENDENCY_BYTES:
+                    return ""
+                digest.update(chunk)
     return digest.hexdigest()[:32]
 
 
@@ -280,6 +302,29 @@ def _entries(root: Path) -> set[str]:
         for name in [*dirs, *files]:
             found.add((base / name).as_posix())
     return found
+
+
+def _owned(built: list[str], tracked: frozenset[str] | None) -> list[str]:
+    """``built`` with each path replaced by its topmost ancestor that the base commit holds
+    no files in: a folder the plan made before setup ran (``.venv/site``, made in the owner's
+    turn while a failed setup waited for Retry) and that setup then filled is what setup
+    built, whole, or the plan could add a ``.pth`` or ``sitecustomize.py`` beside the
+    installed test runner afterwards."""
+    if tracked is None:
+        return built
+    owned = set()
+    for rel in built:
+        parts = Path(rel).parts
+        top = next(
+            (
+                Path(*parts[: i + 1]).as_posix()
+                for i in range(len(parts) - 1)
+                if Path(*parts[: i + 1]).as_posix() not in tracked
+            ),
+            rel,
+        )
+        owned.add(top)
+    return sorted(owned)
 
 
 def _built(root: Path, before: set[str]) -> list[str]:
@@ -447,6 +492,8 @@ class EnvSetup:
             return f"This project has no {SETUP_PATH} (docs/environments.md says what it holds)."
         if session_id in self._running:
             return "The setup is running already."
+        if len(script.text) > MAX_SCRIPT_CHARS:
+            return f"{SETUP_PATH} is longer than {MAX_SCRIPT_CHARS} characters: it is not run."
         task = asyncio.create_task(self._owner_run(session_id, workspace, script))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -565,7 +612,9 @@ class EnvSetup:
                 timeout_s=self.timeout_s,
                 caches=self._cache_folder(project),
             )
-            built = sorted({*keep, *await asyncio.to_thread(_built, workspace, before)})
+            made = await asyncio.to_thread(_built, workspace, before)
+            tracked = await self._worktrees.base_folders(session_id)
+            built = sorted({*keep, *_owned(made, tracked)})
         finally:
             self._running.discard(session_id)
             if ran is None:  # stopped or failed to start: never left "running"
@@ -605,6 +654,8 @@ class EnvSetup:
         if self._root is None:
             return None
         key = await asyncio.to_thread(environment_key, workspace, script)
+        if not key:
+            return None
         return self._root / "built" / project_slug(project) / key
 
     def _cache_folder(self, project: Path) -> Path | None:

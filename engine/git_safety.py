@@ -29,6 +29,7 @@ table is checked against it (``tests/agent/test_git_table.py``).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -437,11 +438,14 @@ def host_forced() -> tuple[tuple[str, str], ...]:
     return tuple((row.key, row.host.value) for row in TABLE if isinstance(row.host, Force))
 
 
-def sandbox_env() -> dict[str, str]:
+def sandbox_env(repos: Sequence[Path] = ()) -> dict[str, str]:
     """The environment entries of every git inside the sandbox: :data:`SANDBOX_ENV` and the
-    forced settings as ``GIT_CONFIG_*`` (:data:`NAMED_GUARD` adds the blanked ones)."""
+    forced settings as ``GIT_CONFIG_*`` (:data:`NAMED_GUARD` adds the blanked ones).
+
+    ``repos`` (the workspace) are trusted whoever owns them (``safe.directory``, exactly those
+    folders): a mounted volume's owner is nobody inside the sandbox's user namespace."""
     env = dict(SANDBOX_ENV)
-    forced = sandbox_forced()
+    forced = (*sandbox_forced(), *(("safe.directory", str(repo)) for repo in repos))
     env["GIT_CONFIG_COUNT"] = str(len(forced))
     for index, (key, value) in enumerate(forced):
         env[f"GIT_CONFIG_KEY_{index}"] = key

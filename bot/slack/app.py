@@ -125,7 +125,6 @@ class _State:
     allowed: set[str] = field(default_factory=set)
     left: set[str] = field(default_factory=set)
     expect: set[tuple[int, int, int]] = field(default_factory=set)  # feedback awaited
-    posted: OrderedDict[str, None] = field(default_factory=OrderedDict)  # the bot's ts
     seen: OrderedDict[str, None] = field(default_factory=OrderedDict)  # event ids
 
 
@@ -175,7 +174,7 @@ class SlackFrontEnd:
         )
         self.outbox = SlackOutbox(self.client, interval_s=config.interval_s, clock=clock)
         self.routes = Routes(meta)
-        self.cards = SlackCards(engine, self.outbox, self.routes, posted=self._saw_post)
+        self.cards = SlackCards(engine, self.outbox, self.routes)
         self.channel = SlackChannel(
             self.outbox, self.cards, self.routes, document_chars=config.document_chars
         )
@@ -211,12 +210,6 @@ class SlackFrontEnd:
         await self.outbox.aclose()
 
     # ---- plumbing ----------------------------------------------------------------------
-
-    def _saw_post(self, ts: str) -> None:
-        posted = self._state.posted
-        posted[ts] = None
-        while len(posted) > 4096:
-            posted.popitem(last=False)
 
     def _spawn(self, lane: str, work: Awaitable[None], name: str) -> None:
         lock = self._lanes.setdefault(lane, asyncio.Lock())
@@ -301,7 +294,7 @@ class SlackFrontEnd:
         thread_ts = event.get("thread_ts")
         if not thread_ts or thread_ts == event.get("ts"):
             return 0
-        if event.get("parent_user_id") == self.bot_user or thread_ts in self._state.posted:
+        if event.get("parent_user_id") == self.bot_user or thread_ts in self.outbox.posted_ts:
             return 0
         return keys.ts_key(thread_ts)
 
@@ -320,8 +313,7 @@ class SlackFrontEnd:
     async def _post(self, chat: int, thread: int, mrkdwn: str) -> None:
         channel, thread_ts = keys.channel_of(chat), keys.ts_of(thread)
         try:
-            ts = await self.outbox.post(channel, mrkdwn, thread_ts=thread_ts)
-            self._saw_post(ts)
+            await self.outbox.post(channel, mrkdwn, thread_ts=thread_ts)
         except SlackApiError as err:
             _log.warning("slack: not posted in %s (%s)", channel, err.response.get("error"))
 
@@ -524,7 +516,7 @@ class SlackFrontEnd:
         # message; in a channel otherwise only the feedback someone was asked for.
         in_bot_thread = bool(event.get("thread_ts")) and (
             event.get("parent_user_id") == self.bot_user
-            or event.get("thread_ts") in self._state.posted
+            or event.get("thread_ts") in self.outbox.posted_ts
         )
         heard = chat > 0 or in_bot_thread
         if subtype == "file_share":
@@ -622,7 +614,7 @@ class SlackFrontEnd:
         message = body.get("message") or {}
         thread_ts = message.get("thread_ts")
         thread = 0
-        if thread_ts and thread_ts != ts and thread_ts not in self._state.posted:
+        if thread_ts and thread_ts != ts and thread_ts not in self.outbox.posted_ts:
             thread = keys.ts_key(thread_ts)
         return channel, ts, keys.chat_key(channel), thread
 
@@ -675,15 +667,15 @@ class SlackFrontEnd:
         if place is None or sender is None:
             return
         channel, _, chat, _thread = place
+        role = await self._role(chat, sender)
+        if not may(role, press_action("q", "")):
+            await self._refuse(channel, chat, sender, ALERT_TEXTS[role])
+            return
         found = self.channel.answer(str(actions[0].get("action_id") or ""))
         if found is None:
             await self.outbox.ephemeral(channel, sender.user, "This question is out of date.")
             return
         question, text = found
-        role = await self._role(chat, sender)
-        if not may(role, press_action("q", "")):
-            await self._refuse(channel, chat, sender, ALERT_TEXTS[role])
-            return
         with contextlib.suppress(SlackApiError):
             shown = f"❓ answered: *{escape(text)}*"
             await self.outbox.update(question.channel, question.ts, shown, blocks=[])

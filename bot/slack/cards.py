@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
 from typing import Any, Literal
 
 from slack_sdk.errors import SlackApiError
@@ -78,13 +77,10 @@ class SlackCards:
         engine: EngineApi,
         outbox: SlackOutbox,
         routes: Routes,
-        *,
-        posted: Callable[[str], None] | None = None,
     ) -> None:
         self._engine = engine
         self._outbox = outbox
         self._routes = routes
-        self._posted = posted or (lambda ts: None)
         self._dirty: dict[tuple[str, CardKind], bool] = {}  # value: post anew (restick)
         self._running: dict[tuple[str, CardKind], asyncio.Task[None]] = {}
         self._tasks = BackgroundTasks(_log)
@@ -151,9 +147,7 @@ class SlackCards:
             stripped_text, stripped = blocks_of(view.without_buttons())
             with contextlib.suppress(SlackApiError):
                 await self._outbox.update(channel, old_ts, stripped_text, blocks=stripped)
-        ts = await self._outbox.post(channel, text, blocks=blocks, thread_ts=thread_ts)
-        self._posted(ts)
-        return ts
+        return await self._outbox.post(channel, text, blocks=blocks, thread_ts=thread_ts)
 
     async def _draw_plan(self, session_id: str, *, anew: bool) -> None:
         place = await self._place(session_id)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 _log = logging.getLogger("plangate.slack.outbox")
 
 MAX_TRIES = 5
+MAX_POSTED_KEPT = 4096
 MAX_RETRY_AFTER_S = 120.0
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -72,6 +74,9 @@ class SlackOutbox:
         # The newest message posted in each conversation (its ts): a card already at the
         # bottom is edited rather than posted again.
         self.last_ts: dict[str, str] = {}
+        # The ts of the messages posted lately (any conversation): a thread under one of them
+        # is the bot's own thread.
+        self.posted_ts: OrderedDict[str, None] = OrderedDict()
 
     async def post(
         self,
@@ -90,6 +95,9 @@ class SlackOutbox:
         result = await self._call(channel, "chat_postMessage", kwargs)
         ts = str(result["ts"])
         self.last_ts[channel] = ts
+        self.posted_ts[ts] = None
+        while len(self.posted_ts) > MAX_POSTED_KEPT:
+            self.posted_ts.popitem(last=False)
         return ts
 
     async def update(

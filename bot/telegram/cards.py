@@ -37,7 +37,6 @@ from engine.api import (
 from engine.checks.types import CheckResult
 from engine.events import GoalCheck
 from engine.goal.types import GoalSnapshot
-from engine.keys import key_label
 from engine.plan.types import PlanSidecar, PlanTask
 from engine.text import clip, fmt_tokens
 from engine.worktree.types import DECIDING, FileStat, WorktreeView
@@ -396,9 +395,9 @@ def approval_line(
     """Who approved: "✅ Approved by Ana" on an approved plan, "👍 1 of 2 approvals: Ana"
     while a review waits for more (HTML)."""
     if sidecar.status == "Active" and sidecar.approved_by and state != "revise_offer":
-        names = [
-            a.name or key_label(a.user_id) for a in sidecar.approved_by if a.user_id is not None
-        ]
+        # People by their names, never by an id: an approval recorded without one is
+        # "someone" (an older sidecar, a front end that knew no name).
+        names = [a.name or "someone" for a in sidecar.approved_by if a.user_id is not None]
         if names:
             return "✅ Approved by " + clip_line(_and(names), 200)
     if state in ("review", "confirm_discard", "written") and needed > 1:

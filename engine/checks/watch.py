@@ -7,22 +7,26 @@ test files: files named ``test_*``, ``*_test.*``, ``*.test.*``, ``*.spec.*`` or 
 and everything under a folder named ``test`` or ``tests``. A snapshot maps each watched file
 (workspace-relative, ``/``-separated) to the SHA-256 of its bytes; the plan's is taken when the
 owner approves, and comparing it with a later one names the files the agent changed (a test
-edited to pass shows up on the Done card). Blocking file IO: call it from a thread.
+edited to pass shows up on the Done card). Only regular files are hashed: a FIFO, a device or
+a socket in the workspace is skipped, every file is opened non-blocking and at most
+:data:`MAX_FILE_BYTES` of it read. Blocking file IO: call it from a thread.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import os
 import shlex
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from engine.tools.workspace import is_within, real_path
+from engine.tools.workspace import is_within, real_path, sha256_regular
 
 # At most this many files are hashed per snapshot; a bigger tree is cut (in path order).
 MAX_FILES = 2000
+# At most this many bytes of one file are read for its hash (its size counts as well).
+MAX_FILE_BYTES = 64 * 1024 * 1024
 # Folders never walked: tool caches, dependencies, version control.
 SKIP_DIRS = frozenset(
     {
@@ -113,11 +117,16 @@ def _is_test_file(rel: Path) -> bool:
 
 
 def _walk(folder: Path) -> Iterable[Path]:
+    """The regular files under ``folder`` (no symlink, FIFO, device or socket)."""
     for current, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
         for name in sorted(files):
             path = Path(current) / name
-            if not path.is_symlink():
+            try:
+                regular = stat.S_ISREG(os.lstat(path).st_mode)
+            except OSError:
+                continue
+            if regular:
                 yield path
 
 
@@ -143,15 +152,17 @@ def watched_files(commands: Sequence[str], workspace: Path) -> list[Path]:
     return sorted(chosen)[:MAX_FILES]
 
 
-def _digest(path: Path) -> str | None:
-    sha = hashlib.sha256()
+def _regular(path: Path) -> bool:
     try:
-        with path.open("rb") as handle:
-            while chunk := handle.read(1 << 16):
-                sha.update(chunk)
+        return stat.S_ISREG(os.stat(path).st_mode)
     except OSError:
-        return None
-    return sha.hexdigest()
+        return False
+
+
+def _digest(path: Path) -> str | None:
+    # Non-blocking and bounded: a FIFO the agent made (or swapped in after the walk) is
+    # skipped, never opened for a read that waits for a writer.
+    return sha256_regular(path, max_bytes=MAX_FILE_BYTES)
 
 
 def snapshot(commands: Sequence[str], workspace: Path) -> dict[str, str]:

@@ -311,7 +311,7 @@ class BashTool:
             process = await self._spawn(
                 ["bash", "-c", guarded(), "bash", command],
                 cwd=str(boundary.workspace),
-                env=sandbox_env(sandbox, os.environ),
+                env=sandbox_env(sandbox, os.environ, workspace=boundary.workspace),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,

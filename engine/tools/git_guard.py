@@ -24,6 +24,9 @@ project's test configuration.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+
 from engine.git_safety import NAMED_GUARD, SANDBOX_ENV, sandbox_env, sandbox_forced
 
 # (key, value): git's configuration of commands it would run, switched off.
@@ -32,9 +35,10 @@ FIXED: tuple[tuple[str, str], ...] = sandbox_forced()
 ENV = SANDBOX_ENV
 
 
-def git_env() -> dict[str, str]:
-    """The environment entries that neutralise git's :data:`FIXED` keys."""
-    return sandbox_env()
+def git_env(repos: Sequence[Path] = ()) -> dict[str, str]:
+    """The environment entries that neutralise git's :data:`FIXED` keys; ``repos`` are
+    trusted whoever owns them (``safe.directory``)."""
+    return sandbox_env(repos)
 
 
 __all__ = ["ENV", "FIXED", "NAMED_GUARD", "git_env"]

@@ -127,8 +127,11 @@ def sandbox_path(settings: SandboxSettings) -> str:
     return ":".join([*dict.fromkeys(extra), SANDBOX_PATH])
 
 
-def sandbox_env(settings: SandboxSettings, environ: Mapping[str, str]) -> dict[str, str]:
-    """The whole environment inside the sandbox."""
+def sandbox_env(
+    settings: SandboxSettings, environ: Mapping[str, str], *, workspace: Path | None = None
+) -> dict[str, str]:
+    """The whole environment inside the sandbox; git there trusts ``workspace`` whoever owns
+    it (a mounted volume)."""
     env = {
         "PATH": sandbox_path(settings),
         "HOME": "/tmp",
@@ -141,7 +144,7 @@ def sandbox_env(settings: SandboxSettings, environ: Mapping[str, str]) -> dict[s
         if not forbidden_env_name(name) and name in environ:
             env[name] = environ[name]
     # Last, so no passed variable undoes it: git runs none of the commands its config names.
-    env.update(git_env())
+    env.update(git_env((workspace,) if workspace is not None else ()))
     return env
 
 
@@ -355,7 +358,8 @@ def bwrap_argv(
     for source, target in binds:  # a setup run's package caches, outside every root
         args += ["--bind", str(source), target]
     args += ["--chdir", str(ws), "--clearenv"]
-    for name, value in sandbox_env(settings, os.environ if environ is None else environ).items():
+    environment = sandbox_env(settings, os.environ if environ is None else environ, workspace=ws)
+    for name, value in environment.items():
         args += ["--setenv", name, value]
     # ulimit sets soft and hard limits together; nothing inside can raise a hard limit again.
     args += ["--", "bash", "-c", guarded(limits=limits), "bash", command]

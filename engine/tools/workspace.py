@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import secrets
 import stat
 from collections.abc import Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 
 class OutsideWorkspace(Exception):
@@ -134,6 +136,59 @@ def read_text_nofollow(path: Path, *, max_bytes: int | None = None) -> str:
     return data.decode("utf-8")
 
 
+def open_regular(path: Path) -> BinaryIO | None:
+    """The regular file at ``path`` opened for reading, ``None`` for anything else (a symlink
+    is not followed; a FIFO, a device or a socket is never read). Opened non-blocking and
+    checked on the descriptor, so one swapped in since a walk or a check cannot block."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        regular = False
+    if not regular:
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb")
+
+
+def read_regular(path: Path, *, max_bytes: int) -> bytes | None:
+    """At most ``max_bytes`` of the regular file at ``path`` (:func:`open_regular`), ``None``
+    for anything else."""
+    handle = open_regular(path)
+    if handle is None:
+        return None
+    with handle:
+        try:
+            return handle.read(max_bytes)
+        except OSError:
+            return None
+
+
+def sha256_regular(path: Path, *, max_bytes: int) -> str | None:
+    """The SHA-256 of the regular file at ``path`` (:func:`open_regular`), ``None`` for
+    anything else. At most ``max_bytes`` are read: a bigger file's digest is of its first
+    ``max_bytes`` and its size."""
+    handle = open_regular(path)
+    if handle is None:
+        return None
+    with handle:
+        try:
+            size = os.fstat(handle.fileno()).st_size
+            sha = hashlib.sha256()
+            left = max_bytes
+            while left > 0 and (chunk := handle.read(min(1 << 16, left))):
+                sha.update(chunk)
+                left -= len(chunk)
+            if size > max_bytes:
+                sha.update(f"\0cut at {max_bytes} of {size}".encode())
+        except OSError:
+            return None
+    return sha.hexdigest()
+
+
 def replace_file(path: Path, data: bytes) -> None:
     """Write ``data`` to the resolved ``path`` by a temporary file renamed over it.
 
@@ -196,8 +251,11 @@ __all__ = [
     "cut",
     "display_path",
     "is_within",
+    "open_regular",
+    "read_regular",
     "read_text_nofollow",
     "real_path",
     "replace_file",
     "resolve_in_workspace",
+    "sha256_regular",
 ]

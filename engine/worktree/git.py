@@ -163,7 +163,12 @@ class Git:
             if self.work_tree is not None:
                 env["GIT_WORK_TREE"] = str(self.work_tree)
             cwd = self.work_tree if self.work_tree is not None else self.git_dir
-        argv = ["git", *(part for item in SAFE_CONFIG for part in ("-c", item)), *args]
+        argv = ["git", *(part for item in SAFE_CONFIG for part in ("-c", item))]
+        # The repository plangate was pointed at may belong to another user (a mounted volume
+        # in a container): trust exactly that folder, never "*". Its ownership check guards
+        # against the configuration it could run, which the forced settings and the check in
+        # :meth:`run` already neutralise.
+        argv += ["-c", f"safe.directory={self.work_tree if self.work_tree else cwd}", *args]
         process = await asyncio.create_subprocess_exec(
             *argv,
             cwd=str(cwd),

@@ -715,6 +715,27 @@ class Worktrees:
             return None
         return await self.setup_script(self._main(Path(record.project)), record.base_commit)
 
+    async def base_folders(self, session_id: str) -> frozenset[str] | None:
+        """The folders (relative, ``"."`` the top) that the live worktree's base commit holds
+        files in (``None``: no live worktree, or git could not say)."""
+        record = await self.record(session_id)
+        if record is None or record.phase != "live":
+            return None
+        main = self._main(Path(record.project))
+        try:
+            found = await main.run(
+                "ls-tree", "-r", "-z", "--name-only", record.base_commit, check=False
+            )
+        except (GitError, OSError):
+            return None
+        if not found.ok:
+            return None
+        folders = {"."}
+        for name in found.out.split("\0"):
+            parts = Path(name).parts[:-1]
+            folders.update(Path(*parts[: i + 1]).as_posix() for i in range(len(parts)))
+        return frozenset(folders)
+
     async def set_setup(self, session_id: str, **fields: object) -> WorktreeRecord | None:
         """Record the setup's phase in the live worktree's record (``worktree/change``)."""
         async with self._lock(session_id):

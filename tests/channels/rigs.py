@@ -21,6 +21,7 @@ from engine.app import Engine
 from engine.model.script import ScriptStep
 from tests.fakebot.server import FakeBotApi, FakeMessage
 from tests.fakeslack.server import FakeSlack, Message
+from tests.keys import chat
 from tests.slack import live as slack_live
 from tests.telegram import live as telegram_live
 from tests.telegram.app_support import GROUP, OWNER, STRANGER, eventually
@@ -70,7 +71,7 @@ class TelegramRig:
         self.engine, self.workspace = live.engine, live.workspace
 
     async def session(self) -> str:
-        return await self.engine.session_for_chat(GROUP, 0)
+        return await self.engine.session_for_chat(chat(GROUP))
 
     async def command(self, verb: str, args: str = "", *, stranger: bool = False) -> None:
         text = f"/{verb.replace('-', '_')} {args}".strip()
@@ -132,7 +133,7 @@ class SlackRig:
         self.engine, self.workspace = live.engine, live.workspace
 
     async def session(self) -> str:
-        return await self.engine.session_for_chat(slack_live.GROUP, 0)
+        return await self.engine.session_for_chat(keys.engine_chat(slack_live.GROUP))
 
     async def command(self, verb: str, args: str = "", *, stranger: bool = False) -> None:
         who = slack_live.STRANGER if stranger else slack_live.OWNER

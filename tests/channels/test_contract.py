@@ -12,7 +12,6 @@ real engine, real SQLite and files, the scripted model.
 
 from __future__ import annotations
 
-from bot.slack import keys
 from engine.model.script import call, say
 from tests.channels.rigs import Channels, Rig, until
 from tests.engine.helpers import EXECUTION, GREET_PY, PLANNING, settle
@@ -88,14 +87,9 @@ async def test_a_goal_round_runs_on_one_goal_card(channel: Channels) -> None:
         await rig.settle()
         data = await rig.engine.goal_card(sid)
         assert data.card_id is not None
-        shown = await rig.shown(str(_channel_ref(channel, data.card_id)))
+        shown = await rig.shown(str(data.card_id))
         assert "1/1" in shown.text and "round-limit" in shown.text
         assert shown.labels == ["✖️ Clear"]
-
-
-def _channel_ref(channel: Channels, card_id: int) -> str:
-    """The engine's card id as the rig's message ref (a Slack ts, a Telegram message id)."""
-    return keys.ts_of(card_id) or "" if channel.name == "slack" else str(card_id)
 
 
 async def test_a_file_in_from_the_owner_not_from_a_non_owner(channel: Channels) -> None:

@@ -168,3 +168,70 @@ async def test_status_and_project_say_whether_the_project_has_a_setup_script(
         project = await engine.project(-1, 0, "", actor=OWNER)
     assert project.reply is not None
     assert f"Setup: .plangate/setup.sh (sha256 {sha[:12]})" in project.reply
+
+
+def test_a_huge_setup_script_on_disk_is_never_read_whole(tmp_path: Path) -> None:
+    """/status, /project and /setup read the script on disk, which the agent writes in NoPlan:
+    a sparse 8 GB file (no disk used, so no disk reserve trips) must not be read into
+    plangate's memory. Run under a 1.5 GB address-space limit, where a whole read fails."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "work"
+    (folder / ".plangate").mkdir(parents=True)
+    with (folder / ".plangate/setup.sh").open("wb") as fh:
+        fh.truncate(8 * 1024**3)
+    probe = (
+        "import resource, sys\n"
+        "from pathlib import Path\n"
+        "from engine.environments import read_script\n"
+        "from engine.worktree.script import MAX_SCRIPT_CHARS\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (1536 * 1024**2, 1536 * 1024**2))\n"
+        "script = read_script(Path(sys.argv[1]))\n"
+        "print('long' if script is not None and len(script.text) > MAX_SCRIPT_CHARS else script)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0, done.stderr[-500:]
+    assert done.stdout.strip() == "long"
+
+
+FAILS_ONCE = (
+    "if [ ! -f /var/cache/plangate/tried ]; then touch /var/cache/plangate/tried; exit 1; fi\n"
+    "mkdir -p .venv/site && echo real > .venv/site/tool.py\n"
+)
+
+
+async def test_a_folder_planted_before_the_setup_runs_is_read_only_after_it(
+    tmp_path: Path,
+) -> None:
+    """Between a failed setup and Retry, the owner's turn works in the worktree (writable):
+    the agent can make ``.venv/site`` first. What setup built was then only the files it
+    added inside, and the planted folders stayed writable: the plan could drop a ``.pth`` or
+    ``sitecustomize.py`` next to the installed runner that its checks then import."""
+    make_repo(tmp_path / "work", {"app.py": APP_PY, ".plangate/setup.sh": FAILS_ONCE})
+    async with engine_rig(tmp_path, ScriptedProvider([say("Done.")])) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(chat(-1))
+        await post_init(rig, sid, PLAN)
+        await engine.plan_card(sid)
+        await engine.command(sid, "execute", "", actor=OWNER)
+        await settle(engine, sid, timeout_s=60)
+        record = await engine.worktrees.record(sid)
+        assert record is not None and record.setup == "failed"
+        # What the agent's bash does in the owner's turn while the run is paused.
+        (Path(record.path) / ".venv" / "site").mkdir(parents=True)
+        await engine.command(sid, "execute", "", actor=OWNER)
+        await settle(engine, sid, timeout_s=60)
+        record = await engine.worktrees.record(sid)
+        roots = await engine.worktrees.read_only_roots(sid)
+    assert record is not None and record.setup == "ready", record
+    assert (Path(record.path) / ".venv/site/tool.py").read_text() == "real\n"
+    site = Path(record.path) / ".venv" / "site"
+    assert any(site == root or root in site.parents for root in roots), roots

@@ -50,6 +50,10 @@ async def test_demo_plays_the_whole_flow_to_a_completed_plan() -> None:
     assert text.index("In progress", approved) < text.find("Paused", approved) or (
         "Paused" not in text[approved:]
     )
+    # Each tool call in one short line, and people by their names, never by an id.
+    assert "    agent │ 🔧 bash: python3 test_greet.py\n" in text
+    assert "    agent │ 🔧 write_file: greet.py\n" in text
+    assert "✅ Approved by Ada" in text and "Approved by console" not in text
     # No goal card until the owner sets a goal (a task's criteria are no goal).
     assert text.index("goal card") > text.index("/goal Keep the greeting test passing")
     # It ends with what to do next, in three commands.

@@ -113,3 +113,31 @@ def test_a_kept_copy_never_lands_through_a_committed_symlink(tmp_path: Path) -> 
     assert restore_copy(kept, second) is None
     assert list(outside.iterdir()) == []
     assert not (second / ".venv").exists()  # nothing half-restored: the script runs instead
+
+
+def test_a_huge_dependency_file_is_never_read_whole(tmp_path: Path) -> None:
+    """The owner's /setup in a live worktree keys the copy on the worktree's dependency files,
+    which the plan writes: a sparse 8 GB package.json (no disk used) must not be read into
+    plangate's memory, and no copy is kept for it. Under a 1.5 GB address-space limit."""
+    import sys
+
+    with (tmp_path / "package.json").open("wb") as fh:
+        fh.truncate(8 * 1024**3)
+    probe = (
+        "import resource, sys\n"
+        "from pathlib import Path\n"
+        "from engine.environments import environment_key\n"
+        "from engine.worktree.script import script_of\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (1536 * 1024**2, 1536 * 1024**2))\n"
+        "print(repr(environment_key(Path(sys.argv[1]), script_of('npm ci\\n'))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0, done.stderr[-500:]
+    assert done.stdout.strip() == "''"  # no key: the script runs, nothing is kept

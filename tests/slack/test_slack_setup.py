@@ -142,3 +142,16 @@ def test_the_manifest_names_everything_the_code_handles() -> None:
         "channels:manage",  # conversations.leave
     }
     assert needed <= scopes
+
+
+async def test_a_bare_plangate_with_only_a_slack_token_serves_rather_than_plays_the_demo(
+    tmp_path: Path,
+) -> None:
+    # The demo would print its transcript and exit 0; serving Slack stops at its first missing
+    # setting, named in one line.
+    from tests.cli.test_cli import _clean_env, _plangate
+
+    env = _clean_env(PLANGATE_SLACK_BOT_TOKEN="xoxb-1", PLANGATE_HOME=str(tmp_path / "home"))
+    code, out, err = await _plangate(cwd=tmp_path, env=env)
+    assert code == 2, (out, err)
+    assert "PLANGATE_SLACK_OWNER_IDS: not set" in err

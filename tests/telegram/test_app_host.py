@@ -144,3 +144,42 @@ async def test_a_dot_env_the_agent_writes_changes_nothing_at_the_next_start(
     monkeypatch.chdir(tmp_path)
     started = load_settings({"PLANGATE_WORKSPACE": str(workspace)}, env_file=".env")
     assert (started.sandbox, started.bash_network) == ("on", False)
+
+
+async def test_a_dot_env_fifo_in_the_starting_folder_is_refused_not_waited_on(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    """One NoPlan bash call (``mkfifo .env``) in the folder plangate starts from: the next
+    start opened it to check its lines and waited for a writer for good, before the refusal
+    of a workspace's ``.env`` (which only looked at regular files) was reached."""
+    import asyncio
+
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    os.mkfifo(workspace / ".env")
+    env = _clean_env(
+        PLANGATE_TELEGRAM_TOKEN="999:not-the-token",
+        PLANGATE_TELEGRAM_API_URL=fake_api.base_url,
+        PLANGATE_OWNER_IDS=str(OWNER),
+        PLANGATE_HOME=str(tmp_path / "home"),
+        PLANGATE_MODEL_BASE_URL="http://127.0.0.1:9/v1",
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot.cli",
+        "run",
+        cwd=workspace,
+        env={**env, "PYTHONPATH": str(CHECKOUT)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        pytest.fail("plangate run waited on the .env FIFO")
+    assert proc.returncode == 2
+    [line] = err.decode().strip().splitlines()
+    assert str(workspace / ".env") in line

@@ -171,3 +171,12 @@ def test_any_plan_card_fits_and_parses(
     view = build_plan_card(p, "active", note=note)
     assert utf16_len(view.text) <= 4096
     assert parse_html(view.text).text.strip()
+
+
+def test_an_approval_without_a_name_shows_no_id() -> None:
+    from bot.telegram.cards import approval_line
+    from engine.plan.types import PlanApproval
+
+    sidecar = plan(approved_by=[PlanApproval(user_id="tg:1001", name="", at="2026-12-06T04:00Z")])
+    line = approval_line(sidecar, "active", approvals=[], needed=1)
+    assert line == "✅ Approved by someone"
