@@ -35,8 +35,9 @@ BOT = "@plangate_test_bot "
 
 async def _reviewed(api: FakeBotApi, live: Live) -> tuple[str, FakeMessage]:
     """/plan in the group, the planning turn, the review card (with its 🧪 block)."""
+    before = len(api.bot_messages(GROUP))
     api.user_message(GROUP, OWNER, "/plan Fix the health check")
-    await eventually(lambda: len(api.bot_messages(GROUP)) >= 1)
+    await eventually(lambda: len(api.bot_messages(GROUP)) > before)
     sid = await live.engine.session_for_chat(chat(GROUP))
     await settle(live.engine, sid)
     await parts(live.app).presenter.flush()
@@ -198,3 +199,30 @@ async def test_a_goal_with_a_check_stays_active_until_the_check_passes(
     [goal_card] = goal_cards
     assert any("❌ Checks failed" in t for t in goal_card.edits)
     assert f"🧪 Checks: {CHECK}" in goal_card.text and "✅ Checks passed" in goal_card.text
+
+
+async def test_a_fifo_made_by_noplan_bash_never_wedges_a_later_approve(
+    fake_api: FakeBotApi, tmp_path: Path
+) -> None:
+    """A FIFO named like a test, made by one NoPlan bash call (real bubblewrap), once made
+    the checks' watch block for good at the next Approve: the plan runs to Done."""
+    make_project(tmp_path / "work")
+    noplan = [
+        call("bash", {"command": "mkfifo test_fifo && ls -l test_fifo"}, expect="test_fifo"),
+        say("Made a pipe."),
+    ]
+    script = [*noplan, *PLANNING, *execution()]
+    async with live_bot(fake_api, tmp_path, script, allow_bash=ALLOW_CHECK) as live:
+        fake_api.user_message(GROUP, OWNER, BOT + "make a pipe named test_fifo")
+        await eventually(
+            lambda: any(m.text.startswith("Made a pipe") for m in fake_api.bot_messages(GROUP))
+        )
+        assert (live.workspace / "test_fifo").is_fifo()
+        sid, review = await _reviewed(fake_api, live)
+        await _approve(fake_api, review)
+        await until(lambda: _plan_none(live, sid), timeout_s=90)
+        await settle(live.engine, sid, timeout_s=60)
+        await parts(live.app).presenter.flush()
+        done = fake_api.message(GROUP, review.message_id)
+    assert "Done" in done.text
+    assert f"✅ {CHECK} exit 0 in " in done.text
