@@ -1,4 +1,5 @@
-"""The ``plangate`` command line: ``run``, ``demo``, ``doctor`` (README.md, docs/operations.md).
+"""The ``plangate`` command line: ``run``, ``demo``, ``doctor``, ``migrate`` (README.md,
+docs/operations.md).
 
 A bare ``plangate`` runs the bot when a token is set and the offline demo otherwise. This
 module is the composition root: the only place that knows engine, storage and bot at once.
@@ -55,6 +56,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         sub.add_parser("setup", help="first run: check the token, pair the owner, write settings")
     )
     sub.add_parser("health", help="exit 0 when a running bot's heartbeat is fresh (Docker)")
+    migrate = sub.add_parser(
+        "migrate", help="copy a home's SQLite database into PostgreSQL and verify the counts"
+    )
+    migrate.add_argument(
+        "--from", dest="source", required=True, help="sqlite:PATH (a home's plangate.db)"
+    )
+    migrate.add_argument(
+        "--to", dest="target", help="postgresql://... (default: PLANGATE_DATABASE_URL)"
+    )
     args = parser.parse_args(argv)
     command = args.command
     if args.debug:
@@ -84,6 +94,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _fail(problem, 1)
             print("plangate: ok")
             return 0
+        if command == "migrate":
+            from bot.migrate import run_migrate
+
+            return asyncio.run(run_migrate(args.source, args.target))
         if command == "doctor":
             from bot.doctor import run_doctor
 

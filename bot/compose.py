@@ -39,12 +39,14 @@ async def open_plangate(
     config: EngineConfig,
     clock: Clock | None = None,
     wrap_log: Callable[[EventLog], EventLog] | None = None,
+    database_url: str | None = None,
 ) -> AsyncIterator[Plangate]:
     """Open (creating and migrating) the stores under ``home`` and build the engine.
 
     ``wrap_log`` wraps the event log port the engine is given (to count, trace or fail
-    calls); the stores keep the real one. The database is closed on exit; shut the engine
-    down before that.
+    calls); the stores keep the real one. ``database_url`` (``postgresql://...``) puts the
+    database in PostgreSQL instead of SQLite in the home. The database is closed on exit;
+    shut the engine down before that.
     """
     # The home (database, plan folders, sessions) is never visible to the agent, whichever
     # caller opens plangate and whatever its settings already hide; a worktree or an inbox
@@ -64,7 +66,7 @@ async def open_plangate(
     if config.environments_root is None:
         # Consent to setup scripts and the projects' package caches (docs/environments.md).
         config = dataclasses.replace(config, environments_root=home / "environments")
-    storage = await open_storage(home, clock=clock)
+    storage = await open_storage(home, clock=clock, database_url=database_url)
     if config.inbox_root is None:
         # Uploads live in plangate's home, beside the database, never in the project.
         config = dataclasses.replace(config, inbox_root=home / INBOX_FOLDER)

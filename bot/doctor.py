@@ -40,6 +40,7 @@ from engine.tools.sandbox import (
     sandbox_path,
 )
 from engine.worktree.script import suggestion
+from storage.db import database_path
 
 
 def _writable(folder: Path) -> str | None:
@@ -254,6 +255,30 @@ def check_setups(settings: Settings) -> list[tuple[bool, str]]:
     return lines
 
 
+async def check_database(settings: Settings) -> tuple[bool, str]:
+    """Where the database is; for PostgreSQL, that it answers and which schema it holds."""
+    if settings.database_url is None:
+        return True, f"database: SQLite in {database_path(settings.home.expanduser())}"
+    url = settings.database_url.get_secret_value()
+    try:
+        from storage.postgres.db import probe as probe_database
+        from storage.postgres.migrations import MIGRATIONS
+    except ImportError:
+        return False, "database: PostgreSQL needs asyncpg; pip install 'plangate[postgres]'"
+    try:
+        server, found = await probe_database(url)
+    except Exception as exc:  # any failure to reach or log in is the line's answer
+        return False, f"database: PostgreSQL did not answer ({type(exc).__name__}: {exc})"
+    known = len(MIGRATIONS)
+    if found > known:
+        return False, (
+            f"database: PostgreSQL {server}, schema version {found} is newer than this "
+            f"plangate knows ({known}); upgrade plangate"
+        )
+    state = "up to date" if found == known else f"{found}, migrated to {known} at start"
+    return True, f"database: PostgreSQL {server}, schema version {state}"
+
+
 async def run_doctor(
     out: TextIO = sys.stdout, *, load: Callable[[], Settings] = load_run_settings
 ) -> int:
@@ -287,6 +312,7 @@ async def run_doctor(
     results.extend(await asyncio.to_thread(check_tools, settings))
     results.append(await asyncio.to_thread(check_sandbox, settings))
     results.append(await asyncio.to_thread(check_disk, settings))
+    results.append(await check_database(settings))
     if settings.telegram_token is not None or settings.slack_bot_token is None:
         results.append(await check_telegram(settings))
     results.extend(await check_slack(settings))

@@ -83,6 +83,7 @@ def configure_logging(settings: Settings) -> None:
             settings.telegram_token,
             settings.model_api_key,
             settings.webhook_secret,
+            settings.database_url,
             settings.slack_bot_token,
             settings.slack_app_token,
             settings.slack_signing_secret,
@@ -383,7 +384,17 @@ async def run_bot() -> int:
         channel = telegram_slot if serves_telegram else slack_slot
     try:
         async with (
-            open_plangate(home, model=model, channel=channel, config=config) as opened,
+            open_plangate(
+                home,
+                model=model,
+                channel=channel,
+                config=config,
+                database_url=(
+                    None
+                    if settings.database_url is None
+                    else settings.database_url.get_secret_value()
+                ),
+            ) as opened,
             heartbeat(home),
         ):
             opened_box.append(opened)

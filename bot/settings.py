@@ -52,6 +52,7 @@ from engine.projects import PROJECT_NAME
 from engine.text import clip
 from engine.tools.sandbox import forbidden_env_name
 from engine.usage.ledger import parse_tokens
+from storage.postgres import is_postgres_url
 
 PREFIX = "PLANGATE_"
 # Every default the engine reads lives once, on its configuration; the settings take theirs
@@ -263,6 +264,9 @@ class Settings(BaseSettings):
     webhook_url: str | None = None
     webhook_secret: SecretStr | None = None
     webhook_listen: str | None = None
+    # postgresql://... puts the database in PostgreSQL (docs/storage.md); unset: SQLite in
+    # the home. A secret: it may carry a password.
+    database_url: SecretStr | None = None
     # Slack (docs/slack.md): the bot token serves Slack; Socket Mode with the app token, or the
     # Events API over HTTP on PLANGATE_SLACK_LISTEN, requests checked with the signing secret.
     slack_bot_token: SecretStr | None = None
@@ -459,6 +463,13 @@ class Settings(BaseSettings):
             raise _fail("Telegram accepts 1-256 characters of A-Z, a-z, 0-9, _ and - here")
         return value
 
+    @field_validator("database_url", mode="after")
+    @classmethod
+    def _database_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not is_postgres_url(value.get_secret_value()):
+            raise _fail("a PostgreSQL URL, postgresql://user:password@host:5432/database")
+        return value
+
     @field_validator("webhook_listen", mode="after")
     @classmethod
     def _listen(cls, value: str | None) -> str | None:
@@ -581,6 +592,7 @@ _SECRET_FIELDS = frozenset(
         "slack_bot_token",
         "slack_app_token",
         "slack_signing_secret",
+        "database_url",
     }
 )
 

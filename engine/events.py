@@ -164,6 +164,22 @@ class GoalChange(_Event):
     tombstone: GoalTombstone | None = None
 
 
+def goal_claim(event: SessionEvent) -> tuple[str, int] | None:
+    """The ``(goal id, revision)`` a ``goal/change`` takes in its session's log, else ``None``.
+
+    The goal compare-and-set: every store refuses an append whose claim its session already
+    holds (or that claims one twice), inside the append's own transaction, so of two writers
+    racing for one revision only one commits (``engine.ports.EventLog.append``). The key is
+    derived here, once, so no store parses goal events itself.
+    """
+    if not isinstance(event, GoalChange):
+        return None
+    ref = event.snapshot or event.tombstone
+    if ref is None:
+        raise ValueError("goal/change carries neither a snapshot nor a tombstone")
+    return ref.id, ref.revision
+
+
 class GoalCheck(_Event):
     """plangate ran a goal's checks because the model said it was done (docs/checks.md).
 

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Collection, Sequence
 
 from engine.errors import AppendConflict
-from engine.events import CommandRun, GoalChange, SessionEvent, StoredEvent
+from engine.events import CommandRun, SessionEvent, StoredEvent, goal_claim
 from engine.keys import Chat, ChatKey
 from engine.ports import ChatBinding, Clock, SessionRecord, check_types
 from engine.recovery import attention_marks
@@ -33,12 +33,11 @@ class InMemoryEventLog:
         async with self._lock:
             keys: list[tuple[str, str, int]] = []
             for event in events:
-                if isinstance(event, GoalChange):
-                    ref = event.snapshot or event.tombstone
-                    assert ref is not None
-                    key = (session_id, ref.id, ref.revision)
+                claim = goal_claim(event)
+                if claim is not None:
+                    key = (session_id, *claim)
                     if key in self._goal_revisions or key in keys:
-                        raise AppendConflict(f"goal {ref.id} revision {ref.revision} is taken")
+                        raise AppendConflict(f"goal {claim[0]} revision {claim[1]} is taken")
                     keys.append(key)
             log = self._events.setdefault(session_id, [])
             at = self._clock()
@@ -64,10 +63,9 @@ class InMemoryEventLog:
             self._events[target] = copied
             self._commands.extend(e for e in copied if isinstance(e.event, CommandRun))
             for e in copied:  # the child's goal revisions are taken, as the parent's are
-                if isinstance(e.event, GoalChange):
-                    ref = e.event.snapshot or e.event.tombstone
-                    assert ref is not None
-                    self._goal_revisions.add((target, ref.id, ref.revision))
+                claim = goal_claim(e.event)
+                if claim is not None:
+                    self._goal_revisions.add((target, *claim))
 
     async def needs_attention(self) -> list[str]:
         return sorted(

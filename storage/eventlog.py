@@ -27,7 +27,7 @@ import aiosqlite
 from pydantic import ValidationError
 
 from engine.errors import AppendConflict, CorruptState
-from engine.events import SESSION_EVENT_ADAPTER, GoalChange, SessionEvent, StoredEvent
+from engine.events import SESSION_EVENT_ADAPTER, SessionEvent, StoredEvent, goal_claim
 from engine.ports import Clock, check_types
 from engine.recovery import attention_marks
 from storage.db import Database
@@ -60,17 +60,8 @@ def _select_types(count: int) -> str:
     )
 
 
-def _goal_key(event: SessionEvent) -> tuple[str, int] | None:
-    if not isinstance(event, GoalChange):
-        return None
-    ref = event.snapshot or event.tombstone
-    if ref is None:
-        raise ValueError("goal/change carries neither a snapshot nor a tombstone")
-    return ref.id, ref.revision
-
-
 @contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Hold the cyclic GC off while a log is read.
 
     Each event is several GC-tracked objects that all survive, so the collections they trigger
@@ -87,7 +78,7 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _decode(session_id: str, rows: Sequence[Any]) -> list[StoredEvent]:
+def decode_rows(session_id: str, rows: Sequence[Any]) -> list[StoredEvent]:
     """Rows ``(seq, at, payload)`` to stored events; a row that does not parse fails loudly.
 
     One ``validate_json`` per payload, straight from the stored text into the models (measured
@@ -172,7 +163,7 @@ class SqliteEventLog:
         if not events:
             return []
         payloads = [(event.type, event.model_dump_json()) for event in events]
-        goal_keys = [_goal_key(event) for event in events]
+        goal_keys = [goal_claim(event) for event in events]
         marks = attention_marks(events)
         at = self._clock()
 
@@ -239,13 +230,13 @@ class SqliteEventLog:
                 return []
             query, params = _select_types(len(wanted)), [session_id, after_seq, *wanted]
         out: list[StoredEvent] = []
-        with _gc_paused():
+        with gc_paused():
             async with (
                 self._db.reading() as conn,
                 conn.execute(query, params) as cursor,
             ):
                 while rows := list(await cursor.fetchmany(_FETCH_ROWS)):
-                    out.extend(_decode(session_id, rows))
+                    out.extend(decode_rows(session_id, rows))
         return out
 
     async def read_types_since(
@@ -263,7 +254,7 @@ class SqliteEventLog:
         )
         validate = SESSION_EVENT_ADAPTER.validate_json
         out: list[StoredEvent] = []
-        with _gc_paused():
+        with gc_paused():
             async with (
                 self._db.reading() as conn,
                 conn.execute(query, [*wanted, since_at]) as cursor,
@@ -273,7 +264,7 @@ class SqliteEventLog:
                         try:
                             event = validate(payload)
                         except ValidationError:
-                            out.extend(_decode(session_id, [(seq, at, payload)]))  # raises
+                            out.extend(decode_rows(session_id, [(seq, at, payload)]))  # raises
                             continue
                         out.append(StoredEvent(session_id, seq, at, event))
         return out
@@ -290,4 +281,4 @@ class SqliteEventLog:
         )
         if row is None:
             return None
-        return _decode(str(row[0]), [(row[1], row[2], row[3])])[0]
+        return decode_rows(str(row[0]), [(row[1], row[2], row[3])])[0]

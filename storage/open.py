@@ -1,6 +1,7 @@
 """Opening everything durable under one plangate home, for the composition root.
 
 <home>/plangate.db            the event log, sessions, chat bindings, the chat log, meta
+                              (or a PostgreSQL database, when a database URL is given)
 <home>/projects/<slug>/...    plan files (storage.plan_files)
 """
 
@@ -8,13 +9,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.ports import Clock
 from storage.chatlog import SqliteChatLog
 from storage.db import Database, database_path
 from storage.eventlog import SqliteEventLog
 from storage.plan_files import FilePlanStore
+from storage.postgres import is_postgres_url
 from storage.sessions import SqliteSessionStore
+
+if TYPE_CHECKING:
+    # asyncpg is an optional extra: imported only when a database URL asks for it.
+    from storage.postgres.chatlog import PgChatLog
+    from storage.postgres.db import PgDatabase
+    from storage.postgres.eventlog import PgEventLog
+    from storage.postgres.sessions import PgSessionStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,19 +32,46 @@ class Storage:
     """The stores of one home; close the database when done."""
 
     home: Path
-    db: Database
-    log: SqliteEventLog
-    sessions: SqliteSessionStore
+    db: Database | PgDatabase
+    log: SqliteEventLog | PgEventLog
+    sessions: SqliteSessionStore | PgSessionStore
     plan_store: FilePlanStore
-    chat_log: SqliteChatLog
+    chat_log: SqliteChatLog | PgChatLog
 
     async def close(self) -> None:
         await self.db.close()
 
 
-async def open_storage(home: Path, *, clock: Clock | None = None) -> Storage:
-    """Open (creating and migrating) the database and the plan store under ``home``."""
+async def open_storage(
+    home: Path, *, clock: Clock | None = None, database_url: str | None = None
+) -> Storage:
+    """Open (creating and migrating) the database and the plan store under ``home``.
+
+    ``database_url`` (``postgresql://...``, the ``PLANGATE_DATABASE_URL`` setting) puts the
+    database in PostgreSQL; without it, SQLite in ``<home>/plangate.db``. The plan files stay
+    under ``home`` either way. Raises ``ValueError`` for a URL of another kind.
+    """
     home.mkdir(parents=True, exist_ok=True)
+    if database_url:
+        if not is_postgres_url(database_url):
+            raise ValueError("the database URL must start with postgresql:// or postgres://")
+        from storage.postgres.chatlog import PgChatLog
+        from storage.postgres.db import PgDatabase
+        from storage.postgres.eventlog import PgEventLog
+        from storage.postgres.sessions import PgSessionStore
+
+        pg = await PgDatabase.open(database_url)
+        log_pg = PgEventLog(pg) if clock is None else PgEventLog(pg, clock=clock)
+        sessions_pg = PgSessionStore(pg) if clock is None else PgSessionStore(pg, clock=clock)
+        chat_pg = PgChatLog(pg) if clock is None else PgChatLog(pg, clock=clock)
+        return Storage(
+            home=home,
+            db=pg,
+            log=log_pg,
+            sessions=sessions_pg,
+            plan_store=FilePlanStore.from_sessions(home, sessions_pg),
+            chat_log=chat_pg,
+        )
     db = await Database.open(database_path(home))
     log = SqliteEventLog(db) if clock is None else SqliteEventLog(db, clock=clock)
     sessions = SqliteSessionStore(db) if clock is None else SqliteSessionStore(db, clock=clock)

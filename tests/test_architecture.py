@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FORBIDDEN_IN_ENGINE = ("bot", "storage", "telegram", "aiosqlite", "sqlite3")
+FORBIDDEN_IN_ENGINE = ("bot", "storage", "telegram", "aiosqlite", "sqlite3", "asyncpg", "psycopg")
 
 
 def _module_name(path: Path) -> str:

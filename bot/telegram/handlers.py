@@ -26,6 +26,7 @@ from bot.telegram.access import AccessGate
 from bot.telegram.channel import TelegramChannel
 from bot.telegram.keys import (
     SessionKey,
+    chat_key,
     engine_chat,
     maybe_person,
     message_key,
@@ -393,13 +394,13 @@ class Handlers:
             return
         key = message_key(msg)
         actor = self._actor(update)
-        role = await self.bp.engine.role_of(key[0], actor)
+        role = await self.bp.engine.role_of(chat_key(key[0]), maybe_person(actor))
         lines = [
             "👋 This is plangate: it plans before it changes a project, and works on once "
             "you approve."
         ]
         if may(role, "settings") and actor is not None:
-            shown = await self.bp.engine.project(key[0], key[1], "", actor=actor)
+            shown = await self.bp.engine.project(engine_chat(key), "", actor=person_key(actor))
             if shown.reply:
                 lines.append(
                     f"This chat works on {shown.reply.splitlines()[0].removeprefix('Project: ')}."
@@ -421,7 +422,7 @@ class Handlers:
             return
         key = message_key(msg)
         actor = self._actor(update)
-        role = await self.bp.engine.role_of(key[0], actor)
+        role = await self.bp.engine.role_of(chat_key(key[0]), maybe_person(actor))
         who = (
             "You are sending as the chat itself"
             if actor is None

@@ -165,7 +165,7 @@ async def test_status_and_project_say_whether_the_project_has_a_setup_script(
         status = await engine.command(sid, "status", "", actor=OWNER)
         assert status.reply is not None
         assert f"Setup: .plangate/setup.sh (sha256 {sha[:12]}) (not approved yet)" in status.reply
-        project = await engine.project(-1, 0, "", actor=OWNER)
+        project = await engine.project(chat(-1), "", actor=OWNER)
     assert project.reply is not None
     assert f"Setup: .plangate/setup.sh (sha256 {sha[:12]})" in project.reply
 

@@ -61,9 +61,9 @@ async def test_no_planted_program_runs_in_plangates_git(
             await _completed(service, plan)
             await service.view(SESSION)
             if decision == "merge":
-                await service.merge(SESSION, actor=1)
+                await service.merge(SESSION, actor="tg:1")
             else:
-                await service.push(SESSION, actor=1)
+                await service.push(SESSION, actor="tg:1")
         record = await service.record(SESSION)
     assert record is not None
     assert sorted(os.listdir(markers)) == [], record
@@ -90,7 +90,7 @@ async def test_planted_in_the_main_checkout_nothing_runs(
         if record.phase == "live":
             (Path(record.path) / "c.txt").write_text("c\n")
             await _completed(service, plan)
-            await service.merge(SESSION, actor=1)
+            await service.merge(SESSION, actor="tg:1")
     assert sorted(os.listdir(markers)) == []
 
 

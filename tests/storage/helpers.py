@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+
 from engine.events import GoalChange, UserMessage
 from engine.goal.types import GoalSnapshot, GoalTombstone
+from storage.postgres.db import PgDatabase
+from tests.pg import Cluster
 
 
 class StepClock:
@@ -36,3 +44,28 @@ def cleared(revision: int, *, goal_id: str = "g1") -> GoalChange:
 
 def says(text: str) -> UserMessage:
     return UserMessage(text=text)
+
+
+@asynccontextmanager
+async def pg_store(request: pytest.FixtureRequest) -> AsyncIterator[PgDatabase]:
+    """A migrated PostgreSQL store in a fresh database of the session's cluster (tests/pg.py),
+    for a fixture parametrised over the stores: ``pg_dsn`` cannot be asked for by name from an
+    async fixture, so this does what it does. Dropped afterwards."""
+    import asyncpg
+
+    cluster: Cluster = request.getfixturevalue("pg_cluster")
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(cluster.dsn())
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    try:
+        async with await PgDatabase.open(cluster.dsn(name)) as db:
+            yield db
+    finally:
+        admin = await asyncpg.connect(cluster.dsn())
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()

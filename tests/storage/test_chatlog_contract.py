@@ -1,4 +1,4 @@
-"""One contract for engine.ports.ChatLog, run against the in-memory fake and SQLite; the
+"""One contract for engine.ports.ChatLog, run against the in-memory fake, SQLite and PostgreSQL; the
 team a chat log replays into (engine.roles), across a reopened database."""
 
 from __future__ import annotations
@@ -15,16 +15,24 @@ from engine.roles.types import Person, RoleGranted, RoleRevoked
 from engine.testing import InMemoryChatLog
 from storage.chatlog import SqliteChatLog
 from storage.db import Database
-from tests.storage.helpers import StepClock
+from storage.postgres.chatlog import PgChatLog
+from tests.pg import pg_cluster
+from tests.storage.helpers import StepClock, pg_store
+
+__all__ = ["pg_cluster"]
 
 GROUP, OTHER = "tg:-100123", "tg:-100456"
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 async def chat_log(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ChatLog]:
     clock = StepClock()
     if request.param == "memory":
         yield InMemoryChatLog(clock=clock)
+        return
+    if request.param == "postgres":
+        async with pg_store(request) as pg:
+            yield PgChatLog(pg, clock=clock)
         return
     db = await Database.open(tmp_path / "plangate.db")
     try:

@@ -1,5 +1,5 @@
 """One contract for engine.ports.EventLog and SessionStore, run against every implementation:
-the in-memory fakes (engine.testing) and SQLite (storage)."""
+the in-memory fakes (engine.testing), SQLite (storage) and PostgreSQL (storage.postgres)."""
 
 from __future__ import annotations
 
@@ -35,9 +35,14 @@ from engine.testing import InMemoryEventLog, InMemorySessionStore
 from engine.usage.meter import UsageHistory
 from storage.db import Database
 from storage.eventlog import SqliteEventLog
+from storage.postgres.eventlog import PgEventLog
+from storage.postgres.sessions import PgSessionStore
 from storage.sessions import SqliteSessionStore
 from tests.keys import chat
-from tests.storage.helpers import StepClock, cleared, goal, says
+from tests.pg import pg_cluster
+from tests.storage.helpers import StepClock, cleared, goal, pg_store, says
+
+__all__ = ["pg_cluster"]
 
 
 @dataclass
@@ -47,12 +52,16 @@ class Stores:
     clock: StepClock
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
     clock = StepClock()
     if request.param == "memory":
         log = InMemoryEventLog(clock=clock)
         yield Stores(log, InMemorySessionStore(log, clock=clock), clock)
+        return
+    if request.param == "postgres":
+        async with pg_store(request) as pg:
+            yield Stores(PgEventLog(pg, clock=clock), PgSessionStore(pg, clock=clock), clock)
         return
     db = await Database.open(tmp_path / "plangate.db")
     try:

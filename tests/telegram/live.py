@@ -4,8 +4,9 @@ API, and by default the real openai SDK against the fake chat-completions server
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+import contextvars
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,22 @@ from tests.engine.helpers import ALLOW_TEST_RUN
 from tests.fakebot.server import FakeBotApi, FakeMessage
 from tests.fakes.openai_server import FAKE_MODEL, FakeOpenAIServer
 from tests.telegram.app_support import GROUP, OWNER, running_bot, settings_for
+
+# The database the live rig opens: None is SQLite in the home; a postgresql:// URL puts the
+# stores in PostgreSQL (``on_database``), so a whole end-to-end test runs on either.
+DATABASE_URL: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "live_database_url", default=None
+)
+
+
+@contextmanager
+def on_database(url: str) -> Iterator[None]:
+    """Every ``live_bot`` opened inside keeps its stores in the database at ``url``."""
+    token = DATABASE_URL.set(url)
+    try:
+        yield
+    finally:
+        DATABASE_URL.reset(token)
 
 
 @dataclass
@@ -133,7 +150,11 @@ async def live_bot(
     try:
         async with (
             open_plangate(
-                home or tmp_path / "home", model=model, channel=slot, config=config
+                home or tmp_path / "home",
+                model=model,
+                channel=slot,
+                config=config,
+                database_url=DATABASE_URL.get(),
             ) as opened,
             running_bot(
                 api,

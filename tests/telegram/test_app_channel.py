@@ -8,6 +8,7 @@ from bot.telegram.app import parts
 from bot.telegram.channel import LateChannel
 from bot.telegram.routes import goal_card_key
 from tests.fakebot.server import FakeBotApi
+from tests.keys import chat_key
 from tests.telegram.app_support import (
     GROUP,
     OWNER,
@@ -180,7 +181,7 @@ async def test_an_older_homes_goal_card_is_edited_in_place_and_moves_into_the_en
             await parts(app).channel.goal_changed("s1")
             await eventually(lambda: len(fake_api.bot_messages(GROUP)) == 2)
         card = fake_api.bot_messages(GROUP)[-1]
-        assert engine.goal_cards["s1"] == (GROUP, card.message_id)
+        assert engine.goal_cards["s1"] == (chat_key(GROUP), str(card.message_id))
         # The older home: the id in the meta table, the engine knowing none.
         del engine.goal_cards["s1"]
         await db.set_meta(goal_card_key("s1"), f"{GROUP}:{card.message_id}")
@@ -190,5 +191,5 @@ async def test_an_older_homes_goal_card_is_edited_in_place_and_moves_into_the_en
             await parts(app).presenter.flush()
             await eventually(lambda: "ship it" in fake_api.message(GROUP, card.message_id).text)
         assert len(fake_api.bot_messages(GROUP)) == 2  # edited, never posted anew
-        assert engine.goal_cards["s1"] == (GROUP, card.message_id)
+        assert engine.goal_cards["s1"] == (chat_key(GROUP), str(card.message_id))
         assert not await db.get_meta(goal_card_key("s1"))
