@@ -606,7 +606,10 @@ class EnvSetup:
         # plan's own turns (Retry after a failed setup, /setup later) its edits to files the
         # key does not cover (an npm postinstall script, a build backend) shape what is built,
         # and the next plan with the same key would get that.
-        if copy is not None and (keep or not await self._worktrees.pristine(session_id)):
+        # The package caches are shared the same way (the next plan's setup installs from
+        # them), so such a run gets none: it downloads what it needs.
+        fresh = not keep and await self._worktrees.pristine(session_id)
+        if not fresh:
             copy = None
         ran: CommandRun | None = None
         try:
@@ -616,7 +619,7 @@ class EnvSetup:
                 session_id=session_id,
                 workspace=workspace,
                 timeout_s=self.timeout_s,
-                caches=self._cache_folder(project),
+                caches=self._cache_folder(project) if fresh else None,
             )
             made = await asyncio.to_thread(_built, workspace, before)
             tracked = await self._worktrees.base_folders(session_id)
