@@ -602,6 +602,12 @@ class EnvSetup:
                     session_id, setup="ready", setup_note="", setup_built=reused
                 )
                 return None
+        # A copy is kept only of a build in a worktree nothing has touched yet: after the
+        # plan's own turns (Retry after a failed setup, /setup later) its edits to files the
+        # key does not cover (an npm postinstall script, a build backend) shape what is built,
+        # and the next plan with the same key would get that.
+        if copy is not None and (keep or not await self._worktrees.pristine(session_id)):
+            copy = None
         ran: CommandRun | None = None
         try:
             before = await asyncio.to_thread(_entries, workspace)
