@@ -171,6 +171,8 @@ DEPENDENCY_FILES = (
 # Copies of built environments kept per project (the newest ones), and the free space a copy
 # must leave behind it.
 KEEP_COPIES = 2
+# A built file larger than this is not searched for the old worktree's path.
+MAX_REWRITE_BYTES = 16 * 1024 * 1024
 # A dependency file larger than this is no real one: no copy is keyed on it.
 MAX_DEPENDENCY_BYTES = 64 * 1024 * 1024
 COPY_ROOM = 1024 * 1024 * 1024
@@ -286,6 +288,10 @@ def _rewrite(path: Path, old: bytes, new: bytes) -> None:
     if path.is_symlink() or not path.is_file() or path.suffix == ".pyc":
         return
     try:
+        # The files that name a worktree (scripts, .pth files, records) are small; a large
+        # one (a sparse file the project's install code left) is never read whole.
+        if path.stat().st_size > MAX_REWRITE_BYTES:
+            return
         data = path.read_bytes()
     except OSError:
         return
