@@ -44,6 +44,7 @@ from engine.progress.stuck import StuckLimits
 from engine.tools.host import install_refusal, protected_folders
 from engine.tools.sandbox import SandboxSettings, probe
 from engine.usage.meter import UsageConfig
+from engine.worktree.git import secret_refusal
 
 _log = logging.getLogger("plangate.runner")
 
@@ -181,11 +182,19 @@ SHARED_FIELDS: tuple[str, ...] = tuple(
 
 def install_problems(settings: Settings) -> list[str]:
     """One line for each folder the agent would work in that holds plangate's own files (its
-    interpreter, venv, installed package or home): ``run`` and ``doctor`` refuse those."""
+    interpreter, venv, installed package or home) or a secret file in its git history:
+    ``run`` and ``doctor`` refuse those."""
     protected = protected_folders(settings.home)
     found = [install_refusal("PLANGATE_WORKSPACE:", settings.workspace, protected)]
     found += [
         install_refusal(f"PLANGATE_PROJECTS {name}:", path, protected)
+        for name, path in settings.projects
+    ]
+    # A PLANGATE_SECRET_FILES path tracked anywhere in a repository's history is readable
+    # through git show, git log -p or the pack files, whatever the sandbox masks.
+    found.append(secret_refusal("PLANGATE_WORKSPACE:", settings.workspace, settings.secret_files))
+    found += [
+        secret_refusal(f"PLANGATE_PROJECTS {name}:", path, settings.secret_files)
         for name, path in settings.projects
     ]
     return [line for line in found if line is not None]

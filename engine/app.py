@@ -267,7 +267,12 @@ def build_engine(
     # A vote counts while its voter may approve in the session's chat (engine.roles.votes).
     votes = PlanVotes(log, roles=roles, chat_of=bindings.chat_of)
     catalog = ProjectCatalog(
-        config.workspace, config.projects, root=config.projects_root, protected=config.protected
+        config.workspace,
+        config.projects,
+        root=config.projects_root,
+        protected=config.protected,
+        # A secret file in a project's git history is readable through git: /project refuses.
+        secret_files=(*config.sandbox.hidden_names, *map(str, config.sandbox.hidden)),
     )
     worktrees = Worktrees(
         log,

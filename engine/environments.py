@@ -602,6 +602,15 @@ class EnvSetup:
                     session_id, setup="ready", setup_note="", setup_built=reused
                 )
                 return None
+        # A copy is kept only of a build in a worktree nothing has touched yet: after the
+        # plan's own turns (Retry after a failed setup, /setup later) its edits to files the
+        # key does not cover (an npm postinstall script, a build backend) shape what is built,
+        # and the next plan with the same key would get that.
+        # The package caches are shared the same way (the next plan's setup installs from
+        # them), so such a run gets none: it downloads what it needs.
+        fresh = not keep and await self._worktrees.pristine(session_id)
+        if not fresh:
+            copy = None
         ran: CommandRun | None = None
         try:
             before = await asyncio.to_thread(_entries, workspace)
@@ -610,7 +619,7 @@ class EnvSetup:
                 session_id=session_id,
                 workspace=workspace,
                 timeout_s=self.timeout_s,
-                caches=self._cache_folder(project),
+                caches=self._cache_folder(project) if fresh else None,
             )
             made = await asyncio.to_thread(_built, workspace, before)
             tracked = await self._worktrees.base_folders(session_id)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.tools.host import install_refusal
+from engine.worktree.git import secret_refusal
 
 _log = logging.getLogger("plangate.projects")
 
@@ -46,8 +47,10 @@ class ProjectCatalog:
         *,
         root: Path | None = None,
         protected: Sequence[tuple[str, Path]] = (),
+        secret_files: Sequence[str] = (),
     ) -> None:
         self._protected = tuple(protected)
+        self._secret_files = tuple(secret_files)
         self._named = {name: _resolved(path) for name, path in named}
         self._root = _resolved(root) if root is not None else None
         default_path = _resolved(default)
@@ -76,8 +79,12 @@ class ProjectCatalog:
 
     def refusal(self, project: Project) -> str | None:
         """One line refusing ``project`` when its folder holds plangate's own files (its
-        interpreter, venv, installed package or home), ``None`` when it may be worked on."""
-        return install_refusal(f"Project {project.name}:", project.path, self._protected)
+        interpreter, venv, installed package or home) or a secret file in its git history,
+        ``None`` when it may be worked on. Blocking (git): a thread."""
+        label = f"Project {project.name}:"
+        return install_refusal(label, project.path, self._protected) or secret_refusal(
+            label, project.path, self._secret_files
+        )
 
     def _root_projects(self) -> list[tuple[str, Path]]:
         root = self._root

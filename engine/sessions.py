@@ -238,7 +238,7 @@ class Sessions:
                 reply=f"No project named {clip(name, 64, one_line=True)!r}. "
                 f"Projects: {self._project_names()}."
             )
-        held = self._catalog.refusal(wanted)
+        held = await asyncio.to_thread(self._catalog.refusal, wanted)
         if held is not None:
             return Outcome(reply=held)
         if wanted.path == current.path:

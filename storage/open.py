@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from engine.errors import ConfigError
 from engine.ports import Clock
 from storage.chatlog import SqliteChatLog
 from storage.db import Database, database_path
@@ -49,18 +50,37 @@ async def open_storage(
 
     ``database_url`` (``postgresql://...``, the ``PLANGATE_DATABASE_URL`` setting) puts the
     database in PostgreSQL; without it, SQLite in ``<home>/plangate.db``. The plan files stay
-    under ``home`` either way. Raises ``ValueError`` for a URL of another kind.
+    under ``home`` either way. Raises ``ValueError`` for a URL of another kind, and
+    ``ConfigError`` (one line naming the setting) when PostgreSQL cannot be reached or refuses.
     """
     home.mkdir(parents=True, exist_ok=True)
     if database_url:
         if not is_postgres_url(database_url):
             raise ValueError("the database URL must start with postgresql:// or postgres://")
-        from storage.postgres.chatlog import PgChatLog
-        from storage.postgres.db import PgDatabase
-        from storage.postgres.eventlog import PgEventLog
-        from storage.postgres.sessions import PgSessionStore
-
-        pg = await PgDatabase.open(database_url)
+        try:
+            from storage.postgres.chatlog import PgChatLog
+            from storage.postgres.db import PgDatabase
+            from storage.postgres.eventlog import PgEventLog
+            from storage.postgres.sessions import PgSessionStore
+        except ImportError:
+            raise ConfigError(
+                "PLANGATE_DATABASE_URL: PostgreSQL needs asyncpg; pip install 'plangate[postgres]'"
+            ) from None
+        try:
+            pg = await PgDatabase.open(database_url)
+        except OSError as exc:  # ConnectionError and TimeoutError are OSErrors
+            raise ConfigError(
+                f"PLANGATE_DATABASE_URL: the database did not answer ({type(exc).__name__}: "
+                f"{exc}); plangate doctor checks it"
+            ) from exc
+        except Exception as exc:
+            # asyncpg's refusals (a wrong password, no such database) are its own classes.
+            if type(exc).__module__.startswith("asyncpg"):
+                raise ConfigError(
+                    f"PLANGATE_DATABASE_URL: the database refused ({type(exc).__name__}: "
+                    f"{exc}); plangate doctor checks it"
+                ) from exc
+            raise
         log_pg = PgEventLog(pg) if clock is None else PgEventLog(pg, clock=clock)
         sessions_pg = PgSessionStore(pg) if clock is None else PgSessionStore(pg, clock=clock)
         chat_pg = PgChatLog(pg) if clock is None else PgChatLog(pg, clock=clock)

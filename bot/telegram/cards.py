@@ -246,7 +246,12 @@ def worktree_lines(view: WorktreeView, *, files: int | None, patch: bool) -> lis
     if view.phase in ("in_place", "failed"):
         return [f"📁 {escape(clip(view.message or 'works in place', 300, one_line=True))}"]
     if view.phase in ("live", "creating"):
-        return [f"🌿 Working in its own worktree on <code>{branch}</code>{base}."]
+        return [
+            f"🌿 Working in its own worktree on <code>{branch}</code>{base}.",
+            # What git shares (docs/projects.md, "What the agent of one plan can read").
+            "<i>Other plans and chats in this project can read this branch through git; a "
+            "separate clone listed as its own project keeps work apart.</i>",
+        ]
     if view.phase not in DECIDING:
         return [f"🌿 {escape(clip(view.message, 300, one_line=True))}"] if view.message else []
     count = len(view.files)

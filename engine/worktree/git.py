@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -232,6 +233,67 @@ class Git:
         return left
 
 
+def tracked_secrets(folder: Path, secret_files: Sequence[str]) -> list[str]:
+    """The ``secret_files`` (relative: inside ``folder``; absolute: when inside it) that the
+    repository at ``folder`` holds anywhere: in a commit of any branch, tag or reflog entry,
+    or in the index. Such a file is readable through ``git show`` or the pack files whatever
+    the sandbox masks. Blocking (one or two git commands): a thread, or start-up."""
+    root = folder.resolve()
+    if not (root / ".git").is_dir():
+        return []
+    wanted: list[str] = []
+    for name in secret_files:
+        path = Path(name)
+        if path.is_absolute():
+            try:
+                path = path.resolve().relative_to(root)
+            except (OSError, ValueError):
+                continue
+        if str(path) not in ("", ".") and not str(path).startswith(".."):
+            wanted.append(path.as_posix())
+    if not wanted:
+        return []
+    env = git_env(NO_HOME)
+    env["GIT_DIR"], env["GIT_WORK_TREE"] = str(root / ".git"), str(root)
+    specs = [f":(literal){name}" for name in wanted]
+    base = ["git", *(part for item in SAFE_CONFIG for part in ("-c", item))]
+    found: set[str] = set()
+    for args in (
+        ["log", "--all", "--reflog", "--no-renames", "--format=", "--name-only", "-z"],
+        ["ls-files", "-z"],
+    ):
+        try:
+            done = subprocess.run(
+                [*base, *args, "--", *specs],
+                cwd=root,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=GIT_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            _log.warning("plangate.worktree.git.secret_check_failed folder=%s %s", root, exc)
+            continue
+        found.update(name for name in os.fsdecode(done.stdout).split("\0") if name)
+    return sorted(found)
+
+
+def secret_refusal(label: str, folder: Path, secret_files: Sequence[str]) -> str | None:
+    """One line refusing a workspace or project whose git history holds a secret file
+    (:func:`tracked_secrets`), naming it and the fix; ``None`` when it holds none."""
+    found = tracked_secrets(folder, secret_files)
+    if not found:
+        return None
+    shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+    return (
+        f"{label} {folder} has PLANGATE_SECRET_FILES in its git history ({shown}): the agent "
+        "could read it through git show or the pack files; remove it from every commit "
+        "(git rm --cached, then rewrite the history, e.g. git filter-repo --invert-paths "
+        "--path <file>, expire the reflog and git gc --prune=now), or do not list it"
+    )
+
+
 def diff_args(*revs: str) -> Sequence[str]:
     """``git diff`` with no external diff program, no text conversion, no submodule entered."""
     return ("diff", "--no-ext-diff", "--no-textconv", "--no-color", IGNORE_SUBMODULES, *revs)
@@ -250,5 +312,7 @@ __all__ = [
     "GitResult",
     "diff_args",
     "git_env",
+    "secret_refusal",
+    "tracked_secrets",
     "unsafe_config",
 ]

@@ -10,14 +10,14 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from engine.errors import AppendConflict, CorruptState
+from engine.errors import AppendConflict, ConfigError, CorruptState
 from engine.roles.types import RoleGranted, RoleRevoked
 from storage.open import open_storage
 from storage.postgres.chatlog import PgChatLog
 from storage.postgres.db import PgDatabase, probe
 from storage.postgres.eventlog import PgEventLog
 from storage.postgres.migrations import MIGRATIONS, migrate, schema_version
-from tests.pg import pg_cluster, pg_dsn
+from tests.pg import Cluster, pg_cluster, pg_dsn
 from tests.storage.helpers import goal, says
 
 __all__ = ["pg_cluster", "pg_dsn"]
@@ -134,6 +134,16 @@ async def test_a_database_url_puts_every_store_in_postgresql(pg_dsn: str, tmp_pa
         assert await db.get_meta("k") == "v"
     with pytest.raises(ValueError, match="postgresql://"):
         await open_storage(tmp_path / "home", database_url="mysql://x")
+
+
+async def test_a_database_that_refuses_or_is_not_there_is_one_line_naming_the_setting(
+    pg_cluster: Cluster, tmp_path: Path
+) -> None:
+    with pytest.raises(ConfigError, match="PLANGATE_DATABASE_URL: the database refused"):
+        await open_storage(tmp_path / "home", database_url=pg_cluster.dsn("no_such_database"))
+    gone = f"postgresql:///x?host={tmp_path / 'no-socket'}&user=nobody"
+    with pytest.raises(ConfigError, match="PLANGATE_DATABASE_URL: the database did not answer"):
+        await open_storage(tmp_path / "home", database_url=gone)
 
 
 async def test_two_connections_appending_to_one_chat_log_never_share_a_seq(pg_dsn: str) -> None:
