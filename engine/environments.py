@@ -171,6 +171,8 @@ DEPENDENCY_FILES = (
 # Copies of built environments kept per project (the newest ones), and the free space a copy
 # must leave behind it.
 KEEP_COPIES = 2
+# A built file larger than this is not searched for the old worktree's path.
+MAX_REWRITE_BYTES = 16 * 1024 * 1024
 # A dependency file larger than this is no real one: no copy is keyed on it.
 MAX_DEPENDENCY_BYTES = 64 * 1024 * 1024
 COPY_ROOM = 1024 * 1024 * 1024
@@ -286,6 +288,10 @@ def _rewrite(path: Path, old: bytes, new: bytes) -> None:
     if path.is_symlink() or not path.is_file() or path.suffix == ".pyc":
         return
     try:
+        # The files that name a worktree (scripts, .pth files, records) are small; a large
+        # one (a sparse file the project's install code left) is never read whole.
+        if path.stat().st_size > MAX_REWRITE_BYTES:
+            return
         data = path.read_bytes()
     except OSError:
         return
@@ -602,6 +608,15 @@ class EnvSetup:
                     session_id, setup="ready", setup_note="", setup_built=reused
                 )
                 return None
+        # A copy is kept only of a build in a worktree nothing has touched yet: after the
+        # plan's own turns (Retry after a failed setup, /setup later) its edits to files the
+        # key does not cover (an npm postinstall script, a build backend) shape what is built,
+        # and the next plan with the same key would get that.
+        # The package caches are shared the same way (the next plan's setup installs from
+        # them), so such a run gets none: it downloads what it needs.
+        fresh = not keep and await self._worktrees.pristine(session_id)
+        if not fresh:
+            copy = None
         ran: CommandRun | None = None
         try:
             before = await asyncio.to_thread(_entries, workspace)
@@ -610,7 +625,7 @@ class EnvSetup:
                 session_id=session_id,
                 workspace=workspace,
                 timeout_s=self.timeout_s,
-                caches=self._cache_folder(project),
+                caches=self._cache_folder(project) if fresh else None,
             )
             made = await asyncio.to_thread(_built, workspace, before)
             tracked = await self._worktrees.base_folders(session_id)

@@ -715,6 +715,26 @@ class Worktrees:
             return None
         return await self.setup_script(self._main(Path(record.project)), record.base_commit)
 
+    async def pristine(self, session_id: str) -> bool:
+        """The live worktree is as git checked it out: no change, no untracked or ignored
+        file (nothing the plan wrote could shape what a setup run there builds)."""
+        record = await self.record(session_id)
+        if record is None or record.phase != "live":
+            return False
+        try:
+            found = await (await self._in_tree(record)).run(
+                "status",
+                "--porcelain",
+                "-z",
+                "--ignored",
+                "--untracked-files=all",
+                "--ignore-submodules=all",
+                check=False,
+            )
+        except (GitError, OSError):
+            return False
+        return found.ok and not found.out.strip("\0")
+
     async def base_folders(self, session_id: str) -> frozenset[str] | None:
         """The folders (relative, ``"."`` the top) that the live worktree's base commit holds
         files in (``None``: no live worktree, or git could not say)."""

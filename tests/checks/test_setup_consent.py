@@ -202,10 +202,8 @@ def test_a_huge_setup_script_on_disk_is_never_read_whole(tmp_path: Path) -> None
     assert done.stdout.strip() == "long"
 
 
-FAILS_ONCE = (
-    "if [ ! -f /var/cache/plangate/tried ]; then touch /var/cache/plangate/tried; exit 1; fi\n"
-    "mkdir -p .venv/site && echo real > .venv/site/tool.py\n"
-)
+# Fails until the plan's turn writes ``ok`` (a setup that needed a fix in the worktree).
+FAILS_ONCE = "test -f ok || exit 1\nmkdir -p .venv/site && echo real > .venv/site/tool.py\n"
 
 
 async def test_a_folder_planted_before_the_setup_runs_is_read_only_after_it(
@@ -227,6 +225,7 @@ async def test_a_folder_planted_before_the_setup_runs_is_read_only_after_it(
         assert record is not None and record.setup == "failed"
         # What the agent's bash does in the owner's turn while the run is paused.
         (Path(record.path) / ".venv" / "site").mkdir(parents=True)
+        (Path(record.path) / "ok").touch()
         await engine.command(sid, "execute", "", actor=OWNER)
         await settle(engine, sid, timeout_s=60)
         record = await engine.worktrees.record(sid)
@@ -235,3 +234,74 @@ async def test_a_folder_planted_before_the_setup_runs_is_read_only_after_it(
     assert (Path(record.path) / ".venv/site/tool.py").read_text() == "real\n"
     site = Path(record.path) / ".venv" / "site"
     assert any(site == root or root in site.parents for root in roots), roots
+
+
+async def test_no_copy_is_kept_of_a_build_in_a_worktree_the_plan_touched(tmp_path: Path) -> None:
+    """A kept copy is reused by the next plan with the same script and dependency files. One
+    built after the plan's own turn (here: Retry after a failed setup, the plan having edited
+    a file the key does not cover, as an npm postinstall script is) carries what the plan
+    did into that next plan: none is kept of it."""
+    make_repo(tmp_path / "work", {"app.py": APP_PY, ".plangate/setup.sh": FAILS_ONCE})
+    async with engine_rig(tmp_path, ScriptedProvider([say("Done.")])) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(chat(-1))
+        await post_init(rig, sid, PLAN)
+        await engine.plan_card(sid)
+        await engine.command(sid, "execute", "", actor=OWNER)
+        await settle(engine, sid, timeout_s=60)
+        record = await engine.worktrees.record(sid)
+        assert record is not None and record.setup == "failed"
+        (Path(record.path) / "app.py").write_text(APP_PY + "# the plan's edit\n")
+        (Path(record.path) / "ok").touch()
+        await engine.command(sid, "execute", "", actor=OWNER)
+        await settle(engine, sid, timeout_s=60)
+        record = await engine.worktrees.record(sid)
+    assert record is not None and record.setup == "ready", record
+    assert list((rig.home / "environments" / "built").glob("*/*")) == []
+
+
+async def test_a_copy_is_kept_of_a_build_in_an_untouched_worktree(tmp_path: Path) -> None:
+    """The control: the first setup of an approved plan, before its first step, is kept."""
+    make_repo(
+        tmp_path / "work",
+        {"app.py": APP_PY, ".plangate/setup.sh": "mkdir -p .venv && echo 1 > .venv/v\n"},
+    )
+    async with engine_rig(tmp_path, ScriptedProvider([say("Done.")])) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(chat(-1))
+        await post_init(rig, sid, PLAN)
+        await engine.plan_card(sid)
+        await engine.command(sid, "execute", "", actor=OWNER)
+        await settle(engine, sid, timeout_s=60)
+        record = await engine.worktrees.record(sid)
+    assert record is not None and record.setup == "ready", record
+    assert len(list((rig.home / "environments" / "built").glob("*/*"))) == 1
+
+
+async def test_the_caches_are_not_mounted_for_a_setup_in_a_worktree_the_plan_touched(
+    tmp_path: Path,
+) -> None:
+    """The next plan's setup installs from the project's package caches. A setup run after
+    the plan's own turn runs what the plan wrote (an edited build script: here the file
+    ``ok`` the script reads) with the network: it never gets the shared caches to write."""
+    setup = (
+        "test -f ok || exit 1\n"
+        "cat ok > /var/cache/plangate/wheel 2>/dev/null || true\n"
+        "mkdir -p .venv && echo 1 > .venv/v\n"
+    )
+    make_repo(tmp_path / "work", {"app.py": APP_PY, ".plangate/setup.sh": setup})
+    async with engine_rig(tmp_path, ScriptedProvider([say("Done.")])) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(chat(-1))
+        await post_init(rig, sid, PLAN)
+        await engine.plan_card(sid)
+        await engine.command(sid, "execute", "", actor=OWNER)
+        await settle(engine, sid, timeout_s=60)
+        record = await engine.worktrees.record(sid)
+        assert record is not None and record.setup == "failed"
+        (Path(record.path) / "ok").write_text("poisoned\n")  # the plan's edit
+        await engine.command(sid, "execute", "", actor=OWNER)
+        await settle(engine, sid, timeout_s=60)
+        record = await engine.worktrees.record(sid)
+    assert record is not None and record.setup == "ready", record
+    assert list((rig.home / "environments" / "caches").glob("*/wheel")) == []

@@ -141,3 +141,32 @@ def test_a_huge_dependency_file_is_never_read_whole(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-500:]
     assert done.stdout.strip() == "''"  # no key: the script runs, nothing is kept
+
+
+def test_a_huge_file_in_a_kept_copy_is_never_read_whole(tmp_path: Path) -> None:
+    """Putting a copy in rewrites the old worktree's path in the files that name it; what a
+    setup built comes from the project's own install code, which can leave a sparse 8 GB
+    file (no disk used): it is not read into plangate's memory. Under a 1.5 GB limit."""
+    import sys
+
+    big = tmp_path / ".venv" / "lib" / "blob"
+    big.parent.mkdir(parents=True)
+    with big.open("wb") as fh:
+        fh.truncate(8 * 1024**3)
+    probe = (
+        "import resource, sys\n"
+        "from pathlib import Path\n"
+        "from engine.environments import _rewrite\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (1536 * 1024**2, 1536 * 1024**2))\n"
+        "_rewrite(Path(sys.argv[1]), b'/old/worktree', b'/new/worktree')\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(big)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0, done.stderr[-500:]
