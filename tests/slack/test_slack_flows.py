@@ -87,9 +87,14 @@ async def test_a_goal_round_runs_and_its_card_is_one_message(
         data = await live.engine.goal_card(sid)
         ts = data.card_id
         assert ts is not None and data.chat_id == keys.chat_ref(GROUP)
+
+        # The card's last redraw is paced like any edit: wait (bounded) until it lands.
+        async def redrawn() -> bool:
+            shown = str(slack.message(CHANNEL, ts).blocks)
+            return "1/1" in shown and "round-limit" in shown
+
+        await until(redrawn)
         goal_card = slack.message(CHANNEL, ts)
-        shown = str(goal_card.blocks)
-        assert "1/1" in shown and "round-limit" in shown
         assert labels(goal_card) == ["✖️ Clear"]
         cards = [
             m for m in slack.bot_messages(CHANNEL) if m.blocks and "goal" in str(m.blocks).lower()
