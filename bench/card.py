@@ -26,6 +26,7 @@ from bench.telegram import GROUP, OWNER, PacedModel, fake_server, start_polling,
 from bot.compose import open_plangate
 from bot.telegram.app import build_application, parts, prepare
 from bot.telegram.channel import LateChannel
+from bot.telegram.keys import engine_chat
 from engine.app import EngineConfig
 from engine.events import PlanChanged
 from engine.model.script import ScriptedCall, ScriptStep, call, say
@@ -123,7 +124,7 @@ async def card_run(tasks: int, *, model_delay_s: float, workdir: Path) -> CardRu
                 lambda: any("Ready for review" in m.text for m in api.bot_messages(GROUP)),
                 timeout_s=120,
             )
-            sid = await engine.session_for_chat(GROUP, 0)
+            sid = await engine.session_for_chat(engine_chat((GROUP, 0)))
             await engine.agents.wait_idle(sid)
             await asyncio.wait_for(parts(app).presenter.flush(), 120)
             review_calls = counted(api, first)

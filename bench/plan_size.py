@@ -33,6 +33,7 @@ from typing import Any
 from bench.extract import make_plan
 from bot.compose import open_plangate
 from bot.telegram import cards, presenter
+from bot.telegram.keys import engine_chat
 from engine.agent.testing import RecordingChannel
 from engine.app import EngineConfig
 from engine.model.scripted import ScriptedProvider
@@ -84,7 +85,7 @@ async def run(kb: int, draws: int) -> dict[str, float]:
         ) as opened:
             engine = opened.engine
             plans = engine.plans
-            sid = await engine.session_for_chat(-100, 0)
+            sid = await engine.session_for_chat(engine_chat((-100, 0)))
             assert (await plans.enter_pre_init(sid)).ok
             assert (await plans.init(sid, title="Big", mode="design", workspace=work)).ok
             (await plans.md_path(sid)).write_text(md, encoding="utf-8")

@@ -57,6 +57,7 @@ from bot.compose import Plangate as Opened
 from bot.compose import open_plangate
 from bot.telegram.app import ALLOWED_UPDATES, build_application, drain, parts, prepare
 from bot.telegram.channel import LateChannel
+from bot.telegram.keys import engine_chat
 from engine.app import Engine, EngineConfig
 from engine.model.script import ScriptStep, call, say
 from engine.model.scripted import ScriptedProvider
@@ -389,7 +390,7 @@ async def command_overhead(*, count: int, blocks: int, workdir: Path) -> list[Ov
                 ),
                 timeout_s=20,
             )
-            sid = await live.engine.session_for_chat(OWNER, 0)
+            sid = await live.engine.session_for_chat(engine_chat((OWNER, 0)))
             await live.engine.agents.wait_idle(sid)
             await parts(live.app).presenter.flush()
             results.append(
@@ -477,7 +478,7 @@ async def checklist_run(*, tasks: int, pacing: Pacing, workdir: Path) -> CallCou
                 lambda: any(m.text.startswith(final) for m in api.bot_messages(chat_id)),
                 timeout_s=limit_s,
             )
-            sid = await live.engine.session_for_chat(chat_id, 0)
+            sid = await live.engine.session_for_chat(engine_chat((chat_id, 0)))
             await live.engine.agents.wait_idle(sid)
             await asyncio.wait_for(parts(live.app).presenter.flush(), 120)
             run_s = time.perf_counter() - start
