@@ -550,7 +550,9 @@ class EnvSetup:
         self, session_id: str, workspace: Path, project: Path, script: SetupScript
     ) -> SetupHold | None:
         """The owner's own folder: the script runs there; nothing is made read-only (the
-        folder is the owner's, and NoPlan writes it anyway)."""
+        folder is the owner's, and NoPlan writes it anyway). No shared package cache is
+        mounted: NoPlan bash writes this folder, so code the agent left here runs with the
+        network, and it must not reach what the next plan's setup installs from."""
         self._running.add(session_id)
         try:
             ran = await self._bash.run_setup(
@@ -558,7 +560,7 @@ class EnvSetup:
                 session_id=session_id,
                 workspace=workspace,
                 timeout_s=self.timeout_s,
-                caches=self._cache_folder(project),
+                caches=None,
             )
         finally:
             self._running.discard(session_id)

@@ -305,3 +305,26 @@ async def test_the_caches_are_not_mounted_for_a_setup_in_a_worktree_the_plan_tou
         record = await engine.worktrees.record(sid)
     assert record is not None and record.setup == "ready", record
     assert list((rig.home / "environments" / "caches").glob("*/wheel")) == []
+
+
+async def test_an_owner_setup_in_place_never_gets_the_shared_caches(tmp_path: Path) -> None:
+    """The owner's own folder is written by NoPlan bash: code the agent left there (a build
+    script, here the file ``planted`` the script reads) runs during ``/setup`` with the
+    network. It must not write the caches the next plan's setup installs from."""
+    work = tmp_path / "work"
+    (work / ".plangate").mkdir(parents=True)
+    (work / ".plangate" / "setup.sh").write_text(
+        "cat planted > /var/cache/plangate/wheel 2>/dev/null || true\necho ran > ran.txt\n"
+    )
+    (work / "planted").write_text("poisoned\n")  # no git repository: setup runs in place
+    async with engine_rig(tmp_path, ScriptedProvider([])) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(chat(-1))
+        await engine.command(sid, "setup", "", actor=OWNER)
+        while (asked := engine.approvals.pending(sid)) is None:
+            await asyncio.sleep(0.02)
+        await engine.approvals.answer(sid, "once", asked.short_id, actor=OWNER)
+        while not (work / "ran.txt").exists():
+            await asyncio.sleep(0.05)
+        await settle(engine, sid, timeout_s=30)
+    assert list((rig.home / "environments" / "caches").glob("*/wheel")) == []
