@@ -76,6 +76,14 @@ _REASONING = re.compile(r"(?:^|/)(?:o[134](?:-|$)|gpt-5)", re.IGNORECASE)
 # What a server refused, learnt once per (base URL, model) while the process runs.
 _LEARNT_LIMIT: dict[tuple[str, str], str] = {}
 
+
+def forget_limit_field(base_url: str) -> None:
+    """Forget which token-limit field the server at ``base_url`` refused: another server
+    answers there now (a restarted server, a test's server on a reused port)."""
+    for key in [key for key in _LEARNT_LIMIT if key[0] == base_url.rstrip("/")]:
+        del _LEARNT_LIMIT[key]
+
+
 # The doctor's probe: the shape of a turn's call (messages, one tool, tool_choice auto, the
 # token limit), kept tiny.
 _PROBE_MESSAGES = [{"role": "user", "content": "Reply with the word ok."}]

@@ -31,6 +31,7 @@ from typing import Any
 import pytest_asyncio
 from aiohttp import web
 
+from engine.model.openai_provider import forget_limit_field
 from engine.model.script import Script, ScriptStep
 from engine.model.types import ModelError, ModelReply
 from engine.model.validate import validate_request
@@ -174,6 +175,9 @@ class FakeOpenAIServer:
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         self._port = int(self._runner.addresses[0][1])
+        # A new server on a port an earlier test's server had: the provider's process-wide
+        # memory of which token-limit field that one refused is not this one's.
+        forget_limit_field(self.base_url)
 
     async def stop(self) -> None:
         """Stop listening and close open connections."""

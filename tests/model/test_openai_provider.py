@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from engine.errors import ConfigError
-from engine.model.openai_provider import PLACEHOLDER_API_KEY, OpenAIProvider
+from engine.model.openai_provider import PLACEHOLDER_API_KEY, OpenAIProvider, forget_limit_field
 from engine.model.script import ScriptedCall, ScriptStep, say
 from engine.model.types import ModelAuthError, ModelError
 from tests.fakes.openai_server import FAKE_MODEL, FakeOpenAIServer
@@ -439,6 +439,10 @@ async def test_a_refused_max_tokens_is_learnt_once_for_that_server_and_model(
     ]
     assert fields == [["max_tokens"], ["max_completion_tokens"]] + [["max_completion_tokens"]] * 2
     assert len(fake_openai.errors) == 1
+
+    # Another server at that address (the next test's, on a reused port) starts unlearnt.
+    forget_limit_field(fake_openai.base_url + "/")
+    assert make_provider().limit_field == "max_tokens"
 
 
 async def test_check_makes_the_call_a_turn_makes_and_fails_where_turns_would(
