@@ -24,6 +24,7 @@ from engine.ports import Clock, check_types
 from engine.recovery import attention_marks
 from storage.eventlog import decode_rows, gc_paused
 from storage.postgres.db import PgDatabase
+from storage.postgres.inbox import mark_in, open_claim
 
 _APPEND = """
 WITH head AS (
@@ -76,19 +77,28 @@ class PgEventLog:
         taken = [(i, key) for i, key in claims if key is not None]
         marks = attention_marks(events)
         at = self._clock()
+        args = (
+            session_id,
+            len(events),
+            at,
+            *marks.row(),
+            types,
+            payloads,
+            [key[0] for _, key in taken],
+            [key[1] for _, key in taken],
+            [i for i, _ in taken],
+        )
+        # The first append of an update being processed marks it done in its own
+        # transaction (storage.postgres.inbox): its events are never appended twice.
+        claim = open_claim()
         try:
-            base = await self._db.pool.fetchval(
-                _APPEND,
-                session_id,
-                len(events),
-                at,
-                *marks.row(),
-                types,
-                payloads,
-                [key[0] for _, key in taken],
-                [key[1] for _, key in taken],
-                [i for i, _ in taken],
-            )
+            if claim is None:
+                base = await self._db.pool.fetchval(_APPEND, *args)
+            else:
+                async with self._db.pool.acquire() as conn, conn.transaction():
+                    base = await conn.fetchval(_APPEND, *args)
+                    await mark_in(conn, claim, at)
+                claim.done = True
         except asyncpg.UniqueViolationError as exc:
             if exc.constraint_name != "goal_revisions_pkey":
                 raise

@@ -102,6 +102,31 @@ MIGRATIONS: tuple[Migration, ...] = (
         )
         """,
     ),
+    # 2: the update inbox (storage.postgres.inbox): every replica stores what its webhook
+    # receives; the chat's lease holder processes it. Keyed by the source's own id, so a
+    # re-delivery is a no-op; ``ord`` is the order within the chat (Telegram's update_id).
+    (
+        """
+        CREATE TABLE update_inbox (
+            source       TEXT COLLATE "C" NOT NULL,
+            update_id    TEXT COLLATE "C" NOT NULL,
+            ord          BIGINT NOT NULL,
+            chat         TEXT COLLATE "C" NOT NULL,
+            payload      TEXT NOT NULL,
+            received_at  DOUBLE PRECISION NOT NULL,
+            done_at      DOUBLE PRECISION,
+            done_by      TEXT,
+            PRIMARY KEY (source, update_id)
+        )
+        """,
+        # What owners look for: the pending updates of a chat, in order (partial: done rows,
+        # the bulk of the table until pruned, cost the index nothing).
+        "CREATE INDEX update_inbox_pending ON update_inbox (chat, ord) WHERE done_at IS NULL",
+        # Pruning walks done rows by age.
+        "CREATE INDEX update_inbox_done ON update_inbox (done_at) WHERE done_at IS NOT NULL",
+        # Arrival order, for a source whose ids carry none (Slack's event ids).
+        "CREATE SEQUENCE update_inbox_arrival",
+    ),
 )
 
 
