@@ -37,7 +37,7 @@ import secrets
 import signal
 import time
 from collections.abc import Callable, Collection, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 from telegram import BotCommand, Update
@@ -54,7 +54,6 @@ from telegram.ext import (
     filters,
 )
 
-from bot.owners import ChatOwners
 from bot.telegram.access import AccessGate
 from bot.telegram.channel import (
     QUESTION_PATTERN,
@@ -63,7 +62,6 @@ from bot.telegram.channel import (
     TelegramChannel,
 )
 from bot.telegram.handlers import SHOW_PLAN_PATTERN, BotParts, Handlers, load_state, parts, redact
-from bot.telegram.ingress import InboxIngress, Replicas, parse_update, shared_secret
 from bot.telegram.keys import chat_key, message_key, person_key
 from bot.telegram.outbox import Outbox, Sleep
 from bot.telegram.people import SeenPeople
@@ -78,7 +76,12 @@ from engine.errors import ConfigError
 from engine.keys import ChatKey
 from engine.model.transcribe import Transcriber
 from engine.tasks import BackgroundTasks
-from storage.postgres.inbox import InboxUpdate
+
+if TYPE_CHECKING:
+    # asyncpg is the postgres extra: the replicas' parts are imported when they are used.
+    from bot.owners import ChatOwners
+    from bot.telegram.ingress import InboxIngress, Replicas
+    from storage.postgres.inbox import InboxUpdate
 
 _log = logging.getLogger("plangate.app")
 
@@ -449,6 +452,9 @@ async def start_replica(
 ) -> tuple[InboxIngress, ChatOwners]:
     """Webhook mode among several replicas: the ingress that stores every update, and the
     owner loop that processes the chats this replica holds (docs/webhook.md)."""
+    from bot.owners import ChatOwners
+    from bot.telegram.ingress import InboxIngress, parse_update, shared_secret
+
     secret = await shared_secret(db, secret_value(getattr(settings, "webhook_secret", None)))
     ingress = InboxIngress(
         replicas.inbox, application.bot, secret=secret, path=urlsplit(webhook_url).path
