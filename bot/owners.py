@@ -24,7 +24,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from engine.keys import ChatKey
 from engine.ports import ChatLeases, Lease
@@ -38,6 +38,7 @@ KEEP_DONE_S = 26 * 3600.0
 PRUNE_EVERY_S = 3600.0
 
 
+@runtime_checkable
 class Lapsed(Protocol):
     """Leases whose holder let them lapse without releasing them (``storage.postgres.leases``)."""
 
@@ -119,9 +120,8 @@ class ChatOwners:
         """Renew, take, process (see the module docstring)."""
         await self._renew()
         wanted = await self.inbox.pending_chats()
-        lapsed = getattr(self.leases, "lapsed", None)
-        if lapsed is not None:
-            wanted += [c for c in await lapsed(self.replica) if c not in wanted]
+        if isinstance(self.leases, Lapsed):
+            wanted += [c for c in await self.leases.lapsed(self.replica) if c not in wanted]
         for chat in wanted:
             if chat not in self.held:
                 await self._take(chat)

@@ -10,11 +10,13 @@ import json
 import pytest
 
 from engine.errors import AppendConflict
+from engine.leases import LocalChatLeases
 from engine.roles.types import RoleGranted
 from storage.postgres.chatlog import PgChatLog
 from storage.postgres.db import PgDatabase
 from storage.postgres.eventlog import PgEventLog
 from storage.postgres.inbox import PgUpdateInbox, UpdateClaim, processing
+from storage.postgres.leases import PgChatLeases
 from tests.pg import pg_cluster, pg_dsn
 from tests.storage.helpers import goal, says
 
@@ -113,3 +115,25 @@ async def test_an_insert_wakes_a_listener(pg_dsn: str) -> None:
             await PgUpdateInbox(two).put("telegram", "1", "tg:-42", _payload(1), ord=1)
             await PgUpdateInbox(two).put("telegram", "2", "tg:-43", _payload(2), ord=2)
             assert await asyncio.wait_for(heard.get(), 10) == "tg:-43"
+
+
+async def test_lapsed_names_the_chats_a_dead_holder_left_not_the_released_ones(
+    pg_dsn: str,
+) -> None:
+    now = [1000.0]
+    memory = LocalChatLeases(clock=lambda: now[0])
+    async with await PgDatabase.open(pg_dsn) as db:
+        pg = PgChatLeases(db)
+        for leases in (memory, pg):
+            for chat in ("c1", "c2", "c3"):
+                await leases.acquire(chat, "dead", 30)
+            await leases.acquire("c4", "me", 30)
+            await leases.release("c3", "dead")  # a clean stop: nothing to take over
+            assert await leases.lapsed("me") == []
+        now[0] += 31
+        await db.pool.execute("UPDATE chat_leases SET expires_at = expires_at - 31")
+        for leases in (memory, pg):
+            assert await leases.lapsed("me") == ["c1", "c2"]
+            assert await leases.lapsed("dead") == ["c4"]
+            await leases.acquire("c1", "me", 30)
+            assert await leases.lapsed("me") == ["c2"]
