@@ -78,6 +78,7 @@ class ChatOwners:
         self.held: dict[ChatKey, Lease] = {}
         self._renewed: dict[ChatKey, float] = {}
         self._workers: dict[ChatKey, asyncio.Task[None]] = {}
+        self._taking: set[ChatKey] = set()  # taken; the takeover recovery has not run yet
         self._wake = asyncio.Event()
         self._pruned_at: float | None = None
 
@@ -100,13 +101,12 @@ class ChatOwners:
                     await asyncio.wait_for(self._wait(stop), self.poll_s)
         await self.idle()
 
-    async def keep(self, stop: asyncio.Event) -> None:
-        """Only renew the leases held, until ``stop`` (while the engine shuts down)."""
-        while not stop.is_set():
+    async def keep(self) -> None:
+        """Only renew the leases held, until cancelled (while the engine shuts down)."""
+        while True:
             with contextlib.suppress(Exception):
                 await self._renew()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.poll_s)
+            await asyncio.sleep(self.poll_s)
 
     async def _wait(self, stop: asyncio.Event) -> None:
         waits = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
@@ -125,7 +125,7 @@ class ChatOwners:
         for chat in wanted:
             if chat not in self.held:
                 await self._take(chat)
-        for chat in wanted:
+        for chat in {*wanted, *self._taking}:
             if chat in self.held:
                 self._start(chat)
         await self._prune()
@@ -153,15 +153,15 @@ class ChatOwners:
     async def _took(self, chat: ChatKey, lease: Lease) -> None:
         self.held[chat] = lease
         self._renewed[chat] = self._clock()
+        # The takeover recovery runs in the chat's worker, before its updates: a slow one
+        # (loading sessions, redrawing cards) holds up that chat only, never the renewals.
+        self._taking.add(chat)
         _log.info("plangate.owners.taken chat=%s epoch=%s", chat, lease.epoch)
-        try:
-            await self._on_taken(chat)
-        except Exception:
-            _log.exception("plangate.owners.taken_failed chat=%s", chat)
 
     async def _lose(self, chat: ChatKey) -> None:
         lease = self.held.pop(chat, None)
         self._renewed.pop(chat, None)
+        self._taking.discard(chat)
         worker = self._workers.pop(chat, None)
         if worker is not None:
             worker.cancel()
@@ -180,7 +180,14 @@ class ChatOwners:
         self._workers[chat] = asyncio.ensure_future(self._drain(chat))
 
     async def _drain(self, chat: ChatKey) -> None:
-        """Process the chat's pending updates in order while this replica holds it."""
+        """Process the chat's pending updates in order while this replica holds it (after
+        the takeover recovery, when the chat was just taken)."""
+        if chat in self._taking:
+            try:
+                await self._on_taken(chat)
+            except Exception:
+                _log.exception("plangate.owners.taken_failed chat=%s", chat)
+            self._taking.discard(chat)
         while chat in self.held:
             batch = await self.inbox.pending(chat)
             if not batch:

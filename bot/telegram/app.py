@@ -575,7 +575,7 @@ async def serve(
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(asyncio.shield(owners_task), SHUTDOWN_FLUSH_S)
                     owners_task.cancel()
-                    keeper = asyncio.ensure_future(owners.keep(stop))
+                    keeper = asyncio.ensure_future(owners.keep())
                 # Updates already fetched (or waiting in their chat's lane) are handled while
                 # the engine still runs; after engine.shutdown nothing may start a turn.
                 processor = application.update_processor

@@ -40,12 +40,17 @@ def _call(name: str, *args: Any) -> Any:
     return Call(name, args)
 
 
+# The lease tables the rigs made, for the checks after a clean stop.
+LEASES: list[LocalChatLeases] = []
+
+
 @asynccontextmanager
 async def replicas(
     api: FakeBotApi, dsn: str, n: int = 2, **settings: Any
 ) -> AsyncIterator[list[tuple[str, ReplicaEngine, PgDatabase]]]:
     """``n`` replicas serving; yields (proxy origin, engine, database) for each."""
     leases = LocalChatLeases()
+    LEASES.append(leases)
     stop = asyncio.Event()
     async with AsyncExitStack() as stack:
         out: list[tuple[str, ReplicaEngine, PgDatabase]] = []
@@ -118,6 +123,11 @@ async def test_updates_posted_to_either_replica_are_stored_then_processed_once_i
             assert len(owners) == 1
             assert [c.args[0] for c in owners[0].named("chat_taken")].count(f"tg:{chat}") == 1
         assert await PgUpdateInbox(db).pending_chats() == []
+        held = [x for r in ("r0", "r1") for x in await LEASES[-1].held_by(r)]
+        assert sorted(x.chat for x in held) == sorted(f"tg:{c}" for c in chats)
+    # A clean stop releases every lease, after the engine's shutdown.
+    for chat in chats:
+        assert await LEASES[-1].holder(f"tg:{chat}") is None
 
 
 async def test_a_wrong_or_missing_secret_is_refused_and_stores_nothing(

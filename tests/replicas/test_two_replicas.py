@@ -43,7 +43,11 @@ def _with(api: FakeBotApi, chat: int, label: str) -> FakeMessage | None:
 
 
 def _finished(api: FakeBotApi, chat: int) -> bool:
-    return any(m.text.startswith("All done") for m in api.bot_messages(chat))
+    return _said(api, chat, "All done")
+
+
+def _said(api: FakeBotApi, chat: int, start: str) -> bool:
+    return any(m.text.startswith(start) for m in api.bot_messages(chat))
 
 
 def _cards(api: FakeBotApi, chat: int) -> list[FakeMessage]:
@@ -146,3 +150,92 @@ async def test_ten_chats_plan_approve_and_finish_across_two_replicas(
             json.loads(e["payload"]).get("name") for e in events if e["type"] == "tool/call"
         )
         assert calls["write_file"] == 3 and calls["bash"] == 1, calls
+
+
+async def test_sigkill_of_the_owner_mid_run_moves_the_chat_and_resume_finishes_it(
+    fake_api: FakeBotApi, tmp_path: Path, pg_dsn: str
+) -> None:
+    chat = -3100
+    server = FakeOpenAIServer()
+    server.play(RoutedScript({"feature-kill": [*PLANNING, *EXECUTION]}))
+    await server.start()
+    env = _setup(fake_api, tmp_path, pg_dsn, server, [chat])
+    try:
+        async with running(fake_api, env, tmp_path / "logs", ["r1", "r2"]) as (reps, _):
+            fake_api.user_message(chat, OWNER, "/plan Add a greeting module feature-kill")
+            # The planning turn ended (its last words sent) and the review card is up.
+            await fake_api.wait_for(
+                lambda: (
+                    _with(fake_api, chat, "✅ Approve") and _said(fake_api, chat, "The plan is")
+                ),
+                timeout_s=120,
+            )
+            review = _with(fake_api, chat, "✅ Approve")
+            assert review is not None
+            # The approved run's first model call waits: the run is mid-turn when its owner
+            # dies.
+            asked = len(server.chat_requests)
+            server.hold_next()
+            fake_api.press(chat, review.message_id, _button(review, "✅ Approve"), user_id=OWNER)
+            await _until(lambda: len(server.chat_requests) > asked)
+            (held,) = await _fetch(
+                pg_dsn, "SELECT replica, epoch FROM chat_leases WHERE chat = $1", f"tg:{chat}"
+            )
+            owner = next(r for r in reps if r.name == held["replica"])
+            survivor = next(r for r in reps if r is not owner)
+            sid = await _session_of(pg_dsn, chat)
+            committed = await _events(pg_dsn, sid)
+            assert any(e[1] == "turn/start" for e in committed)
+            owner.kill()
+            await owner.proc.wait()
+
+            # The survivor takes the chat (the lease lapsed: nobody released it) and the card
+            # shows the run paused with Resume, without any update asking.
+            async def moved() -> bool:
+                rows = await _fetch(
+                    pg_dsn, "SELECT replica, epoch FROM chat_leases WHERE chat = $1", f"tg:{chat}"
+                )
+                return rows[0]["replica"] == survivor.name and rows[0]["epoch"] > held["epoch"]
+
+            await _until(moved, timeout_s=60)
+            await fake_api.wait_for(lambda: _with(fake_api, chat, "▶️ Resume"), timeout_s=60)
+            paused = _with(fake_api, chat, "▶️ Resume")
+            assert paused is not None
+            fake_api.press(chat, paused.message_id, _button(paused, "▶️ Resume"), user_id=OWNER)
+            await fake_api.wait_for(lambda: _finished(fake_api, chat), timeout_s=120)
+            final = await _events(pg_dsn, sid)
+    finally:
+        await server.stop()
+    # Every event the dead owner had committed is still there, unchanged, and the log is dense.
+    assert final[: len(committed)] == committed
+    assert [e[0] for e in final] == list(range(1, len(final) + 1))
+    # The run ended Done on the one card; the takeover armed nothing (no goal round ran).
+    cards = _cards(fake_api, chat)
+    assert len(cards) == 1 and "Done" in cards[0].text
+    assert not any(
+        e[1] == "user/message" and json.loads(e[2]).get("source") == "goal" for e in final
+    )
+    rows = await _fetch(pg_dsn, "SELECT done_by FROM update_inbox ORDER BY update_id::bigint")
+    assert all(r["done_by"] is not None for r in rows)
+
+
+async def _events(dsn: str, sid: str) -> list[tuple[int, str, str]]:
+    rows = await _fetch(
+        dsn, "SELECT seq, type, payload FROM events WHERE session_id = $1 ORDER BY seq", sid
+    )
+    return [(int(r["seq"]), str(r["type"]), str(r["payload"])) for r in rows]
+
+
+async def _until(check: Any, *, timeout_s: float = 60.0) -> None:
+    """Wait (bounded) until ``check()`` (sync or async) holds."""
+
+    async def loop() -> None:
+        while True:
+            got = check()
+            if asyncio.iscoroutine(got):
+                got = await got
+            if got:
+                return
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(loop(), timeout_s)
