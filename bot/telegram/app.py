@@ -556,7 +556,10 @@ async def serve(
                         allowed_updates=list(ALLOWED_UPDATES), drop_pending_updates=False
                     )
                 await application.start()
-                await announce_restored(application, restored)
+                if not replica_mode:
+                    # Among replicas a chat's paused goals are announced by whichever replica
+                    # takes the chat (``chat_taken``), never by one that merely started.
+                    await announce_restored(application, restored)
                 _log.info("plangate.app.running mode=%s", "webhook" if webhook_url else "polling")
                 await stop.wait()
             finally:

@@ -28,7 +28,7 @@ class ReplicaEngine(RecordingEngine):
 
     async def chat_taken(self, chat: ChatKey) -> list[RestoredGoal]:
         self.calls.append(_call("chat_taken", chat))
-        return []
+        return TAKEN.pop(chat, [])
 
     async def chat_lost(self, chat: ChatKey) -> None:
         self.calls.append(_call("chat_lost", chat))
@@ -42,14 +42,23 @@ def _call(name: str, *args: Any) -> Any:
 
 # The lease tables the rigs made, for the checks after a clean stop.
 LEASES: list[LocalChatLeases] = []
+# What chat_taken finds paused in a chat (a goal that came up disarmed), once.
+TAKEN: dict[ChatKey, list[RestoredGoal]] = {}
 
 
 @asynccontextmanager
 async def replicas(
-    api: FakeBotApi, dsn: str, n: int = 2, **settings: Any
+    api: FakeBotApi,
+    dsn: str,
+    n: int = 2,
+    *,
+    engine: ReplicaEngine | None = None,
+    leases: LocalChatLeases | None = None,
+    **settings: Any,
 ) -> AsyncIterator[list[tuple[str, ReplicaEngine, PgDatabase]]]:
-    """``n`` replicas serving; yields (proxy origin, engine, database) for each."""
-    leases = LocalChatLeases()
+    """``n`` replicas serving; yields (proxy origin, engine, database) for each. ``engine``:
+    the first replica's (a restart keeps what it knew)."""
+    leases = leases or LocalChatLeases()
     LEASES.append(leases)
     stop = asyncio.Event()
     async with AsyncExitStack() as stack:
@@ -57,13 +66,13 @@ async def replicas(
         tasks = []
         for i in range(n):
             db = await stack.enter_async_context(await PgDatabase.open(dsn))
-            engine = ReplicaEngine()
+            mine = engine if engine is not None and i == 0 else ReplicaEngine()
             port = free_port()
             parts = Replicas(PgUpdateInbox(db), leases, replica=f"r{i}", ttl_s=30.0, poll_s=0.2)
             config = webhook_settings(api, port, **settings)
-            tasks.append(asyncio.create_task(serve(config, engine, db, stop=stop, replicas=parts)))
+            tasks.append(asyncio.create_task(serve(config, mine, db, stop=stop, replicas=parts)))
             await listening("127.0.0.1", port)
-            out.append((f"http://127.0.0.1:{port}", engine, db))
+            out.append((f"http://127.0.0.1:{port}", mine, db))
         try:
             yield out
         finally:
@@ -156,3 +165,36 @@ async def test_without_a_configured_secret_the_replicas_share_one(
             fake_api.user_message(OWNER, OWNER, f"via {proxy}")
             assert await fake_api.deliver_webhook(proxy_to=proxy) == 200
         await eventually(lambda: sum(len(e.named("user_message")) for _, e, _ in reps) == 2)
+
+
+async def test_paused_goals_are_announced_by_the_replica_that_takes_the_chat_only(
+    fake_api: FakeBotApi, tmp_path: Path, pg_dsn: str
+) -> None:
+    mine, theirs = -1001, -1002
+    chats = frozenset({mine, theirs})
+    async with replicas(fake_api, pg_dsn, n=1, allowed_chat_ids=chats) as reps:
+        proxy, engine, _ = reps[0]
+        for chat in (mine, theirs):
+            fake_api.user_message(chat, OWNER, f"@{fake_api.username} hello")
+            assert await fake_api.deliver_webhook(proxy_to=proxy) == 200
+        await eventually(lambda: len(engine.named("user_message")) == 2)
+    # A restart: both sessions' goals come up disarmed; another replica holds `theirs`.
+    sessions = {chat: engine.keys[(chat, 0)] for chat in (mine, theirs)}
+    restored = {
+        chat: RestoredGoal(session_id=sid, goal=engine.set_goal(sid, rounds_started=1))
+        for chat, sid in sessions.items()
+    }
+    engine.restored = list(restored.values())
+    TAKEN[f"tg:{mine}"] = [restored[mine]]
+    leases = LocalChatLeases()
+    await leases.acquire(f"tg:{theirs}", "other", 3600)
+    async with replicas(fake_api, pg_dsn, n=1, engine=engine, leases=leases) as reps:
+        proxy, _, _ = reps[0]
+        fake_api.user_message(mine, OWNER, "/status")
+        assert await fake_api.deliver_webhook(proxy_to=proxy) == 200
+        await fake_api.wait_for(lambda: _paused(fake_api, mine), timeout_s=30)
+    assert not _paused(fake_api, theirs)
+
+
+def _paused(api: FakeBotApi, chat: int) -> bool:
+    return any("Paused by the restart" in m.text for m in api.bot_messages(chat))
