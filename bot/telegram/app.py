@@ -61,7 +61,15 @@ from bot.telegram.channel import (
     LateChannel,
     TelegramChannel,
 )
-from bot.telegram.handlers import SHOW_PLAN_PATTERN, BotParts, Handlers, load_state, parts, redact
+from bot.telegram.handlers import (
+    SHOW_PLAN_PATTERN,
+    BotParts,
+    Handlers,
+    load_state,
+    parts,
+    redact,
+    stored_groups,
+)
 from bot.telegram.keys import chat_key, message_key, person_key
 from bot.telegram.outbox import Outbox, Sleep
 from bot.telegram.people import SeenPeople
@@ -258,9 +266,16 @@ def build_application(
     people = SeenPeople()
 
     async def save_groups(chat_id: int) -> None:
-        # The gate already updated its set; persist all of it (a handful of ids).
+        # The gate already updated its set. The stored list is changed for this one group
+        # only: other replicas write it too (each for the groups it owns), and a whole-set
+        # write would undo what they added since this process read it.
         _log.info("plangate.app.groups_changed chat=%s", chat_id)
-        await db_meta.set_meta(GROUPS_KEY, json.dumps(sorted(holder[0].added_groups)))
+        stored = await stored_groups(db_meta)
+        if chat_id in holder[0].added_groups:
+            stored.add(chat_id)
+        else:
+            stored.discard(chat_id)
+        await db_meta.set_meta(GROUPS_KEY, json.dumps(sorted(stored)))
 
     async def migrate(old: int, new: int) -> None:
         # The group's sessions, routes, cards and team move to the supergroup's id.
@@ -464,6 +479,10 @@ async def start_replica(
         await application.process_update(parse_update(item, application.bot))
 
     async def taken(chat: ChatKey) -> None:
+        # Groups owners added while another replica held them are in the database, not in
+        # this process's gate: read them again, or the gate would leave such a group.
+        bp = parts(application)
+        bp.gate.added_groups.update(await stored_groups(bp.meta))
         # The chat's runs come back paused, as after a restart, before its updates run.
         await announce_restored(application, await engine.chat_taken(chat))
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from bot.telegram.app import serve
 from bot.telegram.ingress import SHARED_SECRET_KEY, Replicas
+from bot.telegram.routes import GROUPS_KEY
 from engine.api import RestoredGoal
 from engine.keys import ChatKey
 from engine.leases import LocalChatLeases
@@ -54,6 +55,7 @@ async def replicas(
     *,
     engine: ReplicaEngine | None = None,
     leases: LocalChatLeases | None = None,
+    ttls: tuple[float, ...] = (),
     **settings: Any,
 ) -> AsyncIterator[list[tuple[str, ReplicaEngine, PgDatabase]]]:
     """``n`` replicas serving; yields (proxy origin, engine, database) for each. ``engine``:
@@ -68,7 +70,8 @@ async def replicas(
             db = await stack.enter_async_context(await PgDatabase.open(dsn))
             mine = engine if engine is not None and i == 0 else ReplicaEngine()
             port = free_port()
-            parts = Replicas(PgUpdateInbox(db), leases, replica=f"r{i}", ttl_s=30.0, poll_s=0.2)
+            ttl = ttls[i] if i < len(ttls) else 30.0
+            parts = Replicas(PgUpdateInbox(db), leases, replica=f"r{i}", ttl_s=ttl, poll_s=0.1)
             config = webhook_settings(api, port, **settings)
             tasks.append(asyncio.create_task(serve(config, mine, db, stop=stop, replicas=parts)))
             await listening("127.0.0.1", port)
@@ -198,3 +201,34 @@ async def test_paused_goals_are_announced_by_the_replica_that_takes_the_chat_onl
 
 def _paused(api: FakeBotApi, chat: int) -> bool:
     return any("Paused by the restart" in m.text for m in api.bot_messages(chat))
+
+
+async def test_a_group_an_owner_added_on_one_replica_is_kept_by_the_next_owner(
+    fake_api: FakeBotApi, tmp_path: Path, pg_dsn: str
+) -> None:
+    group, chat = -1005, "tg:-1005"
+    leases = LocalChatLeases()
+    await leases.acquire(chat, "r0", 3600)  # r0 will own the group first
+    async with replicas(fake_api, pg_dsn, leases=leases, ttls=(1.0, 30.0)) as reps:
+        (proxy0, first, db), (proxy1, second, _) = reps
+        fake_api.bot_added(group, by_user_id=OWNER)
+        assert await fake_api.deliver_webhook(proxy_to=proxy1) == 200
+        await _until_stored(db, group)
+        # The group moves to r1 (r0 finds out at its next renewal); r1's gate was loaded
+        # before the owner added the group.
+        await leases.release(chat, "r0")
+        await leases.acquire(chat, "r1", 3600)
+        await eventually(lambda: len(first.named("chat_lost")) == 1)
+        fake_api.user_message(group, OWNER, f"@{fake_api.username} still here?")
+        assert await fake_api.deliver_webhook(proxy_to=proxy0) == 200
+        await eventually(lambda: len(second.named("user_message")) == 1)
+    assert first.named("user_message") == []
+    assert fake_api.count("leaveChat") == 0
+
+
+async def _until_stored(db: PgDatabase, group: int) -> None:
+    async def loop() -> None:
+        while str(group) not in (await db.get_meta(GROUPS_KEY) or ""):
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(loop(), 30)
