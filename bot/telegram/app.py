@@ -264,18 +264,20 @@ def build_application(
 
     holder: list[AccessGate] = []
     people = SeenPeople()
+    groups_lock = asyncio.Lock()
 
     async def save_groups(chat_id: int) -> None:
         # The gate already updated its set. The stored list is changed for this one group
         # only: other replicas write it too (each for the groups it owns), and a whole-set
         # write would undo what they added since this process read it.
         _log.info("plangate.app.groups_changed chat=%s", chat_id)
-        stored = await stored_groups(db_meta)
-        if chat_id in holder[0].added_groups:
-            stored.add(chat_id)
-        else:
-            stored.discard(chat_id)
-        await db_meta.set_meta(GROUPS_KEY, json.dumps(sorted(stored)))
+        async with groups_lock:  # chats run side by side: one read-change-write at a time
+            stored = await stored_groups(db_meta)
+            if chat_id in holder[0].added_groups:
+                stored.add(chat_id)
+            else:
+                stored.discard(chat_id)
+            await db_meta.set_meta(GROUPS_KEY, json.dumps(sorted(stored)))
 
     async def migrate(old: int, new: int) -> None:
         # The group's sessions, routes, cards and team move to the supergroup's id.

@@ -191,7 +191,9 @@ async def test_paused_goals_are_announced_by_the_replica_that_takes_the_chat_onl
     TAKEN[f"tg:{mine}"] = [restored[mine]]
     leases = LocalChatLeases()
     await leases.acquire(f"tg:{theirs}", "other", 3600)
-    async with replicas(fake_api, pg_dsn, n=1, engine=engine, leases=leases) as reps:
+    async with replicas(
+        fake_api, pg_dsn, n=1, engine=engine, leases=leases, allowed_chat_ids=chats
+    ) as reps:
         proxy, _, _ = reps[0]
         fake_api.user_message(mine, OWNER, "/status")
         assert await fake_api.deliver_webhook(proxy_to=proxy) == 200
