@@ -569,7 +569,6 @@ async def serve(
                     ingress, owners = await start_replica(
                         application, settings, engine, db, replicas, webhook_url
                     )
-                    owners_task = asyncio.ensure_future(owners.run(owners_stop))
                 elif webhook_url:
                     await start_webhook(updater, settings, webhook_url)
                 else:
@@ -577,6 +576,9 @@ async def serve(
                         allowed_updates=list(ALLOWED_UPDATES), drop_pending_updates=False
                     )
                 await application.start()
+                if owners is not None:
+                    # Updates are processed once the application runs (its bot, its tasks).
+                    owners_task = asyncio.ensure_future(owners.run(owners_stop))
                 if not replica_mode:
                     # Among replicas a chat's paused goals are announced by whichever replica
                     # takes the chat (``chat_taken``), never by one that merely started.
