@@ -42,7 +42,7 @@ PRUNE_EVERY_S = 3600.0
 class Lapsed(Protocol):
     """Leases whose holder let them lapse without releasing them (``storage.postgres.leases``)."""
 
-    async def lapsed(self, replica: str) -> list[ChatKey]: ...
+    async def lapsed(self) -> list[ChatKey]: ...
 
 
 Process = Callable[[InboxUpdate], Awaitable[None]]
@@ -128,7 +128,8 @@ class ChatOwners:
         await self._renew()
         wanted = await self.inbox.pending_chats(self.source)
         if isinstance(self.leases, Lapsed):
-            wanted += [c for c in await self.leases.lapsed(self.replica) if c not in wanted]
+            # Its own too: a replica restarted under the same name holds nothing yet.
+            wanted += [c for c in await self.leases.lapsed() if c not in wanted]
         if self._owns is not None:
             wanted = [c for c in wanted if self._owns(c)]
         for chat in wanted:

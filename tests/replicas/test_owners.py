@@ -133,3 +133,19 @@ async def test_a_lapsed_lease_moves_the_chat_and_the_old_owner_stops(pg_dsn: str
         await put(inbox, 3, "tg:-1")
         await settle(a, b)
         assert b.seen == [("tg:-1", 2), ("tg:-1", 3)] and a.seen == [("tg:-1", 1)]
+
+
+async def test_a_replica_restarted_under_its_name_takes_back_the_chats_it_let_lapse(
+    pg_dsn: str,
+) -> None:
+    async with two_replicas(pg_dsn) as (inbox, a, _b, clock):
+        await put(inbox, 1, "tg:-1")
+        await settle(a)
+        assert a.events == [("taken", "tg:-1")]
+        # a dies (SIGKILL: nothing released) and comes back under the same PLANGATE_REPLICA_ID;
+        # its chat has no update waiting, but a run of it was cut off and must be recovered.
+        again = Replica("a", inbox, a.owners.leases, clock)  # type: ignore[arg-type]
+        clock.now += 31
+        await settle(again)
+        assert again.events == [("taken", "tg:-1")]
+        assert "tg:-1" in again.owners.held
