@@ -39,6 +39,13 @@ PRUNE_EVERY_S = 3600.0
 
 
 @runtime_checkable
+class Counted(Protocol):
+    """How many replicas hold live leases (``storage.postgres.leases``)."""
+
+    async def replicas(self) -> int: ...
+
+
+@runtime_checkable
 class Lapsed(Protocol):
     """Leases whose holder let them lapse without releasing them (``storage.postgres.leases``)."""
 
@@ -66,10 +73,12 @@ class ChatOwners:
         clock: Callable[[], float] = time.monotonic,
         source: str | None = None,
         owns: Callable[[ChatKey], bool] | None = None,
+        on_share: Callable[[int], None] | None = None,
     ) -> None:
         """``source``: process only the updates of this front end (``telegram``, ``slack``),
         and ``owns``: take only the chats whose keys are its own; a replica serving two front
-        ends runs one loop for each."""
+        ends runs one loop for each. ``on_share``: told each round how many replicas hold
+        chats (Telegram's overall limit is theirs to share: bot.telegram.shared_rate)."""
         self.inbox = inbox
         self.leases = leases
         self.replica = replica
@@ -82,6 +91,7 @@ class ChatOwners:
         self._clock = clock
         self.source = source
         self._owns = owns
+        self._on_share = on_share
         self.held: dict[ChatKey, Lease] = {}
         self._renewed: dict[ChatKey, float] = {}
         self._workers: dict[ChatKey, asyncio.Task[None]] = {}
@@ -138,6 +148,8 @@ class ChatOwners:
         for chat in {*wanted, *self._taking}:
             if chat in self.held:
                 self._start(chat)
+        if self._on_share is not None and isinstance(self.leases, Counted):
+            self._on_share(max(1, await self.leases.replicas()))
         await self._prune()
 
     async def _renew(self) -> None:

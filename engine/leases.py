@@ -52,6 +52,11 @@ class LocalChatLeases:
         now = self._clock()
         return sorted(x.chat for x in self._leases.values() if 0 < x.expires_at <= now)
 
+    async def replicas(self) -> int:
+        """How many replicas hold a live lease now."""
+        now = self._clock()
+        return len({x.replica for x in self._leases.values() if x.expires_at > now})
+
     async def holder(self, chat: ChatKey) -> Lease | None:
         """The live lease on ``chat``, if any."""
         held = self._leases.get(chat)

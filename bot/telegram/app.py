@@ -76,6 +76,7 @@ from bot.telegram.people import SeenPeople
 from bot.telegram.presenter import CardPresenter
 from bot.telegram.render import escape
 from bot.telegram.routes import GROUPS_KEY, ChatRoute, MetaStore, Routes
+from bot.telegram.shared_rate import SharedRateLimiter
 from bot.telegram.updates import ChatLaneProcessor, UpdateLedger
 from bot.telegram.uploads import InputSettings
 from bot.telegram.voice import VOICE_PATTERN
@@ -466,6 +467,8 @@ async def start_replica(
     db: MetaStore,
     replicas: Replicas,
     webhook_url: str,
+    *,
+    limiter: SharedRateLimiter | None = None,
 ) -> tuple[InboxIngress, ChatOwners]:
     """Webhook mode among several replicas: the ingress that stores every update, and the
     owner loop that processes the chats this replica holds (docs/webhook.md)."""
@@ -502,6 +505,7 @@ async def start_replica(
         on_lost=lost,
         source=SOURCE,
         owns=lambda chat: session_key(chat) is not None,
+        on_share=None if limiter is None else limiter.share,
     )
     host, port = parse_listen(getattr(settings, "webhook_listen", None))
     await ingress.start(host, port)
@@ -542,11 +546,18 @@ async def serve(
             "PLANGATE_WEBHOOK_URL is set but the webhook server is not installed: "
             "pip install 'plangate[webhooks]' (or unset it to use polling)"
         )
+    replica_mode = bool(webhook_url) and replicas is not None
+    # Among replicas Telegram's overall limit is shared: each takes its part of it.
+    limiter = SharedRateLimiter() if replica_mode else None
     application = build_application(
-        settings, engine, db_meta=db, channel_slot=channel_slot, transcriber=transcriber
+        settings,
+        engine,
+        db_meta=db,
+        channel_slot=channel_slot,
+        transcriber=transcriber,
+        rate_limiter=limiter,
     )
     bp = parts(application)
-    replica_mode = bool(webhook_url) and replicas is not None
     # Among replicas the inbox drops repeats (by update_id, across replicas); a process's
     # own ledger would judge other replicas' ids.
     bp.inbox = replica_mode
@@ -569,7 +580,7 @@ async def serve(
                 if replica_mode:
                     assert replicas is not None and webhook_url
                     ingress, owners = await start_replica(
-                        application, settings, engine, db, replicas, webhook_url
+                        application, settings, engine, db, replicas, webhook_url, limiter=limiter
                     )
                 elif webhook_url:
                     await start_webhook(updater, settings, webhook_url)

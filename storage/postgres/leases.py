@@ -177,6 +177,13 @@ class PgChatLeases:
         )
         return [str(row[0]) for row in rows]
 
+    async def replicas(self) -> int:
+        """How many replicas hold a live lease now (they share Telegram's overall limit)."""
+        value = await self._db.pool.fetchval(
+            f"SELECT count(DISTINCT replica) FROM chat_leases WHERE expires_at > {_NOW}"
+        )
+        return int(value or 0)
+
     async def holder(self, chat: ChatKey) -> Lease | None:
         """The live lease on ``chat``, if any."""
         row = await self._db.pool.fetchrow(

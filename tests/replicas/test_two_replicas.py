@@ -115,9 +115,15 @@ async def test_ten_chats_plan_approve_and_finish_across_two_replicas(
                 fake_api.press(
                     chat, review.message_id, _button(review, "✅ Approve"), user_id=OWNER
                 )
-            await fake_api.wait_for(
-                lambda: all(_finished(fake_api, c) for c in chats), timeout_s=300
-            )
+            try:
+                await fake_api.wait_for(
+                    lambda: all(_finished(fake_api, c) for c in chats), timeout_s=300
+                )
+            except TimeoutError:
+                late = [c for c in chats if not _finished(fake_api, c)]
+                raise AssertionError(
+                    f"not finished: {late}; model errors: {server.errors}"
+                ) from None
             delivered = list(courier.delivered)
     finally:
         await server.stop()
