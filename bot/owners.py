@@ -96,6 +96,7 @@ class ChatOwners:
         self._renewed: dict[ChatKey, float] = {}
         self._workers: dict[ChatKey, asyncio.Task[None]] = {}
         self._taking: set[ChatKey] = set()  # taken; the takeover recovery has not run yet
+        self._renewing: set[ChatKey] = set()  # a renewal in flight
         self._wake = asyncio.Event()
         self._pruned_at: float | None = None
 
@@ -107,23 +108,34 @@ class ChatOwners:
         """Rounds until ``stop``, then wait for the updates being processed. The leases stay
         held (and renewed by :meth:`keep`) until :meth:`close`: the engine's shutdown still
         writes for its chats."""
-        async with self.inbox.listening(self.wake):
-            while not stop.is_set():
-                try:
-                    await self.round()
-                except Exception as exc:  # the database away for a moment: next round
-                    _log.warning("plangate.owners.round_failed %s: %s", type(exc).__name__, exc)
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wait(stop), self.poll_s)
-        await self.idle()
+        # Renewals run on their own too: a round busy taking chats or waiting for the
+        # database never delays them past a lease's lifetime.
+        keeping = asyncio.ensure_future(self.keep())
+        try:
+            async with self.inbox.listening(self.wake):
+                while not stop.is_set():
+                    try:
+                        await self.round()
+                    except Exception as exc:  # the database away for a moment: next round
+                        _log.warning("plangate.owners.round_failed %s: %s", type(exc).__name__, exc)
+                    self._wake.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wait(stop), self.poll_s)
+            await self.idle()
+        finally:
+            keeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeping
 
     async def keep(self) -> None:
-        """Only renew the leases held, until cancelled (while the engine shuts down)."""
+        """Only renew the leases held, until cancelled (beside the rounds, and while the
+        engine shuts down)."""
         while True:
-            with contextlib.suppress(Exception):
+            try:
                 await self._renew()
-            await asyncio.sleep(self.poll_s)
+            except Exception as exc:
+                _log.warning("plangate.owners.renew_failed %s: %s", type(exc).__name__, exc)
+            await asyncio.sleep(min(self.poll_s, self.renew_s / 2))
 
     async def _wait(self, stop: asyncio.Event) -> None:
         waits = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
@@ -153,19 +165,46 @@ class ChatOwners:
         await self._prune()
 
     async def _renew(self) -> None:
-        now = self._clock()
-        for chat, lease in list(self.held.items()):
-            if now - self._renewed.get(chat, 0.0) < self.renew_s:
-                continue
+        """Renew each lease due, all at once: one chat's renewal waiting (its row is locked
+        by a write of this replica in flight) must not make the others lapse."""
+        due = [
+            chat
+            for chat in self.held
+            if chat not in self._renewing
+            and self._clock() - self._renewed.get(chat, 0.0) >= self.renew_s
+        ]
+        if due:
+            await asyncio.gather(*(self._renew_one(chat) for chat in due))
+
+    async def _renew_one(self, chat: ChatKey) -> None:
+        lease = self.held.get(chat)
+        if lease is None:
+            return
+        self._renewing.add(chat)
+        try:
+            now = self._clock()
             renewed = await self.leases.acquire(chat, self.replica, self.ttl_s)
-            if renewed is None or renewed.epoch != lease.epoch:
-                await self._lose(chat)
-                if renewed is not None:
-                    # Lapsed and taken back at once: the chat changed hands in between.
-                    await self._took(chat, renewed)
-                continue
-            self.held[chat] = renewed
-            self._renewed[chat] = now
+        finally:
+            self._renewing.discard(chat)
+        if self.held.get(chat) is not lease:
+            return  # lost or taken again meanwhile
+        if renewed is None:
+            # Refused, or the lease row stayed locked (this replica's own write in flight)
+            # longer than an acquire waits: only the former is a loss.
+            current = await self.leases.holder(chat)
+            if current is not None and (current.replica, current.epoch) == (
+                self.replica,
+                lease.epoch,
+            ):
+                return  # still ours: the next renewal tries again
+        if renewed is None or renewed.epoch != lease.epoch:
+            await self._lose(chat)
+            if renewed is not None:
+                # Lapsed and taken back at once: the chat may have changed hands in between.
+                await self._took(chat, renewed)
+            return
+        self.held[chat] = renewed
+        self._renewed[chat] = now
 
     async def _take(self, chat: ChatKey) -> None:
         lease = await self.leases.acquire(chat, self.replica, self.ttl_s)
