@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib.util
 import json
 import logging
@@ -55,12 +56,7 @@ from telegram.ext import (
 )
 
 from bot.telegram.access import AccessGate
-from bot.telegram.channel import (
-    QUESTION_PATTERN,
-    REPLY_DOCUMENT_CHARS,
-    LateChannel,
-    TelegramChannel,
-)
+from bot.telegram.channel import QUESTION_PATTERN, REPLY_DOCUMENT_CHARS, TelegramChannel
 from bot.telegram.handlers import SHOW_PLAN_PATTERN, BotParts, Handlers, load_state, parts, redact
 from bot.telegram.keys import chat_key, message_key, person_key
 from bot.telegram.outbox import Outbox, Sleep
@@ -152,12 +148,17 @@ def file_url(api_url: str) -> str:
     return base + "/file/bot"
 
 
+async def save_groups(meta: MetaStore, groups: frozenset[int]) -> None:
+    """Persist the groups an owner added the bot to (all of them: a handful of ids)."""
+    _log.info("plangate.app.groups_changed count=%s", len(groups))
+    await meta.set_meta(GROUPS_KEY, json.dumps(sorted(groups)))
+
+
 def build_application(
     settings: BotSettings,
     engine: EngineApi,
     *,
     db_meta: MetaStore,
-    channel_slot: LateChannel | None = None,
     rate_limiter: BaseRateLimiter[Any] | None = None,
     chat_interval_s: float = 1.0,
     group_per_minute: int = 20,
@@ -167,10 +168,13 @@ def build_application(
 ) -> Application[Any, Any, Any, Any, Any, Any]:
     """Build the PTB application with every handler registered (see the module docstring).
 
-    ``channel_slot``: bound to the :class:`TelegramChannel` so an engine built earlier talks
-    to this chat. ``clock`` and ``sleep`` pace the outbox and the cards (tests pass a manual
-    clock). ``transcriber``: speech to text for voice notes (None: voice gets one line saying
-    how to set it up). The caller still runs the application (``serve`` does it all).
+    Built in one pass, each part given what it uses: the outbox, the card presenter (it
+    subscribes to the outbox's failed deliveries), the channel (``parts(app).channel``: the
+    composition delivers the engine's words to it, bot.channels), the access gate (it
+    subscribes to the groups the outbox finds moved). ``clock`` and ``sleep`` pace the outbox
+    and the cards (tests pass a manual clock). ``transcriber``: speech to text for voice
+    notes (None: voice gets one line saying how to set it up). The caller still runs the
+    application (``serve`` does it all).
     """
     token = secret_value(getattr(settings, "telegram_token", None))
     api_url = settings.telegram_api_url or "https://api.telegram.org/bot"
@@ -217,14 +221,6 @@ def build_application(
         sleep=sleep,
     )
 
-    async def delivery_failed(chat_id: int, message_id: int | None, err: Exception) -> None:
-        # Past the outbox's deadline: draw the chat's cards again from the latest state.
-        presenter.redraw_chat(chat_id)
-
-    outbox.on_delivery_failed = delivery_failed
-    if channel_slot is not None:
-        channel_slot.bind(channel)
-
     # Rendering and delivery that no handler waits for (bp.tasks; drain() awaits them).
     background = BackgroundTasks(_log)
 
@@ -247,13 +243,7 @@ def build_application(
         # Any failure (Dropped included) is fine: a refusal is expendable.
         background.spawn(send(), name=f"refusal:{msg.chat.id}", expected=(Exception,))
 
-    holder: list[AccessGate] = []
     people = SeenPeople()
-
-    async def save_groups(chat_id: int) -> None:
-        # The gate already updated its set; persist all of it (a handful of ids).
-        _log.info("plangate.app.groups_changed chat=%s", chat_id)
-        await db_meta.set_meta(GROUPS_KEY, json.dumps(sorted(holder[0].added_groups)))
 
     async def migrate(old: int, new: int) -> None:
         # The group's sessions, routes, cards and team move to the supergroup's id.
@@ -268,16 +258,13 @@ def build_application(
         owner_ids=settings.owner_ids,
         allowed_chat_ids=settings.allowed_chat_ids or (),
         refuse=refuse,
-        on_group_added=save_groups,
-        on_group_gone=save_groups,
+        save_groups=functools.partial(save_groups, db_meta),
+        outbox=outbox,
         on_migrate=migrate,
         roles=lambda chat_id, user_id: engine.role_of(chat_key(chat_id), person_key(user_id)),
         on_seen=people.saw,
         questions=channel.asked,
     )
-    holder.append(gate)
-    # A send that finds the group upgraded before its service message came: the same move.
-    outbox.on_chat_migrated = gate.carry_over
     bp = BotParts(
         engine,
         db_meta,
@@ -422,28 +409,46 @@ async def serve(
     engine: EngineApi,
     db: MetaStore,
     *,
-    channel_slot: LateChannel | None = None,
     stop: asyncio.Event | None = None,
     transcriber: Transcriber | None = None,
 ) -> None:
-    """Run the bot until SIGINT/SIGTERM (or ``stop``): polling, or a webhook when set.
+    """Build the application (:func:`build_application`) and serve it
+    (:func:`serve_application`), the engine started and shut down with it."""
+    require_webhook_server(settings)
+    application = build_application(settings, engine, db_meta=db, transcriber=transcriber)
+    await serve_application(application, settings, engine, stop=stop)
 
-    Starts the engine (``engine.start()``), announces the goals a restart paused, and shuts
-    both down in order on the way out, also when the updates fail to start (a refused
-    webhook, a taken port: :class:`ConfigError`). Neither mode drops anything: pending
-    updates are processed, and repeats of already processed ones are dropped by update_id.
-    The webhook stays registered on the way out, so Telegram keeps the updates that arrive
-    while the bot is down and delivers them after the next start.
-    """
+
+def require_webhook_server(settings: BotSettings) -> None:
+    """A webhook URL without the webhook server installed: one line saying what to install."""
     webhook_url = getattr(settings, "webhook_url", None)
     if webhook_url and importlib.util.find_spec("tornado") is None:
         raise ConfigError(
             "PLANGATE_WEBHOOK_URL is set but the webhook server is not installed: "
             "pip install 'plangate[webhooks]' (or unset it to use polling)"
         )
-    application = build_application(
-        settings, engine, db_meta=db, channel_slot=channel_slot, transcriber=transcriber
-    )
+
+
+async def serve_application(
+    application: Application[Any, Any, Any, Any, Any, Any],
+    settings: BotSettings,
+    engine: EngineApi,
+    *,
+    stop: asyncio.Event | None = None,
+    owns_engine: bool = True,
+) -> None:
+    """Run the bot until SIGINT/SIGTERM (or ``stop``): polling, or a webhook when set.
+
+    ``owns_engine``: start the engine (``engine.start()``), announce the goals a restart
+    paused, and shut the engine down in order on the way out, also when the updates fail to
+    start (a refused webhook, a taken port: :class:`ConfigError`); otherwise another front
+    end does that and this one only serves. Neither mode drops anything: pending updates are
+    processed, and repeats of already processed ones are dropped by update_id. The webhook
+    stays registered on the way out, so Telegram keeps the updates that arrive while the bot
+    is down and delivers them after the next start.
+    """
+    require_webhook_server(settings)
+    webhook_url = getattr(settings, "webhook_url", None)
     bp = parts(application)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -453,7 +458,7 @@ async def serve(
     try:
         async with application:
             await prepare(application)
-            restored = await engine.start()
+            restored = await engine.start() if owns_engine else []
             updater = application.updater
             assert updater is not None
             try:
@@ -480,7 +485,8 @@ async def serve(
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(processor.idle(), SHUTDOWN_FLUSH_S)
                 try:
-                    await engine.shutdown()
+                    if owns_engine:
+                        await engine.shutdown()
                 finally:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(drain(application), SHUTDOWN_FLUSH_S)
@@ -507,6 +513,8 @@ __all__ = [
     "parts",
     "prepare",
     "redact",
+    "save_groups",
     "serve",
+    "serve_application",
     "start_webhook",
 ]
