@@ -296,10 +296,21 @@ class FrontEnd(Protocol):
         refuses the token)."""
         ...
 
+    def replicated(self, settings: Settings) -> bool:
+        """Whether the settings make this process one replica of several for it (its chats
+        then leased among the replicas: docs/webhook.md)."""
+        ...
+
     def build(
-        self, settings: Settings, opened: Plangate, transcriber: Transcriber | None
+        self,
+        settings: Settings,
+        opened: Plangate,
+        *,
+        transcriber: Transcriber | None,
+        replica: str | None,
     ) -> Serving:
-        """The front end on the opened plangate (its engine and its meta table)."""
+        """The front end on the opened plangate (its engine and its stores); ``replica``:
+        this process's name among replicas, None when it is the only one."""
         ...
 
     async def doctor(self, settings: Settings) -> list[tuple[bool, str]]:

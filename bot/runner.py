@@ -10,7 +10,9 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import signal
+import socket
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
@@ -220,6 +222,12 @@ def engine_config(settings: Settings) -> EngineConfig:
     )
 
 
+def replica_name(settings: Settings) -> str:
+    """This process's name among replicas: ``PLANGATE_REPLICA_ID``, or host name and pid
+    (unique while it lives, and a restarted process is a new replica)."""
+    return settings.replica_id or f"{socket.gethostname()}-{os.getpid()}"
+
+
 async def _together(jobs: list[Coroutine[Any, Any, None]], stop: asyncio.Event) -> None:
     """Run the front ends side by side; when one ends (or fails) the others are stopped."""
     loop = asyncio.get_running_loop()
@@ -278,6 +286,11 @@ async def run_bot() -> int:
     for line in settings_warnings(files=[config_path(), Path(".env")]):
         _log.warning("settings: %s", line)
     fronts = wanted_front_ends(settings)
+    # One replica of several (docs/webhook.md, "Several replicas"): a front end that serves
+    # so says; otherwise this process owns every chat itself.
+    replica = replica_name(settings) if any(f.replicated(settings) for f in fronts) else None
+    if replica is not None:
+        _log.info("plangate.runner.replica %s (lease %.0f s)", replica, settings.lease_ttl)
     for front in fronts:
         await front.ready(settings)
     config = engine_config(settings)
@@ -302,10 +315,14 @@ async def run_bot() -> int:
                     if settings.database_url is None
                     else settings.database_url.get_secret_value()
                 ),
+                replica=replica,
             ) as opened,
             heartbeat(home),
         ):
-            served = [(front, front.build(settings, opened, transcriber)) for front in fronts]
+            served = [
+                (front, front.build(settings, opened, transcriber=transcriber, replica=replica))
+                for front in fronts
+            ]
             await serve_front_ends(served, opened, queue, asyncio.Event())
     finally:
         await model.aclose()

@@ -148,8 +148,16 @@ class SlackEntry:
     async def ready(self, settings: Settings) -> None:
         require_slack_extra(settings)
 
+    def replicated(self, settings: Settings) -> bool:
+        return False  # one process serves Slack (docs/slack.md)
+
     def build(
-        self, settings: Settings, opened: Plangate, transcriber: Transcriber | None
+        self,
+        settings: Settings,
+        opened: Plangate,
+        *,
+        transcriber: Transcriber | None,
+        replica: str | None,
     ) -> SlackServing:
         return SlackServing(settings, opened)
 

@@ -14,7 +14,13 @@ from urllib.parse import urlsplit
 from telegram import Bot
 from telegram.error import InvalidToken, NetworkError, TelegramError
 
-from bot.telegram.app import build_application, file_url, parts, serve_application
+from bot.telegram.app import (
+    build_application,
+    file_url,
+    parts,
+    replica_mode,
+    serve_application,
+)
 from bot.telegram.channel import TELEGRAM_LIMITS
 from bot.telegram.keys import person_key
 from engine.errors import ConfigError
@@ -24,6 +30,7 @@ from engine.ports import Channel
 if TYPE_CHECKING:
     from bot.compose import Plangate
     from bot.settings import Settings
+    from bot.telegram.ingress import Replicas
     from engine.model.transcribe import Transcriber
 
 _log = logging.getLogger("plangate.runner")
@@ -101,14 +108,41 @@ async def check_telegram(settings: Settings) -> tuple[bool, str]:
     return True, f"telegram: ok, @{me.username}; {privacy}"
 
 
+def replica_parts(settings: Settings, opened: Plangate, replica: str) -> Replicas:
+    """The shared inbox and leases of the opened PostgreSQL store, for ``serve``."""
+    from bot.telegram.ingress import Replicas
+    from storage.postgres.db import PgDatabase
+    from storage.postgres.inbox import PgUpdateInbox
+
+    db = opened.storage.db
+    assert isinstance(db, PgDatabase)
+    return Replicas(
+        inbox=PgUpdateInbox(db, fenced=True),
+        leases=opened.storage.leases,
+        replica=replica,
+        ttl_s=settings.lease_ttl,
+    )
+
+
 class TelegramServing:
     """The PTB application built on an opened plangate, not yet running."""
 
-    def __init__(self, settings: Settings, opened: Plangate, transcriber: Transcriber | None):
+    def __init__(
+        self,
+        settings: Settings,
+        opened: Plangate,
+        transcriber: Transcriber | None,
+        replicas: Replicas | None,
+    ) -> None:
         self._settings = settings
         self._engine = opened.engine
+        self._replicas = replicas
         self.application = build_application(
-            settings, opened.engine, db_meta=opened.storage.db, transcriber=transcriber
+            settings,
+            opened.engine,
+            db_meta=opened.storage.db,
+            transcriber=transcriber,
+            inbox=replica_mode(settings, replicas),
         )
 
     @property
@@ -118,7 +152,12 @@ class TelegramServing:
     async def serve(self, stop: asyncio.Event, *, owns_engine: bool) -> None:
         try:
             await serve_application(
-                self.application, self._settings, self._engine, stop=stop, owns_engine=owns_engine
+                self.application,
+                self._settings,
+                self._engine,
+                stop=stop,
+                owns_engine=owns_engine,
+                replicas=self._replicas,
             )
         except InvalidToken:
             raise ConfigError(REFUSED_TOKEN) from None
@@ -146,10 +185,24 @@ class TelegramFrontEnd:
     async def ready(self, settings: Settings) -> None:
         await wait_for_telegram(settings)
 
+    def replicated(self, settings: Settings) -> bool:
+        """Telegram by webhook on PostgreSQL: one replica of several (docs/webhook.md)."""
+        return (
+            settings.telegram_token is not None
+            and settings.database_url is not None
+            and settings.webhook_url is not None
+        )
+
     def build(
-        self, settings: Settings, opened: Plangate, transcriber: Transcriber | None
+        self,
+        settings: Settings,
+        opened: Plangate,
+        *,
+        transcriber: Transcriber | None,
+        replica: str | None,
     ) -> TelegramServing:
-        return TelegramServing(settings, opened, transcriber)
+        replicas = None if replica is None else replica_parts(settings, opened, replica)
+        return TelegramServing(settings, opened, transcriber, replicas)
 
     async def doctor(self, settings: Settings) -> list[tuple[bool, str]]:
         return [await check_telegram(settings)]
