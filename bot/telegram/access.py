@@ -365,8 +365,8 @@ SeenHook = Callable[[int, int, str | None, str], None]
 # (chat id, message id) -> whether that message is one of the agent's open questions.
 QuestionHook = Callable[[int, int], bool]
 GroupHook = Callable[[int], Awaitable[None]]
-# Persists the whole set of groups an owner added the bot to (after any change).
-SaveGroups = Callable[[frozenset[int]], Awaitable[None]]
+# Persists that the bot is now in an owner-added group (True) or no longer (False).
+SaveGroups = Callable[[int, bool], Awaitable[None]]
 
 
 class ChatMoves(Protocol):
@@ -479,7 +479,7 @@ class AccessGate:
         if hook is not None:
             await hook(chat_id)
         if self._save_groups is not None:
-            await self._save_groups(frozenset(self.added_groups))
+            await self._save_groups(chat_id, chat_id in self.added_groups)
 
     def decision(self, update: Update) -> AccessDecision | None:
         """The decision taken for this update (kept for the last 1,024 updates)."""

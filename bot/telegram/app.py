@@ -57,7 +57,15 @@ from telegram.ext import (
 
 from bot.telegram.access import AccessGate
 from bot.telegram.channel import QUESTION_PATTERN, REPLY_DOCUMENT_CHARS, TelegramChannel
-from bot.telegram.handlers import SHOW_PLAN_PATTERN, BotParts, Handlers, load_state, parts, redact
+from bot.telegram.handlers import (
+    SHOW_PLAN_PATTERN,
+    BotParts,
+    Handlers,
+    load_state,
+    parts,
+    redact,
+    stored_groups,
+)
 from bot.telegram.keys import chat_key, message_key, person_key
 from bot.telegram.outbox import Outbox, Sleep
 from bot.telegram.people import SeenPeople
@@ -155,10 +163,19 @@ def file_url(api_url: str) -> str:
     return base + "/file/bot"
 
 
-async def save_groups(meta: MetaStore, groups: frozenset[int]) -> None:
-    """Persist the groups an owner added the bot to (all of them: a handful of ids)."""
-    _log.info("plangate.app.groups_changed count=%s", len(groups))
-    await meta.set_meta(GROUPS_KEY, json.dumps(sorted(groups)))
+async def save_group(meta: MetaStore, lock: asyncio.Lock, chat_id: int, added: bool) -> None:
+    """Persist that an owner added the bot to the group ``chat_id`` (``added``) or that it is
+    gone. The stored list is changed for this one group only: other replicas write it too
+    (each for the groups it owns), and a whole-set write would undo what they added since this
+    process read it."""
+    _log.info("plangate.app.groups_changed chat=%s", chat_id)
+    async with lock:  # chats run side by side: one read-change-write at a time
+        stored = await stored_groups(meta)
+        if added:
+            stored.add(chat_id)
+        else:
+            stored.discard(chat_id)
+        await meta.set_meta(GROUPS_KEY, json.dumps(sorted(stored)))
 
 
 def build_application(
@@ -253,6 +270,7 @@ def build_application(
         background.spawn(send(), name=f"refusal:{msg.chat.id}", expected=(Exception,))
 
     people = SeenPeople()
+    groups_lock = asyncio.Lock()
 
     async def migrate(old: int, new: int) -> None:
         # The group's sessions, routes, cards and team move to the supergroup's id.
@@ -267,7 +285,7 @@ def build_application(
         owner_ids=settings.owner_ids,
         allowed_chat_ids=settings.allowed_chat_ids or (),
         refuse=refuse,
-        save_groups=functools.partial(save_groups, db_meta),
+        save_groups=functools.partial(save_group, db_meta, groups_lock),
         outbox=outbox,
         on_migrate=migrate,
         roles=lambda chat_id, user_id: engine.role_of(chat_key(chat_id), person_key(user_id)),
@@ -456,6 +474,10 @@ async def start_replica(
         await application.process_update(parse_update(item, application.bot))
 
     async def taken(chat: ChatKey) -> None:
+        # Groups owners added while another replica held them are in the database, not in
+        # this process's gate: read them again, or the gate would leave such a group.
+        bp = parts(application)
+        bp.gate.added_groups.update(await stored_groups(bp.meta))
         # The chat's runs come back paused, as after a restart, before its updates run.
         await announce_restored(application, await engine.chat_taken(chat))
 
@@ -567,7 +589,6 @@ async def serve_application(
                     ingress, owners = await start_replica(
                         application, settings, engine, bp.meta, replicas, webhook_url
                     )
-                    owners_task = asyncio.ensure_future(owners.run(owners_stop))
                 elif webhook_url:
                     await start_webhook(updater, settings, webhook_url)
                 else:
@@ -575,7 +596,13 @@ async def serve_application(
                         allowed_updates=list(ALLOWED_UPDATES), drop_pending_updates=False
                     )
                 await application.start()
-                await announce_restored(application, restored)
+                if owners is not None:
+                    # Updates are processed once the application runs (its bot, its tasks).
+                    owners_task = asyncio.ensure_future(owners.run(owners_stop))
+                if not replica_mode(settings, replicas):
+                    # Among replicas a chat's paused goals are announced by whichever replica
+                    # takes the chat (``chat_taken``), never by one that merely started.
+                    await announce_restored(application, restored)
                 _log.info("plangate.app.running mode=%s", "webhook" if webhook_url else "polling")
                 await stop.wait()
             finally:
@@ -636,7 +663,7 @@ __all__ = [
     "redact",
     "register_webhook",
     "replica_mode",
-    "save_groups",
+    "save_group",
     "serve",
     "serve_application",
     "start_replica",
