@@ -36,6 +36,7 @@ from engine.tasks import BackgroundTasks
 if TYPE_CHECKING:
     from bot.compose import Plangate
     from bot.settings import Settings
+    from bot.telegram.ingress import Replicas
     from engine.api import ApprovalView
     from engine.model.transcribe import Transcriber
 
@@ -297,8 +298,8 @@ class FrontEnd(Protocol):
         ...
 
     def replicated(self, settings: Settings) -> bool:
-        """Whether the settings make this process one replica of several for it (its chats
-        then leased among the replicas: docs/webhook.md)."""
+        """Whether it reaches this process over HTTP, where any of several replicas may
+        receive a request (docs/webhook.md, "Several replicas")."""
         ...
 
     def build(
@@ -307,10 +308,10 @@ class FrontEnd(Protocol):
         opened: Plangate,
         *,
         transcriber: Transcriber | None,
-        replica: str | None,
+        replicas: Replicas | None,
     ) -> Serving:
-        """The front end on the opened plangate (its engine and its stores); ``replica``:
-        this process's name among replicas, None when it is the only one."""
+        """The front end on the opened plangate (its engine and its stores); ``replicas``:
+        the replicas' shared inbox and leases when this process is one of several."""
         ...
 
     async def doctor(self, settings: Settings) -> list[tuple[bool, str]]:

@@ -15,7 +15,7 @@ import signal
 import socket
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from telegram.error import NetworkError
 
@@ -42,6 +42,9 @@ from engine.tools.host import install_refusal, protected_folders
 from engine.tools.sandbox import SandboxSettings, probe
 from engine.usage.meter import UsageConfig
 from engine.worktree.git import secret_refusal
+
+if TYPE_CHECKING:
+    from bot.telegram.ingress import Replicas
 
 # The channels plangate serves, each its own package (docs/architecture.md, "Adding a third
 # channel"); the first one wanted starts and stops the engine. A new channel is one entry.
@@ -228,6 +231,32 @@ def replica_name(settings: Settings) -> str:
     return settings.replica_id or f"{socket.gethostname()}-{os.getpid()}"
 
 
+def replicated(settings: Settings, fronts: list[FrontEnd]) -> bool:
+    """Whether this process is one replica of several (docs/webhook.md, "Several replicas"):
+    PostgreSQL, and every front end it serves reaches it over HTTP, where any replica may
+    receive a request (:meth:`FrontEnd.replicated`: Telegram by webhook, Slack by the Events
+    API on ``PLANGATE_SLACK_LISTEN``). Otherwise it owns every chat itself."""
+    if settings.database_url is None:
+        return False
+    return bool(fronts) and all(front.replicated(settings) for front in fronts)
+
+
+def replica_parts(settings: Settings, opened: Plangate, replica: str) -> Replicas:
+    """The shared inbox and leases of the opened PostgreSQL store, for ``serve``."""
+    from bot.telegram.ingress import Replicas
+    from storage.postgres.db import PgDatabase
+    from storage.postgres.inbox import PgUpdateInbox
+
+    db = opened.storage.db
+    assert isinstance(db, PgDatabase)
+    return Replicas(
+        inbox=PgUpdateInbox(db, fenced=True),
+        leases=opened.storage.leases,
+        replica=replica,
+        ttl_s=settings.lease_ttl,
+    )
+
+
 async def _together(jobs: list[Coroutine[Any, Any, None]], stop: asyncio.Event) -> None:
     """Run the front ends side by side; when one ends (or fails) the others are stopped."""
     loop = asyncio.get_running_loop()
@@ -286,9 +315,7 @@ async def run_bot() -> int:
     for line in settings_warnings(files=[config_path(), Path(".env")]):
         _log.warning("settings: %s", line)
     fronts = wanted_front_ends(settings)
-    # One replica of several (docs/webhook.md, "Several replicas"): a front end that serves
-    # so says; otherwise this process owns every chat itself.
-    replica = replica_name(settings) if any(f.replicated(settings) for f in fronts) else None
+    replica = replica_name(settings) if replicated(settings, fronts) else None
     if replica is not None:
         _log.info("plangate.runner.replica %s (lease %.0f s)", replica, settings.lease_ttl)
     for front in fronts:
@@ -320,7 +347,18 @@ async def run_bot() -> int:
             heartbeat(home),
         ):
             served = [
-                (front, front.build(settings, opened, transcriber=transcriber, replica=replica))
+                (
+                    front,
+                    front.build(
+                        settings,
+                        opened,
+                        transcriber=transcriber,
+                        # Each front end has the replicas' inbox and leases of its own.
+                        replicas=(
+                            None if replica is None else replica_parts(settings, opened, replica)
+                        ),
+                    ),
+                )
                 for front in fronts
             ]
             await serve_front_ends(served, opened, queue, asyncio.Event())

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from bot.compose import Plangate
     from bot.settings import Settings
     from bot.slack.app import SlackFrontEnd as SlackApp
+    from bot.telegram.ingress import Replicas
     from engine.model.transcribe import Transcriber
     from engine.ports import Channel
 
@@ -89,7 +90,7 @@ async def check_slack(settings: Settings) -> list[tuple[bool, str]]:
 class SlackServing:
     """The Slack front end (bot.slack.app) built on an opened plangate, not yet serving."""
 
-    def __init__(self, settings: Settings, opened: Plangate) -> None:
+    def __init__(self, settings: Settings, opened: Plangate, replicas: Replicas | None) -> None:
         from bot.slack.app import SlackConfig, SlackFrontEnd
 
         secret = settings.slack_signing_secret
@@ -107,8 +108,10 @@ class SlackServing:
                 api_url=settings.slack_api_url,
                 owner_ids=settings.slack_owner_ids,
                 allowed_channels=settings.slack_allowed_channels,
+                replayed=replicas is not None,
             ),
         )
+        self._replicas = replicas
 
     @property
     def channel(self) -> Channel:
@@ -118,7 +121,12 @@ class SlackServing:
         from bot.slack.app import serve_slack
 
         await serve_slack(
-            self.front, self._engine, stop=stop, listen=self._listen, owns_engine=owns_engine
+            self.front,
+            self._engine,
+            stop=stop,
+            listen=self._listen,
+            owns_engine=owns_engine,
+            replicas=self._replicas,
         )
 
 
@@ -149,7 +157,7 @@ class SlackEntry:
         require_slack_extra(settings)
 
     def replicated(self, settings: Settings) -> bool:
-        return False  # one process serves Slack (docs/slack.md)
+        return settings.slack_listen is not None  # the Events API: any replica may get one
 
     def build(
         self,
@@ -157,9 +165,9 @@ class SlackEntry:
         opened: Plangate,
         *,
         transcriber: Transcriber | None,
-        replica: str | None,
+        replicas: Replicas | None,
     ) -> SlackServing:
-        return SlackServing(settings, opened)
+        return SlackServing(settings, opened, replicas)
 
     async def doctor(self, settings: Settings) -> list[tuple[bool, str]]:
         return await check_slack(settings)

@@ -66,7 +66,7 @@ from bot.telegram.handlers import (
     redact,
     stored_groups,
 )
-from bot.telegram.keys import chat_key, message_key, person_key
+from bot.telegram.keys import chat_key, message_key, person_key, session_key
 from bot.telegram.outbox import Outbox, Sleep
 from bot.telegram.people import SeenPeople
 from bot.telegram.presenter import CardPresenter
@@ -463,7 +463,7 @@ async def start_replica(
     """Webhook mode among several replicas: the ingress that stores every update, and the
     owner loop that processes the chats this replica holds (docs/webhook.md)."""
     from bot.owners import ChatOwners
-    from bot.telegram.ingress import InboxIngress, parse_update, shared_secret
+    from bot.telegram.ingress import SOURCE, InboxIngress, parse_update, shared_secret
 
     secret = await shared_secret(db, secret_value(getattr(settings, "webhook_secret", None)))
     ingress = InboxIngress(
@@ -493,6 +493,8 @@ async def start_replica(
         process=process,
         on_taken=taken,
         on_lost=lost,
+        source=SOURCE,
+        owns=lambda chat: session_key(chat) is not None,
     )
     host, port = parse_listen(getattr(settings, "webhook_listen", None))
     await ingress.start(host, port)

@@ -108,22 +108,6 @@ async def check_telegram(settings: Settings) -> tuple[bool, str]:
     return True, f"telegram: ok, @{me.username}; {privacy}"
 
 
-def replica_parts(settings: Settings, opened: Plangate, replica: str) -> Replicas:
-    """The shared inbox and leases of the opened PostgreSQL store, for ``serve``."""
-    from bot.telegram.ingress import Replicas
-    from storage.postgres.db import PgDatabase
-    from storage.postgres.inbox import PgUpdateInbox
-
-    db = opened.storage.db
-    assert isinstance(db, PgDatabase)
-    return Replicas(
-        inbox=PgUpdateInbox(db, fenced=True),
-        leases=opened.storage.leases,
-        replica=replica,
-        ttl_s=settings.lease_ttl,
-    )
-
-
 class TelegramServing:
     """The PTB application built on an opened plangate, not yet running."""
 
@@ -186,12 +170,7 @@ class TelegramFrontEnd:
         await wait_for_telegram(settings)
 
     def replicated(self, settings: Settings) -> bool:
-        """Telegram by webhook on PostgreSQL: one replica of several (docs/webhook.md)."""
-        return (
-            settings.telegram_token is not None
-            and settings.database_url is not None
-            and settings.webhook_url is not None
-        )
+        return settings.webhook_url is not None  # by webhook, any replica may get an update
 
     def build(
         self,
@@ -199,9 +178,8 @@ class TelegramFrontEnd:
         opened: Plangate,
         *,
         transcriber: Transcriber | None,
-        replica: str | None,
+        replicas: Replicas | None,
     ) -> TelegramServing:
-        replicas = None if replica is None else replica_parts(settings, opened, replica)
         return TelegramServing(settings, opened, transcriber, replicas)
 
     async def doctor(self, settings: Settings) -> list[tuple[bool, str]]:
