@@ -262,7 +262,7 @@ async def check_database(settings: Settings) -> tuple[bool, str]:
     url = settings.database_url.get_secret_value()
     try:
         from storage.postgres.db import probe as probe_database
-        from storage.postgres.migrations import MIGRATIONS
+        from storage.postgres.migrations import COMPATIBLE_AHEAD, MIGRATIONS
     except ImportError:
         return False, "database: PostgreSQL needs asyncpg; pip install 'plangate[postgres]'"
     try:
@@ -270,13 +270,50 @@ async def check_database(settings: Settings) -> tuple[bool, str]:
     except Exception as exc:  # any failure to reach or log in is the line's answer
         return False, f"database: PostgreSQL did not answer ({type(exc).__name__}: {exc})"
     known = len(MIGRATIONS)
-    if found > known:
+    if found > known + COMPATIBLE_AHEAD:
         return False, (
             f"database: PostgreSQL {server}, schema version {found} is newer than this "
             f"plangate knows ({known}); upgrade plangate"
         )
-    state = "up to date" if found == known else f"{found}, migrated to {known} at start"
+    if found > known:
+        state = f"{found}, one ahead of this plangate ({known}): upgrade this replica next"
+    else:
+        state = "up to date" if found == known else f"{found}, migrated to {known} at start"
     return True, f"database: PostgreSQL {server}, schema version {state}"
+
+
+async def check_shared_volume(settings: Settings) -> list[tuple[bool, str]]:
+    """With PostgreSQL, the home is the folder replicas share: its deployment id against the
+    database's (``storage.deployment``; nothing written) and whether it can be written. With
+    SQLite the database lives in the home, so there is nothing to compare and no line."""
+    if settings.database_url is None:
+        return []
+    from storage.deployment import Ids, mismatch_line, probe_database_id, read_home_id
+
+    home = settings.home.expanduser()
+    try:
+        database = await probe_database_id(settings.database_url.get_secret_value())
+    except Exception as exc:  # the database line already says why; this one cannot compare
+        return [
+            (
+                False,
+                f"shared volume {home}: not compared, the database did not answer "
+                f"({type(exc).__name__})",
+            )
+        ]
+    ids = Ids(await asyncio.to_thread(read_home_id, home), database)
+    problem = await asyncio.to_thread(_writable, home)
+    writable = "writable" if problem is None else f"NOT writable ({problem})"
+    if ids.match:
+        line = f"shared volume {home}: deployment {ids.home}, the database's too; {writable}"
+    elif ids.new:
+        line = (
+            f"shared volume {home}: no deployment id yet; the first start writes one here "
+            f"and in the database; {writable}"
+        )
+    else:
+        return [(False, f"shared volume: {mismatch_line(home, ids)}")]
+    return [(problem is None, line)]
 
 
 async def run_doctor(
@@ -313,6 +350,7 @@ async def run_doctor(
     results.append(await asyncio.to_thread(check_sandbox, settings))
     results.append(await asyncio.to_thread(check_disk, settings))
     results.append(await check_database(settings))
+    results.extend(await check_shared_volume(settings))
     if settings.telegram_token is not None or settings.slack_bot_token is None:
         results.append(await check_telegram(settings))
     results.extend(await check_slack(settings))
