@@ -40,12 +40,15 @@ async def open_plangate(
     clock: Clock | None = None,
     wrap_log: Callable[[EventLog], EventLog] | None = None,
     database_url: str | None = None,
+    replica: str | None = None,
 ) -> AsyncIterator[Plangate]:
     """Open (creating and migrating) the stores under ``home`` and build the engine.
 
     ``wrap_log`` wraps the event log port the engine is given (to count, trace or fail
     calls); the stores keep the real one. ``database_url`` (``postgresql://...``) puts the
-    database in PostgreSQL instead of SQLite in the home. The database is closed on exit;
+    database in PostgreSQL instead of SQLite in the home; ``replica`` names this process among
+    several on it (its writes are then fenced by the chat leases it holds: docs/storage.md
+    "Leases and fencing"). The database is closed on exit;
     shut the engine down before that.
     """
     # The home (database, plan folders, sessions) is never visible to the agent, whichever
@@ -66,7 +69,7 @@ async def open_plangate(
     if config.environments_root is None:
         # Consent to setup scripts and the projects' package caches (docs/environments.md).
         config = dataclasses.replace(config, environments_root=home / "environments")
-    storage = await open_storage(home, clock=clock, database_url=database_url)
+    storage = await open_storage(home, clock=clock, database_url=database_url, replica=replica)
     if config.inbox_root is None:
         # Uploads live in plangate's home, beside the database, never in the project.
         config = dataclasses.replace(config, inbox_root=home / INBOX_FOLDER)

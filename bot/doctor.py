@@ -282,6 +282,44 @@ async def check_database(settings: Settings) -> tuple[bool, str]:
     return True, f"database: PostgreSQL {server}, schema version {state}"
 
 
+async def check_leases(settings: Settings) -> list[tuple[bool, str]]:
+    """With PostgreSQL, the chat leases' table (docs/webhook.md, "Several replicas"): which
+    replicas hold how many chats now, how many leases lapsed; nothing written. No line with
+    SQLite (one process, no leases in the database)."""
+    if settings.database_url is None:
+        return []
+    try:
+        import asyncpg
+    except ImportError:
+        return []  # the database line already says what to install
+    try:
+        conn = await asyncpg.connect(settings.database_url.get_secret_value(), timeout=5.0)
+    except Exception as exc:  # the database line already says why
+        return [(False, f"leases: not read, the database did not answer ({type(exc).__name__})")]
+    try:
+        if not await conn.fetchval("SELECT to_regclass('chat_leases') IS NOT NULL"):
+            return [(True, "leases: no lease table yet; the next start creates it")]
+        rows = await conn.fetch(
+            "SELECT replica, count(*) FILTER (WHERE expires_at > extract(epoch FROM now())),"
+            " count(*) FILTER (WHERE expires_at <= extract(epoch FROM now()))"
+            " FROM chat_leases GROUP BY replica ORDER BY replica"
+        )
+    except Exception as exc:  # a table this plangate cannot read is the line's answer
+        return [(False, f"leases: the lease table cannot be read ({type(exc).__name__}: {exc})")]
+    finally:
+        await conn.close()
+    live = {str(r[0]): int(r[1]) for r in rows if r[1]}
+    lapsed = sum(int(r[2]) for r in rows)
+    held = ", ".join(f"{replica} {n}" for replica, n in live.items())
+    line = (
+        f"leases: {sum(live.values())} chats held by {len(live)} replicas"
+        + (f" ({held})" if held else "")
+        + f", {lapsed} lapsed or released; lease time {settings.lease_ttl:g} s "
+        "(PLANGATE_LEASE_TTL)"
+    )
+    return [(True, line)]
+
+
 async def check_shared_volume(settings: Settings) -> list[tuple[bool, str]]:
     """With PostgreSQL, the home is the folder replicas share: its deployment id against the
     database's (``storage.deployment``; nothing written) and whether it can be written. With
@@ -350,6 +388,7 @@ async def run_doctor(
     results.append(await asyncio.to_thread(check_sandbox, settings))
     results.append(await asyncio.to_thread(check_disk, settings))
     results.append(await check_database(settings))
+    results.extend(await check_leases(settings))
     results.extend(await check_shared_volume(settings))
     if settings.telegram_token is not None or settings.slack_bot_token is None:
         results.append(await check_telegram(settings))

@@ -12,10 +12,12 @@ import dataclasses
 import importlib.util
 import itertools
 import logging
+import os
 import signal
+import socket
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from telegram import Bot
@@ -45,6 +47,9 @@ from engine.tools.host import install_refusal, protected_folders
 from engine.tools.sandbox import SandboxSettings, probe
 from engine.usage.meter import UsageConfig
 from engine.worktree.git import secret_refusal
+
+if TYPE_CHECKING:
+    from bot.telegram.ingress import Replicas
 
 _log = logging.getLogger("plangate.runner")
 
@@ -262,6 +267,38 @@ def engine_config(settings: Settings) -> EngineConfig:
     )
 
 
+def replica_name(settings: Settings) -> str:
+    """This process's name among replicas: ``PLANGATE_REPLICA_ID``, or host name and pid
+    (unique while it lives, and a restarted process is a new replica)."""
+    return settings.replica_id or f"{socket.gethostname()}-{os.getpid()}"
+
+
+def replicated(settings: Settings) -> bool:
+    """Whether this process is one replica of several: Telegram by webhook on PostgreSQL
+    (docs/webhook.md, "Several replicas"). Otherwise it owns every chat itself."""
+    return (
+        settings.telegram_token is not None
+        and settings.database_url is not None
+        and settings.webhook_url is not None
+    )
+
+
+def replica_parts(settings: Settings, opened: Plangate, replica: str) -> Replicas:
+    """The shared inbox and leases of the opened PostgreSQL store, for ``serve``."""
+    from bot.telegram.ingress import Replicas
+    from storage.postgres.db import PgDatabase
+    from storage.postgres.inbox import PgUpdateInbox
+
+    db = opened.storage.db
+    assert isinstance(db, PgDatabase)
+    return Replicas(
+        inbox=PgUpdateInbox(db, fenced=True),
+        leases=opened.storage.leases,
+        replica=replica,
+        ttl_s=settings.lease_ttl,
+    )
+
+
 RETRY_FIRST_S = 2.0
 RETRY_MAX_S = 60.0
 
@@ -391,6 +428,9 @@ async def run_bot() -> int:
         channel = SplitChannel(telegram_slot, slack_slot, on_slack)
     else:
         channel = telegram_slot if serves_telegram else slack_slot
+    replica = replica_name(settings) if replicated(settings) else None
+    if replica is not None:
+        _log.info("plangate.runner.replica %s (lease %.0f s)", replica, settings.lease_ttl)
     try:
         async with (
             open_plangate(
@@ -403,6 +443,7 @@ async def run_bot() -> int:
                     if settings.database_url is None
                     else settings.database_url.get_secret_value()
                 ),
+                replica=replica,
             ) as opened,
             heartbeat(home),
         ):
@@ -422,6 +463,9 @@ async def run_bot() -> int:
                         channel_slot=telegram_slot,
                         transcriber=transcriber,
                         stop=stop,
+                        replicas=(
+                            None if replica is None else replica_parts(settings, opened, replica)
+                        ),
                     )
                 )
             await _together(jobs, stop)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import difflib
+import io
 import json
 import logging
 import os
@@ -30,6 +31,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
+    DotEnvSettingsSource,
     EnvSettingsSource,
     NoDecode,
     PydanticBaseSettingsSource,
@@ -64,14 +66,24 @@ CONFIG_FILE = "config.env"
 PLACEHOLDER_MODEL_API_KEY = "plangate-no-key"
 DEFAULT_SLACK_API_URL = "https://slack.com/api/"
 DEFAULT_TELEGRAM_API_URL = "https://api.telegram.org/bot"
+# A chat's lease among replicas: renewed every third of it, so a replica may stall for about
+# 20 s before its chats move, and a dead one's chats move within 30 s.
+DEFAULT_LEASE_TTL_S = 30.0
 
 _ENVIRON: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
     "plangate_settings_environ", default=None
+)
+# The settings files load_settings reads, later ones winning (the model's own ``env_file`` is
+# off: pydantic-settings would open each file itself, blocking, before any source is chosen).
+_ENV_FILES: contextvars.ContextVar[tuple[Path, ...]] = contextvars.ContextVar(
+    "plangate_settings_files", default=()
 )
 _INTEGER = re.compile(r"[+-]?\d+")
 _PROFILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A settings file is a few lines; past this it is no settings file.
+MAX_SETTINGS_FILE_BYTES = 1 << 20
 
 
 def _fail(detail: str) -> PydanticCustomError:
@@ -208,13 +220,69 @@ class _EnvironSource(EnvSettingsSource):
         }
 
 
+def read_settings_file(path: Path) -> str | None:
+    """The text of the settings file at ``path`` (symbolic links followed), None when there is
+    none. Raises :class:`ConfigError` with one line when it is no regular file, too large or
+    unreadable.
+
+    The file is opened once, without blocking, and checked on the open file: the agent can put
+    a FIFO where plangate starts, even between a look and a read, and a blocking open of it
+    would wait for a writer for good, before any refusal is reached.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({type(exc).__name__})") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(
+                f"{os.path.abspath(path)}: not a regular file; settings are read from a "
+                "regular file only (remove it, or start plangate from a folder that is no "
+                "workspace or project)"
+            )
+        data = fh.read(MAX_SETTINGS_FILE_BYTES + 1)
+    if len(data) > MAX_SETTINGS_FILE_BYTES:
+        raise ConfigError(
+            f"{path}: larger than {MAX_SETTINGS_FILE_BYTES >> 20} MB; "
+            "settings files are a few lines"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: cannot be read (not UTF-8 text)") from None
+
+
+class _DotEnvSource(DotEnvSettingsSource):
+    """The settings files' source: the files :func:`load_settings` names, each read through
+    :func:`read_settings_file`."""
+
+    def _read_env_files(self) -> Mapping[str, str | None]:
+        found: dict[str, str | None] = {}
+        for path in _ENV_FILES.get():
+            found.update(self._read_env_file(path))
+        return found
+
+    def _read_env_file(self, file_path: Path) -> Mapping[str, str | None]:
+        from dotenv import dotenv_values
+        from pydantic_settings.sources.utils import parse_env_vars
+
+        text = read_settings_file(file_path) or ""
+        return parse_env_vars(
+            dotenv_values(stream=io.StringIO(text)),
+            self.case_sensitive,
+            self.env_ignore_empty,
+            self.env_parse_none_str,
+        )
+
+
 class Settings(BaseSettings):
     """Everything plangate reads from its environment. Secrets are ``SecretStr``."""
 
     model_config = SettingsConfigDict(
         env_prefix=PREFIX,
-        env_file=".env",
-        env_file_encoding="utf-8",
+        env_file=None,
         env_ignore_empty=True,
         extra="ignore",
         validate_by_name=True,
@@ -267,6 +335,11 @@ class Settings(BaseSettings):
     # postgresql://... puts the database in PostgreSQL (docs/storage.md); unset: SQLite in
     # the home. A secret: it may carry a password.
     database_url: SecretStr | None = None
+    # Several replicas (docs/webhook.md): with PostgreSQL and a webhook, this process's name
+    # among them (unset: host name and process id), and how long a chat's lease lives
+    # without renewal (seconds; a dead replica's chats move after at most this long).
+    replica_id: str | None = Field(default=None, min_length=1, max_length=200)
+    lease_ttl: float = Field(default=DEFAULT_LEASE_TTL_S, ge=1, le=3600, allow_inf_nan=False)
     # Slack (docs/slack.md): the bot token serves Slack; Socket Mode with the app token, or the
     # Events API over HTTP on PLANGATE_SLACK_LISTEN, requests checked with the signing secret.
     slack_bot_token: SecretStr | None = None
@@ -353,7 +426,12 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, _EnvironSource(settings_cls), dotenv_settings, file_secret_settings
+        return (
+            init_settings,
+            _EnvironSource(settings_cls),
+            _DotEnvSource(settings_cls),
+            file_secret_settings,
+        )
 
     @field_validator("daily_tokens", "task_tokens", mode="before")
     @classmethod
@@ -687,13 +765,15 @@ def load_settings(
     Raises :class:`ConfigError` with one line naming the variable that is missing or wrong,
     or refusing an ``env_file`` that lies where the agent can write (:func:`dotenv_refusal`).
     """
-    files = tuple(f for f in (config_file, env_file) if f is not None)  # later files win
+    files = tuple(Path(f) for f in (config_file, env_file) if f is not None)  # later win
     token = _ENVIRON.set(environ)
+    files_token = _ENV_FILES.set(files)
     try:
-        settings = Settings(_env_file=files or None)
+        settings = Settings()
         if env_file is not None and Path(env_file).is_file():
+            _ENV_FILES.set(files[:-1])
             try:
-                bare = Settings(_env_file=config_file)
+                bare = Settings()
             except ValidationError:
                 bare = settings
             refusal = dotenv_refusal(Path(env_file), settings, bare)
@@ -708,6 +788,7 @@ def load_settings(
         where = getattr(exc, "filename", None) or env_file
         raise ConfigError(f"{where}: cannot be read ({type(exc).__name__})") from None
     finally:
+        _ENV_FILES.reset(files_token)
         _ENVIRON.reset(token)
 
 
@@ -735,30 +816,21 @@ def unknown_names(names: Iterable[str]) -> list[str]:
 
 def env_file_problem(path: Path) -> str | None:
     """One line naming the file and the line when ``path`` has a line that is not
-    ``NAME=value`` (a comment, a blank or an ``export NAME=value`` is fine); None otherwise."""
+    ``NAME=value`` (a comment, a blank or an ``export NAME=value`` is fine), or when it is no
+    regular readable file (:func:`read_settings_file`); None otherwise."""
     from dotenv.parser import parse_stream
 
     try:
-        # Only a regular file is read: the agent can make a FIFO where plangate starts, and
-        # opening it would wait for a writer for good (before any refusal is reached).
-        if not stat.S_ISREG(path.stat().st_mode):
+        text = read_settings_file(path)
+    except ConfigError as exc:
+        return str(exc)
+    for binding in parse_stream(io.StringIO(text or "")):
+        if binding.error:
+            first = binding.original.string.strip().splitlines()[0:1] or [""]
             return (
-                f"{os.path.abspath(path)}: not a regular file; settings are read from a "
-                "regular file only (remove it, or start plangate from a folder that is no "
-                "workspace or project)"
+                f"{path}:{binding.original.line}: cannot read this line "
+                f"({clip(first[0], 40)!r}); expected NAME=value"
             )
-        with path.open(encoding="utf-8") as fh:
-            for binding in parse_stream(fh):
-                if binding.error:
-                    first = binding.original.string.strip().splitlines()[0:1] or [""]
-                    return (
-                        f"{path}:{binding.original.line}: cannot read this line "
-                        f"({clip(first[0], 40)!r}); expected NAME=value"
-                    )
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        return f"{path}: cannot be read ({type(exc).__name__})"
     return None
 
 
@@ -766,9 +838,10 @@ def _env_file_names(path: Path) -> list[str]:
     from dotenv import dotenv_values
 
     try:
-        return [k for k in dotenv_values(path) if k]
-    except (OSError, UnicodeDecodeError):
+        text = read_settings_file(path)
+    except ConfigError:
         return []
+    return [k for k in dotenv_values(stream=io.StringIO(text or "")) if k]
 
 
 def settings_warnings(

@@ -456,6 +456,21 @@ class EngineApi(Protocol):
         """Start the scheduler; return the live goals that came up disarmed."""
         ...
 
+    async def chat_taken(self, chat: ChatKey) -> list[RestoredGoal]:
+        """This replica acquired the lease of the room ``chat`` at a new epoch (a chat it did
+        not hold, or held at another epoch): recover it as a restart does. A turn the previous
+        owner left open is closed as interrupted and the chat told once; an Active checklist
+        shows paused with Resume; nothing is re-armed. Returns the live goals that came up
+        disarmed (show them with Resume, as after a restart)."""
+        ...
+
+    async def chat_lost(self, chat: ChatKey) -> list[str]:
+        """This replica no longer holds the lease of the room ``chat`` (a renewal failed or
+        returned another epoch, or a call raised ``LeaseLost``): cancel its sessions' turns,
+        kill their bash processes, disarm their goals, forget what was loaded; nothing is
+        written or sent for them here. Idempotent; returns the sessions let go."""
+        ...
+
     async def shutdown(self) -> None: ...
 
 

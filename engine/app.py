@@ -37,7 +37,7 @@ from engine.goal.driver import RoundDriver
 from engine.goal.progress import IdleRoundWatch
 from engine.goal.service import DEFAULT_MAX_GOAL_ROUNDS, GoalService
 from engine.goal.tools import goal_tools
-from engine.keys import PersonKey
+from engine.keys import ChatKey, PersonKey
 from engine.model.types import ModelProvider
 from engine.plan.digest import DEFAULT_MAX_PLAN_KB
 from engine.plan.service import PlanService
@@ -207,12 +207,28 @@ class Engine:
         if isinstance(self.scheduler, ApsScheduler):
             self.scheduler.start()
         await self.usage.load()
+        return self._restored(await self.sessions.load_bound())
+
+    def _restored(self, loaded: list[str]) -> list[RestoredGoal]:
         restored: list[RestoredGoal] = []
-        for session_id in await self.sessions.load_bound():
+        for session_id in loaded:
             goal = self.goals.peek(session_id)  # loading just read it
             if goal is not None and goal.phase == "active" and goal.source != "task":
                 restored.append(RestoredGoal(session_id=session_id, goal=goal))
         return restored
+
+    async def chat_taken(self, chat: ChatKey) -> list[RestoredGoal]:
+        """This replica took ``chat``'s lease with a new epoch: recover the chat's sessions
+        as a restart does (:meth:`engine.sessions.Sessions.chat_taken`); returns the live goals
+        that came up disarmed, for the front end to offer Resume as after a restart."""
+        return self._restored(await self.sessions.chat_taken(chat))
+
+    async def chat_lost(self, chat: ChatKey) -> list[str]:
+        """This replica lost ``chat``'s lease (renewal failed, or a write raised
+        ``LeaseLost``): its sessions' turns are cancelled, their bash processes killed, their
+        goals disarmed, and nothing more is done or said for them here
+        (:meth:`engine.sessions.Sessions.chat_lost`); returns those sessions."""
+        return await self.sessions.chat_lost(chat)
 
     async def shutdown(self) -> None:
         """Stop the scheduler, then every turn (closed as cancelled); tell the chats.

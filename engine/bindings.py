@@ -42,6 +42,14 @@ class ChatBindings:
         """Whether the session is bound to a private chat (the kind recorded at binding)."""
         return any(c.kind is ChatKind.PRIVATE for c in self._chats.get(session_id, ()))
 
+    def sessions_in(self, room: ChatKey) -> list[str]:
+        """The sessions bound to ``room`` or to a thread of it, as this process knows them."""
+        return sorted({s for key, s in self._sessions.items() if self._known[key].room == room})
+
+    def keys_of(self, session_id: str) -> list[ChatKey]:
+        """The chat keys bound to ``session_id``, as this process knows them."""
+        return sorted(c.key for c in self._chats.get(session_id, ()))
+
     def remember(self, chat: Chat, session_id: str) -> None:
         """``chat`` is bound to ``session_id`` now (replacing what its key was bound to)."""
         self.forget(chat.key)

@@ -4,6 +4,7 @@ PlangateError
 ├── Refusal-carrying errors live in their machines (plan, goal) as values, not exceptions
 ├── AppendConflict      a compare-and-set append lost the race (goal revision taken)
 ├── CorruptState        a stored log or file that does not fold; fails loudly
+├── LeaseLost           a write for a chat whose lease this replica no longer holds
 └── ConfigError         a setting that is missing or malformed
 """
 
@@ -24,3 +25,9 @@ class CorruptState(PlangateError):
 
 class ConfigError(PlangateError):
     """A setting that is missing or malformed; the message names it."""
+
+
+class LeaseLost(PlangateError):
+    """A write (an event-log append, a plan sidecar write) for a chat whose lease this replica
+    no longer holds at the epoch it had: another replica took the chat over. Nothing of the
+    write happened; the replica must stop working on that chat (docs/storage.md, "Leases")."""

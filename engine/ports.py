@@ -10,6 +10,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from engine.errors import LeaseLost as LeaseLost  # re-exported: the ports raise it
 from engine.events import ApprovalDecision, SessionEvent, StoredEvent, TurnOutcome
 from engine.keys import Chat, ChatKey, MessageKey
 from engine.limits import ChannelLimits
@@ -124,6 +125,54 @@ class ChatLog(Protocol):
 
     async def read_chat(self, chat: ChatKey) -> list[StoredChatEvent]:
         """The chat's events in order (``[]`` for a chat with none)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One replica's hold on one chat (docs/storage.md, "Leases").
+
+    ``chat`` is the room's key: a group's threads and topics share their parent's lease.
+    ``epoch`` grows by one each time the chat changes hands (or its holder let it lapse), so
+    a write carrying an older epoch is refused (:class:`LeaseLost`). ``expires_at`` is in
+    seconds since the epoch, on the database's clock.
+    """
+
+    chat: ChatKey
+    replica: str
+    epoch: int
+    expires_at: float
+
+
+class ChatLeases(Protocol):
+    """Which replica owns which chat: one owner at a time, fenced by an epoch.
+
+    PostgreSQL implements it for several replicas (``storage.postgres.leases``); a SQLite home
+    has one process, and :class:`engine.leases.LocalChatLeases` keeps the same rules in memory.
+    """
+
+    async def acquire(self, chat: ChatKey, replica: str, ttl_s: float) -> Lease | None:
+        """Take ``chat`` for ``ttl_s`` seconds, or renew this replica's hold on it.
+
+        A free, released or expired lease is taken with ``epoch + 1`` (also when it was this
+        replica's own and lapsed); this replica's live lease is renewed with its epoch kept.
+        ``None`` while another replica holds a live lease. A returned epoch other than the one
+        the caller held means it lost the chat in between (engine: ``chat_lost`` then
+        ``chat_taken``).
+        """
+        ...
+
+    async def release(self, chat: ChatKey, replica: str) -> None:
+        """Give ``chat`` up if ``replica`` holds it (the epoch is kept: the next taker gets
+        ``epoch + 1``); a no-op otherwise."""
+        ...
+
+    async def held_by(self, replica: str) -> list[Lease]:
+        """The live leases ``replica`` holds, by chat key."""
+        ...
+
+    async def holder(self, chat: ChatKey) -> Lease | None:
+        """The live lease on ``chat``, or ``None`` when nobody holds it."""
         ...
 
 

@@ -32,7 +32,7 @@ from engine.projects import PROJECT_NAME, Project
 from engine.recovery import close_interrupted_turn, undecided_command
 from engine.roles.policy import command_action, may, refusal_text
 from engine.services import Services
-from engine.tasks import safe_call
+from engine.tasks import BackgroundTasks, safe_call
 from engine.text import clip
 from engine.worktree.script import SETUP_PATH
 
@@ -87,6 +87,9 @@ class Sessions:
         # on every reply whether its chat is private); only this object changes them.
         self._bindings = bindings
         self._finding: dict[ChatKey, asyncio.Future[str]] = {}
+        # A session's work that hit LeaseLost lets its chat go from here (chat_lost).
+        self._losing = BackgroundTasks(_log, event="chat_lost_failed")
+        services.agents.listen_lease_lost(self._on_lease_lost)
 
     # --- bindings ---------------------------------------------------------------------------
 
@@ -344,6 +347,91 @@ class Sessions:
         await self._set_goal_card(record.id, chat_id=None, card_id=None)
         return record.id
 
+    # --- chats moving between replicas (docs/storage.md "Leases and fencing") ---------------
+
+    def _on_lease_lost(self, session_id: str) -> None:
+        room = self._bindings.chat_of(session_id)
+        if room is not None:
+            self._losing.spawn(self.chat_lost(room), name=f"chat_lost {room}")
+
+    async def chat_lost(self, chat: ChatKey) -> list[str]:
+        """This replica no longer holds the lease of ``chat``'s room: let its sessions go.
+
+        Each session's turn is cancelled and its bash processes killed (as ``/stop`` kills
+        them), its goal disarmed (the driver drops its jobs), and what this process loaded of
+        it (controller, history, plan, worktree, bindings) forgotten, so taking the chat back
+        later starts from the store. Nothing is logged or said: the log and the chat belong to
+        the replica that holds the lease now. Idempotent; returns the sessions let go.
+        """
+        room = self._bindings.room(chat)
+        let_go = self._bindings.sessions_in(room)
+        for session_id in let_go:
+            await self._let_go(session_id)
+        for key, _ in self._bound_keys(room):
+            self._forget(key)
+        if let_go:
+            _log.info("plangate.sessions.chat_lost chat=%s sessions=%s", room, len(let_go))
+        return let_go
+
+    def _bound_keys(self, room: ChatKey) -> list[tuple[ChatKey, str]]:
+        return [
+            (key, sid)
+            for sid in self._bindings.sessions_in(room)
+            for key in self._bindings.keys_of(sid)
+            if self._bindings.room(key) == room
+        ]
+
+    async def _let_go(self, session_id: str) -> None:
+        await self._agents.drop(session_id)
+        await self._goals.disarm(session_id)
+        self._plans.forget(session_id)
+        self._worktrees.forget(session_id)
+        self._choices.forget(session_id)
+        self._loaded.discard(session_id)
+        self._quiet.discard(session_id)
+
+    async def chat_taken(self, chat: ChatKey) -> list[str]:
+        """This replica took the lease of the room ``chat`` with a new epoch: recover its
+        sessions as a restart does, and return those loaded.
+
+        The room's bindings are read from the store; each bound session the log marks is
+        loaded: a turn the previous owner left open is closed as interrupted (never re-run;
+        the chat is told once), a live goal comes up disarmed, an undecided ``/plan`` or
+        approval is decided, and an Active checklist no run carries shows paused with Resume
+        (its card is redrawn). Nothing is re-armed. Sessions loaded here before are let go
+        first, so nothing stale of an earlier hold survives.
+        """
+        room = chat
+        bound: dict[str, list[Chat]] = {}
+        for binding in await self.store.chat_bindings():
+            if binding.chat.room == room:
+                bound.setdefault(binding.session_id, []).append(binding.chat)
+        for session_id in self._bindings.sessions_in(room):
+            await self._let_go(session_id)
+        for key, _ in self._bound_keys(room):
+            self._forget(key)
+        for session_id, chats in bound.items():
+            for one in chats:
+                self._remember(one, session_id)
+        marked = [sid for sid in await self._log.needs_attention() if sid in bound]
+        loaded: list[str] = []
+        for session_id in marked:
+            try:
+                await self.ensure_loaded(session_id)
+            except Exception as exc:
+                _log.warning(
+                    "plangate.sessions.take_failed session=%s %s: %s",
+                    session_id,
+                    type(exc).__name__,
+                    exc,
+                )
+                continue
+            if await self._plans.state(session_id) == "active":
+                await self._redraw_plan(session_id)  # the previous owner's card said running
+            loaded.append(session_id)
+        _log.info("plangate.sessions.chat_taken chat=%s loaded=%s", room, len(loaded))
+        return loaded
+
     # --- loading ----------------------------------------------------------------------------
 
     async def load_bound(self) -> list[str]:
@@ -374,6 +462,10 @@ class Sessions:
                 continue
             loaded.append(session_id)
         return loaded
+
+    def is_loaded(self, session_id: str) -> bool:
+        """Whether this process has loaded the session (and not let it go since)."""
+        return session_id in self._loaded
 
     async def ensure_loaded(self, session_id: str) -> None:
         """First touch of a session in this process: close what a dead process left open.

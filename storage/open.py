@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.errors import ConfigError
-from engine.ports import Clock
+from engine.leases import LocalChatLeases
+from engine.ports import ChatLeases, Clock
 from storage.chatlog import SqliteChatLog
 from storage.db import Database, database_path
 from storage.deployment import claim_deployment
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from storage.postgres.chatlog import PgChatLog
     from storage.postgres.db import PgDatabase
     from storage.postgres.eventlog import PgEventLog
+    from storage.postgres.leases import LeaseFence
     from storage.postgres.sessions import PgSessionStore
 
 
@@ -39,13 +41,22 @@ class Storage:
     sessions: SqliteSessionStore | PgSessionStore
     plan_store: FilePlanStore
     chat_log: SqliteChatLog | PgChatLog
+    # Which replica owns which chat (docs/storage.md, "Leases and fencing"): in PostgreSQL,
+    # shared by the replicas; in a SQLite home, this one process's, in memory.
+    leases: ChatLeases
+    # This replica's fence (PostgreSQL with a replica id): the epochs the stores write at.
+    fence: LeaseFence | None = None
 
     async def close(self) -> None:
         await self.db.close()
 
 
 async def open_storage(
-    home: Path, *, clock: Clock | None = None, database_url: str | None = None
+    home: Path,
+    *,
+    clock: Clock | None = None,
+    database_url: str | None = None,
+    replica: str | None = None,
 ) -> Storage:
     """Open (creating and migrating) the database and the plan store under ``home``.
 
@@ -55,6 +66,10 @@ async def open_storage(
     ``ConfigError`` (one line naming the setting) when PostgreSQL cannot be reached or refuses,
     or when the home and the database belong to different deployments
     (``storage.deployment``).
+
+    ``replica`` (PostgreSQL only): this process's name among several replicas. Its appends and
+    plan file writes are then fenced by the chat leases it holds (``storage.postgres.leases``),
+    so it writes for a chat only after acquiring the chat's lease through ``Storage.leases``.
     """
     home.mkdir(parents=True, exist_ok=True)
     if database_url:
@@ -64,6 +79,7 @@ async def open_storage(
             from storage.postgres.chatlog import PgChatLog
             from storage.postgres.db import PgDatabase
             from storage.postgres.eventlog import PgEventLog
+            from storage.postgres.leases import LeaseFence, PgChatLeases
             from storage.postgres.sessions import PgSessionStore
         except ImportError:
             raise ConfigError(
@@ -90,16 +106,18 @@ async def open_storage(
         except BaseException:
             await pg.close()
             raise
-        log_pg = PgEventLog(pg) if clock is None else PgEventLog(pg, clock=clock)
-        sessions_pg = PgSessionStore(pg) if clock is None else PgSessionStore(pg, clock=clock)
-        chat_pg = PgChatLog(pg) if clock is None else PgChatLog(pg, clock=clock)
+        fence = LeaseFence(pg, replica) if replica else None
+        clocked = {} if clock is None else {"clock": clock}
+        sessions_pg = PgSessionStore(pg, fence=fence, **clocked)
         return Storage(
             home=home,
             db=pg,
-            log=log_pg,
+            log=PgEventLog(pg, fence=fence, **clocked),
             sessions=sessions_pg,
-            plan_store=FilePlanStore.from_sessions(home, sessions_pg),
-            chat_log=chat_pg,
+            plan_store=FilePlanStore.from_sessions(home, sessions_pg, fence=fence),
+            chat_log=PgChatLog(pg, **clocked),
+            leases=PgChatLeases(pg, fence=fence),
+            fence=fence,
         )
     db = await Database.open(database_path(home))
     log = SqliteEventLog(db) if clock is None else SqliteEventLog(db, clock=clock)
@@ -107,5 +125,11 @@ async def open_storage(
     plan_store = FilePlanStore.from_sessions(home, sessions)
     chat_log = SqliteChatLog(db) if clock is None else SqliteChatLog(db, clock=clock)
     return Storage(
-        home=home, db=db, log=log, sessions=sessions, plan_store=plan_store, chat_log=chat_log
+        home=home,
+        db=db,
+        log=log,
+        sessions=sessions,
+        plan_store=plan_store,
+        chat_log=chat_log,
+        leases=LocalChatLeases() if clock is None else LocalChatLeases(clock=clock),
     )

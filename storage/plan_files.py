@@ -21,6 +21,11 @@ The atomic writes of a save or an archive (temp file, fsync, rename, fsync the f
 the event loop in a worker thread, so a slow disk does not stall other chats; the small reads,
 the deletes and a fork's copy stay inline. Every call runs
 under the plan service's per-session lock, so one session's writes never race each other.
+
+With a *fence* (several replicas on a shared folder: ``storage.postgres.leases.LeaseFence``),
+every write for a session holds the session's chat lease at this replica's epoch for its whole
+length: a write by a replica that lost the chat raises ``LeaseLost`` and touches nothing, and a
+takeover waits for a write in flight, so a stale writer never lands over the new owner's files.
 """
 
 from __future__ import annotations
@@ -28,10 +33,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import ValidationError
 
@@ -61,6 +68,21 @@ class SessionLocation:
 SessionLocator = Callable[[str], Awaitable[SessionLocation]]
 
 
+class WriteFence(Protocol):
+    """What a fenced store holds around each write for a session (raises ``LeaseLost``)."""
+
+    def holding(self, session_id: str) -> AbstractAsyncContextManager[None]: ...
+
+
+class _Unfenced:
+    @contextlib.asynccontextmanager
+    async def _nothing(self) -> AsyncIterator[None]:
+        yield
+
+    def holding(self, session_id: str) -> AbstractAsyncContextManager[None]:
+        return self._nothing()
+
+
 def utc_stamp() -> str:
     """A sortable UTC timestamp for file names, unique to the microsecond."""
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
@@ -69,13 +91,19 @@ def utc_stamp() -> str:
 class FilePlanStore:
     """:class:`engine.plan.store.PlanStore` on real files, with atomic writes."""
 
-    def __init__(self, home: Path, locate: SessionLocator) -> None:
+    def __init__(
+        self, home: Path, locate: SessionLocator, *, fence: WriteFence | None = None
+    ) -> None:
+        """``fence``: held around every write for a session (several replicas)."""
         self._home = home
         self._locate = locate
         self._dirs: dict[str, Path] = {}
+        self._fence: WriteFence = fence if fence is not None else _Unfenced()
 
     @classmethod
-    def from_sessions(cls, home: Path, sessions: SessionStore) -> FilePlanStore:
+    def from_sessions(
+        cls, home: Path, sessions: SessionStore, *, fence: WriteFence | None = None
+    ) -> FilePlanStore:
         """A store whose locator asks ``sessions`` (unknown sessions use ``<home>/session``)."""
 
         async def locate(session_id: str) -> SessionLocation:
@@ -84,7 +112,7 @@ class FilePlanStore:
                 return SessionLocation()
             return SessionLocation(workspace=record.workspace or None, profile=record.profile)
 
-        return cls(home, locate)
+        return cls(home, locate, fence=fence)
 
     # --- paths ----------------------------------------------------------------------------------
 
@@ -180,18 +208,24 @@ class FilePlanStore:
         # The .md goes first: a crash between the two leaves an .md next to the old sidecar,
         # and an .md next to a pre-init sidecar already reads as post-init.
         # fsync'd writes run off the event loop (every checklist step saves the sidecar).
-        if md is not None:
-            await run_durable(atomic_write_text, await self.md_path(session_id), md)
         text = encode_sidecar(sidecar)
-        await run_durable(atomic_write_text, await self.json_path(session_id), text)
+        async with self._fence.holding(session_id):
+            if md is not None:
+                await run_durable(atomic_write_text, await self.md_path(session_id), md)
+            await run_durable(atomic_write_text, await self.json_path(session_id), text)
 
     async def set_aside_md(self, session_id: str) -> str | None:
         path = await self.md_path(session_id)
         target = path.with_name(f"{path.name}.stale-{utc_stamp()}")
-        moved = await run_durable(_replace_durably, path, target)
+        async with self._fence.holding(session_id):
+            moved = await run_durable(_replace_durably, path, target)
         return str(target) if moved else None
 
     async def delete(self, session_id: str) -> None:
+        async with self._fence.holding(session_id):
+            await self._delete(session_id)
+
+    async def _delete(self, session_id: str) -> None:
         for path in (await self.json_path(session_id), await self.md_path(session_id)):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
@@ -206,6 +240,12 @@ class FilePlanStore:
             atomic_write_text(await self._marker(session_id), "archived or discarded\n")
 
     async def archive(self, session_id: str, sidecar: PlanSidecar, *, reason: ArchiveReason) -> str:
+        async with self._fence.holding(session_id):
+            return await self._archive(session_id, sidecar, reason=reason)
+
+    async def _archive(
+        self, session_id: str, sidecar: PlanSidecar, *, reason: ArchiveReason
+    ) -> str:
         stamp = utc_stamp()
         folder = await self.archive_folder(session_id)
         stem = f"{stamp}_{session_id}"

@@ -49,6 +49,15 @@ def test_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert (s.goal_max_rounds, s.todo_parallel, s.max_steps) == (20, True, 50)
     assert s.flow_edit_interval == 1.5
     assert (s.webhook_url, s.webhook_secret, s.webhook_listen) == (None, None, None)
+    assert (s.replica_id, s.lease_ttl) == (None, 30.0)
+
+
+def test_replica_settings_are_read_and_checked() -> None:
+    s = load({"PLANGATE_REPLICA_ID": "web-2", "PLANGATE_LEASE_TTL": "4.5"})
+    assert (s.replica_id, s.lease_ttl) == ("web-2", 4.5)
+    assert "PLANGATE_LEASE_TTL" in error_of({"PLANGATE_LEASE_TTL": "0.5"})
+    assert "PLANGATE_LEASE_TTL" in error_of({"PLANGATE_LEASE_TTL": "inf"})
+    assert "PLANGATE_REPLICA_ID" in error_of({"PLANGATE_REPLICA_ID": "x" * 201})
 
 
 def test_every_variable_is_read(tmp_path: Path) -> None:
@@ -510,3 +519,63 @@ def test_every_default_the_engine_reads_is_the_engines_own() -> None:
         if getattr(built, f.name) != getattr(ENGINE_DEFAULTS, f.name)
     ]
     assert differing == []
+
+
+def test_a_settings_file_swapped_for_a_fifo_after_the_look_is_refused_not_waited_on(
+    tmp_path: Path,
+) -> None:
+    """``run`` looks at ``.env`` first (its lines, that it is a regular file), then reads it:
+    the agent can swap in a FIFO between the two, and the read opened it blocking and waited
+    for a writer for good. Every read now opens without blocking and checks the open file."""
+    import os
+    import threading
+
+    from bot.settings import env_file_problem
+
+    dotenv = tmp_path / ".env"
+    dotenv.write_text("PLANGATE_MAX_STEPS=7\n")
+    assert env_file_problem(dotenv) is None  # the look
+    dotenv.unlink()
+    os.mkfifo(dotenv)  # the swap
+    outcome: list[BaseException | Settings] = []
+
+    def read() -> None:
+        try:
+            outcome.append(load_settings({}, env_file=str(dotenv)))
+        except BaseException as exc:  # the thread reports what it got
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(30)
+    if reader.is_alive():
+        with open(dotenv, "w"):  # a writer frees the stuck reader, so the suite goes on
+            pass
+        pytest.fail("the settings read waited on a FIFO")
+    [got] = outcome
+    assert isinstance(got, ConfigError)
+    assert str(got) == (
+        f"{dotenv}: not a regular file; settings are read from a regular file only (remove "
+        "it, or start plangate from a folder that is no workspace or project)"
+    )
+
+
+def test_settings_files_are_read_as_before(tmp_path: Path) -> None:
+    """Through the one reader: values, precedence (environment over ``.env`` over the home's
+    ``config.env``), a symbolic link followed, an oversized or non-UTF-8 file in one line."""
+    home_conf = tmp_path / "config.env"
+    home_conf.write_text("PLANGATE_MAX_STEPS=5\nPLANGATE_PROFILE=fromconfig\n")
+    target = tmp_path / "real.env"
+    target.write_text("export PLANGATE_PROFILE=fromdotenv\nPLANGATE_GOAL_IDLE_ROUNDS=4\n")
+    link = tmp_path / ".env"
+    link.symlink_to(target)
+
+    got = load_settings(
+        {"PLANGATE_GOAL_IDLE_ROUNDS": "6"}, env_file=str(link), config_file=home_conf
+    )
+    assert (got.max_steps, got.profile, got.goal_idle_rounds) == (5, "fromdotenv", 6)
+
+    target.write_bytes(b"PLANGATE_PROFILE=\xff\n")
+    assert error_of({}, str(link)) == f"{link}: cannot be read (not UTF-8 text)"
+    target.write_bytes(b"#" * (1 << 20) + b"\n")
+    assert error_of({}, str(link)) == f"{link}: larger than 1 MB; settings files are a few lines"

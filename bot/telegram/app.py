@@ -37,7 +37,7 @@ import secrets
 import signal
 import time
 from collections.abc import Callable, Collection, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 from telegram import BotCommand, Update
@@ -73,8 +73,15 @@ from bot.telegram.uploads import InputSettings
 from bot.telegram.voice import VOICE_PATTERN
 from engine.api import CommandName, EngineApi, RestoredGoal
 from engine.errors import ConfigError
+from engine.keys import ChatKey
 from engine.model.transcribe import Transcriber
 from engine.tasks import BackgroundTasks
+
+if TYPE_CHECKING:
+    # asyncpg is the postgres extra: the replicas' parts are imported when they are used.
+    from bot.owners import ChatOwners
+    from bot.telegram.ingress import InboxIngress, Replicas
+    from storage.postgres.inbox import InboxUpdate
 
 _log = logging.getLogger("plangate.app")
 
@@ -417,6 +424,72 @@ async def start_webhook(updater: Updater, settings: BotSettings, webhook_url: st
         ) from None
 
 
+async def register_webhook(bot: Any, webhook_url: str, secret: str) -> None:
+    """``setWebhook`` as :func:`start_webhook` registers it (the replicas' ingress registers
+    the same URL and secret from every replica: the last one's call changes nothing)."""
+    try:
+        await bot.set_webhook(
+            url=webhook_url,
+            secret_token=secret,
+            allowed_updates=list(ALLOWED_UPDATES),
+            drop_pending_updates=False,
+            # One connection: Telegram delivers in update_id order, the order owners process.
+            max_connections=1,
+        )
+    except BadRequest as err:
+        raise ConfigError(
+            f"PLANGATE_WEBHOOK_URL: Telegram refused the webhook ({err.message})"
+        ) from None
+
+
+async def start_replica(
+    application: Application[Any, Any, Any, Any, Any, Any],
+    settings: BotSettings,
+    engine: EngineApi,
+    db: MetaStore,
+    replicas: Replicas,
+    webhook_url: str,
+) -> tuple[InboxIngress, ChatOwners]:
+    """Webhook mode among several replicas: the ingress that stores every update, and the
+    owner loop that processes the chats this replica holds (docs/webhook.md)."""
+    from bot.owners import ChatOwners
+    from bot.telegram.ingress import InboxIngress, parse_update, shared_secret
+
+    secret = await shared_secret(db, secret_value(getattr(settings, "webhook_secret", None)))
+    ingress = InboxIngress(
+        replicas.inbox, application.bot, secret=secret, path=urlsplit(webhook_url).path
+    )
+
+    async def process(item: InboxUpdate) -> None:
+        await application.process_update(parse_update(item, application.bot))
+
+    async def taken(chat: ChatKey) -> None:
+        # The chat's runs come back paused, as after a restart, before its updates run.
+        await announce_restored(application, await engine.chat_taken(chat))
+
+    async def lost(chat: ChatKey) -> None:
+        await engine.chat_lost(chat)
+
+    owners = ChatOwners(
+        replicas.inbox,
+        replicas.leases,
+        replica=replicas.replica,
+        ttl_s=replicas.ttl_s,
+        poll_s=replicas.poll_s,
+        process=process,
+        on_taken=taken,
+        on_lost=lost,
+    )
+    host, port = parse_listen(getattr(settings, "webhook_listen", None))
+    await ingress.start(host, port)
+    try:
+        await register_webhook(application.bot, webhook_url, secret)
+    except BaseException:
+        await ingress.stop()
+        raise
+    return ingress, owners
+
+
 async def serve(
     settings: BotSettings,
     engine: EngineApi,
@@ -425,6 +498,7 @@ async def serve(
     channel_slot: LateChannel | None = None,
     stop: asyncio.Event | None = None,
     transcriber: Transcriber | None = None,
+    replicas: Replicas | None = None,
 ) -> None:
     """Run the bot until SIGINT/SIGTERM (or ``stop``): polling, or a webhook when set.
 
@@ -434,6 +508,10 @@ async def serve(
     updates are processed, and repeats of already processed ones are dropped by update_id.
     The webhook stays registered on the way out, so Telegram keeps the updates that arrive
     while the bot is down and delivers them after the next start.
+
+    ``replicas`` (PostgreSQL): with a webhook, this process is one replica of several; every
+    update goes through the shared inbox and only the chats whose lease it holds are processed
+    here (:func:`start_replica`).
     """
     webhook_url = getattr(settings, "webhook_url", None)
     if webhook_url and importlib.util.find_spec("tornado") is None:
@@ -445,6 +523,10 @@ async def serve(
         settings, engine, db_meta=db, channel_slot=channel_slot, transcriber=transcriber
     )
     bp = parts(application)
+    replica_mode = bool(webhook_url) and replicas is not None
+    # Among replicas the inbox drops repeats (by update_id, across replicas); a process's
+    # own ledger would judge other replicas' ids.
+    bp.inbox = replica_mode
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -456,8 +538,18 @@ async def serve(
             restored = await engine.start()
             updater = application.updater
             assert updater is not None
+            ingress: InboxIngress | None = None
+            owners: ChatOwners | None = None
+            owners_stop = asyncio.Event()
+            owners_task: asyncio.Future[None] | None = None
             try:
-                if webhook_url:
+                if replica_mode:
+                    assert replicas is not None and webhook_url
+                    ingress, owners = await start_replica(
+                        application, settings, engine, db, replicas, webhook_url
+                    )
+                    owners_task = asyncio.ensure_future(owners.run(owners_stop))
+                elif webhook_url:
                     await start_webhook(updater, settings, webhook_url)
                 else:
                     await updater.start_polling(
@@ -473,6 +565,17 @@ async def serve(
                 # Each step checks what actually started: a start can fail half-way.
                 if updater.running:
                     await updater.stop()
+                if ingress is not None:
+                    await ingress.stop()
+                keeper: asyncio.Future[None] | None = None
+                if owners is not None and owners_task is not None:
+                    # No new chats or updates; the ones being processed finish. The leases
+                    # stay held (renewed) while the engine shuts down: it still writes.
+                    owners_stop.set()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(owners_task), SHUTDOWN_FLUSH_S)
+                    owners_task.cancel()
+                    keeper = asyncio.ensure_future(owners.keep())
                 # Updates already fetched (or waiting in their chat's lane) are handled while
                 # the engine still runs; after engine.shutdown nothing may start a turn.
                 processor = application.update_processor
@@ -482,6 +585,10 @@ async def serve(
                 try:
                     await engine.shutdown()
                 finally:
+                    if owners is not None:
+                        if keeper is not None:
+                            keeper.cancel()
+                        await owners.close()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(drain(application), SHUTDOWN_FLUSH_S)
                     if application.running:
@@ -507,6 +614,8 @@ __all__ = [
     "parts",
     "prepare",
     "redact",
+    "register_webhook",
     "serve",
+    "start_replica",
     "start_webhook",
 ]

@@ -114,6 +114,9 @@ class BotParts:
     transcripts: Transcripts = field(default_factory=Transcripts)
     # The model's name, for /start's welcome.
     model_name: str = ""
+    # One replica of several (bot.telegram.ingress): the shared inbox drops repeats, not the
+    # ledger.
+    inbox: bool = False
 
 
 def parts(application: Application[Any, Any, Any, Any, Any, Any]) -> BotParts:
@@ -286,6 +289,8 @@ class Handlers:
         """
         bp = self.bp
         await load_state(bp)
+        if bp.inbox:
+            return
         if not bp.ledger.take(update):
             _log.info("plangate.handlers.repeat_dropped update=%s", update.update_id)
             raise ApplicationHandlerStop

@@ -28,6 +28,7 @@ from engine.agent.config import AgentDeps
 from engine.agent.ports import IdleListener
 from engine.agent.turn import InboundMessage, StepDone, TurnResult, run_turn
 from engine.approval.service import describe_timeout
+from engine.errors import LeaseLost
 from engine.events import (
     Attachment,
     FeedbackSource,
@@ -59,6 +60,8 @@ _log = logging.getLogger("plangate.agent.controller")
 ApprovalRequest = Literal["committed", "pending", "stale"]
 # Told after every turn: (session id, the message that opened it, how it ended).
 TurnListener = Callable[[str, InboundMessage, TurnResult], Awaitable[None]]
+# Told when a session's work hit ``LeaseLost``: this replica no longer owns its chat.
+LeaseLostListener = Callable[[str], None]
 
 
 @dataclass(slots=True)
@@ -71,6 +74,7 @@ class Listeners:
 
     idle: list[IdleListener] = field(default_factory=list)
     turn_end: list[TurnListener] = field(default_factory=list)
+    lease_lost: list[LeaseLostListener] = field(default_factory=list)
 
 
 # The card's line when the daily cap pauses the run (the UTC day ends at midnight).
@@ -264,6 +268,37 @@ class SessionController:
             await self._deps.goals.disarm(self.session_id)
         return dropped
 
+    async def abandon(self) -> None:
+        """This replica lost the session's chat (its lease): cancel the turn, kill its bash
+        processes (the hooks ``/stop`` uses), drop what was queued or pending, disarm the run.
+
+        Unlike :meth:`stop`, nothing is logged or said: the log and the chat belong to the
+        replica that took the chat over (an append would raise ``LeaseLost`` anyway). No turn
+        starts here afterwards.
+        """
+        self.closed = True
+        self._inbox.clear()
+        self._pending_mode = None
+        self._pending_approval = None
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+        # Run the hooks even when no turn runs: a process must not outlive the lease.
+        for hook in self._deps.stop_hooks:
+            await safe_call("stop_hook", hook(self.session_id))
+        if task is not None:
+            try:
+                await task
+            except asyncio.CancelledError:
+                if _cancelling(asyncio.current_task()):
+                    raise
+            except Exception as exc:  # the turn's own closing append may fail: the lease is gone
+                _log.info("plangate.agent.controller.abandoned %s", type(exc).__name__)
+        self._task = None
+        self._run = checklist.disarm(self._run)
+        self._held = ""
+        self._asked = False
+
     async def run_checklist(self, prompt: str | None = None) -> None:
         """The owner's consent to run the checklist to its end (``/execute``, Resume).
 
@@ -328,6 +363,13 @@ class SessionController:
         except asyncio.CancelledError:
             self._current = None
             raise
+        except LeaseLost as exc:
+            # Another replica owns the chat now: nothing more may be written here (not even
+            # the pause), and the session's sessions are let go (Sessions.chat_lost).
+            _log.warning("plangate.agent.controller.lease_lost session=%s %s", self.session_id, exc)
+            self._current = None
+            for listener in self._listeners.lease_lost:
+                listener(self.session_id)
         except Exception as exc:  # worker boundary: log the type, keep the process alive
             _log.exception("plangate.agent.controller.drain_failed %s", type(exc).__name__)
             self._current = None
@@ -756,6 +798,20 @@ class AgentRegistry:
         """Wake ``listener`` whenever a session's turn ends or its inbox drains (the goal
         round driver subscribes itself so when it is built: it needs this registry first)."""
         self._listeners.idle.append(listener)
+
+    def listen_lease_lost(self, listener: LeaseLostListener) -> None:
+        """Tell ``listener`` (synchronously: it schedules what it does) when a session's work
+        raised ``LeaseLost`` (the sessions subscribe so when they are built)."""
+        self._listeners.lease_lost.append(listener)
+
+    async def drop(self, session_id: str) -> None:
+        """Let the session go from this process (its chat's lease was lost): abandon its
+        controller (:meth:`SessionController.abandon`) and forget it and its cached history,
+        so a later takeover starts from the log."""
+        found = self._controllers.pop(session_id, None)
+        if found is not None:
+            await found.abandon()
+        self.deps.history.forget(session_id)
 
     def listen_turns(self, listener: TurnListener) -> None:
         """Tell ``listener`` after every turn of every session (the cards subscribe so)."""

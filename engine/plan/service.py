@@ -164,6 +164,13 @@ class PlanService:
         # Committed changes with their criteria effect, applied and announced by _deliver.
         self._undelivered: list[tuple[PlanChange, CriteriaEffect]] = []
 
+    def forget(self, session_id: str) -> None:
+        """Drop what this process holds of the session's plan (its chat moved to another
+        replica): the next read loads the files again."""
+        self._live.pop(session_id, None)
+        self._notices.pop(session_id, None)
+        self._checking.pop(session_id, None)
+
     def add_listener(self, listener: PlanListener) -> None:
         """Call ``listener(change)`` after every committed change (cards redraw from it)."""
         self._listeners.append(listener)

@@ -119,6 +119,14 @@ class Worktrees:
         # Sessions whose finished plan's branch was decided by this process.
         self._decided: set[str] = set()
 
+    def forget(self, session_id: str) -> None:
+        """Drop what this process read of the session's worktree (its chat moved to another
+        replica): the next read goes to the log again."""
+        self._records.pop(session_id, None)
+        self._confirm.pop(session_id, None)
+        self._patches.pop(session_id, None)
+        self._decided.discard(session_id)
+
     # --- reads --------------------------------------------------------------------------
 
     async def record(self, session_id: str) -> WorktreeRecord | None:

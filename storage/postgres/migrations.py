@@ -109,6 +109,65 @@ MIGRATIONS: tuple[Migration, ...] = (
         )
         """,
     ),
+    # 2: chat leases with their epochs (storage.postgres.leases), the session -> chat lookup
+    # the fence makes, and the elected scheduler's schedules and fired rounds
+    # (storage.postgres.election). Times are seconds since the epoch on the server's clock.
+    (
+        """
+        CREATE TABLE chat_leases (
+            chat        TEXT COLLATE "C" PRIMARY KEY,
+            replica     TEXT NOT NULL,
+            epoch       BIGINT NOT NULL,
+            expires_at  DOUBLE PRECISION NOT NULL
+        )
+        """,
+        "CREATE INDEX chat_leases_replica ON chat_leases (replica, chat)",
+        "CREATE INDEX chat_bindings_session ON chat_bindings (session_id)",
+        """
+        CREATE TABLE scheduled_jobs (
+            job_id      TEXT COLLATE "C" PRIMARY KEY,
+            replica     TEXT NOT NULL,
+            interval_s  DOUBLE PRECISION NOT NULL,
+            anchor      DOUBLE PRECISION NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE job_fires (
+            job_id    TEXT COLLATE "C" NOT NULL,
+            slot      BIGINT NOT NULL,
+            replica   TEXT NOT NULL,
+            fired_at  DOUBLE PRECISION NOT NULL,
+            taken     BOOLEAN NOT NULL DEFAULT false,
+            PRIMARY KEY (job_id, slot)
+        )
+        """,
+        "CREATE INDEX job_fires_waiting ON job_fires (replica) WHERE NOT taken",
+    ),
+    # 3: the update inbox (storage.postgres.inbox): every replica stores what its webhook
+    # receives; the chat's lease holder processes it. Keyed by the source's own id, so a
+    # re-delivery is a no-op; ``ord`` is the order within the chat (Telegram's update_id).
+    (
+        """
+        CREATE TABLE update_inbox (
+            source       TEXT COLLATE "C" NOT NULL,
+            update_id    TEXT COLLATE "C" NOT NULL,
+            ord          BIGINT NOT NULL,
+            chat         TEXT COLLATE "C" NOT NULL,
+            payload      TEXT NOT NULL,
+            received_at  DOUBLE PRECISION NOT NULL,
+            done_at      DOUBLE PRECISION,
+            done_by      TEXT,
+            PRIMARY KEY (source, update_id)
+        )
+        """,
+        # What owners look for: the pending updates of a chat, in order (partial: done rows,
+        # the bulk of the table until pruned, cost the index nothing).
+        "CREATE INDEX update_inbox_pending ON update_inbox (chat, ord) WHERE done_at IS NULL",
+        # Pruning walks done rows by age.
+        "CREATE INDEX update_inbox_done ON update_inbox (done_at) WHERE done_at IS NOT NULL",
+        # Arrival order, for a source whose ids carry none (Slack's event ids).
+        "CREATE SEQUENCE update_inbox_arrival",
+    ),
 )
 
 

@@ -15,6 +15,7 @@ import asyncpg
 from engine.keys import Chat, ChatKey, ChatKind
 from engine.ports import ChatBinding, Clock, SessionRecord
 from storage.postgres.db import PgDatabase
+from storage.postgres.leases import LeaseFence
 
 # seq values are positive; "no limit" is the largest bigint.
 _ALL = 2**63 - 1
@@ -38,9 +39,13 @@ def _record(row: asyncpg.Record) -> SessionRecord:
 class PgSessionStore:
     """:class:`engine.ports.SessionStore` over a :class:`storage.postgres.db.PgDatabase`."""
 
-    def __init__(self, db: PgDatabase, *, clock: Clock = time.time) -> None:
+    def __init__(
+        self, db: PgDatabase, *, clock: Clock = time.time, fence: LeaseFence | None = None
+    ) -> None:
+        """``fence``: this replica's lease fence, told when a session's binding moves."""
         self._db = db
         self._clock = clock
+        self._fence = fence
 
     def _new_record(
         self, *, workspace: str, profile: str | None, parent_id: str | None
@@ -87,6 +92,8 @@ class PgSessionStore:
             chat.parent,
             session_id,
         )
+        if self._fence is not None:
+            self._fence.forget_session(session_id)
 
     async def session_for_chat(self, chat: ChatKey) -> str | None:
         value = await self._db.pool.fetchval(

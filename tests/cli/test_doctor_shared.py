@@ -81,3 +81,30 @@ async def test_a_schema_one_release_ahead_passes_and_says_to_upgrade_this_replic
         assert not ok and line.endswith("upgrade plangate")
     finally:
         await conn.close()
+
+
+async def test_the_lease_line_counts_live_leases_per_replica_and_the_lapsed(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    from bot.doctor import check_leases
+    from storage.postgres.db import PgDatabase
+    from storage.postgres.leases import PgChatLeases
+
+    settings = _settings(tmp_path / "home", tmp_path, pg_dsn)
+    assert await check_leases(_settings(tmp_path / "home", tmp_path, None)) == []
+    assert await check_leases(settings) == [
+        (True, "leases: no lease table yet; the next start creates it")
+    ]
+    async with await PgDatabase.open(pg_dsn) as db:
+        leases = PgChatLeases(db)
+        for chat in ("tg:1", "tg:2", "tg:3"):
+            assert await leases.acquire(chat, "replica-a", 60) is not None
+        assert await leases.acquire("tg:4", "replica-b", 60) is not None
+        await leases.release("tg:3", "replica-a")
+    assert await check_leases(settings) == [
+        (
+            True,
+            "leases: 3 chats held by 2 replicas (replica-a 2, replica-b 1), 1 lapsed or "
+            "released; lease time 30 s (PLANGATE_LEASE_TTL)",
+        )
+    ]

@@ -20,11 +20,7 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 COMPOSE = DEPLOY / "compose.replicas.yml"
 
 # What an operator puts in deploy/.env for this file, besides env.example's settings.
-SAMPLE = {
-    "PLANGATE_PUBLIC_HOST": "bot.example.org",
-    "PLANGATE_DB_PASSWORD": "s3cret",
-    "PLANGATE_WEBHOOK_SECRET": "hook-secret_1",
-}
+SAMPLE = {"PLANGATE_PUBLIC_HOST": "bot.example.org", "PLANGATE_DB_PASSWORD": "s3cret"}
 
 _VARIABLE = re.compile(r"\$\{(?P<name>\w+)(?:(?P<op>:\?|:-)(?P<arg>[^}]*))?\}")
 
@@ -116,15 +112,21 @@ def test_replicas_agree_on_the_database_and_the_shared_paths_and_load_as_setting
     assert settings.webhook_url == "https://bot.example.org/telegram"
 
 
-def test_webhook_mode_with_one_secret_and_no_default_for_what_must_be_chosen() -> None:
+def test_webhook_mode_and_no_default_for_what_must_be_chosen() -> None:
     [replica, *_] = replicas(load()).values()
     env = replica["environment"]
     assert urlsplit(env["PLANGATE_WEBHOOK_URL"]).scheme == "https"
     port = env["PLANGATE_WEBHOOK_LISTEN"].rsplit(":", 1)[1]
     assert replica["expose"] == [port]
     assert "ports" not in replica  # only the proxy is reachable from outside
-    # A per-run random secret would differ between replicas: the secret is required.
-    assert env["PLANGATE_WEBHOOK_SECRET"] == SAMPLE["PLANGATE_WEBHOOK_SECRET"]
+    # The secret is optional: the replicas then share the one the first made (in the database).
+    assert env["PLANGATE_WEBHOOK_SECRET"] == ""
+    assert (
+        load(SAMPLE | {"PLANGATE_WEBHOOK_SECRET": "abc"})["services"]["replica-2"]["environment"][
+            "PLANGATE_WEBHOOK_SECRET"
+        ]
+        == "abc"
+    )
     for name in SAMPLE:
         with pytest.raises(Missing, match=name):
             load({k: v for k, v in SAMPLE.items() if k != name})

@@ -129,12 +129,15 @@ async def engine_rig(
     owner_ids: frozenset[int] | None = None,
     plan_approvals: int = 1,
     owner_overrides: bool = False,
+    database_url: str | None = None,
+    replica: str | None = None,
 ) -> AsyncIterator[Rig]:
     """An engine over real files and SQLite in ``tmp_path``; shut down afterwards.
 
     ``clock`` (for the log's timestamps and the engine) pins the usage day in tests.
     ``allow_bash`` defaults to the one command the scripted checklist runs (it runs
-    unattended, so it would be denied without a rule).
+    unattended, so it would be denied without a rule). ``database_url`` and ``replica``: a
+    replica among several on one PostgreSQL (two rigs on one ``tmp_path`` share the home).
     """
     home = tmp_path / "home"
     workspace = tmp_path / "work"
@@ -154,7 +157,14 @@ async def engine_rig(
         owner_overrides=owner_overrides,
     )
     async with open_plangate(
-        home, model=model, channel=channel, config=config, clock=clock, wrap_log=wrap_log
+        home,
+        model=model,
+        channel=channel,
+        config=config,
+        clock=clock,
+        wrap_log=wrap_log,
+        database_url=database_url,
+        replica=replica,
     ) as opened:
         engine = opened.engine
         if start:

@@ -19,10 +19,11 @@ from tests.pg import pg_cluster, pg_dsn
 
 __all__ = ["pg_cluster", "pg_dsn"]
 
-# What a migration may do and leave the previous release working: new tables and indexes,
-# new columns the old code's INSERTs may leave out (NULL allowed, or a default), new rows.
+# What a migration may do and leave the previous release working: new tables, sequences and
+# indexes, new columns the old code's INSERTs may leave out (NULL allowed, or a default), new rows.
 ADDITIVE = (
     re.compile(r"CREATE TABLE (IF NOT EXISTS )?\w+ \(.*\)", re.S),
+    re.compile(r"CREATE SEQUENCE (IF NOT EXISTS )?\w+( .*)?", re.S),
     re.compile(r"CREATE (UNIQUE )?INDEX (CONCURRENTLY )?(IF NOT EXISTS )?\w+ ON .*", re.S),
     re.compile(r"ALTER TABLE \w+ ADD COLUMN (IF NOT EXISTS )?\w+ [^;]*", re.S),
     re.compile(r"INSERT INTO \w+ .*", re.S),
