@@ -1,6 +1,6 @@
 """How many approved runs one machine sustains at once (docs/scaling.md, "When to move").
 
-Run: ``python -m bench.runs [--levels 1 2 3 4 6 8] [--tasks 4] [--model-delay 0]``.
+Run: ``python -m bench.runs [--levels 1 2 3 4 6 8] [--tasks 4] [--model-delay 0] [--repeat 3]``.
 
 The real engine over SQLite and plan files; N chats, each in a project of its own (a small
 Python project: a ``src/`` package, 40 pytest tests, pytest in the project's ``.venv``), each
@@ -11,7 +11,8 @@ complete the task. A step is one model call and its tools; its time is the wall 
 model call of that run to the next (the last step: to the end of the run).
 
 For each level N, the mean time per step of each run, then the median over the N runs; the
-figure is that against the same at N = 1, measured in the same run: the level where it
+levels run in turn ``--repeat`` times (a change in the machine's load hits all of them) and
+each level's median is compared with the one at N = 1, measured in the same run: the level where it
 reaches 2x is where the machine no longer keeps up. Also printed: the CPU per step (this
 process and its children, the sandboxes included) and the machine's load average.
 
@@ -288,31 +289,41 @@ class CpuMeter:
                 self.group.rmdir()
 
 
-async def main_async(levels: Sequence[int], tasks: int, delay_s: float) -> None:
+async def main_async(levels: Sequence[int], tasks: int, delay_s: float, repeat: int) -> None:
+    """Every level ``repeat`` times, the levels in turn (so a change in the machine's load
+    hits all of them), then each level's medians against one run's."""
+    found: dict[int, list[Level]] = {n: [] for n in levels}
     with tempfile.TemporaryDirectory(prefix="plangate-bench-runs-") as tmp:
         root = Path(tmp)
         project = await asyncio.to_thread(template, root)
-        results: list[Level] = []
         meter = CpuMeter()
         if not meter.whole:
             print("(no cgroup of its own here: the CPU figures leave the sandboxes out)")
         try:
-            for n in levels:
-                results.append(await level(root, project, n, tasks, delay_s, meter))
-                one = results[0]
-                r = results[-1]
-                print(
-                    f"{r.runs:3} runs: {1000 * r.step_s:8.0f} ms per step "
-                    f"({r.step_s / one.step_s:4.2f}x one run), {r.cpu_ms_per_step:6.0f} ms CPU "
-                    f"per step, {r.wall_s:6.1f} s, load {r.load:4.1f}",
-                    flush=True,
-                )
+            for r in range(repeat):
+                for n in levels:
+                    got = await level(root / f"r{r}", project, n, tasks, delay_s, meter)
+                    found[n].append(got)
+                    print(
+                        f"  round {r + 1}, {n:3} runs: {1000 * got.step_s:6.0f} ms per step, "
+                        f"{got.cpu_ms_per_step:5.0f} ms CPU per step, load {got.load:4.1f}",
+                        flush=True,
+                    )
         finally:
             meter.close()
-    print(f"cores: {os.cpu_count()}, model delay {delay_s} s, {tasks} tasks per run")
-    doubled = next((r.runs for r in results if r.step_s >= 2 * results[0].step_s), None)
+    step = {n: statistics.median(x.step_s for x in v) for n, v in found.items()}
+    base = step[levels[0]]
+    print(f"cores: {os.cpu_count()}, model delay {delay_s} s, {tasks} tasks per run, medians:")
+    for n, v in found.items():
+        cpu = statistics.median(x.cpu_ms_per_step for x in v)
+        wall = statistics.median(x.wall_s for x in v)
+        print(
+            f"{n:3} runs: {1000 * step[n]:6.0f} ms per step ({step[n] / base:4.2f}x "
+            f"{levels[0]} run), {cpu:5.0f} ms CPU per step, {wall:6.1f} s for the level"
+        )
+    doubled = next((n for n in levels if step[n] >= 2 * base), None)
     if doubled is None:
-        print(f"the step time did not double up to {results[-1].runs} runs")
+        print(f"the step time did not double up to {levels[-1]} runs")
     else:
         print(f"the step time doubled at {doubled} concurrent runs")
 
@@ -322,8 +333,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 3, 4, 6, 8])
     parser.add_argument("--tasks", type=int, default=4)
     parser.add_argument("--model-delay", type=float, default=0.0)
+    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
-    asyncio.run(main_async(args.levels, args.tasks, args.model_delay))
+    asyncio.run(main_async(args.levels, args.tasks, args.model_delay, args.repeat))
 
 
 if __name__ == "__main__":
