@@ -130,7 +130,7 @@ async def run(
             await front.start()
             await opened.engine.start()
             if front_only:
-                sid = await opened.engine.session_for_chat(keys.engine_chat(DM))
+                sid = await opened.engine.session_for_chat(keys.engine_chat(keys.chat_key(DM)))
                 owner = keys.person_key(OWNER)
                 outcome = await opened.engine.command(sid, verb, "", actor=owner)  # type: ignore[arg-type]
                 front.engine = _AnsweredEngine(opened.engine, outcome)

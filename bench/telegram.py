@@ -274,19 +274,26 @@ def card_pinned(api: FakeBotApi, chat: FakeChat, message_id: int, first_call: in
     )
 
 
-async def one_command(api: FakeBotApi, text: str, done: Done) -> float:
-    """Inject ``text`` from the owner; the seconds until ``done`` holds on the fake."""
+async def one_command(api: FakeBotApi, text: str, done: Done) -> tuple[float, float]:
+    """Inject ``text`` from the owner; the seconds until ``done`` holds on the fake, and the
+    CPU seconds this process spent meanwhile (all threads: SQLite's included)."""
     chat = api.chat(OWNER)
     first_call = len(api.calls)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     msg = api.user_message(OWNER, OWNER, text)
     await api.wait_for(lambda: done(api, chat, msg.message_id, first_call), timeout_s=10)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
-async def run_block(api: FakeBotApi, text: str, done: Done, count: int) -> list[float]:
+async def run_block(
+    api: FakeBotApi, text: str, done: Done, count: int, wall: list[float], cpu: list[float]
+) -> None:
+    """``count`` commands, one after another; their wall and CPU times appended."""
     gc.collect()
-    return [await one_command(api, text, done) for _ in range(count)]
+    for _ in range(count):
+        w, c = await one_command(api, text, done)
+        wall.append(w)
+        cpu.append(c)
 
 
 def last_answer(api: FakeBotApi) -> str:
@@ -302,6 +309,8 @@ class Overhead:
     plangate_s: list[float]
     bare_s: list[float]
     calls_per_command: float
+    plangate_cpu_s: list[float]
+    bare_cpu_s: list[float]
 
     @property
     def ratio(self) -> float:
@@ -311,6 +320,11 @@ class Overhead:
     def median_ratio(self) -> float:
         # Robust to the few commands that hit a slow fsync on a busy disk.
         return statistics.median(self.plangate_s) / statistics.median(self.bare_s)
+
+    @property
+    def cpu_ratio(self) -> float:
+        # This process's CPU per command: what the load of the other processes moves least.
+        return statistics.fmean(self.plangate_cpu_s) / statistics.fmean(self.bare_cpu_s)
 
 
 async def compare(
@@ -330,15 +344,17 @@ async def compare(
     per_block = max(1, count // blocks)
     pg_times: list[float] = []
     bare_times: list[float] = []
+    pg_cpu: list[float] = []
+    bare_cpu: list[float] = []
     calls_before = len(pg.calls) - pg.count("getUpdates")
     for _ in range(blocks):
-        pg_times += await run_block(pg, text, done, per_block)
-        bare_times += await run_block(bare, text, replied, per_block)
+        await run_block(pg, text, done, per_block, pg_times, pg_cpu)
+        await run_block(bare, text, replied, per_block, bare_times, bare_cpu)
     calls = len(pg.calls) - pg.count("getUpdates") - calls_before
     # Both sides answered what was asked (a wrong predicate would time nothing useful).
     assert expect in last_answer(pg), last_answer(pg)
     assert last_answer(bare) == BARE_TEXT
-    return Overhead(text, pg_times, bare_times, calls / len(pg_times))
+    return Overhead(text, pg_times, bare_times, calls / len(pg_times), pg_cpu, bare_cpu)
 
 
 async def command_overhead(*, count: int, blocks: int, workdir: Path) -> list[Overhead]:
@@ -509,6 +525,12 @@ def print_overhead(o: Overhead) -> None:
     )
     print(f"    bare PTB CommandHandler reply:   {ms(o.bare_s)}, 1 Bot API call each")
     print(f"    ratio plangate / bare (means):   {o.ratio:.2f}x (medians: {o.median_ratio:.2f}x)")
+    pg_cpu_ms = statistics.fmean(o.plangate_cpu_s) * 1000
+    bare_cpu_ms = statistics.fmean(o.bare_cpu_s) * 1000
+    print(
+        f"    CPU per command (this process):  plangate {pg_cpu_ms:.2f} ms, bare "
+        f"{bare_cpu_ms:.2f} ms, ratio {o.cpu_ratio:.2f}x"
+    )
 
 
 def print_calls(c: CallCount, tasks: int) -> None:

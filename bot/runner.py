@@ -274,13 +274,18 @@ def replica_name(settings: Settings) -> str:
 
 
 def replicated(settings: Settings) -> bool:
-    """Whether this process is one replica of several: Telegram by webhook on PostgreSQL
-    (docs/webhook.md, "Several replicas"). Otherwise it owns every chat itself."""
-    return (
-        settings.telegram_token is not None
-        and settings.database_url is not None
-        and settings.webhook_url is not None
-    )
+    """Whether this process is one replica of several (docs/webhook.md, "Several replicas"):
+    PostgreSQL, and every front end it serves reaches it over HTTP, where any replica may
+    receive a request (Telegram by webhook, Slack by the Events API on
+    ``PLANGATE_SLACK_LISTEN``). Otherwise it owns every chat itself."""
+    if settings.database_url is None:
+        return False
+    served = []
+    if settings.telegram_token is not None:
+        served.append(settings.webhook_url is not None)
+    if settings.slack_bot_token is not None:
+        served.append(settings.slack_listen is not None)
+    return bool(served) and all(served)
 
 
 def replica_parts(settings: Settings, opened: Plangate, replica: str) -> Replicas:
@@ -361,8 +366,10 @@ async def _serve_slack(
     stop: asyncio.Event,
     *,
     alone: bool,
+    replicas: Replicas | None = None,
 ) -> None:
-    """The Slack front end on the opened plangate (bot.slack.app)."""
+    """The Slack front end on the opened plangate (bot.slack.app); ``replicas``: one replica
+    of several (bot.slack.ingress)."""
     from bot.slack.app import SlackConfig, SlackFrontEnd, serve_slack
 
     secret = settings.slack_signing_secret
@@ -378,6 +385,7 @@ async def _serve_slack(
             api_url=settings.slack_api_url,
             owner_ids=settings.slack_owner_ids,
             allowed_channels=settings.slack_allowed_channels,
+            replayed=replicas is not None,
         ),
     )
     slot.bind(front.channel)
@@ -387,6 +395,7 @@ async def _serve_slack(
         stop=stop,
         listen=slack_listen(settings.slack_listen),
         owns_engine=alone,
+        replicas=replicas,
     )
 
 
@@ -452,7 +461,16 @@ async def run_bot() -> int:
             jobs = []
             if serves_slack:
                 jobs.append(
-                    _serve_slack(settings, opened, slack_slot, stop, alone=not serves_telegram)
+                    _serve_slack(
+                        settings,
+                        opened,
+                        slack_slot,
+                        stop,
+                        alone=not serves_telegram,
+                        replicas=(
+                            None if replica is None else replica_parts(settings, opened, replica)
+                        ),
+                    )
                 )
             if serves_telegram:
                 jobs.append(

@@ -61,8 +61,16 @@ from bot.telegram.channel import (
     LateChannel,
     TelegramChannel,
 )
-from bot.telegram.handlers import SHOW_PLAN_PATTERN, BotParts, Handlers, load_state, parts, redact
-from bot.telegram.keys import chat_key, message_key, person_key
+from bot.telegram.handlers import (
+    SHOW_PLAN_PATTERN,
+    BotParts,
+    Handlers,
+    load_state,
+    parts,
+    redact,
+    stored_groups,
+)
+from bot.telegram.keys import chat_key, message_key, person_key, session_key
 from bot.telegram.outbox import Outbox, Sleep
 from bot.telegram.people import SeenPeople
 from bot.telegram.presenter import CardPresenter
@@ -256,11 +264,20 @@ def build_application(
 
     holder: list[AccessGate] = []
     people = SeenPeople()
+    groups_lock = asyncio.Lock()
 
     async def save_groups(chat_id: int) -> None:
-        # The gate already updated its set; persist all of it (a handful of ids).
+        # The gate already updated its set. The stored list is changed for this one group
+        # only: other replicas write it too (each for the groups it owns), and a whole-set
+        # write would undo what they added since this process read it.
         _log.info("plangate.app.groups_changed chat=%s", chat_id)
-        await db_meta.set_meta(GROUPS_KEY, json.dumps(sorted(holder[0].added_groups)))
+        async with groups_lock:  # chats run side by side: one read-change-write at a time
+            stored = await stored_groups(db_meta)
+            if chat_id in holder[0].added_groups:
+                stored.add(chat_id)
+            else:
+                stored.discard(chat_id)
+            await db_meta.set_meta(GROUPS_KEY, json.dumps(sorted(stored)))
 
     async def migrate(old: int, new: int) -> None:
         # The group's sessions, routes, cards and team move to the supergroup's id.
@@ -453,7 +470,7 @@ async def start_replica(
     """Webhook mode among several replicas: the ingress that stores every update, and the
     owner loop that processes the chats this replica holds (docs/webhook.md)."""
     from bot.owners import ChatOwners
-    from bot.telegram.ingress import InboxIngress, parse_update, shared_secret
+    from bot.telegram.ingress import SOURCE, InboxIngress, parse_update, shared_secret
 
     secret = await shared_secret(db, secret_value(getattr(settings, "webhook_secret", None)))
     ingress = InboxIngress(
@@ -464,6 +481,10 @@ async def start_replica(
         await application.process_update(parse_update(item, application.bot))
 
     async def taken(chat: ChatKey) -> None:
+        # Groups owners added while another replica held them are in the database, not in
+        # this process's gate: read them again, or the gate would leave such a group.
+        bp = parts(application)
+        bp.gate.added_groups.update(await stored_groups(bp.meta))
         # The chat's runs come back paused, as after a restart, before its updates run.
         await announce_restored(application, await engine.chat_taken(chat))
 
@@ -479,6 +500,8 @@ async def start_replica(
         process=process,
         on_taken=taken,
         on_lost=lost,
+        source=SOURCE,
+        owns=lambda chat: session_key(chat) is not None,
     )
     host, port = parse_listen(getattr(settings, "webhook_listen", None))
     await ingress.start(host, port)
@@ -548,7 +571,6 @@ async def serve(
                     ingress, owners = await start_replica(
                         application, settings, engine, db, replicas, webhook_url
                     )
-                    owners_task = asyncio.ensure_future(owners.run(owners_stop))
                 elif webhook_url:
                     await start_webhook(updater, settings, webhook_url)
                 else:
@@ -556,7 +578,13 @@ async def serve(
                         allowed_updates=list(ALLOWED_UPDATES), drop_pending_updates=False
                     )
                 await application.start()
-                await announce_restored(application, restored)
+                if owners is not None:
+                    # Updates are processed once the application runs (its bot, its tasks).
+                    owners_task = asyncio.ensure_future(owners.run(owners_stop))
+                if not replica_mode:
+                    # Among replicas a chat's paused goals are announced by whichever replica
+                    # takes the chat (``chat_taken``), never by one that merely started.
+                    await announce_restored(application, restored)
                 _log.info("plangate.app.running mode=%s", "webhook" if webhook_url else "polling")
                 await stop.wait()
             finally:
