@@ -196,7 +196,7 @@ async def check_database(settings: Settings) -> tuple[bool, str]:
     url = settings.database_url.get_secret_value()
     try:
         from storage.postgres.db import probe as probe_database
-        from storage.postgres.migrations import MIGRATIONS
+        from storage.postgres.migrations import COMPATIBLE_AHEAD, MIGRATIONS
     except ImportError:
         return False, "database: PostgreSQL needs asyncpg; pip install 'plangate[postgres]'"
     try:
@@ -204,13 +204,88 @@ async def check_database(settings: Settings) -> tuple[bool, str]:
     except Exception as exc:  # any failure to reach or log in is the line's answer
         return False, f"database: PostgreSQL did not answer ({type(exc).__name__}: {exc})"
     known = len(MIGRATIONS)
-    if found > known:
+    if found > known + COMPATIBLE_AHEAD:
         return False, (
             f"database: PostgreSQL {server}, schema version {found} is newer than this "
             f"plangate knows ({known}); upgrade plangate"
         )
-    state = "up to date" if found == known else f"{found}, migrated to {known} at start"
+    if found > known:
+        state = f"{found}, one ahead of this plangate ({known}): upgrade this replica next"
+    else:
+        state = "up to date" if found == known else f"{found}, migrated to {known} at start"
     return True, f"database: PostgreSQL {server}, schema version {state}"
+
+
+async def check_leases(settings: Settings) -> list[tuple[bool, str]]:
+    """With PostgreSQL, the chat leases' table (docs/webhook.md, "Several replicas"): which
+    replicas hold how many chats now, how many leases lapsed; nothing written. No line with
+    SQLite (one process, no leases in the database)."""
+    if settings.database_url is None:
+        return []
+    try:
+        import asyncpg
+    except ImportError:
+        return []  # the database line already says what to install
+    try:
+        conn = await asyncpg.connect(settings.database_url.get_secret_value(), timeout=5.0)
+    except Exception as exc:  # the database line already says why
+        return [(False, f"leases: not read, the database did not answer ({type(exc).__name__})")]
+    try:
+        if not await conn.fetchval("SELECT to_regclass('chat_leases') IS NOT NULL"):
+            return [(True, "leases: no lease table yet; the next start creates it")]
+        rows = await conn.fetch(
+            "SELECT replica, count(*) FILTER (WHERE expires_at > extract(epoch FROM now())),"
+            " count(*) FILTER (WHERE expires_at <= extract(epoch FROM now()))"
+            " FROM chat_leases GROUP BY replica ORDER BY replica"
+        )
+    except Exception as exc:  # a table this plangate cannot read is the line's answer
+        return [(False, f"leases: the lease table cannot be read ({type(exc).__name__}: {exc})")]
+    finally:
+        await conn.close()
+    live = {str(r[0]): int(r[1]) for r in rows if r[1]}
+    lapsed = sum(int(r[2]) for r in rows)
+    held = ", ".join(f"{replica} {n}" for replica, n in live.items())
+    line = (
+        f"leases: {sum(live.values())} chats held by {len(live)} replicas"
+        + (f" ({held})" if held else "")
+        + f", {lapsed} lapsed or released; lease time {settings.lease_ttl:g} s "
+        "(PLANGATE_LEASE_TTL)"
+    )
+    return [(True, line)]
+
+
+async def check_shared_volume(settings: Settings) -> list[tuple[bool, str]]:
+    """With PostgreSQL, the home is the folder replicas share: its deployment id against the
+    database's (``storage.deployment``; nothing written) and whether it can be written. With
+    SQLite the database lives in the home, so there is nothing to compare and no line."""
+    if settings.database_url is None:
+        return []
+    from storage.deployment import Ids, mismatch_line, probe_database_id, read_home_id
+
+    home = settings.home.expanduser()
+    try:
+        database = await probe_database_id(settings.database_url.get_secret_value())
+    except Exception as exc:  # the database line already says why; this one cannot compare
+        return [
+            (
+                False,
+                f"shared volume {home}: not compared, the database did not answer "
+                f"({type(exc).__name__})",
+            )
+        ]
+    ids = Ids(await asyncio.to_thread(read_home_id, home), database)
+    problem = await asyncio.to_thread(_writable, home)
+    writable = "writable" if problem is None else f"NOT writable ({problem})"
+    if ids.match:
+        line = f"shared volume {home}: deployment {ids.home}, the database's too; {writable}"
+    elif ids.new:
+        line = (
+            f"shared volume {home}: no deployment id yet; the first start writes one here "
+            f"and in the database; {writable}"
+        )
+    else:
+        return [(False, f"shared volume: {mismatch_line(home, ids)}")]
+    return [(problem is None, line)]
 
 
 async def run_doctor(
@@ -247,6 +322,8 @@ async def run_doctor(
     results.append(await asyncio.to_thread(check_sandbox, settings))
     results.append(await asyncio.to_thread(check_disk, settings))
     results.append(await check_database(settings))
+    results.extend(await check_leases(settings))
+    results.extend(await check_shared_volume(settings))
     # The front ends asked for; with none, the first (Telegram) says what it lacks.
     for front in wanted_front_ends(settings) or FRONT_ENDS[:1]:
         results.extend(await front.doctor(settings))
