@@ -15,6 +15,29 @@ from dataclasses import dataclass
 
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup
 
+# The labels, statuses and texts are every channel's (bot.cardview); Telegram fits them to
+# its message in HTML here.
+from bot.cardview import ACTION_LABELS, RAISE_CAP, RETRY, progress_bar
+from bot.cardview import APPROVE as APPROVE
+from bot.cardview import BLOCKED_FIX as _BLOCKED_FIX
+from bot.cardview import CANCEL as CANCEL
+from bot.cardview import CLEAR as CLEAR
+from bot.cardview import DISCARD as DISCARD
+from bot.cardview import DISCARD_CHANGES as DISCARD_CHANGES
+from bot.cardview import GOAL_PHASE as _GOAL_PHASE
+from bot.cardview import KEEP_BRANCH as KEEP_BRANCH
+from bot.cardview import KEEP_PLANNING as KEEP_PLANNING
+from bot.cardview import MERGE as MERGE
+from bot.cardview import PAUSE as PAUSE
+from bot.cardview import PLAN_STATUS as _PLAN_STATUS
+from bot.cardview import PUSH_BRANCH as PUSH_BRANCH
+from bot.cardview import RESUME as RESUME
+from bot.cardview import REVISE as REVISE
+from bot.cardview import START as START
+from bot.cardview import TASK_ICON as _TASK_ICON
+from bot.cardview import YES_CLEAR as YES_CLEAR
+from bot.cardview import YES_DISCARD as YES_DISCARD
+from bot.cardview import YES_DISCARD_CHANGES as YES_DISCARD_CHANGES
 from bot.telegram import callback as cb
 from bot.telegram.render import (
     TELEGRAM_TEXT_LIMIT,
@@ -43,27 +66,6 @@ from engine.worktree.types import DECIDING, FileStat, WorktreeView
 
 Button = tuple[str, str]  # (label, callback data)
 
-# Labels, exactly as docs/telegram.md lists them (tests match on them).
-APPROVE = "✅ Approve"
-KEEP_PLANNING = "✏️ Keep planning"
-DISCARD = "🗑 Discard"
-REVISE = "✏️ Revise plan"
-CANCEL = "Cancel"
-YES_DISCARD = "Yes, discard"
-YES_CLEAR = "Yes, clear"
-PAUSE = "⏸ Pause"
-RESUME = "▶️ Resume"
-# A paused run whose project setup failed: the same press runs the setup again.
-RETRY = "▶️ Retry"
-RAISE_CAP = "⬆️ Raise cap to {tokens}"
-START = "▶️ Start"
-CLEAR = "✖️ Clear"
-# The Done card of a plan that ran in a git worktree (docs/projects.md).
-MERGE = "🔀 Merge"
-PUSH_BRANCH = "⬆️ Push branch"
-KEEP_BRANCH = "🌿 Keep branch"
-DISCARD_CHANGES = "🗑 Discard changes"
-YES_DISCARD_CHANGES = "Yes, discard changes"
 # Files listed on the Done card before "… N more files".
 FILES_SHOWN = (40, 20, 10, 5, 0)
 
@@ -98,27 +100,6 @@ def to_markup(view: CardView) -> InlineKeyboardMarkup | None:
 
 
 # ---- plan card -------------------------------------------------------------------------
-
-
-_PLAN_STATUS: dict[PlanCardState, str] = {
-    "none": "No plan",
-    "planning": "Planning — exploring the project; nothing is changed",
-    "written": "Planning — writing the plan",
-    "review": "Ready for review",
-    "active": "In progress",
-    "paused": "Paused",
-    "revise_offer": "In progress — revise the plan?",
-    "confirm_discard": "Discard this plan?",
-    "done": "Done",
-}
-
-_TASK_ICON = {"completed": "✅", "in_progress": "▶️", "pending": "⬜", "deferred": "⏭"}
-
-
-def progress_bar(done: int, total: int, *, cells: int = BAR_CELLS) -> str:
-    """A text bar like ``▓▓▓░░░░░░░ 3/10``."""
-    filled = 0 if total <= 0 else round(cells * done / total)
-    return "▓" * filled + "░" * (cells - filled) + f" {done}/{total}"
 
 
 def clip_line(text: str, limit: int = MAX_TITLE_CHARS) -> str:
@@ -160,30 +141,6 @@ def task_window(
 
 def _id_key(task_id: str) -> tuple[int, str]:
     return (int(task_id), "") if task_id.isdigit() else (1 << 62, task_id)
-
-
-# Each card action's label (the actions themselves come from the engine: engine.api's table).
-ACTION_LABELS: dict[str, str] = {
-    cb.PLAN_APPROVE: APPROVE,
-    cb.PLAN_KEEP: KEEP_PLANNING,
-    cb.PLAN_DISCARD: DISCARD,
-    cb.PLAN_DISCARD_YES: YES_DISCARD,
-    cb.PLAN_REVISE: REVISE,
-    cb.PLAN_CANCEL: CANCEL,
-    cb.PLAN_RESUME: RESUME,
-    cb.PLAN_MERGE: MERGE,
-    cb.PLAN_PUSH: PUSH_BRANCH,
-    cb.PLAN_KEEP_BRANCH: KEEP_BRANCH,
-    cb.PLAN_DROP: DISCARD_CHANGES,
-    cb.PLAN_DROP_YES: YES_DISCARD_CHANGES,
-    cb.PLAN_DROP_NO: CANCEL,
-    cb.GOAL_PAUSE: PAUSE,
-    cb.GOAL_RESUME: RESUME,
-    cb.GOAL_START: START,
-    cb.GOAL_CLEAR: CLEAR,
-    cb.GOAL_CLEAR_YES: YES_CLEAR,
-    cb.GOAL_CANCEL: CANCEL,
-}
 
 
 def _rows(
@@ -574,16 +531,6 @@ def _review_text(
 
 
 # ---- goal card -------------------------------------------------------------------------
-
-_GOAL_PHASE = {"active": "Active", "paused": "Paused", "blocked": "Blocked", "complete": "Complete"}
-# What the owner does about each blocked code (docs/goals.md has the same table).
-_BLOCKED_FIX = {
-    "round-limit": "Raise the cap with /goal rounds N, then Resume.",
-    "budget-limit": "Raise the budget with /goal budget 500k (or the daily cap with /usage cap), "
-    "then Resume.",
-    "no-progress": "Send a hint or sharpen the objective, then Resume.",
-    "needs-approval": "Allow the command, then Resume.",
-}
 
 
 def _goal_buttons(
