@@ -240,7 +240,9 @@ def counts_line(tasks: Sequence[PlanTask]) -> str:
     return progress_bar(done, len(tasks)) + (f" ({skipped} skipped)" if skipped else "")
 
 
-def _current_index(tasks: Sequence[PlanTask]) -> int:
+def current_index(tasks: Sequence[PlanTask]) -> int:
+    """The task the card centres on: the one in progress, else the first pending, else the
+    last."""
     for status in ("in_progress", "pending"):
         for i, t in enumerate(tasks):
             if t.status == status:
@@ -255,7 +257,7 @@ def task_lines(
     ordered = sorted(tasks, key=task_order)
     if not ordered:
         return []
-    cur = _current_index(ordered)
+    cur = current_index(ordered)
     lo, hi = max(0, cur - before), min(len(ordered), cur + after + 1)
     lines: list[Line] = []
     if lo > 0:
@@ -592,7 +594,7 @@ def goal_card_text(data: GoalCardData, *, note: str | None = None) -> CardText:
     lines.append(_line(_one(goal.objective, 2000)))
     if goal.source != "task":
         budget = f" / {goal.token_budget:,}" if goal.token_budget else ""
-        every = f" · every {_every(goal.schedule_s)}" if goal.schedule_s else ""
+        every = f" · every {every_text(goal.schedule_s)}" if goal.schedule_s else ""
         lines.append(
             _line(
                 f"Rounds {progress_bar(goal.rounds_started, goal.max_goal_rounds)}"
@@ -625,7 +627,7 @@ def goal_checks_lines(goal: GoalSnapshot, last: GoalCheck | None) -> list[Line]:
             _line(Span("Not run yet: they run when the agent reports the goal done.", "italic")),
         ]
     results = last.run.results
-    when = _clock(results[-1].at) if results else ""
+    when = clock_of(results[-1].at) if results else ""
     took = f"{last.run.duration_s:.1f}s"
     if last.passed:
         return [*lines, _line(f"✅ Checks passed {when} · {took}")]
@@ -642,13 +644,14 @@ def goal_checks_lines(goal: GoalSnapshot, last: GoalCheck | None) -> list[Line]:
     ]
 
 
-def _clock(iso: str) -> str:
+def clock_of(iso: str) -> str:
     """``2026-12-01T23:05:07+00:00`` -> ``23:05 UTC``."""
     time_part = iso.partition("T")[2]
     return f"{time_part[:5]} UTC" if len(time_part) >= 5 else ""
 
 
-def _every(seconds: int) -> str:
+def every_text(seconds: int) -> str:
+    """A goal's schedule as people write it: ``30m``, ``2h``, ``1d``."""
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds % size == 0:
             return f"{seconds // size}{unit}"

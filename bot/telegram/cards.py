@@ -17,7 +17,17 @@ from telegram import InlineKeyboardButton, InlineKeyboardMarkup
 
 # The labels, statuses and texts are every channel's (bot.cardview); Telegram fits them to
 # its message in HTML here.
-from bot.cardview import ACTION_LABELS, RAISE_CAP, RETRY, progress_bar
+from bot.cardview import (
+    ACTION_LABELS,
+    RAISE_CAP,
+    RETRY,
+    clock_of,
+    current_index,
+    every_text,
+    names_and,
+    progress_bar,
+    task_order,
+)
 from bot.cardview import APPROVE as APPROVE
 from bot.cardview import BLOCKED_FIX as _BLOCKED_FIX
 from bot.cardview import CANCEL as CANCEL
@@ -107,24 +117,14 @@ def clip_line(text: str, limit: int = MAX_TITLE_CHARS) -> str:
     return escape(clip(text, limit, one_line=True))
 
 
-def _current_index(tasks: Sequence[PlanTask]) -> int:
-    for i, t in enumerate(tasks):
-        if t.status == "in_progress":
-            return i
-    for i, t in enumerate(tasks):
-        if t.status == "pending":
-            return i
-    return max(0, len(tasks) - 1)
-
-
 def task_window(
     tasks: Sequence[PlanTask], *, before: int = WINDOW_BEFORE, after: int = WINDOW_AFTER
 ) -> list[str]:
     """HTML lines for the tasks around the current one, with counts of what is hidden."""
-    ordered = sorted(tasks, key=lambda t: (t.order, _id_key(t.id)))
+    ordered = sorted(tasks, key=task_order)
     if not ordered:
         return []
-    cur = _current_index(ordered)
+    cur = current_index(ordered)
     lo, hi = max(0, cur - before), min(len(ordered), cur + after + 1)
     lines: list[str] = []
     if lo > 0:
@@ -137,10 +137,6 @@ def task_window(
     if hi < len(ordered):
         lines.append(f"<i>… {len(ordered) - hi} more</i>")
     return lines
-
-
-def _id_key(task_id: str) -> tuple[int, str]:
-    return (int(task_id), "") if task_id.isdigit() else (1 << 62, task_id)
 
 
 def _rows(
@@ -361,15 +357,11 @@ def approval_line(
         # "someone" (an older sidecar, a front end that knew no name).
         names = [a.name or "someone" for a in sidecar.approved_by if a.user_id is not None]
         if names:
-            return "✅ Approved by " + clip_line(_and(names), 200)
+            return "✅ Approved by " + clip_line(names_and(names), 200)
     if state in ("review", "confirm_discard", "written") and needed > 1:
-        who = f": {_and(list(approvals))}" if approvals else ""
+        who = f": {names_and(list(approvals))}" if approvals else ""
         return clip_line(f"👍 {len(approvals)} of {needed} approvals{who}", 200)
     return None
-
-
-def _and(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def review_fits(
@@ -450,7 +442,7 @@ def checks_proof(sidecar: PlanSidecar) -> list[str]:
     """The Done card's proof block: every check with plangate's result, and the watched
     files that changed during the run ("changed tests")."""
     lines: list[str] = []
-    for task in sorted(sidecar.tasks, key=lambda t: (t.order, _id_key(t.id))):
+    for task in sorted(sidecar.tasks, key=task_order):
         ran = {r.command: r for r in task.check_results}
         for command in task.checks:
             result = ran.get(command)
@@ -570,7 +562,7 @@ def build_goal_card(
         lines.append(
             f"Rounds {progress_bar(goal.rounds_started, goal.max_goal_rounds)}"
             + f" · tokens {tokens_used:,}{budget}"
-            + (f" · every {_every(goal.schedule_s)}" if goal.schedule_s else "")
+            + (f" · every {every_text(goal.schedule_s)}" if goal.schedule_s else "")
         )
     lines.extend(goal_checks_lines(goal, last_check))
     if goal.blocked is not None:
@@ -595,7 +587,7 @@ def goal_checks_lines(goal: GoalSnapshot, last: GoalCheck | None) -> list[str]:
     if last is None or last.goal_id != goal.id:
         return [*lines, "<i>Not run yet: they run when the agent reports the goal done.</i>"]
     results = last.run.results
-    when = _clock(results[-1].at) if results else ""
+    when = clock_of(results[-1].at) if results else ""
     took = f"{last.run.duration_s:.1f}s"
     if last.passed:
         return [*lines, f"✅ Checks passed {when} · {took}"]
@@ -604,19 +596,6 @@ def goal_checks_lines(goal: GoalSnapshot, last: GoalCheck | None) -> list[str]:
         f": <code>{clip_line(failed.command, 120)}</code> {how_it_ended(failed)}" if failed else ""
     )
     return [*lines, f"❌ Checks failed {when} · {took}{what}"]
-
-
-def _clock(iso: str) -> str:
-    """``2026-12-01T23:05:07+00:00`` -> ``23:05 UTC``."""
-    time_part = iso.partition("T")[2]
-    return f"{time_part[:5]} UTC" if len(time_part) >= 5 else ""
-
-
-def _every(seconds: int) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
 
 
 def _fit(lines: list[str], note: str | None) -> str | None:
