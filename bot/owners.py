@@ -64,7 +64,12 @@ class ChatOwners:
         on_lost: ChatHook,
         poll_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        source: str | None = None,
+        owns: Callable[[ChatKey], bool] | None = None,
     ) -> None:
+        """``source``: process only the updates of this front end (``telegram``, ``slack``),
+        and ``owns``: take only the chats whose keys are its own; a replica serving two front
+        ends runs one loop for each."""
         self.inbox = inbox
         self.leases = leases
         self.replica = replica
@@ -75,6 +80,8 @@ class ChatOwners:
         self._on_taken = on_taken
         self._on_lost = on_lost
         self._clock = clock
+        self.source = source
+        self._owns = owns
         self.held: dict[ChatKey, Lease] = {}
         self._renewed: dict[ChatKey, float] = {}
         self._workers: dict[ChatKey, asyncio.Task[None]] = {}
@@ -119,9 +126,11 @@ class ChatOwners:
     async def round(self) -> None:
         """Renew, take, process (see the module docstring)."""
         await self._renew()
-        wanted = await self.inbox.pending_chats()
+        wanted = await self.inbox.pending_chats(self.source)
         if isinstance(self.leases, Lapsed):
             wanted += [c for c in await self.leases.lapsed(self.replica) if c not in wanted]
+        if self._owns is not None:
+            wanted = [c for c in wanted if self._owns(c)]
         for chat in wanted:
             if chat not in self.held:
                 await self._take(chat)
@@ -189,7 +198,7 @@ class ChatOwners:
                 _log.exception("plangate.owners.taken_failed chat=%s", chat)
             self._taking.discard(chat)
         while chat in self.held:
-            batch = await self.inbox.pending(chat)
+            batch = await self.inbox.pending(chat, source=self.source)
             if not batch:
                 return
             for item in batch:

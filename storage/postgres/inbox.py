@@ -135,20 +135,27 @@ class PgUpdateInbox:
         rows = await self._db.pool.fetch(_PUT, source, update_id, ord, chat, payload, self._clock())
         return bool(rows)
 
-    async def pending_chats(self) -> list[ChatKey]:
-        """The chats with updates not yet done, by key."""
+    async def pending_chats(self, source: str | None = None) -> list[ChatKey]:
+        """The chats with updates not yet done (of ``source`` only, when given), by key."""
         rows = await self._db.pool.fetch(
-            "SELECT DISTINCT chat FROM update_inbox WHERE done_at IS NULL ORDER BY chat"
+            "SELECT DISTINCT chat FROM update_inbox WHERE done_at IS NULL "
+            "AND ($1::text IS NULL OR source = $1) ORDER BY chat",
+            source,
         )
         return [str(row[0]) for row in rows]
 
-    async def pending(self, chat: ChatKey, *, limit: int = 100) -> list[InboxUpdate]:
-        """The chat's updates not yet done, oldest first (by ``ord``)."""
+    async def pending(
+        self, chat: ChatKey, *, source: str | None = None, limit: int = 100
+    ) -> list[InboxUpdate]:
+        """The chat's updates not yet done (of ``source`` only, when given), oldest first
+        (by ``ord``)."""
         rows = await self._db.pool.fetch(
             "SELECT source, update_id, ord, chat, payload FROM update_inbox "
-            "WHERE chat = $1 AND done_at IS NULL ORDER BY ord, received_at LIMIT $2",
+            "WHERE chat = $1 AND done_at IS NULL AND ($3::text IS NULL OR source = $3) "
+            "ORDER BY ord, received_at LIMIT $2",
             chat,
             limit,
+            source,
         )
         return [InboxUpdate(str(r[0]), str(r[1]), int(r[2]), str(r[3]), str(r[4])) for r in rows]
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from bot.telegram.app import serve
 from bot.telegram.ingress import SHARED_SECRET_KEY, Replicas
+from bot.telegram.routes import GROUPS_KEY
 from engine.api import RestoredGoal
 from engine.keys import ChatKey
 from engine.leases import LocalChatLeases
@@ -28,7 +29,7 @@ class ReplicaEngine(RecordingEngine):
 
     async def chat_taken(self, chat: ChatKey) -> list[RestoredGoal]:
         self.calls.append(_call("chat_taken", chat))
-        return []
+        return TAKEN.pop(chat, [])
 
     async def chat_lost(self, chat: ChatKey) -> None:
         self.calls.append(_call("chat_lost", chat))
@@ -42,14 +43,24 @@ def _call(name: str, *args: Any) -> Any:
 
 # The lease tables the rigs made, for the checks after a clean stop.
 LEASES: list[LocalChatLeases] = []
+# What chat_taken finds paused in a chat (a goal that came up disarmed), once.
+TAKEN: dict[ChatKey, list[RestoredGoal]] = {}
 
 
 @asynccontextmanager
 async def replicas(
-    api: FakeBotApi, dsn: str, n: int = 2, **settings: Any
+    api: FakeBotApi,
+    dsn: str,
+    n: int = 2,
+    *,
+    engine: ReplicaEngine | None = None,
+    leases: LocalChatLeases | None = None,
+    ttls: tuple[float, ...] = (),
+    **settings: Any,
 ) -> AsyncIterator[list[tuple[str, ReplicaEngine, PgDatabase]]]:
-    """``n`` replicas serving; yields (proxy origin, engine, database) for each."""
-    leases = LocalChatLeases()
+    """``n`` replicas serving; yields (proxy origin, engine, database) for each. ``engine``:
+    the first replica's (a restart keeps what it knew)."""
+    leases = leases or LocalChatLeases()
     LEASES.append(leases)
     stop = asyncio.Event()
     async with AsyncExitStack() as stack:
@@ -57,13 +68,14 @@ async def replicas(
         tasks = []
         for i in range(n):
             db = await stack.enter_async_context(await PgDatabase.open(dsn))
-            engine = ReplicaEngine()
+            mine = engine if engine is not None and i == 0 else ReplicaEngine()
             port = free_port()
-            parts = Replicas(PgUpdateInbox(db), leases, replica=f"r{i}", ttl_s=30.0, poll_s=0.2)
+            ttl = ttls[i] if i < len(ttls) else 30.0
+            parts = Replicas(PgUpdateInbox(db), leases, replica=f"r{i}", ttl_s=ttl, poll_s=0.1)
             config = webhook_settings(api, port, **settings)
-            tasks.append(asyncio.create_task(serve(config, engine, db, stop=stop, replicas=parts)))
+            tasks.append(asyncio.create_task(serve(config, mine, db, stop=stop, replicas=parts)))
             await listening("127.0.0.1", port)
-            out.append((f"http://127.0.0.1:{port}", engine, db))
+            out.append((f"http://127.0.0.1:{port}", mine, db))
         try:
             yield out
         finally:
@@ -156,3 +168,69 @@ async def test_without_a_configured_secret_the_replicas_share_one(
             fake_api.user_message(OWNER, OWNER, f"via {proxy}")
             assert await fake_api.deliver_webhook(proxy_to=proxy) == 200
         await eventually(lambda: sum(len(e.named("user_message")) for _, e, _ in reps) == 2)
+
+
+async def test_paused_goals_are_announced_by_the_replica_that_takes_the_chat_only(
+    fake_api: FakeBotApi, tmp_path: Path, pg_dsn: str
+) -> None:
+    mine, theirs = -1001, -1002
+    chats = frozenset({mine, theirs})
+    async with replicas(fake_api, pg_dsn, n=1, allowed_chat_ids=chats) as reps:
+        proxy, engine, _ = reps[0]
+        for chat in (mine, theirs):
+            fake_api.user_message(chat, OWNER, f"@{fake_api.username} hello")
+            assert await fake_api.deliver_webhook(proxy_to=proxy) == 200
+        await eventually(lambda: len(engine.named("user_message")) == 2)
+    # A restart: both sessions' goals come up disarmed; another replica holds `theirs`.
+    sessions = {chat: engine.keys[(chat, 0)] for chat in (mine, theirs)}
+    restored = {
+        chat: RestoredGoal(session_id=sid, goal=engine.set_goal(sid, rounds_started=1))
+        for chat, sid in sessions.items()
+    }
+    engine.restored = list(restored.values())
+    TAKEN[f"tg:{mine}"] = [restored[mine]]
+    leases = LocalChatLeases()
+    await leases.acquire(f"tg:{theirs}", "other", 3600)
+    async with replicas(
+        fake_api, pg_dsn, n=1, engine=engine, leases=leases, allowed_chat_ids=chats
+    ) as reps:
+        proxy, _, _ = reps[0]
+        fake_api.user_message(mine, OWNER, "/status")
+        assert await fake_api.deliver_webhook(proxy_to=proxy) == 200
+        await fake_api.wait_for(lambda: _paused(fake_api, mine), timeout_s=30)
+    assert not _paused(fake_api, theirs)
+
+
+def _paused(api: FakeBotApi, chat: int) -> bool:
+    return any("Paused by the restart" in m.text for m in api.bot_messages(chat))
+
+
+async def test_a_group_an_owner_added_on_one_replica_is_kept_by_the_next_owner(
+    fake_api: FakeBotApi, tmp_path: Path, pg_dsn: str
+) -> None:
+    group, chat = -1005, "tg:-1005"
+    leases = LocalChatLeases()
+    await leases.acquire(chat, "r0", 3600)  # r0 will own the group first
+    async with replicas(fake_api, pg_dsn, leases=leases, ttls=(1.0, 30.0)) as reps:
+        (proxy0, first, db), (proxy1, second, _) = reps
+        fake_api.bot_added(group, by_user_id=OWNER)
+        assert await fake_api.deliver_webhook(proxy_to=proxy1) == 200
+        await _until_stored(db, group)
+        # The group moves to r1 (r0 finds out at its next renewal); r1's gate was loaded
+        # before the owner added the group.
+        await leases.release(chat, "r0")
+        await leases.acquire(chat, "r1", 3600)
+        await eventually(lambda: len(first.named("chat_lost")) == 1)
+        fake_api.user_message(group, OWNER, f"@{fake_api.username} still here?")
+        assert await fake_api.deliver_webhook(proxy_to=proxy0) == 200
+        await eventually(lambda: len(second.named("user_message")) == 1)
+    assert first.named("user_message") == []
+    assert fake_api.count("leaveChat") == 0
+
+
+async def _until_stored(db: PgDatabase, group: int) -> None:
+    async def loop() -> None:
+        while str(group) not in (await db.get_meta(GROUPS_KEY) or ""):
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(loop(), 30)

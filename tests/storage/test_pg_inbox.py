@@ -137,3 +137,22 @@ async def test_lapsed_names_the_chats_a_dead_holder_left_not_the_released_ones(
             assert await leases.lapsed("dead") == ["c4"]
             await leases.acquire("c1", "me", 30)
             assert await leases.lapsed("me") == ["c2"]
+
+
+async def test_the_done_mark_after_the_handlers_holds_only_while_the_lease_does(
+    pg_dsn: str,
+) -> None:
+    async with await PgDatabase.open(pg_dsn) as db:
+        inbox, leases = PgUpdateInbox(db, fenced=True), PgChatLeases(db)
+        for uid in (1, 2):
+            await inbox.put("telegram", str(uid), "tg:-1", _payload(uid), ord=uid)
+        mine = await leases.acquire("tg:-1", "r1", 30)
+        assert mine is not None
+        assert await inbox.mark_done(UpdateClaim("telegram", "1", "r1", lease=mine))
+        # r1 stalled past its lease; r2 took the chat. r1's late mark changes nothing, so
+        # r2 processes update 2 itself.
+        await db.pool.execute("UPDATE chat_leases SET expires_at = 0")
+        assert await leases.acquire("tg:-1", "r2", 30) is not None
+        late = UpdateClaim("telegram", "2", "r1", lease=mine)
+        assert not await inbox.mark_done(late) and not late.done
+        assert [u.update_id for u in await inbox.pending("tg:-1")] == ["2"]
