@@ -53,10 +53,11 @@ from typing import Any
 from telegram import Update
 from telegram.ext import AIORateLimiter, Application, CommandHandler, ContextTypes
 
+from bot.channels import ChannelQueue
 from bot.compose import Plangate as Opened
 from bot.compose import open_plangate
 from bot.telegram.app import ALLOWED_UPDATES, build_application, drain, parts, prepare
-from bot.telegram.channel import LateChannel
+from bot.telegram.channel import TELEGRAM_LIMITS
 from bot.telegram.keys import engine_chat
 from engine.app import Engine, EngineConfig
 from engine.model.script import ScriptStep, call, say
@@ -179,7 +180,7 @@ async def plangate_bot(
     """The real engine over real storage and the real application, polling ``api``."""
     workspace = home / "work"
     workspace.mkdir(parents=True, exist_ok=True)
-    slot = LateChannel()
+    slot = ChannelQueue(TELEGRAM_LIMITS)
     async with open_plangate(
         home / "home",
         model=model,
@@ -192,7 +193,8 @@ async def plangate_bot(
             telegram_api_url=api.base_url,
             flow_edit_interval=flow_edit_interval,
         )
-        app = plangate_application(settings, opened, slot, shipped_pacing=shipped_pacing)
+        app = plangate_application(settings, opened, shipped_pacing=shipped_pacing)
+        delivering = asyncio.ensure_future(slot.deliver(parts(app).channel))
         await start_polling(app)
         await prepare(app)
         await engine.start()
@@ -200,22 +202,18 @@ async def plangate_bot(
             yield Plangate(app, engine, storage)
         finally:
             await close_plangate_app(app, engine)
+            delivering.cancel()
 
 
-def plangate_application(
-    settings: Settings, opened: Opened, slot: LateChannel, *, shipped_pacing: bool
-) -> AnyApp:
+def plangate_application(settings: Settings, opened: Opened, *, shipped_pacing: bool) -> AnyApp:
     """The real application on an opened plangate; without ``shipped_pacing`` nothing is
     paced (no rate limiter, no per-chat interval, no group window)."""
     if shipped_pacing:
-        return build_application(
-            settings, opened.engine, db_meta=opened.storage.db, channel_slot=slot
-        )
+        return build_application(settings, opened.engine, db_meta=opened.storage.db)
     return build_application(
         settings,
         opened.engine,
         db_meta=opened.storage.db,
-        channel_slot=slot,
         rate_limiter=AIORateLimiter(overall_max_rate=0, group_max_rate=0),
         chat_interval_s=0.0,
         group_per_minute=1_000_000,
@@ -274,19 +272,26 @@ def card_pinned(api: FakeBotApi, chat: FakeChat, message_id: int, first_call: in
     )
 
 
-async def one_command(api: FakeBotApi, text: str, done: Done) -> float:
-    """Inject ``text`` from the owner; the seconds until ``done`` holds on the fake."""
+async def one_command(api: FakeBotApi, text: str, done: Done) -> tuple[float, float]:
+    """Inject ``text`` from the owner; the seconds until ``done`` holds on the fake, and the
+    CPU seconds this process spent meanwhile (all threads: SQLite's included)."""
     chat = api.chat(OWNER)
     first_call = len(api.calls)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     msg = api.user_message(OWNER, OWNER, text)
     await api.wait_for(lambda: done(api, chat, msg.message_id, first_call), timeout_s=10)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
-async def run_block(api: FakeBotApi, text: str, done: Done, count: int) -> list[float]:
+async def run_block(
+    api: FakeBotApi, text: str, done: Done, count: int, wall: list[float], cpu: list[float]
+) -> None:
+    """``count`` commands, one after another; their wall and CPU times appended."""
     gc.collect()
-    return [await one_command(api, text, done) for _ in range(count)]
+    for _ in range(count):
+        w, c = await one_command(api, text, done)
+        wall.append(w)
+        cpu.append(c)
 
 
 def last_answer(api: FakeBotApi) -> str:
@@ -302,6 +307,8 @@ class Overhead:
     plangate_s: list[float]
     bare_s: list[float]
     calls_per_command: float
+    plangate_cpu_s: list[float]
+    bare_cpu_s: list[float]
 
     @property
     def ratio(self) -> float:
@@ -311,6 +318,11 @@ class Overhead:
     def median_ratio(self) -> float:
         # Robust to the few commands that hit a slow fsync on a busy disk.
         return statistics.median(self.plangate_s) / statistics.median(self.bare_s)
+
+    @property
+    def cpu_ratio(self) -> float:
+        # This process's CPU per command: what the load of the other processes moves least.
+        return statistics.fmean(self.plangate_cpu_s) / statistics.fmean(self.bare_cpu_s)
 
 
 async def compare(
@@ -330,15 +342,17 @@ async def compare(
     per_block = max(1, count // blocks)
     pg_times: list[float] = []
     bare_times: list[float] = []
+    pg_cpu: list[float] = []
+    bare_cpu: list[float] = []
     calls_before = len(pg.calls) - pg.count("getUpdates")
     for _ in range(blocks):
-        pg_times += await run_block(pg, text, done, per_block)
-        bare_times += await run_block(bare, text, replied, per_block)
+        await run_block(pg, text, done, per_block, pg_times, pg_cpu)
+        await run_block(bare, text, replied, per_block, bare_times, bare_cpu)
     calls = len(pg.calls) - pg.count("getUpdates") - calls_before
     # Both sides answered what was asked (a wrong predicate would time nothing useful).
     assert expect in last_answer(pg), last_answer(pg)
     assert last_answer(bare) == BARE_TEXT
-    return Overhead(text, pg_times, bare_times, calls / len(pg_times))
+    return Overhead(text, pg_times, bare_times, calls / len(pg_times), pg_cpu, bare_cpu)
 
 
 async def command_overhead(*, count: int, blocks: int, workdir: Path) -> list[Overhead]:
@@ -509,6 +523,12 @@ def print_overhead(o: Overhead) -> None:
     )
     print(f"    bare PTB CommandHandler reply:   {ms(o.bare_s)}, 1 Bot API call each")
     print(f"    ratio plangate / bare (means):   {o.ratio:.2f}x (medians: {o.median_ratio:.2f}x)")
+    pg_cpu_ms = statistics.fmean(o.plangate_cpu_s) * 1000
+    bare_cpu_ms = statistics.fmean(o.bare_cpu_s) * 1000
+    print(
+        f"    CPU per command (this process):  plangate {pg_cpu_ms:.2f} ms, bare "
+        f"{bare_cpu_ms:.2f} ms, ratio {o.cpu_ratio:.2f}x"
+    )
 
 
 def print_calls(c: CallCount, tasks: int) -> None:

@@ -66,6 +66,9 @@ CONFIG_FILE = "config.env"
 PLACEHOLDER_MODEL_API_KEY = "plangate-no-key"
 DEFAULT_SLACK_API_URL = "https://slack.com/api/"
 DEFAULT_TELEGRAM_API_URL = "https://api.telegram.org/bot"
+# A chat's lease among replicas: renewed every third of it, so a replica may stall for about
+# 20 s before its chats move, and a dead one's chats move within 30 s.
+DEFAULT_LEASE_TTL_S = 30.0
 
 _ENVIRON: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
     "plangate_settings_environ", default=None
@@ -332,6 +335,11 @@ class Settings(BaseSettings):
     # postgresql://... puts the database in PostgreSQL (docs/storage.md); unset: SQLite in
     # the home. A secret: it may carry a password.
     database_url: SecretStr | None = None
+    # Several replicas (docs/webhook.md): with PostgreSQL and a webhook, this process's name
+    # among them (unset: host name and process id), and how long a chat's lease lives
+    # without renewal (seconds; a dead replica's chats move after at most this long).
+    replica_id: str | None = Field(default=None, min_length=1, max_length=200)
+    lease_ttl: float = Field(default=DEFAULT_LEASE_TTL_S, ge=1, le=3600, allow_inf_nan=False)
     # Slack (docs/slack.md): the bot token serves Slack; Socket Mode with the app token, or the
     # Events API over HTTP on PLANGATE_SLACK_LISTEN, requests checked with the signing secret.
     slack_bot_token: SecretStr | None = None

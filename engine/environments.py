@@ -26,6 +26,8 @@ import json
 import logging
 import os
 import shutil
+import stat
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -105,6 +107,41 @@ def read_script(folder: Path) -> SetupScript | None:
         return None
     text = data.decode("utf-8", errors="replace")
     return script_of(text) if text.strip() else None
+
+
+# A file whose inode changed this long ago is read again only when its inode changes: a write
+# in the same clock tick as the read could leave the inode's times as they were.
+_SETTLED_NS = 2_000_000_000
+_MAX_CACHED = 256
+
+
+class ScriptCache:
+    """:func:`read_script` for ``/status``, which asks at every call: one ``lstat`` on the
+    loop says "no script" (no thread hop) or, when the file's inode is the one read before,
+    gives the script read then; anything else is read in a thread, as before."""
+
+    def __init__(self) -> None:
+        self._known: dict[Path, tuple[tuple[int, ...], SetupScript | None]] = {}
+
+    async def read(self, folder: Path) -> SetupScript | None:
+        """The setup script on disk in ``folder`` now (what :func:`read_script` returns)."""
+        path = folder / SETUP_PATH
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return None  # read_script: no file (or none it can see) is no script
+        if not stat.S_ISREG(st.st_mode):
+            return None  # a symlink, a folder or a FIFO is never run
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        known = self._known.get(path)
+        if known is not None and known[0] == key:
+            return known[1]
+        script = await asyncio.to_thread(read_script, folder)
+        if time.time_ns() - st.st_ctime_ns > _SETTLED_NS:
+            if len(self._known) >= _MAX_CACHED:
+                self._known.clear()
+            self._known[path] = (key, script)
+        return script
 
 
 class SetupConsent:
@@ -384,6 +421,7 @@ class EnvSetup:
         self._shown: dict[str, str] = {}
         self._running: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._scripts = ScriptCache()
 
     # --- what the cards show --------------------------------------------------------------
 
@@ -472,7 +510,7 @@ class EnvSetup:
         """One line for ``/status`` and ``/project``: the project's script and its state."""
         record = await self._worktrees.record(session_id)
         live = record is not None and record.phase == "live"
-        script = await asyncio.to_thread(read_script, workspace)
+        script = await self._scripts.read(workspace)
         if script is None:
             return f"Setup: no {SETUP_PATH}"
         project = Path(record.project) if live and record is not None else workspace

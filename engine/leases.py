@@ -47,6 +47,15 @@ class LocalChatLeases:
             key=lambda x: x.chat,
         )
 
+    async def lapsed(self, replica: str) -> list[ChatKey]:
+        """Chats another replica let lapse without releasing them, by key."""
+        now = self._clock()
+        return sorted(
+            x.chat
+            for x in self._leases.values()
+            if x.replica != replica and 0 < x.expires_at <= now
+        )
+
     async def holder(self, chat: ChatKey) -> Lease | None:
         """The live lease on ``chat``, if any."""
         held = self._leases.get(chat)

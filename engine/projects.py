@@ -71,6 +71,8 @@ class ProjectCatalog:
     def for_path(self, path: Path | str) -> Project | None:
         """The project whose folder is ``path``, ``None`` when it is on no list."""
         wanted = _resolved(Path(path))
+        if wanted == self.default.path:
+            return self.default  # listed first: no need to read the root's folders
         return next((p for p in self.projects() if p.path == wanted), None)
 
     def allows(self, path: Path | str) -> bool:

@@ -49,6 +49,15 @@ def test_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert (s.goal_max_rounds, s.todo_parallel, s.max_steps) == (20, True, 50)
     assert s.flow_edit_interval == 1.5
     assert (s.webhook_url, s.webhook_secret, s.webhook_listen) == (None, None, None)
+    assert (s.replica_id, s.lease_ttl) == (None, 30.0)
+
+
+def test_replica_settings_are_read_and_checked() -> None:
+    s = load({"PLANGATE_REPLICA_ID": "web-2", "PLANGATE_LEASE_TTL": "4.5"})
+    assert (s.replica_id, s.lease_ttl) == ("web-2", 4.5)
+    assert "PLANGATE_LEASE_TTL" in error_of({"PLANGATE_LEASE_TTL": "0.5"})
+    assert "PLANGATE_LEASE_TTL" in error_of({"PLANGATE_LEASE_TTL": "inf"})
+    assert "PLANGATE_REPLICA_ID" in error_of({"PLANGATE_REPLICA_ID": "x" * 201})
 
 
 def test_every_variable_is_read(tmp_path: Path) -> None:

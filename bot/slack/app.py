@@ -52,6 +52,7 @@ from engine.api import (
     CommandName,
     EngineApi,
     Outcome,
+    RestoredGoal,
     clean_name,
     command_action,
     inline_text,
@@ -62,7 +63,7 @@ from engine.api import (
     words_action,
 )
 from engine.events import Attachment
-from engine.keys import PersonKey
+from engine.keys import ChatKey, PersonKey
 from engine.roles.types import Person, Role
 from engine.tasks import BackgroundTasks
 
@@ -108,6 +109,9 @@ class SlackConfig:
     allowed_channels: tuple[str, ...] = ()
     interval_s: float = 1.0
     document_chars: int = 6000
+    # One replica of several (bot.slack.ingress): the ingress checked each request's
+    # signature when it arrived, and the owner replays it later, to completion.
+    replayed: bool = False
 
 
 @dataclass(slots=True)
@@ -169,8 +173,11 @@ class SlackFrontEnd:
         self.app = AsyncApp(
             client=self.client,
             signing_secret=config.signing_secret or None,
-            request_verification_enabled=bool(config.signing_secret),
+            request_verification_enabled=bool(config.signing_secret) and not config.replayed,
             ignoring_self_events_enabled=True,
+            # Replayed: a listener has run when dispatch returns, so the owner knows the
+            # request was handled before it marks it done.
+            process_before_response=config.replayed,
         )
         self.outbox = SlackOutbox(self.client, interval_s=config.interval_s, clock=clock)
         self.routes = Routes(meta)
@@ -724,6 +731,73 @@ async def serve_http(
         await runner.cleanup()
 
 
+async def _announce(front: SlackFrontEnd, restored: list[RestoredGoal]) -> None:
+    for item in restored:
+        if await front.channel.place(item.session_id) is not None:
+            front.cards.refresh(item.session_id, "goal", anew=True)
+
+
+async def serve_replica(
+    front: SlackFrontEnd,
+    engine: EngineApi,
+    replicas: Any,
+    stop: asyncio.Event,
+    *,
+    host: str,
+    port: int,
+    path: str = "/slack/events",
+) -> Any:
+    """Among replicas: the ingress on ``host:port`` stores every signed request, and the
+    owner loop replays the requests of the conversations this replica holds, until ``stop``.
+    Returns the loop, whose leases stay held until its ``close()`` (the engine's shutdown
+    still writes for its chats)."""
+    from aiohttp import web
+    from slack_bolt.request.async_request import AsyncBoltRequest
+
+    from bot.owners import ChatOwners
+    from bot.slack.ingress import SOURCE, SlackInboxIngress, is_slack_key, stored_request
+
+    async def process(item: Any) -> None:
+        body, content_type = stored_request(item)
+        request = AsyncBoltRequest(body=body, headers={"content-type": [content_type]})
+        await front.app.async_dispatch(request)
+        await front.tasks.drain()  # the conversation's work the listener started
+
+    async def taken(chat: ChatKey) -> None:
+        await _announce(front, await engine.chat_taken(chat))
+
+    async def lost(chat: ChatKey) -> None:
+        await engine.chat_lost(chat)
+
+    owners = ChatOwners(
+        replicas.inbox,
+        replicas.leases,
+        replica=replicas.replica,
+        ttl_s=replicas.ttl_s,
+        poll_s=replicas.poll_s,
+        process=process,
+        on_taken=taken,
+        on_lost=lost,
+        source=SOURCE,
+        owns=is_slack_key,
+    )
+    ingress = SlackInboxIngress(replicas.inbox, signing_secret=front.config.signing_secret)
+    runner = web.AppRunner(ingress.web_app(path))
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    owners_stop = asyncio.Event()
+    looping = asyncio.ensure_future(owners.run(owners_stop))
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        owners_stop.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(looping), 10.0)
+        looping.cancel()
+    return owners
+
+
 async def serve_slack(
     front: SlackFrontEnd,
     engine: EngineApi,
@@ -731,26 +805,40 @@ async def serve_slack(
     stop: asyncio.Event,
     listen: tuple[str, int] | None = None,
     owns_engine: bool = True,
+    replicas: Any = None,
 ) -> None:
     """Serve Slack until ``stop``: Socket Mode, or the Events API on ``listen``.
 
     ``owns_engine``: start the engine first and shut it down last (Slack alone); with Telegram
-    beside it, Telegram's ``serve`` does that and this only serves."""
+    beside it, Telegram's ``serve`` does that and this only serves. ``replicas``
+    (``bot.telegram.ingress.Replicas``; with ``listen``): one replica of several
+    (:func:`serve_replica`)."""
     await front.start()
     restored = await engine.start() if owns_engine else []
-    for item in restored:
-        if await front.channel.place(item.session_id) is not None:
-            front.cards.refresh(item.session_id, "goal", anew=True)
+    if replicas is None:
+        # Among replicas the replica that takes a conversation announces its paused goals.
+        await _announce(front, restored)
+    owners: Any = None
+    keeper: asyncio.Future[None] | None = None
     try:
         if listen is None:
             await serve_socket_mode(front, stop)
+        elif replicas is not None:
+            owners = await serve_replica(
+                front, engine, replicas, stop, host=listen[0], port=listen[1]
+            )
         else:
             await serve_http(front, stop, host=listen[0], port=listen[1])
     finally:
+        if owners is not None:
+            keeper = asyncio.ensure_future(owners.keep())
         try:
             if owns_engine:
                 await engine.shutdown()
         finally:
+            if keeper is not None:
+                keeper.cancel()
+                await owners.close()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(front.drain(), 10.0)
             await front.aclose()
@@ -764,6 +852,7 @@ __all__ = [
     "SlackFrontEnd",
     "parse_verb",
     "serve_http",
+    "serve_replica",
     "serve_slack",
     "serve_socket_mode",
 ]

@@ -20,7 +20,7 @@ from typing import Any
 from bot.slack import keys
 from bot.slack.cards import SlackCards
 from bot.slack.outbox import SlackOutbox
-from bot.slack.render import MESSAGE_CHARS, markdown_to_mrkdwn, split_mrkdwn
+from bot.slack.render import MESSAGE_CHARS, SLACK_LIMITS, markdown_to_mrkdwn, split_mrkdwn
 from bot.telegram import callback as cb
 from bot.telegram.channel import ALLOW_ONCE, DENY, TRUSTS_PROJECT_CONFIG
 from bot.telegram.channel import _question as question_line
@@ -30,7 +30,6 @@ from bot.telegram.routes import Routes
 from engine.api import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
 from engine.keys import MessageKey
-from engine.limits import ChannelLimits
 from engine.text import clip
 
 _log = logging.getLogger("plangate.slack.channel")
@@ -88,13 +87,6 @@ class Question:
     options: tuple[str, ...]
     channel: str
     ts: str
-
-
-# What Slack carries in one piece: the text a message shows whole (MESSAGE_CHARS), a file's
-# comment, and the files the bot sends (Slack takes far larger; a phone wants less).
-SLACK_LIMITS = ChannelLimits(
-    message_chars=MESSAGE_CHARS, caption_chars=1000, file_bytes=20 * 1024 * 1024
-)
 
 
 class SlackChannel:

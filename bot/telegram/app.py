@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib.util
 import json
 import logging
@@ -37,7 +38,7 @@ import secrets
 import signal
 import time
 from collections.abc import Callable, Collection, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 from telegram import BotCommand, Update
@@ -55,14 +56,17 @@ from telegram.ext import (
 )
 
 from bot.telegram.access import AccessGate
-from bot.telegram.channel import (
-    QUESTION_PATTERN,
-    REPLY_DOCUMENT_CHARS,
-    LateChannel,
-    TelegramChannel,
+from bot.telegram.channel import QUESTION_PATTERN, REPLY_DOCUMENT_CHARS, TelegramChannel
+from bot.telegram.handlers import (
+    SHOW_PLAN_PATTERN,
+    BotParts,
+    Handlers,
+    load_state,
+    parts,
+    redact,
+    stored_groups,
 )
-from bot.telegram.handlers import SHOW_PLAN_PATTERN, BotParts, Handlers, load_state, parts, redact
-from bot.telegram.keys import chat_key, message_key, person_key
+from bot.telegram.keys import chat_key, message_key, person_key, session_key
 from bot.telegram.outbox import Outbox, Sleep
 from bot.telegram.people import SeenPeople
 from bot.telegram.presenter import CardPresenter
@@ -73,8 +77,15 @@ from bot.telegram.uploads import InputSettings
 from bot.telegram.voice import VOICE_PATTERN
 from engine.api import CommandName, EngineApi, RestoredGoal
 from engine.errors import ConfigError
+from engine.keys import ChatKey
 from engine.model.transcribe import Transcriber
 from engine.tasks import BackgroundTasks
+
+if TYPE_CHECKING:
+    # asyncpg is the postgres extra: the replicas' parts are imported when they are used.
+    from bot.owners import ChatOwners
+    from bot.telegram.ingress import InboxIngress, Replicas
+    from storage.postgres.inbox import InboxUpdate
 
 _log = logging.getLogger("plangate.app")
 
@@ -152,25 +163,44 @@ def file_url(api_url: str) -> str:
     return base + "/file/bot"
 
 
+async def save_group(meta: MetaStore, lock: asyncio.Lock, chat_id: int, added: bool) -> None:
+    """Persist that an owner added the bot to the group ``chat_id`` (``added``) or that it is
+    gone. The stored list is changed for this one group only: other replicas write it too
+    (each for the groups it owns), and a whole-set write would undo what they added since this
+    process read it."""
+    _log.info("plangate.app.groups_changed chat=%s", chat_id)
+    async with lock:  # chats run side by side: one read-change-write at a time
+        stored = await stored_groups(meta)
+        if added:
+            stored.add(chat_id)
+        else:
+            stored.discard(chat_id)
+        await meta.set_meta(GROUPS_KEY, json.dumps(sorted(stored)))
+
+
 def build_application(
     settings: BotSettings,
     engine: EngineApi,
     *,
     db_meta: MetaStore,
-    channel_slot: LateChannel | None = None,
     rate_limiter: BaseRateLimiter[Any] | None = None,
     chat_interval_s: float = 1.0,
     group_per_minute: int = 20,
     clock: Callable[[], float] = time.monotonic,
     sleep: Sleep = asyncio.sleep,
     transcriber: Transcriber | None = None,
+    inbox: bool = False,
 ) -> Application[Any, Any, Any, Any, Any, Any]:
     """Build the PTB application with every handler registered (see the module docstring).
 
-    ``channel_slot``: bound to the :class:`TelegramChannel` so an engine built earlier talks
-    to this chat. ``clock`` and ``sleep`` pace the outbox and the cards (tests pass a manual
-    clock). ``transcriber``: speech to text for voice notes (None: voice gets one line saying
-    how to set it up). The caller still runs the application (``serve`` does it all).
+    Built in one pass, each part given what it uses: the outbox, the card presenter (it
+    subscribes to the outbox's failed deliveries), the channel (``parts(app).channel``: the
+    composition delivers the engine's words to it, bot.channels), the access gate (it
+    subscribes to the groups the outbox finds moved). ``clock`` and ``sleep`` pace the outbox
+    and the cards (tests pass a manual clock). ``transcriber``: speech to text for voice
+    notes (None: voice gets one line saying how to set it up). The caller still runs the
+    application (``serve`` does it all). ``inbox``: this process is one replica of several
+    (:func:`replica_mode`): the shared inbox drops repeated updates, not the ledger.
     """
     token = secret_value(getattr(settings, "telegram_token", None))
     api_url = settings.telegram_api_url or "https://api.telegram.org/bot"
@@ -217,14 +247,6 @@ def build_application(
         sleep=sleep,
     )
 
-    async def delivery_failed(chat_id: int, message_id: int | None, err: Exception) -> None:
-        # Past the outbox's deadline: draw the chat's cards again from the latest state.
-        presenter.redraw_chat(chat_id)
-
-    outbox.on_delivery_failed = delivery_failed
-    if channel_slot is not None:
-        channel_slot.bind(channel)
-
     # Rendering and delivery that no handler waits for (bp.tasks; drain() awaits them).
     background = BackgroundTasks(_log)
 
@@ -247,13 +269,8 @@ def build_application(
         # Any failure (Dropped included) is fine: a refusal is expendable.
         background.spawn(send(), name=f"refusal:{msg.chat.id}", expected=(Exception,))
 
-    holder: list[AccessGate] = []
     people = SeenPeople()
-
-    async def save_groups(chat_id: int) -> None:
-        # The gate already updated its set; persist all of it (a handful of ids).
-        _log.info("plangate.app.groups_changed chat=%s", chat_id)
-        await db_meta.set_meta(GROUPS_KEY, json.dumps(sorted(holder[0].added_groups)))
+    groups_lock = asyncio.Lock()
 
     async def migrate(old: int, new: int) -> None:
         # The group's sessions, routes, cards and team move to the supergroup's id.
@@ -268,16 +285,13 @@ def build_application(
         owner_ids=settings.owner_ids,
         allowed_chat_ids=settings.allowed_chat_ids or (),
         refuse=refuse,
-        on_group_added=save_groups,
-        on_group_gone=save_groups,
+        save_groups=functools.partial(save_group, db_meta, groups_lock),
+        outbox=outbox,
         on_migrate=migrate,
         roles=lambda chat_id, user_id: engine.role_of(chat_key(chat_id), person_key(user_id)),
         on_seen=people.saw,
         questions=channel.asked,
     )
-    holder.append(gate)
-    # A send that finds the group upgraded before its service message came: the same move.
-    outbox.on_chat_migrated = gate.carry_over
     bp = BotParts(
         engine,
         db_meta,
@@ -296,6 +310,9 @@ def build_application(
         ),
         transcriber=transcriber,
         model_name=str(getattr(settings, "model", "") or ""),
+        # Among replicas the inbox drops repeats (by update_id, across replicas); a process's
+        # own ledger would judge other replicas' ids.
+        inbox=inbox,
     )
     application.bot_data["plangate"] = bp
     h = Handlers(bp)
@@ -417,33 +434,141 @@ async def start_webhook(updater: Updater, settings: BotSettings, webhook_url: st
         ) from None
 
 
+async def register_webhook(bot: Any, webhook_url: str, secret: str) -> None:
+    """``setWebhook`` as :func:`start_webhook` registers it (the replicas' ingress registers
+    the same URL and secret from every replica: the last one's call changes nothing)."""
+    try:
+        await bot.set_webhook(
+            url=webhook_url,
+            secret_token=secret,
+            allowed_updates=list(ALLOWED_UPDATES),
+            drop_pending_updates=False,
+            # One connection: Telegram delivers in update_id order, the order owners process.
+            max_connections=1,
+        )
+    except BadRequest as err:
+        raise ConfigError(
+            f"PLANGATE_WEBHOOK_URL: Telegram refused the webhook ({err.message})"
+        ) from None
+
+
+async def start_replica(
+    application: Application[Any, Any, Any, Any, Any, Any],
+    settings: BotSettings,
+    engine: EngineApi,
+    db: MetaStore,
+    replicas: Replicas,
+    webhook_url: str,
+) -> tuple[InboxIngress, ChatOwners]:
+    """Webhook mode among several replicas: the ingress that stores every update, and the
+    owner loop that processes the chats this replica holds (docs/webhook.md)."""
+    from bot.owners import ChatOwners
+    from bot.telegram.ingress import SOURCE, InboxIngress, parse_update, shared_secret
+
+    secret = await shared_secret(db, secret_value(getattr(settings, "webhook_secret", None)))
+    ingress = InboxIngress(
+        replicas.inbox, application.bot, secret=secret, path=urlsplit(webhook_url).path
+    )
+
+    async def process(item: InboxUpdate) -> None:
+        await application.process_update(parse_update(item, application.bot))
+
+    async def taken(chat: ChatKey) -> None:
+        # Groups owners added while another replica held them are in the database, not in
+        # this process's gate: read them again, or the gate would leave such a group.
+        bp = parts(application)
+        bp.gate.added_groups.update(await stored_groups(bp.meta))
+        # The chat's runs come back paused, as after a restart, before its updates run.
+        await announce_restored(application, await engine.chat_taken(chat))
+
+    async def lost(chat: ChatKey) -> None:
+        await engine.chat_lost(chat)
+
+    owners = ChatOwners(
+        replicas.inbox,
+        replicas.leases,
+        replica=replicas.replica,
+        ttl_s=replicas.ttl_s,
+        poll_s=replicas.poll_s,
+        process=process,
+        on_taken=taken,
+        on_lost=lost,
+        source=SOURCE,
+        owns=lambda chat: session_key(chat) is not None,
+    )
+    host, port = parse_listen(getattr(settings, "webhook_listen", None))
+    await ingress.start(host, port)
+    try:
+        await register_webhook(application.bot, webhook_url, secret)
+    except BaseException:
+        await ingress.stop()
+        raise
+    return ingress, owners
+
+
 async def serve(
     settings: BotSettings,
     engine: EngineApi,
     db: MetaStore,
     *,
-    channel_slot: LateChannel | None = None,
     stop: asyncio.Event | None = None,
     transcriber: Transcriber | None = None,
+    replicas: Replicas | None = None,
 ) -> None:
-    """Run the bot until SIGINT/SIGTERM (or ``stop``): polling, or a webhook when set.
+    """Build the application (:func:`build_application`) and serve it
+    (:func:`serve_application`), the engine started and shut down with it."""
+    require_webhook_server(settings)
+    application = build_application(
+        settings,
+        engine,
+        db_meta=db,
+        transcriber=transcriber,
+        inbox=replica_mode(settings, replicas),
+    )
+    await serve_application(application, settings, engine, stop=stop, replicas=replicas)
 
-    Starts the engine (``engine.start()``), announces the goals a restart paused, and shuts
-    both down in order on the way out, also when the updates fail to start (a refused
-    webhook, a taken port: :class:`ConfigError`). Neither mode drops anything: pending
-    updates are processed, and repeats of already processed ones are dropped by update_id.
-    The webhook stays registered on the way out, so Telegram keeps the updates that arrive
-    while the bot is down and delivers them after the next start.
-    """
+
+def require_webhook_server(settings: BotSettings) -> None:
+    """A webhook URL without the webhook server installed: one line saying what to install."""
     webhook_url = getattr(settings, "webhook_url", None)
     if webhook_url and importlib.util.find_spec("tornado") is None:
         raise ConfigError(
             "PLANGATE_WEBHOOK_URL is set but the webhook server is not installed: "
             "pip install 'plangate[webhooks]' (or unset it to use polling)"
         )
-    application = build_application(
-        settings, engine, db_meta=db, channel_slot=channel_slot, transcriber=transcriber
-    )
+
+
+def replica_mode(settings: BotSettings, replicas: Replicas | None) -> bool:
+    """Whether this process is one replica of several: a webhook, and the replicas' shared
+    inbox and leases (``replicas``, PostgreSQL)."""
+    return bool(getattr(settings, "webhook_url", None)) and replicas is not None
+
+
+async def serve_application(
+    application: Application[Any, Any, Any, Any, Any, Any],
+    settings: BotSettings,
+    engine: EngineApi,
+    *,
+    stop: asyncio.Event | None = None,
+    owns_engine: bool = True,
+    replicas: Replicas | None = None,
+) -> None:
+    """Run the bot until SIGINT/SIGTERM (or ``stop``): polling, or a webhook when set.
+
+    ``owns_engine``: start the engine (``engine.start()``), announce the goals a restart
+    paused, and shut the engine down in order on the way out, also when the updates fail to
+    start (a refused webhook, a taken port: :class:`ConfigError`); otherwise another front
+    end does that and this one only serves. Neither mode drops anything: pending updates are
+    processed, and repeats of already processed ones are dropped by update_id. The webhook
+    stays registered on the way out, so Telegram keeps the updates that arrive while the bot
+    is down and delivers them after the next start.
+
+    ``replicas`` (PostgreSQL): with a webhook, this process is one replica of several; every
+    update goes through the shared inbox and only the chats whose lease it holds are processed
+    here (:func:`start_replica`). The application is built for it (``inbox``).
+    """
+    require_webhook_server(settings)
+    webhook_url = getattr(settings, "webhook_url", None)
     bp = parts(application)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -453,18 +578,33 @@ async def serve(
     try:
         async with application:
             await prepare(application)
-            restored = await engine.start()
+            restored = await engine.start() if owns_engine else []
             updater = application.updater
             assert updater is not None
+            ingress: InboxIngress | None = None
+            owners: ChatOwners | None = None
+            owners_stop = asyncio.Event()
+            owners_task: asyncio.Future[None] | None = None
             try:
-                if webhook_url:
+                if replica_mode(settings, replicas):
+                    assert replicas is not None and webhook_url
+                    ingress, owners = await start_replica(
+                        application, settings, engine, bp.meta, replicas, webhook_url
+                    )
+                elif webhook_url:
                     await start_webhook(updater, settings, webhook_url)
                 else:
                     await updater.start_polling(
                         allowed_updates=list(ALLOWED_UPDATES), drop_pending_updates=False
                     )
                 await application.start()
-                await announce_restored(application, restored)
+                if owners is not None:
+                    # Updates are processed once the application runs (its bot, its tasks).
+                    owners_task = asyncio.ensure_future(owners.run(owners_stop))
+                if not replica_mode(settings, replicas):
+                    # Among replicas a chat's paused goals are announced by whichever replica
+                    # takes the chat (``chat_taken``), never by one that merely started.
+                    await announce_restored(application, restored)
                 _log.info("plangate.app.running mode=%s", "webhook" if webhook_url else "polling")
                 await stop.wait()
             finally:
@@ -473,6 +613,17 @@ async def serve(
                 # Each step checks what actually started: a start can fail half-way.
                 if updater.running:
                     await updater.stop()
+                if ingress is not None:
+                    await ingress.stop()
+                keeper: asyncio.Future[None] | None = None
+                if owners is not None and owners_task is not None:
+                    # No new chats or updates; the ones being processed finish. The leases
+                    # stay held (renewed) while the engine shuts down: it still writes.
+                    owners_stop.set()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(owners_task), SHUTDOWN_FLUSH_S)
+                    owners_task.cancel()
+                    keeper = asyncio.ensure_future(owners.keep())
                 # Updates already fetched (or waiting in their chat's lane) are handled while
                 # the engine still runs; after engine.shutdown nothing may start a turn.
                 processor = application.update_processor
@@ -480,8 +631,13 @@ async def serve(
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(processor.idle(), SHUTDOWN_FLUSH_S)
                 try:
-                    await engine.shutdown()
+                    if owns_engine:
+                        await engine.shutdown()
                 finally:
+                    if owners is not None:
+                        if keeper is not None:
+                            keeper.cancel()
+                        await owners.close()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(drain(application), SHUTDOWN_FLUSH_S)
                     if application.running:
@@ -507,6 +663,11 @@ __all__ = [
     "parts",
     "prepare",
     "redact",
+    "register_webhook",
+    "replica_mode",
+    "save_group",
     "serve",
+    "serve_application",
+    "start_replica",
     "start_webhook",
 ]

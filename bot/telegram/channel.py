@@ -7,9 +7,6 @@ presenter (coalesced card edits); progress shows as ``typing``, never as a strea
 
 Option buttons use their own callback kind, ``q:<token>:<index>``: the token names one
 question in this process, so a press on a question asked before a restart is "out of date".
-
-:class:`LateChannel` lets the composition root build the engine before the Telegram
-application exists: the engine gets the slot, ``build_application`` binds the real channel.
 """
 
 from __future__ import annotations
@@ -46,7 +43,6 @@ from engine.api import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
 from engine.keys import MessageKey
 from engine.limits import ChannelLimits
-from engine.ports import Channel
 from engine.tasks import BackgroundTasks
 from engine.text import ELLIPSIS, clip
 
@@ -606,83 +602,4 @@ def _label(option: str) -> str:
     return clip(option, MAX_OPTION_LABEL, one_line=True)
 
 
-class LateChannel:
-    """A ``Channel`` whose target is bound later; calls before binding are logged and dropped."""
-
-    def __init__(self) -> None:
-        self._target: Channel | None = None
-
-    def bind(self, target: Channel) -> None:
-        """Send every later notification to ``target``."""
-        self._target = target
-
-    @property
-    def limits(self) -> ChannelLimits:
-        return self._target.limits if self._target is not None else TELEGRAM_LIMITS
-
-    async def reply(self, session_id: str, text: str, *, reply_to: MessageKey | None) -> None:
-        if self._target is not None:
-            await self._target.reply(session_id, text, reply_to=reply_to)
-        else:
-            _log.warning("plangate.channel.unbound reply session=%s", session_id)
-
-    async def ask(self, session_id: str, question: str, options: Sequence[str]) -> None:
-        if self._target is not None:
-            await self._target.ask(session_id, question, options)
-        else:
-            _log.warning("plangate.channel.unbound ask session=%s", session_id)
-
-    async def typing(self, session_id: str) -> None:
-        if self._target is not None:
-            await self._target.typing(session_id)
-
-    async def turn_started(self, session_id: str) -> None:
-        if self._target is not None:
-            await self._target.turn_started(session_id)
-
-    async def turn_ended(self, session_id: str, outcome: TurnOutcome) -> None:
-        if self._target is not None:
-            await self._target.turn_ended(session_id, outcome)
-
-    async def plan_changed(self, session_id: str) -> None:
-        if self._target is not None:
-            await self._target.plan_changed(session_id)
-
-    async def goal_changed(self, session_id: str) -> None:
-        if self._target is not None:
-            await self._target.goal_changed(session_id)
-
-    async def notice(self, session_id: str, text: str) -> None:
-        if self._target is not None:
-            await self._target.notice(session_id, text)
-        else:
-            _log.warning("plangate.channel.unbound notice session=%s", session_id)
-
-    async def send_file(
-        self, session_id: str, data: bytes, filename: str, *, caption: str | None
-    ) -> None:
-        if self._target is None:
-            raise RuntimeError("the chat is not connected yet")
-        await self._target.send_file(session_id, data, filename, caption=caption)
-
-    async def drafts_wanted(self, session_id: str) -> bool:
-        return self._target is not None and await self._target.drafts_wanted(session_id)
-
-    async def draft(self, session_id: str, text: str, *, more: bool = False) -> None:
-        if self._target is not None:
-            await self._target.draft(session_id, text, more=more)
-
-    async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
-        if self._target is not None:
-            await self._target.approval_asked(session_id, view)
-        else:
-            _log.warning("plangate.channel.unbound approval session=%s", session_id)
-
-    async def approval_closed(
-        self, session_id: str, view: ApprovalView, decision: ApprovalDecision
-    ) -> None:
-        if self._target is not None:
-            await self._target.approval_closed(session_id, view, decision)
-
-
-__all__ = ["QUESTION_PATTERN", "LateChannel", "Question", "TelegramChannel"]
+__all__ = ["QUESTION_PATTERN", "TELEGRAM_LIMITS", "Question", "TelegramChannel"]

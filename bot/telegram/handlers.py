@@ -114,6 +114,9 @@ class BotParts:
     transcripts: Transcripts = field(default_factory=Transcripts)
     # The model's name, for /start's welcome.
     model_name: str = ""
+    # One replica of several (bot.telegram.ingress): the shared inbox drops repeats, not the
+    # ledger.
+    inbox: bool = False
 
 
 def parts(application: Application[Any, Any, Any, Any, Any, Any]) -> BotParts:
@@ -150,11 +153,17 @@ async def load_state(bp: BotParts) -> None:
                 _log.warning("plangate.handlers.recent_updates_unreadable %s", exc)
             else:
                 bp.ledger.restore_recent(ids, date)
-        groups = await bp.meta.get_meta(GROUPS_KEY)
-        if groups:
-            with contextlib.suppress(ValueError, TypeError):
-                bp.gate.added_groups.update(int(g) for g in json.loads(groups))
+        bp.gate.added_groups.update(await stored_groups(bp.meta))
         bp.loaded = True
+
+
+async def stored_groups(meta: MetaStore) -> set[int]:
+    """The groups owners added the bot to, as stored (an unreadable value reads as none)."""
+    groups = await meta.get_meta(GROUPS_KEY)
+    if groups:
+        with contextlib.suppress(ValueError, TypeError):
+            return {int(g) for g in json.loads(groups)}
+    return set()
 
 
 # How long the stored update_id may lag the processed one (one commit per window at most).
@@ -286,6 +295,8 @@ class Handlers:
         """
         bp = self.bp
         await load_state(bp)
+        if bp.inbox:
+            return
         if not bp.ledger.take(update):
             _log.info("plangate.handlers.repeat_dropped update=%s", update.update_id)
             raise ApplicationHandlerStop

@@ -199,6 +199,8 @@ class CardPresenter:
         self._closed = False
         # The newest message id seen per chat (ours and the owners'): how far up a card is.
         self._latest: dict[int, int] = {}
+        # A delivery past the outbox's deadline: the chat's cards are drawn again.
+        outbox.listen(delivery_failed=self._delivery_failed)
 
     # ---- public verbs ------------------------------------------------------------------
 
@@ -237,6 +239,10 @@ class CardPresenter:
         for session_id in sorted(sessions):
             self.refresh(session_id, "plan")
             self.refresh(session_id, "goal")
+
+    async def _delivery_failed(self, chat_id: int, message_id: int | None, err: Exception) -> None:
+        # Past the outbox's deadline: draw the chat's cards again from the latest state.
+        self.redraw_chat(chat_id)
 
     def hold(self, session_id: str) -> None:
         """Hold the session's refreshes while a command or press is decided and answered."""

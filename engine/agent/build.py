@@ -53,7 +53,9 @@ def workspace_from_store(
             record = await sessions.get_session(session_id)
             found = Path(record.workspace) if record is not None and record.workspace else default
             known[session_id] = found
-        if catalog is not None and not catalog.allows(found):
+        # The default is what a refused folder falls back to, so it needs no check (the
+        # check resolves the path on disk, at every /status and turn).
+        if catalog is not None and found != default and not catalog.allows(found):
             _log.warning(
                 "plangate.agent.workspace_not_a_project session=%s workspace=%s",
                 session_id,

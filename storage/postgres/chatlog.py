@@ -18,6 +18,7 @@ from engine.keys import ChatKey
 from engine.ports import Clock
 from engine.roles.types import CHAT_EVENT_ADAPTER, ChatEvent, StoredChatEvent
 from storage.postgres.db import PgDatabase
+from storage.postgres.inbox import mark_in, open_claim
 
 # The advisory lock space of chat appends (the first of the two-int key form; migrations use
 # the one-bigint form, a separate space).
@@ -56,6 +57,12 @@ class PgChatLog:
                 "VALUES ($1, $2, $3, $4, $5)",
                 [(chat_id, s.seq, s.event.type, at, s.event.model_dump_json()) for s in stored],
             )
+            # An update being processed is done with its first events (storage.postgres.inbox).
+            claim = open_claim()
+            if claim is not None:
+                await mark_in(conn, claim, at)
+        if claim is not None:
+            claim.done = True
         return stored
 
     async def read_chat(self, chat_id: ChatKey) -> list[StoredChatEvent]:

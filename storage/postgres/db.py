@@ -61,6 +61,11 @@ class PgDatabase:
         """The connection pool the stores share."""
         return self._pool
 
+    async def connect(self) -> asyncpg.Connection:
+        """A connection of its own, outside the pool (a ``LISTEN`` holds one for its life);
+        the caller closes it."""
+        return await asyncpg.connect(self._url)
+
     async def close(self) -> None:
         """Close every connection (waits for the ones in use to be released)."""
         await self._pool.close()
@@ -94,6 +99,22 @@ class PgDatabase:
             key,
             value,
         )
+
+    async def set_meta_once(self, key: str, value: str) -> str:
+        """Set ``key`` unless it is set; the value it holds afterwards (one statement, so of
+        several replicas racing, all get the first one's value)."""
+        while True:
+            found = await self._pool.fetchval(
+                "WITH ins AS (INSERT INTO meta (key, value) VALUES ($1, $2) "
+                "ON CONFLICT (key) DO NOTHING RETURNING value) "
+                "SELECT value FROM ins UNION ALL SELECT value FROM meta WHERE key = $1 LIMIT 1",
+                key,
+                value,
+            )
+            # None: another insert committed after this statement's snapshot was taken (so
+            # neither branch saw a row); the next statement sees it.
+            if found is not None:
+                return str(found)
 
 
 __all__ = ["PgDatabase"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Sequence
+from typing import NoReturn
 
 import asyncpg
 
@@ -29,6 +30,7 @@ from engine.ports import Clock, check_types
 from engine.recovery import attention_marks
 from storage.eventlog import decode_rows, gc_paused
 from storage.postgres.db import PgDatabase
+from storage.postgres.inbox import mark_in, open_claim
 from storage.postgres.leases import LeaseFence
 
 _APPEND = """
@@ -110,20 +112,33 @@ class PgEventLog:
         if stamp is not None:
             assert self._fence is not None
             fenced = (stamp[0], self._fence.replica, stamp[1])
+        statement = _APPEND_FENCED if fenced else _APPEND
+        args = (
+            session_id,
+            len(events),
+            at,
+            *marks.row(),
+            types,
+            payloads,
+            [key[0] for _, key in taken],
+            [key[1] for _, key in taken],
+            [i for i, _ in taken],
+            *fenced,
+        )
+        # The first append of an update being processed marks it done in its own
+        # transaction (storage.postgres.inbox): its events are never appended twice.
+        claim = open_claim()
         try:
-            base = await self._db.pool.fetchval(
-                _APPEND_FENCED if fenced else _APPEND,
-                session_id,
-                len(events),
-                at,
-                *marks.row(),
-                types,
-                payloads,
-                [key[0] for _, key in taken],
-                [key[1] for _, key in taken],
-                [i for i, _ in taken],
-                *fenced,
-            )
+            if claim is None:
+                base = await self._db.pool.fetchval(statement, *args)
+            else:
+                async with self._db.pool.acquire() as conn, conn.transaction():
+                    base = await conn.fetchval(statement, *args)
+                    if base is None:
+                        # Raised inside: the transaction rolls back, the mark with it.
+                        self._lost(session_id, stamp)
+                    await mark_in(conn, claim, at)
+                claim.done = True
         except asyncpg.UniqueViolationError as exc:
             if exc.constraint_name != "goal_revisions_pkey":
                 raise
@@ -132,15 +147,19 @@ class PgEventLog:
                 + ", ".join(f"{g} r{r}" for _, (g, r) in taken)
             ) from exc
         if base is None:
-            assert stamp is not None  # only the fenced statement can select no head
-            raise LeaseLost(
-                f"session {session_id}: chat {stamp[0]} is no longer held at epoch {stamp[1]}"
-            )
+            self._lost(session_id, stamp)
         last = int(base)
         return [
             StoredEvent(session_id=session_id, seq=last + i, at=at, event=event)
             for i, event in enumerate(events, start=1)
         ]
+
+    @staticmethod
+    def _lost(session_id: str, stamp: tuple[str, int] | None) -> NoReturn:
+        assert stamp is not None  # only the fenced statement can select no head
+        raise LeaseLost(
+            f"session {session_id}: chat {stamp[0]} is no longer held at epoch {stamp[1]}"
+        )
 
     async def needs_attention(self) -> list[str]:
         """Sessions whose marks say start-up must load them, in id order; no log is read."""

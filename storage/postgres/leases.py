@@ -167,6 +167,16 @@ class PgChatLeases:
         )
         return [_lease(row) for row in rows]
 
+    async def lapsed(self, replica: str) -> list[ChatKey]:
+        """Chats whose lease another replica let lapse without releasing it (it died or
+        stalled): the chats to take over even when no update waits for them."""
+        rows = await self._db.pool.fetch(
+            "SELECT chat FROM chat_leases "
+            f"WHERE replica <> $1 AND expires_at > 0 AND expires_at <= {_NOW} ORDER BY chat",
+            replica,
+        )
+        return [str(row[0]) for row in rows]
+
     async def holder(self, chat: ChatKey) -> Lease | None:
         """The live lease on ``chat``, if any."""
         row = await self._db.pool.fetchrow(

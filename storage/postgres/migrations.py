@@ -22,6 +22,13 @@ Migration = tuple[str, ...]
 # in ASCII), so two processes never run a step at once.
 MIGRATION_LOCK = 0x706C616E67617465
 
+# How many versions ahead of this plangate a database may be and still be used: replicas
+# upgrade one at a time, so an old replica meets the schema a new one migrated. Every migration
+# keeps the code of the version before it working (it only adds: tables, indexes, columns that
+# may be NULL or have a default; tests/storage/test_pg_upgrade.py checks each statement), so
+# one version ahead is safe; two are refused.
+COMPATIBLE_AHEAD = 1
+
 MIGRATIONS: tuple[Migration, ...] = (
     # 1: everything the SQLite schema holds at its version 6, keyed by strings.
     (
@@ -136,6 +143,31 @@ MIGRATIONS: tuple[Migration, ...] = (
         """,
         "CREATE INDEX job_fires_waiting ON job_fires (replica) WHERE NOT taken",
     ),
+    # 3: the update inbox (storage.postgres.inbox): every replica stores what its webhook
+    # receives; the chat's lease holder processes it. Keyed by the source's own id, so a
+    # re-delivery is a no-op; ``ord`` is the order within the chat (Telegram's update_id).
+    (
+        """
+        CREATE TABLE update_inbox (
+            source       TEXT COLLATE "C" NOT NULL,
+            update_id    TEXT COLLATE "C" NOT NULL,
+            ord          BIGINT NOT NULL,
+            chat         TEXT COLLATE "C" NOT NULL,
+            payload      TEXT NOT NULL,
+            received_at  DOUBLE PRECISION NOT NULL,
+            done_at      DOUBLE PRECISION,
+            done_by      TEXT,
+            PRIMARY KEY (source, update_id)
+        )
+        """,
+        # What owners look for: the pending updates of a chat, in order (partial: done rows,
+        # the bulk of the table until pruned, cost the index nothing).
+        "CREATE INDEX update_inbox_pending ON update_inbox (chat, ord) WHERE done_at IS NULL",
+        # Pruning walks done rows by age.
+        "CREATE INDEX update_inbox_done ON update_inbox (done_at) WHERE done_at IS NOT NULL",
+        # Arrival order, for a source whose ids carry none (Slack's event ids).
+        "CREATE SEQUENCE update_inbox_arrival",
+    ),
 )
 
 
@@ -152,7 +184,9 @@ async def migrate(conn: asyncpg.Connection, migrations: tuple[Migration, ...] = 
     """Bring the schema up to ``len(migrations)`` and return that version.
 
     Each step runs in its own transaction under :data:`MIGRATION_LOCK` and re-reads the
-    version first. Raises :class:`CorruptState` for a database written by a newer plangate.
+    version first. A database up to :data:`COMPATIBLE_AHEAD` versions newer is used as it is
+    (a peer replica already runs the next release); raises :class:`CorruptState` for one
+    newer than that.
     """
     target = len(migrations)
     for version in range(1, target + 1):
@@ -166,7 +200,7 @@ async def migrate(conn: asyncpg.Connection, migrations: tuple[Migration, ...] = 
                 "INSERT INTO plangate_schema (version) VALUES (0) ON CONFLICT DO NOTHING"
             )
             found = await schema_version(conn)
-            if found > target:
+            if found > target + COMPATIBLE_AHEAD:
                 raise CorruptState(
                     f"database schema version {found} is newer than this plangate knows "
                     f"({target}); upgrade plangate"

@@ -5,8 +5,12 @@ bubblewrap; a scripted agent."""
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
+import pytest
+
+from engine import environments
 from engine.environments import read_script
 from engine.events import ApprovalDecided, ApprovalRequested
 from engine.model.script import call, say
@@ -328,3 +332,46 @@ async def test_an_owner_setup_in_place_never_gets_the_shared_caches(tmp_path: Pa
             await asyncio.sleep(0.05)
         await settle(engine, sid, timeout_s=30)
     assert list((rig.home / "environments" / "caches").glob("*/wheel")) == []
+
+
+async def test_status_sees_every_change_of_the_setup_script_it_read_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # /status keeps the script it read while the file's inode is unchanged: even a same-size
+    # rewrite that puts the old mtime back is seen (the change time moves), as are a symlink,
+    # a folder and a removal. Every read is kept here, however fresh the file.
+    monkeypatch.setattr(environments, "_SETTLED_NS", -1)
+    async with engine_rig(tmp_path, ScriptedProvider([])) as rig:
+        engine = rig.engine
+        sid = await engine.session_for_chat(chat(-1))
+        script = rig.workspace / ".plangate" / "setup.sh"
+        script.parent.mkdir()
+
+        async def setup_line() -> str:
+            status = await engine.command(sid, "status", "", actor=OWNER)
+            assert status.reply is not None
+            return next(line for line in status.reply.splitlines() if line.startswith("Setup:"))
+
+        def sha_line() -> str:
+            found = read_script(rig.workspace)
+            assert found is not None
+            return f"Setup: .plangate/setup.sh (sha256 {found.sha[:12]}) (not approved yet)"
+
+        script.write_text("npm ci\n")
+        first = sha_line()
+        assert await setup_line() == first
+        assert await setup_line() == first  # kept
+        before = script.stat()
+        script.write_text("pip  i\n")  # same size, then the same mtime again
+        os.utime(script, ns=(before.st_atime_ns, before.st_mtime_ns))
+        second = sha_line()
+        assert second != first and await setup_line() == second
+        (tmp_path / "elsewhere.sh").write_text("npm ci\n")
+        script.unlink()
+        script.symlink_to(tmp_path / "elsewhere.sh")
+        assert await setup_line() == "Setup: no .plangate/setup.sh"
+        script.unlink()
+        script.mkdir()
+        assert await setup_line() == "Setup: no .plangate/setup.sh"
+        script.rmdir()
+        assert await setup_line() == "Setup: no .plangate/setup.sh"
