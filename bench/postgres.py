@@ -12,7 +12,8 @@ the figures are medians.
    (each waits for its commit: the latency path), then ten sessions appending at once (the
    throughput path). Appends per second, and CPU per append: plangate's process, and for
    PostgreSQL also the server's processes (SQLite does its work inside plangate's process,
-   so the fair comparison is the sum).
+   so the fair comparison is the sum). Then the ten sessions through two pools, five each:
+   two replicas' connections against one's.
 2. **A command that writes**: the real engine (``open_plangate`` over each store), the
    scripted model answering at once; ``--commands`` chats each send ``/plan Add a greeting``
    and the bench waits until the planning turn has ended (the command, plan mode, the turn,
@@ -169,6 +170,25 @@ async def appends(
     return await _measure(serial, server), await _measure(parallel, server)
 
 
+async def two_replicas(url: str, n: int, server: Server) -> Cost:
+    """The ten sessions' ``n`` appends again, five sessions through each of two pools: two
+    replicas' connections to one database (one process: what is measured is the database's
+    side of a second replica, not a second machine's cores)."""
+    async with await PgDatabase.open(url) as a, await PgDatabase.open(url) as b:
+        logs = (PgEventLog(a), PgEventLog(b))
+        await logs[0].append("warm-a", [_event(0)])
+        await logs[1].append("warm-b", [_event(0)])
+
+        async def parallel() -> None:
+            async def one(s: int) -> None:
+                for i in range(n // 10):
+                    await logs[s % 2].append(f"replicas-{s}", [_event(i)])
+
+            await asyncio.gather(*(one(s) for s in range(10)))
+
+        return await _measure(parallel, server)
+
+
 async def commands(home: Path, n: int, url: str | None, server: Server | None) -> Cost:
     """``n`` chats each send ``/plan Add a greeting``; until each planning turn has ended."""
     workspace = home.parent / "work"
@@ -220,6 +240,10 @@ async def main_async(n_appends: int, n_commands: int, repeat: int) -> None:
                 serial, parallel = await appends(PgEventLog(pg), n_appends, server)
             add("postgres appends, one session", serial.per(n_appends))
             add("postgres appends, ten sessions", parallel.per(n_appends))
+            add(
+                "postgres appends, two replicas",
+                (await two_replicas(url, n_appends, server)).per(n_appends),
+            )
             cost = await commands(folder / "sqlite" / "home", n_commands, None, None)
             add("sqlite /plan command", cost.per(n_commands))
             url = await _fresh_database(server, f"commands{r}")
@@ -236,6 +260,11 @@ async def main_async(n_appends: int, n_commands: int, repeat: int) -> None:
             f"postgres/sqlite, {what}: rate {pg[0] / lite[0]:.2f}x, own CPU {pg[1] / lite[1]:.2f}x,"
             f" CPU with the server {pg[2] / lite[2]:.2f}x"
         )
+    two, one = med["postgres appends, two replicas"], med["postgres appends, ten sessions"]
+    print(
+        f"two replicas/one, ten sessions' appends: rate {two[0] / one[0]:.2f}x,"
+        f" CPU with the server {two[2] / one[2]:.2f}x"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,7 +7,6 @@ when every check passed.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import shutil
 import sys
@@ -16,10 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from telegram import Bot
-from telegram.error import InvalidToken, NetworkError, TelegramError
-
-from bot.runner import install_problems, model_from_settings, sandbox_settings
+from bot.runner import (
+    FRONT_ENDS,
+    install_problems,
+    model_from_settings,
+    sandbox_settings,
+    wanted_front_ends,
+)
 from bot.settings import (
     Settings,
     config_path,
@@ -27,7 +29,6 @@ from bot.settings import (
     run_problems,
     settings_warnings,
 )
-from bot.telegram.app import file_url
 from engine.errors import ConfigError
 from engine.model.types import ModelError
 from engine.tools.disk import DiskReserve
@@ -52,73 +53,6 @@ def _writable(folder: Path) -> str | None:
     except OSError as exc:
         return f"{type(exc).__name__}: {exc.strerror or exc}"
     return None
-
-
-async def check_telegram(settings: Settings) -> tuple[bool, str]:
-    """getMe with the token; also reports whether privacy mode hides group messages."""
-    if settings.telegram_token is None:
-        return False, "telegram: no token (PLANGATE_TELEGRAM_TOKEN); get one from @BotFather"
-    bot = Bot(
-        settings.telegram_token.get_secret_value(),
-        base_url=settings.telegram_api_url,
-        base_file_url=file_url(settings.telegram_api_url),
-    )
-    try:
-        async with bot:
-            me = bot.bot
-    except InvalidToken:
-        return False, (
-            "telegram: the server refused the token (PLANGATE_TELEGRAM_TOKEN); "
-            "copy it again from @BotFather"
-        )
-    except NetworkError as exc:
-        return False, (
-            f"telegram: cannot reach {settings.telegram_api_url} ({exc.message}); "
-            "check the network or PLANGATE_TELEGRAM_API_URL"
-        )
-    except TelegramError as exc:
-        return False, f"telegram: getMe failed ({exc.message})"
-    privacy = (
-        "privacy mode is on: in groups the bot sees only commands, mentions and replies"
-        if not me.can_read_all_group_messages
-        else "privacy mode is off: the bot sees every group message"
-    )
-    return True, f"telegram: ok, @{me.username}; {privacy}"
-
-
-async def check_slack(settings: Settings) -> list[tuple[bool, str]]:
-    """auth.test with the bot token (and apps.connections.open with the app token, for
-    Socket Mode); nothing when Slack is not configured."""
-    if settings.slack_bot_token is None:
-        return []
-    if importlib.util.find_spec("slack_sdk") is None:
-        return [(False, "slack: not installed; pip install 'plangate[slack]'")]
-    from slack_sdk.errors import SlackApiError, SlackClientError
-    from slack_sdk.web.async_client import AsyncWebClient
-
-    url = settings.slack_api_url
-    client = AsyncWebClient(token=settings.slack_bot_token.get_secret_value(), base_url=url)
-    try:
-        who = await client.auth_test()
-    except SlackApiError as exc:
-        error = exc.response.get("error")
-        return [(False, f"slack: the bot token was refused ({error}; PLANGATE_SLACK_BOT_TOKEN)")]
-    except (SlackClientError, OSError) as exc:
-        return [(False, f"slack: cannot reach {url} ({type(exc).__name__})")]
-    results = [(True, f"slack: ok, @{who.get('user')} in {who.get('team')}")]
-    if settings.slack_listen is None and settings.slack_app_token is not None:
-        app = AsyncWebClient(base_url=url)
-        try:
-            await app.apps_connections_open(app_token=settings.slack_app_token.get_secret_value())
-            results.append((True, "slack: Socket Mode ok (PLANGATE_SLACK_APP_TOKEN)"))
-        except SlackApiError as exc:
-            error = exc.response.get("error")
-            results.append(
-                (False, f"slack: the app token was refused ({error}; PLANGATE_SLACK_APP_TOKEN)")
-            )
-        except (SlackClientError, OSError) as exc:
-            results.append((False, f"slack: cannot reach {url} ({type(exc).__name__})"))
-    return results
 
 
 async def check_model(settings: Settings) -> tuple[bool, str]:
@@ -262,7 +196,7 @@ async def check_database(settings: Settings) -> tuple[bool, str]:
     url = settings.database_url.get_secret_value()
     try:
         from storage.postgres.db import probe as probe_database
-        from storage.postgres.migrations import MIGRATIONS
+        from storage.postgres.migrations import COMPATIBLE_AHEAD, MIGRATIONS
     except ImportError:
         return False, "database: PostgreSQL needs asyncpg; pip install 'plangate[postgres]'"
     try:
@@ -270,13 +204,88 @@ async def check_database(settings: Settings) -> tuple[bool, str]:
     except Exception as exc:  # any failure to reach or log in is the line's answer
         return False, f"database: PostgreSQL did not answer ({type(exc).__name__}: {exc})"
     known = len(MIGRATIONS)
-    if found > known:
+    if found > known + COMPATIBLE_AHEAD:
         return False, (
             f"database: PostgreSQL {server}, schema version {found} is newer than this "
             f"plangate knows ({known}); upgrade plangate"
         )
-    state = "up to date" if found == known else f"{found}, migrated to {known} at start"
+    if found > known:
+        state = f"{found}, one ahead of this plangate ({known}): upgrade this replica next"
+    else:
+        state = "up to date" if found == known else f"{found}, migrated to {known} at start"
     return True, f"database: PostgreSQL {server}, schema version {state}"
+
+
+async def check_leases(settings: Settings) -> list[tuple[bool, str]]:
+    """With PostgreSQL, the chat leases' table (docs/webhook.md, "Several replicas"): which
+    replicas hold how many chats now, how many leases lapsed; nothing written. No line with
+    SQLite (one process, no leases in the database)."""
+    if settings.database_url is None:
+        return []
+    try:
+        import asyncpg
+    except ImportError:
+        return []  # the database line already says what to install
+    try:
+        conn = await asyncpg.connect(settings.database_url.get_secret_value(), timeout=5.0)
+    except Exception as exc:  # the database line already says why
+        return [(False, f"leases: not read, the database did not answer ({type(exc).__name__})")]
+    try:
+        if not await conn.fetchval("SELECT to_regclass('chat_leases') IS NOT NULL"):
+            return [(True, "leases: no lease table yet; the next start creates it")]
+        rows = await conn.fetch(
+            "SELECT replica, count(*) FILTER (WHERE expires_at > extract(epoch FROM now())),"
+            " count(*) FILTER (WHERE expires_at <= extract(epoch FROM now()))"
+            " FROM chat_leases GROUP BY replica ORDER BY replica"
+        )
+    except Exception as exc:  # a table this plangate cannot read is the line's answer
+        return [(False, f"leases: the lease table cannot be read ({type(exc).__name__}: {exc})")]
+    finally:
+        await conn.close()
+    live = {str(r[0]): int(r[1]) for r in rows if r[1]}
+    lapsed = sum(int(r[2]) for r in rows)
+    held = ", ".join(f"{replica} {n}" for replica, n in live.items())
+    line = (
+        f"leases: {sum(live.values())} chats held by {len(live)} replicas"
+        + (f" ({held})" if held else "")
+        + f", {lapsed} lapsed or released; lease time {settings.lease_ttl:g} s "
+        "(PLANGATE_LEASE_TTL)"
+    )
+    return [(True, line)]
+
+
+async def check_shared_volume(settings: Settings) -> list[tuple[bool, str]]:
+    """With PostgreSQL, the home is the folder replicas share: its deployment id against the
+    database's (``storage.deployment``; nothing written) and whether it can be written. With
+    SQLite the database lives in the home, so there is nothing to compare and no line."""
+    if settings.database_url is None:
+        return []
+    from storage.deployment import Ids, mismatch_line, probe_database_id, read_home_id
+
+    home = settings.home.expanduser()
+    try:
+        database = await probe_database_id(settings.database_url.get_secret_value())
+    except Exception as exc:  # the database line already says why; this one cannot compare
+        return [
+            (
+                False,
+                f"shared volume {home}: not compared, the database did not answer "
+                f"({type(exc).__name__})",
+            )
+        ]
+    ids = Ids(await asyncio.to_thread(read_home_id, home), database)
+    problem = await asyncio.to_thread(_writable, home)
+    writable = "writable" if problem is None else f"NOT writable ({problem})"
+    if ids.match:
+        line = f"shared volume {home}: deployment {ids.home}, the database's too; {writable}"
+    elif ids.new:
+        line = (
+            f"shared volume {home}: no deployment id yet; the first start writes one here "
+            f"and in the database; {writable}"
+        )
+    else:
+        return [(False, f"shared volume: {mismatch_line(home, ids)}")]
+    return [(problem is None, line)]
 
 
 async def run_doctor(
@@ -313,9 +322,11 @@ async def run_doctor(
     results.append(await asyncio.to_thread(check_sandbox, settings))
     results.append(await asyncio.to_thread(check_disk, settings))
     results.append(await check_database(settings))
-    if settings.telegram_token is not None or settings.slack_bot_token is None:
-        results.append(await check_telegram(settings))
-    results.extend(await check_slack(settings))
+    results.extend(await check_leases(settings))
+    results.extend(await check_shared_volume(settings))
+    # The front ends asked for; with none, the first (Telegram) says what it lacks.
+    for front in wanted_front_ends(settings) or FRONT_ENDS[:1]:
+        results.extend(await front.doctor(settings))
     results.append(await check_model(settings))
     for _, line in results:
         print(line, file=out)

@@ -16,6 +16,7 @@ from engine.leases import LocalChatLeases
 from engine.ports import ChatLeases, Clock
 from storage.chatlog import SqliteChatLog
 from storage.db import Database, database_path
+from storage.deployment import claim_deployment
 from storage.eventlog import SqliteEventLog
 from storage.plan_files import FilePlanStore
 from storage.postgres import is_postgres_url
@@ -62,7 +63,9 @@ async def open_storage(
     ``database_url`` (``postgresql://...``, the ``PLANGATE_DATABASE_URL`` setting) puts the
     database in PostgreSQL; without it, SQLite in ``<home>/plangate.db``. The plan files stay
     under ``home`` either way. Raises ``ValueError`` for a URL of another kind, and
-    ``ConfigError`` (one line naming the setting) when PostgreSQL cannot be reached or refuses.
+    ``ConfigError`` (one line naming the setting) when PostgreSQL cannot be reached or refuses,
+    or when the home and the database belong to different deployments
+    (``storage.deployment``).
 
     ``replica`` (PostgreSQL only): this process's name among several replicas. Its appends and
     plan file writes are then fenced by the chat leases it holds (``storage.postgres.leases``),
@@ -96,6 +99,12 @@ async def open_storage(
                     f"PLANGATE_DATABASE_URL: the database refused ({type(exc).__name__}: "
                     f"{exc}); plangate doctor checks it"
                 ) from exc
+            raise
+        try:
+            # Replicas share this database and the home: both must be the deployment's.
+            await claim_deployment(pg.pool, home)
+        except BaseException:
+            await pg.close()
             raise
         fence = LeaseFence(pg, replica) if replica else None
         clocked = {} if clock is None else {"clock": clock}

@@ -22,6 +22,13 @@ Migration = tuple[str, ...]
 # in ASCII), so two processes never run a step at once.
 MIGRATION_LOCK = 0x706C616E67617465
 
+# How many versions ahead of this plangate a database may be and still be used: replicas
+# upgrade one at a time, so an old replica meets the schema a new one migrated. Every migration
+# keeps the code of the version before it working (it only adds: tables, indexes, columns that
+# may be NULL or have a default; tests/storage/test_pg_upgrade.py checks each statement), so
+# one version ahead is safe; two are refused.
+COMPATIBLE_AHEAD = 1
+
 MIGRATIONS: tuple[Migration, ...] = (
     # 1: everything the SQLite schema holds at its version 6, keyed by strings.
     (
@@ -177,7 +184,9 @@ async def migrate(conn: asyncpg.Connection, migrations: tuple[Migration, ...] = 
     """Bring the schema up to ``len(migrations)`` and return that version.
 
     Each step runs in its own transaction under :data:`MIGRATION_LOCK` and re-reads the
-    version first. Raises :class:`CorruptState` for a database written by a newer plangate.
+    version first. A database up to :data:`COMPATIBLE_AHEAD` versions newer is used as it is
+    (a peer replica already runs the next release); raises :class:`CorruptState` for one
+    newer than that.
     """
     target = len(migrations)
     for version in range(1, target + 1):
@@ -191,7 +200,7 @@ async def migrate(conn: asyncpg.Connection, migrations: tuple[Migration, ...] = 
                 "INSERT INTO plangate_schema (version) VALUES (0) ON CONFLICT DO NOTHING"
             )
             found = await schema_version(conn)
-            if found > target:
+            if found > target + COMPATIBLE_AHEAD:
                 raise CorruptState(
                     f"database schema version {found} is newer than this plangate knows "
                     f"({target}); upgrade plangate"

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import aiohttp
 
+from bot.channels import ChannelQueue
 from bot.compose import open_plangate
 from bot.slack import keys
 from bot.slack.app import SlackConfig, SlackFrontEnd, serve_slack
-from bot.telegram.channel import LateChannel
+from bot.slack.render import SLACK_LIMITS
 from bot.telegram.ingress import Replicas
 from engine.app import EngineConfig
 from engine.model.script import say
@@ -43,10 +44,11 @@ async def slack_replicas(
     workspace.mkdir(exist_ok=True)
     config = EngineConfig(workspace=workspace, owner_ids=frozenset({keys.person_key(OWNER)}))
     tasks: list[asyncio.Task[None]] = []
+    delivering: list[asyncio.Task[None]] = []
     out: list[tuple[str, Replicas]] = []
     async with AsyncExitStack() as stack:
         for name, ttl in zip(("s0", "s1"), ttls, strict=True):
-            slot = LateChannel()
+            slot = ChannelQueue(SLACK_LIMITS)
             opened = await stack.enter_async_context(
                 open_plangate(
                     tmp_path / "home",
@@ -69,7 +71,7 @@ async def slack_replicas(
                     replayed=True,
                 ),
             )
-            slot.bind(front.channel)
+            delivering.append(asyncio.create_task(slot.deliver(front.channel)))
             db = opened.storage.db
             assert not isinstance(db, type(None))
             parts = Replicas(
@@ -98,6 +100,8 @@ async def slack_replicas(
         finally:
             stop.set()
             await asyncio.wait_for(asyncio.gather(*tasks), 30)
+            for task in delivering:
+                task.cancel()
 
 
 async def _accepting(port: int) -> None:

@@ -87,11 +87,15 @@ async def test_migrations_run_once_when_replicas_open_a_new_database_together(
         assert await conn.fetchval("SELECT count(*) FROM plangate_schema") == 1
         # Run again: nothing to do, nothing changes.
         assert await migrate(conn) == len(MIGRATIONS)
-        # A database a newer plangate wrote is refused, never downgraded.
+        # One version ahead (a peer replica upgraded first) is used as it is; two versions
+        # ahead are refused, never downgraded (tests/storage/test_pg_upgrade.py).
         await conn.execute("UPDATE plangate_schema SET version = $1", len(MIGRATIONS) + 1)
+        assert await migrate(conn) == len(MIGRATIONS)
+        assert await schema_version(conn) == len(MIGRATIONS) + 1
+        await conn.execute("UPDATE plangate_schema SET version = $1", len(MIGRATIONS) + 2)
         with pytest.raises(CorruptState, match="newer than this plangate"):
             await migrate(conn)
-        assert await schema_version(conn) == len(MIGRATIONS) + 1
+        assert await schema_version(conn) == len(MIGRATIONS) + 2
     finally:
         await conn.close()
     with pytest.raises(CorruptState):
