@@ -43,7 +43,7 @@ from telegram.error import TelegramError
 from telegram.ext import ApplicationHandlerStop, ContextTypes, TypeHandler
 
 from bot import flood
-from bot.telegram import callback as cb
+from bot import presses as cb
 from bot.telegram.keys import SessionKey, message_key
 from engine.api import (
     ALERT_TEXTS,
