@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from engine.api import PLAN_RESUME
-from engine.events import TurnEnd
+from engine.events import TurnEnd, TurnStart
 from engine.model.script import call, say
 from engine.model.scripted import ScriptedProvider
 from engine.sessions import INTERRUPTED_NOTICE
@@ -140,3 +140,22 @@ async def test_a_replica_whose_write_meets_a_newer_epoch_lets_the_chat_go_by_its
         )
         assert one.engine.sessions.chat_of(sid) is None
         assert [s.seq for s in await two.storage.log.read(sid)] == before
+
+
+async def test_a_replica_started_without_recovery_loads_a_chat_only_when_it_takes_it(
+    tmp_path: Path,
+) -> None:
+    room = chat(-3)
+    async with engine_rig(tmp_path, ScriptedProvider([])) as rig:
+        sid = await rig.engine.session_for_chat(room)
+        # A process died in the middle of a turn.
+        await rig.storage.log.append(sid, [TurnStart(turn_id="t1")])
+    async with engine_rig(tmp_path, ScriptedProvider([]), start=False) as rig:
+        assert await rig.engine.start(recover=False) == []
+        assert not rig.engine.sessions.is_loaded(sid)
+        assert rig.channel.of("notice") == []
+        await rig.engine.chat_taken(room.key)
+        assert rig.engine.sessions.is_loaded(sid)
+        assert [c.args["text"] for c in rig.channel.of("notice")] == [INTERRUPTED_NOTICE]
+        last = (await rig.storage.log.read(sid))[-1].event
+        assert isinstance(last, TurnEnd) and last.outcome == "interrupted"
