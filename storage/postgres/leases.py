@@ -167,15 +167,22 @@ class PgChatLeases:
         )
         return [_lease(row) for row in rows]
 
-    async def lapsed(self, replica: str) -> list[ChatKey]:
-        """Chats whose lease another replica let lapse without releasing it (it died or
-        stalled): the chats to take over even when no update waits for them."""
+    async def lapsed(self) -> list[ChatKey]:
+        """Chats whose holder let the lease lapse without releasing it (it died or stalled;
+        a replica restarted under the same name too): the chats to take over even when no
+        update waits for them."""
         rows = await self._db.pool.fetch(
             "SELECT chat FROM chat_leases "
-            f"WHERE replica <> $1 AND expires_at > 0 AND expires_at <= {_NOW} ORDER BY chat",
-            replica,
+            f"WHERE expires_at > 0 AND expires_at <= {_NOW} ORDER BY chat"
         )
         return [str(row[0]) for row in rows]
+
+    async def replicas(self) -> int:
+        """How many replicas hold a live lease now (they share Telegram's overall limit)."""
+        value = await self._db.pool.fetchval(
+            f"SELECT count(DISTINCT replica) FROM chat_leases WHERE expires_at > {_NOW}"
+        )
+        return int(value or 0)
 
     async def holder(self, chat: ChatKey) -> Lease | None:
         """The live lease on ``chat``, if any."""
