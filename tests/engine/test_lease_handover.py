@@ -159,3 +159,39 @@ async def test_a_replica_started_without_recovery_loads_a_chat_only_when_it_take
         assert [c.args["text"] for c in rig.channel.of("notice")] == [INTERRUPTED_NOTICE]
         last = (await rig.storage.log.read(sid))[-1].event
         assert isinstance(last, TurnEnd) and last.outcome == "interrupted"
+
+
+async def test_losing_a_chat_disarms_its_goal_and_withdraws_its_schedule(
+    pg_dsn: str, tmp_path: Path
+) -> None:
+    async with engine_rig(
+        tmp_path, ScriptedProvider([say("ok")] * 5), database_url=pg_dsn, replica="one"
+    ) as one:
+        room = chat(-4)
+        assert await one.storage.leases.acquire(room.key, "one", 30) is not None
+        sid = await one.engine.session_for_chat(room)
+        await one.engine.command(sid, "goal", "every 1h keep the tests green", actor=OWNER)
+        assert one.engine.goals.is_armed(sid)
+        job = f"goal-round:{sid}"
+        assert one.engine.scheduler.has_job(job)
+        db = one.storage.db
+
+        async def published() -> int:
+            return int(await db.pool.fetchval("SELECT count(*) FROM scheduled_jobs"))  # type: ignore[union-attr]
+
+        await _until_async(lambda: published(), 1, "the schedule is published")
+        await one.engine.chat_lost(room.key)
+        assert not one.engine.goals.is_armed(sid)
+        assert not one.engine.scheduler.has_job(job)
+        await _until_async(lambda: published(), 0, "the schedule is withdrawn")
+
+
+async def _until_async(read: object, want: int, what: str, timeout_s: float = 30.0) -> None:
+    async def poll() -> None:
+        while await read() != want:  # type: ignore[operator]
+            await asyncio.sleep(0.05)
+
+    try:
+        await asyncio.wait_for(poll(), timeout_s)
+    except TimeoutError:
+        raise AssertionError(f"not within {timeout_s}s: {what}") from None
