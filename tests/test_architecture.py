@@ -362,6 +362,38 @@ def test_front_ends_reach_the_engine_only_through_its_surface() -> None:
     assert offending == {}
 
 
+# What a channel's cards and messages say and how: its own, drawn from what every channel
+# shares (bot.cardview, bot.approvals), never from another channel's cards or channel. (Slack
+# still renders the engine's Markdown through Telegram's renderer: docs/architecture.md.)
+PRESENTATION = ("cards", "presenter", "channel")
+CHANNEL_PACKAGES = ("telegram", "slack")
+
+
+def test_no_channel_draws_through_another_channels_presentation() -> None:
+    offending: dict[str, list[str]] = {}
+    for mine in CHANNEL_PACKAGES:
+        others = [f"bot.{o}.{part}" for o in CHANNEL_PACKAGES if o != mine for part in PRESENTATION]
+        for path in sorted((ROOT / "bot" / mine).rglob("*.py")):
+            hits = sorted(m for m in _imports(path) if m.startswith(tuple(others)))
+            if hits:
+                offending[str(path.relative_to(ROOT))] = hits
+    assert offending == {}
+
+
+def test_the_shared_front_end_modules_and_the_demo_name_no_channel() -> None:
+    # The card view, the approval wording and the console demo are every channel's: a front
+    # end like any other reaches them, and they reach no channel's package.
+    offending = {
+        name: sorted(
+            m
+            for m in _imports(ROOT / "bot" / f"{name}.py")
+            if m.startswith(tuple(f"bot.{channel}" for channel in CHANNEL_PACKAGES))
+        )
+        for name in ("cardview", "approvals", "demo")
+    }
+    assert {k: v for k, v in offending.items() if v} == {}
+
+
 CHAT_SERVICES = re.compile(r"telegram|slack", re.IGNORECASE)
 
 

@@ -31,7 +31,8 @@ _HREF = re.compile(r'href="([^"]*)"')
 _SIMPLE = {"b": "*", "strong": "*", "i": "_", "em": "_", "s": "~", "del": "~", "code": "`"}
 
 
-def _slack_escape(text: str) -> str:
+def slack_escape(text: str) -> str:
+    """Plain text made safe for mrkdwn (no mention, link or markup can be smuggled in)."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
@@ -60,7 +61,7 @@ def html_to_mrkdwn(text: str) -> str:
                 out.append(f"<{url}|{label}>" if url and label else label or f"<{url}>")
             elif not closing:
                 found = _HREF.search(attrs)
-                url = _slack_escape(html.unescape(found.group(1))) if found else ""
+                url = slack_escape(html.unescape(found.group(1))) if found else ""
                 links.append((url.replace("|", "%7C"), len(out)))
         elif name == "blockquote":
             if closing and quote_at:

@@ -24,6 +24,13 @@ from dataclasses import dataclass, field
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram.error import BadRequest, TelegramError
 
+from bot.approvals import (
+    TRUSTS_PROJECT_CONFIG,
+    approval_buttons,
+    closed_text,
+    question,
+    unattended_parts,
+)
 from bot.telegram import callback as cb
 from bot.telegram.keys import msg_id
 from bot.telegram.outbox import Outbox
@@ -52,24 +59,6 @@ QUESTION_PATTERN = r"^q:[0-9a-f]{8}:[0-9]{1,2}$"
 _QUESTION = re.compile(QUESTION_PATTERN)
 MAX_OPTION_LABEL = 60
 MAX_OPTIONS = 10
-# Approval buttons and the way a request ended, as the message shows it.
-ALLOW_ONCE = "✅ Allow once"
-ALLOW_SESSION = "♾ Allow for this session"
-# Said under a session rule for a test runner or build tool (docs/security.md).
-TRUSTS_PROJECT_CONFIG = (
-    "A session rule for a test runner or build tool also trusts the project's own test "
-    "configuration (conftest.py, package.json scripts, a Makefile), which the agent can edit."
-)
-DENY = "⛔ Deny"
-_CLOSED = {
-    "once": "✅ Allowed once.",
-    "session": "✅ Allowed for this session.",
-    "deny": "⛔ Denied.",
-    "timeout": "⌛ Nobody answered in time: denied.",
-    "stopped": "⏹ Stopped: denied.",
-    "interrupted": "Interrupted by a restart: denied.",
-    "unattended": "Not run.",
-}
 # The longest command an approval message shows inline, in UTF-16 units of HTML, so the
 # message with its diff stays under Telegram's 4,096; a longer one is attached whole as a
 # document and the message shows its start.
@@ -429,33 +418,23 @@ class TelegramChannel:
         code = await self._command_html(route, view)
         if view.diff:
             code += await self._diff_html(route, view)
-        rows: list[list[InlineKeyboardButton]] = []
         if view.unattended:
-            html_text = (
-                f"🔐 <b>Not run: {escape(view.tool)} needs your approval</b>, and a goal round "
-                f"has nobody to ask. The goal waits for you.\n{code}"
-            )
-            if view.rule:
-                label = _label(f"✅ Allow {_rule_words(view)} for this session")
-                rows.append([_button(label, cb.APPROVAL_RULE, view)])
+            bold, rest = unattended_parts(view)
+            html_text = f"🔐 <b>{escape(bold)}</b>{escape(rest)}\n{code}"
         else:
-            html_text = f"🔐 <b>{escape(_question(view))}</b>"
+            html_text = f"🔐 <b>{escape(question(view))}</b>"
             if view.reason:
                 html_text += f"\nWhy: {escape_within(view.reason, 300)}"
             html_text += f"\n{code}"
-            first = [_button(ALLOW_ONCE, cb.APPROVAL_ONCE, view)]
-            rows = [first]
-            if view.rule:
-                rows.append(
-                    [
-                        _button(
-                            _label(f"♾ Allow {_rule_words(view)} for this session"),
-                            cb.APPROVAL_SESSION,
-                            view,
-                        )
-                    ]
+        rows = [
+            [
+                InlineKeyboardButton(
+                    label, callback_data=cb.encode(p.kind, p.action, p.short_id, p.revision)
                 )
-            first.append(_button(DENY, cb.APPROVAL_DENY, view))
+                for label, p in row
+            ]
+            for row in approval_buttons(view)
+        ]
         if view.rule and view.trusts_project_config:
             html_text += f"\n<i>{TRUSTS_PROJECT_CONFIG}</i>"
         markup = InlineKeyboardMarkup(rows) if rows else None
@@ -547,9 +526,7 @@ class TelegramChannel:
         if found is None:
             return
         chat_id, message_id, html_text = found
-        ended = _CLOSED.get(decision, "Closed.")
-        if decision == "session" and view.rule:
-            ended = f"✅ Allowed for this session: {escape_within(_rule_words(view), 200)}"
+        ended = escape(closed_text(view, decision))
         self._outbox.edit(chat_id, message_id, f"{html_text}\n<i>{ended}</i>", reply_markup=None)
 
     async def notice(self, session_id: str, text: str) -> None:
@@ -560,24 +537,6 @@ class TelegramChannel:
         await self._outbox.send_text(
             route.chat_id, clip_html("<i>" + escape(text[:3500]) + "</i>"), thread_id=route.thread
         )
-
-
-def _question(view: ApprovalView) -> str:
-    """The approval message's first line: what the call asks for."""
-    if view.why == "network":
-        return f"Allow {view.tool} with the network?"
-    if view.why == "ask-rule":
-        return f"Allow {view.tool}? You asked to be asked about this command."
-    return f"Allow {view.tool}?"
-
-
-def _rule_words(view: ApprovalView) -> str:
-    """What a session button adds, as its label names it."""
-    if view.family == "network":
-        return "the network for this exact command"
-    if view.exact:
-        return "this exact command"
-    return f"“{view.rule_text}”"
 
 
 def _also_html(also: Sequence[str]) -> str:
@@ -592,10 +551,6 @@ def _also_html(also: Sequence[str]) -> str:
 
 def _plain(html_text: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", html_text))
-
-
-def _button(label: str, action: str, view: ApprovalView) -> InlineKeyboardButton:
-    return InlineKeyboardButton(label, callback_data=cb.approval_data(action, view.request_id))
 
 
 def _label(option: str) -> str:
