@@ -452,8 +452,11 @@ class EngineApi(Protocol):
         one). Call it the moment the channel returns a card's key; :meth:`goal_card` tells it."""
         ...
 
-    async def start(self) -> list[RestoredGoal]:
-        """Start the scheduler; return the live goals that came up disarmed."""
+    async def start(self, *, recover: bool = True) -> list[RestoredGoal]:
+        """Start the scheduler; return the live goals that came up disarmed.
+
+        ``recover=False`` (a replica among several): load no chat now; each is recovered when
+        this replica takes its lease (:meth:`chat_taken`)."""
         ...
 
     async def chat_taken(self, chat: ChatKey) -> list[RestoredGoal]:

@@ -72,6 +72,7 @@ from bot.telegram.people import SeenPeople
 from bot.telegram.presenter import CardPresenter
 from bot.telegram.render import escape
 from bot.telegram.routes import GROUPS_KEY, ChatRoute, MetaStore, Routes
+from bot.telegram.shared_rate import SharedRateLimiter
 from bot.telegram.updates import ChatLaneProcessor, UpdateLedger
 from bot.telegram.uploads import InputSettings
 from bot.telegram.voice import VOICE_PATTERN
@@ -178,6 +179,12 @@ async def save_group(meta: MetaStore, lock: asyncio.Lock, chat_id: int, added: b
         await meta.set_meta(GROUPS_KEY, json.dumps(sorted(stored)))
 
 
+def default_limiter(*, inbox: bool) -> BaseRateLimiter[Any]:
+    """AIORateLimiter; among replicas (``inbox``) the shared one: Telegram's overall limit is
+    the bot's, whichever replica sends (bot.telegram.shared_rate)."""
+    return SharedRateLimiter() if inbox else AIORateLimiter()
+
+
 def build_application(
     settings: BotSettings,
     engine: EngineApi,
@@ -213,7 +220,7 @@ def build_application(
         .token(token)
         .base_url(api_url)
         .base_file_url(file_url(api_url))
-        .rate_limiter(rate_limiter if rate_limiter is not None else AIORateLimiter())
+        .rate_limiter(rate_limiter if rate_limiter is not None else default_limiter(inbox=inbox))
         .job_queue(None)  # the engine owns the one scheduler (docs/architecture.md)
         .concurrent_updates(ChatLaneProcessor(max_running=MAX_RUNNING_UPDATES, ledger=ledger))
         .build()
@@ -473,6 +480,9 @@ async def start_replica(
     async def process(item: InboxUpdate) -> None:
         await application.process_update(parse_update(item, application.bot))
 
+    # Each round tells the shared limiter how many replicas now send.
+    limiter = getattr(application.bot, "rate_limiter", None)
+
     async def taken(chat: ChatKey) -> None:
         # Groups owners added while another replica held them are in the database, not in
         # this process's gate: read them again, or the gate would leave such a group.
@@ -495,6 +505,7 @@ async def start_replica(
         on_lost=lost,
         source=SOURCE,
         owns=lambda chat: session_key(chat) is not None,
+        on_share=limiter.share if isinstance(limiter, SharedRateLimiter) else None,
     )
     host, port = parse_listen(getattr(settings, "webhook_listen", None))
     await ingress.start(host, port)
