@@ -41,8 +41,9 @@ RETURNING chat, replica, epoch, expires_at
 """
 
 # How long an acquire waits for a row lock (an append or a sidecar write in flight on the
-# holder) before it answers "held": a stalled holder must not stall its peers' loops.
-ACQUIRE_LOCK_TIMEOUT = "2s"
+# holder), in milliseconds, before it answers "held": a stalled holder must not stall its
+# peers' loops.
+ACQUIRE_LOCK_TIMEOUT_MS = 2000
 
 # The fence's row lock, held by an append or a file write for a chat.
 FENCE_ROW = "SELECT 1 FROM chat_leases WHERE chat = $1 AND replica = $2 AND epoch = $3 FOR SHARE"
@@ -130,9 +131,16 @@ class PgChatLeases:
     there, so the fenced stores of that replica write at the current epoch.
     """
 
-    def __init__(self, db: PgDatabase, *, fence: LeaseFence | None = None) -> None:
+    def __init__(
+        self,
+        db: PgDatabase,
+        *,
+        fence: LeaseFence | None = None,
+        lock_timeout_ms: int = ACQUIRE_LOCK_TIMEOUT_MS,
+    ) -> None:
         self._db = db
         self._fence = fence
+        self._lock_timeout_ms = int(lock_timeout_ms)
 
     def _record(self, chat: ChatKey, replica: str, lease: Lease | None) -> None:
         if self._fence is not None and replica == self._fence.replica:
@@ -142,7 +150,7 @@ class PgChatLeases:
         """Take or renew ``chat`` (see :class:`engine.ports.ChatLeases`); ``None`` while another
         replica holds it, or while its row is locked longer than the acquire waits."""
         async with self._db.pool.acquire() as conn, conn.transaction():
-            await conn.execute(f"SET LOCAL lock_timeout = '{ACQUIRE_LOCK_TIMEOUT}'")
+            await conn.execute(f"SET LOCAL lock_timeout = {self._lock_timeout_ms}")
             try:
                 row = await conn.fetchrow(_ACQUIRE, chat, replica, ttl_s)
             except asyncpg.LockNotAvailableError:
@@ -194,4 +202,4 @@ class PgChatLeases:
         return None if row is None else _lease(row)
 
 
-__all__ = ["ACQUIRE_LOCK_TIMEOUT", "FENCE_ROW", "LeaseFence", "PgChatLeases"]
+__all__ = ["ACQUIRE_LOCK_TIMEOUT_MS", "FENCE_ROW", "LeaseFence", "PgChatLeases"]

@@ -389,7 +389,7 @@ class RecordingEngine:
         )
         self.plans[session_id] = plan.model_copy(update={"flow": flow})
 
-    async def start(self) -> list[RestoredGoal]:
+    async def start(self, *, recover: bool = True) -> list[RestoredGoal]:
         self.calls.append(Call("start", ()))
         return list(self.restored)
 
