@@ -25,7 +25,7 @@ from telegram.error import InvalidToken, NetworkError
 
 from bot.channels import SplitChannel, lives_in
 from bot.compose import Plangate, open_plangate
-from bot.health import heartbeat
+from bot.health import heartbeat, heartbeat_name
 from bot.settings import (
     Settings,
     config_path,
@@ -454,7 +454,7 @@ async def run_bot() -> int:
                 ),
                 replica=replica,
             ) as opened,
-            heartbeat(home),
+            heartbeat(home, name=heartbeat_name(replicated=settings.database_url is not None)),
         ):
             opened_box.append(opened)
             stop = asyncio.Event()
