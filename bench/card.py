@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.telegram import GROUP, OWNER, PacedModel, fake_server, start_polling, stop_polling
+from bot.channels import ChannelQueue
 from bot.compose import open_plangate
 from bot.telegram.app import build_application, parts, prepare
-from bot.telegram.channel import LateChannel
+from bot.telegram.channel import TELEGRAM_LIMITS
 from bot.telegram.keys import engine_chat
 from engine.app import EngineConfig
 from engine.events import PlanChanged
@@ -101,7 +102,7 @@ def counted(api: FakeBotApi, since: int) -> Counter[str]:
 async def card_run(tasks: int, *, model_delay_s: float, workdir: Path) -> CardRun:
     """One plan of ``tasks`` steps from /plan to Done in a paced group."""
     (workdir / "work").mkdir(parents=True, exist_ok=True)
-    slot = LateChannel()
+    slot = ChannelQueue(TELEGRAM_LIMITS)
     async with (
         fake_server(group_limit=20) as api,
         open_plangate(
@@ -113,7 +114,8 @@ async def card_run(tasks: int, *, model_delay_s: float, workdir: Path) -> CardRu
     ):
         storage, engine = opened.storage, opened.engine
         settings = Settings(telegram_token=api.token, telegram_api_url=api.base_url)
-        app = build_application(settings, engine, db_meta=storage.db, channel_slot=slot)
+        app = build_application(settings, engine, db_meta=storage.db)
+        delivering = asyncio.ensure_future(slot.deliver(parts(app).channel))
         try:
             await start_polling(app)
             await prepare(app)
@@ -156,6 +158,7 @@ async def card_run(tasks: int, *, model_delay_s: float, workdir: Path) -> CardRu
             await stop_polling(app)
             await bp.presenter.aclose()
             await bp.outbox.aclose()
+            delivering.cancel()
 
 
 def show(run: CardRun) -> None:

@@ -65,9 +65,10 @@ from bench.telegram import (
     plangate_application,
     stop_polling,
 )
+from bot.channels import ChannelQueue
 from bot.compose import open_plangate
-from bot.telegram.app import prepare
-from bot.telegram.channel import LateChannel
+from bot.telegram.app import parts, prepare
+from bot.telegram.channel import TELEGRAM_LIMITS
 from engine.app import EngineConfig
 from engine.model.script import say
 from tests.fakebot.server import FakeBotApi
@@ -193,7 +194,7 @@ async def plangate_bot(
     workspace = home / "work"
     workspace.mkdir(parents=True, exist_ok=True)
     model = PacedModel([say(AGENT_REPLY)] * 100_000, delay_s=0)
-    slot = LateChannel()
+    slot = ChannelQueue(TELEGRAM_LIMITS)
     async with open_plangate(
         home / "home", model=model, channel=slot, config=EngineConfig(workspace=workspace)
     ) as opened:
@@ -204,7 +205,8 @@ async def plangate_bot(
             flow_edit_interval=0.0,
             owner_ids=owners,
         )
-        app = plangate_application(settings, opened, slot, shipped_pacing=False)
+        app = plangate_application(settings, opened, shipped_pacing=False)
+        delivering = asyncio.ensure_future(slot.deliver(parts(app).channel))
         await app.initialize()
         await prepare(app)
         await engine.start()
@@ -222,6 +224,7 @@ async def plangate_bot(
             yield Started(app, startup_s, model, {"commits": storage.db})
         finally:
             await close_plangate_app(app, engine)
+            delivering.cancel()
 
 
 def profiled(enabled: bool) -> cProfile.Profile | None:

@@ -36,10 +36,11 @@ from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.channels import ChannelQueue
 from bot.compose import open_plangate
 from bot.slack import keys
 from bot.slack.app import SlackConfig, SlackFrontEnd, serve_socket_mode
-from bot.telegram.channel import LateChannel
+from bot.slack.render import SLACK_LIMITS
 from engine.api import Outcome
 from engine.app import EngineConfig
 from engine.model.scripted import ScriptedProvider
@@ -110,7 +111,7 @@ async def run(
     with tempfile.TemporaryDirectory() as tmp:
         home, work = Path(tmp) / "home", Path(tmp) / "work"
         work.mkdir()
-        slot = LateChannel()
+        slot = ChannelQueue(SLACK_LIMITS)
         config = EngineConfig(workspace=work, owner_ids=frozenset({keys.person_key(OWNER)}))
         async with open_plangate(
             home, model=ScriptedProvider([]), channel=slot, config=config
@@ -126,7 +127,7 @@ async def run(
                     interval_s=0.0,
                 ),
             )
-            slot.bind(front.channel)
+            delivering = asyncio.ensure_future(slot.deliver(front.channel))
             await front.start()
             await opened.engine.start()
             if front_only:
@@ -170,6 +171,7 @@ async def run(
             await handler.close_async()  # type: ignore[no-untyped-call]
             await opened.engine.shutdown()
             await front.drain()
+            delivering.cancel()
             await front.aclose()
     await ours.stop()
     await bare.stop()

@@ -73,6 +73,14 @@ async def open_plangate(
     if config.inbox_root is None:
         # Uploads live in plangate's home, beside the database, never in the project.
         config = dataclasses.replace(config, inbox_root=home / INBOX_FOLDER)
+    # Of several replicas, one runs the goal schedules (docs/storage.md "One scheduler").
+    elected = None
+    if database_url and replica:
+        from storage.postgres.db import PgDatabase
+        from storage.postgres.election import ElectedScheduler
+
+        assert isinstance(storage.db, PgDatabase)
+        elected = ElectedScheduler(storage.db, database_url, replica)
     try:
         engine = build_engine(
             log=storage.log if wrap_log is None else wrap_log(storage.log),
@@ -83,9 +91,12 @@ async def open_plangate(
             channel=channel,
             config=config,
             clock=clock or time.time,
+            scheduler=elected,
         )
         yield Plangate(storage, engine)
     finally:
+        if elected is not None:
+            await elected.aclose()
         await storage.close()
 
 

@@ -1,15 +1,17 @@
 """``plangate demo``: the whole flow offline, in the terminal (README.md).
 
 A console channel stands in for the chat, the scripted model for the LLM, and a temporary home
-and workspace for the real ones. The engine, the plan files, the SQLite log and the card
-builders are the real ones: what the demo prints is what a Telegram chat would show, as text.
+and workspace for the real ones. The engine, the plan files and the SQLite log are the real
+ones, and the demo is a front end like any other: it drives the engine only through its API
+(``engine.api``), hears it through the ``Channel`` port, and shows the cards as the
+channel-neutral text every front end draws them from (bot.cardview), with the same buttons.
 """
 
 from __future__ import annotations
 
 import asyncio
-import html
-import re
+import contextlib
+import functools
 import sys
 import tempfile
 import time
@@ -17,12 +19,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from bot.cardview import APPROVE, CardText, goal_card_text, markdown_to_text, plan_card_text
+from bot.channels import ChannelQueue
 from bot.compose import open_plangate
-from bot.telegram.presenter import goal_view, plan_view
-from bot.telegram.render import markdown_to_html
-from engine.api import Outcome, Press
-from engine.app import Engine, EngineConfig
-from engine.approval.policy import ApprovalView
+from engine.api import ApprovalView, EngineApi, Outcome, Press
+from engine.app import EngineConfig
 from engine.events import ApprovalDecision, TurnOutcome
 from engine.keys import Chat, MessageKey, make_key
 from engine.limits import ChannelLimits
@@ -113,11 +114,6 @@ class ShowingTools:
         return reply
 
 
-def html_to_text(text: str) -> str:
-    """Telegram HTML as terminal text: tags dropped, entities unescaped."""
-    return html.unescape(re.sub(r"<[^>]+>", "", text))
-
-
 # Seconds after each printed line, so a person can follow; ``--fast`` (tests) sets 0.
 PACE_S = 0.6
 NEXT_STEPS = """That was the offline demo. To run plangate on your own project:
@@ -126,19 +122,16 @@ NEXT_STEPS = """That was the offline demo. To run plangate on your own project:
   3. plangate run      # then send /plan <what you want> to your bot"""
 
 
-class ConsoleChannel:
-    """An :class:`engine.ports.Channel` that prints the chat to a terminal."""
+# A terminal takes any length; files are only named, never shown.
+CONSOLE_LIMITS = ChannelLimits(message_chars=1_000_000)
 
-    def __init__(
-        self, out: TextIO, engine: Callable[[], Engine | None], *, pace_s: float = 0.0
-    ) -> None:
+
+class Console:
+    """The terminal the demo prints to: one line per speaker, paced for a reader."""
+
+    def __init__(self, out: TextIO, *, pace_s: float = 0.0) -> None:
         self._out = out
         self._pace_s = pace_s
-        self._engine = engine
-        self._last_plan = ""
-        self._last_goal = ""
-        # A terminal takes any length; files are only named, never shown.
-        self.limits = ChannelLimits(message_chars=1_000_000)
 
     def line(self, who: str, text: str) -> None:
         prefix = f"{who:>9} │ "
@@ -152,8 +145,33 @@ class ConsoleChannel:
             # The demo's engine waits with the reader: the whole loop pauses, on purpose.
             time.sleep(self._pace_s)
 
+
+def card_lines(card: CardText) -> str:
+    """A card as the terminal shows it: its text, then its buttons as ``[label]``."""
+    labels = "  ".join(f"[{label}]" for label in card.labels())
+    return card.plain() + (f"\n{labels}" if labels else "")
+
+
+class ConsoleChannel:
+    """An :class:`engine.ports.Channel` that prints the chat to a terminal; built on the
+    engine's API (it draws the cards from ``plan_card``/``goal_card``) like any front end."""
+
+    def __init__(self, console: Console, engine: EngineApi) -> None:
+        self._console = console
+        self._engine = engine
+        self._last: dict[str, str] = {}
+        self.limits = CONSOLE_LIMITS
+        # Turns started and running: the demo waits for the agent through these, as a
+        # person watching the chat would.
+        self.started = 0
+        self.running = 0
+        self.changed = asyncio.Event()
+
+    def line(self, who: str, text: str) -> None:
+        self._console.line(who, text)
+
     async def reply(self, session_id: str, text: str, *, reply_to: MessageKey | None) -> None:
-        self.line("plangate", html_to_text(markdown_to_html(text)))
+        self.line("plangate", markdown_to_text(text))
 
     async def ask(self, session_id: str, question: str, options: Sequence[str]) -> None:
         buttons = "  ".join(f"[{o}]" for o in options)
@@ -163,28 +181,25 @@ class ConsoleChannel:
         return None
 
     async def turn_started(self, session_id: str) -> None:
-        return None
+        self.started += 1
+        self.running += 1
+        self.changed.set()
 
     async def turn_ended(self, session_id: str, outcome: TurnOutcome) -> None:
         if outcome != "completed":
             self.line("plangate", f"(turn ended: {outcome})")
+        self.running -= 1
+        self.changed.set()
 
     async def plan_changed(self, session_id: str) -> None:
-        engine = self._engine()
-        if engine is None:
-            return
-        view = plan_view(await engine.plan_card(session_id))
-        self._card("plan card", view.text, view.buttons, last="_last_plan")
+        data = await self._engine.plan_card(session_id)
+        self._card("plan card", plan_card_text(data, now=time.time()))
 
     async def goal_changed(self, session_id: str) -> None:
-        engine = self._engine()
-        if engine is None:
-            return
-        data = await engine.goal_card(session_id)
-        if data.goal is None and not self._last_goal:
-            return  # no goal and no goal card yet: nothing to show (as on Telegram)
-        view = goal_view(data)
-        self._card("goal card", view.text, view.buttons, last="_last_goal")
+        data = await self._engine.goal_card(session_id)
+        if data.goal is None and "goal card" not in self._last:
+            return  # no goal and no goal card yet: nothing to show (as in a chat)
+        self._card("goal card", goal_card_text(data))
 
     async def notice(self, session_id: str, text: str) -> None:
         self.line("plangate", f"ℹ️ {text}")
@@ -209,19 +224,22 @@ class ConsoleChannel:
     ) -> None:
         self.line("plangate", f"🔐 {view.tool}: {decision}")
 
-    def _card(self, who: str, text: str, buttons: Sequence[Sequence[object]], *, last: str) -> None:
-        labels = "  ".join(f"[{b[0]}]" for row in buttons for b in row)  # type: ignore[index]
-        shown = html_to_text(text) + (f"\n{labels}" if labels else "")
-        if shown == getattr(self, last):
-            return  # the card's text is unchanged: Telegram would not be edited either
-        setattr(self, last, shown)
+    def _card(self, who: str, card: CardText) -> None:
+        shown = card_lines(card)
+        if shown == self._last.get(who):
+            return  # the card's text is unchanged: a chat's card would not be edited either
+        self._last[who] = shown
         self.line(who, shown)
 
-
-async def _settle(engine: Engine, session_id: str) -> None:
-    while not engine.agents.is_idle(session_id):
-        await engine.agents.wait_idle(session_id)
-        await asyncio.sleep(0)
+    async def settle(self, session_id: str, started_before: int) -> None:
+        """Wait until a turn started after ``started_before`` turns, none is running and the
+        agent has said all it had to (the card's ``busy`` is off: the reply comes after the
+        turn's end)."""
+        while self.started <= started_before or self.running:
+            self.changed.clear()
+            await self.changed.wait()
+        while (await self._engine.plan_card(session_id)).busy:
+            await asyncio.sleep(0.01)
 
 
 def _show(channel: ConsoleChannel, outcome: Outcome) -> None:
@@ -232,28 +250,31 @@ def _show(channel: ConsoleChannel, outcome: Outcome) -> None:
 async def run_demo(out: TextIO = sys.stdout, *, pace_s: float = 0.0) -> int:
     """Play the demo, ``pace_s`` seconds after each line; returns the process exit code (0
     when the plan completed)."""
+    console = Console(out, pace_s=pace_s)
     with tempfile.TemporaryDirectory(prefix="plangate-demo-") as tmp:
         root = Path(tmp)
         workspace = root / "workspace"
         workspace.mkdir()
         (workspace / "README.md").write_text("# demo project\n", encoding="utf-8")
-        holder: list[Engine] = []
-        channel = ConsoleChannel(out, lambda: holder[0] if holder else None, pace_s=pace_s)
         # Inside the sandbox bash runs unasked; the rule lets the demo's one command run
         # where the policy asks for every command (PLANGATE_BASH_APPROVAL=always).
         config = EngineConfig(
             workspace=workspace, max_goal_rounds=3, allow_bash=(("python3", "test_greet.py"),)
         )
+        # Built in one pass, as `plangate run` is (bot.channels): the engine's words wait in
+        # the queue until the console, built on the engine, takes them.
+        queue = ChannelQueue(CONSOLE_LIMITS)
         async with open_plangate(
             root / "home",
             model=ShowingTools(
-                ScriptedProvider(demo_script()), lambda text: channel.line("agent", text)
+                ScriptedProvider(demo_script()), functools.partial(console.line, "agent")
             ),
-            channel=channel,
+            channel=queue,
             config=config,
         ) as opened:
             engine = opened.engine
-            holder.append(engine)
+            channel = ConsoleChannel(console, engine)
+            delivering = asyncio.ensure_future(queue.deliver(channel))
             await engine.start()
             try:
                 # The pauses between lines are the reader's, not the engine's: not timed.
@@ -262,54 +283,59 @@ async def run_demo(out: TextIO = sys.stdout, *, pace_s: float = 0.0) -> int:
                 )
             finally:
                 await engine.shutdown()
+                delivering.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await delivering
     out.write("\n" + NEXT_STEPS + "\n")
     out.flush()
     return code
 
 
-async def _play(engine: Engine, channel: ConsoleChannel, workspace: Path) -> int:
+def _button(card: CardText, label: str) -> Press | None:
+    """The press the card's button ``label`` sends (None: the card offers no such button)."""
+    return next((press for row in card.buttons for shown, press in row if shown == label), None)
+
+
+async def _play(engine: EngineApi, channel: ConsoleChannel, workspace: Path) -> int:
     channel.line("demo", f"a fake chat; the agent works in {workspace}")
     sid = await engine.session_for_chat(DEMO_CHAT)
 
     channel.line("you", "/plan Add a greeting module with a test")
+    started = channel.started
     _show(
         channel,
         await engine.command(
             sid, "plan", "Add a greeting module with a test", actor=OWNER, actor_name=OWNER_NAME
         ),
     )
-    await _settle(engine, sid)
+    await channel.settle(sid, started)
 
-    card = await engine.plan_card(sid)
-    channel.line("plan text", (card.markdown or "").rstrip())
-    if card.sidecar is None or card.state != "review":
-        channel.line("demo", f"unexpected plan state: {card.state}")
+    data = await engine.plan_card(sid)
+    channel.line("plan text", (data.markdown or "").rstrip())
+    approve = _button(plan_card_text(data, now=time.time()), APPROVE)
+    if approve is None or data.state != "review":
+        channel.line("demo", f"unexpected plan state: {data.state}")
         return 1
-    channel.line("you", "(taps ✅ Approve)")
-    _show(
-        channel,
-        await engine.press(
-            sid,
-            Press("p", "approve", card.sidecar.id[:8], card.sidecar.revision),
-            actor=OWNER,
-            actor_name=OWNER_NAME,
-        ),
-    )
-    await _settle(engine, sid)
+    channel.line("you", f"(taps {APPROVE})")
+    started = channel.started
+    _show(channel, await engine.press(sid, approve, actor=OWNER, actor_name=OWNER_NAME))
+    await channel.settle(sid, started)
 
     channel.line("you", "/goal Keep the greeting test passing")
+    started = channel.started
     _show(
         channel,
         await engine.command(
             sid, "goal", "Keep the greeting test passing", actor=OWNER, actor_name=OWNER_NAME
         ),
     )
+    await channel.settle(sid, started)
     for _ in range(200):
         goal = (await engine.goal_card(sid)).goal
         if goal is not None and goal.phase != "active":
             break
         await asyncio.sleep(0.05)
-    await _settle(engine, sid)
+    await channel.settle(sid, 0)
 
     channel.line("you", "/status")
     _show(channel, await engine.command(sid, "status", "", actor=OWNER, actor_name=OWNER_NAME))

@@ -7,7 +7,6 @@ when every check passed.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import shutil
 import sys
@@ -16,10 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from telegram import Bot
-from telegram.error import InvalidToken, NetworkError, TelegramError
-
-from bot.runner import install_problems, model_from_settings, sandbox_settings
+from bot.runner import (
+    FRONT_ENDS,
+    install_problems,
+    model_from_settings,
+    sandbox_settings,
+    wanted_front_ends,
+)
 from bot.settings import (
     Settings,
     config_path,
@@ -27,7 +29,6 @@ from bot.settings import (
     run_problems,
     settings_warnings,
 )
-from bot.telegram.app import file_url
 from engine.errors import ConfigError
 from engine.model.types import ModelError
 from engine.tools.disk import DiskReserve
@@ -52,73 +53,6 @@ def _writable(folder: Path) -> str | None:
     except OSError as exc:
         return f"{type(exc).__name__}: {exc.strerror or exc}"
     return None
-
-
-async def check_telegram(settings: Settings) -> tuple[bool, str]:
-    """getMe with the token; also reports whether privacy mode hides group messages."""
-    if settings.telegram_token is None:
-        return False, "telegram: no token (PLANGATE_TELEGRAM_TOKEN); get one from @BotFather"
-    bot = Bot(
-        settings.telegram_token.get_secret_value(),
-        base_url=settings.telegram_api_url,
-        base_file_url=file_url(settings.telegram_api_url),
-    )
-    try:
-        async with bot:
-            me = bot.bot
-    except InvalidToken:
-        return False, (
-            "telegram: the server refused the token (PLANGATE_TELEGRAM_TOKEN); "
-            "copy it again from @BotFather"
-        )
-    except NetworkError as exc:
-        return False, (
-            f"telegram: cannot reach {settings.telegram_api_url} ({exc.message}); "
-            "check the network or PLANGATE_TELEGRAM_API_URL"
-        )
-    except TelegramError as exc:
-        return False, f"telegram: getMe failed ({exc.message})"
-    privacy = (
-        "privacy mode is on: in groups the bot sees only commands, mentions and replies"
-        if not me.can_read_all_group_messages
-        else "privacy mode is off: the bot sees every group message"
-    )
-    return True, f"telegram: ok, @{me.username}; {privacy}"
-
-
-async def check_slack(settings: Settings) -> list[tuple[bool, str]]:
-    """auth.test with the bot token (and apps.connections.open with the app token, for
-    Socket Mode); nothing when Slack is not configured."""
-    if settings.slack_bot_token is None:
-        return []
-    if importlib.util.find_spec("slack_sdk") is None:
-        return [(False, "slack: not installed; pip install 'plangate[slack]'")]
-    from slack_sdk.errors import SlackApiError, SlackClientError
-    from slack_sdk.web.async_client import AsyncWebClient
-
-    url = settings.slack_api_url
-    client = AsyncWebClient(token=settings.slack_bot_token.get_secret_value(), base_url=url)
-    try:
-        who = await client.auth_test()
-    except SlackApiError as exc:
-        error = exc.response.get("error")
-        return [(False, f"slack: the bot token was refused ({error}; PLANGATE_SLACK_BOT_TOKEN)")]
-    except (SlackClientError, OSError) as exc:
-        return [(False, f"slack: cannot reach {url} ({type(exc).__name__})")]
-    results = [(True, f"slack: ok, @{who.get('user')} in {who.get('team')}")]
-    if settings.slack_listen is None and settings.slack_app_token is not None:
-        app = AsyncWebClient(base_url=url)
-        try:
-            await app.apps_connections_open(app_token=settings.slack_app_token.get_secret_value())
-            results.append((True, "slack: Socket Mode ok (PLANGATE_SLACK_APP_TOKEN)"))
-        except SlackApiError as exc:
-            error = exc.response.get("error")
-            results.append(
-                (False, f"slack: the app token was refused ({error}; PLANGATE_SLACK_APP_TOKEN)")
-            )
-        except (SlackClientError, OSError) as exc:
-            results.append((False, f"slack: cannot reach {url} ({type(exc).__name__})"))
-    return results
 
 
 async def check_model(settings: Settings) -> tuple[bool, str]:
@@ -390,9 +324,9 @@ async def run_doctor(
     results.append(await check_database(settings))
     results.extend(await check_leases(settings))
     results.extend(await check_shared_volume(settings))
-    if settings.telegram_token is not None or settings.slack_bot_token is None:
-        results.append(await check_telegram(settings))
-    results.extend(await check_slack(settings))
+    # The front ends asked for; with none, the first (Telegram) says what it lacks.
+    for front in wanted_front_ends(settings) or FRONT_ENDS[:1]:
+        results.extend(await front.doctor(settings))
     results.append(await check_model(settings))
     for _, line in results:
         print(line, file=out)

@@ -39,10 +39,17 @@ PRUNE_EVERY_S = 3600.0
 
 
 @runtime_checkable
+class Counted(Protocol):
+    """How many replicas hold live leases (``storage.postgres.leases``)."""
+
+    async def replicas(self) -> int: ...
+
+
+@runtime_checkable
 class Lapsed(Protocol):
     """Leases whose holder let them lapse without releasing them (``storage.postgres.leases``)."""
 
-    async def lapsed(self, replica: str) -> list[ChatKey]: ...
+    async def lapsed(self) -> list[ChatKey]: ...
 
 
 Process = Callable[[InboxUpdate], Awaitable[None]]
@@ -66,10 +73,12 @@ class ChatOwners:
         clock: Callable[[], float] = time.monotonic,
         source: str | None = None,
         owns: Callable[[ChatKey], bool] | None = None,
+        on_share: Callable[[int], None] | None = None,
     ) -> None:
         """``source``: process only the updates of this front end (``telegram``, ``slack``),
         and ``owns``: take only the chats whose keys are its own; a replica serving two front
-        ends runs one loop for each."""
+        ends runs one loop for each. ``on_share``: told each round how many replicas hold
+        chats (Telegram's overall limit is theirs to share: bot.telegram.shared_rate)."""
         self.inbox = inbox
         self.leases = leases
         self.replica = replica
@@ -82,10 +91,12 @@ class ChatOwners:
         self._clock = clock
         self.source = source
         self._owns = owns
+        self._on_share = on_share
         self.held: dict[ChatKey, Lease] = {}
         self._renewed: dict[ChatKey, float] = {}
         self._workers: dict[ChatKey, asyncio.Task[None]] = {}
         self._taking: set[ChatKey] = set()  # taken; the takeover recovery has not run yet
+        self._renewing: set[ChatKey] = set()  # a renewal in flight
         self._wake = asyncio.Event()
         self._pruned_at: float | None = None
 
@@ -97,23 +108,34 @@ class ChatOwners:
         """Rounds until ``stop``, then wait for the updates being processed. The leases stay
         held (and renewed by :meth:`keep`) until :meth:`close`: the engine's shutdown still
         writes for its chats."""
-        async with self.inbox.listening(self.wake):
-            while not stop.is_set():
-                try:
-                    await self.round()
-                except Exception as exc:  # the database away for a moment: next round
-                    _log.warning("plangate.owners.round_failed %s: %s", type(exc).__name__, exc)
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wait(stop), self.poll_s)
-        await self.idle()
+        # Renewals run on their own too: a round busy taking chats or waiting for the
+        # database never delays them past a lease's lifetime.
+        keeping = asyncio.ensure_future(self.keep())
+        try:
+            async with self.inbox.listening(self.wake):
+                while not stop.is_set():
+                    try:
+                        await self.round()
+                    except Exception as exc:  # the database away for a moment: next round
+                        _log.warning("plangate.owners.round_failed %s: %s", type(exc).__name__, exc)
+                    self._wake.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wait(stop), self.poll_s)
+            await self.idle()
+        finally:
+            keeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeping
 
     async def keep(self) -> None:
-        """Only renew the leases held, until cancelled (while the engine shuts down)."""
+        """Only renew the leases held, until cancelled (beside the rounds, and while the
+        engine shuts down)."""
         while True:
-            with contextlib.suppress(Exception):
+            try:
                 await self._renew()
-            await asyncio.sleep(self.poll_s)
+            except Exception as exc:
+                _log.warning("plangate.owners.renew_failed %s: %s", type(exc).__name__, exc)
+            await asyncio.sleep(min(self.poll_s, self.renew_s / 2))
 
     async def _wait(self, stop: asyncio.Event) -> None:
         waits = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
@@ -128,7 +150,8 @@ class ChatOwners:
         await self._renew()
         wanted = await self.inbox.pending_chats(self.source)
         if isinstance(self.leases, Lapsed):
-            wanted += [c for c in await self.leases.lapsed(self.replica) if c not in wanted]
+            # Its own too: a replica restarted under the same name holds nothing yet.
+            wanted += [c for c in await self.leases.lapsed() if c not in wanted]
         if self._owns is not None:
             wanted = [c for c in wanted if self._owns(c)]
         for chat in wanted:
@@ -137,22 +160,51 @@ class ChatOwners:
         for chat in {*wanted, *self._taking}:
             if chat in self.held:
                 self._start(chat)
+        if self._on_share is not None and isinstance(self.leases, Counted):
+            self._on_share(max(1, await self.leases.replicas()))
         await self._prune()
 
     async def _renew(self) -> None:
-        now = self._clock()
-        for chat, lease in list(self.held.items()):
-            if now - self._renewed.get(chat, 0.0) < self.renew_s:
-                continue
+        """Renew each lease due, all at once: one chat's renewal waiting (its row is locked
+        by a write of this replica in flight) must not make the others lapse."""
+        due = [
+            chat
+            for chat in self.held
+            if chat not in self._renewing
+            and self._clock() - self._renewed.get(chat, 0.0) >= self.renew_s
+        ]
+        if due:
+            await asyncio.gather(*(self._renew_one(chat) for chat in due))
+
+    async def _renew_one(self, chat: ChatKey) -> None:
+        lease = self.held.get(chat)
+        if lease is None:
+            return
+        self._renewing.add(chat)
+        try:
+            now = self._clock()
             renewed = await self.leases.acquire(chat, self.replica, self.ttl_s)
-            if renewed is None or renewed.epoch != lease.epoch:
-                await self._lose(chat)
-                if renewed is not None:
-                    # Lapsed and taken back at once: the chat changed hands in between.
-                    await self._took(chat, renewed)
-                continue
-            self.held[chat] = renewed
-            self._renewed[chat] = now
+        finally:
+            self._renewing.discard(chat)
+        if self.held.get(chat) is not lease:
+            return  # lost or taken again meanwhile
+        if renewed is None:
+            # Refused, or the lease row stayed locked (this replica's own write in flight)
+            # longer than an acquire waits: only the former is a loss.
+            current = await self.leases.holder(chat)
+            if current is not None and (current.replica, current.epoch) == (
+                self.replica,
+                lease.epoch,
+            ):
+                return  # still ours: the next renewal tries again
+        if renewed is None or renewed.epoch != lease.epoch:
+            await self._lose(chat)
+            if renewed is not None:
+                # Lapsed and taken back at once: the chat may have changed hands in between.
+                await self._took(chat, renewed)
+            return
+        self.held[chat] = renewed
+        self._renewed[chat] = now
 
     async def _take(self, chat: ChatKey) -> None:
         lease = await self.leases.acquire(chat, self.replica, self.ttl_s)

@@ -9,21 +9,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import importlib.util
-import itertools
 import logging
 import os
 import signal
 import socket
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
-from telegram import Bot
-from telegram.error import InvalidToken, NetworkError
+from telegram.error import NetworkError
 
-from bot.channels import SplitChannel, lives_in
+from bot.channels import ChannelQueue, ChatRouter, FrontEnd, Serving, smallest_limits
 from bot.compose import Plangate, open_plangate
 from bot.health import heartbeat, heartbeat_name
 from bot.settings import (
@@ -33,10 +29,9 @@ from bot.settings import (
     require_run_settings,
     settings_warnings,
 )
-from bot.slack import keys
-from bot.telegram.app import file_url, redact, serve
-from bot.telegram.channel import LateChannel
-from bot.telegram.keys import person_key
+from bot.slack.front import SLACK
+from bot.telegram.app import redact
+from bot.telegram.front import TELEGRAM
 from engine.app import EngineConfig
 from engine.errors import ConfigError
 from engine.model.openai_provider import OpenAIProvider
@@ -50,6 +45,10 @@ from engine.worktree.git import secret_refusal
 
 if TYPE_CHECKING:
     from bot.telegram.ingress import Replicas
+
+# The channels plangate serves, each its own package (docs/architecture.md, "Adding a third
+# channel"); the first one wanted starts and stops the engine. A new channel is one entry.
+FRONT_ENDS: tuple[FrontEnd, ...] = (TELEGRAM, SLACK)
 
 _log = logging.getLogger("plangate.runner")
 
@@ -83,19 +82,9 @@ class NetworkErrorsInOneLine(logging.Filter):
 
 def configure_logging(settings: Settings) -> None:
     """Logs to stderr at ``PLANGATE_LOG_LEVEL`` with every secret redacted."""
-    secrets = [
-        s.get_secret_value()
-        for s in (
-            settings.telegram_token,
-            settings.model_api_key,
-            settings.webhook_secret,
-            settings.database_url,
-            settings.slack_bot_token,
-            settings.slack_app_token,
-            settings.slack_signing_secret,
-        )
-        if s is not None
-    ]
+    secrets = [s.get_secret_value() for s in (settings.model_api_key, settings.database_url) if s]
+    for front in FRONT_ENDS:
+        secrets += front.secrets(settings)
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     handler.addFilter(RedactingFilter(secrets))
@@ -205,37 +194,6 @@ def install_problems(settings: Settings) -> list[str]:
     return [line for line in found if line is not None]
 
 
-def slack_owner_keys(settings: Settings) -> frozenset[str]:
-    """Slack's owners as the engine's person keys (bot.slack.keys)."""
-    return frozenset(keys.person_key(user) for user in settings.slack_owner_ids)
-
-
-def require_slack_extra(settings: Settings) -> None:
-    """A Slack token without the slack extra installed: one line saying what to install."""
-    if settings.slack_bot_token is None:
-        return
-    if (
-        importlib.util.find_spec("slack_bolt") is None
-        or importlib.util.find_spec("aiohttp") is None
-    ):
-        raise ConfigError(
-            "PLANGATE_SLACK_BOT_TOKEN is set but Slack support is not installed: "
-            "pip install 'plangate[slack]' (or unset it)"
-        )
-
-
-def slack_listen(value: str | None) -> tuple[str, int] | None:
-    """``PLANGATE_SLACK_LISTEN`` ``host:port`` -> (host, port); None: Socket Mode."""
-    if not value:
-        return None
-    host, _, port = value.strip().rpartition(":")
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(
-            f"PLANGATE_SLACK_LISTEN: expected host:port, e.g. 0.0.0.0:3000, got {value!r}"
-        )
-    return host.strip("[]") or "0.0.0.0", int(port)
-
-
 def engine_config(settings: Settings) -> EngineConfig:
     """The engine's configuration from the settings: the fields named alike as they are
     (:data:`SHARED_FIELDS`), the others in the engine's shape."""
@@ -261,7 +219,7 @@ def engine_config(settings: Settings) -> EngineConfig:
         setup_timeout_s=settings.setup_timeout,
         bash_approval=settings.bash_approval_mode,
         approval_timeout_s=settings.approval_timeout,
-        owner_ids=frozenset(person_key(u) for u in settings.owner_ids) | slack_owner_keys(settings),
+        owner_ids=frozenset().union(*(front.owner_keys(settings) for front in FRONT_ENDS)),
         vision=settings.model_vision,
         worktree_root=settings.home / "worktrees",
     )
@@ -273,19 +231,14 @@ def replica_name(settings: Settings) -> str:
     return settings.replica_id or f"{socket.gethostname()}-{os.getpid()}"
 
 
-def replicated(settings: Settings) -> bool:
+def replicated(settings: Settings, fronts: list[FrontEnd]) -> bool:
     """Whether this process is one replica of several (docs/webhook.md, "Several replicas"):
     PostgreSQL, and every front end it serves reaches it over HTTP, where any replica may
-    receive a request (Telegram by webhook, Slack by the Events API on
-    ``PLANGATE_SLACK_LISTEN``). Otherwise it owns every chat itself."""
+    receive a request (:meth:`FrontEnd.replicated`: Telegram by webhook, Slack by the Events
+    API on ``PLANGATE_SLACK_LISTEN``). Otherwise it owns every chat itself."""
     if settings.database_url is None:
         return False
-    served = []
-    if settings.telegram_token is not None:
-        served.append(settings.webhook_url is not None)
-    if settings.slack_bot_token is not None:
-        served.append(settings.slack_listen is not None)
-    return bool(served) and all(served)
+    return bool(fronts) and all(front.replicated(settings) for front in fronts)
 
 
 def replica_parts(settings: Settings, opened: Plangate, replica: str) -> Replicas:
@@ -302,43 +255,6 @@ def replica_parts(settings: Settings, opened: Plangate, replica: str) -> Replica
         replica=replica,
         ttl_s=settings.lease_ttl,
     )
-
-
-RETRY_FIRST_S = 2.0
-RETRY_MAX_S = 60.0
-
-
-async def wait_for_telegram(
-    settings: Settings, *, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
-) -> None:
-    """``getMe`` until the Telegram server answers, backing off from 2 s to a minute and logging
-    one line per failed attempt; a refused token stops at once (ConfigError)."""
-    assert settings.telegram_token is not None
-    bot = Bot(
-        settings.telegram_token.get_secret_value(),
-        base_url=settings.telegram_api_url,
-        base_file_url=file_url(settings.telegram_api_url),
-    )
-    delay = RETRY_FIRST_S
-    for attempt in itertools.count(1):
-        try:
-            await bot.get_me()
-            return
-        except InvalidToken:
-            raise ConfigError(
-                "PLANGATE_TELEGRAM_TOKEN: the Telegram server refused the token (getMe: "
-                "unauthorized); copy it again from @BotFather"
-            ) from None
-        except NetworkError as exc:
-            _log.warning(
-                "telegram: cannot reach %s (%s); attempt %d, next in %.0f s",
-                urlsplit(settings.telegram_api_url).netloc or settings.telegram_api_url,
-                exc.message,
-                attempt,
-                delay,
-            )
-        await sleep(delay)
-        delay = min(delay * 2, RETRY_MAX_S)
 
 
 async def _together(jobs: list[Coroutine[Any, Any, None]], stop: asyncio.Event) -> None:
@@ -359,44 +275,33 @@ async def _together(jobs: list[Coroutine[Any, Any, None]], stop: asyncio.Event) 
                 task.cancel()
 
 
-async def _serve_slack(
-    settings: Settings,
-    opened: Plangate,
-    slot: LateChannel,
-    stop: asyncio.Event,
-    *,
-    alone: bool,
-    replicas: Replicas | None = None,
-) -> None:
-    """The Slack front end on the opened plangate (bot.slack.app); ``replicas``: one replica
-    of several (bot.slack.ingress)."""
-    from bot.slack.app import SlackConfig, SlackFrontEnd, serve_slack
+def wanted_front_ends(settings: Settings) -> list[FrontEnd]:
+    """The front ends the settings ask for, in :data:`FRONT_ENDS` order."""
+    return [front for front in FRONT_ENDS if front.wanted(settings)]
 
-    secret = settings.slack_signing_secret
-    app_token = settings.slack_app_token
-    assert settings.slack_bot_token is not None
-    front = SlackFrontEnd(
-        opened.engine,
-        opened.storage.db,
-        SlackConfig(
-            bot_token=settings.slack_bot_token.get_secret_value(),
-            app_token=app_token.get_secret_value() if app_token else "",
-            signing_secret=secret.get_secret_value() if secret else "",
-            api_url=settings.slack_api_url,
-            owner_ids=settings.slack_owner_ids,
-            allowed_channels=settings.slack_allowed_channels,
-            replayed=replicas is not None,
-        ),
-    )
-    slot.bind(front.channel)
-    await serve_slack(
-        front,
-        opened.engine,
-        stop=stop,
-        listen=slack_listen(settings.slack_listen),
-        owns_engine=alone,
-        replicas=replicas,
-    )
+
+async def serve_front_ends(
+    served: list[tuple[FrontEnd, Serving]],
+    opened: Plangate,
+    queue: ChannelQueue,
+    stop: asyncio.Event,
+) -> None:
+    """Serve the built front ends side by side until ``stop`` (or one ends), the engine's
+    words delivered from ``queue`` to the front end each session's chat belongs to; the
+    first front end starts and stops the engine, so delivery goes on until it has."""
+    channel: Channel = served[0][1].channel
+    if len(served) > 1:
+        channel = ChatRouter(opened.storage.db, [(f.owns, s.channel) for f, s in served])
+    delivering = asyncio.ensure_future(queue.deliver(channel))
+    try:
+        await _together(
+            [serving.serve(stop, owns_engine=i == 0) for i, (_, serving) in enumerate(served)],
+            stop,
+        )
+    finally:
+        delivering.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await delivering
 
 
 async def run_bot() -> int:
@@ -409,43 +314,28 @@ async def run_bot() -> int:
     configure_logging(settings)
     for line in settings_warnings(files=[config_path(), Path(".env")]):
         _log.warning("settings: %s", line)
-    require_slack_extra(settings)
-    if settings.telegram_token is not None:
-        await wait_for_telegram(settings)
+    fronts = wanted_front_ends(settings)
+    replica = replica_name(settings) if replicated(settings, fronts) else None
+    if replica is not None:
+        _log.info("plangate.runner.replica %s (lease %.0f s)", replica, settings.lease_ttl)
+    for front in fronts:
+        await front.ready(settings)
     config = engine_config(settings)
     warning = await asyncio.to_thread(sandbox_warning, config.sandbox)
     if warning is not None:
         _log.warning("sandbox: %s", warning)
     model = model_from_settings(settings)
     transcriber = transcriber_from_settings(settings)
-    telegram_slot = LateChannel()
-    slack_slot = LateChannel()
     home = settings.home.expanduser()
-    # Which front end a session belongs to is where its chat is (bot.slack.keys); the routes
-    # are read from the home's meta table, which exists once plangate is opened.
-    opened_box: list[Plangate] = []
-
-    async def on_slack(session_id: str) -> bool:
-        if not opened_box:
-            return False
-        return await lives_in(opened_box[0].storage.db, session_id, keys.is_slack_chat)
-
-    serves_telegram = settings.telegram_token is not None
-    serves_slack = settings.slack_bot_token is not None
-    channel: Channel
-    if serves_telegram and serves_slack:
-        channel = SplitChannel(telegram_slot, slack_slot, on_slack)
-    else:
-        channel = telegram_slot if serves_telegram else slack_slot
-    replica = replica_name(settings) if replicated(settings) else None
-    if replica is not None:
-        _log.info("plangate.runner.replica %s (lease %.0f s)", replica, settings.lease_ttl)
+    # The engine's channel: what it says waits here until the front ends, built on the
+    # engine, take it (bot.channels).
+    queue = ChannelQueue(smallest_limits([front.limits for front in fronts]))
     try:
         async with (
             open_plangate(
                 home,
                 model=model,
-                channel=channel,
+                channel=queue,
                 config=config,
                 database_url=(
                     None
@@ -456,42 +346,22 @@ async def run_bot() -> int:
             ) as opened,
             heartbeat(home, name=heartbeat_name(replicated=settings.database_url is not None)),
         ):
-            opened_box.append(opened)
-            stop = asyncio.Event()
-            jobs = []
-            if serves_slack:
-                jobs.append(
-                    _serve_slack(
+            served = [
+                (
+                    front,
+                    front.build(
                         settings,
                         opened,
-                        slack_slot,
-                        stop,
-                        alone=not serves_telegram,
-                        replicas=(
-                            None if replica is None else replica_parts(settings, opened, replica)
-                        ),
-                    )
-                )
-            if serves_telegram:
-                jobs.append(
-                    serve(
-                        settings,
-                        opened.engine,
-                        opened.storage.db,
-                        channel_slot=telegram_slot,
                         transcriber=transcriber,
-                        stop=stop,
+                        # Each front end has the replicas' inbox and leases of its own.
                         replicas=(
                             None if replica is None else replica_parts(settings, opened, replica)
                         ),
-                    )
+                    ),
                 )
-            await _together(jobs, stop)
-    except InvalidToken:
-        raise ConfigError(
-            "PLANGATE_TELEGRAM_TOKEN: the Telegram server refused the token (getMe: "
-            "unauthorized); copy it again from @BotFather"
-        ) from None
+                for front in fronts
+            ]
+            await serve_front_ends(served, opened, queue, asyncio.Event())
     finally:
         await model.aclose()
         if transcriber is not None:

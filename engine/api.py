@@ -55,7 +55,7 @@ GoalCardState = Literal["none", "live", "confirm_clear"]
 # The button protocol. A press names its card kind (``p`` plan, ``g`` goal, ``a`` tool
 # approval), an action of that kind, the first 8 characters of the plan, goal or request id,
 # and the revision the button was drawn for. The front end encodes and decodes it
-# (bot/telegram/callback.py); the command plane matches these constants, so a typo fails to import.
+# (bot/presses.py); the command plane matches these constants, so a typo fails to import.
 PressKind = Literal["p", "g", "a"]
 PLAN_APPROVE: Final = "approve"
 PLAN_KEEP: Final = "keep"
@@ -452,8 +452,11 @@ class EngineApi(Protocol):
         one). Call it the moment the channel returns a card's key; :meth:`goal_card` tells it."""
         ...
 
-    async def start(self) -> list[RestoredGoal]:
-        """Start the scheduler; return the live goals that came up disarmed."""
+    async def start(self, *, recover: bool = True) -> list[RestoredGoal]:
+        """Start the scheduler; return the live goals that came up disarmed.
+
+        ``recover=False`` (a replica among several): load no chat now; each is recovered when
+        this replica takes its lease (:meth:`chat_taken`)."""
         ...
 
     async def chat_taken(self, chat: ChatKey) -> list[RestoredGoal]:

@@ -197,16 +197,20 @@ class Engine:
 
     # --- lifecycle --------------------------------------------------------------------------
 
-    async def start(self) -> list[RestoredGoal]:
+    async def start(self, *, recover: bool = True) -> list[RestoredGoal]:
         """Start the scheduler; return the live goals that came up disarmed after a restart.
 
         Loads only the bound sessions the log marks as needing it (an interrupted turn to
         announce, a live goal to come up disarmed, an undecided ``/plan`` or approval); every
-        other session loads when its chat next speaks.
+        other session loads when its chat next speaks. ``recover=False``: a replica among
+        several, which recovers each chat when it takes the chat's lease (:meth:`chat_taken`)
+        and must not load chats other replicas hold; nothing is loaded here then.
         """
         if isinstance(self.scheduler, ApsScheduler):
             self.scheduler.start()
         await self.usage.load()
+        if not recover:
+            return []
         return self._restored(await self.sessions.load_bound())
 
     def _restored(self, loaded: list[str]) -> list[RestoredGoal]:

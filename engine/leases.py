@@ -47,14 +47,15 @@ class LocalChatLeases:
             key=lambda x: x.chat,
         )
 
-    async def lapsed(self, replica: str) -> list[ChatKey]:
-        """Chats another replica let lapse without releasing them, by key."""
+    async def lapsed(self) -> list[ChatKey]:
+        """Chats whose holder let the lease lapse without releasing it, by key."""
         now = self._clock()
-        return sorted(
-            x.chat
-            for x in self._leases.values()
-            if x.replica != replica and 0 < x.expires_at <= now
-        )
+        return sorted(x.chat for x in self._leases.values() if 0 < x.expires_at <= now)
+
+    async def replicas(self) -> int:
+        """How many replicas hold a live lease now."""
+        now = self._clock()
+        return len({x.replica for x in self._leases.values() if x.expires_at > now})
 
     async def holder(self, chat: ChatKey) -> Lease | None:
         """The live lease on ``chat``, if any."""

@@ -360,8 +360,9 @@ class Sessions:
         Each session's turn is cancelled and its bash processes killed (as ``/stop`` kills
         them), its goal disarmed (the driver drops its jobs), and what this process loaded of
         it (controller, history, plan, worktree, bindings) forgotten, so taking the chat back
-        later starts from the store. Nothing is logged or said: the log and the chat belong to
-        the replica that holds the lease now. Idempotent; returns the sessions let go.
+        later starts from the store. Nothing is logged or said (disarming asks the front end to
+        redraw the goal card once): the log and the chat belong to the replica that holds the
+        lease now. Idempotent; returns the sessions let go.
         """
         room = self._bindings.room(chat)
         let_go = self._bindings.sessions_in(room)

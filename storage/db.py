@@ -13,12 +13,21 @@ transaction, and commits once; a write's caller resumes only after that commit. 
 arrive while a commit is in flight wait for the next one, so N concurrent sessions pay one
 fsync, not N. A write that fails rolls back to its savepoint alone; the others still commit.
 
+Trips: each statement an ``aiosqlite`` write awaits is a trip to the connection's thread and
+back (a queue, a thread wake-up, the loop woken), which costs more CPU than a small statement.
+A write that only runs statements can be given as one function of the ``sqlite3`` connection
+(:meth:`Database.write_in_thread`); a batch made only of those runs whole in one trip (BEGIN,
+the savepoints, COMMIT), which is what makes an event append cheap (docs/bench.md).
+
 Every caller is answered exactly once, with the truth. A batch whose rollback fails leaves the
 writer connection in an unknown state: each write of that batch hears the error (none of it is
 durable: the connection is closed, which rolls back), the writer connection is opened anew, and
 the writes queued behind go on there. A cancellation while the COMMIT is in SQLite's thread does
 not stop it: the writer waits for the COMMIT's own outcome and answers from that, then stops;
 the next write starts a new writer.
+
+A one-trip batch, once sent, runs to its end in SQLite's thread: a cancellation meanwhile is
+answered as at COMMIT (the outcome, then the writer stops).
 
 Concurrency: inside a process, writes go through one connection (the writer task, under an
 :class:`asyncio.Lock`) and reads through a second, read-only one, so a read sees only
@@ -38,7 +47,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import aiosqlite
 
@@ -57,6 +66,8 @@ WRITER_TASK = "plangate.db.writer"
 
 T = TypeVar("T")
 Work = Callable[[aiosqlite.Connection], Awaitable[Any]]
+# A write as one function of the writer's sqlite3 connection, run in that connection's thread.
+ThreadWork = Callable[[sqlite3.Connection], Any]
 # How the writer connection is made (a seam: tests wrap it to inject faults).
 Connect = Callable[[Path], Awaitable[aiosqlite.Connection]]
 
@@ -65,7 +76,8 @@ _log = logging.getLogger("plangate.db")
 
 @dataclass(eq=False, slots=True)
 class _Write:
-    work: Work
+    work: Work | None = None
+    in_thread: ThreadWork | None = None  # the write as one function (write_in_thread)
     done: asyncio.Future[Any] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -182,17 +194,27 @@ class Database:
         An exception from ``work`` rolls back its own statements and is raised here; nothing of
         it commits. Cancelling the caller does not cancel a write already taken up.
         """
+        return cast(T, await self._queued(_Write(work=work)))
+
+    async def write_in_thread(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """:meth:`write` for a write that only runs statements: ``work`` is called with the
+        writer's ``sqlite3`` connection, in that connection's thread, inside the same batch,
+        savepoint and commit, and its result or exception is this call's. A batch made only of
+        such writes costs one trip to the thread instead of one per statement. ``work`` must
+        not touch the event loop or anything but ``conn``.
+        """
+        return cast(T, await self._queued(_Write(in_thread=work)))
+
+    async def _queued(self, item: _Write) -> Any:
         if self._closing:
             raise RuntimeError("the database is closed")
-        item = _Write(work)
         self._queue.append(item)
         self._wake.set()
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(
                 self._run_writer(), name=WRITER_TASK
             )
-        result: T = await asyncio.shield(item.done)
-        return result
+        return await asyncio.shield(item.done)
 
     async def _run_writer(self) -> None:
         while True:
@@ -206,34 +228,18 @@ class Database:
 
     async def _commit_batch(self, batch: list[_Write]) -> None:
         results: list[tuple[_Write, Any, Exception | None]] = []
-        # A lone write needs no savepoint: its failure rolls back the whole transaction.
-        alone = len(batch) == 1
         stopped: BaseException | None = None
         async with self._lock:
             conn = self._conn
             try:
-                await conn.execute("BEGIN IMMEDIATE")
-                for item in batch:
-                    if not alone:
-                        await conn.execute("SAVEPOINT w")
-                    try:
-                        value = await item.work(conn)
-                    except Exception as exc:
-                        # Recorded first: should the rollback fail, this write still hears
-                        # its own error.
-                        results.append((item, None, exc))
-                        if alone:
-                            await conn.rollback()
-                        else:
-                            await conn.execute("ROLLBACK TO w")
-                            await conn.execute("RELEASE w")
-                    else:
-                        if not alone:
-                            await conn.execute("RELEASE w")
-                        results.append((item, value, None))
-                if conn.in_transaction:
-                    stopped = await _commit(conn)
-                    self.commits += 1
+                if all(item.work is None for item in batch):
+                    # One trip: the whole transaction in SQLite's thread (_run_batch).
+                    committed, stopped = await _outcome(
+                        _in_thread(conn, lambda raw: _run_batch(raw, batch, results))
+                    )
+                    self.commits += committed
+                else:
+                    stopped = await self._statement_by_statement(conn, batch, results)
             except BaseException as exc:
                 await self._batch_failed(conn, batch, exc, own=results)
                 if not isinstance(exc, Exception):
@@ -245,6 +251,45 @@ class Database:
             # truth; those queued behind hear that this writer stops, and it does.
             self._fail_queued(stopped)
             raise stopped
+
+    async def _statement_by_statement(
+        self,
+        conn: aiosqlite.Connection,
+        batch: list[_Write],
+        results: list[tuple[_Write, Any, Exception | None]],
+    ) -> BaseException | None:
+        """The batch with a trip per statement (it holds a :meth:`write`); each write's outcome
+        goes to ``results``. Returns the cancellation that arrived during the COMMIT."""
+        # A lone write needs no savepoint: its failure rolls back the whole transaction.
+        alone = len(batch) == 1
+        stopped: BaseException | None = None
+        await conn.execute("BEGIN IMMEDIATE")
+        for item in batch:
+            if not alone:
+                await conn.execute("SAVEPOINT w")
+            try:
+                if item.work is not None:
+                    value = await item.work(conn)
+                else:
+                    assert item.in_thread is not None
+                    value = await _in_thread(conn, item.in_thread)
+            except Exception as exc:
+                # Recorded first: should the rollback fail, this write still hears its own
+                # error.
+                results.append((item, None, exc))
+                if alone:
+                    await conn.rollback()
+                else:
+                    await conn.execute("ROLLBACK TO w")
+                    await conn.execute("RELEASE w")
+            else:
+                if not alone:
+                    await conn.execute("RELEASE w")
+                results.append((item, value, None))
+        if conn.in_transaction:
+            stopped = await _commit(conn)
+            self.commits += 1
+        return stopped
 
     async def _batch_failed(
         self,
@@ -322,14 +367,14 @@ class Database:
     async def set_meta(self, key: str, value: str) -> None:
         """Set (or replace) one metadata value; durable when this returns."""
 
-        async def work(conn: aiosqlite.Connection) -> None:
-            await conn.execute(
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
                 "INSERT INTO meta (key, value) VALUES (?, ?) "
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 (key, value),
             )
 
-        await self.write(work)
+        await self.write_in_thread(work)
 
 
 async def _connect(file: Path) -> aiosqlite.Connection:
@@ -351,6 +396,62 @@ async def _commit(conn: aiosqlite.Connection) -> BaseException | None:
         except asyncio.CancelledError as exc:
             if statement.done():
                 raise  # the statement itself was cancelled (loop shutdown): not committed
+            stopped = exc
+
+
+async def _in_thread(conn: aiosqlite.Connection, work: ThreadWork) -> Any:
+    """``work(raw)`` in the connection's own thread, one trip. aiosqlite has no public call for
+    this: ``_execute`` is how each of its own methods gets there, and ``_conn`` is the sqlite3
+    connection they use (both since aiosqlite 0.17; the version is pinned below 1)."""
+    run = cast(Callable[[Callable[[], Any]], Awaitable[Any]], conn._execute)  # noqa: SLF001
+    return await run(lambda: work(conn._conn))  # noqa: SLF001
+
+
+def _run_batch(
+    conn: sqlite3.Connection,
+    batch: list[_Write],
+    results: list[tuple[_Write, Any, Exception | None]],
+) -> bool:
+    """A batch of :meth:`Database.write_in_thread` writes, in the connection's thread: what
+    :meth:`Database._statement_by_statement` does, without a trip per statement. Each write's
+    outcome goes to ``results`` as it happens (so a failed rollback still leaves each write its
+    own error); returns whether it committed."""
+    alone = len(batch) == 1
+    conn.execute("BEGIN IMMEDIATE")
+    for item in batch:
+        assert item.in_thread is not None
+        if not alone:
+            conn.execute("SAVEPOINT w")
+        try:
+            value = item.in_thread(conn)
+        except Exception as exc:
+            results.append((item, None, exc))
+            if alone:
+                conn.rollback()
+            else:
+                conn.execute("ROLLBACK TO w")
+                conn.execute("RELEASE w")
+        else:
+            if not alone:
+                conn.execute("RELEASE w")
+            results.append((item, value, None))
+    if conn.in_transaction:
+        conn.execute("COMMIT")
+        return True
+    return False
+
+
+async def _outcome(call: Awaitable[T]) -> tuple[T, BaseException | None]:
+    """``call``'s own outcome, waited for through cancellations (it runs on in SQLite's thread
+    whatever happens to this task), and the cancellation that arrived meanwhile."""
+    running = asyncio.ensure_future(call)
+    stopped: BaseException | None = None
+    while True:
+        try:
+            return await asyncio.shield(running), stopped
+        except asyncio.CancelledError as exc:
+            if running.cancelled():
+                raise  # the call itself was cancelled (loop shutdown): it did not run
             stopped = exc
 
 

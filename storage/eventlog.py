@@ -23,7 +23,6 @@ from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import aiosqlite
 from pydantic import ValidationError
 
 from engine.errors import AppendConflict, CorruptState
@@ -167,14 +166,15 @@ class SqliteEventLog:
         marks = attention_marks(events)
         at = self._clock()
 
-        async def work(conn: aiosqlite.Connection) -> int:
-            # execute_fetchall: one trip to aiosqlite's thread, where execute + fetch + close
-            # would be three; each trip costs more than the statement.
-            rows = await conn.execute_fetchall(
-                "SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = ?", (session_id,)
+        def work(conn: sqlite3.Connection) -> int:
+            # In the writer connection's thread, whole (Database.write_in_thread): one trip
+            # for the batch, where each statement awaited here would be one.
+            last = int(
+                conn.execute(
+                    "SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = ?", (session_id,)
+                ).fetchone()[0]
             )
-            last = int(next(iter(rows))[0])
-            await conn.executemany(
+            conn.executemany(
                 "INSERT INTO events (session_id, seq, type, at, payload) VALUES (?, ?, ?, ?, ?)",
                 [
                     (session_id, last + i, type_, at, payload)
@@ -188,7 +188,7 @@ class SqliteEventLog:
             ]
             if claims:
                 try:
-                    await conn.executemany(
+                    conn.executemany(
                         "INSERT INTO goal_revisions (session_id, goal_id, revision, seq) "
                         "VALUES (?, ?, ?, ?)",
                         claims,
@@ -200,10 +200,10 @@ class SqliteEventLog:
                         f"{session_id}: {', '.join(f'{g} r{r}' for _, g, r, _ in claims)}"
                     ) from exc
             if marks.touched:
-                await conn.execute(_UPSERT_MARKS, (session_id, *marks.row(), *marks.row()))
+                conn.execute(_UPSERT_MARKS, (session_id, *marks.row(), *marks.row()))
             return last
 
-        last = await self._db.write(work)
+        last = await self._db.write_in_thread(work)
         return [
             StoredEvent(session_id=session_id, seq=last + i, at=at, event=event)
             for i, event in enumerate(events, start=1)

@@ -202,6 +202,79 @@ def test_nothing_is_set_on_an_engine_object_after_it_is_built() -> None:
     assert offending == []
 
 
+def test_nothing_is_set_on_a_front_end_part_after_it_is_built() -> None:
+    # The front ends are composed in one pass too (docs/architecture.md "The front end's
+    # side"): the outbox, the card presenter, the channel and the access gate are given what
+    # they use, a part that listens to another subscribes itself when built, and the engine's
+    # channel is a queue the composition delivers to the front end once it exists
+    # (bot.channels.ChannelQueue), never a slot bound afterwards.
+    offending = [
+        hit
+        for path in sorted((ROOT / "bot").rglob("*.py"))
+        for hit in _late_setters(path, foreign=("bot", "engine", "."))
+    ]
+    assert offending == []
+
+
+# The bot's composition: the functions that build its parts and the engine on them.
+BOT_COMPOSITION = {
+    "bot/compose.py": ("open_plangate",),
+    "bot/runner.py": ("run_bot", "serve_front_ends"),
+    "bot/telegram/app.py": ("build_application",),
+}
+
+
+def _holders(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """The empty lists ``function`` makes that a function nested in it reads: a holder filled
+    once a part exists (``holder.append(gate)``, read back as ``holder[0]``), which is a
+    setter by another name."""
+    empty = {
+        target.id
+        for node in ast.walk(function)
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        and isinstance(node.value, ast.List)
+        and not node.value.elts
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    }
+    return sorted(
+        {
+            name.id
+            for nested in ast.walk(function)
+            if nested is not function
+            and isinstance(nested, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+            for name in ast.walk(nested)
+            if isinstance(name, ast.Name) and name.id in empty
+        }
+    )
+
+
+def test_the_bot_composition_holds_no_part_in_a_holder() -> None:
+    found: dict[str, list[str]] = {}
+    for file, names in BOT_COMPOSITION.items():
+        tree = ast.parse((ROOT / file).read_text(encoding="utf-8"))
+        for function in ast.walk(tree):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            if function.name in names and (held := _holders(function)):
+                found[f"{file}:{function.name}"] = held
+    assert found == {}
+
+
+def test_the_holder_finder_finds_a_holder() -> None:
+    source = (
+        "def build():\n"
+        "    holder: list[int] = []\n"
+        "    kept = []\n"
+        "    def save() -> int:\n"
+        "        return holder[0]\n"
+        "    holder.append(1)\n"
+        "    kept.append(2)\n"
+    )
+    (function,) = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef)][:1]
+    assert _holders(function) == ["holder"]
+
+
 def test_the_setter_finder_finds_a_setter(tmp_path: Path) -> None:
     source = tmp_path / "compose.py"
     source.write_text(
@@ -287,6 +360,38 @@ def test_front_ends_reach_the_engine_only_through_its_surface() -> None:
         if outside:
             offending[str(path.relative_to(ROOT))] = outside
     assert offending == {}
+
+
+# What a channel's cards and messages say and how: its own, drawn from what every channel
+# shares (bot.cardview, bot.approvals), never from another channel's cards or channel. (Slack
+# still renders the engine's Markdown through Telegram's renderer: docs/architecture.md.)
+PRESENTATION = ("cards", "presenter", "channel")
+CHANNEL_PACKAGES = ("telegram", "slack")
+
+
+def test_no_channel_draws_through_another_channels_presentation() -> None:
+    offending: dict[str, list[str]] = {}
+    for mine in CHANNEL_PACKAGES:
+        others = [f"bot.{o}.{part}" for o in CHANNEL_PACKAGES if o != mine for part in PRESENTATION]
+        for path in sorted((ROOT / "bot" / mine).rglob("*.py")):
+            hits = sorted(m for m in _imports(path) if m.startswith(tuple(others)))
+            if hits:
+                offending[str(path.relative_to(ROOT))] = hits
+    assert offending == {}
+
+
+def test_the_shared_front_end_modules_and_the_demo_name_no_channel() -> None:
+    # The card view, the approval wording and the console demo are every channel's: a front
+    # end like any other reaches them, and they reach no channel's package.
+    offending = {
+        name: sorted(
+            m
+            for m in _imports(ROOT / "bot" / f"{name}.py")
+            if m.startswith(tuple(f"bot.{channel}" for channel in CHANNEL_PACKAGES))
+        )
+        for name in ("cardview", "approvals", "demo")
+    }
+    assert {k: v for k, v in offending.items() if v} == {}
 
 
 CHAT_SERVICES = re.compile(r"telegram|slack", re.IGNORECASE)

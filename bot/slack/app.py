@@ -38,13 +38,13 @@ from slack_bolt.app.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot import presses as cb
+from bot.flood import AnswerBudget
 from bot.slack import keys
 from bot.slack.cards import CardKind, SlackCards
 from bot.slack.channel import SlackChannel, escape
 from bot.slack.outbox import SlackOutbox
 from bot.slack.render import markdown_to_mrkdwn
-from bot.telegram import callback as cb
-from bot.telegram.flood import AnswerBudget
 from bot.telegram.routes import ChatRoute, MetaStore, Routes
 from engine.api import (
     ALERT_TEXTS,
@@ -190,6 +190,7 @@ class SlackFrontEnd:
         self.refused = 0
         self._clock = clock
         self._lanes: dict[str, asyncio.Lock] = {}
+        self._allowed_lock = asyncio.Lock()
         self._state = _State(allowed=set(config.allowed_channels))
         self._owners = frozenset(config.owner_ids)
         self.bot_user = ""
@@ -202,10 +203,19 @@ class SlackFrontEnd:
         """Who the bot is (auth.test) and which channels owners invited it to."""
         who = await self.client.auth_test()
         self.bot_user, self.team_id = str(who["user_id"]), str(who.get("team_id") or "")
+        await self.reload_allowed()
+
+    async def _stored_allowed(self) -> set[str]:
         stored = await self.meta.get_meta(ALLOWED_KEY)
         if stored:
-            with contextlib.suppress(ValueError):
-                self._state.allowed |= set(json.loads(stored))
+            with contextlib.suppress(ValueError, TypeError):
+                return {str(c) for c in json.loads(stored)}
+        return set()
+
+    async def reload_allowed(self) -> None:
+        """Read the channels owners invited the bot to again (among replicas another one
+        may have recorded one since this process read them)."""
+        self._state.allowed |= await self._stored_allowed()
 
     async def drain(self) -> None:
         """Finish the work already accepted, then the cards and the outbox."""
@@ -306,7 +316,7 @@ class SlackFrontEnd:
         return keys.ts_key(thread_ts)
 
     async def _refuse(self, channel: str, chat: int, sender: Sender, text: str) -> None:
-        """A refusal said to the sender alone, within the answer budget (bot.telegram.flood)."""
+        """A refusal said to the sender alone, within the answer budget (bot.flood)."""
         now = self._clock()
         who = sender.actor or 0
         if not self.budget.allows(chat, who, now):
@@ -608,7 +618,11 @@ class SlackFrontEnd:
         if owner or channel in self._state.allowed:
             self._state.allowed.add(channel)
             self._state.left.discard(channel)
-            await self.meta.set_meta(ALLOWED_KEY, json.dumps(sorted(self._state.allowed)))
+            # Only this channel is added to the stored list: other replicas write it too, and
+            # a whole-set write would undo what they added since this process read it.
+            async with self._allowed_lock:
+                stored = await self._stored_allowed()
+                await self.meta.set_meta(ALLOWED_KEY, json.dumps(sorted(stored | {channel})))
             return
         await self._leave(channel)
 
@@ -764,6 +778,7 @@ async def serve_replica(
         await front.tasks.drain()  # the conversation's work the listener started
 
     async def taken(chat: ChatKey) -> None:
+        await front.reload_allowed()  # a channel invited on another replica since our start
         await _announce(front, await engine.chat_taken(chat))
 
     async def lost(chat: ChatKey) -> None:

@@ -1,10 +1,11 @@
 """The plan card and the goal card as Block Kit messages, edited in place (docs/slack.md).
 
-What a card shows is Telegram's card (``bot.telegram.presenter.plan_view``/``goal_view``,
-built from the engine's card data and actions), rewritten in mrkdwn: one section per 3,000
-characters, one actions block per row of buttons. A button's ``action_id`` and ``value`` carry
-the same text as Telegram's callback data (kind, action, short id, revision), so a press is
-decoded and judged by the engine exactly as on Telegram.
+A card is drawn from the engine's card data as every front end draws it (bot.cardview: its
+lines of styled text and its buttons), written here in Slack's own format: the lines in
+mrkdwn, one section per 3,000 characters, one actions block per row of buttons. A button's
+``action_id`` and ``value`` carry the press it sends (kind, action, short id, revision:
+bot.presses's encoding), so a press is decoded and judged by the engine as on any
+channel.
 
 The plan card's ts lives in the plan sidecar's ``flow`` (as an integer, bot.slack.keys), the goal
 card's in the engine's store (``set_goal_card``); a restart edits the same messages.
@@ -15,15 +16,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any, Literal
 
 from slack_sdk.errors import SlackApiError
 
+from bot import presses as cb
+from bot.cardview import CardText, Line, goal_card_text, plan_card_text
 from bot.slack import keys
 from bot.slack.outbox import SlackOutbox
-from bot.slack.render import SECTION_CHARS, html_to_mrkdwn, split_mrkdwn
-from bot.telegram.cards import CardView
-from bot.telegram.presenter import goal_view, plan_view
+from bot.slack.render import SECTION_CHARS, markdown_to_mrkdwn, slack_escape, split_mrkdwn
 from bot.telegram.routes import ChatRoute, Routes
 from engine.api import EngineApi
 from engine.tasks import BackgroundTasks
@@ -38,33 +40,56 @@ _PRIMARY = {"approve", "resume", "start", "merge"}
 _DANGER = {"discard_yes", "clear_yes", "drop_yes"}
 
 
-def blocks_of(view: CardView) -> tuple[str, list[dict[str, Any]]]:
-    """A card view as ``(fallback text, blocks)``."""
-    text = html_to_mrkdwn(view.text)
+def line_mrkdwn(line: Line) -> str:
+    """One card line in mrkdwn: each span escaped and marked as its style asks."""
+    out: list[str] = []
+    for span in line:
+        if span.style == "markdown":
+            out.append(markdown_to_mrkdwn(span.text))
+        elif span.style == "pre":
+            out.append("```\n" + slack_escape(span.text).replace("```", "`\u200b``") + "\n```")
+        else:
+            text = slack_escape(span.text)
+            bare = text.strip()
+            if span.style == "code":
+                text = "`" + text.replace("`", "'") + "`" if bare else text
+            elif span.style in ("bold", "italic") and bare:
+                # A mark holds only when it touches the words it marks.
+                mark = "*" if span.style == "bold" else "_"
+                lead, trail = text[: len(text) - len(text.lstrip())], text[len(text.rstrip()) :]
+                text = f"{lead}{mark}{bare}{mark}{trail}"
+            out.append(text)
+    return "".join(out)
+
+
+def blocks_of(card: CardText) -> tuple[str, list[dict[str, Any]]]:
+    """A card as ``(fallback text, blocks)``."""
+    text = "\n".join(line_mrkdwn(line) for line in card.lines)
     sections = split_mrkdwn(text, SECTION_CHARS)[:MAX_SECTIONS]
     blocks: list[dict[str, Any]] = [
         {"type": "section", "text": {"type": "mrkdwn", "text": piece}}
         for piece in sections
         if piece.strip()
     ]
-    for row in view.buttons:
+    for row in card.buttons:
         elements = []
-        for label, data in row:
+        for label, press in row:
+            data = cb.encode(press.kind, press.action, press.short_id, press.revision)
             button: dict[str, Any] = {
                 "type": "button",
                 "text": {"type": "plain_text", "text": clip(label, 75), "emoji": True},
                 "action_id": data,
                 "value": data,
             }
-            action = data.split(":")[1] if data.count(":") >= 2 else ""
-            if action in _PRIMARY:
+            if press.action in _PRIMARY:
                 button["style"] = "primary"
-            elif action in _DANGER:
+            elif press.action in _DANGER:
                 button["style"] = "danger"
             elements.append(button)
         if elements:
             blocks.append({"type": "actions", "elements": elements})
-    first = text.strip().split("\n", 1)[0] if text.strip() else "plangate"
+    plain = card.plain().strip()
+    first = plain.split("\n", 1)[0] if plain else "plangate"
     return clip(first, FALLBACK_CHARS), blocks
 
 
@@ -126,14 +151,14 @@ class SlackCards:
         self,
         channel: str,
         thread_ts: str | None,
-        view: CardView,
+        card: CardText,
         old_ts: str | None,
         *,
         anew: bool,
     ) -> str | None:
         """Edit the card at ``old_ts`` (or post it; ``anew``: post, and the old loses its
         buttons); the new ts when one was posted."""
-        text, blocks = blocks_of(view)
+        text, blocks = blocks_of(card)
         if anew and old_ts is not None and self._outbox.last_ts.get(channel) == old_ts:
             anew = False  # already the newest message: edited where it is
         if old_ts is not None and not anew:
@@ -144,7 +169,7 @@ class SlackCards:
                 if err.response.get("error") != "message_not_found":
                     raise
         if old_ts is not None and anew:
-            stripped_text, stripped = blocks_of(view.without_buttons())
+            stripped_text, stripped = blocks_of(card.without_buttons())
             with contextlib.suppress(SlackApiError):
                 await self._outbox.update(channel, old_ts, stripped_text, blocks=stripped)
         return await self._outbox.post(channel, text, blocks=blocks, thread_ts=thread_ts)
@@ -162,7 +187,8 @@ class SlackCards:
         old_ts = old if old is not None else self._unbound.get(session_id)
         if old_ts is None and data.state == "none" and data.ended is None:
             return  # nothing to show and nothing on screen
-        ts = await self._show(channel, thread_ts, plan_view(data), old_ts, anew=anew)
+        card = plan_card_text(data, now=time.time())
+        ts = await self._show(channel, thread_ts, card, old_ts, anew=anew)
         if sidecar is None:
             if ts is not None:
                 self._unbound[session_id] = ts
@@ -190,7 +216,7 @@ class SlackCards:
         old = data.card_id if data.chat_id == keys.chat_ref(route.chat_id) else None
         if old is None and data.goal is None:
             return
-        ts = await self._show(channel, thread_ts, goal_view(data), old, anew=anew)
+        ts = await self._show(channel, thread_ts, goal_card_text(data), old, anew=anew)
         if ts is not None:
             # The goal card's message lives in the engine's store, as the plan card's does.
             await self._engine.set_goal_card(

@@ -17,20 +17,29 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bot import presses as cb
+from bot.approvals import (
+    TRUSTS_PROJECT_CONFIG,
+    approval_buttons,
+    closed_text,
+    question,
+    unattended_parts,
+)
 from bot.slack import keys
 from bot.slack.cards import SlackCards
 from bot.slack.outbox import SlackOutbox
-from bot.slack.render import MESSAGE_CHARS, markdown_to_mrkdwn, split_mrkdwn
-from bot.telegram import callback as cb
-from bot.telegram.channel import ALLOW_ONCE, DENY, TRUSTS_PROJECT_CONFIG
-from bot.telegram.channel import _question as question_line
-from bot.telegram.channel import _rule_words as rule_words
+from bot.slack.render import (
+    MESSAGE_CHARS,
+    SLACK_LIMITS,
+    markdown_to_mrkdwn,
+    split_mrkdwn,
+)
+from bot.slack.render import slack_escape as escape
 from bot.telegram.render import first_paragraph
 from bot.telegram.routes import Routes
 from engine.api import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
 from engine.keys import MessageKey
-from engine.limits import ChannelLimits
 from engine.text import clip
 
 _log = logging.getLogger("plangate.slack.channel")
@@ -41,20 +50,6 @@ SUMMARY_CHARS = 1500
 MAX_COMMAND_SHOWN = 2500
 MAX_DIFF_SHOWN = 2500
 MAX_OPTIONS = 10
-_CLOSED = {
-    "once": "✅ Allowed once.",
-    "session": "✅ Allowed for this session.",
-    "deny": "⛔ Denied.",
-    "timeout": "⌛ Nobody answered in time: denied.",
-    "stopped": "⏹ Stopped: denied.",
-    "interrupted": "Interrupted by a restart: denied.",
-    "unattended": "Not run.",
-}
-
-
-def escape(text: str) -> str:
-    """Plain text made safe for mrkdwn (no mention, link or markup can be smuggled in)."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _fence(text: str) -> str:
@@ -88,13 +83,6 @@ class Question:
     options: tuple[str, ...]
     channel: str
     ts: str
-
-
-# What Slack carries in one piece: the text a message shows whole (MESSAGE_CHARS), a file's
-# comment, and the files the bot sends (Slack takes far larger; a phone wants less).
-SLACK_LIMITS = ChannelLimits(
-    message_chars=MESSAGE_CHARS, caption_chars=1000, file_bytes=20 * 1024 * 1024
-)
 
 
 class SlackChannel:
@@ -223,16 +211,14 @@ class SlackChannel:
         if view.diff:
             code += "\n" + _fence(clip(view.diff, MAX_DIFF_SHOWN))
         if view.unattended:
-            text = (
-                f"🔐 *Not run: {escape(view.tool)} needs your approval*, and a goal round has "
-                f"nobody to ask. The goal waits for you.\n{code}"
-            )
+            bold, rest = unattended_parts(view)
+            text = f"🔐 *{escape(bold)}*{escape(rest)}\n{code}"
             if view.also:
                 text += "\nAlso not run:\n" + "\n".join(
                     f"• `{escape(clip(c, 200, one_line=True))}`" for c in view.also[:15]
                 )
         else:
-            text = f"🔐 *{escape(question_line(view))}*"
+            text = f"🔐 *{escape(question(view))}*"
             if view.reason:
                 text += f"\nWhy: {escape(clip(view.reason, 300))}"
             text += f"\n{code}"
@@ -241,22 +227,10 @@ class SlackChannel:
         return text
 
     def _approval_rows(self, view: ApprovalView) -> list[list[tuple[str, str]]]:
-        rid = view.request_id
-        if view.unattended:
-            if not view.rule:
-                return []
-            label = clip(f"✅ Allow {rule_words(view)} for this session", 75, one_line=True)
-            return [[(label, cb.approval_data(cb.APPROVAL_RULE, rid))]]
-        rows = [
-            [
-                (ALLOW_ONCE, cb.approval_data(cb.APPROVAL_ONCE, rid)),
-                (DENY, cb.approval_data(cb.APPROVAL_DENY, rid)),
-            ]
+        return [
+            [(label, cb.encode(p.kind, p.action, p.short_id, p.revision)) for label, p in row]
+            for row in approval_buttons(view)
         ]
-        if view.rule:
-            label = clip(f"♾ Allow {rule_words(view)} for this session", 75, one_line=True)
-            rows.append([(label, cb.approval_data(cb.APPROVAL_SESSION, rid))])
-        return rows
 
     async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
         """One approval message with the buttons; an unattended round's notice asked again
@@ -292,9 +266,7 @@ class SlackChannel:
         if found is None:
             return
         channel, ts, text = found
-        closed = _CLOSED.get(decision, "Closed.")
-        if decision == "session" and view.rule:
-            closed = f"✅ Allowed for this session: {escape(clip(rule_words(view), 200))}"
+        closed = escape(closed_text(view, decision))
         full = f"{text}\n{closed}"
         await self._outbox.update(channel, ts, clip(full, 3000), blocks=[_section(full)])
 

@@ -4,8 +4,9 @@ The Markdown is rendered once, by the Telegram renderer (``bot.telegram.render``
 HTML subset (``b i u s code pre a blockquote``), and that subset is rewritten here into mrkdwn:
 ``*bold*``, ``_italic_``, ``~struck~``, `` `code` ``, fenced blocks, ``<url|text>`` links and
 ``>`` quotes. Text is already escaped as Slack wants it (``&amp; &lt; &gt;``), so a person's
-``<!channel>`` can never become a mention. The cards (bot.telegram.cards) come through the same
-function, so both channels show the same card.
+``<!channel>`` can never become a mention. The cards are written from the card view
+(bot.cardview, bot.slack.cards); only a plan's own Markdown on the review card comes through
+here.
 """
 
 from __future__ import annotations
@@ -14,18 +15,25 @@ import html
 import re
 
 from bot.telegram.render import markdown_to_html
+from engine.limits import ChannelLimits
 
 # A section block's text (Slack refuses more); a message's text is far longer, but Slack folds
 # anything past about 4,000 characters behind "Show more", so replies are cut near that.
 SECTION_CHARS = 3000
 MESSAGE_CHARS = 3900
+# What Slack carries in one piece: the text a message shows whole (MESSAGE_CHARS), a file's
+# comment, and the files the bot sends (Slack takes far larger; a phone wants less).
+SLACK_LIMITS = ChannelLimits(
+    message_chars=MESSAGE_CHARS, caption_chars=1000, file_bytes=20 * 1024 * 1024
+)
 
 _TAG = re.compile(r"<(/?)([a-zA-Z-]+)([^>]*)>")
 _HREF = re.compile(r'href="([^"]*)"')
 _SIMPLE = {"b": "*", "strong": "*", "i": "_", "em": "_", "s": "~", "del": "~", "code": "`"}
 
 
-def _slack_escape(text: str) -> str:
+def slack_escape(text: str) -> str:
+    """Plain text made safe for mrkdwn (no mention, link or markup can be smuggled in)."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
@@ -54,7 +62,7 @@ def html_to_mrkdwn(text: str) -> str:
                 out.append(f"<{url}|{label}>" if url and label else label or f"<{url}>")
             elif not closing:
                 found = _HREF.search(attrs)
-                url = _slack_escape(html.unescape(found.group(1))) if found else ""
+                url = slack_escape(html.unescape(found.group(1))) if found else ""
                 links.append((url.replace("|", "%7C"), len(out)))
         elif name == "blockquote":
             if closing and quote_at:

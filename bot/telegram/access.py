@@ -16,7 +16,7 @@ messages and the next message of whoever pressed Keep planning or Revise; anyone
 /show-plan, /show_plan, /status, /help, /start and /team; someone whose role does not allow
 what they address the bot with is told what their role allows, at most once per user per chat
 per minute. What the bot says to members (the read-only answers) and every refusal draw on
-one answer budget per user and per chat (``bot.telegram.flood``: past it they are dropped
+one answer budget per user and per chat (``bot.flood``: past it they are dropped
 silently and counted; the outbox sends them last and drops them first); owners and approvers'
 allowed commands are never counted. A press the role does not allow gets a short alert saying so.
 Anonymous admins and messages sent as a chat count as members.
@@ -35,15 +35,15 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from telegram import Message, MessageEntity, Update
 from telegram.constants import ChatMemberStatus, ChatType, ParseMode
 from telegram.error import TelegramError
 from telegram.ext import ApplicationHandlerStop, ContextTypes, TypeHandler
 
-from bot.telegram import callback as cb
-from bot.telegram import flood
+from bot import flood
+from bot import presses as cb
 from bot.telegram.keys import SessionKey, message_key
 from engine.api import (
     ALERT_TEXTS,
@@ -59,7 +59,7 @@ from engine.roles.types import Action, Role
 log = logging.getLogger("plangate.access")
 
 REFUSAL_INTERVAL_S = 60.0
-# Answers to non-owners per chat per minute, refusals included (bot.telegram.flood has the budget).
+# Answers to non-owners per chat per minute, refusals included (bot.flood has the budget).
 REFUSALS_PER_CHAT = flood.PER_CHAT
 # Why a message got no answer: the answer budget is spent (counted as dropped).
 OVER_BUDGET = "answer budget spent"
@@ -264,7 +264,7 @@ def decide(
     ``role``: the sender's role in the chat (the gate looks it up); without it an owner id is
     the owner and anyone else a member. A message sent as a chat is always a member's.
     ``answering``: the message replies to one of the agent's questions (an approver may answer).
-    ``budget_left``: the answer budget (``bot.telegram.flood``) has room for this sender: a member's
+    ``budget_left``: the answer budget (``bot.flood``) has room for this sender: a member's
     read-only answer and any refusal draw on it."""
     if facts.as_chat or facts.user_id is None:
         role = "member"
@@ -365,6 +365,16 @@ SeenHook = Callable[[int, int, str | None, str], None]
 # (chat id, message id) -> whether that message is one of the agent's open questions.
 QuestionHook = Callable[[int, int], bool]
 GroupHook = Callable[[int], Awaitable[None]]
+# Persists that the bot is now in an owner-added group (True) or no longer (False).
+SaveGroups = Callable[[int, bool], Awaitable[None]]
+
+
+class ChatMoves(Protocol):
+    """Where the gate hears of a group that became a supergroup on a send (the outbox)."""
+
+    def listen(self, *, chat_migrated: Callable[[int, int], Awaitable[None]]) -> None: ...
+
+
 MigrateHook = Callable[[int, int], Awaitable[None]]
 
 
@@ -391,6 +401,8 @@ class AccessGate:
         roles: RoleLookup | None = None,
         on_seen: SeenHook | None = None,
         questions: QuestionHook | None = None,
+        save_groups: SaveGroups | None = None,
+        outbox: ChatMoves | None = None,
     ) -> None:
         self.owner_ids = frozenset(owner_ids)
         self.allowed_chat_ids = frozenset(allowed_chat_ids)
@@ -412,6 +424,11 @@ class AccessGate:
         self._moving: dict[int, asyncio.Event] = {}  # supergroup ids being carried over
         self._expecting: dict[SessionKey, int] = {}
         self._decisions: OrderedDict[int, AccessDecision] = OrderedDict()
+        self._save_groups = save_groups
+        if outbox is not None:
+            # A send that finds the group upgraded before its service message came: the same
+            # move as the service message's.
+            outbox.listen(chat_migrated=self.carry_over)
 
     # ---- hooks for the command plane ------------------------------------------------
 
@@ -438,8 +455,7 @@ class AccessGate:
         log.info("plangate.access.migrate from=%s to=%s", old_chat_id, new_chat_id)
         moving = self._moving[new_chat_id] = asyncio.Event()
         try:
-            if self._on_group_added is not None:
-                await self._on_group_added(new_chat_id)
+            await self._groups_changed(self._on_group_added, new_chat_id)
             if self._on_migrate is not None:
                 await self._on_migrate(old_chat_id, new_chat_id)
         finally:
@@ -457,6 +473,13 @@ class AccessGate:
         self.added_groups.add(new_chat_id)
         self.added_groups.discard(old_chat_id)
         return True
+
+    async def _groups_changed(self, hook: GroupHook | None, chat_id: int) -> None:
+        """The set of added groups changed at ``chat_id``: tell ``hook``, save the set."""
+        if hook is not None:
+            await hook(chat_id)
+        if self._save_groups is not None:
+            await self._save_groups(chat_id, chat_id in self.added_groups)
 
     def decision(self, update: Update) -> AccessDecision | None:
         """The decision taken for this update (kept for the last 1,024 updates)."""
@@ -548,10 +571,10 @@ class AccessGate:
         d = self.decide(update, bot_id=bot.id, bot_username=bot.username, role=role)
         log.debug("plangate.access.decision update=%s action=%s", update.update_id, d.action)
         try:
-            if d.action == "group_added" and chat and self._on_group_added is not None:
-                await self._on_group_added(chat.id)
-            elif d.action == "group_gone" and chat and self._on_group_gone is not None:
-                await self._on_group_gone(chat.id)
+            if d.action == "group_added" and chat:
+                await self._groups_changed(self._on_group_added, chat.id)
+            elif d.action == "group_gone" and chat:
+                await self._groups_changed(self._on_group_gone, chat.id)
             elif d.action == "migrate":
                 migration = facts_of(update, bot_id=bot.id, bot_username=bot.username).migration
                 if migration is not None:
@@ -568,8 +591,7 @@ class AccessGate:
             elif d.action == "leave" and chat is not None:
                 log.info("plangate.access.leave chat=%s", chat.id)
                 await bot.leave_chat(chat.id)
-                if self._on_group_gone is not None:
-                    await self._on_group_gone(chat.id)
+                await self._groups_changed(self._on_group_gone, chat.id)
         except TelegramError as err:
             log.warning(
                 "plangate.access.action_failed action=%s error=%s", d.action, type(err).__name__

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib.util
 import json
 import logging
@@ -55,12 +56,7 @@ from telegram.ext import (
 )
 
 from bot.telegram.access import AccessGate
-from bot.telegram.channel import (
-    QUESTION_PATTERN,
-    REPLY_DOCUMENT_CHARS,
-    LateChannel,
-    TelegramChannel,
-)
+from bot.telegram.channel import QUESTION_PATTERN, REPLY_DOCUMENT_CHARS, TelegramChannel
 from bot.telegram.handlers import (
     SHOW_PLAN_PATTERN,
     BotParts,
@@ -76,6 +72,7 @@ from bot.telegram.people import SeenPeople
 from bot.telegram.presenter import CardPresenter
 from bot.telegram.render import escape
 from bot.telegram.routes import GROUPS_KEY, ChatRoute, MetaStore, Routes
+from bot.telegram.shared_rate import SharedRateLimiter
 from bot.telegram.updates import ChatLaneProcessor, UpdateLedger
 from bot.telegram.uploads import InputSettings
 from bot.telegram.voice import VOICE_PATTERN
@@ -167,25 +164,50 @@ def file_url(api_url: str) -> str:
     return base + "/file/bot"
 
 
+async def save_group(meta: MetaStore, lock: asyncio.Lock, chat_id: int, added: bool) -> None:
+    """Persist that an owner added the bot to the group ``chat_id`` (``added``) or that it is
+    gone. The stored list is changed for this one group only: other replicas write it too
+    (each for the groups it owns), and a whole-set write would undo what they added since this
+    process read it."""
+    _log.info("plangate.app.groups_changed chat=%s", chat_id)
+    async with lock:  # chats run side by side: one read-change-write at a time
+        stored = await stored_groups(meta)
+        if added:
+            stored.add(chat_id)
+        else:
+            stored.discard(chat_id)
+        await meta.set_meta(GROUPS_KEY, json.dumps(sorted(stored)))
+
+
+def default_limiter(*, inbox: bool) -> BaseRateLimiter[Any]:
+    """AIORateLimiter; among replicas (``inbox``) the shared one: Telegram's overall limit is
+    the bot's, whichever replica sends (bot.telegram.shared_rate)."""
+    return SharedRateLimiter() if inbox else AIORateLimiter()
+
+
 def build_application(
     settings: BotSettings,
     engine: EngineApi,
     *,
     db_meta: MetaStore,
-    channel_slot: LateChannel | None = None,
     rate_limiter: BaseRateLimiter[Any] | None = None,
     chat_interval_s: float = 1.0,
     group_per_minute: int = 20,
     clock: Callable[[], float] = time.monotonic,
     sleep: Sleep = asyncio.sleep,
     transcriber: Transcriber | None = None,
+    inbox: bool = False,
 ) -> Application[Any, Any, Any, Any, Any, Any]:
     """Build the PTB application with every handler registered (see the module docstring).
 
-    ``channel_slot``: bound to the :class:`TelegramChannel` so an engine built earlier talks
-    to this chat. ``clock`` and ``sleep`` pace the outbox and the cards (tests pass a manual
-    clock). ``transcriber``: speech to text for voice notes (None: voice gets one line saying
-    how to set it up). The caller still runs the application (``serve`` does it all).
+    Built in one pass, each part given what it uses: the outbox, the card presenter (it
+    subscribes to the outbox's failed deliveries), the channel (``parts(app).channel``: the
+    composition delivers the engine's words to it, bot.channels), the access gate (it
+    subscribes to the groups the outbox finds moved). ``clock`` and ``sleep`` pace the outbox
+    and the cards (tests pass a manual clock). ``transcriber``: speech to text for voice
+    notes (None: voice gets one line saying how to set it up). The caller still runs the
+    application (``serve`` does it all). ``inbox``: this process is one replica of several
+    (:func:`replica_mode`): the shared inbox drops repeated updates, not the ledger.
     """
     token = secret_value(getattr(settings, "telegram_token", None))
     api_url = settings.telegram_api_url or "https://api.telegram.org/bot"
@@ -198,7 +220,7 @@ def build_application(
         .token(token)
         .base_url(api_url)
         .base_file_url(file_url(api_url))
-        .rate_limiter(rate_limiter if rate_limiter is not None else AIORateLimiter())
+        .rate_limiter(rate_limiter if rate_limiter is not None else default_limiter(inbox=inbox))
         .job_queue(None)  # the engine owns the one scheduler (docs/architecture.md)
         .concurrent_updates(ChatLaneProcessor(max_running=MAX_RUNNING_UPDATES, ledger=ledger))
         .build()
@@ -232,14 +254,6 @@ def build_application(
         sleep=sleep,
     )
 
-    async def delivery_failed(chat_id: int, message_id: int | None, err: Exception) -> None:
-        # Past the outbox's deadline: draw the chat's cards again from the latest state.
-        presenter.redraw_chat(chat_id)
-
-    outbox.on_delivery_failed = delivery_failed
-    if channel_slot is not None:
-        channel_slot.bind(channel)
-
     # Rendering and delivery that no handler waits for (bp.tasks; drain() awaits them).
     background = BackgroundTasks(_log)
 
@@ -262,22 +276,8 @@ def build_application(
         # Any failure (Dropped included) is fine: a refusal is expendable.
         background.spawn(send(), name=f"refusal:{msg.chat.id}", expected=(Exception,))
 
-    holder: list[AccessGate] = []
     people = SeenPeople()
     groups_lock = asyncio.Lock()
-
-    async def save_groups(chat_id: int) -> None:
-        # The gate already updated its set. The stored list is changed for this one group
-        # only: other replicas write it too (each for the groups it owns), and a whole-set
-        # write would undo what they added since this process read it.
-        _log.info("plangate.app.groups_changed chat=%s", chat_id)
-        async with groups_lock:  # chats run side by side: one read-change-write at a time
-            stored = await stored_groups(db_meta)
-            if chat_id in holder[0].added_groups:
-                stored.add(chat_id)
-            else:
-                stored.discard(chat_id)
-            await db_meta.set_meta(GROUPS_KEY, json.dumps(sorted(stored)))
 
     async def migrate(old: int, new: int) -> None:
         # The group's sessions, routes, cards and team move to the supergroup's id.
@@ -292,16 +292,13 @@ def build_application(
         owner_ids=settings.owner_ids,
         allowed_chat_ids=settings.allowed_chat_ids or (),
         refuse=refuse,
-        on_group_added=save_groups,
-        on_group_gone=save_groups,
+        save_groups=functools.partial(save_group, db_meta, groups_lock),
+        outbox=outbox,
         on_migrate=migrate,
         roles=lambda chat_id, user_id: engine.role_of(chat_key(chat_id), person_key(user_id)),
         on_seen=people.saw,
         questions=channel.asked,
     )
-    holder.append(gate)
-    # A send that finds the group upgraded before its service message came: the same move.
-    outbox.on_chat_migrated = gate.carry_over
     bp = BotParts(
         engine,
         db_meta,
@@ -320,6 +317,9 @@ def build_application(
         ),
         transcriber=transcriber,
         model_name=str(getattr(settings, "model", "") or ""),
+        # Among replicas the inbox drops repeats (by update_id, across replicas); a process's
+        # own ledger would judge other replicas' ids.
+        inbox=inbox,
     )
     application.bot_data["plangate"] = bp
     h = Handlers(bp)
@@ -480,6 +480,9 @@ async def start_replica(
     async def process(item: InboxUpdate) -> None:
         await application.process_update(parse_update(item, application.bot))
 
+    # Each round tells the shared limiter how many replicas now send.
+    limiter = getattr(application.bot, "rate_limiter", None)
+
     async def taken(chat: ChatKey) -> None:
         # Groups owners added while another replica held them are in the database, not in
         # this process's gate: read them again, or the gate would leave such a group.
@@ -502,6 +505,7 @@ async def start_replica(
         on_lost=lost,
         source=SOURCE,
         owns=lambda chat: session_key(chat) is not None,
+        on_share=limiter.share if isinstance(limiter, SharedRateLimiter) else None,
     )
     host, port = parse_listen(getattr(settings, "webhook_listen", None))
     await ingress.start(host, port)
@@ -518,38 +522,65 @@ async def serve(
     engine: EngineApi,
     db: MetaStore,
     *,
-    channel_slot: LateChannel | None = None,
     stop: asyncio.Event | None = None,
     transcriber: Transcriber | None = None,
     replicas: Replicas | None = None,
 ) -> None:
-    """Run the bot until SIGINT/SIGTERM (or ``stop``): polling, or a webhook when set.
+    """Build the application (:func:`build_application`) and serve it
+    (:func:`serve_application`), the engine started and shut down with it."""
+    require_webhook_server(settings)
+    application = build_application(
+        settings,
+        engine,
+        db_meta=db,
+        transcriber=transcriber,
+        inbox=replica_mode(settings, replicas),
+    )
+    await serve_application(application, settings, engine, stop=stop, replicas=replicas)
 
-    Starts the engine (``engine.start()``), announces the goals a restart paused, and shuts
-    both down in order on the way out, also when the updates fail to start (a refused
-    webhook, a taken port: :class:`ConfigError`). Neither mode drops anything: pending
-    updates are processed, and repeats of already processed ones are dropped by update_id.
-    The webhook stays registered on the way out, so Telegram keeps the updates that arrive
-    while the bot is down and delivers them after the next start.
 
-    ``replicas`` (PostgreSQL): with a webhook, this process is one replica of several; every
-    update goes through the shared inbox and only the chats whose lease it holds are processed
-    here (:func:`start_replica`).
-    """
+def require_webhook_server(settings: BotSettings) -> None:
+    """A webhook URL without the webhook server installed: one line saying what to install."""
     webhook_url = getattr(settings, "webhook_url", None)
     if webhook_url and importlib.util.find_spec("tornado") is None:
         raise ConfigError(
             "PLANGATE_WEBHOOK_URL is set but the webhook server is not installed: "
             "pip install 'plangate[webhooks]' (or unset it to use polling)"
         )
-    application = build_application(
-        settings, engine, db_meta=db, channel_slot=channel_slot, transcriber=transcriber
-    )
+
+
+def replica_mode(settings: BotSettings, replicas: Replicas | None) -> bool:
+    """Whether this process is one replica of several: a webhook, and the replicas' shared
+    inbox and leases (``replicas``, PostgreSQL)."""
+    return bool(getattr(settings, "webhook_url", None)) and replicas is not None
+
+
+async def serve_application(
+    application: Application[Any, Any, Any, Any, Any, Any],
+    settings: BotSettings,
+    engine: EngineApi,
+    *,
+    stop: asyncio.Event | None = None,
+    owns_engine: bool = True,
+    replicas: Replicas | None = None,
+) -> None:
+    """Run the bot until SIGINT/SIGTERM (or ``stop``): polling, or a webhook when set.
+
+    ``owns_engine``: start the engine (``engine.start()``), announce the goals a restart
+    paused, and shut the engine down in order on the way out, also when the updates fail to
+    start (a refused webhook, a taken port: :class:`ConfigError`); otherwise another front
+    end does that and this one only serves. Neither mode drops anything: pending updates are
+    processed, and repeats of already processed ones are dropped by update_id. The webhook
+    stays registered on the way out, so Telegram keeps the updates that arrive while the bot
+    is down and delivers them after the next start.
+
+    ``replicas`` (PostgreSQL): with a webhook, this process is one replica of several; every
+    update goes through the shared inbox and only the chats whose lease it holds are processed
+    here (:func:`start_replica`). The application is built for it (``inbox``).
+    """
+    require_webhook_server(settings)
+    webhook_url = getattr(settings, "webhook_url", None)
     bp = parts(application)
-    replica_mode = bool(webhook_url) and replicas is not None
-    # Among replicas the inbox drops repeats (by update_id, across replicas); a process's
-    # own ledger would judge other replicas' ids.
-    bp.inbox = replica_mode
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -558,7 +589,7 @@ async def serve(
     try:
         async with application:
             await prepare(application)
-            restored = await engine.start()
+            restored = await engine.start() if owns_engine else []
             updater = application.updater
             assert updater is not None
             ingress: InboxIngress | None = None
@@ -566,10 +597,10 @@ async def serve(
             owners_stop = asyncio.Event()
             owners_task: asyncio.Future[None] | None = None
             try:
-                if replica_mode:
+                if replica_mode(settings, replicas):
                     assert replicas is not None and webhook_url
                     ingress, owners = await start_replica(
-                        application, settings, engine, db, replicas, webhook_url
+                        application, settings, engine, bp.meta, replicas, webhook_url
                     )
                 elif webhook_url:
                     await start_webhook(updater, settings, webhook_url)
@@ -581,7 +612,7 @@ async def serve(
                 if owners is not None:
                     # Updates are processed once the application runs (its bot, its tasks).
                     owners_task = asyncio.ensure_future(owners.run(owners_stop))
-                if not replica_mode:
+                if not replica_mode(settings, replicas):
                     # Among replicas a chat's paused goals are announced by whichever replica
                     # takes the chat (``chat_taken``), never by one that merely started.
                     await announce_restored(application, restored)
@@ -611,7 +642,8 @@ async def serve(
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(processor.idle(), SHUTDOWN_FLUSH_S)
                 try:
-                    await engine.shutdown()
+                    if owns_engine:
+                        await engine.shutdown()
                 finally:
                     if owners is not None:
                         if keeper is not None:
@@ -643,7 +675,10 @@ __all__ = [
     "prepare",
     "redact",
     "register_webhook",
+    "replica_mode",
+    "save_group",
     "serve",
+    "serve_application",
     "start_replica",
     "start_webhook",
 ]

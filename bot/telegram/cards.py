@@ -4,7 +4,7 @@ A card is one message: title, status, a progress bar, a window of tasks around t
 one with counts, and the buttons for its state. Builders take plain values (the sidecar, a
 goal snapshot) and return a ``CardView``; they make no Telegram calls. The raw HTML always
 fits Telegram's 4,096 UTF-16 units. Buttons carry callback data bound to the revision they
-were drawn for (``bot.telegram.callback``).
+were drawn for (``bot.presses``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,41 @@ from dataclasses import dataclass
 
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup
 
-from bot.telegram import callback as cb
+from bot import presses as cb
+
+# The labels, statuses and texts are every channel's (bot.cardview); Telegram fits them to
+# its message in HTML here.
+from bot.cardview import (
+    ACTION_LABELS,
+    RAISE_CAP,
+    RETRY,
+    clock_of,
+    current_index,
+    every_text,
+    names_and,
+    progress_bar,
+    task_order,
+)
+from bot.cardview import APPROVE as APPROVE
+from bot.cardview import BLOCKED_FIX as _BLOCKED_FIX
+from bot.cardview import CANCEL as CANCEL
+from bot.cardview import CLEAR as CLEAR
+from bot.cardview import DISCARD as DISCARD
+from bot.cardview import DISCARD_CHANGES as DISCARD_CHANGES
+from bot.cardview import GOAL_PHASE as _GOAL_PHASE
+from bot.cardview import KEEP_BRANCH as KEEP_BRANCH
+from bot.cardview import KEEP_PLANNING as KEEP_PLANNING
+from bot.cardview import MERGE as MERGE
+from bot.cardview import PAUSE as PAUSE
+from bot.cardview import PLAN_STATUS as _PLAN_STATUS
+from bot.cardview import PUSH_BRANCH as PUSH_BRANCH
+from bot.cardview import RESUME as RESUME
+from bot.cardview import REVISE as REVISE
+from bot.cardview import START as START
+from bot.cardview import TASK_ICON as _TASK_ICON
+from bot.cardview import YES_CLEAR as YES_CLEAR
+from bot.cardview import YES_DISCARD as YES_DISCARD
+from bot.cardview import YES_DISCARD_CHANGES as YES_DISCARD_CHANGES
 from bot.telegram.render import (
     TELEGRAM_TEXT_LIMIT,
     escape,
@@ -43,27 +77,6 @@ from engine.worktree.types import DECIDING, FileStat, WorktreeView
 
 Button = tuple[str, str]  # (label, callback data)
 
-# Labels, exactly as docs/telegram.md lists them (tests match on them).
-APPROVE = "✅ Approve"
-KEEP_PLANNING = "✏️ Keep planning"
-DISCARD = "🗑 Discard"
-REVISE = "✏️ Revise plan"
-CANCEL = "Cancel"
-YES_DISCARD = "Yes, discard"
-YES_CLEAR = "Yes, clear"
-PAUSE = "⏸ Pause"
-RESUME = "▶️ Resume"
-# A paused run whose project setup failed: the same press runs the setup again.
-RETRY = "▶️ Retry"
-RAISE_CAP = "⬆️ Raise cap to {tokens}"
-START = "▶️ Start"
-CLEAR = "✖️ Clear"
-# The Done card of a plan that ran in a git worktree (docs/projects.md).
-MERGE = "🔀 Merge"
-PUSH_BRANCH = "⬆️ Push branch"
-KEEP_BRANCH = "🌿 Keep branch"
-DISCARD_CHANGES = "🗑 Discard changes"
-YES_DISCARD_CHANGES = "Yes, discard changes"
 # Files listed on the Done card before "… N more files".
 FILES_SHOWN = (40, 20, 10, 5, 0)
 
@@ -100,50 +113,19 @@ def to_markup(view: CardView) -> InlineKeyboardMarkup | None:
 # ---- plan card -------------------------------------------------------------------------
 
 
-_PLAN_STATUS: dict[PlanCardState, str] = {
-    "none": "No plan",
-    "planning": "Planning — exploring the project; nothing is changed",
-    "written": "Planning — writing the plan",
-    "review": "Ready for review",
-    "active": "In progress",
-    "paused": "Paused",
-    "revise_offer": "In progress — revise the plan?",
-    "confirm_discard": "Discard this plan?",
-    "done": "Done",
-}
-
-_TASK_ICON = {"completed": "✅", "in_progress": "▶️", "pending": "⬜", "deferred": "⏭"}
-
-
-def progress_bar(done: int, total: int, *, cells: int = BAR_CELLS) -> str:
-    """A text bar like ``▓▓▓░░░░░░░ 3/10``."""
-    filled = 0 if total <= 0 else round(cells * done / total)
-    return "▓" * filled + "░" * (cells - filled) + f" {done}/{total}"
-
-
 def clip_line(text: str, limit: int = MAX_TITLE_CHARS) -> str:
     """Plain text on one line, at most ``limit`` characters, escaped for HTML."""
     return escape(clip(text, limit, one_line=True))
-
-
-def _current_index(tasks: Sequence[PlanTask]) -> int:
-    for i, t in enumerate(tasks):
-        if t.status == "in_progress":
-            return i
-    for i, t in enumerate(tasks):
-        if t.status == "pending":
-            return i
-    return max(0, len(tasks) - 1)
 
 
 def task_window(
     tasks: Sequence[PlanTask], *, before: int = WINDOW_BEFORE, after: int = WINDOW_AFTER
 ) -> list[str]:
     """HTML lines for the tasks around the current one, with counts of what is hidden."""
-    ordered = sorted(tasks, key=lambda t: (t.order, _id_key(t.id)))
+    ordered = sorted(tasks, key=task_order)
     if not ordered:
         return []
-    cur = _current_index(ordered)
+    cur = current_index(ordered)
     lo, hi = max(0, cur - before), min(len(ordered), cur + after + 1)
     lines: list[str] = []
     if lo > 0:
@@ -156,34 +138,6 @@ def task_window(
     if hi < len(ordered):
         lines.append(f"<i>… {len(ordered) - hi} more</i>")
     return lines
-
-
-def _id_key(task_id: str) -> tuple[int, str]:
-    return (int(task_id), "") if task_id.isdigit() else (1 << 62, task_id)
-
-
-# Each card action's label (the actions themselves come from the engine: engine.api's table).
-ACTION_LABELS: dict[str, str] = {
-    cb.PLAN_APPROVE: APPROVE,
-    cb.PLAN_KEEP: KEEP_PLANNING,
-    cb.PLAN_DISCARD: DISCARD,
-    cb.PLAN_DISCARD_YES: YES_DISCARD,
-    cb.PLAN_REVISE: REVISE,
-    cb.PLAN_CANCEL: CANCEL,
-    cb.PLAN_RESUME: RESUME,
-    cb.PLAN_MERGE: MERGE,
-    cb.PLAN_PUSH: PUSH_BRANCH,
-    cb.PLAN_KEEP_BRANCH: KEEP_BRANCH,
-    cb.PLAN_DROP: DISCARD_CHANGES,
-    cb.PLAN_DROP_YES: YES_DISCARD_CHANGES,
-    cb.PLAN_DROP_NO: CANCEL,
-    cb.GOAL_PAUSE: PAUSE,
-    cb.GOAL_RESUME: RESUME,
-    cb.GOAL_START: START,
-    cb.GOAL_CLEAR: CLEAR,
-    cb.GOAL_CLEAR_YES: YES_CLEAR,
-    cb.GOAL_CANCEL: CANCEL,
-}
 
 
 def _rows(
@@ -404,15 +358,11 @@ def approval_line(
         # "someone" (an older sidecar, a front end that knew no name).
         names = [a.name or "someone" for a in sidecar.approved_by if a.user_id is not None]
         if names:
-            return "✅ Approved by " + clip_line(_and(names), 200)
+            return "✅ Approved by " + clip_line(names_and(names), 200)
     if state in ("review", "confirm_discard", "written") and needed > 1:
-        who = f": {_and(list(approvals))}" if approvals else ""
+        who = f": {names_and(list(approvals))}" if approvals else ""
         return clip_line(f"👍 {len(approvals)} of {needed} approvals{who}", 200)
     return None
-
-
-def _and(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def review_fits(
@@ -493,7 +443,7 @@ def checks_proof(sidecar: PlanSidecar) -> list[str]:
     """The Done card's proof block: every check with plangate's result, and the watched
     files that changed during the run ("changed tests")."""
     lines: list[str] = []
-    for task in sorted(sidecar.tasks, key=lambda t: (t.order, _id_key(t.id))):
+    for task in sorted(sidecar.tasks, key=task_order):
         ran = {r.command: r for r in task.check_results}
         for command in task.checks:
             result = ran.get(command)
@@ -575,16 +525,6 @@ def _review_text(
 
 # ---- goal card -------------------------------------------------------------------------
 
-_GOAL_PHASE = {"active": "Active", "paused": "Paused", "blocked": "Blocked", "complete": "Complete"}
-# What the owner does about each blocked code (docs/goals.md has the same table).
-_BLOCKED_FIX = {
-    "round-limit": "Raise the cap with /goal rounds N, then Resume.",
-    "budget-limit": "Raise the budget with /goal budget 500k (or the daily cap with /usage cap), "
-    "then Resume.",
-    "no-progress": "Send a hint or sharpen the objective, then Resume.",
-    "needs-approval": "Allow the command, then Resume.",
-}
-
 
 def _goal_buttons(
     goal: GoalSnapshot, *, armed: bool, confirm_clear: bool, actions: CardActions | None = None
@@ -623,7 +563,7 @@ def build_goal_card(
         lines.append(
             f"Rounds {progress_bar(goal.rounds_started, goal.max_goal_rounds)}"
             + f" · tokens {tokens_used:,}{budget}"
-            + (f" · every {_every(goal.schedule_s)}" if goal.schedule_s else "")
+            + (f" · every {every_text(goal.schedule_s)}" if goal.schedule_s else "")
         )
     lines.extend(goal_checks_lines(goal, last_check))
     if goal.blocked is not None:
@@ -648,7 +588,7 @@ def goal_checks_lines(goal: GoalSnapshot, last: GoalCheck | None) -> list[str]:
     if last is None or last.goal_id != goal.id:
         return [*lines, "<i>Not run yet: they run when the agent reports the goal done.</i>"]
     results = last.run.results
-    when = _clock(results[-1].at) if results else ""
+    when = clock_of(results[-1].at) if results else ""
     took = f"{last.run.duration_s:.1f}s"
     if last.passed:
         return [*lines, f"✅ Checks passed {when} · {took}"]
@@ -657,19 +597,6 @@ def goal_checks_lines(goal: GoalSnapshot, last: GoalCheck | None) -> list[str]:
         f": <code>{clip_line(failed.command, 120)}</code> {how_it_ended(failed)}" if failed else ""
     )
     return [*lines, f"❌ Checks failed {when} · {took}{what}"]
-
-
-def _clock(iso: str) -> str:
-    """``2026-12-01T23:05:07+00:00`` -> ``23:05 UTC``."""
-    time_part = iso.partition("T")[2]
-    return f"{time_part[:5]} UTC" if len(time_part) >= 5 else ""
-
-
-def _every(seconds: int) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
 
 
 def _fit(lines: list[str], note: str | None) -> str | None:

@@ -7,9 +7,6 @@ presenter (coalesced card edits); progress shows as ``typing``, never as a strea
 
 Option buttons use their own callback kind, ``q:<token>:<index>``: the token names one
 question in this process, so a press on a question asked before a restart is "out of date".
-
-:class:`LateChannel` lets the composition root build the engine before the Telegram
-application exists: the engine gets the slot, ``build_application`` binds the real channel.
 """
 
 from __future__ import annotations
@@ -27,7 +24,14 @@ from dataclasses import dataclass, field
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram.error import BadRequest, TelegramError
 
-from bot.telegram import callback as cb
+from bot import presses as cb
+from bot.approvals import (
+    TRUSTS_PROJECT_CONFIG,
+    approval_buttons,
+    closed_text,
+    question,
+    unattended_parts,
+)
 from bot.telegram.keys import msg_id
 from bot.telegram.outbox import Outbox
 from bot.telegram.presenter import CardPresenter
@@ -46,7 +50,6 @@ from engine.api import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
 from engine.keys import MessageKey
 from engine.limits import ChannelLimits
-from engine.ports import Channel
 from engine.tasks import BackgroundTasks
 from engine.text import ELLIPSIS, clip
 
@@ -56,24 +59,6 @@ QUESTION_PATTERN = r"^q:[0-9a-f]{8}:[0-9]{1,2}$"
 _QUESTION = re.compile(QUESTION_PATTERN)
 MAX_OPTION_LABEL = 60
 MAX_OPTIONS = 10
-# Approval buttons and the way a request ended, as the message shows it.
-ALLOW_ONCE = "✅ Allow once"
-ALLOW_SESSION = "♾ Allow for this session"
-# Said under a session rule for a test runner or build tool (docs/security.md).
-TRUSTS_PROJECT_CONFIG = (
-    "A session rule for a test runner or build tool also trusts the project's own test "
-    "configuration (conftest.py, package.json scripts, a Makefile), which the agent can edit."
-)
-DENY = "⛔ Deny"
-_CLOSED = {
-    "once": "✅ Allowed once.",
-    "session": "✅ Allowed for this session.",
-    "deny": "⛔ Denied.",
-    "timeout": "⌛ Nobody answered in time: denied.",
-    "stopped": "⏹ Stopped: denied.",
-    "interrupted": "Interrupted by a restart: denied.",
-    "unattended": "Not run.",
-}
 # The longest command an approval message shows inline, in UTF-16 units of HTML, so the
 # message with its diff stays under Telegram's 4,096; a longer one is attached whole as a
 # document and the message shows its start.
@@ -433,33 +418,23 @@ class TelegramChannel:
         code = await self._command_html(route, view)
         if view.diff:
             code += await self._diff_html(route, view)
-        rows: list[list[InlineKeyboardButton]] = []
         if view.unattended:
-            html_text = (
-                f"🔐 <b>Not run: {escape(view.tool)} needs your approval</b>, and a goal round "
-                f"has nobody to ask. The goal waits for you.\n{code}"
-            )
-            if view.rule:
-                label = _label(f"✅ Allow {_rule_words(view)} for this session")
-                rows.append([_button(label, cb.APPROVAL_RULE, view)])
+            bold, rest = unattended_parts(view)
+            html_text = f"🔐 <b>{escape(bold)}</b>{escape(rest)}\n{code}"
         else:
-            html_text = f"🔐 <b>{escape(_question(view))}</b>"
+            html_text = f"🔐 <b>{escape(question(view))}</b>"
             if view.reason:
                 html_text += f"\nWhy: {escape_within(view.reason, 300)}"
             html_text += f"\n{code}"
-            first = [_button(ALLOW_ONCE, cb.APPROVAL_ONCE, view)]
-            rows = [first]
-            if view.rule:
-                rows.append(
-                    [
-                        _button(
-                            _label(f"♾ Allow {_rule_words(view)} for this session"),
-                            cb.APPROVAL_SESSION,
-                            view,
-                        )
-                    ]
+        rows = [
+            [
+                InlineKeyboardButton(
+                    label, callback_data=cb.encode(p.kind, p.action, p.short_id, p.revision)
                 )
-            first.append(_button(DENY, cb.APPROVAL_DENY, view))
+                for label, p in row
+            ]
+            for row in approval_buttons(view)
+        ]
         if view.rule and view.trusts_project_config:
             html_text += f"\n<i>{TRUSTS_PROJECT_CONFIG}</i>"
         markup = InlineKeyboardMarkup(rows) if rows else None
@@ -551,9 +526,7 @@ class TelegramChannel:
         if found is None:
             return
         chat_id, message_id, html_text = found
-        ended = _CLOSED.get(decision, "Closed.")
-        if decision == "session" and view.rule:
-            ended = f"✅ Allowed for this session: {escape_within(_rule_words(view), 200)}"
+        ended = escape(closed_text(view, decision))
         self._outbox.edit(chat_id, message_id, f"{html_text}\n<i>{ended}</i>", reply_markup=None)
 
     async def notice(self, session_id: str, text: str) -> None:
@@ -564,24 +537,6 @@ class TelegramChannel:
         await self._outbox.send_text(
             route.chat_id, clip_html("<i>" + escape(text[:3500]) + "</i>"), thread_id=route.thread
         )
-
-
-def _question(view: ApprovalView) -> str:
-    """The approval message's first line: what the call asks for."""
-    if view.why == "network":
-        return f"Allow {view.tool} with the network?"
-    if view.why == "ask-rule":
-        return f"Allow {view.tool}? You asked to be asked about this command."
-    return f"Allow {view.tool}?"
-
-
-def _rule_words(view: ApprovalView) -> str:
-    """What a session button adds, as its label names it."""
-    if view.family == "network":
-        return "the network for this exact command"
-    if view.exact:
-        return "this exact command"
-    return f"“{view.rule_text}”"
 
 
 def _also_html(also: Sequence[str]) -> str:
@@ -598,91 +553,8 @@ def _plain(html_text: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", html_text))
 
 
-def _button(label: str, action: str, view: ApprovalView) -> InlineKeyboardButton:
-    return InlineKeyboardButton(label, callback_data=cb.approval_data(action, view.request_id))
-
-
 def _label(option: str) -> str:
     return clip(option, MAX_OPTION_LABEL, one_line=True)
 
 
-class LateChannel:
-    """A ``Channel`` whose target is bound later; calls before binding are logged and dropped."""
-
-    def __init__(self) -> None:
-        self._target: Channel | None = None
-
-    def bind(self, target: Channel) -> None:
-        """Send every later notification to ``target``."""
-        self._target = target
-
-    @property
-    def limits(self) -> ChannelLimits:
-        return self._target.limits if self._target is not None else TELEGRAM_LIMITS
-
-    async def reply(self, session_id: str, text: str, *, reply_to: MessageKey | None) -> None:
-        if self._target is not None:
-            await self._target.reply(session_id, text, reply_to=reply_to)
-        else:
-            _log.warning("plangate.channel.unbound reply session=%s", session_id)
-
-    async def ask(self, session_id: str, question: str, options: Sequence[str]) -> None:
-        if self._target is not None:
-            await self._target.ask(session_id, question, options)
-        else:
-            _log.warning("plangate.channel.unbound ask session=%s", session_id)
-
-    async def typing(self, session_id: str) -> None:
-        if self._target is not None:
-            await self._target.typing(session_id)
-
-    async def turn_started(self, session_id: str) -> None:
-        if self._target is not None:
-            await self._target.turn_started(session_id)
-
-    async def turn_ended(self, session_id: str, outcome: TurnOutcome) -> None:
-        if self._target is not None:
-            await self._target.turn_ended(session_id, outcome)
-
-    async def plan_changed(self, session_id: str) -> None:
-        if self._target is not None:
-            await self._target.plan_changed(session_id)
-
-    async def goal_changed(self, session_id: str) -> None:
-        if self._target is not None:
-            await self._target.goal_changed(session_id)
-
-    async def notice(self, session_id: str, text: str) -> None:
-        if self._target is not None:
-            await self._target.notice(session_id, text)
-        else:
-            _log.warning("plangate.channel.unbound notice session=%s", session_id)
-
-    async def send_file(
-        self, session_id: str, data: bytes, filename: str, *, caption: str | None
-    ) -> None:
-        if self._target is None:
-            raise RuntimeError("the chat is not connected yet")
-        await self._target.send_file(session_id, data, filename, caption=caption)
-
-    async def drafts_wanted(self, session_id: str) -> bool:
-        return self._target is not None and await self._target.drafts_wanted(session_id)
-
-    async def draft(self, session_id: str, text: str, *, more: bool = False) -> None:
-        if self._target is not None:
-            await self._target.draft(session_id, text, more=more)
-
-    async def approval_asked(self, session_id: str, view: ApprovalView) -> None:
-        if self._target is not None:
-            await self._target.approval_asked(session_id, view)
-        else:
-            _log.warning("plangate.channel.unbound approval session=%s", session_id)
-
-    async def approval_closed(
-        self, session_id: str, view: ApprovalView, decision: ApprovalDecision
-    ) -> None:
-        if self._target is not None:
-            await self._target.approval_closed(session_id, view, decision)
-
-
-__all__ = ["QUESTION_PATTERN", "LateChannel", "Question", "TelegramChannel"]
+__all__ = ["QUESTION_PATTERN", "TELEGRAM_LIMITS", "Question", "TelegramChannel"]

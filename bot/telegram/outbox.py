@@ -198,8 +198,10 @@ class Outbox:
         self._group_per_minute = group_per_minute
         self._deadline_s = deadline_s
         self._on_edit_lost = on_edit_lost
-        self.on_delivery_failed = on_delivery_failed
-        self.on_chat_migrated = on_chat_migrated
+        # Who hears of a delivery that failed past the deadline and of a group that moved:
+        # given here, or subscribed by a part built on this outbox (:meth:`listen`).
+        self._failure_hooks = [on_delivery_failed] if on_delivery_failed is not None else []
+        self._move_hooks = [on_chat_migrated] if on_chat_migrated is not None else []
         self._moved: dict[int, int] = {}  # old group id -> its supergroup's id
         self._lanes: dict[int, _Lane] = {}
         self._closed = False
@@ -210,6 +212,20 @@ class Outbox:
         # (PTB's pool_timeout of 1 s then fails a send that never left: a lost reply); the
         # wait here has no timeout.
         self._in_flight = asyncio.Semaphore(max_in_flight)
+
+    def listen(
+        self,
+        *,
+        delivery_failed: DeliveryFailed | None = None,
+        chat_migrated: ChatMoved | None = None,
+    ) -> None:
+        """Subscribe to a delivery that failed past the deadline (the presenter redraws the
+        chat's cards) or a group that became a supergroup (the gate carries it over). A part
+        built on this outbox subscribes itself when it is built."""
+        if delivery_failed is not None:
+            self._failure_hooks.append(delivery_failed)
+        if chat_migrated is not None:
+            self._move_hooks.append(chat_migrated)
 
     # ---- public verbs ----------------------------------------------------------------
 
@@ -614,9 +630,10 @@ class Outbox:
             o.run = functools.partial(o.run_in, new_id)
             target.queues[o.priority].append(o)
         self._wake(target)
-        if first_time and self.on_chat_migrated is not None:
-            moved = self.on_chat_migrated(lane.chat_id, new_id)
-            self._tasks.spawn(moved, name=f"chat_migrated:{lane.chat_id}")
+        if first_time:
+            for hook in self._move_hooks:
+                moved = hook(lane.chat_id, new_id)
+                self._tasks.spawn(moved, name=f"chat_migrated:{lane.chat_id}")
 
     def _delivery_failed(self, lane: _Lane, op: _Op, err: Exception) -> None:
         if op.notice:
@@ -634,10 +651,8 @@ class Outbox:
             notice.future.add_done_callback(_consume)  # nobody awaits it
             notice.queued_at = self._clock()
             lane.queues["interactive"].append(notice)
-        if self.on_delivery_failed is not None:
-            failed = self.on_delivery_failed(
-                lane.chat_id, op.message_id if op.kind == "edit" else None, err
-            )
+        for hook in self._failure_hooks:
+            failed = hook(lane.chat_id, op.message_id if op.kind == "edit" else None, err)
             self._tasks.spawn(failed, name=f"delivery_failed:{lane.chat_id}")
 
     def _fail(self, op: _Op, err: Exception) -> None:

@@ -34,6 +34,10 @@ from typing import Any, Literal
 
 from telegram import Bot, Message
 
+from bot.cardview import BUSY_NOTE as BUSY_NOTE
+from bot.cardview import ENDED_NOTE as _ENDED_NOTE
+from bot.cardview import SETUP_NOTE as SETUP_NOTE
+from bot.cardview import plan_note
 from bot.telegram import cards
 from bot.telegram.keys import chat_key, msg_id, msg_key, tg_flow
 from bot.telegram.outbox import Outbox
@@ -45,7 +49,7 @@ from bot.telegram.routes import (
     patch_key,
     review_rev_key,
 )
-from engine.api import EngineApi, GoalCardData, PlanCardData, current_task, task_label
+from engine.api import EngineApi, GoalCardData, PlanCardData
 from engine.tasks import BackgroundTasks
 
 _log = logging.getLogger("plangate.presenter")
@@ -57,12 +61,6 @@ REPOST_AFTER_MESSAGES = 10
 # While a turn works, the card's "last progress" line is brought up to date this often.
 HEARTBEAT_S = 60.0
 
-_ENDED_NOTE = {
-    "discarded": "🗑 Discarded: {title}",
-    "abandoned": "📦 Set aside by /new: {title}",
-}
-BUSY_NOTE = "⏳ The agent is working…"
-SETUP_NOTE = "🔧 Setting up the environment"
 MOVED_NOTE = "This card moved below ⬇️"
 
 
@@ -98,34 +96,6 @@ def plan_view(
         actions=data.actions,
         branch=data.branch_actions,
     )
-
-
-def plan_note(data: PlanCardData, *, now: float) -> str | None:
-    """The card's line under the status: working on what, waiting for whom, or why halted."""
-    if data.waiting is not None:
-        return f"👉 Waiting for you: {data.waiting}."
-    if data.halted is not None:
-        return f"⏸ {data.halted}"
-    if data.setting_up:
-        return SETUP_NOTE
-    if data.checking is not None:
-        return f"🧪 Running the checks of {data.checking}"
-    if not data.busy or data.state not in ("planning", "written", "active"):
-        return None
-    if data.state != "active" or data.sidecar is None or not data.sidecar.tasks:
-        return BUSY_NOTE
-    task = current_task(data.sidecar.tasks)
-    line = f"⏳ Working on {task_label(task)}" if task is not None else BUSY_NOTE
-    if data.last_progress_at is not None:
-        line += f" · last progress {_ago(now - data.last_progress_at)}"
-    return line
-
-
-def _ago(seconds: float) -> str:
-    minutes = int(max(0.0, seconds) // 60)
-    if minutes < 1:
-        return "just now"
-    return f"{minutes} min ago" if minutes < 120 else f"{minutes // 60} h ago"
 
 
 def goal_view(data: GoalCardData, *, note: str | None = None) -> cards.CardView:
@@ -199,6 +169,8 @@ class CardPresenter:
         self._closed = False
         # The newest message id seen per chat (ours and the owners'): how far up a card is.
         self._latest: dict[int, int] = {}
+        # A delivery past the outbox's deadline: the chat's cards are drawn again.
+        outbox.listen(delivery_failed=self._delivery_failed)
 
     # ---- public verbs ------------------------------------------------------------------
 
@@ -237,6 +209,10 @@ class CardPresenter:
         for session_id in sorted(sessions):
             self.refresh(session_id, "plan")
             self.refresh(session_id, "goal")
+
+    async def _delivery_failed(self, chat_id: int, message_id: int | None, err: Exception) -> None:
+        # Past the outbox's deadline: draw the chat's cards again from the latest state.
+        self.redraw_chat(chat_id)
 
     def hold(self, session_id: str) -> None:
         """Hold the session's refreshes while a command or press is decided and answered."""

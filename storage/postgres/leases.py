@@ -41,8 +41,9 @@ RETURNING chat, replica, epoch, expires_at
 """
 
 # How long an acquire waits for a row lock (an append or a sidecar write in flight on the
-# holder) before it answers "held": a stalled holder must not stall its peers' loops.
-ACQUIRE_LOCK_TIMEOUT = "2s"
+# holder), in milliseconds, before it answers "held": a stalled holder must not stall its
+# peers' loops.
+ACQUIRE_LOCK_TIMEOUT_MS = 2000
 
 # The fence's row lock, held by an append or a file write for a chat.
 FENCE_ROW = "SELECT 1 FROM chat_leases WHERE chat = $1 AND replica = $2 AND epoch = $3 FOR SHARE"
@@ -130,9 +131,16 @@ class PgChatLeases:
     there, so the fenced stores of that replica write at the current epoch.
     """
 
-    def __init__(self, db: PgDatabase, *, fence: LeaseFence | None = None) -> None:
+    def __init__(
+        self,
+        db: PgDatabase,
+        *,
+        fence: LeaseFence | None = None,
+        lock_timeout_ms: int = ACQUIRE_LOCK_TIMEOUT_MS,
+    ) -> None:
         self._db = db
         self._fence = fence
+        self._lock_timeout_ms = int(lock_timeout_ms)
 
     def _record(self, chat: ChatKey, replica: str, lease: Lease | None) -> None:
         if self._fence is not None and replica == self._fence.replica:
@@ -142,7 +150,7 @@ class PgChatLeases:
         """Take or renew ``chat`` (see :class:`engine.ports.ChatLeases`); ``None`` while another
         replica holds it, or while its row is locked longer than the acquire waits."""
         async with self._db.pool.acquire() as conn, conn.transaction():
-            await conn.execute(f"SET LOCAL lock_timeout = '{ACQUIRE_LOCK_TIMEOUT}'")
+            await conn.execute(f"SET LOCAL lock_timeout = {self._lock_timeout_ms}")
             try:
                 row = await conn.fetchrow(_ACQUIRE, chat, replica, ttl_s)
             except asyncpg.LockNotAvailableError:
@@ -167,15 +175,22 @@ class PgChatLeases:
         )
         return [_lease(row) for row in rows]
 
-    async def lapsed(self, replica: str) -> list[ChatKey]:
-        """Chats whose lease another replica let lapse without releasing it (it died or
-        stalled): the chats to take over even when no update waits for them."""
+    async def lapsed(self) -> list[ChatKey]:
+        """Chats whose holder let the lease lapse without releasing it (it died or stalled;
+        a replica restarted under the same name too): the chats to take over even when no
+        update waits for them."""
         rows = await self._db.pool.fetch(
             "SELECT chat FROM chat_leases "
-            f"WHERE replica <> $1 AND expires_at > 0 AND expires_at <= {_NOW} ORDER BY chat",
-            replica,
+            f"WHERE expires_at > 0 AND expires_at <= {_NOW} ORDER BY chat"
         )
         return [str(row[0]) for row in rows]
+
+    async def replicas(self) -> int:
+        """How many replicas hold a live lease now (they share Telegram's overall limit)."""
+        value = await self._db.pool.fetchval(
+            f"SELECT count(DISTINCT replica) FROM chat_leases WHERE expires_at > {_NOW}"
+        )
+        return int(value or 0)
 
     async def holder(self, chat: ChatKey) -> Lease | None:
         """The live lease on ``chat``, if any."""
@@ -187,4 +202,4 @@ class PgChatLeases:
         return None if row is None else _lease(row)
 
 
-__all__ = ["ACQUIRE_LOCK_TIMEOUT", "FENCE_ROW", "LeaseFence", "PgChatLeases"]
+__all__ = ["ACQUIRE_LOCK_TIMEOUT_MS", "FENCE_ROW", "LeaseFence", "PgChatLeases"]

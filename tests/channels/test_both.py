@@ -1,5 +1,5 @@
 """One process serving Telegram and Slack at once: one engine, both front ends, each session's
-words going back to the channel its chat belongs to (bot.channels.SplitChannel, as
+words going back to the channel its chat belongs to (bot.channels.ChatRouter, as
 ``plangate run`` composes it when both tokens are set)."""
 
 from __future__ import annotations
@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from bot.channels import SplitChannel, lives_in
-from bot.compose import Plangate, open_plangate
+from bot.channels import ChannelQueue, ChatRouter, smallest_limits
+from bot.compose import open_plangate
 from bot.slack import keys
 from bot.slack.app import SlackConfig, SlackFrontEnd, serve_socket_mode
-from bot.telegram.channel import LateChannel
+from bot.slack.front import SLACK
+from bot.telegram.app import parts
+from bot.telegram.front import TELEGRAM
 from engine.app import EngineConfig
 from engine.model.openai_provider import OpenAIProvider
 from engine.model.script import say
@@ -33,12 +35,7 @@ async def test_one_engine_serves_both_and_each_reply_goes_home(tmp_path: Path) -
     server.play([say("Hi Telegram."), say("Hi Slack.")])
     await server.start()
     model = OpenAIProvider(FAKE_MODEL, base_url=server.base_url, api_key="test-key")
-    telegram_slot, slack_slot = LateChannel(), LateChannel()
-    opened_box: list[Plangate] = []
-
-    async def on_slack(session_id: str) -> bool:
-        return await lives_in(opened_box[0].storage.db, session_id, keys.is_slack_chat)
-
+    queue = ChannelQueue(smallest_limits([TELEGRAM.limits, SLACK.limits]))
     workspace = tmp_path / "work"
     workspace.mkdir()
     config = EngineConfig(
@@ -49,10 +46,9 @@ async def test_one_engine_serves_both_and_each_reply_goes_home(tmp_path: Path) -
         async with open_plangate(
             tmp_path / "home",
             model=model,
-            channel=SplitChannel(telegram_slot, slack_slot, on_slack),
+            channel=queue,
             config=config,
         ) as opened:
-            opened_box.append(opened)
             front = SlackFrontEnd(
                 opened.engine,
                 opened.storage.db,
@@ -65,13 +61,15 @@ async def test_one_engine_serves_both_and_each_reply_goes_home(tmp_path: Path) -
                     interval_s=0.0,
                 ),
             )
-            slack_slot.bind(front.channel)
             await front.start()
             serving = asyncio.create_task(serve_socket_mode(front, stop))
             await slack.connected()
-            async with running_bot(
-                api, opened.engine, opened.storage.db, channel_slot=telegram_slot
-            ):
+            async with running_bot(api, opened.engine, opened.storage.db) as app:
+                router = ChatRouter(
+                    opened.storage.db,
+                    [(TELEGRAM.owns, parts(app).channel), (SLACK.owns, front.channel)],
+                )
+                delivering = asyncio.ensure_future(queue.deliver(router))
                 await opened.engine.start()
                 api.user_message(GROUP, OWNER, "@plangate_test_bot hello")
                 await eventually(
@@ -84,6 +82,7 @@ async def test_one_engine_serves_both_and_each_reply_goes_home(tmp_path: Path) -
                     await asyncio.sleep(0.02)
                 await opened.engine.shutdown()
                 await front.drain()
+                delivering.cancel()
             stop.set()
             await serving
             await front.aclose()

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from engine.api import PLAN_RESUME
-from engine.events import TurnEnd
+from engine.events import TurnEnd, TurnStart
 from engine.model.script import call, say
 from engine.model.scripted import ScriptedProvider
 from engine.sessions import INTERRUPTED_NOTICE
@@ -140,3 +140,58 @@ async def test_a_replica_whose_write_meets_a_newer_epoch_lets_the_chat_go_by_its
         )
         assert one.engine.sessions.chat_of(sid) is None
         assert [s.seq for s in await two.storage.log.read(sid)] == before
+
+
+async def test_a_replica_started_without_recovery_loads_a_chat_only_when_it_takes_it(
+    tmp_path: Path,
+) -> None:
+    room = chat(-3)
+    async with engine_rig(tmp_path, ScriptedProvider([])) as rig:
+        sid = await rig.engine.session_for_chat(room)
+        # A process died in the middle of a turn.
+        await rig.storage.log.append(sid, [TurnStart(turn_id="t1")])
+    async with engine_rig(tmp_path, ScriptedProvider([]), start=False) as rig:
+        assert await rig.engine.start(recover=False) == []
+        assert not rig.engine.sessions.is_loaded(sid)
+        assert rig.channel.of("notice") == []
+        await rig.engine.chat_taken(room.key)
+        assert rig.engine.sessions.is_loaded(sid)
+        assert [c.args["text"] for c in rig.channel.of("notice")] == [INTERRUPTED_NOTICE]
+        last = (await rig.storage.log.read(sid))[-1].event
+        assert isinstance(last, TurnEnd) and last.outcome == "interrupted"
+
+
+async def test_losing_a_chat_disarms_its_goal_and_withdraws_its_schedule(
+    pg_dsn: str, tmp_path: Path
+) -> None:
+    async with engine_rig(
+        tmp_path, ScriptedProvider([say("ok")] * 5), database_url=pg_dsn, replica="one"
+    ) as one:
+        room = chat(-4)
+        assert await one.storage.leases.acquire(room.key, "one", 30) is not None
+        sid = await one.engine.session_for_chat(room)
+        await one.engine.command(sid, "goal", "every 1h keep the tests green", actor=OWNER)
+        assert one.engine.goals.is_armed(sid)
+        job = f"goal-round:{sid}"
+        assert one.engine.scheduler.has_job(job)
+        db = one.storage.db
+
+        async def published() -> int:
+            return int(await db.pool.fetchval("SELECT count(*) FROM scheduled_jobs"))  # type: ignore[union-attr]
+
+        await _until_async(lambda: published(), 1, "the schedule is published")
+        await one.engine.chat_lost(room.key)
+        assert not one.engine.goals.is_armed(sid)
+        assert not one.engine.scheduler.has_job(job)
+        await _until_async(lambda: published(), 0, "the schedule is withdrawn")
+
+
+async def _until_async(read: object, want: int, what: str, timeout_s: float = 30.0) -> None:
+    async def poll() -> None:
+        while await read() != want:  # type: ignore[operator]
+            await asyncio.sleep(0.05)
+
+    try:
+        await asyncio.wait_for(poll(), timeout_s)
+    except TimeoutError:
+        raise AssertionError(f"not within {timeout_s}s: {what}") from None

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from bot.owners import ChatOwners
 from engine.keys import ChatKey
 from engine.leases import LocalChatLeases
+from engine.ports import Lease
 from storage.postgres.db import PgDatabase
 from storage.postgres.inbox import InboxUpdate, PgUpdateInbox
 
@@ -133,3 +134,56 @@ async def test_a_lapsed_lease_moves_the_chat_and_the_old_owner_stops(pg_dsn: str
         await put(inbox, 3, "tg:-1")
         await settle(a, b)
         assert b.seen == [("tg:-1", 2), ("tg:-1", 3)] and a.seen == [("tg:-1", 1)]
+
+
+async def test_a_replica_restarted_under_its_name_takes_back_the_chats_it_let_lapse(
+    pg_dsn: str,
+) -> None:
+    async with two_replicas(pg_dsn) as (inbox, a, _b, clock):
+        await put(inbox, 1, "tg:-1")
+        await settle(a)
+        assert a.events == [("taken", "tg:-1")]
+        # a dies (SIGKILL: nothing released) and comes back under the same PLANGATE_REPLICA_ID;
+        # its chat has no update waiting, but a run of it was cut off and must be recovered.
+        again = Replica("a", inbox, a.owners.leases, clock)  # type: ignore[arg-type]
+        clock.now += 31
+        await settle(again)
+        assert again.events == [("taken", "tg:-1")]
+        assert "tg:-1" in again.owners.held
+
+
+class BusyLeases(LocalChatLeases):
+    """The in-memory leases, whose acquire can answer "held" while the row is locked by the
+    holder's own write in flight (PostgreSQL's lock timeout), as PgChatLeases does."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(clock=clock)
+        self.busy = False
+
+    async def acquire(self, chat: ChatKey, replica: str, ttl_s: float) -> Lease | None:
+        if self.busy:
+            return None
+        return await super().acquire(chat, replica, ttl_s)
+
+
+async def test_a_renewal_that_waits_on_the_replicas_own_write_loses_nothing(
+    pg_dsn: str,
+) -> None:
+    clock = Clock()
+    leases = BusyLeases(clock)
+    async with await PgDatabase.open(pg_dsn) as db:
+        inbox = PgUpdateInbox(db)
+        a = Replica("a", inbox, leases, clock)
+        await put(inbox, 1, "tg:-1")
+        await settle(a)
+        leases.busy = True
+        clock.now += 11
+        await a.owners.round()
+        assert a.events == [("taken", "tg:-1")]  # not lost
+        assert "tg:-1" in a.owners.held
+        leases.busy = False
+        clock.now += 1
+        await a.owners.round()
+        held = await leases.holder("tg:-1")
+        assert held is not None and (held.replica, held.epoch) == ("a", 1)
+        assert held.expires_at == clock.now + 30

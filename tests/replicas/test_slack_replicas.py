@@ -17,10 +17,11 @@ from pathlib import Path
 
 import aiohttp
 
+from bot.channels import ChannelQueue
 from bot.compose import open_plangate
 from bot.slack import keys
 from bot.slack.app import SlackConfig, SlackFrontEnd, serve_slack
-from bot.telegram.channel import LateChannel
+from bot.slack.render import SLACK_LIMITS
 from bot.telegram.ingress import Replicas
 from engine.app import EngineConfig
 from engine.model.script import say
@@ -35,7 +36,7 @@ DM = "D0OWNER1"
 
 @asynccontextmanager
 async def slack_replicas(
-    slack: FakeSlack, tmp_path: Path, dsn: str
+    slack: FakeSlack, tmp_path: Path, dsn: str, *, ttls: tuple[float, float] = (30.0, 30.0)
 ) -> AsyncIterator[list[tuple[str, Replicas]]]:
     """Two replicas serving the Events API; yields (events URL, parts) for each."""
     stop = asyncio.Event()
@@ -43,10 +44,11 @@ async def slack_replicas(
     workspace.mkdir(exist_ok=True)
     config = EngineConfig(workspace=workspace, owner_ids=frozenset({keys.person_key(OWNER)}))
     tasks: list[asyncio.Task[None]] = []
+    delivering: list[asyncio.Task[None]] = []
     out: list[tuple[str, Replicas]] = []
     async with AsyncExitStack() as stack:
-        for name in ("s0", "s1"):
-            slot = LateChannel()
+        for name, ttl in zip(("s0", "s1"), ttls, strict=True):
+            slot = ChannelQueue(SLACK_LIMITS)
             opened = await stack.enter_async_context(
                 open_plangate(
                     tmp_path / "home",
@@ -69,14 +71,14 @@ async def slack_replicas(
                     replayed=True,
                 ),
             )
-            slot.bind(front.channel)
+            delivering.append(asyncio.create_task(slot.deliver(front.channel)))
             db = opened.storage.db
             assert not isinstance(db, type(None))
             parts = Replicas(
                 PgUpdateInbox(db, fenced=True),  # type: ignore[arg-type]
                 opened.storage.leases,
                 replica=name,
-                ttl_s=30.0,
+                ttl_s=ttl,
                 poll_s=0.1,
             )
             port = free_port()
@@ -98,6 +100,8 @@ async def slack_replicas(
         finally:
             stop.set()
             await asyncio.wait_for(asyncio.gather(*tasks), 30)
+            for task in delivering:
+                task.cancel()
 
 
 async def _accepting(port: int) -> None:
@@ -197,3 +201,41 @@ async def _until_done(inbox: PgUpdateInbox) -> None:
             await asyncio.sleep(0.02)
 
     await asyncio.wait_for(loop(), 30)
+
+
+async def test_a_channel_an_owner_invited_on_one_replica_is_kept_by_the_next_owner(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    channel = "C0SHARED"
+    chat = keys.chat_ref(keys.chat_key(channel))
+    slack = FakeSlack()
+    await slack.start()
+    try:
+        async with slack_replicas(slack, tmp_path, pg_dsn, ttls=(1.0, 30.0)) as reps:
+            inbox = reps[0][1].inbox
+            db = inbox._db  # noqa: SLF001
+            # s0 owns the channel when an owner invites the bot.
+            lease = await reps[0][1].leases.acquire(chat, "s0", 30.0)
+            assert lease is not None
+            slack.events_url = reps[1][0]
+            await slack.member_joined(channel, slack.bot_user, inviter=OWNER)
+            await _until_done(inbox)
+            assert channel in (await db.get_meta("slack.channels") or "")
+            # The channel moves to s1, whose list was read before the invitation.
+            await db.pool.execute(
+                "UPDATE chat_leases SET replica = 's1', epoch = epoch + 1, "
+                "expires_at = extract(epoch FROM now()) + 3600 WHERE chat = $1",
+                chat,
+            )
+            slack.events_url = reps[0][0]
+            await slack.mention(channel, OWNER, "status")
+            await _until_done(inbox)
+            await _until(lambda: len(slack.bot_messages(channel)) >= 1)
+            rows = await db.pool.fetch(
+                "SELECT done_by FROM update_inbox WHERE chat = $1 ORDER BY ord", chat
+            )
+    finally:
+        with contextlib.suppress(Exception):
+            await slack.stop()
+    assert [r["done_by"] for r in rows] == ["s0", "s1"]
+    assert slack.count("conversations.leave") == 0

@@ -10,10 +10,11 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from bot.channels import ChannelQueue
 from bot.compose import open_plangate
 from bot.slack import keys
 from bot.slack.app import SlackConfig, SlackFrontEnd, serve_socket_mode
-from bot.telegram.channel import LateChannel
+from bot.slack.render import SLACK_LIMITS
 from engine.app import Engine, EngineConfig
 from engine.approval.policy import BashApproval
 from engine.model.openai_provider import OpenAIProvider
@@ -60,7 +61,7 @@ async def live_slack(
     server.play(list(script))
     await server.start()
     model = OpenAIProvider(FAKE_MODEL, base_url=server.base_url, api_key="test-key")
-    slot = LateChannel()
+    queue = ChannelQueue(SLACK_LIMITS)
     config = EngineConfig(
         workspace=workspace,
         max_goal_rounds=max_goal_rounds,
@@ -81,10 +82,10 @@ async def live_slack(
     tasks = BackgroundTasks(logging.getLogger("tests.slack"))
     try:
         async with open_plangate(
-            tmp_path / "home", model=model, channel=slot, config=config
+            tmp_path / "home", model=model, channel=queue, config=config
         ) as opened:
             front = SlackFrontEnd(opened.engine, opened.storage.db, front_config)
-            slot.bind(front.channel)
+            delivering = tasks.spawn(queue.deliver(front.channel), name="deliver")
             await front.start()
             serving = tasks.spawn(serve_socket_mode(front, stop), name="socket")
             await slack.connected()
@@ -96,6 +97,7 @@ async def live_slack(
                 await front.drain()
                 stop.set()
                 await serving
+                delivering.cancel()
                 await front.aclose()
     finally:
         await model.aclose()

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from bot.doctor import check_slack
-from bot.runner import engine_config, slack_listen
+from bot.runner import engine_config
 from bot.settings import Settings, load_settings, run_problems
 from bot.slack import keys
 from bot.slack.app import EVENTS, SLASH_COMMAND
+from bot.slack.front import check_slack, slack_listen
 from engine.errors import ConfigError
 from engine.keys import Chat
 from tests.fakeslack.server import FakeSlack

@@ -224,3 +224,30 @@ async def test_a_sqlite_home_holds_its_chats_in_memory_with_the_same_rules(
         assert await storage.leases.held_by("only") == [lease]
     finally:
         await storage.close()
+
+
+async def test_a_takeover_waits_for_a_plan_write_in_flight_and_then_refuses_the_old_holder(
+    pg_dsn: str, tmp_path: Path
+) -> None:
+    home = tmp_path / "shared-home"
+    one = await open_storage(home, database_url=pg_dsn, replica="one")
+    two = await open_storage(home, database_url=pg_dsn, replica="two")
+    try:
+        room = chat(-300)
+        record = await one.sessions.create_session(workspace=str(tmp_path / "ws"))
+        await one.sessions.bind_chat(room, record.id)
+        assert await one.leases.acquire(room.key, "one", 30) is not None
+        await _expire(pg_dsn)
+        assert one.fence is not None and isinstance(two.db, PgDatabase)
+        patient = PgChatLeases(two.db, lock_timeout_ms=100)
+        async with one.fence.holding(record.id):
+            # One's write is in flight: the lapsed lease cannot change hands under it.
+            assert await patient.acquire(room.key, "two", 30) is None
+        taken = await patient.acquire(room.key, "two", 30)
+        assert taken is not None and taken.epoch == 2
+        with pytest.raises(LeaseLost):
+            async with one.fence.holding(record.id):
+                raise AssertionError("the old holder's write must not begin")
+    finally:
+        await one.close()
+        await two.close()

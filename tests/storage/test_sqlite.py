@@ -339,3 +339,49 @@ async def test_upgrading_to_the_command_index_finds_caps_logged_before_it(tmp_pa
 async def user_version_of(db: Database) -> int:
     [(version,)] = await db.fetch_all("PRAGMA user_version")
     return int(version)
+
+
+async def test_writes_run_whole_in_the_thread_batch_and_roll_back_alone(tmp_path: Path) -> None:
+    # Database.write_in_thread: the same batch, savepoints and answers as Database.write,
+    # alone, among their own kind (one trip for the batch) and mixed with awaited writes.
+    async with await Database.open(tmp_path / "p.db") as db:
+
+        def put(conn: sqlite3.Connection, key: str) -> str:
+            conn.execute("INSERT INTO meta (key, value) VALUES (?, 'v')", (key,))
+            return key
+
+        def broken(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO meta (key, value) VALUES ('half', 'v')")
+            raise ValueError("the work failed half-way")
+
+        async def awaited(conn: aiosqlite.Connection) -> str:
+            await conn.execute("INSERT INTO meta (key, value) VALUES ('aw', 'v')")
+            return "aw"
+
+        before = db.commits
+        results = await asyncio.gather(
+            db.write_in_thread(lambda c: put(c, "a")),
+            db.write_in_thread(broken),
+            db.write_in_thread(lambda c: put(c, "b")),
+            return_exceptions=True,
+        )
+        assert results[0] == "a" and results[2] == "b"
+        assert isinstance(results[1], ValueError)
+        assert db.commits == before + 1
+        mixed = await asyncio.gather(
+            db.write_in_thread(lambda c: put(c, "c")),
+            db.write(awaited),
+            db.write_in_thread(broken),
+            return_exceptions=True,
+        )
+        assert mixed[:2] == ["c", "aw"] and isinstance(mixed[2], ValueError)
+        for key in ("a", "b", "c", "aw"):
+            assert await db.get_meta(key) == "v"
+        assert await db.get_meta("half") is None
+        # Alone in its batch, the failure rolls back as well, and the next write works.
+        with pytest.raises(ValueError, match="half-way"):
+            await db.write_in_thread(broken)
+        assert await db.get_meta("half") is None
+        assert await db.write_in_thread(lambda c: put(c, "after")) == "after"
+    with pytest.raises(RuntimeError, match="closed"):
+        await db.write_in_thread(lambda c: put(c, "late"))

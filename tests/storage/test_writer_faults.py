@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any, cast
 
@@ -134,7 +135,13 @@ async def test_a_cancellation_at_commit_tells_the_caller_what_really_happened(
     db, made = await open_faulty(tmp_path / "p.db")
     try:
         gate = made[0].commit_gate = asyncio.Event()
-        write = asyncio.ensure_future(db.set_meta("c", "1"))
+
+        async def put(conn: aiosqlite.Connection) -> None:
+            # Awaited statements: the COMMIT is the writer's own await (a one-trip batch's
+            # COMMIT runs in SQLite's thread: the last test).
+            await conn.execute("INSERT INTO meta (key, value) VALUES ('c', '1')")
+
+        write = asyncio.ensure_future(db.write(put))
         await asyncio.wait_for(made[0].commit_sent.wait(), 10)
         # The writer task is what a loop shutdown or a supervisor cancels.
         (writer,) = [t for t in asyncio.all_tasks() if t.get_name() == WRITER_TASK]
@@ -150,4 +157,39 @@ async def test_a_cancellation_at_commit_tells_the_caller_what_really_happened(
         await asyncio.wait_for(db.set_meta("d", "2"), 10)
         assert await db.get_meta("d") == "2"
     finally:
+        await db.close()
+
+
+async def test_a_cancellation_during_a_one_trip_batch_tells_the_caller_what_really_happened(
+    tmp_path: Path,
+) -> None:
+    db = await Database.open(tmp_path / "p.db")
+    try:
+        entered, release = threading.Event(), threading.Event()
+
+        def slow(conn: sqlite3.Connection) -> str:
+            conn.execute("INSERT INTO meta (key, value) VALUES ('c', '1')")
+            entered.set()
+            release.wait(10)  # the batch is in SQLite's thread when the writer is cancelled
+            return "written"
+
+        write = asyncio.ensure_future(db.write_in_thread(slow))
+        assert await asyncio.to_thread(entered.wait, 10)
+        (writer,) = [t for t in asyncio.all_tasks() if t.get_name() == WRITER_TASK]
+        queued = asyncio.ensure_future(db.set_meta("queued", "1"))
+        await asyncio.sleep(0)
+        writer.cancel()
+        await asyncio.sleep(0)
+        release.set()
+        # The batch ran to its COMMIT in the thread: the caller is told so, not "not committed".
+        assert await asyncio.wait_for(write, 10) == "written"
+        assert await db.get_meta("c") == "1"
+        # The cancelled writer stopped: what queued behind it heard so; the next write starts
+        # a new writer.
+        await asyncio.wait_for(asyncio.gather(writer, return_exceptions=True), 10)
+        assert isinstance((await asyncio.gather(queued, return_exceptions=True))[0], BaseException)
+        await asyncio.wait_for(db.set_meta("d", "2"), 10)
+        assert await db.get_meta("d") == "2"
+    finally:
+        release.set()
         await db.close()

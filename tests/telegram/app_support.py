@@ -9,6 +9,7 @@ python-telegram-bot's Application over HTTP to the fake Bot API server.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -18,8 +19,8 @@ from typing import Any
 
 from telegram.ext import AIORateLimiter, Application
 
-from bot.telegram.app import build_application, drain, prepare
-from bot.telegram.channel import LateChannel
+from bot.channels import ChannelQueue
+from bot.telegram.app import build_application, drain, parts, prepare
 from bot.telegram.keys import engine_chat, msg_id, session_key, user_id_of
 from engine.api import (
     CommandName,
@@ -388,7 +389,7 @@ class RecordingEngine:
         )
         self.plans[session_id] = plan.model_copy(update={"flow": flow})
 
-    async def start(self) -> list[RestoredGoal]:
+    async def start(self, *, recover: bool = True) -> list[RestoredGoal]:
         self.calls.append(Call("start", ()))
         return list(self.restored)
 
@@ -440,7 +441,7 @@ async def running_bot(
     db: Database,
     *,
     settings: Settings | None = None,
-    channel_slot: LateChannel | None = None,
+    notices: ChannelQueue | None = None,
     chat_interval_s: float = 0.0,
     group_per_minute: int = 10_000,
     transcriber: Any = None,
@@ -455,16 +456,27 @@ async def running_bot(
         settings or settings_for(api),
         engine,
         db_meta=db,
-        channel_slot=channel_slot,
         rate_limiter=AIORateLimiter(overall_max_rate=0, group_max_rate=0),
         chat_interval_s=chat_interval_s,
         group_per_minute=group_per_minute,
         transcriber=transcriber,
         **outbox_kw,
     )
-    async with running_app(application) as app:
-        await prepare(app)
-        yield app
-        # As serve() does on the way out: deliver what is queued (replies, card draws, the
-        # update_id write).
-        await asyncio.wait_for(drain(app), 10)
+    # ``notices``: the engine's channel (bot.channels), delivered to this bot's while it runs.
+    delivering = (
+        asyncio.ensure_future(notices.deliver(parts(application).channel))
+        if notices is not None
+        else None
+    )
+    try:
+        async with running_app(application) as app:
+            await prepare(app)
+            yield app
+            # As serve() does on the way out: deliver what is queued (replies, card draws, the
+            # update_id write).
+            await asyncio.wait_for(drain(app), 10)
+    finally:
+        if delivering is not None:
+            delivering.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await delivering

@@ -13,9 +13,10 @@ from typing import Any
 
 from telegram.ext import Application
 
+from bot.channels import ChannelQueue
 from bot.compose import open_plangate
 from bot.telegram.app import announce_restored, parts
-from bot.telegram.channel import LateChannel
+from bot.telegram.channel import TELEGRAM_LIMITS
 from bot.telegram.keys import person_key, tg_flow
 from engine.api import RestoredGoal
 from engine.app import Engine, EngineConfig
@@ -118,7 +119,7 @@ async def live_bot(
         if transcribe and server is not None
         else None
     )
-    slot = LateChannel()
+    slot = ChannelQueue(TELEGRAM_LIMITS)
     config = EngineConfig(
         workspace=workspace,
         max_goal_rounds=max_goal_rounds,
@@ -160,7 +161,7 @@ async def live_bot(
                 api,
                 opened.engine,
                 opened.storage.db,
-                channel_slot=slot,
+                notices=slot,
                 settings=settings,
                 transcriber=transcriber,
                 **pacing,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bot.channels import ChannelQueue
 from bot.telegram.app import parts
-from bot.telegram.channel import LateChannel
+from bot.telegram.channel import TELEGRAM_LIMITS
 from bot.telegram.routes import goal_card_key
 from tests.fakebot.server import FakeBotApi
 from tests.keys import chat_key
@@ -23,10 +24,10 @@ async def test_reply_is_rendered_split_and_answers_the_opening_message(
     fake_api: FakeBotApi, tmp_path: Path
 ) -> None:
     engine = RecordingEngine()
-    slot = LateChannel()
+    slot = ChannelQueue(TELEGRAM_LIMITS)
     async with (
         open_db(tmp_path / "p.db") as db,
-        running_bot(fake_api, engine, db, channel_slot=slot),
+        running_bot(fake_api, engine, db, notices=slot),
     ):
         opening = fake_api.user_message(GROUP, OWNER, f"@{fake_api.username} explain")
         await eventually(lambda: len(engine.named("user_message")) == 1)

@@ -6,8 +6,9 @@ from pathlib import Path
 
 from telegram import Bot
 
+from bot.channels import ChannelQueue
 from bot.telegram.app import parts
-from bot.telegram.channel import LateChannel
+from bot.telegram.channel import TELEGRAM_LIMITS
 from bot.telegram.keys import tg_flow
 from engine.api import Outcome
 from tests.fakebot.server import FakeBotApi
@@ -121,7 +122,7 @@ async def test_non_owner_show_plan_gets_a_copy_without_buttons(
         fake_api.user_message(GROUP, STRANGER, "/show-plan")
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) == 3)
         fake_api.user_message(GROUP, STRANGER, "/plan take over")  # a control command
-        # Another stranger: this one's two answers this minute are spent (bot.telegram.flood).
+        # Another stranger: this one's two answers this minute are spent (bot.flood).
         fake_api.user_message(GROUP, STRANGER + 1, "/status")
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) == 5)
     copy = fake_api.bot_messages(GROUP)[2]
@@ -239,11 +240,11 @@ async def test_a_card_the_command_created_comes_after_the_reply(
     fake_api: FakeBotApi, tmp_path: Path
 ) -> None:
     engine = RecordingEngine()
-    slot = LateChannel()
+    slot = ChannelQueue(TELEGRAM_LIMITS)
     engine.channel = slot  # the engine tells the channel while /plan is being decided
     async with (
         open_db(tmp_path / "p.db") as db,
-        running_bot(fake_api, engine, db, channel_slot=slot) as app,
+        running_bot(fake_api, engine, db, notices=slot) as app,
     ):
         fake_api.user_message(GROUP, OWNER, "/plan x")
         await eventually(lambda: len(engine.named("set_plan_flow")) == 1)

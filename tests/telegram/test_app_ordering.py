@@ -4,10 +4,11 @@ does not hold the owner's next command in the same chat."""
 from __future__ import annotations
 
 import asyncio
+import html
+import re
 from pathlib import Path
 from typing import Any
 
-from bot.demo import html_to_text
 from bot.telegram.access import REFUSAL_TEXT
 from bot.telegram.app import serve
 from engine.api import Outcome
@@ -22,6 +23,11 @@ from tests.telegram.app_support import (
     running_bot,
     settings_for,
 )
+
+
+def html_to_text(text: str) -> str:
+    """Telegram HTML as the text a person reads: tags dropped, entities unescaped."""
+    return html.unescape(re.sub(r"<[^>]+>", "", text))
 
 
 class SlowStopEngine(RecordingEngine):
