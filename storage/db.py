@@ -367,14 +367,14 @@ class Database:
     async def set_meta(self, key: str, value: str) -> None:
         """Set (or replace) one metadata value; durable when this returns."""
 
-        async def work(conn: aiosqlite.Connection) -> None:
-            await conn.execute(
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
                 "INSERT INTO meta (key, value) VALUES (?, ?) "
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 (key, value),
             )
 
-        await self.write(work)
+        await self.write_in_thread(work)
 
 
 async def _connect(file: Path) -> aiosqlite.Connection:

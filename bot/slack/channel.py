@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bot import presses as cb
 from bot.approvals import (
     TRUSTS_PROJECT_CONFIG,
     approval_buttons,
@@ -34,7 +35,6 @@ from bot.slack.render import (
     split_mrkdwn,
 )
 from bot.slack.render import slack_escape as escape
-from bot.telegram import callback as cb
 from bot.telegram.render import first_paragraph
 from bot.telegram.routes import Routes
 from engine.api import ApprovalView

@@ -4,8 +4,9 @@ The Markdown is rendered once, by the Telegram renderer (``bot.telegram.render``
 HTML subset (``b i u s code pre a blockquote``), and that subset is rewritten here into mrkdwn:
 ``*bold*``, ``_italic_``, ``~struck~``, `` `code` ``, fenced blocks, ``<url|text>`` links and
 ``>`` quotes. Text is already escaped as Slack wants it (``&amp; &lt; &gt;``), so a person's
-``<!channel>`` can never become a mention. The cards (bot.telegram.cards) come through the same
-function, so both channels show the same card.
+``<!channel>`` can never become a mention. The cards are written from the card view
+(bot.cardview, bot.slack.cards); only a plan's own Markdown on the review card comes through
+here.
 """
 
 from __future__ import annotations

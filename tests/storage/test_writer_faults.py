@@ -135,7 +135,13 @@ async def test_a_cancellation_at_commit_tells_the_caller_what_really_happened(
     db, made = await open_faulty(tmp_path / "p.db")
     try:
         gate = made[0].commit_gate = asyncio.Event()
-        write = asyncio.ensure_future(db.set_meta("c", "1"))
+
+        async def put(conn: aiosqlite.Connection) -> None:
+            # Awaited statements: the COMMIT is the writer's own await (a one-trip batch's
+            # COMMIT runs in SQLite's thread: the last test).
+            await conn.execute("INSERT INTO meta (key, value) VALUES ('c', '1')")
+
+        write = asyncio.ensure_future(db.write(put))
         await asyncio.wait_for(made[0].commit_sent.wait(), 10)
         # The writer task is what a loop shutdown or a supervisor cancels.
         (writer,) = [t for t in asyncio.all_tasks() if t.get_name() == WRITER_TASK]
