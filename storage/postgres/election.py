@@ -58,14 +58,15 @@ POLL_S = 1.0
 
 _NOW = "extract(epoch FROM now())::float8"
 
-# Claim the round a tick stands for; nothing when already claimed or when the job's owner
-# holds no live lease. Returns the owner; a round for the leader itself ($3) is taken at once,
-# so its own poll never runs it a second time.
+# Claim the round a tick stands for; nothing when already claimed, when the job's owner holds
+# no live lease, or when the tick comes from a mirror of an earlier arming ($4, its anchor:
+# the leader has not synced since). Returns the owner; a round for the leader itself ($3) is
+# taken at once, so its own poll never runs it a second time.
 _CLAIM = f"""
 INSERT INTO job_fires (job_id, slot, replica, fired_at, taken)
 SELECT j.job_id, $2::bigint, j.replica, {_NOW}, j.replica = $3
 FROM scheduled_jobs AS j
-WHERE j.job_id = $1 AND EXISTS (
+WHERE j.job_id = $1 AND ($4::float8 IS NULL OR j.anchor = $4::float8) AND EXISTS (
     SELECT 1 FROM chat_leases AS l WHERE l.replica = j.replica AND l.expires_at > {_NOW}
 )
 ON CONFLICT (job_id, slot) DO NOTHING
@@ -185,18 +186,26 @@ class ElectedScheduler(ApsScheduler):
 
     async def _publish(self, job_id: str, interval_s: float) -> None:
         # The anchor is kept when the same owner republishes the same interval, so the
-        # schedule's rounds keep their slots.
-        async with self._writes:
-            await self._db.pool.execute(
+        # schedule's rounds keep their slots. A new anchor (armed again: resumed here or on
+        # the chat's next owner, or a new interval) numbers its rounds from 1 again, so the
+        # earlier arming's claims go with it; left, they would stop those rounds from firing.
+        async with self._writes, self._db.pool.acquire() as conn, conn.transaction():
+            before = await conn.fetchval(
+                "SELECT anchor FROM scheduled_jobs WHERE job_id = $1 FOR UPDATE", job_id
+            )
+            anchor = await conn.fetchval(
                 "INSERT INTO scheduled_jobs AS j (job_id, replica, interval_s, anchor) "
                 f"VALUES ($1, $2, $3, {_NOW}) ON CONFLICT (job_id) DO UPDATE SET "
                 "anchor = CASE WHEN j.replica = excluded.replica "
                 "AND j.interval_s = excluded.interval_s THEN j.anchor ELSE excluded.anchor END, "
-                "replica = excluded.replica, interval_s = excluded.interval_s",
+                "replica = excluded.replica, interval_s = excluded.interval_s "
+                "RETURNING anchor",
                 job_id,
                 self.replica,
                 interval_s,
             )
+            if anchor != before:
+                await conn.execute("DELETE FROM job_fires WHERE job_id = $1", job_id)
         if self.election.leader:
             await self.sync()
 
@@ -299,15 +308,16 @@ class ElectedScheduler(ApsScheduler):
         for job_id in list(self._mirrored):
             self._remove_mirror(job_id)
 
-    async def fire(self, job_id: str, slot: int) -> bool:
+    async def fire(self, job_id: str, slot: int, *, anchor: float | None = None) -> bool:
         """Claim round ``slot`` of ``job_id``; run it when this replica owns the job.
 
-        False when the round was claimed before (by this or another leader) or its owner holds
-        no live lease: nothing runs then.
+        False when the round was claimed before (by this or another leader), its owner holds
+        no live lease, or ``anchor`` (the mirror's) is no longer the published one: nothing
+        runs then.
         """
         if not self.election.leader:
             return False
-        owner = await self._db.pool.fetchval(_CLAIM, job_id, slot, self.replica)
+        owner = await self._db.pool.fetchval(_CLAIM, job_id, slot, self.replica, anchor)
         if owner is None:
             return False
         log.info("plangate.scheduler.fired job=%s slot=%s owner=%s", job_id, slot, owner)
@@ -358,7 +368,7 @@ class _Fire:
         # clocks agree within half an interval.
         slot = round((time.time() - self._anchor) / self._interval_s)
         try:
-            await self._scheduler.fire(self._job_id, slot)
+            await self._scheduler.fire(self._job_id, slot, anchor=self._anchor)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             log.warning("plangate.scheduler.fire_failed %s: %s", type(exc).__name__, exc)
 

@@ -137,3 +137,39 @@ async def test_a_scheduled_goal_runs_its_rounds_through_the_elected_scheduler(
             await driver.close()
             await sched.aclose()
         assert await db.pool.fetchval("SELECT count(*) FROM job_fires") >= 2
+
+
+async def test_a_schedule_armed_again_fires_its_rounds_again(pg_dsn: str) -> None:
+    # A goal paused and resumed (or resumed by the chat's next owner) publishes its schedule
+    # again under the same job id with a new anchor: its rounds count from 1 again, and must
+    # not be taken for the rounds of the earlier arming already in job_fires.
+    async with await PgDatabase.open(pg_dsn) as db:
+        await PgChatLeases(db).acquire("c1", "a", 600)
+        a = ElectedScheduler(db, pg_dsn, "a")
+        ran: list[int] = []
+
+        async def round_() -> None:
+            ran.append(1)
+
+        async def tick() -> None:
+            # The leader's mirror of the schedule ticks now (its slot from its anchor).
+            job = a.aps.get_job(f"elected:{JOB}")
+            assert job is not None
+            await job.func(*job.args)
+            await _until(lambda: len(a._tasks) == 0, "the round ran")  # noqa: SLF001
+
+        a.run_every(JOB, 3600, round_)
+        await _until(lambda: len(a._tasks) == 0, "published")  # noqa: SLF001
+        assert await a.campaign()
+        await tick()
+        assert ran == [1]
+        first = await db.pool.fetchval("SELECT anchor FROM scheduled_jobs WHERE job_id = $1", JOB)
+        a.cancel(JOB)
+        await _until(lambda: len(a._tasks) == 0, "withdrawn")  # noqa: SLF001
+        a.run_every(JOB, 3600, round_)
+        await _until(lambda: len(a._tasks) == 0, "published again")  # noqa: SLF001
+        await tick()
+        assert ran == [1, 1]
+        # A leader whose mirror still has the first anchor (not synced since) claims nothing.
+        assert not await a.fire(JOB, 1, anchor=first)
+        await a.aclose()
