@@ -40,12 +40,12 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import presses as cb
 from bot.flood import AnswerBudget
+from bot.routes import ChatRoute, MetaStore, Routes
 from bot.slack import keys
 from bot.slack.cards import CardKind, SlackCards
 from bot.slack.channel import SlackChannel, escape
 from bot.slack.outbox import SlackOutbox
 from bot.slack.render import markdown_to_mrkdwn
-from bot.telegram.routes import ChatRoute, MetaStore, Routes
 from engine.api import (
     ALERT_TEXTS,
     STALE_TEXT,

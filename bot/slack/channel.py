@@ -25,6 +25,7 @@ from bot.approvals import (
     question,
     unattended_parts,
 )
+from bot.routes import Routes
 from bot.slack import keys
 from bot.slack.cards import SlackCards
 from bot.slack.outbox import SlackOutbox
@@ -36,7 +37,6 @@ from bot.slack.render import (
 )
 from bot.slack.render import slack_escape as escape
 from bot.telegram.render import first_paragraph
-from bot.telegram.routes import Routes
 from engine.api import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
 from engine.keys import MessageKey
