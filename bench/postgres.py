@@ -17,7 +17,9 @@ the figures are medians.
 2. **A command that writes**: the real engine (``open_plangate`` over each store), the
    scripted model answering at once; ``--commands`` chats each send ``/plan Add a greeting``
    and the bench waits until the planning turn has ended (the command, plan mode, the turn,
-   the model's reply: its events committed). CPU per command, as above.
+   the model's reply: its events committed). CPU per command, as above; for PostgreSQL
+   twice: as one process, and as one replica of several holding the chats' leases (every
+   append and plan file write then passes the lease fence).
 
 Nothing asserts on speed; the result is the ratio (target: PostgreSQL at most 1.5x SQLite's
 CPU per command).
@@ -189,18 +191,32 @@ async def two_replicas(url: str, n: int, server: Server) -> Cost:
         return await _measure(parallel, server)
 
 
-async def commands(home: Path, n: int, url: str | None, server: Server | None) -> Cost:
-    """``n`` chats each send ``/plan Add a greeting``; until each planning turn has ended."""
+async def commands(
+    home: Path, n: int, url: str | None, server: Server | None, *, replica: str | None = None
+) -> Cost:
+    """``n`` chats each send ``/plan Add a greeting``; until each planning turn has ended.
+
+    ``replica``: as one replica of several, holding each chat's lease, so every append and
+    plan file write passes the lease fence (docs/storage.md, "Leases and fencing")."""
     workspace = home.parent / "work"
     workspace.mkdir(parents=True, exist_ok=True)
     model = ScriptedProvider([say("Planning noted.") for _ in range(4 * (n + 2))])
     config = EngineConfig(workspace=workspace, owner_ids=frozenset({OWNER}))
     async with open_plangate(
-        home, model=model, channel=RecordingChannel(), config=config, database_url=url
+        home,
+        model=model,
+        channel=RecordingChannel(),
+        config=config,
+        database_url=url,
+        replica=replica,
     ) as opened:
         engine = opened.engine
         await engine.start()
         try:
+            if replica is not None:
+                for i in range(n + 1):
+                    held = await opened.storage.leases.acquire(f"tg:{i}", replica, 3600.0)
+                    assert held is not None
             # The first command pays the imports and caches: not measured.
             sids = [await engine.session_for_chat(Chat.private(f"tg:{i}")) for i in range(n + 1)]
             await _plan(engine, sids[0])
@@ -249,6 +265,10 @@ async def main_async(n_appends: int, n_commands: int, repeat: int) -> None:
             url = await _fresh_database(server, f"commands{r}")
             cost = await commands(folder / "pg" / "home", n_commands, url, server)
             add("postgres /plan command", cost.per(n_commands))
+            url = await _fresh_database(server, f"fenced{r}")
+            home = folder / "fenced" / "home"
+            cost = await commands(home, n_commands, url, server, replica="bench-replica")
+            add("postgres /plan command, fenced", cost.per(n_commands))
 
     med = {k: tuple(statistics.median(x[i] for x in v) for i in range(3)) for k, v in rows.items()}
     print(f"{'figure':34} {'per s':>9} {'own CPU ms':>11} {'+server ms':>11}")
@@ -260,6 +280,12 @@ async def main_async(n_appends: int, n_commands: int, repeat: int) -> None:
             f"postgres/sqlite, {what}: rate {pg[0] / lite[0]:.2f}x, own CPU {pg[1] / lite[1]:.2f}x,"
             f" CPU with the server {pg[2] / lite[2]:.2f}x"
         )
+    pg, lite = med["postgres /plan command, fenced"], med["sqlite /plan command"]
+    print(
+        f"postgres/sqlite, /plan command as a replica holding the lease: rate "
+        f"{pg[0] / lite[0]:.2f}x, own CPU {pg[1] / lite[1]:.2f}x, CPU with the server "
+        f"{pg[2] / lite[2]:.2f}x"
+    )
     two, one = med["postgres appends, two replicas"], med["postgres appends, ten sessions"]
     print(
         f"two replicas/one, ten sessions' appends: rate {two[0] / one[0]:.2f}x,"

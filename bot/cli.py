@@ -86,10 +86,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return setup_main(args)
         if command == "health":
-            from bot.health import check
+            from bot.health import check, heartbeat_name
             from bot.settings import load_run_settings
 
-            problem = check(load_run_settings().home.expanduser())
+            found = load_run_settings()
+            name = heartbeat_name(replicated=found.database_url is not None)
+            problem = check(found.home.expanduser(), name=name)
             if problem is not None:
                 return _fail(problem, 1)
             print("plangate: ok")

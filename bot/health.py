@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
+import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,23 +25,36 @@ STALE_AFTER_S = 3 * HEARTBEAT_INTERVAL_S
 _log = logging.getLogger("plangate.health")
 
 
-def beat(home: Path, *, now: float | None = None) -> None:
+def heartbeat_name(*, replicated: bool, host: str | None = None) -> str:
+    """The heartbeat's file under the home: ``heartbeat``; with PostgreSQL, where replicas may
+    share the home (docs/scaling.md), ``heartbeats/<host name>``, so one replica's beat never
+    answers for another's (each container has its own host name) and one stopping does not
+    remove the others'."""
+    if not replicated:
+        return HEARTBEAT_FILE
+    return f"heartbeats/{host or socket.gethostname()}"
+
+
+def beat(home: Path, *, now: float | None = None, name: str = HEARTBEAT_FILE) -> None:
     """Write the heartbeat (the time and this pid), replacing the file atomically."""
-    path = home / HEARTBEAT_FILE
-    tmp = path.with_name(f".{HEARTBEAT_FILE}.{os.getpid()}")
+    path = home / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
     tmp.write_text(f"{time.time() if now is None else now:.3f} {os.getpid()}\n")
     os.replace(tmp, path)
 
 
 @contextlib.asynccontextmanager
-async def heartbeat(home: Path, interval_s: float = HEARTBEAT_INTERVAL_S) -> AsyncIterator[None]:
+async def heartbeat(
+    home: Path, interval_s: float = HEARTBEAT_INTERVAL_S, *, name: str = HEARTBEAT_FILE
+) -> AsyncIterator[None]:
     """Refresh the heartbeat every ``interval_s`` while the body runs; remove it on the way out,
     so a clean stop reads as stopped, not as wedged."""
 
     async def loop() -> None:
         while True:
             try:
-                await asyncio.to_thread(beat, home)
+                await asyncio.to_thread(functools.partial(beat, home, name=name))
             except OSError as exc:
                 _log.warning("plangate.health.beat_failed %s", type(exc).__name__)
             await asyncio.sleep(interval_s)
@@ -52,14 +67,18 @@ async def heartbeat(home: Path, interval_s: float = HEARTBEAT_INTERVAL_S) -> Asy
         with contextlib.suppress(asyncio.CancelledError):
             await task
         with contextlib.suppress(OSError):
-            (home / HEARTBEAT_FILE).unlink()
+            (home / name).unlink()
 
 
 def check(
-    home: Path, *, now: float | None = None, stale_after_s: float = STALE_AFTER_S
+    home: Path,
+    *,
+    now: float | None = None,
+    stale_after_s: float = STALE_AFTER_S,
+    name: str = HEARTBEAT_FILE,
 ) -> str | None:
     """None when the heartbeat is fresh, else one line saying what is wrong."""
-    path = home / HEARTBEAT_FILE
+    path = home / name
     try:
         fields = path.read_text().split()
         at = float(fields[0])
@@ -73,4 +92,4 @@ def check(
     return None
 
 
-__all__ = ["HEARTBEAT_FILE", "STALE_AFTER_S", "beat", "check", "heartbeat"]
+__all__ = ["HEARTBEAT_FILE", "STALE_AFTER_S", "beat", "check", "heartbeat", "heartbeat_name"]

@@ -21,7 +21,7 @@ from telegram.error import NetworkError
 
 from bot.channels import ChannelQueue, ChatRouter, FrontEnd, Serving, smallest_limits
 from bot.compose import Plangate, open_plangate
-from bot.health import heartbeat
+from bot.health import heartbeat, heartbeat_name
 from bot.settings import (
     Settings,
     config_path,
@@ -344,7 +344,7 @@ async def run_bot() -> int:
                 ),
                 replica=replica,
             ) as opened,
-            heartbeat(home),
+            heartbeat(home, name=heartbeat_name(replicated=settings.database_url is not None)),
         ):
             served = [
                 (

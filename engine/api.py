@@ -55,7 +55,7 @@ GoalCardState = Literal["none", "live", "confirm_clear"]
 # The button protocol. A press names its card kind (``p`` plan, ``g`` goal, ``a`` tool
 # approval), an action of that kind, the first 8 characters of the plan, goal or request id,
 # and the revision the button was drawn for. The front end encodes and decodes it
-# (bot/telegram/callback.py); the command plane matches these constants, so a typo fails to import.
+# (bot/presses.py); the command plane matches these constants, so a typo fails to import.
 PressKind = Literal["p", "g", "a"]
 PLAN_APPROVE: Final = "approve"
 PLAN_KEEP: Final = "keep"

@@ -2,8 +2,9 @@
 
 :class:`Scheduler` is the port; :class:`ApsScheduler` implements it on one APScheduler 3.11
 ``AsyncIOScheduler`` that the engine owns. Jobs are in memory only: a restart forgets them, which
-is what goals want (a restarted process is disarmed and catches nothing up). A PostgreSQL-backed
-job queue could implement the same four methods later.
+is what goals want (a restarted process is disarmed and catches nothing up). Among several
+replicas on PostgreSQL, ``storage.postgres.election.ElectedScheduler`` implements the same port:
+one elected replica fires the schedules, each round once, and the goal's owner runs it.
 """
 
 from __future__ import annotations

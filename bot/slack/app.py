@@ -38,14 +38,14 @@ from slack_bolt.app.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot import presses as cb
+from bot.flood import AnswerBudget
+from bot.routes import ChatRoute, MetaStore, Routes
 from bot.slack import keys
 from bot.slack.cards import CardKind, SlackCards
 from bot.slack.channel import SlackChannel, escape
 from bot.slack.outbox import SlackOutbox
 from bot.slack.render import markdown_to_mrkdwn
-from bot.telegram import callback as cb
-from bot.telegram.flood import AnswerBudget
-from bot.telegram.routes import ChatRoute, MetaStore, Routes
 from engine.api import (
     ALERT_TEXTS,
     STALE_TEXT,
@@ -316,7 +316,7 @@ class SlackFrontEnd:
         return keys.ts_key(thread_ts)
 
     async def _refuse(self, channel: str, chat: int, sender: Sender, text: str) -> None:
-        """A refusal said to the sender alone, within the answer budget (bot.telegram.flood)."""
+        """A refusal said to the sender alone, within the answer budget (bot.flood)."""
         now = self._clock()
         who = sender.actor or 0
         if not self.budget.allows(chat, who, now):

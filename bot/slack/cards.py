@@ -4,7 +4,7 @@ A card is drawn from the engine's card data as every front end draws it (bot.car
 lines of styled text and its buttons), written here in Slack's own format: the lines in
 mrkdwn, one section per 3,000 characters, one actions block per row of buttons. A button's
 ``action_id`` and ``value`` carry the press it sends (kind, action, short id, revision:
-bot.telegram.callback's encoding), so a press is decoded and judged by the engine as on any
+bot.presses's encoding), so a press is decoded and judged by the engine as on any
 channel.
 
 The plan card's ts lives in the plan sidecar's ``flow`` (as an integer, bot.slack.keys), the goal
@@ -21,12 +21,12 @@ from typing import Any, Literal
 
 from slack_sdk.errors import SlackApiError
 
+from bot import presses as cb
 from bot.cardview import CardText, Line, goal_card_text, plan_card_text
+from bot.routes import ChatRoute, Routes
 from bot.slack import keys
 from bot.slack.outbox import SlackOutbox
 from bot.slack.render import SECTION_CHARS, markdown_to_mrkdwn, slack_escape, split_mrkdwn
-from bot.telegram import callback as cb
-from bot.telegram.routes import ChatRoute, Routes
 from engine.api import EngineApi
 from engine.tasks import BackgroundTasks
 from engine.text import clip

@@ -16,7 +16,7 @@ messages and the next message of whoever pressed Keep planning or Revise; anyone
 /show-plan, /show_plan, /status, /help, /start and /team; someone whose role does not allow
 what they address the bot with is told what their role allows, at most once per user per chat
 per minute. What the bot says to members (the read-only answers) and every refusal draw on
-one answer budget per user and per chat (``bot.telegram.flood``: past it they are dropped
+one answer budget per user and per chat (``bot.flood``: past it they are dropped
 silently and counted; the outbox sends them last and drops them first); owners and approvers'
 allowed commands are never counted. A press the role does not allow gets a short alert saying so.
 Anonymous admins and messages sent as a chat count as members.
@@ -42,8 +42,8 @@ from telegram.constants import ChatMemberStatus, ChatType, ParseMode
 from telegram.error import TelegramError
 from telegram.ext import ApplicationHandlerStop, ContextTypes, TypeHandler
 
-from bot.telegram import callback as cb
-from bot.telegram import flood
+from bot import flood
+from bot import presses as cb
 from bot.telegram.keys import SessionKey, message_key
 from engine.api import (
     ALERT_TEXTS,
@@ -59,7 +59,7 @@ from engine.roles.types import Action, Role
 log = logging.getLogger("plangate.access")
 
 REFUSAL_INTERVAL_S = 60.0
-# Answers to non-owners per chat per minute, refusals included (bot.telegram.flood has the budget).
+# Answers to non-owners per chat per minute, refusals included (bot.flood has the budget).
 REFUSALS_PER_CHAT = flood.PER_CHAT
 # Why a message got no answer: the answer budget is spent (counted as dropped).
 OVER_BUDGET = "answer budget spent"
@@ -264,7 +264,7 @@ def decide(
     ``role``: the sender's role in the chat (the gate looks it up); without it an owner id is
     the owner and anyone else a member. A message sent as a chat is always a member's.
     ``answering``: the message replies to one of the agent's questions (an approver may answer).
-    ``budget_left``: the answer budget (``bot.telegram.flood``) has room for this sender: a member's
+    ``budget_left``: the answer budget (``bot.flood``) has room for this sender: a member's
     read-only answer and any refusal draw on it."""
     if facts.as_chat or facts.user_id is None:
         role = "member"

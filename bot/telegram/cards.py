@@ -4,7 +4,7 @@ A card is one message: title, status, a progress bar, a window of tasks around t
 one with counts, and the buttons for its state. Builders take plain values (the sidecar, a
 goal snapshot) and return a ``CardView``; they make no Telegram calls. The raw HTML always
 fits Telegram's 4,096 UTF-16 units. Buttons carry callback data bound to the revision they
-were drawn for (``bot.telegram.callback``).
+were drawn for (``bot.presses``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup
+
+from bot import presses as cb
 
 # The labels, statuses and texts are every channel's (bot.cardview); Telegram fits them to
 # its message in HTML here.
@@ -48,7 +50,6 @@ from bot.cardview import TASK_ICON as _TASK_ICON
 from bot.cardview import YES_CLEAR as YES_CLEAR
 from bot.cardview import YES_DISCARD as YES_DISCARD
 from bot.cardview import YES_DISCARD_CHANGES as YES_DISCARD_CHANGES
-from bot.telegram import callback as cb
 from bot.telegram.render import (
     TELEGRAM_TEXT_LIMIT,
     escape,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram.error import BadRequest, TelegramError
 
+from bot import presses as cb
 from bot.approvals import (
     TRUSTS_PROJECT_CONFIG,
     approval_buttons,
@@ -31,7 +32,6 @@ from bot.approvals import (
     question,
     unattended_parts,
 )
-from bot.telegram import callback as cb
 from bot.telegram.keys import msg_id
 from bot.telegram.outbox import Outbox
 from bot.telegram.presenter import CardPresenter

@@ -21,7 +21,7 @@ from telegram import ForceReply, Message, Update
 from telegram.error import TelegramError
 from telegram.ext import Application, ApplicationHandlerStop, ContextTypes
 
-from bot.telegram import callback as cb
+from bot import presses as cb
 from bot.telegram.access import AccessGate
 from bot.telegram.channel import TelegramChannel
 from bot.telegram.keys import (

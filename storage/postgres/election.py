@@ -47,6 +47,10 @@ log = logging.getLogger("plangate.scheduler.election")
 # space, distinct from the migration lock's key.
 SCHEDULER_LOCK = 0x706C677363686564
 
+# Fired rounds older than this are forgotten by the leader (a slot that old is never fired
+# again: slots only grow).
+KEEP_FIRES_S = 7 * 86400.0
+
 # How often a candidate asks for the lock, and how often a replica looks for rounds fired for
 # it, in seconds: a new leader within one campaign interval, a round within one poll.
 CAMPAIGN_S = 5.0
@@ -268,6 +272,9 @@ class ElectedScheduler(ApsScheduler):
         """Mirror ``scheduled_jobs`` into APScheduler (added, changed, removed)."""
         if not self.election.leader:
             return
+        await self._db.pool.execute(
+            f"DELETE FROM job_fires WHERE fired_at < {_NOW} - $1::float8", KEEP_FIRES_S
+        )
         rows = await self._db.pool.fetch("SELECT job_id, interval_s, anchor FROM scheduled_jobs")
         wanted = {str(r[0]): (float(r[1]), float(r[2])) for r in rows}
         for job_id in set(self._mirrored) - set(wanted):

@@ -149,12 +149,14 @@ class PgChatLeases:
     async def acquire(self, chat: ChatKey, replica: str, ttl_s: float) -> Lease | None:
         """Take or renew ``chat`` (see :class:`engine.ports.ChatLeases`); ``None`` while another
         replica holds it, or while its row is locked longer than the acquire waits."""
-        async with self._db.pool.acquire() as conn, conn.transaction():
-            await conn.execute(f"SET LOCAL lock_timeout = {self._lock_timeout_ms}")
-            try:
+        try:
+            async with self._db.pool.acquire() as conn, conn.transaction():
+                await conn.execute(f"SET LOCAL lock_timeout = {self._lock_timeout_ms}")
                 row = await conn.fetchrow(_ACQUIRE, chat, replica, ttl_s)
-            except asyncpg.LockNotAvailableError:
-                row = None
+        except asyncpg.LockNotAvailableError:
+            # The row is locked by a write in flight, maybe this replica's own: nothing is
+            # known to have changed hands, so the fence keeps what it holds.
+            return None
         lease = None if row is None else _lease(row)
         self._record(chat, replica, lease)
         return lease

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 
+from engine.model.script import say
 from tests.engine.helpers import EXECUTION, PLANNING
 from tests.fakebot.server import FakeBotApi, FakeMessage
 from tests.fakes.openai_server import FakeOpenAIServer
@@ -260,3 +262,60 @@ async def _until(check: Any, *, timeout_s: float = 60.0) -> None:
             await asyncio.sleep(0.05)
 
     await asyncio.wait_for(loop(), timeout_s)
+
+
+async def test_a_scheduled_goal_fires_each_round_once_and_its_owners_death_arms_nothing(
+    fake_api: FakeBotApi, tmp_path: Path, pg_dsn: str
+) -> None:
+    chat = -3200
+    server = FakeOpenAIServer()
+    server.play(RoutedScript({"goalmark": [say("Checked: the greeting test passes.")] * 60}))
+    await server.start()
+    env = _setup(fake_api, tmp_path, pg_dsn, server, [chat])
+    try:
+        async with running(fake_api, env, tmp_path / "logs", ["r1", "r2"]) as (reps, _):
+            fake_api.user_message(chat, OWNER, "/goal every 1s Keep the greeting green goalmark")
+            # The elected scheduler's ticks run rounds on the chat's owner.
+            await _until(lambda: _rounds(pg_dsn), timeout_s=90)
+            (held,) = await _fetch(
+                pg_dsn, "SELECT replica, epoch FROM chat_leases WHERE chat = $1", f"tg:{chat}"
+            )
+            owner = next(r for r in reps if r.name == held["replica"])
+            survivor = next(r for r in reps if r is not owner)
+            owner.kill()
+            await owner.proc.wait()
+
+            async def moved() -> bool:
+                rows = await _fetch(
+                    pg_dsn, "SELECT replica FROM chat_leases WHERE chat = $1", f"tg:{chat}"
+                )
+                return rows[0]["replica"] == survivor.name
+
+            await _until(moved, timeout_s=60)
+            # Taken over: the goal came up disarmed, its card offers Resume.
+            await fake_api.wait_for(lambda: _with(fake_api, chat, "▶️ Resume"), timeout_s=60)
+            numbers = await _round_numbers(pg_dsn)
+    finally:
+        await server.stop()
+    assert server.errors == []
+    # Every round that ran, ran once (a tick is claimed once, across replicas).
+    assert numbers and len(numbers) == len(set(numbers)), numbers
+    assert numbers == sorted(numbers)
+
+
+async def _round_numbers(dsn: str) -> list[int]:
+    rows = await _fetch(
+        dsn, "SELECT payload FROM events WHERE type = 'user/message' ORDER BY session_id, seq"
+    )
+    found = []
+    for row in rows:
+        payload = json.loads(row["payload"])
+        if payload.get("source", {}).get("kind") == "goal":
+            match = re.search(r"Round (\d+)/", payload["text"])
+            assert match is not None
+            found.append(int(match.group(1)))
+    return found
+
+
+async def _rounds(dsn: str) -> bool:
+    return len(await _round_numbers(dsn)) >= 2

@@ -3,6 +3,7 @@ view (bot.cardview), never from another channel's presentation."""
 
 from __future__ import annotations
 
+from bot import presses as cb
 from bot.cardview import (
     APPROVE,
     CLEAR,
@@ -13,7 +14,6 @@ from bot.cardview import (
     plan_card_text,
 )
 from bot.slack.cards import blocks_of
-from bot.telegram import callback as cb
 from engine.api import GoalCardData, PlanCardData, Press, goal_actions, plan_actions
 from engine.goal.types import GoalSnapshot
 from engine.plan.types import PlanSidecar, PlanTask

@@ -143,3 +143,37 @@ async def test_a_sqlite_home_gets_no_deployment_id(tmp_path: Path) -> None:
 async def _start_sqlite(home: Path) -> None:
     storage = await open_storage(home)
     await storage.close()
+
+
+async def test_plangate_run_on_a_foreign_home_stops_with_one_line_and_exit_code_2(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    from tests.cli.test_cli import _clean_env, _plangate
+    from tests.fakebot.server import FakeBotApi
+
+    await _start(tmp_path / "shared", pg_dsn)
+    deployment = read_home_id(tmp_path / "shared")
+    local, workspace = tmp_path / "local", tmp_path / "workspace"
+    workspace.mkdir()
+    api = FakeBotApi()
+    await api.start()
+    try:
+        env = _clean_env(
+            PLANGATE_TELEGRAM_TOKEN=api.token,
+            PLANGATE_TELEGRAM_API_URL=api.base_url,
+            PLANGATE_OWNER_IDS="1",
+            PLANGATE_HOME=str(local),
+            PLANGATE_WORKSPACE=str(workspace),
+            PLANGATE_DATABASE_URL=pg_dsn,
+            PLANGATE_MODEL_BASE_URL="http://127.0.0.1:9/v1",
+            PLANGATE_SANDBOX="off",
+        )
+        code, _, err = await _plangate("run", cwd=tmp_path, env=env)
+    finally:
+        await api.stop()
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.startswith("plangate: ")]
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"plangate: the shared home {local} holds deployment (none)")
+    assert f"holds deployment {deployment}: this replica" in lines[0]
+    assert not id_path(local).exists()

@@ -251,3 +251,24 @@ async def test_a_takeover_waits_for_a_plan_write_in_flight_and_then_refuses_the_
     finally:
         await one.close()
         await two.close()
+
+
+async def test_a_renewal_that_waits_on_the_holders_own_write_keeps_the_holders_epoch(
+    pg_dsn: str, tmp_path: Path
+) -> None:
+    one = await open_storage(tmp_path / "home", database_url=pg_dsn, replica="one")
+    try:
+        room = chat(-400)
+        record = await one.sessions.create_session(workspace=str(tmp_path / "ws"))
+        await one.sessions.bind_chat(room, record.id)
+        assert await one.leases.acquire(room.key, "one", 30) is not None
+        assert one.fence is not None and isinstance(one.db, PgDatabase)
+        patient = PgChatLeases(one.db, fence=one.fence, lock_timeout_ms=100)
+        async with one.fence.holding(record.id):
+            # The renewal times out on the row this replica's own write holds.
+            assert await patient.acquire(room.key, "one", 30) is None
+        # Nothing changed hands: the replica still writes at its epoch.
+        await one.log.append(record.id, [says("still mine")])
+        assert one.fence.epoch(room.key) == 1
+    finally:
+        await one.close()

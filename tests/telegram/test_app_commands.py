@@ -122,7 +122,7 @@ async def test_non_owner_show_plan_gets_a_copy_without_buttons(
         fake_api.user_message(GROUP, STRANGER, "/show-plan")
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) == 3)
         fake_api.user_message(GROUP, STRANGER, "/plan take over")  # a control command
-        # Another stranger: this one's two answers this minute are spent (bot.telegram.flood).
+        # Another stranger: this one's two answers this minute are spent (bot.flood).
         fake_api.user_message(GROUP, STRANGER + 1, "/status")
         await eventually(lambda: len(fake_api.bot_messages(GROUP)) == 5)
     copy = fake_api.bot_messages(GROUP)[2]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.telegram import callback as cb
+from bot import presses as cb
 from bot.telegram.keys import tg_flow
 from tests.fakebot.server import FakeBotApi, FakeMessage
 from tests.telegram.app_support import (

@@ -135,7 +135,7 @@ async def test_an_approver_approves_a_member_cannot_and_team_add_is_the_owners(
         assert [a["user_id"] for a in plan["approved_by"]] == [person(ANA)]
         assert plan["approved_by"][0]["name"] == "Ana"
         assert (live.workspace / "greet.py").exists()
-        # /status names the decision (Max's two answers this minute are spent: bot.telegram.flood).
+        # /status names the decision (Max's two answers this minute are spent: bot.flood).
         status = await say(fake_api, ANA, "/status")
         assert "Last decisions:" in status and "✅ Plan approved by Ana" in status
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.telegram import callback as cb
+from bot import presses as cb
 from engine.api import PRESS_ACTIONS
 
 

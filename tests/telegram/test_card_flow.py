@@ -8,7 +8,7 @@ import asyncio
 from telegram import Update
 from telegram.ext import AIORateLimiter, CallbackQueryHandler, CommandHandler, ContextTypes
 
-from bot.telegram import callback as cb
+from bot import presses as cb
 from bot.telegram.access import AccessGate
 from bot.telegram.cards import (
     APPROVE,

@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.telegram import callback as cb
+from bot import presses as cb
 from bot.telegram.cards import (
     APPROVE,
     CANCEL,

@@ -1,6 +1,7 @@
-"""Callback data: the encoding of engine.api's ``Press`` (the button protocol lives there).
+"""A button's data: the encoding of engine.api's ``Press`` (the button protocol lives there),
+every channel's: Telegram's callback data, Slack's action ids and values.
 
-Callback data for the plan and goal card buttons (docs/telegram.md).
+The data of the plan and goal card buttons and of tool approvals (docs/telegram.md).
 
 Format: ``p:<action>:<8 chars of plan id>:<revision>`` or ``g:<action>:<8 chars of goal
 id>:<revision>``, at most 64 bytes (Telegram's limit). A tool approval button is

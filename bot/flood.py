@@ -1,4 +1,5 @@
-"""The answer budget for non-owners: what keeps a crowd from burying the owner (docs/telegram.md).
+"""The answer budget for non-owners: what keeps a crowd from burying the owner, on every
+channel (docs/telegram.md, docs/slack.md).
 
 Everything the bot says to a non-owner in a group (the polite refusal, and the answers to the
 read-only commands /help, /start, /status and /show_plan) costs one answer from one budget,
