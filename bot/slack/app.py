@@ -829,7 +829,9 @@ async def serve_slack(
     (``bot.telegram.ingress.Replicas``; with ``listen``): one replica of several
     (:func:`serve_replica`)."""
     await front.start()
-    restored = await engine.start() if owns_engine else []
+    # A replica among several recovers each chat when it takes the chat's lease.
+    recover = replicas is None
+    restored = await engine.start(recover=recover) if owns_engine else []
     if replicas is None:
         # Among replicas the replica that takes a conversation announces its paused goals.
         await _announce(front, restored)
