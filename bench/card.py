@@ -27,7 +27,7 @@ from bot.channels import ChannelQueue
 from bot.compose import open_plangate
 from bot.telegram.app import build_application, parts, prepare
 from bot.telegram.channel import TELEGRAM_LIMITS
-from bot.telegram.keys import engine_chat
+from bot.telegram.keys import engine_chat, tg_flow
 from engine.app import EngineConfig
 from engine.events import PlanChanged
 from engine.model.script import ScriptedCall, ScriptStep, call, say
@@ -131,8 +131,10 @@ async def card_run(tasks: int, *, model_delay_s: float, workdir: Path) -> CardRu
             await asyncio.wait_for(parts(app).presenter.flush(), 120)
             review_calls = counted(api, first)
             data = await engine.plan_card(sid)
-            assert data.sidecar is not None and data.sidecar.flow.card_id is not None
-            card = api.message(GROUP, data.sidecar.flow.card_id)
+            assert data.sidecar is not None
+            card_id = tg_flow(data.sidecar.flow).card_id  # the card's key as Telegram's id
+            assert card_id is not None
+            card = api.message(GROUP, card_id)
             approve = next(d for row in card.buttons for t, d in row if t == "✅ Approve")
             seq = len(await storage.log.read(sid))
             first = len(api.calls)

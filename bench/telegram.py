@@ -15,7 +15,9 @@ provider (``engine/model/scripted.py``).
    The baseline is a bare PTB ``Application`` with one ``CommandHandler`` that answers with a
    fixed text through ``reply_text``, on a second fake, polled with the same settings. Both
    applications run at once and take turns in blocks, so a burst of load on a shared machine
-   hits both; the ratio is plangate's mean time per command over the bare one's. The
+   hits both (with a pause between blocks, so neither side's background work is timed as the
+   other's); the ratio is plangate's mean time per command over the bare one's, and each
+   command's CPU (this process, all threads) is printed beside it. The
    plangate side runs with its pacing off (no per-chat interval, no rate limits, no edit
    interval), so the ratio is CPU and I/O overhead, not the deliberate waits.
 2. Calls per plan change. The owner asks for a checklist; the scripted model inits a

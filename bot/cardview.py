@@ -213,6 +213,17 @@ def markdown_to_text(text: str) -> str:
     return "\n".join(out)
 
 
+def first_paragraph(markdown: str) -> str:
+    """The first block of ``markdown`` with visible words (blocks are split at blank lines);
+    a heading alone is joined by the block after it, so the summary says something."""
+    blocks = [b.strip() for b in re.split(r"\n\s*\n", markdown[:20_000]) if b.strip()]
+    if not blocks:
+        return ""
+    if blocks[0].startswith("#") and len(blocks) > 1:
+        return blocks[0] + "\n\n" + blocks[1]
+    return blocks[0]
+
+
 def _line(*spans: Span | str) -> Line:
     return tuple(s if isinstance(s, Span) else Span(s) for s in spans if s)
 
@@ -663,6 +674,7 @@ __all__ = [
     "CardText",
     "Line",
     "Span",
+    "first_paragraph",
     "goal_card_text",
     "markdown_to_text",
     "plan_card_text",

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from operator import methodcaller
 from typing import TYPE_CHECKING, Any, Protocol
 
-from bot.telegram.routes import ChatRoute, MetaStore, route_key
+from bot.routes import ChatRoute, MetaStore, route_key
 from engine.events import ApprovalDecision, TurnOutcome
 from engine.keys import MessageKey, PersonKey
 from engine.limits import ChannelLimits

@@ -363,9 +363,9 @@ def test_front_ends_reach_the_engine_only_through_its_surface() -> None:
 
 
 # What a channel's cards and messages say and how: its own, drawn from what every channel
-# shares (bot.cardview, bot.approvals), never from another channel's cards or channel. (Slack
-# still renders the engine's Markdown through Telegram's renderer: docs/architecture.md.)
-PRESENTATION = ("cards", "presenter", "channel")
+# shares (bot.cardview, bot.approvals), never from another channel's cards, channel or
+# renderer.
+PRESENTATION = ("cards", "presenter", "channel", "render")
 CHANNEL_PACKAGES = ("telegram", "slack")
 
 

@@ -40,12 +40,12 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import presses as cb
 from bot.flood import AnswerBudget
+from bot.routes import ChatRoute, MetaStore, Routes
 from bot.slack import keys
 from bot.slack.cards import CardKind, SlackCards
 from bot.slack.channel import SlackChannel, escape
 from bot.slack.outbox import SlackOutbox
 from bot.slack.render import markdown_to_mrkdwn
-from bot.telegram.routes import ChatRoute, MetaStore, Routes
 from engine.api import (
     ALERT_TEXTS,
     STALE_TEXT,
@@ -829,7 +829,9 @@ async def serve_slack(
     (``bot.telegram.ingress.Replicas``; with ``listen``): one replica of several
     (:func:`serve_replica`)."""
     await front.start()
-    restored = await engine.start() if owns_engine else []
+    # A replica among several recovers each chat when it takes the chat's lease.
+    recover = replicas is None
+    restored = await engine.start(recover=recover) if owns_engine else []
     if replicas is None:
         # Among replicas the replica that takes a conversation announces its paused goals.
         await _announce(front, restored)

@@ -23,10 +23,10 @@ from slack_sdk.errors import SlackApiError
 
 from bot import presses as cb
 from bot.cardview import CardText, Line, goal_card_text, plan_card_text
+from bot.routes import ChatRoute, Routes
 from bot.slack import keys
 from bot.slack.outbox import SlackOutbox
 from bot.slack.render import SECTION_CHARS, markdown_to_mrkdwn, slack_escape, split_mrkdwn
-from bot.telegram.routes import ChatRoute, Routes
 from engine.api import EngineApi
 from engine.tasks import BackgroundTasks
 from engine.text import clip

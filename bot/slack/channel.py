@@ -25,18 +25,19 @@ from bot.approvals import (
     question,
     unattended_parts,
 )
+from bot.cardview import first_paragraph
+from bot.routes import Routes
 from bot.slack import keys
 from bot.slack.cards import SlackCards
 from bot.slack.outbox import SlackOutbox
 from bot.slack.render import (
     MESSAGE_CHARS,
     SLACK_LIMITS,
+    fence,
     markdown_to_mrkdwn,
     split_mrkdwn,
 )
 from bot.slack.render import slack_escape as escape
-from bot.telegram.render import first_paragraph
-from bot.telegram.routes import Routes
 from engine.api import ApprovalView
 from engine.events import ApprovalDecision, TurnOutcome
 from engine.keys import MessageKey
@@ -50,10 +51,6 @@ SUMMARY_CHARS = 1500
 MAX_COMMAND_SHOWN = 2500
 MAX_DIFF_SHOWN = 2500
 MAX_OPTIONS = 10
-
-
-def _fence(text: str) -> str:
-    return "```\n" + escape(text).replace("```", "`\u200b``") + "\n```"
 
 
 def _buttons(row: Sequence[tuple[str, str]]) -> dict[str, Any]:
@@ -206,10 +203,10 @@ class SlackChannel:
         return None
 
     def _approval_text(self, view: ApprovalView) -> str:
-        """The approval message, as Telegram words it (bot.telegram.channel), in mrkdwn."""
-        code = _fence(clip(view.command, MAX_COMMAND_SHOWN))
+        """The approval message in mrkdwn, worded as on every channel (bot.approvals)."""
+        code = fence(clip(view.command, MAX_COMMAND_SHOWN))
         if view.diff:
-            code += "\n" + _fence(clip(view.diff, MAX_DIFF_SHOWN))
+            code += "\n" + fence(clip(view.diff, MAX_DIFF_SHOWN))
         if view.unattended:
             bold, rest = unattended_parts(view)
             text = f"🔐 *{escape(bold)}*{escape(rest)}\n{code}"

@@ -1,20 +1,19 @@
 """Slack's mrkdwn from the Markdown the engine writes (docs/slack.md).
 
-The Markdown is rendered once, by the Telegram renderer (``bot.telegram.render``), into its small
-HTML subset (``b i u s code pre a blockquote``), and that subset is rewritten here into mrkdwn:
-``*bold*``, ``_italic_``, ``~struck~``, `` `code` ``, fenced blocks, ``<url|text>`` links and
-``>`` quotes. Text is already escaped as Slack wants it (``&amp; &lt; &gt;``), so a person's
-``<!channel>`` can never become a mention. The cards are written from the card view
-(bot.cardview, bot.slack.cards); only a plan's own Markdown on the review card comes through
-here.
+The Markdown is parsed by mistune (the parser Telegram's renderer uses too) and written here
+straight into mrkdwn: ``*bold*``, ``_italic_``, ``~struck~``, `` `code` ``, fenced blocks,
+``<url|text>`` links, ``>`` quotes and bullets. Text is escaped as Slack wants it (``&amp;
+&lt; &gt;``), so a person's ``<!channel>`` can never become a mention. The cards are written
+from the card view (bot.cardview, bot.slack.cards); a plan's own Markdown on the review card
+comes through here, as the replies do.
 """
 
 from __future__ import annotations
 
-import html
-import re
+from typing import Any
 
-from bot.telegram.render import markdown_to_html
+import mistune
+
 from engine.limits import ChannelLimits
 
 # A section block's text (Slack refuses more); a message's text is far longer, but Slack folds
@@ -26,10 +25,8 @@ MESSAGE_CHARS = 3900
 SLACK_LIMITS = ChannelLimits(
     message_chars=MESSAGE_CHARS, caption_chars=1000, file_bytes=20 * 1024 * 1024
 )
-
-_TAG = re.compile(r"<(/?)([a-zA-Z-]+)([^>]*)>")
-_HREF = re.compile(r'href="([^"]*)"')
-_SIMPLE = {"b": "*", "strong": "*", "i": "_", "em": "_", "s": "~", "del": "~", "code": "`"}
+_SAFE_SCHEMES = ("http://", "https://", "mailto:")
+_BLOCK_SEP = "\n\n"
 
 
 def slack_escape(text: str) -> str:
@@ -37,48 +34,159 @@ def slack_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def html_to_mrkdwn(text: str) -> str:
-    """Telegram's HTML subset as Slack mrkdwn (unknown tags are dropped, their text kept)."""
-    out: list[str] = []
-    links: list[tuple[str, int]] = []
-    pos = 0
-    in_pre = 0
-    quote_at: list[int] = []
-    for match in _TAG.finditer(text):
-        out.append(text[pos : match.start()])
-        pos = match.end()
-        closing, name, attrs = match.group(1) == "/", match.group(2).lower(), match.group(3)
-        if name == "pre":
-            in_pre += -1 if closing else 1
-            out.append("\n```" if closing else "```\n")
-        elif name in _SIMPLE:
-            if not (name == "code" and in_pre):
-                out.append(_SIMPLE[name])
-        elif name == "a":
-            if closing and links:
-                url, start = links.pop()
-                label = "".join(out[start:])
-                del out[start:]
-                out.append(f"<{url}|{label}>" if url and label else label or f"<{url}>")
-            elif not closing:
-                found = _HREF.search(attrs)
-                url = slack_escape(html.unescape(found.group(1))) if found else ""
-                links.append((url.replace("|", "%7C"), len(out)))
-        elif name == "blockquote":
-            if closing and quote_at:
-                start = quote_at.pop()
-                inner = "".join(out[start:])
-                del out[start:]
-                out.append("\n".join("> " + line for line in inner.split("\n")))
-            elif not closing:
-                quote_at.append(len(out))
-    out.append(text[pos:])
-    return "".join(out)
+def fence(text: str) -> str:
+    """``text`` as a fenced block (escaped; a fence inside it cannot close the block)."""
+    return "```\n" + slack_escape(text).replace("```", "`\u200b``") + "\n```"
+
+
+def _plain(token: dict[str, Any]) -> str:
+    """A token's text without any marks (a table cell's)."""
+    if "children" in token:
+        return "".join(_plain(child) for child in token["children"])
+    return str(token.get("raw", ""))
+
+
+class MrkdwnRenderer(mistune.BaseRenderer):
+    """A mistune 3 renderer that writes Slack's mrkdwn; top-level blocks are joined by a
+    blank line, which is where ``split_mrkdwn`` prefers to cut."""
+
+    NAME = "slack_mrkdwn"
+
+    def render_token(self, token: dict[str, Any], state: Any) -> str:
+        method = getattr(self, "_" + token["type"], None)
+        if method is not None:
+            return str(method(token, state))
+        # Unknown token types (from plugins) fall back to their text, escaped.
+        if "children" in token:
+            return self.render_tokens(token["children"], state)
+        return slack_escape(str(token.get("raw", "")))
+
+    def __call__(self, tokens: Any, state: Any) -> str:
+        blocks = [self.render_token(t, state) for t in tokens]
+        return _BLOCK_SEP.join(b.strip("\n") for b in blocks if b.strip())
+
+    def _children(self, token: dict[str, Any], state: Any) -> str:
+        return self.render_tokens(token.get("children", []), state)
+
+    # ---- inline ----
+    def _text(self, token: dict[str, Any], state: Any) -> str:
+        return slack_escape(token["raw"])
+
+    def _emphasis(self, token: dict[str, Any], state: Any) -> str:
+        return "_" + self._children(token, state) + "_"
+
+    def _strong(self, token: dict[str, Any], state: Any) -> str:
+        return "*" + self._children(token, state) + "*"
+
+    def _strikethrough(self, token: dict[str, Any], state: Any) -> str:
+        return "~" + self._children(token, state) + "~"
+
+    def _codespan(self, token: dict[str, Any], state: Any) -> str:
+        return "`" + slack_escape(token["raw"]).replace("`", "'") + "`"
+
+    def _link(self, token: dict[str, Any], state: Any) -> str:
+        url = str(token.get("attrs", {}).get("url", ""))
+        text = self._children(token, state)
+        if not url.lower().startswith(_SAFE_SCHEMES):
+            return text  # a relative or unsafe link is shown as its text
+        target = slack_escape(url).replace("|", "%7C")
+        return f"<{target}|{text}>" if text else f"<{target}>"
+
+    def _image(self, token: dict[str, Any], state: Any) -> str:
+        alt = self._children(token, state)
+        url = str(token.get("attrs", {}).get("url", ""))
+        if url.lower().startswith(_SAFE_SCHEMES):
+            target = slack_escape(url).replace("|", "%7C")
+            return f"<{target}|{alt}>" if alt else f"<{target}>"
+        return alt
+
+    def _linebreak(self, token: dict[str, Any], state: Any) -> str:
+        return "\n"
+
+    def _softbreak(self, token: dict[str, Any], state: Any) -> str:
+        return "\n"
+
+    def _inline_html(self, token: dict[str, Any], state: Any) -> str:
+        return slack_escape(token["raw"])
+
+    # ---- blocks ----
+    def _paragraph(self, token: dict[str, Any], state: Any) -> str:
+        return self._children(token, state)
+
+    def _block_text(self, token: dict[str, Any], state: Any) -> str:
+        return self._children(token, state)
+
+    def _heading(self, token: dict[str, Any], state: Any) -> str:
+        return "*" + self._children(token, state) + "*"
+
+    def _blank_line(self, token: dict[str, Any], state: Any) -> str:
+        return ""
+
+    def _thematic_break(self, token: dict[str, Any], state: Any) -> str:
+        return "———"
+
+    def _block_code(self, token: dict[str, Any], state: Any) -> str:
+        return fence(token["raw"].rstrip("\n") or " ")
+
+    def _block_quote(self, token: dict[str, Any], state: Any) -> str:
+        parts = [self.render_token(c, state) for c in token.get("children", [])]
+        inner = "\n".join(p.strip("\n") for p in parts if p.strip())
+        return "\n".join("> " + line for line in inner.split("\n"))
+
+    def _block_html(self, token: dict[str, Any], state: Any) -> str:
+        return slack_escape(token["raw"].strip("\n"))
+
+    def _block_error(self, token: dict[str, Any], state: Any) -> str:
+        return slack_escape(str(token.get("raw", "")))
+
+    def _list(self, token: dict[str, Any], state: Any) -> str:
+        attrs = token.get("attrs", {})
+        ordered = bool(attrs.get("ordered"))
+        depth = int(attrs.get("depth", 0))
+        number = int(attrs.get("start", 1) or 1)
+        indent = "  " * depth
+        lines: list[str] = []
+        for item in token.get("children", []):
+            marker = f"{number}." if ordered else "•"
+            number += 1
+            parts = [
+                self.render_token(child, state)
+                for child in item.get("children", [])
+                if child["type"] != "blank_line"
+            ]
+            body = "\n".join(p.strip("\n") for p in parts if p.strip())
+            first, *rest = body.split("\n") if body else [""]
+            lines.append(f"{indent}{marker} {first}")
+            pad = indent + " " * (len(marker) + 1)
+            lines.extend(r if r.startswith(indent + "  ") else pad + r for r in rest)
+        return "\n".join(lines) + "\n"
+
+    # ---- tables (plugin): a fenced block of aligned columns ----
+    def _table(self, token: dict[str, Any], state: Any) -> str:
+        rows: list[list[str]] = []
+        for part in token.get("children", []):
+            if part["type"] == "table_head":
+                rows.append([_plain(c) for c in part.get("children", [])])
+            else:
+                rows.extend(
+                    [_plain(c) for c in row.get("children", [])] for row in part["children"]
+                )
+        if not rows:
+            return ""
+        widths = [max(len(r[i]) for r in rows if i < len(r)) for i in range(max(map(len, rows)))]
+        out = [" | ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+        return fence("\n".join(out))
+
+
+_markdown = mistune.create_markdown(
+    renderer=MrkdwnRenderer(), plugins=["strikethrough", "table", "url"]
+)
 
 
 def markdown_to_mrkdwn(markdown: str) -> str:
-    """The engine's Markdown as mrkdwn."""
-    return html_to_mrkdwn(markdown_to_html(markdown))
+    """The engine's Markdown as mrkdwn (blocks separated by blank lines)."""
+    result = _markdown(markdown)
+    return result if isinstance(result, str) else slack_escape(markdown)
 
 
 def split_mrkdwn(text: str, limit: int = MESSAGE_CHARS) -> list[str]:
@@ -101,4 +209,12 @@ def split_mrkdwn(text: str, limit: int = MESSAGE_CHARS) -> list[str]:
     return pieces or [""]
 
 
-__all__ = ["MESSAGE_CHARS", "SECTION_CHARS", "html_to_mrkdwn", "markdown_to_mrkdwn", "split_mrkdwn"]
+__all__ = [
+    "MESSAGE_CHARS",
+    "SECTION_CHARS",
+    "SLACK_LIMITS",
+    "fence",
+    "markdown_to_mrkdwn",
+    "slack_escape",
+    "split_mrkdwn",
+]

@@ -589,7 +589,9 @@ async def serve_application(
     try:
         async with application:
             await prepare(application)
-            restored = await engine.start() if owns_engine else []
+            # A replica among several recovers each chat when it takes the chat's lease.
+            recover = not replica_mode(settings, replicas)
+            restored = await engine.start(recover=recover) if owns_engine else []
             updater = application.updater
             assert updater is not None
             ingress: InboxIngress | None = None

@@ -27,6 +27,7 @@ from typing import Any
 
 import mistune
 
+from bot.cardview import first_paragraph as first_paragraph
 from engine.text import ELLIPSIS, clip
 
 TELEGRAM_TEXT_LIMIT = 4096
@@ -255,17 +256,6 @@ def _messages_within(markdown: str, max_visible: int) -> list[str] | None:
     if visible_len(rendered) > max_visible:
         return None
     return split_html(rendered) or split_html(escape(markdown))
-
-
-def first_paragraph(markdown: str) -> str:
-    """The first block of ``markdown`` with visible words (blocks are split at blank lines);
-    a heading alone is joined by the block after it, so the summary says something."""
-    blocks = [b.strip() for b in re.split(r"\n\s*\n", markdown[:20_000]) if b.strip()]
-    if not blocks:
-        return ""
-    if blocks[0].startswith("#") and len(blocks) > 1:
-        return blocks[0] + "\n\n" + blocks[1]
-    return blocks[0]
 
 
 def summary_html(markdown: str, limit: int) -> str:

@@ -1,10 +1,9 @@
 """Where a session lives in Telegram: its chat key and the bot's small durable state.
 
 A session's key on Telegram is ``(chat_id, message_thread_id or 0)`` (``bot.telegram.keys``,
-docs/architecture.md). The engine maps keys to sessions; the front end needs the reverse
-(session -> chat) to post what the agent says on its own. :class:`Routes` keeps it from the
-updates seen, in memory and in the ``meta`` table, so a restart still knows where a session's
-goal and replies go. The sidecar's ``flow`` is a second source (see ``presenter``).
+docs/architecture.md). Its route (session -> chat) is kept by the route store every channel
+shares (:mod:`bot.routes`), from the updates seen; the sidecar's ``flow`` is a second source
+(see ``presenter``).
 
 Meta keys written by the Telegram front end (all prefixed ``telegram.``)::
 
@@ -20,15 +19,14 @@ Meta keys written by the Telegram front end (all prefixed ``telegram.``)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+# The route store is every channel's (bot.routes); Telegram's code names it from here too.
+from bot.routes import ChatRoute as ChatRoute
+from bot.routes import MetaStore as MetaStore
+from bot.routes import Routes as Routes
+from bot.routes import route_key as route_key
 
 LAST_UPDATE_KEY = "telegram.last_update_id"
 RECENT_UPDATES_KEY = "telegram.recent_updates"
-
-
-def route_key(session_id: str) -> str:
-    return f"telegram.route.{session_id}"
 
 
 def goal_card_key(session_id: str) -> str:
@@ -47,68 +45,3 @@ def patch_key(session_id: str) -> str:
 
 
 GROUPS_KEY = "telegram.groups"
-
-
-class MetaStore(Protocol):
-    """The small key/value table the bot keeps its own state in (``storage.db.Database``)."""
-
-    async def get_meta(self, key: str) -> str | None: ...
-
-    async def set_meta(self, key: str, value: str) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ChatRoute:
-    """A session's place in Telegram; ``thread_id`` 0 means "no forum topic"."""
-
-    chat_id: int
-    thread_id: int = 0
-
-    @property
-    def thread(self) -> int | None:
-        """The ``message_thread_id`` to send with (None outside forum topics)."""
-        return self.thread_id or None
-
-    def encode(self) -> str:
-        return f"{self.chat_id}:{self.thread_id}"
-
-    @classmethod
-    def decode(cls, text: str) -> ChatRoute | None:
-        try:
-            chat, thread = text.split(":", 1)
-            return cls(int(chat), int(thread))
-        except ValueError:
-            return None
-
-
-class Routes:
-    """session id -> :class:`ChatRoute`, remembered in memory and in the meta table."""
-
-    def __init__(self, meta: MetaStore) -> None:
-        self._meta = meta
-        self._routes: dict[str, ChatRoute] = {}
-
-    async def remember(self, session_id: str, route: ChatRoute) -> None:
-        """Record where a session lives; writes the meta table only when it changed."""
-        if self._routes.get(session_id) == route:
-            return
-        # After a restart the route is usually stored already: a read is cheaper than a commit.
-        if session_id not in self._routes and await self.lookup(session_id) == route:
-            return
-        self._routes[session_id] = route
-        await self._meta.set_meta(route_key(session_id), route.encode())
-
-    def sessions_in(self, chat_id: int) -> list[str]:
-        """The sessions this process knows to live in ``chat_id`` (any topic)."""
-        return [sid for sid, route in self._routes.items() if route.chat_id == chat_id]
-
-    async def lookup(self, session_id: str) -> ChatRoute | None:
-        """The session's route from memory, else from the meta table; None when unknown."""
-        route = self._routes.get(session_id)
-        if route is not None:
-            return route
-        stored = await self._meta.get_meta(route_key(session_id))
-        route = ChatRoute.decode(stored) if stored else None
-        if route is not None:
-            self._routes[session_id] = route
-        return route

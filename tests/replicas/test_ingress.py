@@ -199,6 +199,9 @@ async def test_paused_goals_are_announced_by_the_replica_that_takes_the_chat_onl
         assert await fake_api.deliver_webhook(proxy_to=proxy) == 200
         await fake_api.wait_for(lambda: _paused(fake_api, mine), timeout_s=30)
     assert not _paused(fake_api, theirs)
+    # A replica starts the engine without recovering any chat: it loaded every chat that
+    # needed attention, those other replicas hold too, whose writes the fence then refused.
+    assert [call.args for call in engine.named("start")] == [(False,), (False,)]
 
 
 def _paused(api: FakeBotApi, chat: int) -> bool:

@@ -390,7 +390,7 @@ class RecordingEngine:
         self.plans[session_id] = plan.model_copy(update={"flow": flow})
 
     async def start(self, *, recover: bool = True) -> list[RestoredGoal]:
-        self.calls.append(Call("start", ()))
+        self.calls.append(Call("start", (recover,)))
         return list(self.restored)
 
     async def shutdown(self) -> None:

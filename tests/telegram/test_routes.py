@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.telegram.routes import ChatRoute, Routes, route_key
+from bot.routes import ChatRoute, Routes, route_key
 from storage.db import Database
 
 
