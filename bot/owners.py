@@ -4,7 +4,8 @@ stored updates (docs/webhook.md, "Several replicas").
 Every replica runs one :class:`ChatOwners` loop beside its webhook. Each round it
 
 1. renews the leases it holds once a third of their lifetime has passed; a lease it could not
-   renew (another replica took the chat, or this one paused too long) is *lost*: that chat's
+   renew (another replica took the chat, or this one paused too long), or did not renew within
+   its lifetime (the database away), is *lost*: that chat's
    processing stops and ``on_lost`` runs (the engine kills its sandbox processes and disarms
    its goal);
 2. tries to take the lease of every chat with pending updates, and of every chat whose
@@ -166,7 +167,14 @@ class ChatOwners:
 
     async def _renew(self) -> None:
         """Renew each lease due, all at once: one chat's renewal waiting (its row is locked
-        by a write of this replica in flight) must not make the others lapse."""
+        by a write of this replica in flight) must not make the others lapse.
+
+        A lease not renewed within its lifetime is lost first, whatever the database answers:
+        cut off from it (or every renewal failing), this replica cannot hear that another took
+        the chat, and by then another may have."""
+        now = self._clock()
+        for chat in [c for c in self.held if now - self._renewed.get(c, now) >= self.ttl_s]:
+            await self._lose(chat)
         due = [
             chat
             for chat in self.held
@@ -182,8 +190,15 @@ class ChatOwners:
             return
         self._renewing.add(chat)
         try:
+            # Taken before the request leaves: the lease's expiry on the database's clock is
+            # no earlier than ``now + ttl_s`` here, so the lifetime check above comes first.
             now = self._clock()
-            renewed = await self.leases.acquire(chat, self.replica, self.ttl_s)
+            left = self.ttl_s - (now - self._renewed.get(chat, now))
+            # A database that does not answer at all must not hold the renewals past the
+            # lease's lifetime: the check above has to run again by then.
+            renewed = await asyncio.wait_for(
+                self.leases.acquire(chat, self.replica, self.ttl_s), max(left, 0.001)
+            )
         finally:
             self._renewing.discard(chat)
         if self.held.get(chat) is not lease:
@@ -201,19 +216,22 @@ class ChatOwners:
             await self._lose(chat)
             if renewed is not None:
                 # Lapsed and taken back at once: the chat may have changed hands in between.
-                await self._took(chat, renewed)
+                await self._took(chat, renewed, now)
             return
         self.held[chat] = renewed
         self._renewed[chat] = now
 
     async def _take(self, chat: ChatKey) -> None:
+        since = self._clock()
         lease = await self.leases.acquire(chat, self.replica, self.ttl_s)
         if lease is not None:
-            await self._took(chat, lease)
+            await self._took(chat, lease, since)
 
-    async def _took(self, chat: ChatKey, lease: Lease) -> None:
+    async def _took(self, chat: ChatKey, lease: Lease, since: float) -> None:
+        """``since``: this replica's clock before the acquire was sent (the lifetime runs
+        from there at the latest)."""
         self.held[chat] = lease
-        self._renewed[chat] = self._clock()
+        self._renewed[chat] = since
         # The takeover recovery runs in the chat's worker, before its updates: a slow one
         # (loading sessions, redrawing cards) holds up that chat only, never the renewals.
         self._taking.add(chat)

@@ -5,6 +5,7 @@ moves the chat, and the replica that lost it stops and is told."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -187,3 +188,52 @@ async def test_a_renewal_that_waits_on_the_replicas_own_write_loses_nothing(
         held = await leases.holder("tg:-1")
         assert held is not None and (held.replica, held.epoch) == ("a", 1)
         assert held.expires_at == clock.now + 30
+
+
+class AwayLeases(LocalChatLeases):
+    """Leases behind a database that stops answering (a network partition)."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(clock=clock)
+        self.away = False
+
+    async def acquire(self, chat: ChatKey, replica: str, ttl_s: float) -> Lease | None:
+        if self.away:
+            raise ConnectionRefusedError("the database is away")
+        return await super().acquire(chat, replica, ttl_s)
+
+    async def holder(self, chat: ChatKey) -> Lease | None:
+        if self.away:
+            raise ConnectionRefusedError("the database is away")
+        return await super().holder(chat)
+
+
+async def test_a_lease_not_renewed_within_its_lifetime_is_lost_even_without_the_database(
+    pg_dsn: str,
+) -> None:
+    # Cut off from the database, the replica cannot hear that another took its chat; once the
+    # lease's lifetime has passed since its last renewal another may have, so the chat's work
+    # (its sandbox processes, its goal) stops here.
+    clock = Clock()
+    leases = AwayLeases(clock)
+    async with await PgDatabase.open(pg_dsn) as db:
+        inbox = PgUpdateInbox(db)
+        a = Replica("a", inbox, leases, clock)
+        await put(inbox, 1, "tg:-1")
+        await settle(a)
+        leases.away = True
+        clock.now += 11
+        with contextlib.suppress(ConnectionRefusedError):
+            await a.owners.round()
+        assert a.events == [("taken", "tg:-1")]  # within the lifetime: still held
+        clock.now += 20
+        with contextlib.suppress(ConnectionRefusedError):
+            await a.owners.round()
+        assert a.events == [("taken", "tg:-1"), ("lost", "tg:-1")]
+        assert "tg:-1" not in a.owners.held
+        # The database back: the lapsed chat is taken again at a new epoch, recovered first.
+        leases.away = False
+        await settle(a)
+        assert a.events[-1] == ("taken", "tg:-1")
+        held = await leases.holder("tg:-1")
+        assert held is not None and (held.replica, held.epoch) == ("a", 2)
