@@ -14,6 +14,7 @@ The plan command matrix (docs/commands.md):
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -43,6 +44,10 @@ from engine.usage.ledger import fmt_tokens, parse_tokens, raised_cap
 from engine.usage.meter import CAP_COMMAND
 
 _log = logging.getLogger("plangate.commands")
+# A read-only command's record waits this long for others and is written with them: one commit
+# per burst of /status or /help instead of one each (its durable commit was most of a read-only
+# command's cost over a bare handler; docs/bench.md).
+READ_ONLY_LOG_WINDOW_S = 0.25
 
 
 # Every command, as /help lists it: (name, arguments, what it does). A command's name is the
@@ -139,6 +144,8 @@ class CommandPlane:
         self._choices = cards.choices
         self._redraw_plan = cards.plan_changed
         self._background_logs = BackgroundTasks(_log, event="log_failed")
+        # Read-only commands' records not written yet, by session, in the order made.
+        self._read_only_waiting: dict[str, list[CommandRun]] = {}
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -162,17 +169,34 @@ class CommandPlane:
     def log_read_only(
         self, session_id: str, name: str, args: str, *, actor: PersonKey | None
     ) -> None:
-        """Log a read-only command's ``command/run`` in the background (the reply does not wait
-        for the commit); a failure is logged, never raised. :meth:`flush_logs` awaits them."""
+        """Log a read-only command's ``command/run`` in the background: the reply does not wait
+        for it, and it is written with the other read-only records of the next
+        ``READ_ONLY_LOG_WINDOW_S`` (so a crash in that window loses it, and it may follow a
+        later event of its session); a failure is logged, never raised. :meth:`flush_logs`
+        writes what waits and awaits it."""
+        first = not self._read_only_waiting
+        event = CommandRun(name=name, args=args, actor=actor, data={})
+        self._read_only_waiting.setdefault(session_id, []).append(event)
+        if first:
+            self._background_logs.spawn(
+                self._write_read_only(READ_ONLY_LOG_WINDOW_S), name="read-only command records"
+            )
 
-        # The command already answered; the record is best effort (logged as log_failed).
-        self._background_logs.spawn(
-            self.log_command(session_id, name, args, actor=actor),
-            name=f"session={session_id} command={name}",
-        )
+    async def _write_read_only(self, after_s: float) -> None:
+        if after_s:
+            await asyncio.sleep(after_s)
+        waiting, self._read_only_waiting = self._read_only_waiting, {}
+        for session_id, events in waiting.items():
+            # One task a session: one session's failed write loses none of the others'.
+            self._background_logs.spawn(
+                self._log.append(session_id, events),
+                name=f"session={session_id} commands={','.join(e.name for e in events)}",
+            )
 
     async def flush_logs(self) -> None:
-        """Wait for the background ``command/run`` appends still in flight."""
+        """Write the read-only records still waiting and wait for every background
+        ``command/run`` append in flight."""
+        await self._write_read_only(0)
         await self._background_logs.drain()
 
     async def _load(self, session_id: str) -> None:

@@ -70,15 +70,18 @@ class Rig:
 class FaultyLog:
     """The real event log, with faults switched on by the test: every append fails as on a
     full disk (``full``), or reads of one session fail as on a locked database
-    (``locked``). ``reads`` records which sessions were read, in order."""
+    (``locked``). ``reads`` records which sessions were read, in order; ``appends`` each
+    append's event types."""
 
     def __init__(self, inner: EventLog) -> None:
         self.inner = inner
         self.full = False
         self.locked: str | None = None
         self.reads: list[str] = []
+        self.appends: list[list[str]] = []
 
     async def append(self, session_id: str, events: Sequence[SessionEvent]) -> list[StoredEvent]:
+        self.appends.append([event.type for event in events])
         if self.full:
             raise OSError("database or disk is full")
         return await self.inner.append(session_id, events)

@@ -312,7 +312,7 @@ async def test_help_and_status(tmp_path: Path, quiet_model: ScriptedProvider) ->
         assert "Agent: idle" in status
 
 
-async def test_read_only_commands_log_in_the_background_and_a_failed_log_loses_the_reply_not(
+async def test_read_only_commands_log_together_later_and_a_failed_log_loses_the_reply_not(
     tmp_path: Path, quiet_model: ScriptedProvider, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with faulty_rig(tmp_path, quiet_model) as (rig, log):
@@ -327,6 +327,9 @@ async def test_read_only_commands_log_in_the_background_and_a_failed_log_loses_t
             ("help", OWNER),
             ("show_plan", OWNER),
         ]
+        # A burst of read-only commands is one append, one commit, not one each.
+        assert log.appends.count(["command/run"] * 3) == 1
+        assert ["command/run"] not in log.appends
         log.full = True
         outcome = await engine.command(sid, "status", "", actor=OWNER)
         assert outcome.reply is not None and "Agent: idle" in outcome.reply
