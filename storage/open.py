@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import ConfigError
 from engine.leases import LocalChatLeases
@@ -46,9 +46,16 @@ class Storage:
     leases: ChatLeases
     # This replica's fence (PostgreSQL with a replica id): the epochs the stores write at.
     fence: LeaseFence | None = None
+    # The connection holding this replica's name (storage.postgres.leases.claim_replica).
+    name_lock: Any = None
 
     async def close(self) -> None:
-        await self.db.close()
+        try:
+            await self.db.close()
+        finally:
+            # The name goes last: it is held until every write of this replica is done.
+            if self.name_lock is not None:
+                await self.name_lock.close()
 
 
 async def open_storage(
@@ -70,6 +77,7 @@ async def open_storage(
     ``replica`` (PostgreSQL only): this process's name among several replicas. Its appends and
     plan file writes are then fenced by the chat leases it holds (``storage.postgres.leases``),
     so it writes for a chat only after acquiring the chat's lease through ``Storage.leases``.
+    One live process per name: ``ConfigError`` while another holds it.
     """
     home.mkdir(parents=True, exist_ok=True)
     if database_url:
@@ -79,7 +87,7 @@ async def open_storage(
             from storage.postgres.chatlog import PgChatLog
             from storage.postgres.db import PgDatabase
             from storage.postgres.eventlog import PgEventLog
-            from storage.postgres.leases import LeaseFence, PgChatLeases
+            from storage.postgres.leases import LeaseFence, PgChatLeases, claim_replica
             from storage.postgres.sessions import PgSessionStore
         except ImportError:
             raise ConfigError(
@@ -100,9 +108,13 @@ async def open_storage(
                     f"{exc}); plangate doctor checks it"
                 ) from exc
             raise
+        name_lock = None
         try:
             # Replicas share this database and the home: both must be the deployment's.
             await claim_deployment(pg.pool, home)
+            if replica:
+                # One live process per replica name, or the fence could not tell them apart.
+                name_lock = await claim_replica(pg, replica)
         except BaseException:
             await pg.close()
             raise
@@ -118,6 +130,7 @@ async def open_storage(
             chat_log=PgChatLog(pg, **clocked),
             leases=PgChatLeases(pg, fence=fence),
             fence=fence,
+            name_lock=name_lock,
         )
     db = await Database.open(database_path(home))
     log = SqliteEventLog(db) if clock is None else SqliteEventLog(db, clock=clock)

@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager
 
 import asyncpg
 
-from engine.errors import LeaseLost
+from engine.errors import ConfigError, LeaseLost
 from engine.keys import ChatKey
 from engine.ports import Lease
 from storage.postgres.db import PgDatabase
@@ -45,12 +45,38 @@ RETURNING chat, replica, epoch, expires_at
 # peers' loops.
 ACQUIRE_LOCK_TIMEOUT_MS = 2000
 
+# The advisory lock space of replica names (the two-int key form; chat appends use space 1).
+REPLICA_LOCK_SPACE = 2
+
 # The fence's row lock, held by an append or a file write for a chat.
 FENCE_ROW = "SELECT 1 FROM chat_leases WHERE chat = $1 AND replica = $2 AND epoch = $3 FOR SHARE"
 
 
 def _lease(row: asyncpg.Record) -> Lease:
     return Lease(chat=str(row[0]), replica=str(row[1]), epoch=int(row[2]), expires_at=float(row[3]))
+
+
+async def claim_replica(db: PgDatabase, replica: str) -> asyncpg.Connection:
+    """Hold the name ``replica`` for this process's life: a session-level advisory lock on a
+    connection of its own, which the caller closes when done (a process that dies lets the
+    name go with its connection). Raises ``ConfigError`` while another live process holds it:
+    two processes under one name would pass each other's fence, since a lease's
+    ``(replica, epoch)`` would be the same for both."""
+    conn = await db.connect()
+    try:
+        got = await conn.fetchval(
+            "SELECT pg_try_advisory_lock($1, hashtext($2))", REPLICA_LOCK_SPACE, replica
+        )
+    except BaseException:
+        await conn.close()
+        raise
+    if not got:
+        await conn.close()
+        raise ConfigError(
+            f"PLANGATE_REPLICA_ID: a replica named {replica!r} is already running against this "
+            "database; give each replica its own name (or unset it: host name and pid)"
+        )
+    return conn
 
 
 class LeaseFence:
@@ -204,4 +230,11 @@ class PgChatLeases:
         return None if row is None else _lease(row)
 
 
-__all__ = ["ACQUIRE_LOCK_TIMEOUT_MS", "FENCE_ROW", "LeaseFence", "PgChatLeases"]
+__all__ = [
+    "ACQUIRE_LOCK_TIMEOUT_MS",
+    "FENCE_ROW",
+    "REPLICA_LOCK_SPACE",
+    "LeaseFence",
+    "PgChatLeases",
+    "claim_replica",
+]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.errors import LeaseLost
+from engine.errors import ConfigError, LeaseLost
 from engine.keys import Chat
 from engine.leases import LocalChatLeases
 from engine.plan.types import PlanSidecar
@@ -272,3 +272,22 @@ async def test_a_renewal_that_waits_on_the_holders_own_write_keeps_the_holders_e
         assert one.fence.epoch(room.key) == 1
     finally:
         await one.close()
+
+
+async def test_a_second_live_process_under_one_replica_name_is_refused(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    # Two live replicas under one PLANGATE_REPLICA_ID (say, set in the config.env the replicas
+    # share) would pass each other's fence: a lease's (replica, epoch) is the same for both.
+    home = tmp_path / "home"
+    one = await open_storage(home, database_url=pg_dsn, replica="one")
+    try:
+        with pytest.raises(ConfigError, match="PLANGATE_REPLICA_ID"):
+            await open_storage(home, database_url=pg_dsn, replica="one")
+        other = await open_storage(home, database_url=pg_dsn, replica="two")
+        await other.close()
+    finally:
+        await one.close()
+    # Stopped (or dead: the server drops its connection), the name is free again.
+    again = await open_storage(home, database_url=pg_dsn, replica="one")
+    await again.close()
