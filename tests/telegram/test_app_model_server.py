@@ -152,7 +152,12 @@ async def test_a_stream_cut_by_stop_records_what_was_sent_and_what_arrived(
         assert server is not None
         server.stream_piece_chars, server.stream_pause_at = 25, 40
         fake_api.user_message(OWNER, OWNER, "write a lot")
-        await eventually(lambda: server.stream_paused == 1)  # mid-stream, 39 pieces in
+        await eventually(lambda: server.stream_paused == 1)  # mid-stream, 39 pieces sent
+        # ... and read: the reply's draft shows their end (a loaded machine reads later).
+        arrived = LONG[: 39 * 25]
+        await eventually(
+            lambda: any(arrived[-60:] in text for _, text, _ in fake_api.chats[OWNER].drafts)
+        )
         sid = await live.engine.session_for_chat(chat(OWNER))
         fake_api.user_message(OWNER, OWNER, "/stop")
 
