@@ -14,6 +14,7 @@ from typing import Any
 
 import mistune
 
+from bot.markup import ChatMarkupRenderer
 from engine.limits import ChannelLimits
 
 # A section block's text (Slack refuses more); a message's text is far longer, but Slack folds
@@ -26,7 +27,6 @@ SLACK_LIMITS = ChannelLimits(
     message_chars=MESSAGE_CHARS, caption_chars=1000, file_bytes=20 * 1024 * 1024
 )
 _SAFE_SCHEMES = ("http://", "https://", "mailto:")
-_BLOCK_SEP = "\n\n"
 
 
 def slack_escape(text: str) -> str:
@@ -46,41 +46,18 @@ def _plain(token: dict[str, Any]) -> str:
     return str(token.get("raw", ""))
 
 
-class MrkdwnRenderer(mistune.BaseRenderer):
+class MrkdwnRenderer(ChatMarkupRenderer):
     """A mistune 3 renderer that writes Slack's mrkdwn; top-level blocks are joined by a
     blank line, which is where ``split_mrkdwn`` prefers to cut."""
 
     NAME = "slack_mrkdwn"
-
-    def render_token(self, token: dict[str, Any], state: Any) -> str:
-        method = getattr(self, "_" + token["type"], None)
-        if method is not None:
-            return str(method(token, state))
-        # Unknown token types (from plugins) fall back to their text, escaped.
-        if "children" in token:
-            return self.render_tokens(token["children"], state)
-        return slack_escape(str(token.get("raw", "")))
-
-    def __call__(self, tokens: Any, state: Any) -> str:
-        blocks = [self.render_token(t, state) for t in tokens]
-        return _BLOCK_SEP.join(b.strip("\n") for b in blocks if b.strip())
-
-    def _children(self, token: dict[str, Any], state: Any) -> str:
-        return self.render_tokens(token.get("children", []), state)
+    EMPHASIS = ("_", "_")
+    STRONG = ("*", "*")
+    STRIKETHROUGH = ("~", "~")
+    HEADING = ("*", "*")
+    escape = staticmethod(slack_escape)
 
     # ---- inline ----
-    def _text(self, token: dict[str, Any], state: Any) -> str:
-        return slack_escape(token["raw"])
-
-    def _emphasis(self, token: dict[str, Any], state: Any) -> str:
-        return "_" + self._children(token, state) + "_"
-
-    def _strong(self, token: dict[str, Any], state: Any) -> str:
-        return "*" + self._children(token, state) + "*"
-
-    def _strikethrough(self, token: dict[str, Any], state: Any) -> str:
-        return "~" + self._children(token, state) + "~"
-
     def _codespan(self, token: dict[str, Any], state: Any) -> str:
         return "`" + slack_escape(token["raw"]).replace("`", "'") + "`"
 
@@ -100,31 +77,7 @@ class MrkdwnRenderer(mistune.BaseRenderer):
             return f"<{target}|{alt}>" if alt else f"<{target}>"
         return alt
 
-    def _linebreak(self, token: dict[str, Any], state: Any) -> str:
-        return "\n"
-
-    def _softbreak(self, token: dict[str, Any], state: Any) -> str:
-        return "\n"
-
-    def _inline_html(self, token: dict[str, Any], state: Any) -> str:
-        return slack_escape(token["raw"])
-
     # ---- blocks ----
-    def _paragraph(self, token: dict[str, Any], state: Any) -> str:
-        return self._children(token, state)
-
-    def _block_text(self, token: dict[str, Any], state: Any) -> str:
-        return self._children(token, state)
-
-    def _heading(self, token: dict[str, Any], state: Any) -> str:
-        return "*" + self._children(token, state) + "*"
-
-    def _blank_line(self, token: dict[str, Any], state: Any) -> str:
-        return ""
-
-    def _thematic_break(self, token: dict[str, Any], state: Any) -> str:
-        return "———"
-
     def _block_code(self, token: dict[str, Any], state: Any) -> str:
         return fence(token["raw"].rstrip("\n") or " ")
 
@@ -132,34 +85,6 @@ class MrkdwnRenderer(mistune.BaseRenderer):
         parts = [self.render_token(c, state) for c in token.get("children", [])]
         inner = "\n".join(p.strip("\n") for p in parts if p.strip())
         return "\n".join("> " + line for line in inner.split("\n"))
-
-    def _block_html(self, token: dict[str, Any], state: Any) -> str:
-        return slack_escape(token["raw"].strip("\n"))
-
-    def _block_error(self, token: dict[str, Any], state: Any) -> str:
-        return slack_escape(str(token.get("raw", "")))
-
-    def _list(self, token: dict[str, Any], state: Any) -> str:
-        attrs = token.get("attrs", {})
-        ordered = bool(attrs.get("ordered"))
-        depth = int(attrs.get("depth", 0))
-        number = int(attrs.get("start", 1) or 1)
-        indent = "  " * depth
-        lines: list[str] = []
-        for item in token.get("children", []):
-            marker = f"{number}." if ordered else "•"
-            number += 1
-            parts = [
-                self.render_token(child, state)
-                for child in item.get("children", [])
-                if child["type"] != "blank_line"
-            ]
-            body = "\n".join(p.strip("\n") for p in parts if p.strip())
-            first, *rest = body.split("\n") if body else [""]
-            lines.append(f"{indent}{marker} {first}")
-            pad = indent + " " * (len(marker) + 1)
-            lines.extend(r if r.startswith(indent + "  ") else pad + r for r in rest)
-        return "\n".join(lines) + "\n"
 
     # ---- tables (plugin): a fenced block of aligned columns ----
     def _table(self, token: dict[str, Any], state: Any) -> str:

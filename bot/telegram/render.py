@@ -28,10 +28,10 @@ from typing import Any
 import mistune
 
 from bot.cardview import first_paragraph as first_paragraph
+from bot.markup import BLOCK_SEP, ChatMarkupRenderer
 from engine.text import ELLIPSIS, clip
 
 TELEGRAM_TEXT_LIMIT = 4096
-_BLOCK_SEP = "\n\n"
 
 
 def escape(text: str) -> str:
@@ -52,44 +52,20 @@ def utf16_len(text: str) -> int:
 _SAFE_SCHEMES = ("http://", "https://", "tg://", "mailto:")
 
 
-class TelegramHTMLRenderer(mistune.BaseRenderer):
+class TelegramHTMLRenderer(ChatMarkupRenderer):
     """A mistune 3 renderer that emits only Telegram's HTML subset.
 
     Top-level blocks are joined by a blank line, which is where ``split_html`` prefers to cut.
     """
 
     NAME = "telegram_html"
-
-    def render_token(self, token: dict[str, Any], state: Any) -> str:
-        kind = token["type"]
-        method = getattr(self, "_" + kind, None)
-        if method is not None:
-            return str(method(token, state))
-        # Unknown token types (from plugins) fall back to their text, escaped.
-        if "children" in token:
-            return self.render_tokens(token["children"], state)
-        return escape(str(token.get("raw", "")))
-
-    def __call__(self, tokens: Any, state: Any) -> str:
-        blocks = [self.render_token(t, state) for t in tokens]
-        return _BLOCK_SEP.join(b.strip("\n") for b in blocks if b.strip())
-
-    def _children(self, token: dict[str, Any], state: Any) -> str:
-        return self.render_tokens(token.get("children", []), state)
+    EMPHASIS = ("<i>", "</i>")
+    STRONG = ("<b>", "</b>")
+    STRIKETHROUGH = ("<s>", "</s>")
+    HEADING = ("<b>", "</b>")
+    escape = staticmethod(escape)
 
     # ---- inline ----
-    def _text(self, token: dict[str, Any], state: Any) -> str:
-        return escape(token["raw"])
-
-    def _emphasis(self, token: dict[str, Any], state: Any) -> str:
-        return "<i>" + self._children(token, state) + "</i>"
-
-    def _strong(self, token: dict[str, Any], state: Any) -> str:
-        return "<b>" + self._children(token, state) + "</b>"
-
-    def _strikethrough(self, token: dict[str, Any], state: Any) -> str:
-        return "<s>" + self._children(token, state) + "</s>"
-
     def _codespan(self, token: dict[str, Any], state: Any) -> str:
         return "<code>" + escape(token["raw"]) + "</code>"
 
@@ -107,31 +83,7 @@ class TelegramHTMLRenderer(mistune.BaseRenderer):
             return f'<a href="{_attr(url)}">{alt or escape(url)}</a>'
         return alt
 
-    def _linebreak(self, token: dict[str, Any], state: Any) -> str:
-        return "\n"
-
-    def _softbreak(self, token: dict[str, Any], state: Any) -> str:
-        return "\n"
-
-    def _inline_html(self, token: dict[str, Any], state: Any) -> str:
-        return escape(token["raw"])
-
     # ---- blocks ----
-    def _paragraph(self, token: dict[str, Any], state: Any) -> str:
-        return self._children(token, state)
-
-    def _block_text(self, token: dict[str, Any], state: Any) -> str:
-        return self._children(token, state)
-
-    def _heading(self, token: dict[str, Any], state: Any) -> str:
-        return "<b>" + self._children(token, state) + "</b>"
-
-    def _blank_line(self, token: dict[str, Any], state: Any) -> str:
-        return ""
-
-    def _thematic_break(self, token: dict[str, Any], state: Any) -> str:
-        return "———"
-
     def _block_code(self, token: dict[str, Any], state: Any) -> str:
         code = escape(token["raw"].rstrip("\n")) or " "
         info = str(token.get("attrs", {}).get("info") or "").strip()
@@ -146,34 +98,6 @@ class TelegramHTMLRenderer(mistune.BaseRenderer):
         # Telegram cannot nest blockquotes: an inner quote is flattened into the outer one.
         inner = inner.replace("<blockquote>", "").replace("</blockquote>", "")
         return "<blockquote>" + inner + "</blockquote>"
-
-    def _block_html(self, token: dict[str, Any], state: Any) -> str:
-        return escape(token["raw"].strip("\n"))
-
-    def _block_error(self, token: dict[str, Any], state: Any) -> str:
-        return escape(str(token.get("raw", "")))
-
-    def _list(self, token: dict[str, Any], state: Any) -> str:
-        attrs = token.get("attrs", {})
-        ordered = bool(attrs.get("ordered"))
-        depth = int(attrs.get("depth", 0))
-        number = int(attrs.get("start", 1) or 1)
-        indent = "  " * depth
-        lines: list[str] = []
-        for item in token.get("children", []):
-            marker = f"{number}." if ordered else "•"
-            number += 1
-            parts = [
-                self.render_token(child, state)
-                for child in item.get("children", [])
-                if child["type"] != "blank_line"
-            ]
-            body = "\n".join(p.strip("\n") for p in parts if p.strip())
-            first, *rest = body.split("\n") if body else [""]
-            lines.append(f"{indent}{marker} {first}")
-            pad = indent + " " * (len(marker) + 1)
-            lines.extend(r if r.startswith(indent + "  ") else pad + r for r in rest)
-        return "\n".join(lines) + "\n"
 
     # ---- tables (plugin) ----
     def _table(self, token: dict[str, Any], state: Any) -> str:
@@ -379,7 +303,7 @@ def split_html(text: str, limit: int = TELEGRAM_TEXT_LIMIT) -> list[str]:
     """
     if limit < 2:
         raise ValueError("limit must be at least 2")
-    sep = visible_len(_BLOCK_SEP)
+    sep = visible_len(BLOCK_SEP)
     chunks: list[str] = []
     current: list[str] = []
     size = 0
@@ -390,7 +314,7 @@ def split_html(text: str, limit: int = TELEGRAM_TEXT_LIMIT) -> list[str]:
             size += sep + length
             continue
         if current:
-            chunks.append(_BLOCK_SEP.join(current))
+            chunks.append(BLOCK_SEP.join(current))
             current, size = [], 0
         if length <= limit:
             current, size = [block], length
@@ -399,7 +323,7 @@ def split_html(text: str, limit: int = TELEGRAM_TEXT_LIMIT) -> list[str]:
         chunks.extend(parts[:-1])
         if parts:
             current, size = [parts[-1]], visible_len(parts[-1])
-    rest = _BLOCK_SEP.join(current)
+    rest = BLOCK_SEP.join(current)
     if _has_text(rest):
         chunks.append(rest)
     return chunks
