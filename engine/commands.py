@@ -15,6 +15,7 @@ The plan command matrix (docs/commands.md):
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import logging
 import time
@@ -187,10 +188,13 @@ class CommandPlane:
             await asyncio.sleep(after_s)
         waiting, self._read_only_waiting = self._read_only_waiting, {}
         for session_id, events in waiting.items():
-            # One task a session: one session's failed write loses none of the others'.
+            # One task a session: one session's failed write loses none of the others'. Each
+            # runs in a context of its own: the records are many commands', no caller's (among
+            # replicas a context names the update being processed, which an append marks done).
             self._background_logs.spawn(
                 self._log.append(session_id, events),
                 name=f"session={session_id} commands={','.join(e.name for e in events)}",
+                context=contextvars.Context(),
             )
 
     async def flush_logs(self) -> None:

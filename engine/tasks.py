@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar
@@ -60,13 +61,15 @@ class BackgroundTasks:
         *,
         name: str,
         expected: tuple[type[BaseException], ...] | None = None,
+        context: contextvars.Context | None = None,
     ) -> asyncio.Task[T]:
         """Run ``coro`` as a task kept until it finishes; ``name`` appears in the log line.
 
-        ``expected`` replaces the set's own for this task. The returned task may be awaited
-        or cancelled; its failure is logged either way."""
+        ``expected`` replaces the set's own for this task. ``context``: the task's context
+        variables (default: a copy of the caller's). The returned task may be awaited or
+        cancelled; its failure is logged either way."""
         quiet = self._expected if expected is None else expected
-        task = asyncio.get_running_loop().create_task(coro, name=name)
+        task = asyncio.get_running_loop().create_task(coro, name=name, context=context)
         self._tasks.add(task)
         task.add_done_callback(lambda done: self._done(done, quiet))
         return task

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -67,11 +68,15 @@ class Rig:
     home: Path
 
 
+# A context variable the tests set, to see which context an append ran in.
+PROBE: contextvars.ContextVar[str] = contextvars.ContextVar("plangate_test_probe", default="")
+
+
 class FaultyLog:
     """The real event log, with faults switched on by the test: every append fails as on a
     full disk (``full``), or reads of one session fail as on a locked database
     (``locked``). ``reads`` records which sessions were read, in order; ``appends`` each
-    append's event types."""
+    append's event types, ``contexts`` the value of ``PROBE`` each append ran with."""
 
     def __init__(self, inner: EventLog) -> None:
         self.inner = inner
@@ -79,9 +84,11 @@ class FaultyLog:
         self.locked: str | None = None
         self.reads: list[str] = []
         self.appends: list[list[str]] = []
+        self.contexts: list[str] = []
 
     async def append(self, session_id: str, events: Sequence[SessionEvent]) -> list[StoredEvent]:
         self.appends.append([event.type for event in events])
+        self.contexts.append(PROBE.get())
         if self.full:
             raise OSError("database or disk is full")
         return await self.inner.append(session_id, events)

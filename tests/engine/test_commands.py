@@ -18,7 +18,7 @@ from engine.events import CommandRun, TurnEnd, TurnStart, UserMessage
 from engine.model.script import say
 from engine.model.scripted import ScriptedProvider
 from engine.plan.machine import TaskSpec
-from tests.engine.helpers import OWNER, Rig, engine_rig, faulty_rig, post_init, settle
+from tests.engine.helpers import OWNER, PROBE, Rig, engine_rig, faulty_rig, post_init, settle
 from tests.keys import chat
 
 
@@ -330,6 +330,15 @@ async def test_read_only_commands_log_together_later_and_a_failed_log_loses_the_
         # A burst of read-only commands is one append, one commit, not one each.
         assert log.appends.count(["command/run"] * 3) == 1
         assert ["command/run"] not in log.appends
+        # ... written in a context of its own, not the first command's (among replicas that
+        # context names the update being processed, which an append marks done).
+        token = PROBE.set("the first command's update")
+        try:
+            await engine.command(sid, "help", "", actor=OWNER)
+            await engine.commands.flush_logs()
+        finally:
+            PROBE.reset(token)
+        assert (log.appends[-1], log.contexts[-1]) == (["command/run"], "")
         log.full = True
         outcome = await engine.command(sid, "status", "", actor=OWNER)
         assert outcome.reply is not None and "Agent: idle" in outcome.reply
